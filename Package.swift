@@ -1,0 +1,71 @@
+// swift-tools-version:6.1
+// ProviderFS: a File Provider for Linux over FUSE, with a cross-process file coordinator.
+// Layers and the rules between them: docs/ARCHITECTURE.md. Dependencies point down only.
+import PackageDescription
+
+let package = Package(
+    name: "ProviderFS",
+    products: [
+        .library(name: "FileCoordination", targets: ["FileCoordination"]),
+        .library(name: "ProviderModel", targets: ["ProviderModel"]),
+        .executable(name: "providerfs", targets: ["providerfs"]),
+    ],
+    targets: [
+        // C libraries from Debian packages. Each is imported by exactly one Swift module.
+        .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev", "fuse3"])]),
+        .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+
+        .target(name: "SystemSupport"),
+        .target(name: "Diagnostics", dependencies: ["SystemSupport"]),
+        .target(name: "SQLiteStore", dependencies: ["CSQLite3", "SystemSupport", "Diagnostics"]),
+        .target(name: "FileCoordination", dependencies: ["SystemSupport", "Diagnostics"]),
+        .target(name: "ProviderModel"),
+        .target(
+            name: "ProviderCache",
+            dependencies: ["ProviderModel", "SQLiteStore", "SystemSupport", "Diagnostics"]),
+        .target(
+            name: "VirtualFileSystem",
+            dependencies: ["ProviderCache", "ProviderModel", "FileCoordination", "SystemSupport", "Diagnostics"]),
+        .target(name: "FUSEAdapter", dependencies: ["CFuse3", "VirtualFileSystem", "SystemSupport", "Diagnostics"]),
+        .target(
+            name: "ProviderFSCommands",
+            dependencies: [
+                "FUSEAdapter", "VirtualFileSystem", "ProviderCache", "ProviderModel", "FileCoordination",
+                "SQLiteStore", "SystemSupport", "Diagnostics",
+            ]),
+        .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
+        // A small child process for cross-process coordination tests and benchmarks.
+        .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
+        // Test-only helpers (manual clock, seeded random, child processes, mounted file systems).
+        .target(
+            name: "TestSupport",
+            dependencies: ["SystemSupport", "ProviderModel", "ProviderCache", "VirtualFileSystem", "FileCoordination"]),
+
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestSupport"]),
+        .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport"]),
+        .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "TestSupport"]),
+        .testTarget(
+            name: "CrossProcessTests",
+            dependencies: ["FileCoordination", "TestSupport", "coordination-probe", "providerfs"]),
+        .testTarget(name: "ProviderCacheTests", dependencies: ["ProviderCache", "ProviderModel", "TestSupport"]),
+        .testTarget(
+            name: "VirtualFileSystemTests",
+            dependencies: ["VirtualFileSystem", "ProviderCache", "ProviderModel", "TestSupport"]),
+        .testTarget(
+            name: "ProviderFSCommandsTests", dependencies: ["ProviderFSCommands", "TestSupport", "providerfs"]),
+        // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
+        .testTarget(name: "MountTests", dependencies: ["TestSupport", "providerfs"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
+
+// Strictness in one place, for every Swift target. CI adds -warnings-as-errors on the command line
+// (see .ci/run) so local experiments are not blocked by a stray warning.
+for target in package.targets where target.type != .system {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("ExistentialAny"))
+    settings.append(.enableUpcomingFeature("MemberImportVisibility"))
+    settings.append(.enableUpcomingFeature("InternalImportsByDefault"))
+    settings.append(.enableExperimentalFeature("StrictConcurrency=complete"))
+    target.swiftSettings = settings
+}

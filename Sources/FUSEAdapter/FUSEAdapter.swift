@@ -1,0 +1,1 @@
+// Module FUSEAdapter: see docs/ARCHITECTURE.md.

@@ -1,0 +1,1 @@
+// Module FileCoordination: see docs/ARCHITECTURE.md.

@@ -1,0 +1,1 @@
+// Module ProviderCache: see docs/ARCHITECTURE.md.

@@ -1,0 +1,7 @@
+/// Every `providerfs` command, in the order `providerfs --help` lists them.
+/// Add one line per command (one file per command beside this one).
+enum CommandRegistry {
+    static let commands: [any CLICommand.Type] = [
+        VersionCommand.self
+    ]
+}

@@ -1,0 +1,1 @@
+// Module ProviderModel: see docs/ARCHITECTURE.md.

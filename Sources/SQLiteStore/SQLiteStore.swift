@@ -1,0 +1,1 @@
+// Module SQLiteStore: see docs/ARCHITECTURE.md.

@@ -1,0 +1,82 @@
+// The one lock type of the project.
+//
+// Why not `Synchronization.Mutex`: on Linux it is a priority-inheritance futex that ThreadSanitizer
+// does not model (a correct counter under Mutex is reported as a race), and holding it across
+// syscalls showed up as rt_mutex slow paths in profiles (docs/DECISIONS.md, D-003). A pthread mutex
+// is cheap when uncontended, TSan-visible, and never held across a syscall or a reply here.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A non-recursive mutual-exclusion lock over `pthread_mutex_t`.
+///
+/// Keep critical sections short: never hold a lock across a syscall, a FUSE reply, an `await`
+/// (impossible by construction: `withLock` takes a synchronous closure) or a call into another
+/// component that may take its own lock, unless the lock order is documented at both places.
+public final class Lock: @unchecked Sendable {
+    // Safe: the mutex is heap-allocated once, never moved, and only touched through pthread calls.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+    public init() {
+        mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
+        let rc = pthread_mutex_init(mutex, &attributes)
+        pthread_mutexattr_destroy(&attributes)
+        precondition(rc == 0, "pthread_mutex_init failed with \(rc)")
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    public func lock() {
+        let rc = pthread_mutex_lock(mutex)
+        precondition(rc == 0, "Lock.lock() failed with \(rc): re-entrant locking (EDEADLK=\(EDEADLK)) is a bug")
+    }
+
+    public func unlock() {
+        let rc = pthread_mutex_unlock(mutex)
+        precondition(rc == 0, "Lock.unlock() failed with \(rc): unlocking a lock this thread does not hold")
+    }
+
+    @inlinable
+    public func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        lock()
+        defer { unlock() }
+        return try body()
+    }
+}
+
+/// State guarded by a `Lock`: the value can only be reached inside `withLock`.
+///
+/// The pattern for shared mutable state: keep a pure state machine in `State`, mutate it inside
+/// `withLock`, return the actions to perform, and perform them after the lock is dropped.
+public final class Locked<State>: @unchecked Sendable {
+    // Safe: `state` is only read or written while `lock` is held.
+    @usableFromInline let lock = Lock()
+    @usableFromInline var state: State
+
+    public init(_ initial: State) {
+        state = initial
+    }
+
+    @inlinable
+    public func withLock<T, E: Error>(_ body: (inout State) throws(E) -> T) throws(E) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&state)
+    }
+}
+
+extension Locked where State: Sendable {
+    /// A copy of the current state.
+    public var value: State {
+        withLock { $0 }
+    }
+}

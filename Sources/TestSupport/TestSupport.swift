@@ -1,0 +1,1 @@
+// Module TestSupport: see docs/ARCHITECTURE.md.

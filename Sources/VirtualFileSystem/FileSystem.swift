@@ -1,0 +1,272 @@
+// The file system in kernel vocabulary, with no FUSE types: each method maps 1:1 to a FUSE
+// low-level operation. FUSEAdapter decodes a request, calls one of these from a Task, and replies
+// with the result or with `FileSystemError.errno` (the one errno table, FileSystemError.swift).
+//
+// Every method may suspend (a download, a coordination claim); none blocks its caller's thread.
+
+public import SystemSupport
+
+/// A kernel-visible node number. `root` is 1 (FUSE_ROOT_ID).
+public struct InodeNumber: RawRepresentable, Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+    public static let root = InodeNumber(1)
+    public static func < (lhs: InodeNumber, rhs: InodeNumber) -> Bool { lhs.rawValue < rhs.rawValue }
+    public var description: String { "#\(rawValue)" }
+}
+
+/// An open file or directory handle (the `fh` the kernel hands back on read/release).
+public struct FileHandleID: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+    public var description: String { "fh\(rawValue)" }
+}
+
+public enum NodeType: Sendable, Equatable {
+    case regular, directory, symbolicLink
+}
+
+/// Seconds and nanoseconds since the epoch, as `struct timespec` carries them.
+public struct Timestamp: Sendable, Hashable, Comparable {
+    public var seconds: Int64
+    public var nanoseconds: Int32
+    public init(seconds: Int64, nanoseconds: Int32 = 0) {
+        self.seconds = seconds
+        self.nanoseconds = nanoseconds
+    }
+    public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool {
+        (lhs.seconds, lhs.nanoseconds) < (rhs.seconds, rhs.nanoseconds)
+    }
+}
+
+/// What `stat(2)` shows for a node.
+public struct NodeAttributes: Sendable, Equatable {
+    public var inode: InodeNumber
+    public var type: NodeType
+    /// Permission bits only (mode & 0o7777).
+    public var permissions: UInt16
+    public var linkCount: UInt32
+    public var uid: UInt32
+    public var gid: UInt32
+    public var size: Int64
+    /// 512-byte blocks actually stored locally (0 for a placeholder, like a dataless file).
+    public var blocks: Int64
+    public var blockSize: UInt32
+    public var accessTime: Timestamp
+    public var modificationTime: Timestamp
+    public var changeTime: Timestamp
+
+    public init(
+        inode: InodeNumber, type: NodeType, permissions: UInt16, linkCount: UInt32, uid: UInt32, gid: UInt32,
+        size: Int64, blocks: Int64, blockSize: UInt32 = 4096, accessTime: Timestamp, modificationTime: Timestamp,
+        changeTime: Timestamp
+    ) {
+        self.inode = inode
+        self.type = type
+        self.permissions = permissions
+        self.linkCount = linkCount
+        self.uid = uid
+        self.gid = gid
+        self.size = size
+        self.blocks = blocks
+        self.blockSize = blockSize
+        self.accessTime = accessTime
+        self.modificationTime = modificationTime
+        self.changeTime = changeTime
+    }
+}
+
+/// The answer to `lookup`: the node, its attributes, and how long the kernel may cache them.
+/// Each successful lookup adds one to the node's lookup count; `forget` takes it back.
+public struct Entry: Sendable, Equatable {
+    public var attributes: NodeAttributes
+    public var generation: UInt64
+    public var attributeTimeout: Duration
+    public var entryTimeout: Duration
+    public var inode: InodeNumber { attributes.inode }
+
+    public init(attributes: NodeAttributes, generation: UInt64, attributeTimeout: Duration, entryTimeout: Duration) {
+        self.attributes = attributes
+        self.generation = generation
+        self.attributeTimeout = attributeTimeout
+        self.entryTimeout = entryTimeout
+    }
+}
+
+/// Who is asking: from `fuse_req_ctx`. `threadID` is the calling thread (not the process);
+/// map it to a process with `/proc/<tid>/status` (Tgid).
+public struct RequestContext: Sendable, Equatable {
+    public var threadID: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+    public init(threadID: Int32, uid: UInt32, gid: UInt32) {
+        self.threadID = threadID
+        self.uid = uid
+        self.gid = gid
+    }
+    /// For tests and internal calls.
+    public static let kernel = RequestContext(threadID: 0, uid: 0, gid: 0)
+}
+
+/// `open(2)` flags as the kernel passes them (O_RDONLY, O_WRONLY, O_RDWR, O_TRUNC, O_APPEND, …).
+public struct OpenFlags: RawRepresentable, Sendable, Equatable {
+    public let rawValue: Int32
+    public init(rawValue: Int32) { self.rawValue = rawValue }
+    public var isReadOnly: Bool { rawValue & 0o3 == 0 }  // O_ACCMODE == 3, O_RDONLY == 0
+    public var wantsWrite: Bool { rawValue & 0o3 != 0 }
+    public var truncates: Bool { rawValue & 0o1000 != 0 }  // O_TRUNC
+}
+
+/// The answer to `open`: the handle and the page-cache policy for it.
+public struct OpenedFile: Sendable, Equatable {
+    public var handle: FileHandleID
+    /// Keep the kernel page cache from earlier opens (content version unchanged).
+    public var keepCache: Bool
+    /// Bypass the page cache for this handle.
+    public var directIO: Bool
+    public init(handle: FileHandleID, keepCache: Bool, directIO: Bool = false) {
+        self.handle = handle
+        self.keepCache = keepCache
+        self.directIO = directIO
+    }
+}
+
+/// One directory entry. `cookie` is the offset to pass to continue after this entry.
+public struct DirectoryEntry: Sendable, Equatable {
+    public var name: String
+    public var inode: InodeNumber
+    public var type: NodeType
+    public var cookie: UInt64
+    public init(name: String, inode: InodeNumber, type: NodeType, cookie: UInt64) {
+        self.name = name
+        self.inode = inode
+        self.type = type
+        self.cookie = cookie
+    }
+}
+
+/// What `statfs(2)` shows.
+public struct FileSystemStatistics: Sendable, Equatable {
+    public var blockSize: UInt64
+    public var totalBlocks: UInt64
+    public var freeBlocks: UInt64
+    public var availableBlocks: UInt64
+    public var totalFiles: UInt64
+    public var freeFiles: UInt64
+    public var maximumNameLength: UInt64
+    public init(
+        blockSize: UInt64, totalBlocks: UInt64, freeBlocks: UInt64, availableBlocks: UInt64, totalFiles: UInt64,
+        freeFiles: UInt64, maximumNameLength: UInt64
+    ) {
+        self.blockSize = blockSize
+        self.totalBlocks = totalBlocks
+        self.freeBlocks = freeBlocks
+        self.availableBlocks = availableBlocks
+        self.totalFiles = totalFiles
+        self.freeFiles = freeFiles
+        self.maximumNameLength = maximumNameLength
+    }
+}
+
+/// Attribute changes requested by `setattr` (truncate, chmod, utimens, …). Nil means unchanged.
+public struct AttributeChanges: Sendable, Equatable {
+    public var size: Int64?
+    public var permissions: UInt16?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var accessTime: Timestamp?
+    public var modificationTime: Timestamp?
+    public init(
+        size: Int64? = nil, permissions: UInt16? = nil, uid: UInt32? = nil, gid: UInt32? = nil,
+        accessTime: Timestamp? = nil, modificationTime: Timestamp? = nil
+    ) {
+        self.size = size
+        self.permissions = permissions
+        self.uid = uid
+        self.gid = gid
+        self.accessTime = accessTime
+        self.modificationTime = modificationTime
+    }
+}
+
+/// The file system the kernel talks to. Implemented by `ProviderFileSystem`; test doubles too.
+///
+/// Method names follow the FUSE operations. Errors are `FileSystemError`, whose `errno` is what
+/// the caller sees. Mutating operations exist so that writing slots in; a read-only file system
+/// throws `.readOnlyFileSystem` from them.
+public protocol FileSystem: Sendable {
+    func lookup(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) -> Entry
+    /// The kernel dropped `count` references obtained through lookup/create/mkdir.
+    func forget(_ inode: InodeNumber, count: UInt64)
+    func getAttributes(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> NodeAttributes
+    func setAttributes(
+        _ inode: InodeNumber, changes: AttributeChanges, handle: FileHandleID?, context: RequestContext
+    ) async throws(FileSystemError) -> NodeAttributes
+    func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String
+
+    func openDirectory(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> FileHandleID
+    /// Entries after `cookie` (0 = from the start, including "." and ".."), at most `limit`.
+    func readDirectory(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) async throws(FileSystemError) -> [DirectoryEntry]
+    func releaseDirectory(_ inode: InodeNumber, handle: FileHandleID)
+
+    func open(
+        _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
+    ) async throws(FileSystemError)
+        -> OpenedFile
+    /// Up to `count` bytes at `offset`; fewer only at end of file.
+    func read(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
+    )
+        async throws(FileSystemError) -> ReadData
+    func write(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
+    ) async throws(FileSystemError) -> Int
+    func flush(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) async throws(FileSystemError)
+    func fsync(
+        _ inode: InodeNumber, handle: FileHandleID, dataOnly: Bool, context: RequestContext)
+        async throws(FileSystemError)
+    /// The last close of a handle. Cannot fail (the kernel ignores release errors).
+    func release(_ inode: InodeNumber, handle: FileHandleID) async
+
+    func create(
+        parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
+    ) async throws(FileSystemError) -> (Entry, OpenedFile)
+    func makeDirectory(
+        parent: InodeNumber, name: String, permissions: UInt16, context: RequestContext
+    )
+        async throws(FileSystemError) -> Entry
+    func makeSymbolicLink(
+        parent: InodeNumber, name: String, target: String, context: RequestContext
+    )
+        async throws(FileSystemError) -> Entry
+    func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError)
+    func removeDirectory(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError)
+    func rename(
+        parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
+        context: RequestContext
+    ) async throws(FileSystemError)
+
+    func getExtendedAttribute(
+        _ inode: InodeNumber, name: String, context: RequestContext
+    )
+        async throws(FileSystemError) -> [UInt8]
+    func listExtendedAttributes(
+        _ inode: InodeNumber, context: RequestContext
+    ) async throws(FileSystemError)
+        -> [String]
+    func setExtendedAttribute(
+        _ inode: InodeNumber, name: String, value: [UInt8], flags: Int32, context: RequestContext
+    ) async throws(FileSystemError)
+    func removeExtendedAttribute(
+        _ inode: InodeNumber, name: String, context: RequestContext)
+        async throws(FileSystemError)
+
+    func statistics(context: RequestContext) async throws(FileSystemError) -> FileSystemStatistics
+
+    /// The session is ending: fail waiting work, flush state. Called once, before unmount completes.
+    func shutdown() async
+}

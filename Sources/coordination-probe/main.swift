@@ -1,0 +1,2 @@
+// Child process for cross-process coordination tests and benchmarks.
+print("coordination-probe")

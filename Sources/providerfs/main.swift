@@ -1,0 +1,7 @@
+import ProviderFSCommands
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+exit(await ProviderFSCLI.main(CommandLine.arguments))
