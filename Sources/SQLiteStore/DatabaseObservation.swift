@@ -44,11 +44,16 @@ final class ObserverRegistry: Sendable {
 
     /// Called on the writer queue right after COMMIT, so notifications are queued in commit order.
     func notify(_ changed: Set<String>) {
+        // Observers registered after this commit must not hear about it: take the list now.
+        let registered = state.withLock { $0.entries.keys.sorted() }
+        guard !registered.isEmpty else { return }
         queue.async {
-            // Look the observers up at delivery time, so a cancelled one is not called later.
-            let entries = self.state.withLock { $0.entries.sorted { $0.key < $1.key }.map(\.value) }
-            for entry in entries where entry.tables.map({ !$0.isDisjoint(with: changed) }) ?? true {
-                entry.handler(changed)
+            for identifier in registered {
+                // Look each one up again at delivery time, so a cancelled observer is not called.
+                guard let entry = self.state.withLock({ $0.entries[identifier] }) else { continue }
+                if entry.tables.map({ !$0.isDisjoint(with: changed) }) ?? true {
+                    entry.handler(changed)
+                }
             }
         }
     }

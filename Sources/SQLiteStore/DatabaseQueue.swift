@@ -256,7 +256,8 @@ package final class DatabaseQueue: @unchecked Sendable {
             | SQLITE_OPEN_EXRESCODE
         let rc = sqlite3_open_v2(path, &handle, flags, nil)
         guard rc == SQLITE_OK, let handle else {
-            let message = handle.map { describe(sqlite3_errmsg($0), systemErrno: sqlite3_system_errno($0)) } ?? ""
+            var message = handle.map { describe(sqlite3_errmsg($0), systemErrno: sqlite3_system_errno($0)) } ?? ""
+            if let reason = diagnoseOpenFailure(path: path, readOnly: readOnly) { message = reason }
             if let handle { sqlite3_close_v2(handle) }
             throw DatabaseError.sqlite(rc, message: message, path: path, sql: nil)
         }
@@ -275,6 +276,28 @@ package final class DatabaseQueue: @unchecked Sendable {
                 path: path)
         }
         return db
+    }
+
+    /// SQLite's errno after a failed open is often from its last fallback attempt (ENOENT after
+    /// a read-only retry), so look at the path ourselves for the reason a person can act on.
+    private static func diagnoseOpenFailure(path: String, readOnly: Bool) -> String? {
+        let directory =
+            (path as NSString).deletingLastPathComponent.isEmpty
+            ? "." : (path as NSString).deletingLastPathComponent
+        var status = stat()
+        if stat(directory, &status) != 0 {
+            return "the directory \(directory) cannot be used: \(Errno.current)"
+        }
+        if (status.st_mode & S_IFMT) != S_IFDIR {
+            return "\(directory) is not a directory"
+        }
+        if stat(path, &status) != 0 && !readOnly && access(directory, W_OK) != 0 {
+            return "the database does not exist and its directory \(directory) is not writable: \(Errno.current)"
+        }
+        if stat(path, &status) == 0 && access(path, readOnly ? R_OK : R_OK | W_OK) != 0 {
+            return "the database file cannot be \(readOnly ? "read" : "read and written"): \(Errno.current)"
+        }
+        return nil
     }
 
     private static func describe(_ message: UnsafePointer<CChar>?, systemErrno: Int32) -> String {

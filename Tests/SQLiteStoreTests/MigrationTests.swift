@@ -22,7 +22,8 @@ import Testing
 
     func schema(_ store: DatabaseQueue) throws -> [SchemaObject] {
         try store.read { db in
-            try db.fetchAll(SchemaObject.self, "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+            try db.fetchAll(
+                SchemaObject.self, "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
         }
     }
 
