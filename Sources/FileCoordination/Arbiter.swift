@@ -388,11 +388,10 @@ public struct Arbiter: Sendable {
         return actions
     }
 
-    /// Stops waiting for a claim (rule 53); a granted claim is released. The claim fails with
-    /// `.cancelled` if it was not granted yet.
+    /// Stops waiting for a claim (rule 53): it fails with `.cancelled`. A claim already granted is
+    /// left alone: the grant may be in flight to a client that will release it (rule 54).
     public mutating func cancel(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
-        guard let claim = claims[id] else { return [] }
-        if claim.phase == .granted { return release(id, now: now) }
+        guard let claim = claims[id], claim.phase != .granted else { return [] }
         var actions: [ArbiterAction] = [
             .fail(id, CoordinationError(.cancelled, "The coordination was cancelled."))
         ]
