@@ -29,6 +29,7 @@ protocol EndpointDelegate: AnyObject, Sendable {
     func granted(local: UInt64, paths: [String])
     func failed(local: UInt64, error: CoordinationError)
     func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?)
+    func endpointLost(_ endpoint: any CoordinationEndpoint)
 }
 
 /// How long coordination waits. Every wait has a deadline (a ProviderFS requirement; Apple waits
@@ -227,6 +228,39 @@ public final class CoordinationDomain: Sendable {
         if deliver { ticket.onResult(ticket, .failure(error)) }
     }
 
+    /// A server connection broke: its waiting claims fail with `.connectionLost`, and its
+    /// presenters are registered again (with a new server, started if needed) in the background.
+    fileprivate func endpointLost(_ endpoint: any CoordinationEndpoint) {
+        let (tickets, presenters) = state.withLock { state -> ([Ticket], [(UInt64, any FilePresenter)]) in
+            let tickets = state.tickets.values.filter { $0.endpoint === endpoint }
+            for ticket in tickets { state.tickets[ticket.local] = nil }
+            var presenters: [(UInt64, any FilePresenter)] = []
+            for (local, entry) in state.presenters where entry.endpoint === endpoint {
+                state.presenters[local]?.endpoint = nil
+                state.presenters[local]?.reacquirers.removeAll()
+                presenters.append((local, entry.presenter))
+            }
+            return (tickets, presenters)
+        }
+        for ticket in tickets {
+            let deliver = ticket.lock.withLock { () -> Bool in
+                guard ticket.state == .waiting else { return false }
+                ticket.state = .done
+                return true
+            }
+            if deliver {
+                ticket.onResult(
+                    ticket, .failure(CoordinationError(.connectionLost, "The connection to the coordination server was lost.")))
+            }
+        }
+        guard !presenters.isEmpty else { return }
+        DispatchQueue.global().async {
+            for (local, presenter) in presenters {
+                self.register(local: local, presenter: presenter, purpose: self.purpose(for: presenter))
+            }
+        }
+    }
+
     /// Announces a move made inside a write accessor (rules 35–40).
     func itemMoved(from: String, to: String, purpose: String) throws(CoordinationError) {
         let endpoint = try resolveEndpoint(from)
@@ -376,6 +410,7 @@ final class DelegateBox: EndpointDelegate, @unchecked Sendable {
     func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
         domain?.deliver(presenter: local, messageID: messageID, message: message, claim: claim)
     }
+    func endpointLost(_ endpoint: any CoordinationEndpoint) { domain?.endpointLost(endpoint) }
 }
 
 /// An endpoint in this process: the domain is one owner of an `ArbiterHost`.
