@@ -250,7 +250,8 @@ public final class CoordinationDomain: Sendable {
             }
             if deliver {
                 ticket.onResult(
-                    ticket, .failure(CoordinationError(.connectionLost, "The connection to the coordination server was lost.")))
+                    ticket,
+                    .failure(CoordinationError(.connectionLost, "The connection to the coordination server was lost.")))
             }
         }
         guard !presenters.isEmpty else { return }

@@ -42,6 +42,14 @@ public struct CoordinationDump: Codable, Sendable, Equatable {
     public var presenters: [Presenter]
     public var events: [Event]
 
+    /// A dump; see the properties.
+    public init(serverPid: Int32, claims: [Claim], presenters: [Presenter], events: [Event]) {
+        self.serverPid = serverPid
+        self.claims = claims
+        self.presenters = presenters
+        self.events = events
+    }
+
     static func make(host: ArbiterHost) -> CoordinationDump {
         let (claims, presenters, events, now) = host.dump()
         return CoordinationDump(

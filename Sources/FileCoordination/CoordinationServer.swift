@@ -217,11 +217,13 @@ public final class CoordinationServer: @unchecked Sendable {
             let helloNanos = helloTimeout.nanosecondCount
             for session in sessions.values where !session.greeted {
                 let due = session.connectedAt &+ helloNanos
-                timeout = min(timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
+                timeout = min(
+                    timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
             }
             if let idleExit, sessions.isEmpty {
                 let due = idleSince &+ idleExit.nanosecondCount
-                timeout = min(timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
+                timeout = min(
+                    timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
             }
             let ready = poll(&fds, nfds_t(fds.count), timeout)
             if ready < 0 && errno != EINTR { break }
@@ -317,7 +319,9 @@ public final class CoordinationServer: @unchecked Sendable {
                 return false
             }
             guard version == WireProtocol.version else {
-                drop(session, reason: "Protocol version \(version) is not supported; this server speaks \(WireProtocol.version).")
+                drop(
+                    session,
+                    reason: "Protocol version \(version) is not supported; this server speaks \(WireProtocol.version).")
                 return false
             }
             session.greeted = true
@@ -336,7 +340,8 @@ public final class CoordinationServer: @unchecked Sendable {
                     presenterTimeout: min(presenterTimeout, UInt64(Int64.max) / 2)))
         case .release(let local): host.release(ClaimID(owner: owner, local: local))
         case .cancel(let local): host.cancel(ClaimID(owner: owner, local: local))
-        case .addPresenter(let local, let purpose, let path, let identity, let isDirectory, let packageRoot, let methods):
+        case .addPresenter(
+            let local, let purpose, let path, let identity, let isDirectory, let packageRoot, let methods):
             host.addPresenter(
                 PresenterRegistration(
                     id: PresenterID(owner: owner, local: local), pid: session.pid, purpose: purpose, path: path,
@@ -455,7 +460,9 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
     // Safe: `owner` is set once in init; `waiting` is a Locked.
     let host: ArbiterHost
     private(set) var owner: UInt64 = 0
-    private let waiting = Locked<(next: UInt64, table: [UInt64: @Sendable (Result<KernelClaim, CoordinationError>) -> Void])>(
+    private let waiting = Locked<
+        (next: UInt64, table: [UInt64: @Sendable (Result<KernelClaim, CoordinationError>) -> Void])
+    >(
         (1, [:]))
 
     init(host: ArbiterHost) {
@@ -476,7 +483,8 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
         let now = host.now
         host.submit(
             ClaimRequest(
-                id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)", intents: [intent],
+                id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)",
+                intents: [intent],
                 actingForPids: ancestry, waitDeadline: now &+ deadline,
                 presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount))
     }

@@ -120,7 +120,8 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
         switch message {
         case .granted(let local, let paths): delegate?.granted(local: local, paths: paths)
         case .failed(let local, let code, let text):
-            delegate?.failed(local: local, error: CoordinationError(CoordinationError.Code(rawValue: code) ?? .protocolError, text))
+            delegate?.failed(
+                local: local, error: CoordinationError(CoordinationError.Code(rawValue: code) ?? .protocolError, text))
         case .deliver(let presenter, let messageID, let body, let claim):
             delegate?.deliver(presenter: presenter, messageID: messageID, message: body, claim: claim)
         default:
@@ -170,7 +171,8 @@ final class EndpointRouter: @unchecked Sendable {
         if let mountPoint {
             do { link = try ServerLink.connect(socketPath: socket, delegate: delegate) } catch {
                 throw CoordinationError(
-                    .serverUnavailable, "The coordination server of the mount at \(mountPoint) is not reachable: \(error).")
+                    .serverUnavailable,
+                    "The coordination server of the mount at \(mountPoint) is not reachable: \(error).")
             }
         } else {
             link = try ServerLauncher.connectOrStart(socketPath: socket, delegate: delegate)
@@ -261,7 +263,8 @@ public enum ServerLauncher {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(&attributes, Int16(0x80 /* POSIX_SPAWN_SETSID */ | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        posix_spawnattr_setflags(
+            &attributes, Int16(0x80 /* POSIX_SPAWN_SETSID */ | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var empty = sigset_t()
         sigemptyset(&empty)
         posix_spawnattr_setsigmask(&attributes, &empty)
@@ -375,7 +378,9 @@ final class MountTable: @unchecked Sendable {
 /// Talking to a server without a domain: the claim dump for `providerfs claims`.
 public enum CoordinationClient {
     /// The dump of the server at `socketPath`; nil when no server is running there (none is started).
-    public static func dump(socketPath: String = CoordinationServer.standaloneSocketPath()) throws
+    public static func dump(
+        socketPath: String = CoordinationServer.standaloneSocketPath()
+    ) throws
         -> CoordinationDump?
     {
         let connected: Result<Int32, SystemCallError> = Result { () throws(SystemCallError) in

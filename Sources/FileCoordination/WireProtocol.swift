@@ -93,7 +93,8 @@ public enum WireMessage: Sendable, Equatable {
             for intent in intents { writer.intent(intent) }
         case .release(let local), .cancel(let local), .removePresenter(let local):
             writer.u64(local)
-        case .addPresenter(let local, let purpose, let path, let identity, let isDirectory, let packageRoot, let methods):
+        case .addPresenter(
+            let local, let purpose, let path, let identity, let isDirectory, let packageRoot, let methods):
             writer.u64(local)
             writer.string(purpose)
             writer.string(path)
@@ -370,7 +371,8 @@ struct WireReader {
         guard let kind = AccessKind(rawValue: try u8()) else { throw WireError("Unknown access kind.") }
         let reading = ReadingOptions(rawValue: try u32())
         let writing = WritingOptions(rawValue: try u32())
-        guard ReadingOptions(rawValue: 0xf).isSuperset(of: reading), WritingOptions(rawValue: 0x1f).isSuperset(of: writing)
+        guard ReadingOptions(rawValue: 0xf).isSuperset(of: reading),
+            WritingOptions(rawValue: 0x1f).isSuperset(of: writing)
         else { throw WireError("Unknown option bits.") }
         return ClaimIntent(
             kind: kind, path: try path(), readingOptions: reading, writingOptions: writing, identity: try identity(),
