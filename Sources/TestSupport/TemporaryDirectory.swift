@@ -100,5 +100,8 @@ public func rampByte(seed: UInt64, offset: Int64) -> UInt8 {
 
 /// `count` ramp bytes starting at `offset`.
 public func rampBytes(seed: UInt64, offset: Int64, count: Int) -> [UInt8] {
-    (0..<count).map { rampByte(seed: seed, offset: offset + Int64($0)) }
+    [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+        for index in 0..<count { buffer[index] = rampByte(seed: seed, offset: offset + Int64(index)) }
+        initialized = count
+    }
 }
