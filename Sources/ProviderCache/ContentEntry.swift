@@ -356,9 +356,16 @@ public final class ContentEntry: Sendable {
                     ready.append(waiter)
                     return true
                 }
-                let retarget = state.waiters.contains { waiter in
+                var retarget = state.waiters.contains { waiter in
                     guard let missing = state.present.firstMissing(in: waiter.range) else { return false }
                     return missing < written.upperBound || missing >= written.upperBound + options.readAheadWindow
+                }
+                // Ranges only: stop once nobody waits and the read-ahead window is covered (the
+                // loop then finds no target, or a reader's new one).
+                if !options.backgroundCompletion && state.waiters.isEmpty
+                    && written.upperBound >= state.lastRequest.upperBound + options.readAheadWindow
+                {
+                    retarget = true
                 }
                 return (ready, state.unsyncedBytes >= options.persistInterval, retarget)
             }

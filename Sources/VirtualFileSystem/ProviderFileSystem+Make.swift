@@ -3,6 +3,7 @@
 
 import ProviderCache
 public import ProviderModel
+import SystemSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -46,6 +47,15 @@ extension ProviderFileSystem {
 
     /// The store kept in `<cacheDirectory>/metadata.sqlite`.
     static func openMetadataStore(in cacheDirectory: String) throws(FileSystemError) -> any MetadataStore {
-        InMemoryMetadataStore()
+        do {
+            try makeDirectories(cacheDirectory, mode: 0o700)
+        } catch {
+            throw FileSystemError(.io, "cannot create the cache directory \(cacheDirectory): \(error.errno.message)")
+        }
+        do {
+            return try SQLiteMetadataStore(path: cacheDirectory + "/metadata.sqlite")
+        } catch {
+            throw FileSystemError(error)
+        }
     }
 }

@@ -81,4 +81,55 @@ struct LocalEndToEndTests {
         #expect(before.st_mtim.tv_nsec == after.st_mtim.tv_nsec && before.st_size == after.st_size)
         await fileSystem.shutdown()
     }
+
+    @Test("a restart keeps metadata and materialized content; served with the source gone")
+    func restartServesOffline() async throws {
+        let parent = try TemporaryDirectory()
+        let cacheDirectory = try TemporaryDirectory()
+        defer {
+            parent.remove()
+            cacheDirectory.remove()
+        }
+        let sourcePath = parent.path + "/source"
+        let content = rampBytes(seed: 3, offset: 0, count: 300_000)
+        try writeFile(sourcePath + "/dir/kept.bin", content)
+        try writeFile(sourcePath + "/dir/partial.bin", rampBytes(seed: 4, offset: 0, count: 200_000))
+
+        var options = FileSystemOptions()
+        options.cache.backgroundCompletion = false
+        options.cache.readAheadWindow = 0
+        do {
+            let fileSystem = try ProviderFileSystem.make(
+                source: sourcePath, cacheDirectory: cacheDirectory.path, options: options)
+            let kept = try await resolve(fileSystem, "dir/kept.bin")
+            #expect(try await readAll(fileSystem, kept.inode) == content)
+            let partial = try await resolve(fileSystem, "dir/partial.bin")
+            let opened = try await fileSystem.open(partial.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+            _ = try await fileSystem.read(
+                partial.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
+            await fileSystem.release(partial.inode, handle: opened.handle)
+            await fileSystem.shutdown()
+        }
+        let restarted = try ProviderFileSystem.make(
+            source: sourcePath, cacheDirectory: cacheDirectory.path, options: options)
+        // The "server" goes away after the restart: the source directory is renamed.
+        #expect(rename(sourcePath, parent.path + "/moved") == 0)
+        let status = try await restarted.status(ofPath: "dir/kept.bin")
+        #expect(status.state == .materialized)
+        let partialStatus = try await restarted.status(ofPath: "dir/partial.bin")
+        #expect(partialStatus.state == .partial)
+        #expect(partialStatus.presentBytes >= 4096 && partialStatus.presentBytes < 200_000)
+        let kept = try await resolve(restarted, "dir/kept.bin")
+        #expect(try await readAll(restarted, kept.inode) == content)
+        // Not local and the provider is unreachable: ENETUNREACH, at once.
+        let partial = try await resolve(restarted, "dir/partial.bin")
+        let opened = try await restarted.open(partial.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        let error = await #expect(throws: FileSystemError.self) {
+            _ = try await restarted.read(
+                partial.inode, handle: opened.handle, offset: 150_000, count: 4096, context: .kernel)
+        }
+        #expect(error?.errno == .networkUnreachable)
+        await restarted.release(partial.inode, handle: opened.handle)
+        await restarted.shutdown()
+    }
 }
