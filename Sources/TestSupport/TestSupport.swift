@@ -1,1 +1,0 @@
-// Module TestSupport: see docs/ARCHITECTURE.md.
