@@ -188,7 +188,7 @@ public final class FUSEServer: Sendable {
 
 /// Writes read_ahead_kb for the mount's backing device info. Failure only costs throughput.
 private func raiseReadAhead(mountpoint: String, kib: Int, logger: Logger) {
-    let canonical = canonicalPathOfMountpoint(mountpoint)
+    let canonical = mountPointPath(mountpoint)
     guard let entry = MountTable.entry(at: canonical) else {
         logger.warning("read_ahead_kb: \(canonical) not found in mountinfo")
         return
@@ -206,19 +206,6 @@ private func raiseReadAhead(mountpoint: String, kib: Int, logger: Logger) {
     } else {
         logger.info("read_ahead_kb = \(kib) for \(entry.device)")
     }
-}
-
-/// The mount point as mountinfo shows it. It cannot be resolved with realpath once mounted (that
-/// would stat the mount from inside the daemon), so only its parent is resolved.
-func canonicalPathOfMountpoint(_ path: String) -> String {
-    let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
-    guard let slash = trimmed.lastIndex(of: "/") else {
-        return (canonicalPath(".") ?? "") + "/" + trimmed
-    }
-    let parent = slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
-    let base = String(trimmed[trimmed.index(after: slash)...])
-    let resolvedParent = canonicalPath(parent) ?? parent
-    return (resolvedParent == "/" ? "" : resolvedParent) + "/" + base
 }
 
 // MARK: - Termination signals

@@ -2,6 +2,10 @@
 /// Add one line per command (one file per command beside this one).
 enum CommandRegistry {
     static let commands: [any CLICommand.Type] = [
-        VersionCommand.self
+        MountCommand.self,
+        UnmountCommand.self,
+        StatusCommand.self,
+        DownloadCommand.self,
+        VersionCommand.self,
     ]
 }

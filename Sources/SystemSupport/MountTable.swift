@@ -86,3 +86,19 @@ public func canonicalPath(_ path: String) -> String? {
     defer { free(resolved) }
     return String(cString: resolved)
 }
+
+/// A mount point's absolute path as mountinfo shows it, computed without touching the mount point
+/// itself (a stat of a stale FUSE mount fails with ENOTCONN, and a daemon must not stat its own
+/// mount): only the parent directory is resolved.
+public func mountPointPath(_ path: String) -> String {
+    var trimmed = path
+    while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+    guard let slash = trimmed.lastIndex(of: "/") else {
+        return (canonicalPath(".") ?? "") + "/" + trimmed
+    }
+    let parent = slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
+    let base = String(trimmed[trimmed.index(after: slash)...])
+    if base.isEmpty { return "/" }
+    let resolvedParent = canonicalPath(parent) ?? parent
+    return (resolvedParent == "/" ? "" : resolvedParent) + "/" + base
+}

@@ -20,6 +20,7 @@ public final class ChildProcess: @unchecked Sendable {
     public let standardErrorPath: String
     private let lock = Lock()
     private var status: Int32?
+    private let outputDirectory: String
 
     /// Spawns `executable` with `arguments`; stdin is /dev/null. `environment` adds to or
     /// overrides the current environment.
@@ -29,6 +30,7 @@ public final class ChildProcess: @unchecked Sendable {
         self.executable = executable
         self.arguments = arguments
         let directory = try makeTemporaryDirectory(prefix: "child")
+        outputDirectory = directory
         standardOutputPath = directory + "/stdout"
         standardErrorPath = directory + "/stderr"
 
@@ -77,6 +79,14 @@ public final class ChildProcess: @unchecked Sendable {
             status = child.wait(timeout: .seconds(10))
         }
         return (status ?? -1, child.standardOutput, child.standardError)
+    }
+
+    deinit {
+        // The output files go with the object; a child still running is reaped by nobody, so
+        // callers must wait() first (MountedFileSystem.stop does).
+        unlink(standardOutputPath)
+        unlink(standardErrorPath)
+        rmdir(outputDirectory)
     }
 
     /// Sends `signal` unless the child has already been reaped (a reaped pid may be reused).
@@ -131,7 +141,7 @@ public func makeTemporaryDirectory(prefix: String) throws(SystemCallError) -> St
 
 /// `rm -rf path` for test cleanup; never follows symbolic links out of the tree and never crosses
 /// into a mount (a still-mounted directory is left alone rather than emptied through FUSE).
-public func removeTree(_ path: String) {
+public func removeTreeWithinFileSystem(_ path: String) {
     var info = stat()
     guard lstat(path, &info) == 0 else { return }
     if info.st_mode & S_IFMT == S_IFDIR {
@@ -145,7 +155,7 @@ public func removeTree(_ path: String) {
                 if name != "." && name != ".." { names.append(name) }
             }
             closedir(stream)
-            for name in names { removeTree(path + "/" + name) }
+            for name in names { removeTreeWithinFileSystem(path + "/" + name) }
         }
         rmdir(path)
     } else {

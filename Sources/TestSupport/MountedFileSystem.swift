@@ -48,7 +48,7 @@ public final class MountedFileSystem: @unchecked Sendable {
         do {
             child = try ChildProcess(executable, resolved, environment: environment)
         } catch {
-            removeTree(directory)
+            removeTreeWithinFileSystem(directory)
             throw error
         }
         let deadline = ContinuousClock.now + timeout
@@ -105,7 +105,7 @@ public final class MountedFileSystem: @unchecked Sendable {
         if MountTable.entry(at: mountpoint) != nil {
             _ = try? ChildProcess.run("/bin/fusermount3", ["-uz", mountpoint], timeout: .seconds(10))
         }
-        removeTree(directory)
+        removeTreeWithinFileSystem(directory)
         return status
     }
 

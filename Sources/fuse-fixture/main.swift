@@ -1,4 +1,4 @@
-// fuse-fixture MOUNTPOINT [--tree DIR] [--slow-delay DURATION] [--max-threads N]
+// fuse-fixture MOUNTPOINT [--tree DIR] [--slow-delay DURATION] [--max-threads N] [--subtype NAME] [--debug]
 //
 // Serves an in-memory copy of DIR (plus `slow.txt`, whose reads wait --slow-delay, and
 // `xattrs.txt`, which carries extended attributes) through FUSEAdapter in the foreground. The
@@ -27,6 +27,7 @@ func runFixture() async -> Int32 {
     var maxThreads = 10
     var mountpoint: String?
     var debug = false
+    var subtype = "fuse-fixture"
     while !arguments.isEmpty {
         let argument = arguments.removeFirst()
         switch argument {
@@ -38,6 +39,9 @@ func runFixture() async -> Int32 {
                 fail("--slow-delay needs a duration")
             }
             slowDelay = value
+        case "--subtype":
+            guard !arguments.isEmpty else { fail("--subtype needs a name") }
+            subtype = arguments.removeFirst()
         case "--debug":
             debug = true
         case "--max-threads":
@@ -62,7 +66,7 @@ func runFixture() async -> Int32 {
     let server = FUSEServer(
         fileSystem: fileSystem, mountpoint: mountpoint,
         options: FUSEMountOptions(
-            fileSystemName: "fuse-fixture", subtype: "fuse-fixture", maxThreads: maxThreads, debug: debug)
+            fileSystemName: "fuse-fixture", subtype: subtype, maxThreads: maxThreads, debug: debug)
     ) {
         var line = Array("READY\n".utf8)
         _ = line.withUnsafeMutableBytes { write(1, $0.baseAddress, $0.count) }

@@ -18,11 +18,11 @@ struct AdapterMountTests {
         let root = try makeTemporaryDirectory(prefix: "tree")
         mkdir(root + "/docs", 0o755)
         mkdir(root + "/docs/deeper", 0o755)
-        writeFile(root + "/hello.txt", Array("hello, world\n".utf8))
-        writeFile(root + "/docs/name with spaces.txt", Array("spaces\n".utf8))
-        writeFile(root + "/docs/ünïcødé.txt", Array("unicode\n".utf8))
-        writeFile(root + "/docs/deeper/" + String(repeating: "n", count: 255), Array("long name\n".utf8))
-        writeFile(root + "/big.bin", patternBytes(count: 3 << 20, seed: 42))
+        writeTestFile(root + "/hello.txt", Array("hello, world\n".utf8))
+        writeTestFile(root + "/docs/name with spaces.txt", Array("spaces\n".utf8))
+        writeTestFile(root + "/docs/ünïcødé.txt", Array("unicode\n".utf8))
+        writeTestFile(root + "/docs/deeper/" + String(repeating: "n", count: 255), Array("long name\n".utf8))
+        writeTestFile(root + "/big.bin", patternBytes(count: 3 << 20, seed: 42))
         symlink("hello.txt", root + "/link")
         return root
     }
@@ -30,7 +30,7 @@ struct AdapterMountTests {
     @Test func listingStatAndContentMatchTheSource() throws {
         guard requireFUSE() else { return }
         let tree = try Self.makeTree()
-        defer { removeTree(tree) }
+        defer { removeTreeWithinFileSystem(tree) }
         let mount = try MountedFileSystem.fixture(tree: tree)
         defer { mount.stop() }
         let m = quoted(mount.mountpoint)
@@ -67,7 +67,7 @@ struct AdapterMountTests {
     @Test func readsAtOffsetsWithDdAndPython() throws {
         guard requireFUSE() else { return }
         let tree = try Self.makeTree()
-        defer { removeTree(tree) }
+        defer { removeTreeWithinFileSystem(tree) }
         let mount = try MountedFileSystem.fixture(tree: tree)
         defer { mount.stop() }
         let m = quoted(mount.mountpoint)
@@ -95,7 +95,7 @@ struct AdapterMountTests {
     @Test func everyChangeFailsWithEROFS() throws {
         guard requireFUSE() else { return }
         let tree = try Self.makeTree()
-        defer { removeTree(tree) }
+        defer { removeTreeWithinFileSystem(tree) }
         let mount = try MountedFileSystem.fixture(tree: tree)
         defer { mount.stop() }
         let script = """

@@ -20,7 +20,7 @@ func quoted(_ text: String) -> String {
 }
 
 /// Writes `bytes` to `path` (test fixtures).
-func writeFile(_ path: String, _ bytes: [UInt8]) {
+func writeTestFile(_ path: String, _ bytes: [UInt8]) {
     let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
     precondition(fd >= 0, "cannot create \(path)")
     defer { close(fd) }
