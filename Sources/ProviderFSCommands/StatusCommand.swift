@@ -49,12 +49,13 @@ struct StatusCommand: CLICommand {
             if Errno.current == .notConnected { throw CommandFailure(staleMountAdvice(mountPointPath(path))) }
             throw CommandFailure("\(path): \(Errno.current.message)")
         }
+        guard MountTable.containing(path)?.fileSystemType == "fuse.providerfs" else {
+            throw CommandFailure("\(path) is not inside a ProviderFS mount")
+        }
         var status = ItemStatus(path: path)
-        var found = false
         for name in attributes {
             switch ExtendedAttributes.value("user.providerfs." + name, of: path) {
             case .success(let bytes):
-                found = true
                 let value = String(decoding: bytes, as: UTF8.self)
                 switch name {
                 case "state": status.state = value
@@ -62,16 +63,11 @@ struct StatusCommand: CLICommand {
                 case "version": status.version = value
                 default: status.error = value.isEmpty ? nil : value
                 }
-            case .failure(let error) where error == .noData:
+            case .failure(let error) where error == .noData || error == .notSupported:
                 continue
-            case .failure(let error) where error == .notSupported:
-                throw CommandFailure("\(path) is not inside a ProviderFS mount (no extended attributes there)")
             case .failure(let error):
                 throw CommandFailure("\(path): cannot read user.providerfs.\(name): \(error.message)")
             }
-        }
-        guard found else {
-            throw CommandFailure("\(path) is not inside a ProviderFS mount (no user.providerfs.* attributes)")
         }
         if io.json {
             io.emit(status)

@@ -43,6 +43,14 @@ public enum MountTable {
         current().last { $0.mountPoint == path }
     }
 
+    /// The mount that contains `path` (the longest mount point that is a prefix of it).
+    public static func containing(_ path: String) -> MountInfoEntry? {
+        let absolute = mountPointPath(path)
+        return current().filter { entry in
+            entry.mountPoint == "/" || absolute == entry.mountPoint || absolute.hasPrefix(entry.mountPoint + "/")
+        }.max { $0.mountPoint.count < $1.mountPoint.count }
+    }
+
     static func unescape(_ field: Substring) -> String {
         var bytes: [UInt8] = []
         let source = Array(field.utf8)
