@@ -1,1 +1,501 @@
-// Module ProviderCache: see docs/ARCHITECTURE.md.
+// The lazy materialization engine: the provider's namespace as last seen (kept in memory, written
+// through to a MetadataStore) and the content entries (sparse files + range maps + downloads).
+//
+// Lock order: `ProviderCache.catalog` → `ContentEntry.state` (an entry's methods that take its lock
+// may be called with the catalog lock held only where noted; none of them calls back into the cache).
+
+public import Diagnostics
+public import ProviderModel
+public import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The state of one item as `providerfs status` and the xattrs show it.
+public struct ItemStatus: Sendable, Equatable {
+    public enum State: String, Sendable, Equatable {
+        case dataless, downloading, partial, materialized, error
+    }
+    public var identifier: ItemIdentifier
+    public var kind: ItemKind
+    public var state: State
+    public var presentBytes: Int64
+    public var totalBytes: Int64
+    public var version: ContentVersion
+    public var lastError: RecordedError?
+}
+
+/// Provider metadata plus local content, with the persistence and refresh rules of
+/// docs/SEMANTICS.md ("Remote changes").
+public final class ProviderCache: Sendable {
+    /// The cache directory (`content/` holds the sparse files).
+    public let directory: String
+    let environment: CacheEnvironment
+    private let catalog: Locked<Catalog>
+    /// Serializes creation of content entries (opening and sizing their file) so that two first
+    /// opens of one item share one entry. Taken only on a pool thread, never with `catalog` held.
+    private let creationLock = Lock()
+
+    private struct ContentKey: Hashable {
+        var identifier: ItemIdentifier
+        var version: ContentVersion
+    }
+
+    private struct Catalog {
+        var items: [ItemIdentifier: ProviderItem] = [:]
+        /// Children of directories listed at least once (in any session).
+        var children: [ItemIdentifier: Set<ItemIdentifier>] = [:]
+        /// When (on the timeline) a directory was last listed in this session.
+        var listedAt: [ItemIdentifier: Duration] = [:]
+        /// When an item's metadata was last confirmed by the provider in this session.
+        var refreshedAt: [ItemIdentifier: Duration] = [:]
+        var entries: [ContentKey: ContentEntry] = [:]
+        /// Content records loaded from the store and not opened yet.
+        var records: [ContentKey: ContentRecord] = [:]
+        var nextFileNumber: Int64 = 1
+        var isShutDown = false
+    }
+
+    /// The root item, before the provider has been asked.
+    static func placeholderRoot() -> ProviderItem {
+        ProviderItem(
+            identifier: .root, parent: .root, name: "", kind: .directory, size: 0,
+            modificationTime: ItemTime(seconds: 0), contentVersion: ContentVersion("root"), permissions: 0o755)
+    }
+
+    /// Opens the cache in `directory` (created if needed), loading the items and range maps the
+    /// store kept from earlier sessions.
+    public init(
+        provider: any Provider, directory: String, store: any MetadataStore,
+        clock: any Clock<Duration> = ContinuousClock(), options: CacheOptions = CacheOptions(),
+        pool: BlockingIOPool = .shared, logger: Logger = Logger(label: "providerfs.cache")
+    ) throws(CacheError) {
+        self.directory = directory
+        environment = CacheEnvironment(
+            provider: provider, store: store, timeline: Timeline(clock), options: options, pool: pool, logger: logger)
+        do {
+            try makeDirectories(directory + "/content", mode: 0o700)
+        } catch {
+            throw CacheError(.io, "cannot create cache directory \(directory): \(error.errno.message)")
+        }
+        var catalog = Catalog()
+        let storedItems: [StoredItem]
+        let storedContents: [ContentRecord]
+        do {
+            storedItems = try store.loadItems()
+            storedContents = try store.loadContents()
+        } catch {
+            throw CacheError(.io, "cannot read the metadata store: \(error)")
+        }
+        for stored in storedItems {
+            catalog.items[stored.item.identifier] = stored.item
+            if stored.childrenListed, stored.item.kind == .directory {
+                catalog.children[stored.item.identifier, default: []] = catalog.children[stored.item.identifier] ?? []
+            }
+        }
+        for stored in storedItems where stored.item.identifier != .root {
+            if catalog.items[stored.item.parent] != nil, catalog.children[stored.item.parent] != nil {
+                catalog.children[stored.item.parent]!.insert(stored.item.identifier)
+            }
+        }
+        if catalog.items[.root] == nil { catalog.items[.root] = Self.placeholderRoot() }
+        var orphans: [ContentRecord] = []
+        for record in storedContents {
+            catalog.nextFileNumber = max(catalog.nextFileNumber, record.fileNumber + 1)
+            if let item = catalog.items[record.identifier], item.contentVersion == record.version, item.kind == .file {
+                catalog.records[ContentKey(identifier: record.identifier, version: record.version)] = record
+            } else {
+                orphans.append(record)
+            }
+        }
+        self.catalog = Locked(catalog)
+        for record in orphans { discard(record: record) }
+    }
+
+    // MARK: Metadata
+
+    /// The item as last seen, without asking the provider.
+    public func cachedItem(_ identifier: ItemIdentifier) -> ProviderItem? {
+        catalog.withLock { $0.items[identifier] }
+    }
+
+    /// The item's metadata, asking the provider when the cached copy is older than `maximumAge`
+    /// (nil: use the cache whenever it has the item). Unreachable provider: the cached copy if
+    /// any. Gone on the provider: removed from the cache, `.notFound`.
+    public func item(_ identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) -> ProviderItem {
+        let now = environment.timeline.now
+        let cached = catalog.withLock { catalog -> ProviderItem? in
+            guard let item = catalog.items[identifier] else { return nil }
+            if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
+            guard let maximumAge else { return item }
+            if let at = catalog.refreshedAt[identifier], now - at < maximumAge { return item }
+            return nil
+        }
+        if let cached { return cached }
+        do {
+            let item = try await environment.provider.item(for: identifier)
+            apply(item)
+            return item
+        } catch {
+            let failure = CacheError.from(error)
+            switch failure.code {
+            case .unreachable, .timedOut:
+                if let fallback = cachedItem(identifier) { return fallback }
+                throw failure
+            case .notFound:
+                removeItem(identifier)
+                throw failure
+            default:
+                throw failure
+            }
+        }
+    }
+
+    /// The children of a directory, listing it again when the last listing of this session is
+    /// older than `maximumAge` (nil: never re-list once listed). Unreachable provider: the last
+    /// listing kept from any session, else `.unreachable`.
+    public func children(
+        of identifier: ItemIdentifier, maximumAge: Duration?
+    ) async throws(CacheError)
+        -> [ProviderItem]
+    {
+        let now = environment.timeline.now
+        let cached = catalog.withLock { catalog -> [ProviderItem]? in
+            guard let at = catalog.listedAt[identifier] else { return nil }
+            if let maximumAge, now - at >= maximumAge { return nil }
+            return Self.childItems(of: identifier, in: catalog)
+        }
+        if let cached { return cached }
+        do {
+            let listed = try await environment.provider.children(of: identifier)
+            applyListing(of: identifier, children: listed, at: now)
+            return catalog.withLock { Self.childItems(of: identifier, in: $0) }
+        } catch {
+            let failure = CacheError.from(error)
+            switch failure.code {
+            case .unreachable, .timedOut:
+                if let fallback = catalog.withLock({ catalog -> [ProviderItem]? in
+                    catalog.children[identifier] == nil ? nil : Self.childItems(of: identifier, in: catalog)
+                }) {
+                    return fallback
+                }
+                throw failure
+            case .notFound:
+                removeItem(identifier)
+                throw failure
+            default:
+                throw failure
+            }
+        }
+    }
+
+    /// How long ago (on the cache's timeline) the directory was listed in this session.
+    public func listingAge(of identifier: ItemIdentifier) -> Duration? {
+        let now = environment.timeline.now
+        return catalog.withLock { catalog in catalog.listedAt[identifier].map { now - $0 } }
+    }
+
+    private static func childItems(of identifier: ItemIdentifier, in catalog: Catalog) -> [ProviderItem] {
+        (catalog.children[identifier] ?? []).compactMap { catalog.items[$0] }.sorted { $0.name < $1.name }
+    }
+
+    /// Records new metadata for one item; a new content version supersedes the old content.
+    private func apply(_ item: ProviderItem) {
+        let now = environment.timeline.now
+        let (changed, superseded) = catalog.withLock { catalog -> (Bool, [ContentEntryOrRecord]) in
+            catalog.refreshedAt[item.identifier] = now
+            let old = catalog.items[item.identifier]
+            catalog.items[item.identifier] = item
+            if item.identifier != .root, catalog.children[item.parent] != nil {
+                catalog.children[item.parent]!.insert(item.identifier)
+            }
+            guard let old, old.contentVersion != item.contentVersion || old.kind != item.kind else {
+                return (old != item, [])
+            }
+            return (true, Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog))
+        }
+        if changed { save([item]) }
+        finish(superseded, error: CacheError(.stale, "\(item.identifier) changed on the provider"))
+    }
+
+    /// Replaces the children of `directory` with a fresh listing: new items appear, changed ones
+    /// are updated (old content superseded), missing ones are removed with their descendants.
+    private func applyListing(of directory: ItemIdentifier, children listed: [ProviderItem], at now: Duration) {
+        let (toSave, removed, superseded) = catalog.withLock {
+            catalog -> ([ProviderItem], [ItemIdentifier], [ContentEntryOrRecord]) in
+            var toSave: [ProviderItem] = []
+            var superseded: [ContentEntryOrRecord] = []
+            let newIdentifiers = Set(listed.map(\.identifier))
+            let wasListed = catalog.children[directory] != nil
+            let oldIdentifiers = catalog.children[directory] ?? []
+            var removed: [ItemIdentifier] = []
+            for identifier in oldIdentifiers.subtracting(newIdentifiers) {
+                removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
+            }
+            for item in listed {
+                let old = catalog.items[item.identifier]
+                if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
+                    superseded += Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog)
+                    if old.kind != item.kind {
+                        removed += Self.removeSubtree(item.identifier, from: &catalog, superseded: &superseded)
+                    }
+                }
+                if old != item { toSave.append(item) }
+                catalog.items[item.identifier] = item
+                catalog.refreshedAt[item.identifier] = now
+            }
+            catalog.children[directory] = newIdentifiers
+            catalog.listedAt[directory] = now
+            if !wasListed, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
+            return (toSave, removed, superseded)
+        }
+        if !removed.isEmpty {
+            do { try environment.store.deleteItems(removed) } catch {
+                environment.logger.warning("cannot delete items from the metadata store: \(error)")
+            }
+        }
+        save(toSave)
+        finish(superseded, error: CacheError(.stale, "the item changed or was deleted on the provider"))
+    }
+
+    /// Forgets an item the provider no longer has (and its descendants).
+    private func removeItem(_ identifier: ItemIdentifier) {
+        guard identifier != .root else { return }
+        let (removed, superseded) = catalog.withLock { catalog -> ([ItemIdentifier], [ContentEntryOrRecord]) in
+            var superseded: [ContentEntryOrRecord] = []
+            let removed = Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
+            return (removed, superseded)
+        }
+        if !removed.isEmpty {
+            do { try environment.store.deleteItems(removed) } catch {
+                environment.logger.warning("cannot delete items from the metadata store: \(error)")
+            }
+        }
+        finish(superseded, error: CacheError(.deletedRemotely, "\(identifier) was deleted on the provider"))
+    }
+
+    private static func removeSubtree(
+        _ identifier: ItemIdentifier, from catalog: inout Catalog, superseded: inout [ContentEntryOrRecord]
+    ) -> [ItemIdentifier] {
+        var removed: [ItemIdentifier] = []
+        var stack = [identifier]
+        while let next = stack.popLast() {
+            guard let item = catalog.items.removeValue(forKey: next) else { continue }
+            removed.append(next)
+            stack += catalog.children.removeValue(forKey: next) ?? []
+            catalog.listedAt[next] = nil
+            catalog.refreshedAt[next] = nil
+            superseded += takeContents(of: next, except: nil, from: &catalog)
+            if catalog.children[item.parent] != nil { catalog.children[item.parent]!.remove(next) }
+        }
+        return removed
+    }
+
+    private enum ContentEntryOrRecord {
+        case entry(ContentEntry)
+        case record(ContentRecord)
+    }
+
+    /// Removes from the catalog the contents of `identifier` other than `version`.
+    private static func takeContents(
+        of identifier: ItemIdentifier, except version: ContentVersion?, from catalog: inout Catalog
+    ) -> [ContentEntryOrRecord] {
+        var result: [ContentEntryOrRecord] = []
+        for (key, entry) in catalog.entries where key.identifier == identifier && key.version != version {
+            catalog.entries[key] = nil
+            result.append(.entry(entry))
+        }
+        for (key, record) in catalog.records where key.identifier == identifier && key.version != version {
+            catalog.records[key] = nil
+            result.append(.record(record))
+        }
+        return result
+    }
+
+    /// Superseded content: entries still pinned by handles are retired (their present bytes stay
+    /// readable, missing ones fail with `error`) and discarded at their last unpin; others now.
+    private func finish(_ superseded: [ContentEntryOrRecord], error: CacheError) {
+        for content in superseded {
+            switch content {
+            case .record(let record): discard(record: record)
+            case .entry(let entry):
+                entry.retire(error)
+                if entry.pins == 0 { discard(entry: entry) }
+            }
+        }
+    }
+
+    private func save(_ items: [ProviderItem]) {
+        guard !items.isEmpty else { return }
+        let stored = catalog.withLock { catalog in
+            items.map { StoredItem(item: $0, childrenListed: catalog.children[$0.identifier] != nil) }
+        }
+        do { try environment.store.saveItems(stored) } catch {
+            environment.logger.warning("cannot save items to the metadata store: \(error)")
+        }
+    }
+
+    private func contentPath(_ fileNumber: Int64) -> String { "\(directory)/content/\(fileNumber)" }
+
+    private func discard(record: ContentRecord) {
+        unlink(contentPath(record.fileNumber))
+        do { try environment.store.deleteContent(identifier: record.identifier, version: record.version) } catch {
+            environment.logger.warning("cannot delete a content record: \(error)")
+        }
+    }
+
+    private func discard(entry: ContentEntry) {
+        discard(
+            record: ContentRecord(
+                identifier: entry.identifier, version: entry.version, size: entry.size, fileNumber: entry.fileNumber,
+                present: ByteRanges()))
+    }
+
+    // MARK: Content
+
+    /// The content entry of `item`'s current version, pinned (call `unpin` when done). Its file is
+    /// created on the I/O pool on first use.
+    public func pinContent(of item: ProviderItem) async throws(CacheError) -> ContentEntry {
+        guard item.kind == .file else { throw CacheError(.wrongKind, "\(item.identifier) is not a file") }
+        let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
+        if let entry = catalog.withLock({ catalog -> ContentEntry? in
+            let entry = catalog.entries[key]
+            entry?.pin()
+            return entry
+        }) {
+            return entry
+        }
+        return try await environment.pool.run { () throws(CacheError) -> ContentEntry in
+            try self.creationLock.withLock { () throws(CacheError) -> ContentEntry in
+                try self.createEntry(key, item: item)
+            }
+        }
+    }
+
+    private func createEntry(_ key: ContentKey, item: ProviderItem) throws(CacheError) -> ContentEntry {
+        enum Existing {
+            case entry(ContentEntry)
+            case record(ContentRecord, isNew: Bool)
+        }
+        let existing = try catalog.withLock { catalog throws(CacheError) -> Existing in
+            if catalog.isShutDown { throw CacheError(.cancelled, "the cache is shutting down") }
+            if let entry = catalog.entries[key] {
+                entry.pin()
+                return .entry(entry)
+            }
+            if let record = catalog.records[key] { return .record(record, isNew: false) }
+            let record = ContentRecord(
+                identifier: key.identifier, version: key.version, size: item.size, fileNumber: catalog.nextFileNumber,
+                present: ByteRanges())
+            catalog.nextFileNumber += 1
+            return .record(record, isNew: true)
+        }
+        let record: ContentRecord
+        switch existing {
+        case .entry(let entry): return entry
+        case .record(let found, let isNew):
+            record = found
+            if isNew {
+                do { try environment.store.saveContent(record) } catch {
+                    environment.logger.warning("cannot save a content record: \(error)")
+                }
+            }
+        }
+        let file = try ContentFile(path: contentPath(record.fileNumber), size: record.size, pool: environment.pool)
+        let entry = ContentEntry(record: record, file: file, environment: environment)
+        entry.pin()
+        let current = catalog.withLock { catalog -> Bool in
+            catalog.records[key] = nil
+            // The item may have changed while the file was opened: then this entry is born retired.
+            guard catalog.items[key.identifier]?.contentVersion == key.version else { return false }
+            catalog.entries[key] = entry
+            return true
+        }
+        if !current { entry.retire(CacheError(.stale, "\(key.identifier) changed on the provider")) }
+        return entry
+    }
+
+    /// Gives back a pin. A superseded entry is discarded at its last unpin.
+    public func unpin(_ entry: ContentEntry) {
+        let remaining = entry.unpin()
+        guard remaining == 0 else { return }
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        let live = catalog.withLock { $0.entries[key] === entry }
+        if !live { discard(entry: entry) }
+    }
+
+    /// The state of an item, from the cache only (no provider call).
+    public func status(of identifier: ItemIdentifier) -> ItemStatus? {
+        let found = catalog.withLock { catalog -> (ProviderItem, ContentEntry?, ContentRecord?, Bool)? in
+            guard let item = catalog.items[identifier] else { return nil }
+            let key = ContentKey(identifier: identifier, version: item.contentVersion)
+            return (item, catalog.entries[key], catalog.records[key], catalog.children[identifier] != nil)
+        }
+        guard let (item, entry, record, listed) = found else { return nil }
+        switch item.kind {
+        case .directory, .symbolicLink:
+            let state: ItemStatus.State = item.kind == .symbolicLink || listed ? .materialized : .dataless
+            return ItemStatus(
+                identifier: identifier, kind: item.kind, state: state, presentBytes: 0, totalBytes: 0,
+                version: item.contentVersion, lastError: nil)
+        case .file:
+            let progress =
+                entry?.progress
+                ?? ContentProgress(
+                    present: record?.present.count ?? 0, total: item.size, downloading: false,
+                    lastError: record?.lastError)
+            let state: ItemStatus.State =
+                if progress.downloading {
+                    .downloading
+                } else if progress.present >= item.size {
+                    .materialized
+                } else if progress.lastError != nil {
+                    .error
+                } else if progress.present > 0 {
+                    .partial
+                } else {
+                    .dataless
+                }
+            return ItemStatus(
+                identifier: identifier, kind: .file, state: state, presentBytes: progress.present,
+                totalBytes: item.size,
+                version: item.contentVersion, lastError: state == .materialized ? nil : progress.lastError)
+        }
+    }
+
+    /// Number of items known (for statfs).
+    public var itemCount: Int { catalog.withLock { $0.items.count } }
+
+    /// Stops every download, fails waiting readers, saves range maps. Later content requests fail.
+    public func shutdown() async {
+        let entries = catalog.withLock { catalog -> [ContentEntry] in
+            catalog.isShutDown = true
+            return Array(catalog.entries.values)
+        }
+        for entry in entries {
+            entry.retire(CacheError(.cancelled, "the file system is shutting down"))
+            await entry.waitForDownload()
+            await entry.persist()
+        }
+    }
+}
+
+extension ProviderCache {
+    /// The item's path relative to the provider root ("" for the root), from the cached names of
+    /// its ancestors; nil when an ancestor is not cached.
+    public func path(of identifier: ItemIdentifier) -> String? {
+        catalog.withLock { catalog in
+            var components: [String] = []
+            var current = identifier
+            while current != .root {
+                guard let item = catalog.items[current], components.count < 4096 else { return nil }
+                components.append(item.name)
+                current = item.parent
+            }
+            return components.reversed().joined(separator: "/")
+        }
+    }
+}

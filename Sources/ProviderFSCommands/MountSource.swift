@@ -5,7 +5,7 @@ import VirtualFileSystem
 
 enum MountSource {
     static func makeFileSystem(source: String, cacheDirectory: String) throws(FileSystemError) -> any FileSystem {
-        throw FileSystemError(.unsupported, "the provider-backed file system is not available in this build yet")
+        try ProviderFileSystem.make(source: source, cacheDirectory: cacheDirectory)
     }
 }
 

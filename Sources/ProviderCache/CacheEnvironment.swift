@@ -1,0 +1,13 @@
+import Diagnostics
+import ProviderModel
+import SystemSupport
+
+/// What every part of the cache shares: the provider, the store, time, tunables, I/O threads.
+struct CacheEnvironment: Sendable {
+    let provider: any Provider
+    let store: any MetadataStore
+    let timeline: Timeline
+    let options: CacheOptions
+    let pool: BlockingIOPool
+    let logger: Logger
+}

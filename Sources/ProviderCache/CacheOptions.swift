@@ -1,0 +1,33 @@
+/// Tunables of the cache. Defaults are what `providerfs mount` uses; tests shrink them.
+public struct CacheOptions: Sendable {
+    /// Largest chunk asked of a provider stream at once (and written with one pwrite).
+    public var chunkSize: Int = 1 << 20
+    /// Smallest chunk for the first bytes a waiting reader needs: small, so that time to first
+    /// byte depends on the read size, not on the file size or `chunkSize`.
+    public var firstChunkSize: Int = 128 << 10
+    /// A waiting reader whose first missing byte lies within this distance after the current
+    /// stream position is served by letting the stream run on; farther away, the stream is
+    /// restarted at the reader's offset (reader first, then the rest).
+    public var readAheadWindow: Int64 = 8 << 20
+    /// After the bytes readers asked for, fetch the rest of the file in the background. False is
+    /// "ranges only": fetch what readers need plus `readAheadWindow` after their last request.
+    public var backgroundCompletion: Bool = true
+    /// A fetch that delivers no byte for this long fails with `.timedOut` (ETIMEDOUT), at once.
+    public var stallTimeout: Duration = .seconds(30)
+    /// Attempts in a row without progress before a download gives up with `.downloadFailed`
+    /// (an attempt that delivered bytes resets the count).
+    public var maximumAttempts: Int = 3
+    /// Pause between attempts.
+    public var retryDelay: Duration = .milliseconds(200)
+    /// Bytes downloaded between two fdatasync + range-map saves (also done when a stream ends).
+    public var persistInterval: Int64 = 32 << 20
+    /// How long a directory listing is trusted before the provider is asked again.
+    public var directoryTTL: Duration = .seconds(5)
+    /// How long an item's metadata is trusted by getattr before the provider is asked again.
+    public var attributeTTL: Duration = .seconds(1)
+    /// A lookup of a name missing from a listing re-lists the directory if the listing is older
+    /// than this (so a file created on the provider shows up at once, without a lookup storm).
+    public var missRefreshInterval: Duration = .milliseconds(500)
+
+    public init() {}
+}

@@ -1,0 +1,163 @@
+// One sparse cache file. Blocking calls run on the BlockingIOPool, never on the cooperative pool.
+
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A sparse file holding (some of) the bytes of one content version, at their own offsets.
+final class ContentFile: Sendable {
+    let path: String
+    let fd: Int32
+    let pool: BlockingIOPool
+
+    /// Opens (creating if needed) the file and sets its length to `size`, so unfetched parts are
+    /// holes that use no disk space.
+    init(path: String, size: Int64, pool: BlockingIOPool) throws(CacheError) {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw CacheError(.io, "cannot open cache file \(path): \(Errno.current.message)")
+        }
+        var info = stat()
+        if fstat(fd, &info) == 0, info.st_size != size, ftruncate(fd, off_t(size)) != 0 {
+            let error = Errno.current
+            close(fd)
+            throw CacheError(error == .noSpace ? .noSpace : .io, "cannot size cache file \(path): \(error.message)")
+        }
+        self.path = path
+        self.fd = fd
+        self.pool = pool
+    }
+
+    deinit { close(fd) }
+
+    /// Writes all of `bytes` at `offset`. Returns once `pwrite` has returned for every byte.
+    /// A chunk of zeros over a region that is still a hole is not written (the hole already reads
+    /// as zeros and uses no disk), so a sparse source such as the demo's 1 GiB file stays sparse.
+    func write(_ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
+        let fd = self.fd
+        let path = self.path
+        try await pool.run { () throws(CacheError) -> Void in
+            if bytes.count >= 4096, bytes.allSatisfy({ $0 == 0 }) {
+                let data = lseek(fd, off_t(offset), seekData)
+                if (data < 0 && errno == ENXIO) || (data >= 0 && Int64(data) >= offset + Int64(bytes.count)) {
+                    return
+                }
+            }
+            var done = 0
+            while done < bytes.count {
+                let result = bytes.withUnsafeBytes { buffer in
+                    retryingOnInterrupt {
+                        pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+                    }
+                }
+                if result < 0 {
+                    let error = Errno.current
+                    throw CacheError(
+                        error == .noSpace ? .noSpace : .io, "cannot write cache file \(path): \(error.message)")
+                }
+                done += result
+            }
+        }
+    }
+
+    /// Reads `count` bytes at `offset` into a page-aligned buffer (fewer only at end of file).
+    func read(at offset: Int64, count: Int) async throws(CacheError) -> ReadData {
+        let fd = self.fd
+        let path = self.path
+        return try await pool.run { () throws(CacheError) -> ReadData in
+            let buffer = AlignedBuffer(capacity: count)
+            var done = 0
+            while done < count {
+                let result = buffer.withUnsafeMutableBytes { raw in
+                    retryingOnInterrupt {
+                        pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                    }
+                }
+                if result < 0 {
+                    throw CacheError(.io, "cannot read cache file \(path): \(Errno.current.message)")
+                }
+                if result == 0 { break }
+                done += result
+            }
+            return ReadData(buffer: buffer, count: done)
+        }
+    }
+
+    /// `fdatasync`: the bytes written so far survive a power cut (run before persisting ranges).
+    func sync() async throws(CacheError) {
+        let fd = self.fd
+        let path = self.path
+        try await pool.run { () throws(CacheError) -> Void in
+            if retryingOnInterrupt({ fdatasync(fd) }) != 0 {
+                throw CacheError(.io, "cannot sync cache file \(path): \(Errno.current.message)")
+            }
+        }
+    }
+
+    /// Disk space actually used (for `st_blocks`), in 512-byte blocks.
+    var allocatedBlocks: Int64 {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return 0 }
+        return Int64(info.st_blocks)
+    }
+}
+
+/// `SEEK_DATA` (a _GNU_SOURCE constant Glibc's Swift module does not export).
+private let seekData: Int32 = 3
+
+/// The shared state of one `withDeadline` race: whoever finishes first resumes the caller.
+final class DeadlineRace<T: Sendable>: @unchecked Sendable {
+    // Safe: every field is only touched while `lock` is held.
+    let lock = Lock()
+    var continuation: CheckedContinuation<T, any Error>?
+    var tasks: [Task<Void, Never>] = []
+    func finish(_ result: Result<T, any Error>) {
+        let (continuation, tasks) = lock.withLock { () -> (CheckedContinuation<T, any Error>?, [Task<Void, Never>]) in
+            let pending = (self.continuation, self.tasks)
+            self.continuation = nil
+            self.tasks = []
+            return pending
+        }
+        for task in tasks { task.cancel() }
+        continuation?.resume(with: result)
+    }
+}
+
+/// Races `operation` against a deadline on the cache's timeline. The loser is cancelled; a
+/// result is returned without waiting for an operation that ignores cancellation (a hung
+/// provider call cannot hold the downloader past its deadline).
+func withDeadline<T: Sendable>(
+    _ timeout: Duration, on timeline: Timeline, _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    let race = DeadlineRace<T>()
+    return try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { continuation in
+            race.lock.withLock { race.continuation = continuation }
+            let work = Task {
+                do { race.finish(.success(try await operation())) } catch { race.finish(.failure(error)) }
+            }
+            let timer = Task {
+                do {
+                    try await timeline.sleep(for: timeout)
+                    race.finish(
+                        .failure(CacheError(.timedOut, "no data from the provider for \(timeout.humanReadable)")))
+                } catch {}
+            }
+            let finished = race.lock.withLock { () -> Bool in
+                if race.continuation == nil { return true }
+                race.tasks = [work, timer]
+                return false
+            }
+            if finished {
+                work.cancel()
+                timer.cancel()
+            }
+        }
+    } onCancel: {
+        race.finish(.failure(CancellationError()))
+    }
+}

@@ -1,0 +1,98 @@
+// Where the cache's metadata persists: items (the provider's namespace as last seen) and content
+// records (which bytes of which content version are on disk). The cache keeps its working copy in
+// memory and writes through to the store, so a restart finds both again.
+
+public import ProviderModel
+import SystemSupport
+
+/// An item as persisted: the provider's metadata plus whether its children were ever listed (so a
+/// restarted mount can answer `ls` of a listed directory while the provider is unreachable).
+public struct StoredItem: Sendable, Equatable {
+    public var item: ProviderItem
+    public var childrenListed: Bool
+    public init(item: ProviderItem, childrenListed: Bool) {
+        self.item = item
+        self.childrenListed = childrenListed
+    }
+}
+
+/// The last failure of an item's download, as shown by `user.providerfs.error`.
+public struct RecordedError: Sendable, Equatable, CustomStringConvertible {
+    /// What kind of failure (VirtualFileSystem turns it into the errno readers got).
+    public var code: CacheError.Code
+    public var message: String
+    public init(code: CacheError.Code, message: String) {
+        self.code = code
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+/// One sparse content file: which item and version it holds, its file number in
+/// `<cache>/content/`, and the ranges known to be on disk.
+public struct ContentRecord: Sendable, Equatable {
+    public var identifier: ItemIdentifier
+    public var version: ContentVersion
+    public var size: Int64
+    /// The file is `<cache>/content/<fileNumber>`.
+    public var fileNumber: Int64
+    /// Only ranges whose bytes were written and synced before this record was saved.
+    public var present: ByteRanges
+    public var lastError: RecordedError?
+    public init(
+        identifier: ItemIdentifier, version: ContentVersion, size: Int64, fileNumber: Int64, present: ByteRanges,
+        lastError: RecordedError? = nil
+    ) {
+        self.identifier = identifier
+        self.version = version
+        self.size = size
+        self.fileNumber = fileNumber
+        self.present = present
+        self.lastError = lastError
+    }
+}
+
+/// Persistence for the cache. Calls are short and synchronous; implementations serialize them.
+/// Errors are reported to the caller, which logs them and carries on with its in-memory state
+/// (a store failure loses persistence, never bytes or correctness: unsaved ranges are refetched).
+public protocol MetadataStore: Sendable {
+    func loadItems() throws -> [StoredItem]
+    /// Inserts or replaces, keyed by identifier.
+    func saveItems(_ items: [StoredItem]) throws
+    func deleteItems(_ identifiers: [ItemIdentifier]) throws
+    func loadContents() throws -> [ContentRecord]
+    /// Inserts or replaces, keyed by (identifier, version).
+    func saveContent(_ record: ContentRecord) throws
+    func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws
+}
+
+/// A store that keeps everything in memory: for tests and for `--cache` less experiments. Sharing
+/// one instance between two caches simulates a restart.
+public final class InMemoryMetadataStore: MetadataStore {
+    private struct State {
+        var items: [ItemIdentifier: StoredItem] = [:]
+        var contents: [String: ContentRecord] = [:]
+    }
+    private let state = Locked(State())
+
+    public init() {}
+
+    private static func key(_ identifier: ItemIdentifier, _ version: ContentVersion) -> String {
+        identifier.rawValue + "\u{0}" + version.rawValue
+    }
+
+    public func loadItems() throws -> [StoredItem] { state.withLock { Array($0.items.values) } }
+    public func saveItems(_ items: [StoredItem]) throws {
+        state.withLock { state in for item in items { state.items[item.item.identifier] = item } }
+    }
+    public func deleteItems(_ identifiers: [ItemIdentifier]) throws {
+        state.withLock { state in for identifier in identifiers { state.items[identifier] = nil } }
+    }
+    public func loadContents() throws -> [ContentRecord] { state.withLock { Array($0.contents.values) } }
+    public func saveContent(_ record: ContentRecord) throws {
+        state.withLock { $0.contents[Self.key(record.identifier, record.version)] = record }
+    }
+    public func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
+        state.withLock { $0.contents[Self.key(identifier, version)] = nil }
+    }
+}

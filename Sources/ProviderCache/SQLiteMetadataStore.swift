@@ -1,0 +1,158 @@
+// The metadata store of a mount: `<cache>/metadata.sqlite`, through SQLiteStore's DatabaseQueue.
+
+public import ProviderModel
+import SQLiteStore
+
+/// `MetadataStore` over SQLite. Two tables: `items` (the provider's namespace as last seen) and
+/// `contents` (one row per sparse content file: item, version, size, file number, present ranges
+/// in ByteRanges' text form, last error). WAL with synchronous=NORMAL (SQLiteStore's defaults): a
+/// committed row survives a process crash; a power cut may lose the last commits, which only makes
+/// the cache forget ranges (they are fetched again), never claim bytes it does not have.
+public final class SQLiteMetadataStore: MetadataStore {
+    let queue: DatabaseQueue
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("provider cache v1") { db in
+            try db.execute(
+                """
+                CREATE TABLE items (
+                    identifier TEXT PRIMARY KEY NOT NULL,
+                    parent TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    size INTEGER NOT NULL,
+                    mtime_seconds INTEGER NOT NULL,
+                    mtime_nanoseconds INTEGER NOT NULL,
+                    version TEXT NOT NULL,
+                    permissions INTEGER NOT NULL,
+                    link_target TEXT,
+                    children_listed INTEGER NOT NULL
+                )
+                """)
+            try db.execute(
+                """
+                CREATE TABLE contents (
+                    identifier TEXT NOT NULL,
+                    version TEXT NOT NULL,
+                    size INTEGER NOT NULL,
+                    file_number INTEGER NOT NULL,
+                    present TEXT NOT NULL,
+                    error_code TEXT,
+                    error_message TEXT,
+                    PRIMARY KEY (identifier, version)
+                )
+                """)
+        }
+        return migrator
+    }
+
+    /// Opens (creating or migrating) the database at `path`.
+    public init(path: String) throws(CacheError) {
+        do {
+            queue = try DatabaseQueue(path: path, migrator: Self.migrator)
+        } catch {
+            throw CacheError(.io, "cannot open the metadata database: \(error)")
+        }
+    }
+
+    public func loadItems() throws -> [StoredItem] {
+        try queue.read { db in
+            var result: [StoredItem] = []
+            try db.forEachRow("SELECT * FROM items") { row in
+                let kind: String = try row["kind"]
+                let item = ProviderItem(
+                    identifier: ItemIdentifier(try row["identifier"] as String),
+                    parent: ItemIdentifier(try row["parent"] as String), name: try row["name"],
+                    kind: ItemKind(rawValue: kind) ?? .file, size: try row["size"],
+                    modificationTime: ItemTime(
+                        seconds: try row["mtime_seconds"], nanoseconds: try row["mtime_nanoseconds"]),
+                    contentVersion: ContentVersion(try row["version"] as String),
+                    permissions: UInt16(truncatingIfNeeded: try row["permissions"] as Int64),
+                    symbolicLinkTarget: try row["link_target"])
+                result.append(StoredItem(item: item, childrenListed: try row["children_listed"]))
+            }
+            return result
+        }
+    }
+
+    public func saveItems(_ items: [StoredItem]) throws {
+        guard !items.isEmpty else { return }
+        try queue.write { db in
+            for stored in items {
+                let item = stored.item
+                try db.execute(
+                    """
+                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
+                        version, permissions, link_target, children_listed)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
+                        kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
+                        mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
+                        permissions = excluded.permissions, link_target = excluded.link_target,
+                        children_listed = excluded.children_listed
+                    """,
+                    [
+                        item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
+                        item.modificationTime.seconds, item.modificationTime.nanoseconds, item.contentVersion.rawValue,
+                        Int64(item.permissions), item.symbolicLinkTarget, stored.childrenListed,
+                    ])
+            }
+        }
+    }
+
+    public func deleteItems(_ identifiers: [ItemIdentifier]) throws {
+        guard !identifiers.isEmpty else { return }
+        try queue.write { db in
+            for identifier in identifiers {
+                try db.execute("DELETE FROM items WHERE identifier = ?", [identifier.rawValue])
+            }
+        }
+    }
+
+    public func loadContents() throws -> [ContentRecord] {
+        try queue.read { db in
+            var result: [ContentRecord] = []
+            try db.forEachRow("SELECT * FROM contents") { row in
+                let errorCode: String? = try row["error_code"]
+                let errorMessage: String? = try row["error_message"]
+                let present: String = try row["present"]
+                result.append(
+                    ContentRecord(
+                        identifier: ItemIdentifier(try row["identifier"] as String),
+                        version: ContentVersion(try row["version"] as String), size: try row["size"],
+                        fileNumber: try row["file_number"],
+                        // A damaged range map counts as nothing present: bytes are fetched again.
+                        present: ByteRanges(parsing: present) ?? ByteRanges(),
+                        lastError: errorCode.flatMap(CacheError.Code.init(rawValue:)).map {
+                            RecordedError(code: $0, message: errorMessage ?? "")
+                        }))
+            }
+            return result
+        }
+    }
+
+    public func saveContent(_ record: ContentRecord) throws {
+        try queue.write { db in
+            try db.execute(
+                """
+                INSERT INTO contents (identifier, version, size, file_number, present, error_code, error_message)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (identifier, version) DO UPDATE SET size = excluded.size,
+                    file_number = excluded.file_number, present = excluded.present,
+                    error_code = excluded.error_code, error_message = excluded.error_message
+                """,
+                [
+                    record.identifier.rawValue, record.version.rawValue, record.size, record.fileNumber,
+                    record.present.description, record.lastError?.code.rawValue, record.lastError?.message,
+                ])
+        }
+    }
+
+    public func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
+        try queue.write { db in
+            try db.execute(
+                "DELETE FROM contents WHERE identifier = ? AND version = ?", [identifier.rawValue, version.rawValue])
+        }
+    }
+}

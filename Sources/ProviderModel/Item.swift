@@ -1,0 +1,77 @@
+// The vocabulary every provider speaks: identifiers, versions, item metadata.
+
+/// Names an item of a provider for as long as the item exists. Opaque to everything above
+/// ProviderModel: only the provider that minted it interprets it (LocalDirectoryProvider uses the
+/// path relative to its root, "" for the root).
+public struct ItemIdentifier: RawRepresentable, Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(_ rawValue: String) { self.rawValue = rawValue }
+    /// The root container of every provider.
+    public static let root = ItemIdentifier("")
+    public static func < (lhs: ItemIdentifier, rhs: ItemIdentifier) -> Bool { lhs.rawValue < rhs.rawValue }
+    public var description: String { rawValue.isEmpty ? "<root>" : rawValue }
+}
+
+/// Identifies one exact content of an item. Two fetches with the same version return the same
+/// bytes; a provider refuses (`ProviderError.Code.versionChanged`) to serve a version it no longer has.
+public struct ContentVersion: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(_ rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+}
+
+/// What kind of node an item is. The kind of an identifier never changes; a provider that replaces
+/// a file by a directory of the same name must mint a new identifier or report the old one gone.
+public enum ItemKind: String, Sendable, Equatable, Codable {
+    case file, directory, symbolicLink
+}
+
+/// Seconds and nanoseconds since the epoch.
+public struct ItemTime: Sendable, Hashable, Comparable {
+    public var seconds: Int64
+    public var nanoseconds: Int32
+    public init(seconds: Int64, nanoseconds: Int32 = 0) {
+        self.seconds = seconds
+        self.nanoseconds = nanoseconds
+    }
+    public static func < (lhs: ItemTime, rhs: ItemTime) -> Bool {
+        (lhs.seconds, lhs.nanoseconds) < (rhs.seconds, rhs.nanoseconds)
+    }
+}
+
+/// The metadata of one provider item: everything listing and stat need, no content.
+public struct ProviderItem: Sendable, Hashable {
+    public var identifier: ItemIdentifier
+    /// The containing directory; the root's parent is the root itself.
+    public var parent: ItemIdentifier
+    /// One path component (never empty, never contains "/" or NUL, never "." or "..").
+    public var name: String
+    public var kind: ItemKind
+    /// Content length in bytes (for a symbolic link: the length of its target).
+    public var size: Int64
+    public var modificationTime: ItemTime
+    /// The content version; fetches name it so that a changed item is detected, never mixed.
+    public var contentVersion: ContentVersion
+    /// Permission bits the provider suggests (mode & 0o777); write bits are dropped by read-only mounts.
+    public var permissions: UInt16
+    /// The target of a symbolic link, nil for other kinds.
+    public var symbolicLinkTarget: String?
+
+    public init(
+        identifier: ItemIdentifier, parent: ItemIdentifier, name: String, kind: ItemKind, size: Int64,
+        modificationTime: ItemTime, contentVersion: ContentVersion, permissions: UInt16 = 0o644,
+        symbolicLinkTarget: String? = nil
+    ) {
+        self.identifier = identifier
+        self.parent = parent
+        self.name = name
+        self.kind = kind
+        self.size = size
+        self.modificationTime = modificationTime
+        self.contentVersion = contentVersion
+        self.permissions = permissions
+        self.symbolicLinkTarget = symbolicLinkTarget
+    }
+}

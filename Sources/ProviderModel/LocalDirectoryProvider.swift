@@ -1,0 +1,265 @@
+// A local directory acting as the remote. Reads never modify it (files are opened O_RDONLY, nothing
+// is created, atime is not relied upon). Identifiers are paths relative to the root.
+
+import Dispatch
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A provider over a local directory tree.
+///
+/// - Identifier: the path relative to `root` ("" is the root). Every component is checked: empty,
+///   ".", ".." and NUL are refused (`.invalidName`), and the real path of the parent must stay
+///   inside the root, so a symbolic link cannot lead a fetch outside it.
+/// - Content version: `s<size>-m<mtime ns>-i<inode>` from `lstat`. A rewrite, truncation, append
+///   or replace-by-rename changes it. (Not detected: a same-size rewrite that also restores the
+///   old mtime in place; see docs/SEMANTICS.md.)
+/// - Symbolic links are items of kind `.symbolicLink`; they are never followed.
+/// - The root missing or not a directory reads as `.unreachable` (the "server" is gone), which
+///   the cache answers with what it has locally.
+public struct LocalDirectoryProvider: Provider {
+    /// The directory served, as given.
+    public let root: String
+
+    public init(root: String) {
+        var trimmed = root
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+        self.root = trimmed
+    }
+
+    public func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        try await LocalIO.run { try self.itemSync(identifier) }
+    }
+
+    public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await LocalIO.run { try self.childrenSync(identifier) }
+    }
+
+    public func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await LocalIO.run { () throws -> LocalContentStream in
+            let path = try self.checkedPath(identifier)
+            let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else {
+                let code = errno
+                if code == ENOENT || code == ENOTDIR { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+                if code == ELOOP { throw ProviderError(.wrongKind, "\(identifier) is a symbolic link") }
+                throw ProviderError(.io, "open \(identifier): \(String(cString: strerror(code)))", errno: code)
+            }
+            let stream = LocalContentStream(fd: fd, identifier: identifier, version: version, range: range)
+            do {
+                try stream.checkVersion()
+            } catch {
+                stream.close()
+                throw error
+            }
+            return stream
+        }
+    }
+
+    // MARK: Synchronous parts (run on LocalIO's queue, never on the cooperative pool)
+
+    func checkRoot() throws {
+        var info = stat()
+        guard stat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw ProviderError(.unreachable, "source directory \(root) is not available", errno: errno)
+        }
+    }
+
+    /// The absolute path of `identifier`, after checking every component and that its parent's
+    /// real path lies inside the root's real path.
+    func checkedPath(_ identifier: ItemIdentifier) throws -> String {
+        try checkRoot()
+        if identifier == .root { return root }
+        let components = identifier.rawValue.split(separator: "/", omittingEmptySubsequences: false)
+        for component in components {
+            guard !component.isEmpty, component != ".", component != "..", !component.contains("\0") else {
+                throw ProviderError(.invalidName, "identifier '\(identifier.rawValue)' is not a path inside the source")
+            }
+        }
+        if components.count > 1 {
+            let parent = root + "/" + components.dropLast().joined(separator: "/")
+            guard let realParent = Self.realPath(parent) else {
+                throw ProviderError(.noSuchItem, "\(identifier) is gone")
+            }
+            guard let realRoot = Self.realPath(root),
+                realParent == realRoot || realParent.hasPrefix(realRoot == "/" ? "/" : realRoot + "/")
+            else {
+                throw ProviderError(.invalidName, "'\(identifier.rawValue)' leads outside the source directory")
+            }
+        }
+        return root + "/" + identifier.rawValue
+    }
+
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    func itemSync(_ identifier: ItemIdentifier) throws -> ProviderItem {
+        let path = try checkedPath(identifier)
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+            throw ProviderError(.io, "lstat \(identifier): \(String(cString: strerror(code)))", errno: code)
+        }
+        guard let item = Self.makeItem(identifier: identifier, path: path, info: info) else {
+            throw ProviderError(.noSuchItem, "\(identifier) is not a file, directory or symbolic link")
+        }
+        return item
+    }
+
+    func childrenSync(_ identifier: ItemIdentifier) throws -> [ProviderItem] {
+        let path = try checkedPath(identifier)
+        var info = stat()
+        guard lstat(path, &info) == 0 else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw ProviderError(.wrongKind, "\(identifier) is not a directory")
+        }
+        guard let directory = opendir(path) else {
+            let code = errno
+            if code == ENOENT { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+            throw ProviderError(.io, "opendir \(identifier): \(String(cString: strerror(code)))", errno: code)
+        }
+        defer { closedir(directory) }
+        var result: [ProviderItem] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name == "." || name == ".." { continue }
+            let childIdentifier = ItemIdentifier(identifier == .root ? name : identifier.rawValue + "/" + name)
+            let childPath = path + "/" + name
+            var childInfo = stat()
+            // Gone between readdir and lstat: it simply is not listed.
+            guard lstat(childPath, &childInfo) == 0 else { continue }
+            if let item = Self.makeItem(identifier: childIdentifier, path: childPath, info: childInfo) {
+                result.append(item)
+            }
+        }
+        return result
+    }
+
+    static func version(of info: stat) -> ContentVersion {
+        let nanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        return ContentVersion("s\(info.st_size)-m\(nanoseconds)-i\(info.st_ino)")
+    }
+
+    static func makeItem(identifier: ItemIdentifier, path: String, info: stat) -> ProviderItem? {
+        let kind: ItemKind
+        var target: String?
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: kind = .file
+        case S_IFDIR: kind = .directory
+        case S_IFLNK:
+            kind = .symbolicLink
+            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let count = readlink(path, &buffer, Int(PATH_MAX))
+            guard count >= 0 else { return nil }
+            target = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        default: return nil
+        }
+        let components = identifier.rawValue.split(separator: "/")
+        let parent =
+            components.count <= 1 ? ItemIdentifier.root : ItemIdentifier(components.dropLast().joined(separator: "/"))
+        return ProviderItem(
+            identifier: identifier, parent: parent, name: components.last.map(String.init) ?? "",
+            kind: kind, size: Int64(info.st_size),
+            modificationTime: ItemTime(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int32(info.st_mtim.tv_nsec)),
+            contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o777), symbolicLinkTarget: target)
+    }
+}
+
+/// A file opened for one fetch. Each `next` re-checks the version with `fstat`, so a file that is
+/// rewritten, truncated or appended to in place mid-fetch fails with `.versionChanged` instead of
+/// delivering bytes of two versions.
+final class LocalContentStream: ContentStream, @unchecked Sendable {
+    // Safe: the mutable `fd` and `position` are only touched while `lock` is held.
+    private let lock = NSLock()
+    private var fd: Int32
+    private var position: Int64
+    private let end: Int64
+    private let identifier: ItemIdentifier
+    private let version: ContentVersion
+
+    init(fd: Int32, identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>) {
+        self.fd = fd
+        self.position = range.lowerBound
+        self.end = range.upperBound
+        self.identifier = identifier
+        self.version = version
+    }
+
+    deinit { close() }
+
+    func checkVersion() throws {
+        try lock.withLock { try checkVersionLocked() }
+    }
+
+    private func checkVersionLocked() throws {
+        guard fd >= 0 else { return }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw ProviderError(.io, "fstat failed", errno: errno) }
+        let current = LocalDirectoryProvider.version(of: info)
+        guard current == version else {
+            throw ProviderError(.versionChanged, "\(identifier) changed: \(version) is now \(current)")
+        }
+    }
+
+    func next(maximumLength: Int) async throws -> [UInt8]? {
+        try Task.checkCancellation()
+        return try await LocalIO.run { () throws -> [UInt8]? in
+            try self.lock.withLock { () throws -> [UInt8]? in
+                guard self.fd >= 0, self.position < self.end else { return nil }
+                try self.checkVersionLocked()
+                let count = Int(min(Int64(maximumLength), self.end - self.position))
+                var bytes = [UInt8](repeating: 0, count: count)
+                let got = bytes.withUnsafeMutableBytes { buffer -> Int in
+                    while true {
+                        let result = pread(self.fd, buffer.baseAddress, count, off_t(self.position))
+                        if result < 0 && errno == EINTR { continue }
+                        return result
+                    }
+                }
+                if got < 0 {
+                    let code = errno
+                    throw ProviderError(.io, "read \(self.identifier): \(String(cString: strerror(code)))", errno: code)
+                }
+                if got == 0 { return nil }
+                // A read that raced with a rewrite must not be delivered: check again after it.
+                try self.checkVersionLocked()
+                self.position += Int64(got)
+                return got == count ? bytes : Array(bytes[0..<got])
+            }
+        }
+    }
+
+    func close() {
+        lock.withLock {
+            if fd >= 0 {
+                Glibc.close(fd)
+                fd = -1
+            }
+        }
+    }
+}
+
+/// Runs the provider's blocking system calls on a Dispatch queue, off the Swift cooperative pool.
+enum LocalIO {
+    static let queue = DispatchQueue(label: "providerfs.local-provider", qos: .utility, attributes: .concurrent)
+
+    static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result { try body() })
+            }
+        }
+    }
+}

@@ -1,0 +1,28 @@
+/// A source of items: a local directory, a WebDAV server, a test double.
+///
+/// Every method may suspend, may be cancelled (honour `Task.isCancelled` / throw
+/// `CancellationError`), and throws `ProviderError` on failure. Metadata methods never read
+/// content: ProviderFS relies on that to list and stat without downloading.
+public protocol Provider: Sendable {
+    /// The metadata of one item. Throws `.noSuchItem` when it is gone.
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem
+
+    /// The children of a directory, in any order.
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem]
+
+    /// Opens a stream of the bytes of `range` of content version `version`. The stream refuses
+    /// (throws `.versionChanged`) as soon as the item no longer has that version, so bytes of two
+    /// versions are never mixed. A stream may deliver fewer bytes than asked; the caller checks.
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream
+}
+
+/// Successive chunks of a content fetch. Not shared between tasks: one consumer drives it.
+public protocol ContentStream: Sendable {
+    /// The next chunk (at most `maximumLength` bytes), or nil at the end of the requested range
+    /// (or earlier, if the provider ended the stream early: the consumer detects the short count).
+    func next(maximumLength: Int) async throws -> [UInt8]?
+    /// Stops the transfer and frees its resources. Idempotent; later `next` calls return nil.
+    func close()
+}

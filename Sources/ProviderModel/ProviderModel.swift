@@ -1,1 +1,0 @@
-// Module ProviderModel: see docs/ARCHITECTURE.md.

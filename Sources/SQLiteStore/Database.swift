@@ -1,0 +1,337 @@
+internal import CSQLite3
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// One SQLite connection, handed to you by `DatabaseQueue.read` or `DatabaseQueue.write`.
+///
+/// `Database` is deliberately not Sendable and has no public initializer: the only way to get one
+/// is as the argument of a `read`/`write` closure, and it may be used only inside that closure, on
+/// the thread running it. Any other use traps with a message naming the mistake (the "watchdog",
+/// after GRDB's `SchedulingWatchdog`): a connection kept after its closure returned, or passed to
+/// another thread or task.
+///
+/// Statements are prepared once per connection and cached by SQL text, so pass values as
+/// arguments (`?`) rather than building SQL strings.
+package final class Database {
+    /// The database file.
+    package let path: String
+    /// True for the pool's read-only connections.
+    package let isReadOnly: Bool
+    let handle: OpaquePointer
+    private var statementCache: [String: Statement] = [:]
+
+    /// The thread currently allowed to use this connection (`pthread_t`), or 0 between closures.
+    /// Atomic so that a misuse from another thread is a clean trap, not a data race on the check.
+    private let accessThread = Atomic<UInt>(0)
+
+    /// Tables the authorizer saw as written while preparing the current statement.
+    fileprivate var authorizedWrites: Set<String> = []
+    /// Tables changed by the current write transaction (for observers); reset on commit/rollback.
+    var changedTables: Set<String> = []
+
+    init(path: String, handle: OpaquePointer, isReadOnly: Bool) {
+        self.path = path
+        self.handle = handle
+        self.isReadOnly = isReadOnly
+        if !isReadOnly {
+            // The authorizer runs at prepare time and reports every table a statement (including
+            // the triggers it fires) may insert into, update or delete from. Unlike
+            // sqlite3_update_hook it also covers WITHOUT ROWID tables and truncating DELETEs.
+            sqlite3_set_authorizer(handle, databaseAuthorizer, Unmanaged.passUnretained(self).toOpaque())
+        }
+    }
+
+    deinit {
+        statementCache.removeAll()  // finalize statements before closing the connection
+        sqlite3_close_v2(handle)
+    }
+
+    // MARK: - Watchdog
+
+    /// Allows the calling thread to use the connection until `endAccess`.
+    func beginAccess() {
+        accessThread.store(UInt(pthread_self()), ordering: .releasing)
+    }
+
+    /// Ends the closure's access; any later use traps.
+    func endAccess() {
+        accessThread.store(0, ordering: .releasing)
+    }
+
+    @inline(__always)
+    func checkAccess() {
+        let owner = accessThread.load(ordering: .acquiring)
+        if owner != UInt(pthread_self()) { accessViolation(owner: owner) }
+    }
+
+    private func accessViolation(owner: UInt) -> Never {
+        if owner == 0 {
+            fatalError(
+                "SQLiteStore misuse: a Database for \(path) was used outside the read/write closure that "
+                    + "provided it (the connection escaped its closure). Do all database work inside "
+                    + "`store.read { db in … }` or `store.write { db in … }` and return values, never the Database.")
+        }
+        fatalError(
+            "SQLiteStore misuse: a Database for \(path) was used from a different thread than the one running its "
+                + "read/write closure. Database is not Sendable: do not hand it to another thread or task; "
+                + "call `store.read`/`store.write` there instead.")
+    }
+
+    // MARK: - Executing SQL
+
+    /// Runs one statement with arguments, or, without arguments, a script of several statements
+    /// separated by semicolons (migrations).
+    ///
+    /// - Throws: `DatabaseError` naming the file and the SQL that failed.
+    package func execute(_ sql: String, _ arguments: [any DatabaseValueConvertible] = []) throws {
+        checkAccess()
+        if arguments.isEmpty {
+            try executeScript(sql)
+            return
+        }
+        try withStatement(sql, arguments) { statement in
+            while try step(statement) {}
+        }
+    }
+
+    /// The number of rows the last INSERT, UPDATE or DELETE changed (not counting triggers).
+    package var changesCount: Int {
+        checkAccess()
+        return Int(sqlite3_changes64(handle))
+    }
+
+    /// The rowid of the last successful INSERT on this connection.
+    package var lastInsertedRowID: Int64 {
+        checkAccess()
+        return sqlite3_last_insert_rowid(handle)
+    }
+
+    /// Calls `body` for each row of a query, in order. `body` must not keep the `Row`.
+    package func forEachRow(
+        _ sql: String, _ arguments: [any DatabaseValueConvertible] = [], _ body: (Row) throws -> Void
+    ) throws {
+        checkAccess()
+        try withStatement(sql, arguments) { statement in
+            while try step(statement) {
+                try body(Row(statement: statement))
+            }
+        }
+    }
+
+    /// Every row of a query, decoded as `Record`.
+    package func fetchAll<Record: FetchableRecord>(
+        _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
+    ) throws -> [Record] {
+        var records: [Record] = []
+        try forEachRow(sql, arguments) { records.append(try Record(row: $0)) }
+        return records
+    }
+
+    /// The first row of a query decoded as `Record`, or nil when there is none.
+    package func fetchOne<Record: FetchableRecord>(
+        _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
+    ) throws -> Record? {
+        checkAccess()
+        return try withStatement(sql, arguments) { statement in
+            try step(statement) ? try Record(row: Row(statement: statement)) : nil
+        }
+    }
+
+    /// The first column of the first row decoded as `Value`, or nil when there is no row.
+    ///
+    /// A NULL value in an existing row decodes as `Value` would (`Optional` → `.some(nil)`, a
+    /// non-optional type → `.decodingFailed`).
+    package func fetchValue<Value: DatabaseValueConvertible>(
+        _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
+    ) throws -> Value? {
+        checkAccess()
+        return try withStatement(sql, arguments) { statement in
+            try step(statement) ? try Row(statement: statement)[0] as Value : nil
+        }
+    }
+
+    /// The first column of every row, decoded as `Value`.
+    package func fetchValues<Value: DatabaseValueConvertible>(
+        _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
+    ) throws -> [Value] {
+        var values: [Value] = []
+        try forEachRow(sql, arguments) { values.append(try $0[0]) }
+        return values
+    }
+
+    // MARK: - Records
+
+    /// Inserts `record` into its table. Throws `SQLITE_CONSTRAINT` if the key exists.
+    package func insert<Record: PersistableRecord>(_ record: Record) throws {
+        var container = PersistenceContainer()
+        record.encode(to: &container)
+        let columns = container.columns.map(quoted).joined(separator: ", ")
+        let placeholders = Array(repeating: "?", count: container.columns.count).joined(separator: ", ")
+        try execute(
+            "INSERT INTO \(quoted(Record.databaseTableName)) (\(columns)) VALUES (\(placeholders))", container.values)
+    }
+
+    /// Inserts `record`, or updates the existing row with the same primary key in place.
+    ///
+    /// Uses `INSERT … ON CONFLICT DO UPDATE`, never `INSERT OR REPLACE`: a replace deletes the old
+    /// row first, which would fire `ON DELETE CASCADE` on every child row.
+    package func upsert<Record: PersistableRecord>(_ record: Record) throws {
+        var container = PersistenceContainer()
+        record.encode(to: &container)
+        let keys = Record.primaryKeyColumns
+        let columns = container.columns.map(quoted).joined(separator: ", ")
+        let placeholders = Array(repeating: "?", count: container.columns.count).joined(separator: ", ")
+        let updates = container.columns.filter { !keys.contains($0) }.map { "\(quoted($0)) = excluded.\(quoted($0))" }
+        let action = updates.isEmpty ? "DO NOTHING" : "DO UPDATE SET \(updates.joined(separator: ", "))"
+        try execute(
+            "INSERT INTO \(quoted(Record.databaseTableName)) (\(columns)) VALUES (\(placeholders)) "
+                + "ON CONFLICT (\(keys.map(quoted).joined(separator: ", "))) \(action)", container.values)
+    }
+
+    /// Deletes the row whose primary key equals `record`'s. Returns whether a row was deleted.
+    @discardableResult
+    package func delete<Record: PersistableRecord>(_ record: Record) throws -> Bool {
+        var container = PersistenceContainer()
+        record.encode(to: &container)
+        let keys = Record.primaryKeyColumns
+        let keyValues = keys.map { container[$0]?.databaseValue ?? .null }
+        let condition = keys.map { "\(quoted($0)) = ?" }.joined(separator: " AND ")
+        try execute("DELETE FROM \(quoted(Record.databaseTableName)) WHERE \(condition)", keyValues)
+        return changesCount > 0
+    }
+
+    private func quoted(_ identifier: String) -> String {
+        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    // MARK: - Statements
+
+    /// Runs `body` with a cached, bound statement and resets it afterwards, even on throw.
+    func withStatement<T>(
+        _ sql: String, _ arguments: [any DatabaseValueConvertible], _ body: (Statement) throws -> T
+    )
+        throws -> T
+    {
+        let statement: Statement
+        if let cached = statementCache[sql], !cached.isInUse {
+            statement = cached
+        } else {
+            statement = try prepare(sql)
+            // A statement already stepping (same SQL nested inside forEachRow) is not replaced.
+            if statementCache[sql] == nil { statementCache[sql] = statement }
+        }
+        statement.isInUse = true
+        defer {
+            sqlite3_reset(statement.handle)
+            statement.generation &+= 1
+            statement.isInUse = false
+        }
+        guard Int(statement.parameterCount) == arguments.count else {
+            throw DatabaseError(
+                code: .sqlite, resultCode: .misuse,
+                message:
+                    "the statement has \(statement.parameterCount) parameters but \(arguments.count) arguments were given",
+                path: path, sql: sql)
+        }
+        for (offset, argument) in arguments.enumerated() {
+            let rc = statement.bind(argument.databaseValue, at: Int32(offset + 1))
+            if rc != SQLITE_OK { throw error(rc, sql: sql) }
+        }
+        return try body(statement)
+    }
+
+    /// Prepares one statement (not cached) and records which tables it may write.
+    func prepare(_ sql: String) throws -> Statement {
+        var handle: OpaquePointer?
+        authorizedWrites.removeAll(keepingCapacity: true)
+        let rc = sql.withCString {
+            sqlite3_prepare_v3(self.handle, $0, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &handle, nil)
+        }
+        guard rc == SQLITE_OK, let handle else { throw error(rc, sql: sql) }
+        return Statement(handle: handle, sql: sql, writtenTables: authorizedWrites)
+    }
+
+    /// Steps once: true when a row is ready, false when done.
+    func step(_ statement: Statement) throws -> Bool {
+        let before = isReadOnly ? 0 : sqlite3_total_changes64(handle)
+        statement.generation &+= 1
+        let rc = sqlite3_step(statement.handle)
+        if !isReadOnly && sqlite3_total_changes64(handle) != before {
+            changedTables.formUnion(statement.writtenTables)
+        }
+        switch rc {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default: throw error(rc, sql: statement.sql)
+        }
+    }
+
+    /// Runs several statements with no arguments, one after the other.
+    private func executeScript(_ sql: String) throws {
+        try sql.withCString { start in
+            var cursor: UnsafePointer<CChar>? = start
+            while let current = cursor, current.pointee != 0 {
+                var handle: OpaquePointer?
+                var tail: UnsafePointer<CChar>?
+                authorizedWrites.removeAll(keepingCapacity: true)
+                let rc = sqlite3_prepare_v2(self.handle, current, -1, &handle, &tail)
+                let text = String(cString: current)
+                guard rc == SQLITE_OK else { throw error(rc, sql: text) }
+                cursor = tail
+                guard let handle else { continue }  // whitespace or a comment
+                let statement = Statement(
+                    handle: handle, sql: sqlite3_sql(handle).map { String(cString: $0) } ?? text,
+                    writtenTables: authorizedWrites)
+                while try step(statement) {}
+            }
+        }
+    }
+
+    /// Runs a statement that SQLiteStore itself issues (BEGIN, COMMIT, PRAGMA …), cached.
+    func executeInternal(_ sql: String) throws {
+        try withStatement(sql, []) { statement in
+            while try step(statement) {}
+        }
+    }
+
+    func error(_ rc: Int32, sql: String?) -> DatabaseError {
+        let message = String(cString: sqlite3_errmsg(handle))
+        if isReadOnly, ResultCode(rawValue: rc).primary == .readOnly {
+            return DatabaseError(
+                code: .readOnly, resultCode: ResultCode(rawValue: rc),
+                message: "a read closure tried to write (\(message)); use `write { db in … }` for changes",
+                path: path, sql: sql)
+        }
+        return DatabaseError.sqlite(rc, message: message, path: path, sql: sql)
+    }
+}
+
+@available(*, unavailable)
+extension Database: Sendable {}
+
+/// The authorizer callback: records the tables a statement may write; allows everything.
+private let databaseAuthorizer:
+    @convention(c) (
+        UnsafeMutableRawPointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
+        UnsafePointer<CChar>?
+    ) -> Int32 = { context, action, first, _, _, _ in
+        guard let context, let first else { return SQLITE_OK }
+        switch action {
+        case SQLITE_INSERT, SQLITE_UPDATE, SQLITE_DELETE:
+            let table = String(cString: first)
+            if !table.hasPrefix("sqlite_") {
+                // Safe: the authorizer runs inside sqlite3_prepare on the connection's owning
+                // thread, and the Database outlives its connection.
+                Unmanaged<Database>.fromOpaque(context).takeUnretainedValue().authorizedWrites.insert(table)
+            }
+        default:
+            break
+        }
+        return SQLITE_OK
+    }

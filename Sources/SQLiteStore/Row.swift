@@ -1,0 +1,150 @@
+internal import CSQLite3
+
+/// The current row of a query, valid only inside the closure or initializer it was passed to.
+///
+/// A `Row` reads straight from SQLite's statement (no copy). It is not Sendable and must not be
+/// kept: using it after the query moved on traps with a message saying so. Decode what you need
+/// into a `FetchableRecord` value instead.
+package struct Row {
+    let statement: Statement
+    let generation: UInt64
+
+    init(statement: Statement) {
+        self.statement = statement
+        self.generation = statement.generation
+    }
+
+    private func checkCurrent() {
+        precondition(
+            statement.generation == generation,
+            "SQLiteStore misuse: a Row was used after its query moved to the next row or finished "
+                + "(\(statement.sql)). Copy the values out inside init(row:) or the row closure.")
+    }
+
+    /// The number of result columns.
+    package var count: Int {
+        checkCurrent()
+        return Int(statement.columnCount)
+    }
+
+    /// The result column names, in order.
+    package var columnNames: [String] {
+        checkCurrent()
+        return (0..<statement.columnCount).map(statement.columnName)
+    }
+
+    /// The raw value of column `index` (0-based).
+    package func databaseValue(at index: Int) -> DatabaseValue {
+        checkCurrent()
+        precondition(
+            index >= 0 && index < Int(statement.columnCount), "SQLiteStore: column index \(index) out of range")
+        return statement.value(at: Int32(index))
+    }
+
+    /// Column `index` (0-based) decoded as `Value`.
+    ///
+    /// - Throws: `DatabaseError` `.decodingFailed` naming the column when the value does not fit
+    ///   `Value` (e.g. NULL for a non-optional, TEXT for an Int64).
+    package subscript<Value: DatabaseValueConvertible>(_ index: Int) -> Value {
+        get throws {
+            let value = databaseValue(at: index)
+            guard let decoded = Value.fromDatabaseValue(value) else {
+                throw decodingError(column: statement.columnName(Int32(index)), value: value, type: Value.self)
+            }
+            return decoded
+        }
+    }
+
+    /// Column `name` decoded as `Value`. Column names match case-insensitively.
+    ///
+    /// - Throws: `DatabaseError` `.decodingFailed` when there is no such column or the value
+    ///   does not fit `Value`.
+    package subscript<Value: DatabaseValueConvertible>(_ name: String) -> Value {
+        get throws {
+            checkCurrent()
+            guard let index = statement.columnIndex(name) else {
+                throw DatabaseError(
+                    code: .decodingFailed,
+                    message:
+                        "no column named '\(name)' in the result (columns: \(columnNames.joined(separator: ", ")))",
+                    sql: statement.sql)
+            }
+            return try self[Int(index)]
+        }
+    }
+
+    private func decodingError(column: String, value: DatabaseValue, type: Any.Type) -> DatabaseError {
+        DatabaseError(
+            code: .decodingFailed,
+            message: "column '\(column)' holds \(value.storageClassName) \(value), which cannot be read as \(type)",
+            sql: statement.sql)
+    }
+}
+
+@available(*, unavailable)
+extension Row: Sendable {}
+
+/// A value type built from a query row.
+///
+/// Records are plain Sendable structs: no base class, no context object, no setters to
+/// intercept. Mutate a copy and write it back inside `write` (see docs/DECISIONS.md D-151).
+///
+/// ```swift
+/// struct Item: FetchableRecord {
+///     var id: Int64
+///     var name: String
+///     init(row: Row) throws {
+///         id = try row["id"]
+///         name = try row["name"]
+///     }
+/// }
+/// ```
+package protocol FetchableRecord: Sendable {
+    /// Decodes one row. Throw (usually by letting `Row`'s subscripts throw) when it does not fit.
+    init(row: Row) throws
+}
+
+/// A value type that can be written to one table.
+///
+/// `encode(to:)` lists the columns and their values; `Database.insert`, `upsert` and `delete`
+/// build the SQL from it.
+package protocol PersistableRecord: Sendable {
+    /// The table the record lives in.
+    static var databaseTableName: String { get }
+    /// The primary key columns, used by `upsert` and `delete`. Defaults to `["id"]`.
+    static var primaryKeyColumns: [String] { get }
+    /// Writes every column value into `container`, in a stable order.
+    func encode(to container: inout PersistenceContainer)
+}
+
+extension PersistableRecord {
+    /// `["id"]`.
+    package static var primaryKeyColumns: [String] { ["id"] }
+}
+
+/// The column → value list a `PersistableRecord` encodes itself into.
+package struct PersistenceContainer: Sendable {
+    /// The columns in the order they were set.
+    package private(set) var columns: [String] = []
+    /// The values, parallel to `columns`.
+    package private(set) var values: [DatabaseValue] = []
+
+    /// An empty container.
+    package init() {}
+
+    /// Sets column `column` to `value` (replacing an earlier value for the same column).
+    package subscript(column: String) -> (any DatabaseValueConvertible)? {
+        get {
+            columns.firstIndex(of: column).map { values[$0] }
+        }
+        set {
+            let value = newValue?.databaseValue ?? .null
+            if let index = columns.firstIndex(of: column) {
+                values[index] = value
+            } else {
+                columns.append(column)
+                values.append(value)
+            }
+        }
+    }
+}

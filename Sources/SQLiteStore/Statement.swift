@@ -1,0 +1,91 @@
+internal import CSQLite3
+import Foundation
+
+/// A prepared statement. Internal: callers only see SQL strings and `Row`.
+final class Statement {
+    let handle: OpaquePointer
+    let sql: String
+    /// Tables this statement (and the triggers it fires) may write, as the authorizer reported
+    /// them at prepare time. Used for observation: see `Database.noteChanges`.
+    let writtenTables: Set<String>
+    /// Bumped on every step and reset, so a `Row` kept past its step traps instead of reading
+    /// another row's values.
+    var generation: UInt64 = 0
+    /// True while a caller is stepping it; a nested use of the same SQL gets a fresh statement.
+    var isInUse = false
+    let parameterCount: Int32
+    private var columnIndexCache: [String: Int32]?
+
+    init(handle: OpaquePointer, sql: String, writtenTables: Set<String>) {
+        self.handle = handle
+        self.sql = sql
+        self.writtenTables = writtenTables
+        self.parameterCount = sqlite3_bind_parameter_count(handle)
+    }
+
+    deinit {
+        sqlite3_finalize(handle)
+    }
+
+    var columnCount: Int32 { sqlite3_column_count(handle) }
+
+    func columnName(_ index: Int32) -> String {
+        String(cString: sqlite3_column_name(handle, index))
+    }
+
+    /// The index of a result column by name (case-insensitive, as SQL is); the first match wins.
+    func columnIndex(_ name: String) -> Int32? {
+        if columnIndexCache == nil {
+            var cache: [String: Int32] = [:]
+            for index in 0..<columnCount {
+                let key = columnName(index).lowercased()
+                if cache[key] == nil { cache[key] = index }
+            }
+            columnIndexCache = cache
+        }
+        return columnIndexCache?[name.lowercased()]
+    }
+
+    /// Binds one value to the 1-based parameter `index`.
+    func bind(_ value: DatabaseValue, at index: Int32) -> Int32 {
+        switch value {
+        case .null:
+            return sqlite3_bind_null(handle, index)
+        case .integer(let integer):
+            return sqlite3_bind_int64(handle, index, integer)
+        case .real(let real):
+            return sqlite3_bind_double(handle, index, real)
+        case .text(let text):
+            // Length from utf8.count, not -1: a string with an embedded NUL stays whole.
+            return text.withCString {
+                sqlite3_bind_text(handle, index, $0, Int32(text.utf8.count), csqlite3_transient())
+            }
+        case .blob(let data):
+            // An empty Data may have no base address, and a NULL pointer would bind SQL NULL.
+            if data.isEmpty { return sqlite3_bind_zeroblob(handle, index, 0) }
+            return data.withUnsafeBytes {
+                sqlite3_bind_blob(handle, index, $0.baseAddress, Int32($0.count), csqlite3_transient())
+            }
+        }
+    }
+
+    /// The value of result column `index` of the current row.
+    func value(at index: Int32) -> DatabaseValue {
+        switch sqlite3_column_type(handle, index) {
+        case SQLITE_NULL:
+            return .null
+        case SQLITE_INTEGER:
+            return .integer(sqlite3_column_int64(handle, index))
+        case SQLITE_FLOAT:
+            return .real(sqlite3_column_double(handle, index))
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_column_bytes(handle, index))
+            guard let bytes = sqlite3_column_text(handle, index) else { return .text("") }
+            return .text(String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self))
+        default:
+            let count = Int(sqlite3_column_bytes(handle, index))
+            guard count > 0, let bytes = sqlite3_column_blob(handle, index) else { return .blob(Data()) }
+            return .blob(Data(bytes: bytes, count: count))
+        }
+    }
+}

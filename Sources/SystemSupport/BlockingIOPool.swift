@@ -1,0 +1,115 @@
+// A few dedicated threads for blocking system calls (pread/pwrite/fsync on cache files), so that
+// they never occupy the Swift cooperative pool, whose threads (one per core) must stay free to run
+// tasks (DESIGN.md §3; NIOThreadPool's idea).
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A fixed set of threads that run blocking work submitted from async code.
+///
+/// `run` suspends the caller (no thread is parked) until a pool thread has executed the closure.
+/// Work is started in submission order. Threads live as long as the pool; `shared` lives for the
+/// process.
+public final class BlockingIOPool: @unchecked Sendable {
+    // Safe: `work`, `head` and `stopped` are only read or written while `mutex` is held; `condition`
+    // is only waited on with `mutex` held. Both pthread objects are heap-allocated and never move.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let condition: UnsafeMutablePointer<pthread_cond_t>
+    private var work: [@Sendable () -> Void] = []
+    private var head = 0
+    private var stopped = false
+    private var running = 0
+    /// Number of threads.
+    public let threadCount: Int
+
+    /// The process-wide pool for cache-file I/O (4 threads: enough to overlap a few downloads and
+    /// readers on 2 cores without oversubscribing them).
+    public static let shared = BlockingIOPool(threadCount: 4)
+
+    public init(threadCount: Int) {
+        precondition(threadCount > 0, "a BlockingIOPool needs at least one thread")
+        self.threadCount = threadCount
+        mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+        condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+        for _ in 0..<threadCount {
+            let context = Unmanaged.passRetained(self).toOpaque()
+            var thread = pthread_t()
+            let rc = pthread_create(
+                &thread, nil,
+                { raw in
+                    let pool = Unmanaged<BlockingIOPool>.fromOpaque(raw!).takeRetainedValue()
+                    pool.workerLoop()
+                    return nil
+                }, context)
+            precondition(rc == 0, "pthread_create failed with \(rc)")
+            pthread_detach(thread)
+        }
+    }
+
+    deinit {
+        // Reached only after `shutdown` let every worker exit (each worker retains the pool).
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    /// Stops the threads once the queued work is done. Work submitted afterwards runs inline on the
+    /// submitting thread (so a late caller still gets an answer rather than hanging).
+    public func shutdown() {
+        pthread_mutex_lock(mutex)
+        stopped = true
+        pthread_cond_broadcast(condition)
+        pthread_mutex_unlock(mutex)
+    }
+
+    /// Runs `body` on a pool thread and returns its result.
+    public func run<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
+        let result: Result<T, E> = await withCheckedContinuation { continuation in
+            submit {
+                continuation.resume(returning: Result { () throws(E) -> T in try body() })
+            }
+        }
+        return try result.get()
+    }
+
+    private func submit(_ item: @escaping @Sendable () -> Void) {
+        pthread_mutex_lock(mutex)
+        if stopped {
+            pthread_mutex_unlock(mutex)
+            item()
+            return
+        }
+        work.append(item)
+        pthread_cond_signal(condition)
+        pthread_mutex_unlock(mutex)
+    }
+
+    private func workerLoop() {
+        // Each worker holds a reference to the pool while it runs (taken from the retained context).
+        pthread_mutex_lock(mutex)
+        while true {
+            while head == work.count && !stopped {
+                pthread_cond_wait(condition, mutex)
+            }
+            if head == work.count && stopped { break }
+            let item = work[head]
+            head += 1
+            if head > 64 && head * 2 > work.count {
+                work.removeFirst(head)
+                head = 0
+            }
+            running += 1
+            pthread_mutex_unlock(mutex)
+            item()
+            pthread_mutex_lock(mutex)
+            running -= 1
+        }
+        pthread_mutex_unlock(mutex)
+    }
+}

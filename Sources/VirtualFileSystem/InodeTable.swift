@@ -1,0 +1,73 @@
+// Node numbers for provider items: stable for the life of a mount while the kernel holds them,
+// never reused within a mount, with lookup counts the kernel's `forget` pays back.
+
+import ProviderModel
+
+/// A pure table (guarded by ProviderFileSystem's lock) of the nodes the kernel knows.
+struct InodeTable {
+    struct Node {
+        var identifier: ItemIdentifier
+        var kind: ItemKind
+        var lookupCount: UInt64
+        var generation: UInt64
+        /// The content version the last open saw: the kernel's page cache holds that version.
+        var lastOpenedVersion: ContentVersion?
+    }
+
+    private(set) var nodes: [InodeNumber: Node] = [:]
+    private var byIdentifier: [ItemIdentifier: InodeNumber] = [:]
+    private var bindings: [ItemIdentifier: UInt64] = [:]
+    private var nextInode: UInt64 = 2
+
+    init() {
+        nodes[.root] = Node(identifier: .root, kind: .directory, lookupCount: 1, generation: 1)
+        byIdentifier[.root] = .root
+    }
+
+    subscript(_ inode: InodeNumber) -> Node? {
+        get { nodes[inode] }
+        set { nodes[inode] = newValue }
+    }
+
+    /// The node of `identifier`, made if needed. A node whose kind no longer matches is detached
+    /// and replaced, so the kernel never sees a file turn into a directory under one number.
+    /// `generation` counts how often the identifier was bound in this mount.
+    mutating func bind(_ identifier: ItemIdentifier, kind: ItemKind) -> (InodeNumber, UInt64) {
+        if let inode = byIdentifier[identifier], let node = nodes[inode] {
+            if node.kind == kind || identifier == .root { return (inode, node.generation) }
+            byIdentifier[identifier] = nil
+        }
+        let inode = InodeNumber(nextInode)
+        nextInode += 1
+        let generation = (bindings[identifier] ?? 0) + 1
+        bindings[identifier] = generation
+        nodes[inode] = Node(identifier: identifier, kind: kind, lookupCount: 0, generation: generation)
+        byIdentifier[identifier] = inode
+        return (inode, generation)
+    }
+
+    mutating func addLookup(_ inode: InodeNumber) {
+        nodes[inode]?.lookupCount += 1
+    }
+
+    /// The kernel dropped `count` references. A node with none left is forgotten (the root never).
+    mutating func forget(_ inode: InodeNumber, count: UInt64) {
+        guard inode != .root, var node = nodes[inode] else { return }
+        node.lookupCount -= min(count, node.lookupCount)
+        if node.lookupCount == 0 {
+            nodes[inode] = nil
+            if byIdentifier[node.identifier] == inode { byIdentifier[node.identifier] = nil }
+        } else {
+            nodes[inode] = node
+        }
+    }
+
+    /// The item is gone: its number is no longer handed out for the identifier (the node lives
+    /// until forgotten; its operations fail with ENOENT).
+    mutating func detach(_ identifier: ItemIdentifier) {
+        guard identifier != .root else { return }
+        byIdentifier[identifier] = nil
+    }
+
+    var count: Int { nodes.count }
+}

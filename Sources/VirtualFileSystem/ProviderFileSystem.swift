@@ -1,0 +1,518 @@
+// The provider mount's file system: provider items as nodes, placeholders until read, reads served
+// from the cache as the download brings the bytes. Read-only until writing lands (EROFS).
+//
+// Lock order: `ProviderFileSystem.state` is a leaf: never held while calling the cache, the claim
+// provider or a content entry.
+
+import Diagnostics
+public import ProviderCache
+import ProviderModel
+public import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Tunables of the file system (the cache has its own, in `cache`).
+public struct FileSystemOptions: Sendable {
+    public var cache = CacheOptions()
+    /// How long the kernel may cache attributes and entries.
+    public var attributeTimeout: Duration = .seconds(1)
+    public var entryTimeout: Duration = .seconds(1)
+    /// Ask the provider for an item's current version on every open (so an open never pins a
+    /// version the provider no longer has, unless the provider is unreachable).
+    public var revalidateOnOpen = true
+    /// Owner shown for every node (default: the mounting user).
+    public var uid: UInt32 = getuid()
+    public var gid: UInt32 = getgid()
+    public init() {}
+}
+
+/// `FileSystem` over a `ProviderCache`. See docs/SEMANTICS.md for what each operation promises.
+public final class ProviderFileSystem: FileSystem {
+    /// The cache (metadata, content, downloads) this file system serves from.
+    public let cache: ProviderCache
+    public let options: FileSystemOptions
+    let claims: any ReadClaimProvider
+    let logger = Logger(label: "providerfs.vfs")
+    private let state = Locked(State())
+
+    private struct OpenFile {
+        var inode: InodeNumber
+        var identifier: ItemIdentifier
+        var entry: ContentEntry
+        var claim: ReadClaimToken
+    }
+
+    private struct OpenDirectory {
+        var inode: InodeNumber
+        var identifier: ItemIdentifier
+        var snapshot: [DirectoryEntry]?
+    }
+
+    private struct State {
+        var inodes = InodeTable()
+        var files: [FileHandleID: OpenFile] = [:]
+        var directories: [FileHandleID: OpenDirectory] = [:]
+        var nextHandle: UInt64 = 1
+        mutating func allocateHandle() -> FileHandleID {
+            defer { nextHandle += 1 }
+            return FileHandleID(nextHandle)
+        }
+    }
+
+    /// A file system over `cache`; every open takes a read claim from `claims`.
+    public init(
+        cache: ProviderCache, options: FileSystemOptions = FileSystemOptions(),
+        claims: any ReadClaimProvider = NoReadClaims()
+    ) {
+        self.cache = cache
+        self.options = options
+        self.claims = claims
+    }
+
+    // MARK: Nodes
+
+    private func node(_ inode: InodeNumber) throws(FileSystemError) -> InodeTable.Node {
+        guard let node = state.withLock({ $0.inodes[inode] }) else {
+            throw FileSystemError(.notFound, "node \(inode) is not known (forgotten or never looked up)")
+        }
+        return node
+    }
+
+    /// The item behind a node, refreshed per the attribute TTL; a removed item detaches the node.
+    private func item(of node: InodeTable.Node, maximumAge: Duration?) async throws(FileSystemError) -> ProviderItem {
+        do throws(CacheError) {
+            let item = try await cache.item(node.identifier, maximumAge: maximumAge)
+            guard item.kind == node.kind || node.identifier == .root else {
+                throw CacheError(.notFound, "\(node.identifier) was replaced by a \(item.kind) on the provider")
+            }
+            return item
+        } catch {
+            if error.code == .notFound { state.withLock { $0.inodes.detach(node.identifier) } }
+            throw FileSystemError(error)
+        }
+    }
+
+    private func attributes(of item: ProviderItem, inode: InodeNumber) -> NodeAttributes {
+        let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
+        let type: NodeType
+        var blocks: Int64 = 0
+        switch item.kind {
+        case .directory: type = .directory
+        case .symbolicLink: type = .symbolicLink
+        case .file:
+            type = .regular
+            // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
+            if let status = cache.status(of: item.identifier) { blocks = (status.presentBytes + 511) / 512 }
+        }
+        // Read-only mount: no write bits, whatever the provider says.
+        let permissions = item.kind == .directory ? (item.permissions | 0o500) & 0o555 : item.permissions & 0o555
+        return NodeAttributes(
+            inode: inode, type: type, permissions: permissions, linkCount: item.kind == .directory ? 2 : 1,
+            uid: options.uid, gid: options.gid,
+            size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : item.size,
+            blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
+    }
+
+    private func entry(for item: ProviderItem) -> Entry {
+        let (inode, generation) = state.withLock { state -> (InodeNumber, UInt64) in
+            let (inode, generation) = state.inodes.bind(item.identifier, kind: item.kind)
+            state.inodes.addLookup(inode)
+            return (inode, generation)
+        }
+        return Entry(
+            attributes: attributes(of: item, inode: inode), generation: generation,
+            attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
+    }
+
+    /// The child named `name` (compared byte for byte, as POSIX does) of a directory item.
+    private func child(named name: String, of directory: ItemIdentifier) async throws(FileSystemError) -> ProviderItem {
+        guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
+        guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
+            throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
+        }
+        func find(_ children: [ProviderItem]) -> ProviderItem? {
+            children.first { $0.name.utf8.elementsEqual(name.utf8) }
+        }
+        do {
+            if let found = find(try await cache.children(of: directory, maximumAge: options.cache.directoryTTL)) {
+                return found
+            }
+            // A miss re-lists the directory (not more often than missRefreshInterval), so an item
+            // created on the provider is found without waiting for the listing TTL.
+            if let age = cache.listingAge(of: directory), age >= options.cache.missRefreshInterval,
+                let found = find(try await cache.children(of: directory, maximumAge: .zero))
+            {
+                return found
+            }
+        } catch {
+            throw FileSystemError(error)
+        }
+        throw FileSystemError(.notFound, "no item named '\(name)'")
+    }
+
+    public func lookup(
+        parent: InodeNumber, name: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        let parentNode = try node(parent)
+        guard parentNode.kind == .directory else {
+            throw FileSystemError(.notADirectory, "\(parentNode.identifier) is not a directory")
+        }
+        if name == "." || name == ".." {
+            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
+        }
+        let item = try await child(named: name, of: parentNode.identifier)
+        return entry(for: item)
+    }
+
+    public func forget(_ inode: InodeNumber, count: UInt64) {
+        state.withLock { $0.inodes.forget(inode, count: count) }
+    }
+
+    public func getAttributes(
+        _ inode: InodeNumber, context: RequestContext
+    ) async throws(FileSystemError) -> NodeAttributes {
+        let node = try node(inode)
+        let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+        return attributes(of: item, inode: inode)
+    }
+
+    public func setAttributes(
+        _ inode: InodeNumber, changes: AttributeChanges, handle: FileHandleID?, context: RequestContext
+    ) async throws(FileSystemError) -> NodeAttributes {
+        _ = try node(inode)
+        throw readOnly("setattr")
+    }
+
+    public func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String {
+        let node = try node(inode)
+        let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+        guard let target = item.symbolicLinkTarget else {
+            throw FileSystemError(.invalidArgument, "\(node.identifier) is not a symbolic link")
+        }
+        return target
+    }
+
+    // MARK: Directories
+
+    public func openDirectory(
+        _ inode: InodeNumber, context: RequestContext
+    ) async throws(FileSystemError) -> FileHandleID {
+        let node = try node(inode)
+        guard node.kind == .directory else {
+            throw FileSystemError(.notADirectory, "\(node.identifier) is not a directory")
+        }
+        return state.withLock { state in
+            let handle = state.allocateHandle()
+            state.directories[handle] = OpenDirectory(inode: inode, identifier: node.identifier, snapshot: nil)
+            return handle
+        }
+    }
+
+    public func readDirectory(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) async throws(FileSystemError) -> [DirectoryEntry] {
+        guard let open = state.withLock({ $0.directories[handle] }) else {
+            throw FileSystemError(.badHandle, "directory handle \(handle) is not open")
+        }
+        var snapshot = open.snapshot
+        // A listing is taken when reading starts (cookie 0) and kept for the handle, so cookies
+        // stay valid while the directory changes on the provider (rewinddir takes a new one).
+        if snapshot == nil || cookie == 0 {
+            let children: [ProviderItem]
+            do {
+                children = try await cache.children(of: open.identifier, maximumAge: options.cache.directoryTTL)
+            } catch {
+                throw FileSystemError(error)
+            }
+            let parentIdentifier = cache.cachedItem(open.identifier)?.parent ?? .root
+            let built = state.withLock { state -> [DirectoryEntry] in
+                let parentInode = state.inodes.bind(parentIdentifier, kind: .directory).0
+                var entries = [
+                    DirectoryEntry(name: ".", inode: open.inode, type: .directory, cookie: 1),
+                    DirectoryEntry(
+                        name: "..", inode: open.identifier == .root ? .root : parentInode, type: .directory, cookie: 2),
+                ]
+                for child in children {
+                    let inode = state.inodes.bind(child.identifier, kind: child.kind).0
+                    entries.append(
+                        DirectoryEntry(
+                            name: child.name, inode: inode, type: NodeType(child.kind),
+                            cookie: UInt64(entries.count + 1)))
+                }
+                state.directories[handle]?.snapshot = entries
+                return entries
+            }
+            snapshot = built
+        }
+        guard let snapshot, cookie < UInt64(snapshot.count) else { return [] }
+        return Array(snapshot[Int(cookie)..<min(snapshot.count, Int(cookie) + max(0, limit))])
+    }
+
+    public func releaseDirectory(_ inode: InodeNumber, handle: FileHandleID) {
+        _ = state.withLock { $0.directories.removeValue(forKey: handle) }
+    }
+
+    // MARK: Files
+
+    public func open(
+        _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
+    ) async throws(FileSystemError) -> OpenedFile {
+        let node = try node(inode)
+        if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
+        if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
+        let path = cache.path(of: node.identifier) ?? node.identifier.rawValue
+        let claim = try await claims.acquireReadClaim(
+            ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+        let entry: ContentEntry
+        let item: ProviderItem
+        do throws(FileSystemError) {
+            item = try await self.item(
+                of: node, maximumAge: options.revalidateOnOpen ? .zero : options.cache.attributeTTL)
+            guard item.kind == .file else {
+                throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+            }
+            do {
+                entry = try await cache.pinContent(of: item)
+            } catch {
+                throw FileSystemError(error)
+            }
+        } catch {
+            await claims.releaseReadClaim(claim)
+            throw error
+        }
+        let (handle, keepCache) = state.withLock { state -> (FileHandleID, Bool) in
+            let handle = state.allocateHandle()
+            state.files[handle] = OpenFile(inode: inode, identifier: node.identifier, entry: entry, claim: claim)
+            let keepCache = state.inodes[inode]?.lastOpenedVersion == item.contentVersion
+            state.inodes[inode]?.lastOpenedVersion = item.contentVersion
+            return (handle, keepCache)
+        }
+        return OpenedFile(handle: handle, keepCache: keepCache)
+    }
+
+    public func read(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
+    ) async throws(FileSystemError) -> ReadData {
+        guard let open = state.withLock({ $0.files[handle] }) else {
+            throw FileSystemError(.badHandle, "file handle \(handle) is not open")
+        }
+        guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
+        do {
+            return try await open.entry.read(offset: offset, count: count)
+        } catch {
+            throw FileSystemError(error)
+        }
+    }
+
+    public func write(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
+    ) async throws(FileSystemError) -> Int {
+        throw readOnly("write")
+    }
+
+    public func flush(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) async throws(FileSystemError)
+    {}
+
+    public func fsync(
+        _ inode: InodeNumber, handle: FileHandleID, dataOnly: Bool, context: RequestContext
+    ) async throws(FileSystemError) {}
+
+    public func release(_ inode: InodeNumber, handle: FileHandleID) async {
+        guard let open = state.withLock({ $0.files.removeValue(forKey: handle) }) else { return }
+        cache.unpin(open.entry)
+        await claims.releaseReadClaim(open.claim)
+    }
+
+    // MARK: Mutations (read-only for now)
+
+    private func readOnly(_ operation: String) -> FileSystemError {
+        FileSystemError(.readOnlyFileSystem, "\(operation): the provider mount is read-only")
+    }
+
+    public func create(
+        parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
+    ) async throws(FileSystemError) -> (Entry, OpenedFile) {
+        throw readOnly("create")
+    }
+
+    public func makeDirectory(
+        parent: InodeNumber, name: String, permissions: UInt16, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        throw readOnly("mkdir")
+    }
+
+    public func makeSymbolicLink(
+        parent: InodeNumber, name: String, target: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        throw readOnly("symlink")
+    }
+
+    public func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) {
+        throw readOnly("unlink")
+    }
+
+    public func removeDirectory(
+        parent: InodeNumber, name: String, context: RequestContext
+    ) async throws(FileSystemError) {
+        throw readOnly("rmdir")
+    }
+
+    public func rename(
+        parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
+        context: RequestContext
+    ) async throws(FileSystemError) {
+        throw readOnly("rename")
+    }
+
+    // MARK: Extended attributes
+
+    /// The xattr names ProviderFS answers (all in the `user.` namespace, so getfattr shows them).
+    public enum AttributeName {
+        public static let state = "user.providerfs.state"
+        public static let progress = "user.providerfs.progress"
+        public static let version = "user.providerfs.version"
+        public static let error = "user.providerfs.error"
+    }
+
+    private func status(of node: InodeTable.Node) throws(FileSystemError) -> ItemStatus {
+        guard let status = cache.status(of: node.identifier) else {
+            throw FileSystemError(.notFound, "\(node.identifier) is no longer on the provider")
+        }
+        return status
+    }
+
+    /// The value of one of our xattrs. The adapter implements the size query (size 0 → length)
+    /// and ERANGE (buffer too small) from the returned bytes.
+    public func getExtendedAttribute(
+        _ inode: InodeNumber, name: String, context: RequestContext
+    ) async throws(FileSystemError) -> [UInt8] {
+        let status = try status(of: try node(inode))
+        let value: String
+        switch name {
+        case AttributeName.state: value = status.state.rawValue
+        case AttributeName.progress: value = "\(status.presentBytes)/\(status.totalBytes)"
+        case AttributeName.version: value = status.version.rawValue
+        case AttributeName.error:
+            guard let error = status.lastError else { throw FileSystemError(.noAttribute, "no error recorded") }
+            value = Self.describe(error)
+        default:
+            throw FileSystemError(.noAttribute, "no attribute \(name)")
+        }
+        return Array(value.utf8)
+    }
+
+    /// "EIO: message", as `user.providerfs.error` and `providerfs status` show a recorded failure.
+    public static func describe(_ error: RecordedError) -> String {
+        "\(FileSystemError(CacheError(error.code, error.message)).errno.name): \(error.message)"
+    }
+
+    public func listExtendedAttributes(
+        _ inode: InodeNumber, context: RequestContext
+    ) async throws(FileSystemError) -> [String] {
+        let status = try status(of: try node(inode))
+        var names = [AttributeName.state, AttributeName.progress, AttributeName.version]
+        if status.lastError != nil { names.append(AttributeName.error) }
+        return names
+    }
+
+    public func setExtendedAttribute(
+        _ inode: InodeNumber, name: String, value: [UInt8], flags: Int32, context: RequestContext
+    ) async throws(FileSystemError) {
+        _ = try node(inode)
+        throw readOnly("setxattr")
+    }
+
+    public func removeExtendedAttribute(
+        _ inode: InodeNumber, name: String, context: RequestContext
+    ) async throws(FileSystemError) {
+        _ = try node(inode)
+        throw readOnly("removexattr")
+    }
+
+    // MARK: File system
+
+    /// Space figures of the cache directory's file system (where downloads land); file counts are
+    /// the items known.
+    public func statistics(context: RequestContext) async throws(FileSystemError) -> FileSystemStatistics {
+        var info = statvfs()
+        guard statvfs(cache.directory, &info) == 0 else {
+            throw FileSystemError(.io, "statvfs \(cache.directory): \(Errno.current.message)")
+        }
+        return FileSystemStatistics(
+            blockSize: UInt64(info.f_frsize), totalBlocks: UInt64(info.f_blocks), freeBlocks: UInt64(info.f_bfree),
+            availableBlocks: UInt64(info.f_bavail), totalFiles: UInt64(cache.itemCount), freeFiles: 0,
+            maximumNameLength: 255)
+    }
+
+    public func shutdown() async {
+        let open = state.withLock { state -> [OpenFile] in
+            let open = Array(state.files.values)
+            state.files = [:]
+            state.directories = [:]
+            return open
+        }
+        for file in open {
+            cache.unpin(file.entry)
+            await claims.releaseReadClaim(file.claim)
+        }
+        await cache.shutdown()
+    }
+
+    // MARK: Status (for the daemon and tests)
+
+    /// The state of the item at `path` (relative to the mount root; "" or "/" is the root),
+    /// walking the path with lookups that do not add kernel references.
+    public func status(ofPath path: String) async throws(FileSystemError) -> ItemStatus {
+        var current = ItemIdentifier.root
+        for component in path.split(separator: "/") where component != "." {
+            current = try await child(named: String(component), of: current).identifier
+        }
+        if current == .root {
+            _ = try await item(
+                of: InodeTable.Node(identifier: .root, kind: .directory, lookupCount: 0, generation: 0),
+                maximumAge: options.cache.attributeTTL)
+        }
+        guard let status = cache.status(of: current) else { throw FileSystemError(.notFound, "\(path) is gone") }
+        return status
+    }
+
+    /// Number of open file handles (tests).
+    public var openFileCount: Int { state.withLock { $0.files.count } }
+}
+
+extension NodeType {
+    init(_ kind: ItemKind) {
+        switch kind {
+        case .file: self = .regular
+        case .directory: self = .directory
+        case .symbolicLink: self = .symbolicLink
+        }
+    }
+}
+
+extension FileSystemError {
+    /// The file system's reading of a cache failure (docs/SEMANTICS.md, errno contract).
+    public init(_ error: CacheError) {
+        let code: Code
+        switch error.code {
+        case .notFound: code = .notFound
+        // Gone while a handle still needed bytes: the read fails as a failed download (EIO).
+        case .deletedRemotely: code = .downloadFailed
+        case .downloadFailed: code = .downloadFailed
+        case .timedOut: code = .timedOut
+        case .unreachable: code = .providerUnreachable
+        case .stale: code = .stale
+        case .wrongKind: code = .notADirectory
+        case .accessDenied: code = .accessDenied
+        case .noSpace: code = .noSpace
+        case .cancelled: code = .interrupted
+        case .invalidName: code = .invalidArgument
+        case .io: code = .io
+        }
+        self.init(code, error.message, cause: error)
+    }
+}
