@@ -143,6 +143,29 @@ public final class CoordinationDomain: Sendable {
         self.init(box: box) { _ throws(CoordinationError) in endpoint }
     }
 
+    /// A domain whose claims and presenters all go to the server at `socketPath` (no routing, no
+    /// on-demand start): e.g. a mount's embedded server, or a server a test started.
+    public convenience init(socketPath: String) {
+        let box = DelegateBox()
+        let link = Locked<ServerLink?>(nil)
+        self.init(box: box) { _ throws(CoordinationError) in
+            if let current = link.withLock({ $0 }), !current.isDead { return current }
+            let fresh: ServerLink
+            do { fresh = try ServerLink.connect(socketPath: socketPath, delegate: box) } catch {
+                throw CoordinationError(
+                    .serverUnavailable, "Cannot reach the coordination server at \(socketPath): \(error).")
+            }
+            return link.withLock { current in
+                if let existing = current, !existing.isDead {
+                    shutdown(fresh.fd, Int32(SHUT_RDWR))
+                    return existing
+                }
+                current = fresh
+                return fresh
+            }
+        }
+    }
+
     private convenience init(
         resolve: @escaping @Sendable (String) throws(CoordinationError) -> any CoordinationEndpoint
     ) {

@@ -375,6 +375,12 @@ final class MountTable: @unchecked Sendable {
     }
 }
 
+extension CoordinationServer {
+    /// The mount points of `fuse.providerfs` file systems in mountinfo text (as in
+    /// /proc/self/mountinfo): paths under them are routed to that mount's embedded server.
+    public static func providerMountPoints(mountInfo: String) -> [String] { MountTable.parse(mountInfo) }
+}
+
 /// Talking to a server without a domain: the claim dump for `providerfs claims`.
 public enum CoordinationClient {
     /// The dump of the server at `socketPath`; nil when no server is running there (none is started).
