@@ -285,12 +285,14 @@ public final class CoordinationServer: @unchecked Sendable {
         }
     }
 
+    /// Read buffer of the loop thread, reused for every read.
+    private var receiveBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+
     private func receive(_ session: ClientSession) {
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(session.fd, $0.baseAddress, $0.count) }
+            let count = receiveBuffer.withUnsafeMutableBytes { read(session.fd, $0.baseAddress, $0.count) }
             if count > 0 {
-                buffer.withUnsafeBytes { session.input.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                receiveBuffer.withUnsafeBytes { session.input.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
                 do {
                     while let payload = try session.input.next() {
                         let message = try WireMessage.decode(payload)
@@ -301,7 +303,7 @@ public final class CoordinationServer: @unchecked Sendable {
                     drop(session, reason: "Protocol error: \(error)")
                     return
                 }
-                if count < buffer.count { return }
+                if count < receiveBuffer.count { return }
                 continue
             }
             if count < 0 && errno == EINTR { continue }

@@ -159,12 +159,19 @@ final class EndpointRouter: @unchecked Sendable {
     weak var delegate: DelegateBox?
     private let links = Locked<[String: ServerLink]>([:])
     private let mounts = MountTable()
+    /// The environment is read once: building it is costlier than a whole claim round trip.
+    private let environment = currentEnvironment()
+    private let standaloneSocket: String
+
+    init() {
+        standaloneSocket = CoordinationServer.standaloneSocketPath(environment: environment)
+    }
 
     func endpoint(for path: String) throws(CoordinationError) -> any CoordinationEndpoint {
         let mountPoint = mounts.providerMount(containing: path)
         let socket =
-            mountPoint.map { CoordinationServer.socketPath(forMountPoint: $0) }
-            ?? CoordinationServer.standaloneSocketPath()
+            mountPoint.map { CoordinationServer.socketPath(forMountPoint: $0, environment: environment) }
+            ?? standaloneSocket
         if let link = links.withLock({ $0[socket] }), !link.isDead { return link }
         // Connect without holding the lock (it may take a server start); keep one link per socket.
         let link: ServerLink

@@ -225,7 +225,7 @@ public final class FileCoordinator: @unchecked Sendable {
             domain.release(ticket)
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
-        let urls = paths.map { URL(fileURLWithPath: $0) }
+        let urls = zip(paths, claimIntents).map { URL(fileURLWithPath: $0, isDirectory: $1.isDirectory) }
         return try await CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { try await body(urls) }
     }
 
@@ -281,7 +281,7 @@ public final class FileCoordinator: @unchecked Sendable {
 
     private static func update(_ intents: [FileAccessIntent], claimIntents: [ClaimIntent], paths: [String]) {
         for (index, intent) in intents.enumerated() where paths[index] != claimIntents[index].path {
-            intent.url = URL(fileURLWithPath: paths[index])
+            intent.url = URL(fileURLWithPath: paths[index], isDirectory: claimIntents[index].isDirectory)
         }
     }
 
@@ -295,7 +295,8 @@ public final class FileCoordinator: @unchecked Sendable {
             if !released { domain.release(ticket) }
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
-        var urls = paths.map { URL(fileURLWithPath: $0) }
+        // isDirectory given: URL(fileURLWithPath:) alone would stat the path again.
+        var urls = zip(paths, claimIntents).map { URL(fileURLWithPath: $0, isDirectory: $1.isDirectory) }
         var snapshots: [Snapshot] = []
         defer { for snapshot in snapshots { snapshot.remove() } }
         for (index, intent) in claimIntents.enumerated()
