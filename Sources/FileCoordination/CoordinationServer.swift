@@ -397,17 +397,21 @@ public final class CoordinationServer: @unchecked Sendable {
     /// Takes a claim for a process that reached the file through the mount. Granted claims held by
     /// that process or one of its ancestors do not block it: the coordinator never coordinates with
     /// itself (e.g. `providerfs coordinate --write F -- CMD`: CMD's own writes to F go through).
-    /// `completion` runs once, on an arbitrary thread.
+    /// `path` is the absolute path in the mount; it is only normalised lexically — this call makes
+    /// no file-system access, because the mount daemon must never call into its own mount. Pass
+    /// what the mount knows: `identity` (st_dev of the mount, the inode it reports), whether it is
+    /// a directory, and the enclosing package if any. `completion` runs once, on any thread.
     public func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32, deadline: Duration,
         completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
     ) {
         do {
-            let item = try ItemResolver.resolve(try ItemResolver.validatedPath(path))
+            let canonical = ItemResolver.lexicallyNormalized(try ItemResolver.validatedPath(path))
             let intent = ClaimIntent(
-                kind: kind, path: item.path, readingOptions: readingOptions, writingOptions: writingOptions,
-                identity: item.identity, isDirectory: item.isDirectory, packageRoot: item.packageRoot)
+                kind: kind, path: canonical, readingOptions: readingOptions, writingOptions: writingOptions,
+                identity: identity, isDirectory: isDirectory, packageRoot: packageRoot)
             mountOwner.submit(
                 intent, pid: pid, ancestry: processAncestry(of: pid), deadline: deadline.nanosecondCount,
                 completion: completion)
@@ -419,12 +423,13 @@ public final class CoordinationServer: @unchecked Sendable {
     /// Async form of `claim(_:kind:…:completion:)`.
     public func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32, deadline: Duration
     ) async throws(CoordinationError) -> KernelClaim {
         let result = await withCheckedContinuation { continuation in
             claim(
-                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, onBehalfOf: pid,
-                deadline: deadline
+                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, identity: identity,
+                isDirectory: isDirectory, packageRoot: packageRoot, onBehalfOf: pid, deadline: deadline
             ) { continuation.resume(returning: $0) }
         }
         return try result.get()

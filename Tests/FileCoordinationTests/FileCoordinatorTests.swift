@@ -445,6 +445,42 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(eventually { host.dump().claims.isEmpty })
     }
 
+    @Test func pathsAreMadeCanonical() throws {
+        let dir = try temporaryDirectory().resolvingSymlinksInPath().path
+        try FileManager.default.createDirectory(atPath: dir + "/real", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/alias", withDestinationPath: dir + "/real")
+        #expect(try ItemResolver.resolve(dir + "/./real//x/../y").path == dir + "/real/y")
+        #expect(try ItemResolver.resolve(dir + "/alias/y").path == dir + "/real/y", "parent symlinks resolved")
+        #expect(try ItemResolver.resolve(dir + "/alias").path == dir + "/alias", "the last component is kept")
+        #expect(try ItemResolver.resolve(dir + "/missing/deeper/z").path == dir + "/missing/deeper/z")
+        #expect(try ItemResolver.resolve(dir + "/real/...").path == dir + "/real/...")
+        #expect(try ItemResolver.resolve("/").path == "/")
+    }
+
+    @Test func rule46_presenterWithoutURLIsRegisteredAfterItsCoordinatorsAccess() throws {
+        final class LatePresenter: FilePresenter, @unchecked Sendable {
+            // Safe: `url` is only touched under `lock`.
+            private let lock = NSLock()
+            private var url: URL?
+            let presentedItemOperationQueue = OperationQueue()
+            var presentedItemURL: URL? {
+                get { lock.withLock { url } }
+                set { lock.withLock { url = newValue } }
+            }
+        }
+        let domain = self.domain
+        let presenter = LatePresenter()
+        domain.addFilePresenter(presenter)
+        #expect(host.dump().presenters.isEmpty, "nothing to register yet")
+        let file = try temporaryDirectory().appendingPathComponent("new")
+        try FileCoordinator(filePresenter: presenter, domain: domain).coordinate(writingItemAt: file) { url in
+            try Data().write(to: url)
+            presenter.presentedItemURL = url
+        }
+        #expect(host.dump().presenters.map(\.path) == [file.resolvingSymlinksInPath().path])
+        domain.removeFilePresenter(presenter)
+    }
+
     @Test func rule66_68_presenterRegistry() throws {
         let domain = self.domain
         let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-registry"))
