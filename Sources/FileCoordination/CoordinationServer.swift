@@ -352,6 +352,10 @@ public final class CoordinationServer: @unchecked Sendable {
         case .removePresenter(let local): host.removePresenter(PresenterID(owner: owner, local: local))
         case .reply(let messageID, let error): host.reply(messageID: messageID, error: error)
         case .itemMoved(let from, let to, let purpose): host.itemMoved(from: from, to: to, purpose: purpose)
+        case .versionChanged(let path, let change, let version, let versionName):
+            if let change = VersionChange(rawValue: change) {
+                host.versionChanged(path: path, change: change, version: version, versionName: versionName)
+            }
         case .dumpRequest(let requestID):
             session.send(.dump(requestID: requestID, json: CoordinationDump.make(host: host).json()))
         case .hello, .welcome, .granted, .failed, .deliver, .dump, .fatal:

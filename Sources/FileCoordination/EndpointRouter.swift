@@ -151,6 +151,9 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     func itemMoved(from: String, to: String, purpose: String) {
         send(.itemMoved(from: from, to: to, purpose: purpose))
     }
+    func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
+        send(.versionChanged(path: path, change: change.rawValue, version: version, versionName: versionName))
+    }
 }
 
 /// Routes paths to servers and keeps one connection per server.

@@ -260,6 +260,23 @@ public final class FileCoordinator: @unchecked Sendable {
         try domain.itemMoved(from: fromPath, to: toPath, purpose: purposeIdentifier)
     }
 
+    /// Announces, inside a coordinated write accessor, that a version of the item at `url` (stored
+    /// at `version.url`) was gained, lost or resolved. Presenters of the item and of containing
+    /// directories hear it, including this coordinator's own presenter (rule 27).
+    public func item(
+        at url: URL, didChangeVersion version: FileVersion, change: VersionChange
+    )
+        throws(CoordinationError)
+    {
+        guard !CoordinationContext.held.isEmpty else {
+            throw CoordinationError(
+                .invalidRequest, "Version changes must be announced inside a coordinated write accessor.")
+        }
+        let path = try ItemResolver.resolve(try ItemResolver.validatedPath(url)).path
+        let versionPath = try ItemResolver.validatedPath(version.url)
+        try domain.versionChanged(path: path, change: change, version: versionPath, versionName: version.name)
+    }
+
     // MARK: Internals
 
     private func track(_ ticket: CoordinationDomain.Ticket) {

@@ -481,6 +481,44 @@ func eventually(_ condition: () -> Bool) -> Bool {
         domain.removeFilePresenter(presenter)
     }
 
+    @Test func rule27_versionHooksAreCalledIncludingOnTheWritersPresenter() throws {
+        final class VersionPresenter: FilePresenter, @unchecked Sendable {
+            // Safe: `seen` is only touched under `lock`.
+            let presentedItemURL: URL?
+            let presentedItemOperationQueue = OperationQueue()
+            private let lock = NSLock()
+            private var seen: [String] = []
+            init(_ url: URL) { presentedItemURL = url }
+            var events: [String] { lock.withLock { seen } }
+            func presentedItemDidGain(_ version: FileVersion) { lock.withLock { seen.append("gain \(version.name)") } }
+            func presentedSubitem(at url: URL, didLose version: FileVersion) {
+                lock.withLock { seen.append("sublose \(url.lastPathComponent) \(version.name)") }
+            }
+        }
+        let domain = self.domain
+        let dir = try temporaryDirectory().resolvingSymlinksInPath()
+        let file = dir.appendingPathComponent("doc")
+        let own = VersionPresenter(file)
+        let parent = VersionPresenter(dir)
+        domain.addFilePresenter(own)
+        domain.addFilePresenter(parent)
+        defer {
+            domain.removeFilePresenter(own)
+            domain.removeFilePresenter(parent)
+        }
+        let coordinator = FileCoordinator(filePresenter: own, domain: domain)
+        let version = FileVersion(url: dir.appendingPathComponent(".v1"), name: "v1")
+        try coordinator.coordinate(writingItemAt: file) { url in
+            try coordinator.item(at: url, didChangeVersion: version, change: .gained)
+            try coordinator.item(at: url, didChangeVersion: version, change: .lost)
+        }
+        #expect(throws: CoordinationError.self) {
+            try coordinator.item(at: file, didChangeVersion: version, change: .gained)
+        }
+        #expect(eventually { own.events == ["gain v1"] })
+        #expect(eventually { parent.events == ["sublose doc v1"] })
+    }
+
     @Test func rule66_68_presenterRegistry() throws {
         let domain = self.domain
         let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-registry"))

@@ -42,6 +42,11 @@ let sampleMessages: [WireMessage] = [
         presenter: 1, messageID: 2, message: .subitemDidMove(from: "/a", to: "/b"), claim: ClaimID(owner: 1, local: 2)),
     .deliver(presenter: 1, messageID: 0, message: .accommodateSubitemDeletion(at: "/p/x"), claim: nil),
     .dump(requestID: 1, json: "{}"), .fatal(code: 9, message: "bye"),
+    .versionChanged(path: "/a", change: 2, version: "/v", versionName: "n"),
+    .deliver(
+        presenter: 1, messageID: 0,
+        message: .versionChanged(change: .lost, item: "/a", version: "/v", versionName: "n"),
+        claim: nil),
 ]
 
 func decodeFrame(_ frame: [UInt8]) throws -> WireMessage {
