@@ -36,6 +36,12 @@ let package = Package(
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
         // A small child process for cross-process coordination tests and benchmarks.
         .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
+        // SQLiteStore against raw SQLite, built -c release by Benchmarks/sqlite.sh (not run by tests).
+        .executableTarget(
+            name: "sqlite-bench", dependencies: ["SQLiteStore", "SystemSupport"], path: "Benchmarks/SQLiteBench"),
+        // Test-only: mounts an in-memory FileSystem through FUSEAdapter (mount tests of the adapter).
+        .executableTarget(
+            name: "fuse-fixture", dependencies: ["FUSEAdapter", "TestSupport", "VirtualFileSystem", "SystemSupport"]),
         // Test-only helpers (manual clock, seeded random, child processes, mounted file systems).
         .target(
             name: "TestSupport",
@@ -54,7 +60,9 @@ let package = Package(
         .testTarget(
             name: "ProviderFSCommandsTests", dependencies: ["ProviderFSCommands", "TestSupport", "providerfs"]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
-        .testTarget(name: "MountTests", dependencies: ["TestSupport", "providerfs"]),
+        .testTarget(
+            name: "MountTests",
+            dependencies: ["TestSupport", "SystemSupport", "FUSEAdapter", "providerfs", "fuse-fixture"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -2,6 +2,14 @@
 /// Add one line per command (one file per command beside this one).
 enum CommandRegistry {
     static let commands: [any CLICommand.Type] = [
-        VersionCommand.self
+        MountCommand.self,
+        UnmountCommand.self,
+        StatusCommand.self,
+        DownloadCommand.self,
+        CoordinateCommand.self,
+        PresentCommand.self,
+        ClaimsCommand.self,
+        CoordinatorCommand.self,
+        VersionCommand.self,
     ]
 }

@@ -22,6 +22,12 @@ public enum ProviderFSCLI {
         default:
             break
         }
+        if CommandRegistry.commands.allSatisfy({ $0.name != name }),
+            let translated = mountHelperArguments([name] + rest)
+        {
+            // Called by mount.fuse3 for `mount -t fuse.providerfs SOURCE MOUNTPOINT -o …`.
+            return await main([arguments.first ?? "providerfs"] + translated)
+        }
         guard let command = CommandRegistry.commands.first(where: { $0.name == name }) else {
             stdout.error("providerfs: unknown command '\(name)'. Run 'providerfs --help' for the list.")
             return ExitStatus.usage

@@ -1,0 +1,273 @@
+"""Benchmark driver: peers, mounts, interleaving, medians, the markdown table.
+
+Run through Benchmarks/run. Rows are in rows.py; peers here. Everything started is recorded in
+`Bench.cleanups` and undone in reverse order in a finally block (also on SIGINT/SIGTERM).
+"""
+import argparse, os, shutil, signal, statistics, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rows as row_definitions  # noqa: E402
+from rows import drop_caches  # noqa: E402
+
+
+class Interrupted(Exception):
+    pass
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def is_mounted(path):
+    path = os.path.realpath(os.path.dirname(path)) + "/" + os.path.basename(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+def wait_mounted(path, process=None, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if is_mounted(path):
+            # A FUSE mount answers once INIT is done: stat until it does.
+            try:
+                os.stat(path)
+                return
+            except OSError:
+                pass
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"mount process exited with {process.returncode}")
+        time.sleep(0.02)
+    raise RuntimeError(f"{path} did not mount within {timeout}s")
+
+
+def unmount(path):
+    if is_mounted(path):
+        subprocess.run(["fusermount3", "-u", path], check=False, stderr=subprocess.DEVNULL)
+    if is_mounted(path):
+        subprocess.run(["fusermount3", "-uz", path], check=False, stderr=subprocess.DEVNULL)
+
+
+class Peer:
+    """A way to see the source directory. `root` is where rows read; `remount()` makes it cold."""
+
+    name = "?"
+    cold_needs_remount = False
+
+    def __init__(self, bench):
+        self.bench = bench
+        self.root = None
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def remount(self):
+        self.stop()
+        self.start()
+
+
+class Native(Peer):
+    name = "native"
+
+    def start(self):
+        self.root = self.bench.source
+
+
+class FusePeer(Peer):
+    """A peer run as a child process that mounts at `self.root`."""
+
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.process = None
+        self.root = os.path.join(bench.work, self.name + "-mnt")
+        os.makedirs(self.root, exist_ok=True)
+
+    def command(self):
+        raise NotImplementedError
+
+    def start(self):
+        self.prepare()
+        self.process = subprocess.Popen(
+            self.command(), stdin=subprocess.DEVNULL, stdout=self.bench.peer_log, stderr=self.bench.peer_log,
+            start_new_session=True)
+        wait_mounted(self.root, self.process)
+
+    def prepare(self):
+        pass
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        self.process = None
+        unmount(self.root)
+
+
+class Bindfs(FusePeer):
+    name = "bindfs"
+
+    def command(self):
+        return ["bindfs", "-f", "--no-allow-other", self.bench.source, self.root]
+
+
+class Rclone(FusePeer):
+    name = "rclone"
+    cold_needs_remount = True
+
+    def prepare(self):
+        self.cache = os.path.join(self.bench.work, "rclone-cache")
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    def command(self):
+        return ["rclone", "mount", "--vfs-cache-mode", "full", "--cache-dir", self.cache, "--config", "/dev/null",
+                self.bench.source, self.root]
+
+
+class ProviderFS(FusePeer):
+    name = "providerfs"
+    cold_needs_remount = True
+
+    def prepare(self):
+        self.cache = os.path.join(self.bench.work, "providerfs-cache")
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    def command(self):
+        return [self.bench.providerfs, "mount", "--source", self.bench.source, self.root, "--cache", self.cache,
+                "--foreground"]
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.providerfs = args.providerfs
+        self.work = tempfile.mkdtemp(prefix="providerfs-bench-")
+        self.source = os.path.join(self.work, "source")
+        os.makedirs(self.source)
+        self.peer_log = open(os.path.join(self.work, "peers.log"), "ab")
+        self.can_drop_caches = drop_caches()
+        self.peers = []
+        self.notes = []
+
+    def add_peers(self):
+        self.peers.append(Native(self))
+        if shutil.which("bindfs"):
+            self.peers.append(Bindfs(self))
+        else:
+            self.notes.append("bindfs not installed (Scripts/install-deps --bench): column empty")
+        if shutil.which("rclone"):
+            self.peers.append(Rclone(self))
+        else:
+            self.notes.append("rclone not installed: column empty")
+        self.peers.append(ProviderFS(self))
+
+    def cleanup(self):
+        for peer in self.peers:
+            try:
+                peer.stop()
+            except Exception as error:  # keep cleaning the others
+                log(f"cleanup of {peer.name}: {error}")
+        self.peer_log.close()
+        if self.args.keep:
+            log(f"kept {self.work}")
+        else:
+            # Never delete through a mount that is still there.
+            if not any(is_mounted(os.path.join(self.work, p.name + "-mnt")) for p in self.peers):
+                shutil.rmtree(self.work, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="ProviderFS benchmarks")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations and shorter fio runs")
+    parser.add_argument("--rows", help="comma-separated row keys to run (default: all)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
+    parser.add_argument("--providerfs", required=True)
+    args = parser.parse_args()
+
+    def interrupt(signum, frame):
+        raise Interrupted(f"signal {signum}")
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+    bench = Bench(args)
+    try:
+        bench.add_peers()
+        rows = row_definitions.ROWS
+        if args.rows:
+            wanted = set(args.rows.split(","))
+            rows = [row for row in rows if row.key in wanted]
+        log(f"== data set in {bench.source}")
+        for row in rows:
+            row.create_data(bench)
+        subprocess.run(["sync"], check=False)
+        for peer in list(bench.peers):
+            try:
+                peer.start()
+            except Exception as error:
+                log(f"   {peer.name}: cannot start: {error} (see {bench.work}/peers.log)")
+                bench.notes.append(f"{peer.name} could not start: {error}")
+                peer.stop()
+                bench.peers.remove(peer)
+        iterations = 3 if bench.quick else 5
+        results = {}  # (row key, peer name) -> [values]
+        for row in rows:
+            log(f"== {row.title}")
+            for iteration in range(row.iterations(iterations)):
+                # Interleaved: every peer once per iteration, so drift hits all of them alike.
+                for peer in bench.peers:
+                    try:
+                        value = row.measure(bench, peer)
+                    except Exception as error:
+                        log(f"   {peer.name}: failed: {error}")
+                        value = None
+                    if value is not None:
+                        results.setdefault((row.key, peer.name), []).append(value)
+                        log(f"   {peer.name}: {row.format(value)}")
+        print_table(bench, rows, results)
+    except Interrupted as reason:
+        log(f"interrupted ({reason}); cleaning up")
+        return 130
+    finally:
+        bench.cleanup()
+    return 0
+
+
+def print_table(bench, rows, results):
+    names = [peer.name for peer in bench.peers]
+    others = [name for name in names if name != "providerfs"]
+    header = ["benchmark"] + names + [f"providerfs/{name}" for name in others] + ["target", "met"]
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        medians = {}
+        for name in names:
+            values = results.get((row.key, name))
+            medians[name] = statistics.median(values) if values else None
+        cells = [row.title]
+        cells += [row.format(medians[name]) if medians[name] is not None else "–" for name in names]
+        for name in others:
+            ours, theirs = medians.get("providerfs"), medians.get(name)
+            cells.append(row.ratio(ours, theirs))
+        target, met = row.target_check(medians)
+        cells += [target, met]
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print("Ratios are 'providerfs relative to the peer' with higher = better for ProviderFS "
+          "(throughput: ours/theirs; times: theirs/ours). Medians of "
+          f"{3 if bench.quick else 5} interleaved runs.")
+    if not bench.can_drop_caches:
+        print("NOTE: could not drop the page cache (not root): cold rows are not cold.")
+    for note in bench.notes:
+        print("NOTE: " + note)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+// The thin middle: decode a libfuse request, call the `FileSystem` from a Task, reply later.
+// No libfuse thread waits for the file system (DESIGN.md §3); errors become errno only through
+// `FileSystemError.errno`.
+
+import CFuse3
+import Diagnostics
+import SystemSupport
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Everything a callback needs, reached through the session's userdata pointer.
+final class Dispatcher: Sendable {
+    let fileSystem: any FileSystem
+    let pending = PendingReplies()
+    let options: FUSEMountOptions
+    let logger: Logger
+    /// Called once, from the INIT callback, when the kernel connection is established.
+    let onInitialized: @Sendable () -> Void
+
+    init(
+        fileSystem: any FileSystem, options: FUSEMountOptions, logger: Logger,
+        onInitialized: @escaping @Sendable () -> Void
+    ) {
+        self.fileSystem = fileSystem
+        self.options = options
+        self.logger = logger
+        self.onInitialized = onInitialized
+    }
+
+    static func from(_ request: fuse_req_t?) -> Dispatcher {
+        Unmanaged<Dispatcher>.fromOpaque(fuse_req_userdata(request)!).takeUnretainedValue()
+    }
+
+    static func context(_ request: fuse_req_t) -> RequestContext {
+        guard let context = fuse_req_ctx(request) else { return .kernel }
+        return RequestContext(threadID: context.pointee.pid, uid: context.pointee.uid, gid: context.pointee.gid)
+    }
+
+    /// Registers the request, runs `work` in a Task and answers with `reply` or with the error's
+    /// errno. `reply` returns libfuse's result, which is only logged (the kernel may have given up
+    /// on the request, e.g. the caller was killed).
+    func respond<T: Sendable>(
+        _ raw: fuse_req_t?, _ operation: StaticString,
+        work: @escaping @Sendable (any FileSystem, RequestContext) async throws(FileSystemError) -> T,
+        reply: @escaping @Sendable (fuse_req_t, T) -> Int32
+    ) {
+        guard let raw else { return }
+        let request = FUSERequest(raw: raw)
+        let context = Dispatcher.context(raw)
+        guard let id = pending.register(request) else {
+            _ = fuse_reply_err(raw, EIO)
+            return
+        }
+        // Registered before the task starts: once the task replied, `raw` may be freed.
+        fuse_req_interrupt_func(raw, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: id))
+        let fileSystem = self.fileSystem
+        let pending = self.pending
+        let logger = self.logger
+        let task = Task {
+            let outcome: Result<T, FileSystemError>
+            do throws(FileSystemError) {
+                outcome = .success(try await work(fileSystem, context))
+            } catch {
+                outcome = .failure(error)
+            }
+            pending.complete(id) { request in
+                switch outcome {
+                case .success(let value):
+                    let rc = reply(request.raw, value)
+                    if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
+                case .failure(let error):
+                    logger.debug("\(operation): \(error)")
+                    _ = fuse_reply_err(request.raw, error.errno.rawValue)
+                }
+            }
+        }
+        pending.attach(id, task: task)
+    }
+
+    /// Like `respond` for operations whose success is an empty reply.
+    func respondStatus(
+        _ raw: fuse_req_t?, _ operation: StaticString,
+        work: @escaping @Sendable (any FileSystem, RequestContext) async throws(FileSystemError) -> Void
+    ) {
+        respond(raw, operation, work: work) { request, _ in fuse_reply_err(request, 0) }
+    }
+}
+
+/// FUSE_INTERRUPT for a registered request: `data` carries the pending-reply id.
+private let interruptTrampoline: fuse_interrupt_func_t = { request, data in
+    Dispatcher.from(request).pending.interrupt(UInt(bitPattern: data))
+}
+
+// MARK: - Conversions between kernel structs and the FileSystem vocabulary
+
+extension Timestamp {
+    init(_ time: timespec) { self.init(seconds: Int64(time.tv_sec), nanoseconds: Int32(time.tv_nsec)) }
+    var timespecValue: timespec { timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)) }
+}
+
+extension Duration {
+    /// Seconds as libfuse wants them for timeouts.
+    var fuseSeconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}
+
+extension NodeType {
+    var modeBits: mode_t {
+        switch self {
+        case .regular: S_IFREG
+        case .directory: S_IFDIR
+        case .symbolicLink: S_IFLNK
+        }
+    }
+}
+
+extension NodeAttributes {
+    var statValue: stat {
+        var result = stat()
+        result.st_ino = ino_t(inode.rawValue)
+        result.st_mode = type.modeBits | mode_t(permissions & 0o7777)
+        result.st_nlink = nlink_t(linkCount)
+        result.st_uid = uid
+        result.st_gid = gid
+        result.st_size = off_t(size)
+        result.st_blocks = blkcnt_t(blocks)
+        result.st_blksize = blksize_t(blockSize)
+        result.st_atim = accessTime.timespecValue
+        result.st_mtim = modificationTime.timespecValue
+        result.st_ctim = changeTime.timespecValue
+        return result
+    }
+}
+
+extension Entry {
+    var entryParam: fuse_entry_param {
+        var result = fuse_entry_param()
+        result.ino = fuse_ino_t(inode.rawValue)
+        result.generation = generation
+        result.attr = attributes.statValue
+        result.attr_timeout = attributeTimeout.fuseSeconds
+        result.entry_timeout = entryTimeout.fuseSeconds
+        return result
+    }
+}
+
+extension FileSystemStatistics {
+    var statvfsValue: statvfs {
+        var result = statvfs()
+        result.f_bsize = UInt(blockSize)
+        result.f_frsize = UInt(blockSize)
+        result.f_blocks = fsblkcnt_t(totalBlocks)
+        result.f_bfree = fsblkcnt_t(freeBlocks)
+        result.f_bavail = fsblkcnt_t(availableBlocks)
+        result.f_files = fsfilcnt_t(totalFiles)
+        result.f_ffree = fsfilcnt_t(freeFiles)
+        result.f_favail = fsfilcnt_t(freeFiles)
+        result.f_namemax = UInt(maximumNameLength)
+        return result
+    }
+}
+
+/// Copies a C string argument (a name in a directory) into a Swift String. Names are bytes on
+/// Linux; invalid UTF-8 is repaired, which can only make such a name not match (ENOENT).
+@inline(__always) func decodeName(_ pointer: UnsafePointer<CChar>?) -> String {
+    guard let pointer else { return "" }
+    return String(cString: pointer)
+}

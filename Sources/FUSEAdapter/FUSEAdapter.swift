@@ -1,1 +1,0 @@
-// Module FUSEAdapter: see docs/ARCHITECTURE.md.

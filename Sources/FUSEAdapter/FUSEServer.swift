@@ -1,0 +1,254 @@
+// Session lifecycle: fuse_session_new → signal handlers → mount → multi-threaded loop → drain the
+// deferred replies → unmount → FileSystem.shutdown → destroy. Runs on a dedicated thread so the
+// Swift cooperative pool (2 threads on 2 cores) never loses a thread to the loop.
+
+import CFuse3
+import Diagnostics
+import Foundation
+import SystemSupport
+public import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How the kernel mount is set up.
+public struct FUSEMountOptions: Sendable {
+    /// Shown as the mount's source in mountinfo, `mount` and `df` (e.g. the provider's source).
+    public var fileSystemName: String
+    /// The type suffix: the mount shows as `fuse.<subtype>`.
+    public var subtype: String
+    /// Let other users (and root) in. Needs `user_allow_other` in /etc/fuse.conf for non-root.
+    public var allowOther: Bool
+    /// Mount read-only in the kernel (writes then fail with EROFS before reaching the daemon).
+    public var readOnly: Bool
+    /// Upper bound of libfuse worker threads (they never block: replies are deferred).
+    public var maxThreads: Int
+    /// How long the kernel may cache attributes returned by getattr/setattr.
+    public var attributeTimeout: Duration
+    /// When set, written to /sys/class/bdi/<dev>/read_ahead_kb after mounting (root only): 1 MiB
+    /// read requests instead of 128 KiB for buffered sequential reads (swift-fuse-notes §3).
+    public var readAheadKiB: Int?
+    /// libfuse's own request trace on stderr (`-d`).
+    public var debug: Bool
+    /// Further `-o` options passed to libfuse as they are.
+    public var extraOptions: [String]
+
+    /// The defaults documented in docs/SEMANTICS.md.
+    public init(
+        fileSystemName: String = "providerfs", subtype: String = "providerfs", allowOther: Bool = false,
+        readOnly: Bool = false, maxThreads: Int = 10, attributeTimeout: Duration = .seconds(1),
+        readAheadKiB: Int? = 1024, debug: Bool = false, extraOptions: [String] = []
+    ) {
+        self.fileSystemName = fileSystemName
+        self.subtype = subtype
+        self.allowOther = allowOther
+        self.readOnly = readOnly
+        self.maxThreads = maxThreads
+        self.attributeTimeout = attributeTimeout
+        self.readAheadKiB = readAheadKiB
+        self.debug = debug
+        self.extraOptions = extraOptions
+    }
+
+    /// The `-o` list given to `fuse_session_new`.
+    var optionString: String {
+        var options = [
+            "fsname=" + escapeOption(fileSystemName), "subtype=" + escapeOption(subtype), "default_permissions",
+        ]
+        if allowOther { options.append("allow_other") }
+        if readOnly { options.append("ro") }
+        options += extraOptions
+        return options.joined(separator: ",")
+    }
+}
+
+/// libfuse's option parser splits on commas; a literal comma is written `\,`.
+private func escapeOption(_ value: String) -> String {
+    value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+}
+
+/// Why a session could not be started. `description` is one sentence for the user.
+public struct FUSEServerError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// How a session ended.
+public struct FUSEExit: Sendable, Equatable {
+    /// The signal that ended it (SIGTERM, SIGINT, SIGHUP), or nil when it was unmounted.
+    public var signal: Int32?
+    /// Requests still unanswered when the loop ended; each got EIO.
+    public var abandonedRequests: Int
+}
+
+/// Serves one `FileSystem` at one mount point until it is unmounted or the process is signalled.
+///
+/// Only one server may run per process: the termination-signal handlers are process-wide.
+public final class FUSEServer: Sendable {
+    public let mountpoint: String
+    private let options: FUSEMountOptions
+    private let fileSystem: any FileSystem
+    private let logger = Logger(label: "fuse")
+    private let onReady: @Sendable () -> Void
+
+    /// `onReady` runs once, off the loop threads, after the kernel finished the INIT handshake.
+    public init(
+        fileSystem: any FileSystem, mountpoint: String, options: FUSEMountOptions = FUSEMountOptions(),
+        onReady: @escaping @Sendable () -> Void = {}
+    ) {
+        self.fileSystem = fileSystem
+        self.mountpoint = mountpoint
+        self.options = options
+        self.onReady = onReady
+    }
+
+    /// Mounts and serves on a dedicated thread; returns when the session has ended and is unmounted.
+    public func run() async throws(FUSEServerError) -> FUSEExit {
+        let result: Result<FUSEExit, FUSEServerError> = await withCheckedContinuation { continuation in
+            let thread = Thread { [self] in
+                do throws(FUSEServerError) {
+                    continuation.resume(returning: .success(try runOnCurrentThread()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+            thread.name = "fuse-loop"
+            thread.start()
+        }
+        return try result.get()
+    }
+
+    /// Mounts and serves on the calling thread (which must not be a Swift concurrency thread).
+    public func runOnCurrentThread() throws(FUSEServerError) -> FUSEExit {
+        let readAhead = options.readAheadKiB
+        let mountpoint = self.mountpoint
+        let logger = self.logger
+        let onReady = self.onReady
+        let dispatcher = Dispatcher(fileSystem: fileSystem, options: options, logger: logger) {
+            // INIT runs on a loop thread; what follows may take a moment, so it goes elsewhere.
+            Thread.detachNewThread {
+                if let readAhead { raiseReadAhead(mountpoint: mountpoint, kib: readAhead, logger: logger) }
+                onReady()
+            }
+        }
+
+        var arguments = ["providerfs", "-o", options.optionString]
+        if options.debug { arguments.append("-d") }
+        let argv = arguments.map { strdup($0) }
+        defer { argv.forEach { free($0) } }
+        var cArguments = argv + [nil]
+        var ops = Dispatcher.makeOperations()
+        let userdata = Unmanaged.passRetained(dispatcher).toOpaque()
+        defer { Unmanaged<Dispatcher>.fromOpaque(userdata).release() }
+
+        let session = cArguments.withUnsafeMutableBufferPointer { buffer -> OpaquePointer? in
+            var fuseArguments = cfuse_args_init(Int32(arguments.count), buffer.baseAddress)
+            defer { fuse_opt_free_args(&fuseArguments) }
+            return fuse_session_new(&fuseArguments, &ops, MemoryLayout<fuse_lowlevel_ops>.size, userdata)
+        }
+        guard let session else {
+            throw FUSEServerError("libfuse refused the mount options '\(options.optionString)'")
+        }
+        defer { fuse_session_destroy(session) }
+
+        installTerminationHandlers(session: session)
+        defer { removeTerminationHandlers() }
+
+        guard fuse_session_mount(session, mountpoint) == 0 else {
+            throw FUSEServerError(
+                "cannot mount at \(mountpoint): the kernel refused (see the log above; is /dev/fuse usable?)")
+        }
+        logger.info("mounted at \(mountpoint) with -o \(options.optionString)")
+
+        let config = fuse_loop_cfg_create()
+        defer { fuse_loop_cfg_destroy(config) }
+        fuse_loop_cfg_set_clone_fd(config, 0)
+        fuse_loop_cfg_set_max_threads(config, UInt32(max(1, options.maxThreads)))
+        signalReceived = 0
+        let loopResult = fuse_session_loop_mt(session, config)
+        let signal: Int32? = signalReceived != 0 ? signalReceived : (loopResult > 0 ? loopResult : nil)
+        logger.info("loop ended (\(signal.map { "signal \($0)" } ?? "unmounted, rc \(loopResult)"))")
+
+        // Answer what is left while the session is alive, then unmount, then let the file system
+        // flush with no request able to arrive.
+        let abandoned = dispatcher.pending.shutdown(error: EIO)
+        fuse_session_unmount(session)
+        let semaphore = DispatchSemaphore(value: 0)
+        let fileSystem = self.fileSystem
+        Task {
+            await fileSystem.shutdown()
+            semaphore.signal()
+        }
+        semaphore.wait()
+        return FUSEExit(signal: signal, abandonedRequests: abandoned)
+    }
+}
+
+/// Writes read_ahead_kb for the mount's backing device info. Failure only costs throughput.
+private func raiseReadAhead(mountpoint: String, kib: Int, logger: Logger) {
+    let canonical = mountPointPath(mountpoint)
+    guard let entry = MountTable.entry(at: canonical) else {
+        logger.warning("read_ahead_kb: \(canonical) not found in mountinfo")
+        return
+    }
+    let path = "/sys/class/bdi/\(entry.device)/read_ahead_kb"
+    let fd = open(path, O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else {
+        logger.info("read_ahead_kb: cannot open \(path): \(Errno.current.name) (kernel default kept)")
+        return
+    }
+    defer { close(fd) }
+    let text = Array("\(kib)\n".utf8)
+    if text.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) < 0 {
+        logger.info("read_ahead_kb: write \(path): \(Errno.current.name) (kernel default kept)")
+    } else {
+        logger.info("read_ahead_kb = \(kib) for \(entry.device)")
+    }
+}
+
+// MARK: - Termination signals
+
+// libfuse's own handlers only install over SIG_DFL (a background job inherits SIGINT ignored) and
+// rely on the loop thread being the one that receives the signal; in a Swift process any pool
+// thread may get it. These handlers mark the session as exiting and forward the signal to the loop
+// thread, whose interrupted sem_wait then sees the exit flag (swift-fuse-notes §4, pitfall 10).
+
+// Set before the handlers are installed and cleared after they are removed; read only by the
+// handler. A handler may only touch plain memory, which these are.
+nonisolated(unsafe) private var signalSession: OpaquePointer?
+nonisolated(unsafe) private var signalLoopThread = pthread_t()
+nonisolated(unsafe) private var signalReceived: Int32 = 0
+
+private let terminationSignals: [Int32] = [SIGINT, SIGTERM, SIGHUP]
+
+private let terminationHandler: @convention(c) (Int32) -> Void = { signal in
+    guard let session = signalSession else { return }
+    signalReceived = signal
+    fuse_session_exit(session)
+    if pthread_equal(pthread_self(), signalLoopThread) == 0 {
+        pthread_kill(signalLoopThread, signal)
+    }
+}
+
+private func installTerminationHandlers(session: OpaquePointer) {
+    signalSession = session
+    signalLoopThread = pthread_self()
+    var action = sigaction()
+    action.__sigaction_handler.sa_handler = terminationHandler
+    sigemptyset(&action.sa_mask)
+    action.sa_flags = 0  // no SA_RESTART: the loop's sem_wait must return EINTR
+    for signal in terminationSignals { sigaction(signal, &action, nil) }
+    Glibc.signal(SIGPIPE, SIG_IGN)
+    // A parent may have spawned us with these blocked (Foundation.Process from a pool thread).
+    var set = sigset_t()
+    sigemptyset(&set)
+    for signal in terminationSignals { sigaddset(&set, signal) }
+    pthread_sigmask(SIG_UNBLOCK, &set, nil)
+}
+
+private func removeTerminationHandlers() {
+    for signal in terminationSignals { Glibc.signal(signal, SIG_DFL) }
+    signalSession = nil
+}

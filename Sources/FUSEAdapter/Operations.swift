@@ -1,0 +1,339 @@
+// The `@convention(c)` trampoline table: one capture-free closure per FUSE low-level operation.
+// Each copies what it needs out of the request (`fi` is valid only during the callback), hands the
+// work to `Dispatcher.respond`, and returns at once.
+
+import CFuse3
+import SystemSupport
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Dispatcher {
+    // swift-format-ignore: FunctionBodyLength
+    static func makeOperations() -> fuse_lowlevel_ops {
+        var ops = fuse_lowlevel_ops()
+
+        ops.`init` = { userdata, connection in
+            let dispatcher = Unmanaged<Dispatcher>.fromOpaque(userdata!).takeUnretainedValue()
+            if let connection {
+                // Readers of one file may be served in parallel (the default, made explicit).
+                connection.pointee.want |= UInt32(FUSE_CAP_ASYNC_READ) & connection.pointee.capable
+                // Without async DIO an O_DIRECT read is a synchronous request in the caller's
+                // context, so a signal reaches us as FUSE_INTERRUPT (and cancels the work) instead
+                // of leaving the caller in uninterruptible sleep until the download ends.
+                connection.pointee.want &= ~UInt32(FUSE_CAP_ASYNC_DIO)
+            }
+            dispatcher.onInitialized()
+        }
+
+        ops.lookup = { request, parent, name in
+            let name = decodeName(name)
+            Dispatcher.from(request).respond(request, "lookup") { fs, context throws(FileSystemError) in
+                try await fs.lookup(parent: InodeNumber(parent), name: name, context: context)
+            } reply: { request, entry in
+                var param = entry.entryParam
+                return fuse_reply_entry(request, &param)
+            }
+        }
+
+        ops.forget = { request, inode, count in
+            Dispatcher.from(request).fileSystem.forget(InodeNumber(inode), count: count)
+            fuse_reply_none(request)
+        }
+
+        ops.forget_multi = { request, count, forgets in
+            let fileSystem = Dispatcher.from(request).fileSystem
+            if let forgets {
+                for index in 0..<count {
+                    fileSystem.forget(InodeNumber(forgets[index].ino), count: forgets[index].nlookup)
+                }
+            }
+            fuse_reply_none(request)
+        }
+
+        ops.getattr = { request, inode, _ in
+            let dispatcher = Dispatcher.from(request)
+            let timeout = dispatcher.options.attributeTimeout.fuseSeconds
+            dispatcher.respond(request, "getattr") { fs, context throws(FileSystemError) in
+                try await fs.getAttributes(InodeNumber(inode), context: context)
+            } reply: { request, attributes in
+                var value = attributes.statValue
+                return fuse_reply_attr(request, &value, timeout)
+            }
+        }
+
+        ops.setattr = { request, inode, attributes, toSet, fileInfo in
+            let dispatcher = Dispatcher.from(request)
+            let timeout = dispatcher.options.attributeTimeout.fuseSeconds
+            let changes = attributeChanges(attributes, toSet: toSet)
+            let handle = fileInfo.map { FileHandleID($0.pointee.fh) }
+            dispatcher.respond(request, "setattr") { fs, context throws(FileSystemError) in
+                try await fs.setAttributes(InodeNumber(inode), changes: changes, handle: handle, context: context)
+            } reply: { request, attributes in
+                var value = attributes.statValue
+                return fuse_reply_attr(request, &value, timeout)
+            }
+        }
+
+        ops.readlink = { request, inode in
+            Dispatcher.from(request).respond(request, "readlink") { fs, context throws(FileSystemError) in
+                try await fs.readLink(InodeNumber(inode), context: context)
+            } reply: { request, target in
+                fuse_reply_readlink(request, target)
+            }
+        }
+
+        ops.opendir = { request, inode, _ in
+            Dispatcher.from(request).respond(request, "opendir") { fs, context throws(FileSystemError) in
+                try await fs.openDirectory(InodeNumber(inode), context: context)
+            } reply: { request, handle in
+                var info = fuse_file_info()
+                info.fh = handle.rawValue
+                return fuse_reply_open(request, &info)
+            }
+        }
+
+        ops.readdir = { request, inode, size, offset, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            // A fuse_dirent is 24 bytes plus the name rounded up to 8: ask for about as many
+            // entries as can fit; the ones that do not fit are asked for again from their cookie.
+            let limit = max(1, size / 32)
+            Dispatcher.from(request).respond(request, "readdir") { fs, context throws(FileSystemError) in
+                try await fs.readDirectory(
+                    InodeNumber(inode), handle: handle, after: UInt64(offset), limit: limit, context: context)
+            } reply: { request, entries in
+                replyDirectory(request, entries, capacity: size)
+            }
+        }
+
+        ops.releasedir = { request, inode, fileInfo in
+            Dispatcher.from(request).fileSystem.releaseDirectory(
+                InodeNumber(inode), handle: FileHandleID(fileInfo!.pointee.fh))
+            fuse_reply_err(request, 0)
+        }
+
+        ops.open = { request, inode, fileInfo in
+            let flags = OpenFlags(rawValue: fileInfo!.pointee.flags)
+            Dispatcher.from(request).respond(request, "open") { fs, context throws(FileSystemError) in
+                try await fs.open(InodeNumber(inode), flags: flags, context: context)
+            } reply: { request, opened in
+                var info = replyInfo(for: opened)
+                return fuse_reply_open(request, &info)
+            }
+        }
+
+        ops.read = { request, inode, size, offset, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            Dispatcher.from(request).respond(request, "read") { fs, context throws(FileSystemError) in
+                try await fs.read(
+                    InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
+            } reply: { request, data in
+                data.buffer.withUnsafeBytes { bytes in
+                    fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), data.count)
+                }
+            }
+        }
+
+        ops.write = { request, inode, buffer, size, offset, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            let data = buffer.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            Dispatcher.from(request).respond(request, "write") { fs, context throws(FileSystemError) in
+                try await fs.write(
+                    InodeNumber(inode), handle: handle, offset: Int64(offset), data: data, context: context)
+            } reply: { request, written in
+                fuse_reply_write(request, written)
+            }
+        }
+
+        ops.flush = { request, inode, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            Dispatcher.from(request).respondStatus(request, "flush") { fs, context throws(FileSystemError) in
+                try await fs.flush(InodeNumber(inode), handle: handle, context: context)
+            }
+        }
+
+        ops.fsync = { request, inode, dataOnly, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            Dispatcher.from(request).respondStatus(request, "fsync") { fs, context throws(FileSystemError) in
+                try await fs.fsync(InodeNumber(inode), handle: handle, dataOnly: dataOnly != 0, context: context)
+            }
+        }
+
+        ops.release = { request, inode, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            Dispatcher.from(request).respondStatus(request, "release") { fs, _ throws(FileSystemError) in
+                await fs.release(InodeNumber(inode), handle: handle)
+            }
+        }
+
+        ops.create = { request, parent, name, mode, fileInfo in
+            let name = decodeName(name)
+            let flags = OpenFlags(rawValue: fileInfo!.pointee.flags)
+            Dispatcher.from(request).respond(request, "create") { fs, context throws(FileSystemError) in
+                try await fs.create(
+                    parent: InodeNumber(parent), name: name, permissions: UInt16(mode & 0o7777), flags: flags,
+                    context: context)
+            } reply: { request, created in
+                var param = created.0.entryParam
+                var info = replyInfo(for: created.1)
+                return fuse_reply_create(request, &param, &info)
+            }
+        }
+
+        ops.mkdir = { request, parent, name, mode in
+            let name = decodeName(name)
+            Dispatcher.from(request).respond(request, "mkdir") { fs, context throws(FileSystemError) in
+                try await fs.makeDirectory(
+                    parent: InodeNumber(parent), name: name, permissions: UInt16(mode & 0o7777), context: context)
+            } reply: { request, entry in
+                var param = entry.entryParam
+                return fuse_reply_entry(request, &param)
+            }
+        }
+
+        ops.symlink = { request, target, parent, name in
+            let target = decodeName(target)
+            let name = decodeName(name)
+            Dispatcher.from(request).respond(request, "symlink") { fs, context throws(FileSystemError) in
+                try await fs.makeSymbolicLink(parent: InodeNumber(parent), name: name, target: target, context: context)
+            } reply: { request, entry in
+                var param = entry.entryParam
+                return fuse_reply_entry(request, &param)
+            }
+        }
+
+        ops.unlink = { request, parent, name in
+            let name = decodeName(name)
+            Dispatcher.from(request).respondStatus(request, "unlink") { fs, context throws(FileSystemError) in
+                try await fs.unlink(parent: InodeNumber(parent), name: name, context: context)
+            }
+        }
+
+        ops.rmdir = { request, parent, name in
+            let name = decodeName(name)
+            Dispatcher.from(request).respondStatus(request, "rmdir") { fs, context throws(FileSystemError) in
+                try await fs.removeDirectory(parent: InodeNumber(parent), name: name, context: context)
+            }
+        }
+
+        ops.rename = { request, parent, name, newParent, newName, flags in
+            let name = decodeName(name)
+            let newName = decodeName(newName)
+            Dispatcher.from(request).respondStatus(request, "rename") { fs, context throws(FileSystemError) in
+                try await fs.rename(
+                    parent: InodeNumber(parent), name: name, newParent: InodeNumber(newParent), newName: newName,
+                    flags: UInt32(flags), context: context)
+            }
+        }
+
+        ops.getxattr = { request, inode, name, size in
+            let name = decodeName(name)
+            Dispatcher.from(request).respond(request, "getxattr") { fs, context throws(FileSystemError) in
+                try await fs.getExtendedAttribute(InodeNumber(inode), name: name, context: context)
+            } reply: { request, value in
+                replyXattr(request, value, capacity: size)
+            }
+        }
+
+        ops.listxattr = { request, inode, size in
+            Dispatcher.from(request).respond(request, "listxattr") { fs, context throws(FileSystemError) in
+                try await fs.listExtendedAttributes(InodeNumber(inode), context: context)
+            } reply: { request, names in
+                // The list is the names, each followed by a NUL byte.
+                var bytes: [UInt8] = []
+                for name in names { bytes += Array(name.utf8) + [0] }
+                return replyXattr(request, bytes, capacity: size)
+            }
+        }
+
+        ops.setxattr = { request, inode, name, value, size, flags in
+            let name = decodeName(name)
+            let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            Dispatcher.from(request).respondStatus(request, "setxattr") { fs, context throws(FileSystemError) in
+                try await fs.setExtendedAttribute(
+                    InodeNumber(inode), name: name, value: bytes, flags: flags, context: context)
+            }
+        }
+
+        ops.removexattr = { request, inode, name in
+            let name = decodeName(name)
+            Dispatcher.from(request).respondStatus(request, "removexattr") { fs, context throws(FileSystemError) in
+                try await fs.removeExtendedAttribute(InodeNumber(inode), name: name, context: context)
+            }
+        }
+
+        ops.statfs = { request, _ in
+            Dispatcher.from(request).respond(request, "statfs") { fs, context throws(FileSystemError) in
+                try await fs.statistics(context: context)
+            } reply: { request, statistics in
+                var value = statistics.statvfsValue
+                return fuse_reply_statfs(request, &value)
+            }
+        }
+
+        return ops
+    }
+}
+
+/// The reply side of `open`/`create`: a fresh `fuse_file_info` (the kernel's one is gone by now)
+/// carrying the handle and the page-cache policy.
+private func replyInfo(for opened: OpenedFile) -> fuse_file_info {
+    var info = fuse_file_info()
+    info.fh = opened.handle.rawValue
+    info.keep_cache = opened.keepCache ? 1 : 0
+    info.direct_io = opened.directIO ? 1 : 0
+    return info
+}
+
+/// The size-0 query convention of getxattr/listxattr: size 0 asks for the length; a buffer that
+/// is too small gets ERANGE.
+private func replyXattr(_ request: fuse_req_t, _ value: [UInt8], capacity: Int) -> Int32 {
+    if capacity == 0 { return fuse_reply_xattr(request, value.count) }
+    if value.count > capacity { return fuse_reply_err(request, ERANGE) }
+    return value.withUnsafeBytes { bytes in
+        fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), value.count)
+    }
+}
+
+/// Packs entries with `fuse_add_direntry` until the kernel's buffer is full.
+private func replyDirectory(_ request: fuse_req_t, _ entries: [DirectoryEntry], capacity: Int) -> Int32 {
+    let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(capacity, 1))
+    defer { buffer.deallocate() }
+    var used = 0
+    for entry in entries {
+        var attributes = stat()
+        attributes.st_ino = ino_t(entry.inode.rawValue)
+        attributes.st_mode = entry.type.modeBits
+        let needed = fuse_add_direntry(
+            request, buffer + used, capacity - used, entry.name, &attributes, off_t(Int64(bitPattern: entry.cookie)))
+        if needed > capacity - used { break }
+        used += needed
+    }
+    return fuse_reply_buf(request, buffer, used)
+}
+
+/// Decodes setattr's `to_set` bit mask. "Now" requests are resolved here with the wall clock.
+private func attributeChanges(_ attributes: UnsafeMutablePointer<stat>?, toSet: Int32) -> AttributeChanges {
+    guard let attributes = attributes?.pointee else { return AttributeChanges() }
+    var changes = AttributeChanges()
+    let bits = toSet
+    if bits & FUSE_SET_ATTR_SIZE != 0 { changes.size = Int64(attributes.st_size) }
+    if bits & FUSE_SET_ATTR_MODE != 0 { changes.permissions = UInt16(attributes.st_mode & 0o7777) }
+    if bits & FUSE_SET_ATTR_UID != 0 { changes.uid = attributes.st_uid }
+    if bits & FUSE_SET_ATTR_GID != 0 { changes.gid = attributes.st_gid }
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    if bits & FUSE_SET_ATTR_ATIME_NOW != 0 {
+        changes.accessTime = Timestamp(now)
+    } else if bits & FUSE_SET_ATTR_ATIME != 0 {
+        changes.accessTime = Timestamp(attributes.st_atim)
+    }
+    if bits & FUSE_SET_ATTR_MTIME_NOW != 0 {
+        changes.modificationTime = Timestamp(now)
+    } else if bits & FUSE_SET_ATTR_MTIME != 0 {
+        changes.modificationTime = Timestamp(attributes.st_mtim)
+    }
+    return changes
+}

@@ -1,0 +1,356 @@
+// `providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] …`
+//
+// Without --foreground the command starts the daemon (this same binary with --foreground) in its
+// own session, with stdin from /dev/null and stdout/stderr into a log file, so it never holds the
+// caller's terminal, pipe or CI step open; then waits on a readiness pipe until the daemon says
+// READY (mounted, INIT done, registry written) or ERROR <sentence>, and returns.
+
+import Diagnostics
+import FUSEAdapter
+import Foundation
+import SystemSupport
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct MountCommand: CLICommand {
+    static let name = "mount"
+    static let summary = "mount a provider (a directory, or the demo) as a FUSE file system"
+    static let usage = """
+        providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
+                         [--allow-other] [--ready-timeout DURATION]
+        """
+
+    /// Free space the cache directory needs before we mount (SQLite, range maps, first downloads).
+    static let minimumCacheSpace: Int64 = 64 << 20
+
+    struct Plan {
+        var source: String
+        var demo: Bool
+        var mountpoint: String
+        var cacheDirectory: String
+        var logFile: String
+        var allowOther: Bool
+    }
+
+    struct Output: Encodable {
+        var mountpoint: String
+        var source: String
+        var cacheDirectory: String
+        var logFile: String
+        var pid: Int32?
+    }
+
+    static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
+        let demo = try arguments.flag("--demo")
+        let sourceArgument = try arguments.option("--source")
+        let foreground = try arguments.flag("--foreground")
+        let cacheArgument = try arguments.option("--cache")
+        let logArgument = try arguments.option("--log")
+        let allowOther = try arguments.flag("--allow-other")
+        let readyTimeout = try arguments.duration("--ready-timeout") ?? .seconds(60)
+        // Internal: the write end of the readiness pipe, passed by the background parent.
+        let readyFD = try arguments.option("--ready-fd").map { text throws(UsageError) -> Int32 in
+            guard let fd = Int32(text), fd > 2 else { throw UsageError("providerfs mount: bad --ready-fd '\(text)'.") }
+            return fd
+        }
+        let mountpointArgument = try arguments.requiredPositional("MOUNTPOINT")
+        try arguments.finish()
+        guard demo != (sourceArgument != nil) else {
+            throw UsageError("providerfs mount: give exactly one of --demo or --source DIR.")
+        }
+
+        let reporter = ReadinessReporter(fd: readyFD)
+        do {
+            let plan = try prepare(
+                demo: demo, source: sourceArgument, mountpoint: mountpointArgument, cache: cacheArgument,
+                log: logArgument, allowOther: allowOther)
+            if foreground {
+                return try await serve(plan, reporter: reporter, io: io)
+            }
+            return try startDaemon(plan, timeout: readyTimeout, io: io)
+        } catch let failure as CommandFailure {
+            reporter.fail(failure.message)
+            throw failure
+        }
+    }
+
+    /// Resolves paths and checks everything that can be checked before mounting.
+    static func prepare(
+        demo: Bool, source: String?, mountpoint: String, cache: String?, log: String?, allowOther: Bool
+    ) throws -> Plan {
+        var sourcePath: String
+        if demo {
+            sourcePath = UserDirectories.demoSource
+            do { try DemoSource.ensure(at: sourcePath) } catch {
+                throw CommandFailure("cannot create the demo source in \(sourcePath): \(error)")
+            }
+        } else {
+            sourcePath = source!
+        }
+        var info = stat()
+        guard stat(sourcePath, &info) == 0 else {
+            throw CommandFailure("the source \(sourcePath) does not exist (\(Errno.current.message))")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw CommandFailure("the source \(sourcePath) is not a directory")
+        }
+        sourcePath = canonicalPath(sourcePath) ?? sourcePath
+
+        let mountpointPath = mountPointPath(mountpoint)
+        switch inspectMountPoint(mountpoint) {
+        case .usable: break
+        case .missing:
+            throw CommandFailure(
+                "the mount point \(mountpoint) does not exist; create it with 'mkdir -p \(mountpoint)'")
+        case .notADirectory:
+            throw CommandFailure("the mount point \(mountpoint) is not a directory")
+        case .notEmpty:
+            throw CommandFailure("the mount point \(mountpoint) is not empty; mount on an empty directory")
+        case .stale:
+            throw CommandFailure(staleMountAdvice(mountpoint))
+        case .mounted(let type):
+            throw CommandFailure(
+                "\(mountpoint) is already mounted (\(type)); unmount it first with 'providerfs unmount \(mountpoint)'")
+        case .inaccessible(let error):
+            throw CommandFailure("cannot use the mount point \(mountpoint): \(error.message)")
+        }
+        if sourcePath == mountpointPath || sourcePath.hasPrefix(mountpointPath + "/") {
+            throw CommandFailure("the source \(sourcePath) cannot be inside the mount point \(mountpointPath)")
+        }
+
+        let cacheDirectory = cache.map { mountPointPath($0) } ?? UserDirectories.defaultCache(forSource: sourcePath)
+        if cacheDirectory == mountpointPath || cacheDirectory.hasPrefix(mountpointPath + "/") {
+            throw CommandFailure("the cache directory \(cacheDirectory) cannot be inside the mount point")
+        }
+        do { try makeDirectories(cacheDirectory, mode: 0o700) } catch {
+            throw CommandFailure("cannot create the cache directory \(cacheDirectory): \(error.errno.message)")
+        }
+        var space = statvfs()
+        if statvfs(cacheDirectory, &space) == 0 {
+            let available = Int64(space.f_bavail) * Int64(space.f_frsize)
+            if available < minimumCacheSpace {
+                throw CommandFailure(
+                    "the cache directory \(cacheDirectory) is on a full disk (\(formatSize(available)) free, "
+                        + "\(formatSize(minimumCacheSpace)) needed); free some space or choose another with --cache DIR"
+                )
+            }
+        }
+        let logFile = log.map { mountPointPath($0) } ?? MountRegistry.logFile(for: mountpointPath)
+        return Plan(
+            source: sourcePath, demo: demo, mountpoint: mountpointPath, cacheDirectory: cacheDirectory,
+            logFile: logFile,
+            allowOther: allowOther)
+    }
+
+    // MARK: Foreground: the daemon itself
+
+    static func serve(_ plan: Plan, reporter: ReadinessReporter, io: CommandIO) async throws -> Int32 {
+        LoggingSystem.bootstrap(sink: FileDescriptorLogSink(fd: 2), level: logLevel())
+        let logger = Logger(label: "mount")
+        let fileSystem: any FileSystem
+        do {
+            fileSystem = try MountSource.makeFileSystem(source: plan.source, cacheDirectory: plan.cacheDirectory)
+        } catch {
+            throw CommandFailure("cannot open the provider: \(error.message)")
+        }
+        let options = FUSEMountOptions(
+            fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
+            allowOther: plan.allowOther)
+        let record = MountRecord(
+            pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,
+            mountpoint: plan.mountpoint,
+            source: plan.source, demo: plan.demo, cacheDirectory: plan.cacheDirectory, logFile: plan.logFile,
+            version: ProviderFSCLI.version, startedAt: Date())
+        let server = FUSEServer(fileSystem: fileSystem, mountpoint: plan.mountpoint, options: options) {
+            do { try MountRegistry.write(record) } catch {
+                logger.warning("cannot write the mount registry: \(error)")
+            }
+            logger.notice("ready: \(plan.source) mounted at \(plan.mountpoint), cache \(plan.cacheDirectory)")
+            reporter.ready()
+        }
+        defer { MountRegistry.remove(mountpoint: plan.mountpoint) }
+        do {
+            let end = try await server.run()
+            logger.notice(
+                "unmounted \(plan.mountpoint)"
+                    + (end.signal.map { " after signal \($0)" } ?? "")
+                    + (end.abandonedRequests > 0 ? "; \(end.abandonedRequests) pending requests answered EIO" : ""))
+            return ExitStatus.success
+        } catch {
+            throw CommandFailure(error.message)
+        }
+    }
+
+    static func logLevel() -> LogLevel {
+        switch currentEnvironment()["PROVIDERFS_LOG_LEVEL"] {
+        case "trace": .trace
+        case "debug": .debug
+        case "warning": .warning
+        default: .info
+        }
+    }
+
+    // MARK: Background: start the daemon and wait until it is ready
+
+    static func startDaemon(_ plan: Plan, timeout: Duration, io: CommandIO) throws -> Int32 {
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { throw CommandFailure("cannot create a pipe: \(Errno.current.message)") }
+        let (readEnd, writeEnd) = (fds[0], fds[1])
+        // pipe2 is hidden from Swift; nothing else spawns in this process, so setting close-on-exec
+        // right after pipe() cannot leak the ends into another child.
+        _ = fcntl(readEnd, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(writeEnd, F_SETFD, FD_CLOEXEC)
+        defer { close(readEnd) }
+        let logDirectory = String(plan.logFile[..<(plan.logFile.lastIndex(of: "/") ?? plan.logFile.endIndex)])
+        if !logDirectory.isEmpty { try? makeDirectories(logDirectory, mode: 0o700) }
+
+        let executable = canonicalPath("/proc/self/exe") ?? CommandLine.arguments[0]
+        var arguments = [
+            executable, "mount", plan.demo ? "--demo" : "--source=\(plan.source)", "--cache=\(plan.cacheDirectory)",
+            "--log=\(plan.logFile)", "--foreground", "--ready-fd=3", plan.mountpoint,
+        ]
+        if plan.demo { arguments.removeAll { $0 == "--source=\(plan.source)" } }
+        if plan.allowOther { arguments.append("--allow-other") }
+
+        let pid: pid_t
+        do {
+            pid = try spawnDetached(arguments, logFile: plan.logFile, readyFD: writeEnd)
+        } catch {
+            close(writeEnd)
+            throw error
+        }
+        close(writeEnd)
+
+        switch waitForReadiness(readEnd, timeout: timeout) {
+        case .ready:
+            if io.json {
+                io.emit(
+                    Output(
+                        mountpoint: plan.mountpoint, source: plan.source, cacheDirectory: plan.cacheDirectory,
+                        logFile: plan.logFile, pid: pid))
+            } else {
+                io.line(
+                    "Mounted \(plan.demo ? "the demo provider" : plan.source) at \(plan.mountpoint) (daemon pid \(pid))."
+                )
+                io.line("Try:")
+                io.line(
+                    "  ls -l \(plan.mountpoint)                      # placeholders: real sizes, nothing downloaded")
+                io.line("  providerfs status \(plan.mountpoint)/<file>    # state, progress, version, last error")
+                io.line("  cat \(plan.mountpoint)/<file>                  # downloads only what is read")
+                io.line("  providerfs download \(plan.mountpoint)/<file>  # materializes with a progress bar")
+                io.line("Log: \(plan.logFile)")
+                io.line("Unmount: providerfs unmount \(plan.mountpoint)")
+            }
+            return ExitStatus.success
+        case .failed(let message):
+            reap(pid)
+            throw CommandFailure(message)
+        case .exitedSilently:
+            reap(pid)
+            throw CommandFailure(
+                "the daemon exited before the mount was ready; see \(plan.logFile):\n\(tail(plan.logFile))")
+        case .timedOut:
+            // Do not leave a half-started daemon behind: stop it and clean up the mount.
+            kill(pid, SIGTERM)
+            reap(pid, wait: .seconds(5))
+            if MountTable.entry(at: plan.mountpoint) != nil { _ = runHelper(fusermountPath, ["-uz", plan.mountpoint]) }
+            MountRegistry.remove(mountpoint: plan.mountpoint)
+            throw CommandFailure("the mount was not ready within \(timeout.humanReadable); see \(plan.logFile)")
+        }
+    }
+
+    enum Readiness { case ready, failed(String), exitedSilently, timedOut }
+
+    static func waitForReadiness(_ fd: Int32, timeout: Duration) -> Readiness {
+        let deadline = ContinuousClock.now + timeout
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let remaining = deadline - ContinuousClock.now
+            guard remaining > .zero else { return .timedOut }
+            var pollFD = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let milliseconds = Int32(min(remaining.seconds * 1000, 1000))
+            let rc = poll(&pollFD, 1, max(milliseconds, 1))
+            if rc < 0 && errno == EINTR { continue }
+            if rc == 0 { continue }
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            received += buffer[0..<count]
+            if received.contains(UInt8(ascii: "\n")) { break }
+        }
+        let text = String(decoding: received, as: UTF8.self)
+        if text.hasPrefix("READY") { return .ready }
+        if text.hasPrefix("ERROR ") {
+            return .failed(String(text.dropFirst(6)).trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        return .exitedSilently
+    }
+
+    /// posix_spawn in a new session (setsid), stdin from /dev/null, stdout+stderr appended to the
+    /// log, the readiness pipe as fd 3, an empty signal mask and default dispositions.
+    static func spawnDetached(_ arguments: [String], logFile: String, readyFD: Int32) throws -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, logFile, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        posix_spawn_file_actions_adddup2(&actions, readyFD, 3)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        // POSIX_SPAWN_SETSID (0x80, glibc ≥ 2.26) is a GNU extension Swift's Glibc module hides.
+        let setsid: Int32 = 0x80
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | setsid))
+
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ)
+        guard rc == 0 else { throw CommandFailure("cannot start the daemon: \(Errno(rc).message)") }
+        return pid
+    }
+
+    /// Collects an exited daemon child so it does not linger as a zombie of this process.
+    static func reap(_ pid: pid_t, wait: Duration = .seconds(2)) {
+        let deadline = ContinuousClock.now + wait
+        var status: Int32 = 0
+        while ContinuousClock.now < deadline {
+            if waitpid(pid, &status, WNOHANG) != 0 { return }
+            usleep(20_000)
+        }
+    }
+
+    static func tail(_ path: String, lines: Int = 10) -> String {
+        let text = readTextFile(path) ?? ""
+        return text.split(separator: "\n").suffix(lines).joined(separator: "\n")
+    }
+}
+
+/// The daemon's side of the readiness handshake (a no-op without --ready-fd).
+struct ReadinessReporter: Sendable {
+    let fd: Int32?
+
+    func ready() { send("READY\n") }
+
+    func fail(_ message: String) { send("ERROR \(message)\n") }
+
+    private func send(_ text: String) {
+        guard let fd else { return }
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+    }
+}

@@ -1,0 +1,45 @@
+// The mount-helper calling convention: `mount -t fuse.providerfs SOURCE MOUNTPOINT -o OPTS` (and an
+// /etc/fstab line) makes mount(8) run /sbin/mount.fuse3, which runs `providerfs SOURCE MOUNTPOINT
+// -o OPTS` found on PATH. This turns that form into `providerfs mount …`.
+
+/// Translates mount-helper arguments into `mount` command arguments, or nil when `arguments` is
+/// not in that form (then the CLI reports an unknown command as usual).
+///
+/// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
+/// `log=FILE`, `allow_other`; `-f` runs in the foreground. Generic mount options (rw, ro,
+/// defaults, noauto, nofail, _netdev, user, x-systemd.*, …) are mount(8)'s business and ignored.
+func mountHelperArguments(_ arguments: [String]) -> [String]? {
+    guard let source = arguments.first, source == "demo" || source.hasPrefix("/") else { return nil }
+    var rest = Array(arguments.dropFirst())
+    guard let mountpoint = rest.first, !mountpoint.hasPrefix("-") else { return nil }
+    rest.removeFirst()
+    var result = ["mount", source == "demo" ? "--demo" : "--source=\(source)"]
+    var options: [String] = []
+    while !rest.isEmpty {
+        let argument = rest.removeFirst()
+        switch argument {
+        case "-o":
+            guard !rest.isEmpty else { return nil }
+            options += rest.removeFirst().split(separator: ",").map(String.init)
+        case "-f": result.append("--foreground")
+        case "-s", "-n", "-v", "-d": continue  // single-threaded/no-mtab/verbose/debug: not ours
+        default:
+            if argument.hasPrefix("-o") {
+                options += argument.dropFirst(2).split(separator: ",").map(String.init)
+            } else {
+                return nil
+            }
+        }
+    }
+    for option in options {
+        if option.hasPrefix("cache=") {
+            result.append("--cache=" + option.dropFirst("cache=".count))
+        } else if option.hasPrefix("log=") {
+            result.append("--log=" + option.dropFirst("log=".count))
+        } else if option == "allow_other" {
+            result.append("--allow-other")
+        }
+    }
+    result.append(mountpoint)
+    return result
+}

@@ -1,0 +1,200 @@
+// What mount, unmount, status and download share: user directories, the mount registry, mount
+// point checks (stale, busy, not empty…), and process helpers.
+
+import Foundation
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// XDG base directories (with the spec's fallbacks under $HOME).
+enum UserDirectories {
+    static func home(_ environment: [String: String] = currentEnvironment()) -> String {
+        if let home = environment["HOME"], !home.isEmpty { return home }
+        if let entry = getpwuid(getuid()), let directory = entry.pointee.pw_dir { return String(cString: directory) }
+        return "/tmp"
+    }
+
+    /// `$XDG_CACHE_HOME` or `~/.cache`.
+    static func cacheHome(_ environment: [String: String] = currentEnvironment()) -> String {
+        environment["XDG_CACHE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? home(environment) + "/.cache"
+    }
+
+    /// `$XDG_DATA_HOME` or `~/.local/share`.
+    static func dataHome(_ environment: [String: String] = currentEnvironment()) -> String {
+        environment["XDG_DATA_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? home(environment) + "/.local/share"
+    }
+
+    /// Where `--demo` keeps its source: `$XDG_DATA_HOME/providerfs/demo`.
+    static var demoSource: String { dataHome() + "/providerfs/demo" }
+
+    /// The default cache directory of a source: `$XDG_CACHE_HOME/providerfs/<name>-<hash of source>`.
+    static func defaultCache(forSource source: String) -> String {
+        let name = source.split(separator: "/").last.map(String.init) ?? "root"
+        let safe = String(name.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" ? $0 : "_" }.prefix(40))
+        return cacheHome() + "/providerfs/\(safe)-\(fnv1a(source))"
+    }
+}
+
+/// FNV-1a 64-bit of the UTF-8 bytes, as 16 hex digits: stable names for paths.
+func fnv1a(_ text: String) -> String {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in text.utf8 {
+        hash ^= UInt64(byte)
+        hash = hash &* 0x100_0000_01b3
+    }
+    let hex = String(hash, radix: 16)
+    return String(repeating: "0", count: 16 - hex.count) + hex
+}
+
+/// One running (or crashed) mount, as the daemon recorded it.
+struct MountRecord: Codable, Equatable {
+    var pid: Int32
+    /// Field 22 of /proc/<pid>/stat: tells a reused pid from our daemon.
+    var processStartTime: UInt64
+    var mountpoint: String
+    var source: String
+    var demo: Bool
+    var cacheDirectory: String
+    var logFile: String
+    var version: String
+    var startedAt: Date
+}
+
+/// One JSON file per mount under `<runtime dir>/mounts/`, written by the daemon once it is ready
+/// and removed when it exits (or by `providerfs unmount` after a crash).
+enum MountRegistry {
+    static var directory: String { RuntimeDirectory.path() + "/mounts" }
+
+    static func file(for mountpoint: String) -> String { directory + "/\(fnv1a(mountpoint)).json" }
+
+    /// The log file a daemon for `mountpoint` writes to.
+    static func logFile(for mountpoint: String) -> String { directory + "/\(fnv1a(mountpoint)).log" }
+
+    static func ensureDirectory() throws {
+        _ = try RuntimeDirectory.ensure()
+        try makeDirectories(directory, mode: 0o700)
+    }
+
+    static func write(_ record: MountRecord) throws {
+        try ensureDirectory()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        let path = file(for: record.mountpoint)
+        // Write then rename: a reader never sees half a record.
+        try encoder.encode(record).write(to: URL(fileURLWithPath: path + ".tmp"))
+        guard rename(path + ".tmp", path) == 0 else { throw SystemCallError("rename \(path)") }
+    }
+
+    static func remove(mountpoint: String) {
+        unlink(file(for: mountpoint))
+    }
+
+    static func record(for mountpoint: String) -> MountRecord? {
+        read(file(for: mountpoint))
+    }
+
+    static func all() -> [MountRecord] {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
+        return names.filter { $0.hasSuffix(".json") }.sorted().compactMap { read(directory + "/" + $0) }
+    }
+
+    private static func read(_ path: String) -> MountRecord? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return try? decoder.decode(MountRecord.self, from: data)
+    }
+}
+
+/// Process helpers over /proc.
+enum ProcessInfoReader {
+    /// Field 22 (starttime, clock ticks since boot) of /proc/<pid>/stat, or nil if no such process.
+    static func startTime(of pid: Int32) -> UInt64? {
+        guard let text = readTextFile("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
+        // Fields after the command name (which may contain spaces) start at field 3.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 19 else { return nil }
+        return UInt64(fields[19])
+    }
+
+    /// True while the recorded daemon process exists (same pid and same start time) and is not a zombie.
+    static func isAlive(_ record: MountRecord) -> Bool {
+        guard startTime(of: record.pid) == record.processStartTime else { return false }
+        guard let text = readTextFile("/proc/\(record.pid)/stat"), let close = text.lastIndex(of: ")") else {
+            return false
+        }
+        return !text[text.index(after: close)...].hasPrefix(" Z")
+    }
+}
+
+/// What state a mount point is in, checked without hanging on a dead FUSE connection.
+enum MountPointState: Equatable {
+    case missing
+    case notADirectory
+    /// stat fails with ENOTCONN: a FUSE mount whose daemon is gone.
+    case stale
+    case mounted(type: String)
+    case notEmpty
+    case usable
+    case inaccessible(Errno)
+}
+
+func inspectMountPoint(_ path: String) -> MountPointState {
+    var info = stat()
+    if stat(path, &info) != 0 {
+        switch Errno.current {
+        case .notConnected: return .stale
+        case .noSuchFileOrDirectory: return .missing
+        case let error:
+            if error == Errno(ECONNABORTED) { return .stale }
+            return .inaccessible(error)
+        }
+    }
+    if let entry = MountTable.entry(at: mountPointPath(path)) { return .mounted(type: entry.fileSystemType) }
+    guard info.st_mode & S_IFMT == S_IFDIR else { return .notADirectory }
+    guard let stream = opendir(path) else { return .inaccessible(.current) }
+    defer { closedir(stream) }
+    while let entry = readdir(stream) {
+        let first = entry.pointee.d_name.0
+        let second = entry.pointee.d_name.1
+        let third = entry.pointee.d_name.2
+        let isDot = first == 0x2e && (second == 0 || (second == 0x2e && third == 0))
+        if !isDot { return .notEmpty }
+    }
+    return .usable
+}
+
+/// The one sentence telling the user how to clean a stale mount.
+func staleMountAdvice(_ mountpoint: String) -> String {
+    "\(mountpoint) is a stale ProviderFS mount (its daemon is gone: 'Transport endpoint is not connected'); "
+        + "clean it with 'providerfs unmount \(mountpoint)' (or 'fusermount3 -uz \(mountpoint)')"
+}
+
+/// Runs a helper program to completion and returns its status and stderr.
+func runHelper(_ executable: String, _ arguments: [String]) -> (status: Int32, error: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let errorPipe = Pipe()
+    process.standardError = errorPipe
+    process.standardOutput = FileHandle.nullDevice
+    process.standardInput = FileHandle.nullDevice
+    do { try process.run() } catch { return (127, "cannot run \(executable): \(error)") }
+    let data = errorPipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (
+        process.terminationStatus, String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    )
+}
+
+/// `fusermount3` on PATH or at its Debian location.
+var fusermountPath: String {
+    for candidate in ["/usr/bin/fusermount3", "/bin/fusermount3", "/usr/local/bin/fusermount3"]
+    where access(candidate, X_OK) == 0 {
+        return candidate
+    }
+    return "fusermount3"
+}

@@ -1,0 +1,115 @@
+// `providerfs status [PATH] [--json]`: with PATH, the item's state read from its xattrs (what
+// getfattr shows); without, the mounts this user runs (pid, source, cache, log).
+
+import FUSEAdapter
+import Foundation
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct StatusCommand: CLICommand {
+    static let name = "status"
+    static let summary = "show an item's state, progress, version and last error, or list the mounts"
+    static let usage = "providerfs status [PATH] [--json]"
+
+    static let attributes = ["state", "progress", "version", "error"]
+
+    struct ItemStatus: Encodable {
+        var path: String
+        var state: String?
+        var progress: String?
+        var version: String?
+        var error: String?
+    }
+
+    struct MountStatus: Encodable {
+        var mountpoint: String
+        var state: String
+        var pid: Int32
+        var source: String
+        var demo: Bool
+        var cacheDirectory: String
+        var logFile: String
+        var version: String
+        var startedAt: Date
+    }
+
+    static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
+        let path = arguments.positional()
+        try arguments.finish()
+        if let path { return try item(path, io: io) }
+        return mounts(io: io)
+    }
+
+    static func item(_ path: String, io: CommandIO) throws -> Int32 {
+        var info = stat()
+        if stat(path, &info) != 0 {
+            if Errno.current == .notConnected { throw CommandFailure(staleMountAdvice(mountPointPath(path))) }
+            throw CommandFailure("\(path): \(Errno.current.message)")
+        }
+        guard MountTable.containing(path)?.fileSystemType == "fuse.providerfs" else {
+            throw CommandFailure("\(path) is not inside a ProviderFS mount")
+        }
+        var status = ItemStatus(path: path)
+        for name in attributes {
+            switch ExtendedAttributes.value("user.providerfs." + name, of: path) {
+            case .success(let bytes):
+                let value = String(decoding: bytes, as: UTF8.self)
+                switch name {
+                case "state": status.state = value
+                case "progress": status.progress = value
+                case "version": status.version = value
+                default: status.error = value.isEmpty ? nil : value
+                }
+            case .failure(let error) where error == .noData || error == .notSupported:
+                continue
+            case .failure(let error):
+                throw CommandFailure("\(path): cannot read user.providerfs.\(name): \(error.message)")
+            }
+        }
+        if io.json {
+            io.emit(status)
+        } else {
+            io.line(path)
+            io.line("  state:    \(status.state ?? "-")")
+            io.line("  progress: \(status.progress ?? "-")")
+            io.line("  version:  \(status.version ?? "-")")
+            io.line("  error:    \(status.error ?? "-")")
+        }
+        return ExitStatus.success
+    }
+
+    static func mounts(io: CommandIO) -> Int32 {
+        let records = MountRegistry.all()
+        let statuses = records.map { record in
+            let alive = ProcessInfoReader.isAlive(record)
+            let mounted = MountTable.entry(at: record.mountpoint) != nil
+            let state = alive && mounted ? "running" : (mounted ? "stale" : "gone")
+            return MountStatus(
+                mountpoint: record.mountpoint, state: state, pid: record.pid, source: record.source, demo: record.demo,
+                cacheDirectory: record.cacheDirectory, logFile: record.logFile, version: record.version,
+                startedAt: record.startedAt)
+        }
+        if io.json {
+            io.emit(statuses)
+            return ExitStatus.success
+        }
+        if statuses.isEmpty {
+            io.line("No ProviderFS mounts. Start one with 'providerfs mount --demo ~/ProviderFS-demo'.")
+            return ExitStatus.success
+        }
+        for status in statuses {
+            io.line("\(status.mountpoint)  [\(status.state)]")
+            io.line("  pid:    \(status.pid)")
+            io.line("  source: \(status.demo ? "demo (\(status.source))" : status.source)")
+            io.line("  cache:  \(status.cacheDirectory)")
+            io.line("  log:    \(status.logFile)")
+            if status.state != "running" {
+                io.line("  the daemon is gone; clean up with 'providerfs unmount \(status.mountpoint)'")
+            }
+        }
+        return ExitStatus.success
+    }
+}

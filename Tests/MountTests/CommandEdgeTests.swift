@@ -1,0 +1,169 @@
+// `providerfs mount/unmount/status` on bad input: one clear sentence, the right exit status, and
+// nothing left mounted. Stale mounts are made for real: a fixture daemon killed with SIGKILL.
+
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs the providerfs binary with a private runtime directory (its own mount registry).
+func providerfs(
+    _ arguments: [String], runtime: String, environment: [String: String] = [:]
+) throws -> (
+    status: Int32, output: String, error: String
+) {
+    var merged = environment
+    merged["PROVIDERFS_RUNTIME_DIR"] = runtime
+    return try ChildProcess.run(
+        productsDirectory + "/providerfs", arguments, environment: merged, timeout: .seconds(90))
+}
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+struct CommandEdgeTests {
+    let scratch: String
+    let source: String
+
+    init() throws {
+        scratch = try makeTemporaryDirectory(prefix: "edges")
+        source = scratch + "/source"
+        mkdir(source, 0o755)
+        writeTestFile(source + "/a.txt", Array("a\n".utf8))
+    }
+
+    func cleanup() { removeTreeWithinFileSystem(scratch) }
+
+    @Test func badMountPointsGetOneSentenceAndExit1() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let runtime = scratch + "/run"
+        mkdir(scratch + "/full", 0o755)
+        writeTestFile(scratch + "/full/x", [1])
+        writeTestFile(scratch + "/file", [1])
+        let cases: [(String, String)] = [
+            (scratch + "/missing", "does not exist"),
+            (scratch + "/file", "is not a directory"),
+            (scratch + "/full", "is not empty"),
+        ]
+        for (mountpoint, sentence) in cases {
+            let result = try providerfs(
+                ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache"], runtime: runtime)
+            #expect(result.status == 1, "\(mountpoint): \(result)")
+            #expect(result.error.contains(sentence), "\(result.error)")
+            #expect(result.error.split(separator: "\n").count == 1, "one sentence: \(result.error)")
+            #expect(MountTable.entry(at: mountpoint) == nil)
+        }
+        let missingSource = try providerfs(
+            ["mount", "--source", scratch + "/nope", scratch + "/mnt"], runtime: runtime)
+        #expect(missingSource.status == 1)
+        #expect(missingSource.error.contains("does not exist"))
+    }
+
+    @Test func usageErrorsExit64() throws {
+        defer { cleanup() }
+        let runtime = scratch + "/run"
+        for arguments in [
+            ["mount", "--source", source, scratch, "--bogus"],
+            ["mount", scratch],
+            ["mount", "--demo", "--source", source, scratch],
+            ["mount", "--source", source],
+            ["unmount"],
+            ["unmount", scratch, "--frobnicate"],
+            ["status", "a", "b"],
+            ["download"],
+        ] {
+            let result = try providerfs(arguments, runtime: runtime)
+            #expect(result.status == 64, "\(arguments): \(result)")
+        }
+    }
+
+    @Test func alreadyMountedIsRefused() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try MountedFileSystem.fixture()
+        defer { mount.stop() }
+        let result = try providerfs(
+            ["mount", "--source", source, mount.mountpoint, "--cache", scratch + "/cache"], runtime: scratch + "/run")
+        #expect(result.status == 1)
+        #expect(result.error.contains("is already mounted"), "\(result.error)")
+        // The existing mount is untouched.
+        #expect(try shell("cat \(quoted(mount.path("xattrs.txt")))").output == "has attributes\n")
+    }
+
+    @Test func aFullCacheDiskIsRefusedBeforeMounting() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let small = scratch + "/small"
+        mkdir(small, 0o755)
+        guard try shell("mount -t tmpfs -o size=2m tmpfs \(quoted(small))").status == 0 else {
+            Issue.record("cannot mount a tmpfs (needs root)")
+            return
+        }
+        defer { _ = try? shell("umount \(quoted(small))") }
+        let mountpoint = scratch + "/mnt"
+        mkdir(mountpoint, 0o755)
+        let result = try providerfs(
+            ["mount", "--source", source, mountpoint, "--cache", small + "/cache"], runtime: scratch + "/run")
+        #expect(result.status == 1)
+        #expect(result.error.contains("is on a full disk"), "\(result.error)")
+        #expect(MountTable.entry(at: mountpoint) == nil)
+    }
+
+    @Test func aStaleMountIsDetectedExplainedAndCleanedByUnmount() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let runtime = scratch + "/run"
+        // A "crashed daemon": a providerfs-typed fixture mount whose process is SIGKILLed.
+        let mount = try MountedFileSystem.fixture(extraArguments: ["--subtype", "providerfs"])
+        defer { mount.stop() }
+        mount.child.signal(SIGKILL)
+        mount.child.wait(timeout: .seconds(5))
+        var info = stat()
+        #expect(stat(mount.mountpoint, &info) == -1 && errno == ENOTCONN)
+
+        let again = try providerfs(
+            ["mount", "--source", source, mount.mountpoint, "--cache", scratch + "/cache"], runtime: runtime)
+        #expect(again.status == 1)
+        #expect(again.error.contains("stale ProviderFS mount"), "\(again.error)")
+        #expect(again.error.contains("providerfs unmount \(mount.mountpoint)"))
+        #expect(again.error.contains("fusermount3 -uz"))
+
+        let status = try providerfs(["status", mount.mountpoint + "/x"], runtime: runtime)
+        #expect(status.status == 1)
+        #expect(status.error.contains("stale ProviderFS mount"), "\(status.error)")
+
+        let unmount = try providerfs(["unmount", mount.mountpoint], runtime: runtime)
+        #expect(unmount.status == 0, "\(unmount)")
+        #expect(unmount.output.contains("stale"))
+        #expect(MountTable.entry(at: mount.mountpoint) == nil)
+        #expect(stat(mount.mountpoint, &info) == 0)
+    }
+
+    @Test func unmountOfSomethingNotMountedOrForeignFails() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let runtime = scratch + "/run"
+        let notMounted = try providerfs(["unmount", source], runtime: runtime)
+        #expect(notMounted.status == 1)
+        #expect(notMounted.error.contains("is not mounted"))
+        let mount = try MountedFileSystem.fixture()
+        defer { mount.stop() }
+        let foreign = try providerfs(["unmount", mount.mountpoint], runtime: runtime)
+        #expect(foreign.status == 1)
+        #expect(foreign.error.contains("is not a ProviderFS mount"), "\(foreign.error)")
+        #expect(MountTable.entry(at: mount.mountpoint) != nil)
+    }
+
+    @Test func statusOutsideAMountSaysSo() throws {
+        defer { cleanup() }
+        let result = try providerfs(["status", source + "/a.txt"], runtime: scratch + "/run")
+        #expect(result.status == 1)
+        #expect(result.error.contains("is not inside a ProviderFS mount"), "\(result.error)")
+        let none = try providerfs(["status", "--json"], runtime: scratch + "/run")
+        #expect(none.status == 0)
+        #expect(none.output == "[]\n")
+    }
+}

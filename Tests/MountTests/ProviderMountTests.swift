@@ -1,0 +1,294 @@
+// `providerfs mount --source DIR` end to end: the real binary, the provider-backed file system,
+// ordinary tools. The source is a temp directory; the cache is private to each test.
+
+import FUSEAdapter
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+struct ProviderMountTests {
+    let scratch: String
+    let source: String
+    let cache: String
+    let runtime: String
+
+    init() throws {
+        scratch = try makeTemporaryDirectory(prefix: "provider")
+        source = scratch + "/source"
+        cache = scratch + "/cache"
+        runtime = scratch + "/run"
+        mkdir(source, 0o755)
+        mkdir(source + "/docs", 0o755)
+        mkdir(source + "/docs/nested", 0o755)
+        writeTestFile(source + "/hello.txt", Array("hello, provider\n".utf8))
+        writeTestFile(source + "/docs/name with spaces.txt", Array("spaces\n".utf8))
+        writeTestFile(source + "/docs/ünïcødé.txt", Array("unicode\n".utf8))
+        writeTestFile(source + "/docs/nested/" + String(repeating: "l", count: 255), Array("long\n".utf8))
+        writeTestFile(source + "/big.bin", patternBytes(count: 6 << 20, seed: 7))
+        writeTestFile(source + "/other.bin", patternBytes(count: 1 << 20, seed: 8))
+    }
+
+    func cleanup() { removeTreeWithinFileSystem(scratch) }
+
+    func mount() throws -> MountedFileSystem {
+        try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    }
+
+    func state(_ path: String) -> String? {
+        guard case .success(let bytes) = ExtendedAttributes.value("user.providerfs.state", of: path) else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    @Test func listingShowsPlaceholdersWithRealSizesAndNothingIsDownloaded() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount()
+        defer { mount.stop() }
+        let m = quoted(mount.mountpoint)
+        let s = quoted(source)
+        let listing = try shell("cd \(m) && find . | LC_ALL=C sort")
+        let expected = try shell("cd \(s) && find . | LC_ALL=C sort")
+        #expect(listing.status == 0)
+        #expect(listing.output == expected.output)
+        let format = "stat -c '%n %s %Y %F'"
+        #expect(
+            try shell("cd \(m) && \(format) big.bin hello.txt docs/*.txt").output
+                == (try shell("cd \(s) && \(format) big.bin hello.txt docs/*.txt").output))
+        #expect(try shell("ls -lR \(m) > /dev/null").status == 0)
+        // Listing and stat fetched no content: every file is still a placeholder.
+        for file in ["big.bin", "hello.txt", "docs/name with spaces.txt"] {
+            #expect(state(mount.path(file)) == "dataless", "\(file)")
+        }
+        #expect(try shell("stat -c %b \(m)/big.bin").output == "0\n", "a placeholder has no local blocks")
+    }
+
+    @Test func contentMatchesTheSourceWithOrdinaryTools() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount()
+        defer { mount.stop() }
+        let m = quoted(mount.mountpoint)
+        let s = quoted(source)
+        for (skip, count) in [(5000, 3), (0, 1), (6143, 1), (1024, 100)] {
+            let ours = try shell("dd if=\(m)/big.bin bs=1024 skip=\(skip) count=\(count) status=none | sha256sum")
+            let theirs = try shell("dd if=\(s)/big.bin bs=1024 skip=\(skip) count=\(count) status=none | sha256sum")
+            #expect(ours.output == theirs.output, "dd skip=\(skip) count=\(count)")
+        }
+        let script = """
+            import os, random, sys
+            random.seed(11)
+            a = open(sys.argv[1] + '/other.bin', 'rb'); b = open(sys.argv[2] + '/other.bin', 'rb')
+            size = os.path.getsize(sys.argv[2] + '/other.bin')
+            for _ in range(200):
+                off = random.randrange(0, size + 10); n = random.randrange(1, 70000)
+                a.seek(off); b.seek(off)
+                if a.read(n) != b.read(n): print('mismatch', off, n); sys.exit(1)
+            print('ok')
+            """
+        #expect(try shell("python3 -c \(quoted(script)) \(m) \(s)").output == "ok\n")
+        let files = "big.bin hello.txt other.bin 'docs/name with spaces.txt' docs/ünïcødé.txt"
+        #expect(
+            try shell("cd \(m) && sha256sum \(files)").output == (try shell("cd \(s) && sha256sum \(files)").output))
+        #expect(try shell("cat \(m)/hello.txt").output == "hello, provider\n")
+        #expect(
+            try shell("cp \(m)/big.bin \(quoted(scratch))/copy && cmp \(s)/big.bin \(quoted(scratch))/copy").status == 0
+        )
+        #expect(state(mount.path("hello.txt")) == "materialized")
+        #expect(try shell("getfattr -d \(m)/hello.txt").output.contains("user.providerfs.state=\"materialized\""))
+    }
+
+    @Test func twoReadersAtOnceGetTheSameBytes() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount()
+        defer { mount.stop() }
+        let m = quoted(mount.mountpoint)
+        let result = try shell(
+            "sha256sum \(m)/big.bin > \(quoted(scratch))/one & sha256sum \(m)/big.bin > \(quoted(scratch))/two & wait; "
+                + "cat \(quoted(scratch))/one \(quoted(scratch))/two")
+        let expected = try shell("sha256sum \(quoted(source))/big.bin").output.split(separator: " ").first!
+        let lines = result.output.split(separator: "\n")
+        #expect(lines.count == 2)
+        #expect(lines.allSatisfy { $0.hasPrefix(expected) })
+    }
+
+    @Test func writesFailWithEROFSAndTheSourceIsUntouched() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount()
+        defer { mount.stop() }
+        let m = quoted(mount.mountpoint)
+        for command in [
+            "echo x > \(m)/new.txt", "echo x >> \(m)/hello.txt", "mkdir \(m)/dir", "mv \(m)/hello.txt \(m)/x.txt",
+            "rm \(m)/hello.txt", "touch \(m)/hello.txt", "truncate -s 0 \(m)/hello.txt",
+        ] {
+            let result = try shell(command)
+            #expect(result.status != 0, "\(command)")
+            #expect(result.error.contains("Read-only file system"), "\(command): \(result.error)")
+        }
+        #expect(try shell("cat \(quoted(source))/hello.txt").output == "hello, provider\n")
+        #expect(access(source + "/new.txt", F_OK) != 0)
+    }
+
+    @Test func aRestartKeepsMaterializedItemsAndServesThemWithoutTheSource() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let expected = try shell("sha256sum < \(quoted(source))/big.bin").output
+        do {
+            let first = try mount()
+            defer { first.stop() }
+            #expect(try shell("sha256sum < \(quoted(first.path("big.bin")))").output == expected)
+            #expect(state(first.path("big.bin")) == "materialized")
+            #expect(first.stop() == 0)
+        }
+        let second = try mount()
+        defer { second.stop() }
+        // The provider goes away while mounted: materialized items are still served from the cache.
+        #expect(rename(source, source + ".away") == 0)
+        defer { rename(source + ".away", source) }
+        #expect(state(second.path("big.bin")) == "materialized")
+        #expect(try shell("sha256sum < \(quoted(second.path("big.bin")))").output == expected)
+        #expect(try shell("ls \(quoted(second.mountpoint))").output.contains("hello.txt"))
+        // An item that was never downloaded fails with an error, not a hang.
+        let missing = try shell("cat \(quoted(second.path("other.bin"))) > /dev/null", timeout: .seconds(30))
+        #expect(missing.status != 0)
+    }
+
+    @Test func backgroundMountStatusDownloadAndUnmount() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mountpoint = scratch + "/mnt"
+        mkdir(mountpoint, 0o755)
+        let providerfsPath = productsDirectory + "/providerfs"
+        let environment = ["PROVIDERFS_RUNTIME_DIR": runtime]
+        // Through a pipe: if the daemon kept the pipe open, `cat` would never see EOF.
+        let start = ContinuousClock.now
+        let mounted = try ChildProcess.run(
+            "/bin/sh",
+            [
+                "-c",
+                "\(quoted(providerfsPath)) mount --source \(quoted(source)) \(quoted(mountpoint)) --cache \(quoted(cache)) | cat",
+            ],
+            environment: environment, timeout: .seconds(60))
+        defer {
+            if MountTable.entry(at: mountpoint) != nil {
+                _ = try? providerfs(["unmount", mountpoint, "--lazy"], runtime: runtime)
+                _ = try? shell("fusermount3 -uz \(quoted(mountpoint))")
+            }
+        }
+        #expect(ContinuousClock.now - start < .seconds(30))
+        #expect(mounted.status == 0, "\(mounted)")
+        #expect(mounted.output.contains("Mounted \(source) at \(mountpoint)"))
+        #expect(mounted.output.contains("providerfs unmount \(mountpoint)"))
+        #expect(MountTable.entry(at: mountpoint)?.fileSystemType == "fuse.providerfs")
+
+        let list = try providerfs(["status", "--json"], runtime: runtime)
+        let records = try JSONSerialization.jsonObject(with: Data(list.output.utf8)) as? [[String: Any]] ?? []
+        #expect(records.count == 1)
+        let pid = (records.first?["pid"] as? Int).map(Int32.init) ?? 0
+        #expect(records.first?["state"] as? String == "running")
+        #expect(records.first?["mountpoint"] as? String == mountpoint)
+        #expect(kill(pid, 0) == 0)
+        let logFile = records.first?["logFile"] as? String ?? ""
+        #expect(access(logFile, R_OK) == 0)
+
+        let before = try providerfs(["status", mountpoint + "/big.bin"], runtime: runtime)
+        #expect(before.status == 0)
+        #expect(before.output.contains("state:    dataless"), "\(before.output)")
+        let download = try providerfs(["download", mountpoint + "/big.bin"], runtime: runtime)
+        #expect(download.status == 0, "\(download)")
+        #expect(download.output.contains("100%"))
+        let after = try providerfs(["status", mountpoint + "/big.bin", "--json"], runtime: runtime)
+        #expect(after.output.contains("\"state\":\"materialized\""), "\(after.output)")
+
+        let unmount = try providerfs(["unmount", mountpoint], runtime: runtime)
+        #expect(unmount.status == 0, "\(unmount)")
+        #expect(MountTable.entry(at: mountpoint) == nil)
+        #expect(!processExists(pid), "the daemon exited before unmount returned")
+        #expect(try providerfs(["status", "--json"], runtime: runtime).output == "[]\n")
+    }
+
+    @Test func mountTypeFuseProviderfsAndAnFstabLineWork() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        // mount(8) runs mount.fuse3 with PATH=/usr/local/sbin:/usr/local/bin:…, so the binary must
+        // be in /usr/local/bin: link it there for this test unless something else is installed.
+        let installed = "/usr/local/bin/providerfs"
+        var linked = false
+        if access(installed, F_OK) != 0 {
+            #expect(symlink(productsDirectory + "/providerfs", installed) == 0)
+            linked = true
+        } else if canonicalPath(installed) != canonicalPath(productsDirectory + "/providerfs") {
+            Issue.record("\(installed) exists and is not this build; the test would exercise another binary")
+            return
+        }
+        defer { if linked { unlink(installed) } }
+        let mountpoint = scratch + "/mnt"
+        mkdir(mountpoint, 0o755)
+        let environment = "PROVIDERFS_RUNTIME_DIR=\(quoted(runtime))"
+        let helper = try shell(
+            "\(environment) mount -t fuse.providerfs \(quoted(source)) \(quoted(mountpoint)) -o cache=\(quoted(cache)),noatime"
+        )
+        defer { _ = try? shell("fusermount3 -uz \(quoted(mountpoint)) 2>/dev/null") }
+        #expect(helper.status == 0, "\(helper)")
+        #expect(MountTable.entry(at: mountpoint)?.fileSystemType == "fuse.providerfs")
+        #expect(try shell("cat \(quoted(mountpoint))/hello.txt").output == "hello, provider\n")
+        #expect(try shell("\(environment) umount \(quoted(mountpoint))").status == 0)
+        waitUntilUnmounted(mountpoint)
+
+        // An fstab line, from a private fstab file (never /etc/fstab).
+        let fstab = scratch + "/fstab"
+        writeTestFile(fstab, Array("\(source) \(mountpoint) fuse.providerfs noauto,nofail,cache=\(cache) 0 0\n".utf8))
+        let fromFstab = try shell("\(environment) mount --fstab \(quoted(fstab)) \(quoted(mountpoint))")
+        #expect(fromFstab.status == 0, "\(fromFstab)")
+        #expect(
+            try shell("sha256sum < \(quoted(mountpoint))/other.bin").output
+                == (try shell("sha256sum < \(quoted(source))/other.bin").output))
+        let unmount = try providerfs(["unmount", mountpoint], runtime: runtime)
+        #expect(unmount.status == 0, "\(unmount)")
+        #expect(MountTable.entry(at: mountpoint) == nil)
+    }
+
+    @Test func theSystemdUserUnitVerifies() throws {
+        defer { cleanup() }
+        guard access("/usr/bin/systemd-analyze", X_OK) == 0 else {
+            Issue.record("systemd-analyze is missing (apt-get install systemd)")
+            return
+        }
+        let unit = try shell("cat \(quoted(packageRoot + "/Mount/providerfs@.service"))").output
+        let local = unit.replacingOccurrences(of: "/usr/local/bin/providerfs", with: productsDirectory + "/providerfs")
+        writeTestFile(scratch + "/providerfs@demo.service", Array(local.utf8))
+        let result = try shell("systemd-analyze verify --man=no \(quoted(scratch))/providerfs@demo.service")
+        #expect(result.status == 0, "\(result)")
+        #expect(result.error.isEmpty, "\(result.error)")
+    }
+}
+
+/// The package root (where Package.swift is), from the products directory (.build/<triple>/debug).
+var packageRoot: String {
+    var directory = productsDirectory
+    while !directory.isEmpty, access(directory + "/Package.swift", F_OK) != 0 {
+        guard let slash = directory.lastIndex(of: "/") else { return "" }
+        directory = String(directory[..<slash])
+    }
+    return directory
+}
+
+/// umount(8) returns before the daemon has finished; later mounts need the mount point free.
+func waitUntilUnmounted(_ mountpoint: String) {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while MountTable.entry(at: mountpoint) != nil && ContinuousClock.now < deadline { usleep(20_000) }
+}
+
+/// True while `pid` runs; a zombie (exited, not yet reaped by init) counts as gone.
+func processExists(_ pid: Int32) -> Bool {
+    guard let text = readTextFile("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return false }
+    return !text[text.index(after: close)...].hasPrefix(" Z")
+}
