@@ -289,6 +289,15 @@ struct ProviderMountTests {
         #expect(status.output.contains("\"state\":\"error\""), "\(status.output)")
         #expect(status.output.contains("EIO"), "\(status.output)")
         #expect(try shell("cat \(m)/README.txt").output.hasPrefix("Welcome to the ProviderFS demo provider."))
+        // On a terminal (script(1) provides one) download draws a bar; in a pipe it prints lines.
+        let binary = quoted(productsDirectory + "/providerfs")
+        let onTerminal = try shell("script -qec \(quoted("\(binary) download \(m)/Documents/PDFs")) /dev/null")
+        #expect(onTerminal.status == 0, "\(onTerminal)")
+        #expect(onTerminal.output.contains("] 100%") && onTerminal.output.contains("\r"), "\(onTerminal.output)")
+        let inPipe = try shell("\(binary) download \(m)/Documents/Projects | cat")
+        #expect(inPipe.output.contains("item-7.txt: 100%"), "\(inPipe.output)")
+        #expect(!inPipe.output.contains("\r"))
+        #expect(state(mount.path("Documents/Projects/2026/item-7.txt")) == "materialized")
     }
 
     @Test func theSystemdUserUnitVerifies() throws {
