@@ -36,6 +36,9 @@ let package = Package(
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
         // A small child process for cross-process coordination tests and benchmarks.
         .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
+        // SQLiteStore against raw SQLite, built -c release by Benchmarks/sqlite.sh (not run by tests).
+        .executableTarget(
+            name: "sqlite-bench", dependencies: ["SQLiteStore", "SystemSupport"], path: "Benchmarks/SQLiteBench"),
         // Test-only: mounts an in-memory FileSystem through FUSEAdapter (mount tests of the adapter).
         .executableTarget(
             name: "fuse-fixture", dependencies: ["FUSEAdapter", "TestSupport", "VirtualFileSystem", "SystemSupport"]),

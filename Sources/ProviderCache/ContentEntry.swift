@@ -411,3 +411,10 @@ public final class ContentEntry: Sendable {
         }
     }
 }
+
+extension ContentEntry {
+    /// Waits until no download runs for this entry (tests: "the background part has finished").
+    public func waitForDownloadForTesting() async {
+        await waitForDownload()
+    }
+}

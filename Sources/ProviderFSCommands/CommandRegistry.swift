@@ -6,6 +6,10 @@ enum CommandRegistry {
         UnmountCommand.self,
         StatusCommand.self,
         DownloadCommand.self,
+        CoordinateCommand.self,
+        PresentCommand.self,
+        ClaimsCommand.self,
+        CoordinatorCommand.self,
         VersionCommand.self,
     ]
 }

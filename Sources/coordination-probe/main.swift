@@ -1,2 +1,148 @@
-// Child process for cross-process coordination tests and benchmarks.
-print("coordination-probe")
+// A small child process for cross-process coordination tests and the benchmark. It speaks lines on
+// stdout and takes orders on stdin, so a test can drive several of them deterministically:
+//
+//   coordination-probe hold (--read | --write[=deleting|moving|replacing|merging]) PATH
+//       takes the claim, prints "granted PATH", holds it until stdin reaches EOF or a line,
+//       then prints "released" and exits 0 (a failure prints "failed CODE MESSAGE", exits 1).
+//   coordination-probe present PATH [--silent]
+//       registers a presenter, prints "ready", then one line per event ("event NAME PATH");
+//       answers every request unless --silent; exits when stdin reaches EOF.
+//   coordination-probe bench-claims COUNT PATH [--read]
+//       COUNT uncontended claim+release round trips; prints "median_ns N" and "claims_per_s N".
+import FileCoordination
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One line on stdout, written at once (no stdio buffering: tests read lines as they happen).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+func fail(_ text: String) -> Never {
+    FileHandle.standardError.write(Data(("coordination-probe: " + text + "\n").utf8))
+    exit(64)
+}
+
+final class ProbePresenter: FilePresenter, @unchecked Sendable {
+    // Safe: immutable after init.
+    let presentedItemURL: URL?
+    let silent: Bool
+    let presentedItemOperationQueue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }()
+
+    init(url: URL, silent: Bool) {
+        presentedItemURL = url
+        self.silent = silent
+    }
+
+    func note(_ name: String, _ path: String? = nil) { say("event \(name) \(path ?? presentedItemURL!.path)") }
+
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        note("relinquishToReader")
+        if !silent { reader { [self] in note("reacquire") } }
+    }
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        note("relinquishToWriter")
+        if !silent { writer { [self] in note("reacquire") } }
+    }
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        note("save")
+        if !silent { completionHandler(nil) }
+    }
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        note("accommodateDeletion")
+        if !silent { completionHandler(nil) }
+    }
+    func presentedItemDidChange() { note("didChange") }
+    func presentedItemDidMove(to newURL: URL) { note("didMove", newURL.path) }
+    func presentedSubitemDidChange(at url: URL) { note("subitemDidChange", url.path) }
+}
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+guard let verb = arguments.first else { fail("usage: coordination-probe (hold|present|bench-claims) …") }
+arguments.removeFirst()
+
+switch verb {
+case "hold":
+    var intent: FileAccessIntent?
+    guard let path = arguments.first(where: { !$0.hasPrefix("--") }) else { fail("hold needs a PATH") }
+    let url = URL(fileURLWithPath: path)
+    for flag in arguments where flag.hasPrefix("--") {
+        switch flag {
+        case "--read": intent = .readingIntent(with: url)
+        case "--write": intent = .writingIntent(with: url)
+        case "--write=deleting": intent = .writingIntent(with: url, options: .forDeleting)
+        case "--write=moving": intent = .writingIntent(with: url, options: .forMoving)
+        case "--write=replacing": intent = .writingIntent(with: url, options: .forReplacing)
+        case "--write=merging": intent = .writingIntent(with: url, options: .forMerging)
+        default: fail("unknown flag \(flag)")
+        }
+    }
+    guard let intent else { fail("hold needs --read or --write") }
+    do {
+        try FileCoordinator().coordinate(intents: [intent]) { urls in
+            say("granted \(urls[0].path)")
+            _ = readLine()
+        }
+        say("released")
+        exit(0)
+    } catch let error as CoordinationError {
+        say("failed \(error.code) \(error.message)")
+        exit(1)
+    }
+
+case "present":
+    guard let path = arguments.first(where: { !$0.hasPrefix("--") }) else { fail("present needs a PATH") }
+    let url = URL(fileURLWithPath: path)
+    let presenter = ProbePresenter(url: url, silent: arguments.contains("--silent"))
+    do {
+        // Registered inside a coordinated read (rule 69) so every later claim sees it.
+        try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) { _ in
+            FileCoordinator.addFilePresenter(presenter)
+        }
+    } catch {
+        say("failed \(error)")
+        exit(1)
+    }
+    say("ready")
+    while readLine() != nil {}
+    FileCoordinator.removeFilePresenter(presenter)
+    exit(0)
+
+case "bench-claims":
+    guard arguments.count >= 2, let count = Int(arguments[0]) else { fail("bench-claims COUNT PATH [--read]") }
+    let url = URL(fileURLWithPath: arguments[1])
+    let coordinator = FileCoordinator()
+    let reading = arguments.contains("--read")
+    var samples: [UInt64] = []
+    samples.reserveCapacity(count)
+    let start = monotonicNanoseconds()
+    do {
+        for _ in 0..<count {
+            let before = monotonicNanoseconds()
+            if reading {
+                try coordinator.coordinate(readingItemAt: url) { _ in }
+            } else {
+                try coordinator.coordinate(writingItemAt: url) { _ in }
+            }
+            samples.append(monotonicNanoseconds() - before)
+        }
+    } catch {
+        say("failed \(error)")
+        exit(1)
+    }
+    let elapsed = monotonicNanoseconds() - start
+    samples.sort()
+    say("median_ns \(samples[samples.count / 2])")
+    say("claims_per_s \(Int(Double(count) / (Double(elapsed) / 1e9)))")
+    exit(0)
+
+default:
+    fail("unknown verb \(verb)")
+}

@@ -129,3 +129,53 @@ import Testing
         #expect(pairs == ["1<2", "1<3", "2<3"])
     }
 }
+
+/// Seed 002, caveats 3 and 4: a record's setters (custom or named `set…`) are plain value
+/// mutations. Nothing intercepts them, and nothing reaches the database until a `write` says so.
+@Suite struct RecordValueTests {
+    struct Renamable: FetchableRecord, PersistableRecord, Equatable {
+        static let databaseTableName = "items"
+        var id: Int64
+        private(set) var name: String
+        var pinned = false
+        init(id: Int64, name: String) {
+            self.id = id
+            self.name = name
+        }
+        init(row: Row) throws {
+            id = try row["id"]
+            name = try row["name"]
+            pinned = try row["pinned"]
+        }
+        /// A custom setter with side logic, and a `set…`-named method: both ordinary Swift.
+        mutating func setName(_ newName: String) {
+            name = newName.trimmingCharacters(in: .whitespaces)
+            pinned = true
+        }
+        func encode(to container: inout PersistenceContainer) {
+            container["id"] = id
+            container["name"] = name
+            container["pinned"] = pinned
+        }
+    }
+
+    @Test func mutatingAFetchedRecordChangesNothingUntilWritten() throws {
+        let directory = TemporaryDirectory()
+        let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+        try store.write { db in try db.insert(Renamable(id: 1, name: "old")) }
+        var record = try #require(try store.read { db in try db.fetchOne(Renamable.self, "SELECT * FROM items") })
+        record.setName("  new  ")
+        #expect(record.name == "new" && record.pinned)
+        // Mutated on another thread too: it is a value, so there is nothing to protect.
+        let copy = record
+        let fromThread = DispatchQueue.global().sync {
+            var local = copy
+            local.setName("thread")
+            return local
+        }
+        #expect(fromThread.name == "thread" && record.name == "new")
+        #expect(try store.read { db in try db.fetchOne(Renamable.self, "SELECT * FROM items") }?.name == "old")
+        try store.write { db in try db.upsert(record) }
+        #expect(try store.read { db in try db.fetchOne(Renamable.self, "SELECT * FROM items") } == record)
+    }
+}

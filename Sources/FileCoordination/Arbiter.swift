@@ -1,0 +1,817 @@
+// The arbiter: one pure state machine deciding which claims are granted, which wait, and which
+// presenter messages go out. It performs no I/O and reads no clock: every method takes `now`
+// (monotonic nanoseconds) and returns the actions to perform once the caller has dropped its lock
+// (DESIGN.md §3). Rule numbers refer to reference/apple-coordination-spec.md §7.
+
+/// A claim, named by the owner (a connection or an in-process domain) and the owner's own number,
+/// so no mapping is needed between a client's request and the arbiter's table.
+public struct ClaimID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// The owner: a connection of the server, or an in-process domain.
+    public var owner: UInt64
+    /// The owner's number for this claim.
+    public var local: UInt64
+    /// The claim `local` of `owner`.
+    public init(owner: UInt64, local: UInt64) {
+        self.owner = owner
+        self.local = local
+    }
+    public static func < (a: ClaimID, b: ClaimID) -> Bool { (a.owner, a.local) < (b.owner, b.local) }
+    public var description: String { "\(owner).\(local)" }
+}
+
+/// A registered presenter, named like a claim.
+public struct PresenterID: Hashable, Sendable, CustomStringConvertible {
+    /// The owner that registered the presenter.
+    public var owner: UInt64
+    /// The owner's number for this presenter.
+    public var local: UInt64
+    /// The presenter `local` of `owner`.
+    public init(owner: UInt64, local: UInt64) {
+        self.owner = owner
+        self.local = local
+    }
+    public var description: String { "\(owner).\(local)" }
+}
+
+/// Device and inode: an item's identity while it exists, stable across renames.
+public struct ItemIdentity: Hashable, Sendable {
+    /// `st_dev`.
+    public var device: UInt64
+    /// `st_ino`.
+    public var inode: UInt64
+    /// The identity (device, inode).
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
+}
+
+/// One item of a claim, resolved by the client: canonical path, identity, and package membership.
+public struct ClaimIntent: Sendable, Hashable {
+    /// Read or write.
+    public var kind: AccessKind
+    /// Options of a read.
+    public var readingOptions: ReadingOptions
+    /// Options of a write.
+    public var writingOptions: WritingOptions
+    /// Canonical absolute path (parent directories' symlinks resolved, no `.` or `..`).
+    public var path: String
+    /// Device and inode when the item exists.
+    public var identity: ItemIdentity?
+    /// Whether the item is a directory.
+    public var isDirectory: Bool
+    /// The outermost file package containing the item (or the item itself), if any: the whole
+    /// package then counts as one item (rules 8–9).
+    public var packageRoot: String?
+
+    /// An intent on `path`; `identity`, `isDirectory` and `packageRoot` describe the item.
+    public init(
+        kind: AccessKind, path: String, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil
+    ) {
+        self.kind = kind
+        self.path = path
+        self.readingOptions = readingOptions
+        self.writingOptions = writingOptions
+        self.identity = identity
+        self.isDirectory = isDirectory
+        self.packageRoot = packageRoot
+    }
+
+    /// The path used for conflicts: the package root for anything inside a package.
+    var conflictPath: String { packageRoot ?? path }
+
+    /// A write whose claim on a directory covers everything inside it (rule 12).
+    var coversSubtree: Bool { kind == .write && !writingOptions.isDisjoint(with: .subtreeOptions) }
+
+    /// "read", "write", "write(deleting)": for dumps and logs.
+    public var kindDescription: String {
+        switch kind {
+        case .read:
+            var parts: [String] = []
+            if readingOptions.contains(.withoutChanges) { parts.append("withoutChanges") }
+            if readingOptions.contains(.resolvesSymbolicLink) { parts.append("resolvesSymbolicLink") }
+            if readingOptions.contains(.immediatelyAvailableMetadataOnly) { parts.append("metadataOnly") }
+            if readingOptions.contains(.forUploading) { parts.append("forUploading") }
+            return parts.isEmpty ? "read" : "read(\(parts.joined(separator: ",")))"
+        case .write:
+            let names: [(WritingOptions, String)] = [
+                (.forDeleting, "deleting"), (.forMoving, "moving"), (.forMerging, "merging"),
+                (.forReplacing, "replacing"), (.contentIndependentMetadataOnly, "metadataOnly"),
+            ]
+            let parts = names.filter { writingOptions.contains($0.0) }.map(\.1)
+            return parts.isEmpty ? "write" : "write(\(parts.joined(separator: ",")))"
+        }
+    }
+}
+
+/// Everything the arbiter needs to know about one claim request.
+public struct ClaimRequest: Sendable {
+    /// The claim's name.
+    public var id: ClaimID
+    /// The process the claim is for (SO_PEERCRED for remote clients; the kernel caller for the mount).
+    public var pid: Int32
+    /// Claims with the same purpose never wait for each other (rules 4–6).
+    public var purpose: String
+    /// The items, granted together or not at all.
+    public var intents: [ClaimIntent]
+    /// Claims the caller already holds (nested coordination). A nested claim waits only for granted
+    /// claims, never for queued ones, and fails at once if it would wait for one of these.
+    public var heldByCaller: [ClaimID]
+    /// For claims taken on behalf of a kernel caller: granted claims of these processes (the caller
+    /// and its ancestors) do not block this claim — the coordinator never coordinates with itself.
+    public var actingForPids: [Int32]
+    /// When waiting ends with `.timedOut` (monotonic nanoseconds).
+    public var waitDeadline: UInt64
+    /// How long a presenter may take to answer one message before it counts as answered.
+    public var presenterTimeout: UInt64
+
+    /// A request; see the properties for the meaning of each argument.
+    public init(
+        id: ClaimID, pid: Int32, purpose: String, intents: [ClaimIntent], heldByCaller: [ClaimID] = [],
+        actingForPids: [Int32] = [], waitDeadline: UInt64, presenterTimeout: UInt64
+    ) {
+        self.id = id
+        self.pid = pid
+        self.purpose = purpose
+        self.intents = intents
+        self.heldByCaller = heldByCaller
+        self.actingForPids = actingForPids
+        self.waitDeadline = waitDeadline
+        self.presenterTimeout = presenterTimeout
+    }
+}
+
+/// Which optional presenter methods a presenter implements; messages for the others are skipped
+/// (rule 32) and package presenters without subitem methods get `didChange` instead (rule 37).
+public struct PresenterMethods: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let relinquishToReader = PresenterMethods(rawValue: 1 << 0)
+    public static let relinquishToWriter = PresenterMethods(rawValue: 1 << 1)
+    public static let savePresentedItemChanges = PresenterMethods(rawValue: 1 << 2)
+    public static let accommodateDeletion = PresenterMethods(rawValue: 1 << 3)
+    public static let accommodateSubitemDeletion = PresenterMethods(rawValue: 1 << 4)
+    public static let didChange = PresenterMethods(rawValue: 1 << 5)
+    public static let didMove = PresenterMethods(rawValue: 1 << 6)
+    public static let subitemDidChange = PresenterMethods(rawValue: 1 << 7)
+    public static let subitemDidMove = PresenterMethods(rawValue: 1 << 8)
+    public static let versionEvents = PresenterMethods(rawValue: 1 << 9)
+    /// Every method.
+    public static let all = PresenterMethods(rawValue: (1 << 10) - 1)
+}
+
+/// A presenter as the arbiter sees it.
+public struct PresenterRegistration: Sendable, Hashable {
+    /// The presenter's name.
+    public var id: PresenterID
+    /// The process presenting.
+    public var pid: Int32
+    /// The purpose of coordinators created with this presenter: their claims do not message it.
+    public var purpose: String
+    /// Canonical path of the presented item.
+    public var path: String
+    /// Device and inode when the item exists.
+    public var identity: ItemIdentity?
+    /// Whether the presented item is a directory.
+    public var isDirectory: Bool
+    /// Outermost package containing (or being) the presented item.
+    public var packageRoot: String?
+    /// Implemented optional methods.
+    public var methods: PresenterMethods
+
+    /// A registration; see the properties.
+    public init(
+        id: PresenterID, pid: Int32, purpose: String, path: String, identity: ItemIdentity? = nil,
+        isDirectory: Bool = false, packageRoot: String? = nil, methods: PresenterMethods = .all
+    ) {
+        self.id = id
+        self.pid = pid
+        self.purpose = purpose
+        self.path = path
+        self.identity = identity
+        self.isDirectory = isDirectory
+        self.packageRoot = packageRoot
+        self.methods = methods
+    }
+}
+
+/// A message to a presenter. Those that need an answer carry a message number in the action.
+public enum PresenterMessage: Sendable, Hashable {
+    case relinquishToReader
+    case relinquishToWriter
+    case savePresentedItemChanges
+    case accommodateDeletion
+    case accommodateSubitemDeletion(at: String)
+    /// The claim the presenter relinquished to has ended: run the reacquirer (rule 31).
+    case reacquire
+    case didChange
+    case subitemDidChange(at: String)
+    case didMove(to: String)
+    case subitemDidMove(from: String, to: String)
+
+    /// Whether the sender waits for an answer.
+    public var needsAnswer: Bool {
+        switch self {
+        case .relinquishToReader, .relinquishToWriter, .savePresentedItemChanges, .accommodateDeletion,
+            .accommodateSubitemDeletion:
+            return true
+        default: return false
+        }
+    }
+
+    /// The method this message calls.
+    public var method: PresenterMethods {
+        switch self {
+        case .relinquishToReader: .relinquishToReader
+        case .relinquishToWriter: .relinquishToWriter
+        case .savePresentedItemChanges: .savePresentedItemChanges
+        case .accommodateDeletion: .accommodateDeletion
+        case .accommodateSubitemDeletion: .accommodateSubitemDeletion
+        case .reacquire: []
+        case .didChange: .didChange
+        case .subitemDidChange: .subitemDidChange
+        case .didMove: .didMove
+        case .subitemDidMove: .subitemDidMove
+        }
+    }
+
+    /// The presenter method's name, for events and dumps.
+    public var name: String {
+        switch self {
+        case .relinquishToReader: "relinquishPresentedItem(toReader:)"
+        case .relinquishToWriter: "relinquishPresentedItem(toWriter:)"
+        case .savePresentedItemChanges: "savePresentedItemChanges"
+        case .accommodateDeletion: "accommodatePresentedItemDeletion"
+        case .accommodateSubitemDeletion: "accommodatePresentedSubitemDeletion(at:)"
+        case .reacquire: "reacquirer"
+        case .didChange: "presentedItemDidChange"
+        case .subitemDidChange: "presentedSubitemDidChange(at:)"
+        case .didMove: "presentedItemDidMove(to:)"
+        case .subitemDidMove: "presentedSubitem(at:didMoveTo:)"
+        }
+    }
+}
+
+/// What the arbiter's caller must do after dropping its lock.
+public enum ArbiterAction: Sendable, Equatable {
+    /// Run the claim's accessor; `paths` are the intents' current paths (moved items rewritten).
+    case grant(ClaimID, paths: [String])
+    /// The claim will never be granted.
+    case fail(ClaimID, CoordinationError)
+    /// Send `message` to a presenter. `messageID` is non-zero when an answer is awaited; `claim`
+    /// is the claim that caused it (the reacquirer is keyed by it).
+    case deliver(PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?)
+}
+
+/// A line of the claim dump's event log (e.g. a presenter that missed its deadline).
+public struct ArbiterEvent: Sendable, Hashable {
+    /// Monotonic nanoseconds.
+    public var time: UInt64
+    /// The claim concerned, if any.
+    public var claim: ClaimID?
+    /// What happened, as a sentence.
+    public var text: String
+}
+
+/// The state of one claim as shown by `providerfs claims`.
+public struct ClaimSnapshot: Sendable, Hashable {
+    /// "held", "waiting" (queued behind another claim) or "messaging" (waiting for presenters).
+    public var state: String
+    public var id: ClaimID
+    public var pid: Int32
+    public var purpose: String
+    public var intents: [ClaimIntent]
+    /// Nanoseconds since the claim was requested.
+    public var age: UInt64
+    /// Events of this claim (missed presenter deadlines…).
+    public var events: [String]
+}
+
+/// A presenter as shown by `providerfs claims`.
+public struct PresenterSnapshot: Sendable, Hashable {
+    public var id: PresenterID
+    public var pid: Int32
+    public var path: String
+}
+
+/// The arbiter state machine. Not thread-safe by itself: `ArbiterHost` keeps it behind a lock.
+public struct Arbiter: Sendable {
+    enum Phase: Sendable {
+        /// Behind a conflicting claim.
+        case queued
+        /// Not blocked; presenter answers pending.
+        case messaging
+        /// Presenters answered; granted as soon as nothing conflicts.
+        case messaged
+        case granted
+    }
+
+    struct Pending: Sendable {
+        var presenter: PresenterID
+        var purpose: String
+        var message: PresenterMessage
+        var deadline: UInt64
+    }
+
+    struct Claim: Sendable {
+        var request: ClaimRequest
+        var sequence: UInt64
+        var phase: Phase = .queued
+        var submitted: UInt64
+        var pending: [UInt64: Pending] = [:]
+        var followUps: [PresenterID: [PresenterMessage]] = [:]
+        var relinquished: [PresenterID] = []
+        var events: [String] = []
+        var isNested: Bool { !request.heldByCaller.isEmpty }
+    }
+
+    private(set) var claims: [ClaimID: Claim] = [:]
+    /// Arrival order of live claims (FIFO, rule 16).
+    private var order: [ClaimID] = []
+    private(set) var presenters: [PresenterID: PresenterRegistration] = [:]
+    private var messageOwner: [UInt64: ClaimID] = [:]
+    private var nextSequence: UInt64 = 1
+    private var nextMessage: UInt64 = 1
+    /// The last events (bounded), for the claim dump.
+    public private(set) var events: [ArbiterEvent] = []
+    /// How many events are kept.
+    public static let eventLimit = 100
+
+    /// An empty arbiter.
+    public init() {}
+
+    /// Number of live claims (granted or waiting).
+    public var claimCount: Int { claims.count }
+    /// Number of registered presenters.
+    public var presenterCount: Int { presenters.count }
+
+    // MARK: Claims
+
+    /// Adds a claim. It is granted at once when nothing conflicts and no presenter must be asked.
+    public mutating func submit(_ request: ClaimRequest, now: UInt64) -> [ArbiterAction] {
+        if request.intents.isEmpty {
+            return [.fail(request.id, CoordinationError(.invalidRequest, "A claim needs at least one item."))]
+        }
+        if claims[request.id] != nil {
+            return [.fail(request.id, CoordinationError(.invalidRequest, "Claim \(request.id) is already in use."))]
+        }
+        var claim = Claim(request: request, sequence: nextSequence, submitted: now)
+        nextSequence += 1
+        if claim.isNested, let held = deadlockingHeldClaim(for: claim) {
+            let heldClaim = claims[held]!
+            let text =
+                "Nested coordination would deadlock: the claim on \(request.intents[0].path) would wait for claim "
+                + "\(held) on \(heldClaim.request.intents[0].path), which the same caller holds; use the same "
+                + "coordinator, or one call with both items."
+            return [.fail(request.id, CoordinationError(.wouldDeadlock, text))]
+        }
+        if request.waitDeadline <= now, blocker(for: claim) != nil {
+            return [.fail(request.id, timeoutError(claim))]
+        }
+        claim.phase = .queued
+        claims[request.id] = claim
+        order.append(request.id)
+        var actions: [ArbiterAction] = []
+        advance(request.id, now: now, into: &actions)
+        return actions
+    }
+
+    /// Ends a granted claim (or abandons a waiting one): presenters get their reacquirer and, after
+    /// a write, didChange (rules 31, 41); waiting claims are re-examined.
+    public mutating func release(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
+        guard let claim = claims[id] else { return [] }
+        var actions: [ArbiterAction] = []
+        remove(id)
+        finish(claim, succeeded: claim.phase == .granted, into: &actions)
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
+    /// Stops waiting for a claim (rule 53): it fails with `.cancelled`. A claim already granted is
+    /// left alone: the grant may be in flight to a client that will release it (rule 54).
+    public mutating func cancel(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
+        guard let claim = claims[id], claim.phase != .granted else { return [] }
+        var actions: [ArbiterAction] = [
+            .fail(id, CoordinationError(.cancelled, "The coordination was cancelled."))
+        ]
+        remove(id)
+        finish(claim, succeeded: false, into: &actions)
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
+    // MARK: Presenters
+
+    /// Registers a presenter. It gets messages for claims that start messaging from now on.
+    public mutating func addPresenter(_ presenter: PresenterRegistration) {
+        presenters[presenter.id] = presenter
+    }
+
+    /// Removes a presenter; answers it still owes count as given (rule 66: unknown ids are ignored).
+    public mutating func removePresenter(_ id: PresenterID, now: UInt64) -> [ArbiterAction] {
+        guard presenters.removeValue(forKey: id) != nil else { return [] }
+        var actions: [ArbiterAction] = []
+        let owed = messageOwner.filter { claims[$0.value]?.pending[$0.key]?.presenter == id }
+        for (message, claimID) in owed.sorted(by: { $0.key < $1.key }) {
+            answer(message, claim: claimID, error: nil, now: now, into: &actions, event: nil)
+        }
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
+    /// A presenter answered message `messageID`; a non-nil error fails the claim (rule 25).
+    public mutating func reply(messageID: UInt64, error: String?, now: UInt64) -> [ArbiterAction] {
+        guard let claimID = messageOwner[messageID] else { return [] }
+        var actions: [ArbiterAction] = []
+        answer(messageID, claim: claimID, error: error, now: now, into: &actions, event: nil)
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
+    /// Everything of one owner goes: its claims are released, its presenters removed (a dead or
+    /// disconnected client).
+    public mutating func ownerGone(_ owner: UInt64, now: UInt64) -> [ArbiterAction] {
+        var actions: [ArbiterAction] = []
+        for id in order where id.owner == owner {
+            guard let claim = claims[id] else { continue }
+            remove(id)
+            finish(claim, succeeded: claim.phase == .granted, into: &actions)
+        }
+        for id in presenters.keys.filter({ $0.owner == owner }).sorted(by: { $0.local < $1.local }) {
+            actions += removePresenter(id, now: now)
+        }
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
+    /// `item(at: from, didMoveTo: to)` by the holder of `by`: presenters of the item and of
+    /// everything inside it learn their new URL (rules 35–36), presenters of containing
+    /// directories get subitemDidMove (rule 37), and waiting claims follow the item except
+    /// `.forReplacing` ones (rules 39–40). Same paths do nothing (rule 38).
+    public mutating func itemMoved(from: String, to: String, purpose: String, now: UInt64) -> [ArbiterAction] {
+        guard from != to else { return [] }
+        var actions: [ArbiterAction] = []
+        for id in presenters.keys.sorted(by: { ($0.owner, $0.local) < ($1.owner, $1.local) }) {
+            guard var presenter = presenters[id] else { continue }
+            if let moved = Arbiter.rebase(presenter.path, from: from, to: to) {
+                presenter.path = moved
+                presenters[id] = presenter
+                if presenter.purpose != purpose && presenter.methods.contains(.didMove) {
+                    actions.append(.deliver(id, messageID: 0, message: .didMove(to: moved), claim: nil))
+                }
+            } else if Arbiter.isAncestor(presenter.path, of: from) && presenter.purpose != purpose {
+                if presenter.methods.contains(.subitemDidMove) {
+                    actions.append(
+                        .deliver(id, messageID: 0, message: .subitemDidMove(from: from, to: to), claim: nil))
+                } else if presenter.packageRoot != nil && presenter.methods.contains(.didChange) {
+                    actions.append(.deliver(id, messageID: 0, message: .didChange, claim: nil))
+                }
+            }
+        }
+        for id in order {
+            guard var claim = claims[id] else { continue }
+            var changed = false
+            for index in claim.request.intents.indices {
+                let intent = claim.request.intents[index]
+                if intent.kind == .write && intent.writingOptions.contains(.forReplacing) { continue }
+                if let moved = Arbiter.rebase(intent.path, from: from, to: to) {
+                    claim.request.intents[index].path = moved
+                    if let root = intent.packageRoot, let movedRoot = Arbiter.rebase(root, from: from, to: to) {
+                        claim.request.intents[index].packageRoot = movedRoot
+                    }
+                    changed = true
+                }
+            }
+            if changed { claims[id] = claim }
+        }
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
+    // MARK: Time
+
+    /// The earliest deadline (claim wait or presenter answer), if any: call `tick` then.
+    public var nextDeadline: UInt64? {
+        var earliest: UInt64?
+        for claim in claims.values where claim.phase != .granted {
+            earliest = min(earliest ?? .max, claim.request.waitDeadline)
+            for pending in claim.pending.values { earliest = min(earliest ?? .max, pending.deadline) }
+        }
+        return earliest
+    }
+
+    /// Applies every deadline that has passed: waiting claims fail with `.timedOut`, silent
+    /// presenters count as having answered and the event is recorded.
+    public mutating func tick(now: UInt64) -> [ArbiterAction] {
+        var actions: [ArbiterAction] = []
+        for id in order {
+            guard let claim = claims[id], claim.phase != .granted else { continue }
+            for (message, pending) in claim.pending.sorted(by: { $0.key < $1.key }) where pending.deadline <= now {
+                let waited = Double(claim.request.presenterTimeout) / 1e9
+                let presenterPid = presenters[pending.presenter]?.pid ?? 0
+                let text =
+                    "Presenter \(pending.presenter) (pid \(presenterPid)) did not answer \(pending.message.name) "
+                    + "within \(waited)s; treated as answered."
+                answer(message, claim: id, error: nil, now: now, into: &actions, event: text)
+            }
+        }
+        for id in order {
+            guard let claim = claims[id], claim.phase != .granted, claim.request.waitDeadline <= now else { continue }
+            actions.append(.fail(id, timeoutError(claim)))
+            remove(id)
+            finish(claim, succeeded: false, into: &actions)
+        }
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
+    // MARK: Dump
+
+    /// Every live claim, in arrival order.
+    public func snapshot(now: UInt64) -> [ClaimSnapshot] {
+        order.compactMap { id in
+            guard let claim = claims[id] else { return nil }
+            let state: String
+            switch claim.phase {
+            case .granted: state = "held"
+            case .messaging, .messaged: state = "messaging"
+            case .queued: state = "waiting"
+            }
+            return ClaimSnapshot(
+                state: state, id: id, pid: claim.request.pid, purpose: claim.request.purpose,
+                intents: claim.request.intents, age: now >= claim.submitted ? now - claim.submitted : 0,
+                events: claim.events)
+        }
+    }
+
+    /// Every registered presenter.
+    public func presenterSnapshot() -> [PresenterSnapshot] {
+        presenters.values.sorted { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) }.map {
+            PresenterSnapshot(id: $0.id, pid: $0.pid, path: $0.path)
+        }
+    }
+
+    // MARK: Conflicts
+
+    /// True when `a` and `b` cannot be granted at the same time to different purposes (§7.1).
+    public static func conflicts(_ a: ClaimIntent, _ b: ClaimIntent) -> Bool {
+        if a.kind == .read && b.kind == .read { return false }  // rules 1, 10
+        let pathA = a.conflictPath
+        let pathB = b.conflictPath
+        if pathA == pathB { return true }  // rules 2, 3, 8, 9
+        if a.packageRoot == nil && b.packageRoot == nil, let identity = a.identity, identity == b.identity {
+            return true
+        }
+        if isAncestor(pathA, of: pathB) { return a.coversSubtree }  // rules 11, 12, 14
+        if isAncestor(pathB, of: pathA) { return b.coversSubtree }  // rules 10, 12, 13
+        return false
+    }
+
+    static func conflicts(_ a: ClaimRequest, _ b: ClaimRequest) -> Bool {
+        for x in a.intents {
+            for y in b.intents where conflicts(x, y) { return true }
+        }
+        return false
+    }
+
+    /// True when `descendant` is strictly inside directory `ancestor`.
+    public static func isAncestor(_ ancestor: String, of descendant: String) -> Bool {
+        let a = ancestor.utf8
+        let d = descendant.utf8
+        guard d.count > a.count, d.starts(with: a) else { return false }
+        if a.last == UInt8(ascii: "/") { return true }
+        return d[d.index(d.startIndex, offsetBy: a.count)] == UInt8(ascii: "/")
+    }
+
+    /// `path` with prefix `from` replaced by `to`, or nil when `path` is not `from` or inside it.
+    static func rebase(_ path: String, from: String, to: String) -> String? {
+        if path == from { return to }
+        guard isAncestor(from, of: path) else { return nil }
+        return to + String(path.dropFirst(from.count))
+    }
+
+    /// Whether `other` keeps `claim` waiting.
+    private func blocks(_ other: Claim, _ claim: Claim) -> Bool {
+        if other.request.id == claim.request.id { return false }
+        let granted = other.phase == .granted
+        if !granted {
+            // FIFO: only earlier queued claims count, and never for a nested claim (it would wait
+            // behind a claim that waits for the caller's own claim).
+            if claim.isNested || other.sequence > claim.sequence { return false }
+            // Rule 28: a claim waiting for this purpose's presenter to answer does not block it.
+            if other.pending.values.contains(where: { $0.purpose == claim.request.purpose }) { return false }
+        }
+        if other.request.purpose == claim.request.purpose { return false }  // rules 4–6
+        if granted && claim.request.actingForPids.contains(other.request.pid) { return false }
+        return Arbiter.conflicts(other.request, claim.request)
+    }
+
+    private func blocker(for claim: Claim) -> ClaimID? {
+        for id in order {
+            if let other = claims[id], blocks(other, claim) { return id }
+        }
+        return nil
+    }
+
+    private func deadlockingHeldClaim(for claim: Claim) -> ClaimID? {
+        for held in claim.request.heldByCaller {
+            guard let other = claims[held], other.phase == .granted else { continue }
+            if other.request.purpose != claim.request.purpose && Arbiter.conflicts(other.request, claim.request) {
+                return held
+            }
+        }
+        return nil
+    }
+
+    private func timeoutError(_ claim: Claim) -> CoordinationError {
+        var text = "The claim on \(claim.request.intents[0].path) was not granted before its deadline"
+        if let blocking = blocker(for: claim), let other = claims[blocking] {
+            text += " (it waits for claim \(blocking) of pid \(other.request.pid))"
+        } else if !claim.pending.isEmpty {
+            text += " (presenters have not answered)"
+        }
+        return CoordinationError(.timedOut, text + ".")
+    }
+
+    // MARK: Scheduling
+
+    /// Re-examines waiting claims in FIFO order.
+    private mutating func schedule(now: UInt64, into actions: inout [ArbiterAction]) {
+        var index = 0
+        while index < order.count {
+            let id = order[index]
+            index += 1
+            guard let claim = claims[id], claim.phase == .queued || claim.phase == .messaged else { continue }
+            advance(id, now: now, into: &actions)
+        }
+    }
+
+    /// Moves one claim forward if nothing blocks it: start messaging, or grant.
+    private mutating func advance(_ id: ClaimID, now: UInt64, into actions: inout [ArbiterAction]) {
+        guard var claim = claims[id], blocker(for: claim) == nil else { return }
+        if claim.phase == .queued {
+            let plan = messagePlan(for: claim.request)
+            if !plan.isEmpty {
+                claim.phase = .messaging
+                for (presenter, messages) in plan {
+                    guard let registration = presenters[presenter] else { continue }
+                    var queue = messages
+                    let first = queue.removeFirst()
+                    if first == .relinquishToReader || first == .relinquishToWriter {
+                        claim.relinquished.append(presenter)
+                    }
+                    let number = nextMessage
+                    nextMessage += 1
+                    claim.pending[number] = Pending(
+                        presenter: presenter, purpose: registration.purpose, message: first,
+                        deadline: now &+ claim.request.presenterTimeout)
+                    messageOwner[number] = id
+                    if !queue.isEmpty { claim.followUps[presenter] = queue }
+                    actions.append(.deliver(presenter, messageID: number, message: first, claim: id))
+                }
+                claims[id] = claim
+                return
+            }
+        } else if claim.phase == .messaging {
+            return
+        }
+        claim.phase = .granted
+        claims[id] = claim
+        actions.append(.grant(id, paths: claim.request.intents.map(\.path)))
+    }
+
+    private mutating func answer(
+        _ message: UInt64, claim id: ClaimID, error: String?, now: UInt64, into actions: inout [ArbiterAction],
+        event: String?
+    ) {
+        messageOwner[message] = nil
+        guard var claim = claims[id], let pending = claim.pending.removeValue(forKey: message) else { return }
+        if let event {
+            claim.events.append(event)
+            record(ArbiterEvent(time: now, claim: id, text: event))
+        }
+        if let error {
+            claims[id] = claim
+            let pid = presenters[pending.presenter]?.pid ?? 0
+            actions.append(
+                .fail(
+                    id,
+                    CoordinationError(
+                        .presenterFailed,
+                        "Presenter \(pending.presenter) (pid \(pid)) refused \(pending.message.name): \(error)")))
+            remove(id)
+            finish(claim, succeeded: false, into: &actions)
+            return
+        }
+        if var queue = claim.followUps[pending.presenter], !queue.isEmpty, presenters[pending.presenter] != nil {
+            let next = queue.removeFirst()
+            claim.followUps[pending.presenter] = queue.isEmpty ? nil : queue
+            let number = nextMessage
+            nextMessage += 1
+            claim.pending[number] = Pending(
+                presenter: pending.presenter, purpose: pending.purpose, message: next,
+                deadline: now &+ claim.request.presenterTimeout)
+            messageOwner[number] = id
+            actions.append(.deliver(pending.presenter, messageID: number, message: next, claim: id))
+        } else {
+            claim.followUps[pending.presenter] = nil
+        }
+        if claim.pending.isEmpty && claim.phase == .messaging { claim.phase = .messaged }
+        claims[id] = claim
+    }
+
+    private mutating func remove(_ id: ClaimID) {
+        guard let claim = claims.removeValue(forKey: id) else { return }
+        for message in claim.pending.keys { messageOwner[message] = nil }
+        if let index = order.firstIndex(of: id) { order.remove(at: index) }
+    }
+
+    /// Messages after a claim ends: reacquirers, then (after a completed write) didChange.
+    private func finish(_ claim: Claim, succeeded: Bool, into actions: inout [ArbiterAction]) {
+        for presenter in claim.relinquished where presenters[presenter] != nil {
+            actions.append(.deliver(presenter, messageID: 0, message: .reacquire, claim: claim.request.id))
+        }
+        guard succeeded else { return }
+        for intent in claim.request.intents where intent.kind == .write {
+            if !intent.writingOptions.isDisjoint(with: [.forDeleting, .forMoving]) { continue }
+            for presenter in presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) })
+            where presenter.purpose != claim.request.purpose {
+                if Arbiter.sameItem(presenter, intent) {
+                    if presenter.methods.contains(.didChange) {
+                        actions.append(.deliver(presenter.id, messageID: 0, message: .didChange, claim: nil))
+                    }
+                } else if Arbiter.isAncestor(presenter.path, of: intent.path) {
+                    if presenter.methods.contains(.subitemDidChange) {
+                        actions.append(
+                            .deliver(
+                                presenter.id, messageID: 0, message: .subitemDidChange(at: intent.path), claim: nil))
+                    } else if presenter.packageRoot != nil && presenter.methods.contains(.didChange) {
+                        actions.append(.deliver(presenter.id, messageID: 0, message: .didChange, claim: nil))
+                    }
+                }
+            }
+        }
+    }
+
+    static func sameItem(_ presenter: PresenterRegistration, _ intent: ClaimIntent) -> Bool {
+        if presenter.path == intent.path { return true }
+        if let identity = presenter.identity, identity == intent.identity { return true }
+        return false
+    }
+
+    /// Who must be asked what before `request` is granted (§7.2), per presenter in send order.
+    func messagePlan(for request: ClaimRequest) -> [(PresenterID, [PresenterMessage])] {
+        if presenters.isEmpty { return [] }
+        var plan: [(PresenterID, [PresenterMessage])] = []
+        for presenter in presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) })
+        where presenter.purpose != request.purpose {  // rule 26
+            var relinquish: PresenterMessage?
+            var rest: [PresenterMessage] = []
+            func add(_ message: PresenterMessage) {
+                if !rest.contains(message) { rest.append(message) }
+            }
+            for intent in request.intents {
+                let same = Arbiter.sameItem(presenter, intent)
+                let inside = Arbiter.isAncestor(intent.path, of: presenter.path)
+                // A presenter of a directory that is (inside) the package enclosing the item: rule 19.
+                let enclosingPackage =
+                    !same && Arbiter.isAncestor(presenter.path, of: intent.path)
+                    && intent.packageRoot.map { $0 == presenter.path || Arbiter.isAncestor($0, of: presenter.path) }
+                        == true
+                switch intent.kind {
+                case .read:
+                    guard same || enclosingPackage else { continue }
+                    if relinquish == nil { relinquish = .relinquishToReader }  // rule 17
+                    if !intent.readingOptions.contains(.withoutChanges) { add(.savePresentedItemChanges) }  // rule 18
+                case .write:
+                    let deleting = !intent.writingOptions.isDisjoint(with: .deletingOptions)
+                    let merging = intent.writingOptions.contains(.forMerging)
+                    if same {
+                        relinquish = .relinquishToWriter  // rule 20
+                        if merging { add(.savePresentedItemChanges) }  // rule 24
+                        if deleting { add(.accommodateDeletion) }  // rule 22
+                    } else if enclosingPackage {
+                        relinquish = .relinquishToWriter  // rules 19, 20, 23
+                        if merging { add(.savePresentedItemChanges) }
+                        if deleting { add(.accommodateSubitemDeletion(at: intent.path)) }  // rule 22
+                    } else if inside && intent.coversSubtree {
+                        relinquish = .relinquishToWriter  // rule 21
+                        if deleting { add(.accommodateDeletion) }  // rule 22
+                    }
+                }
+            }
+            var messages: [PresenterMessage] = []
+            if let relinquish { messages.append(relinquish) }
+            messages += rest
+            messages = messages.filter { presenter.methods.contains($0.method) }  // rule 32
+            if !messages.isEmpty { plan.append((presenter.id, messages)) }
+        }
+        return plan
+    }
+
+    private mutating func record(_ event: ArbiterEvent) {
+        events.append(event)
+        if events.count > Arbiter.eventLimit { events.removeFirst(events.count - Arbiter.eventLimit) }
+    }
+}

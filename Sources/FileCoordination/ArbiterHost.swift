@@ -1,0 +1,176 @@
+// The arbiter behind a lock, with a timer for its deadlines and a sink per owner for the actions it
+// returns. Both the coordination server (one owner per connection) and in-process domains use it.
+
+import Dispatch
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Receives the arbiter's actions for one owner. Called after the host's lock is dropped, on the
+/// thread that caused the action (a submit, a reply, the deadline timer).
+public protocol ArbiterSink: AnyObject, Sendable {
+    /// The claim is granted; `paths` are the intents' current paths.
+    func granted(_ claim: ClaimID, paths: [String])
+    /// The claim will not be granted.
+    func failed(_ claim: ClaimID, error: CoordinationError)
+    /// A message for one of this owner's presenters.
+    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?)
+}
+
+/// Monotonic nanoseconds (CLOCK_MONOTONIC).
+public func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+/// An `Arbiter` shared by threads: every call locks, runs the state machine, unlocks, then
+/// performs the returned actions through the owners' sinks.
+public final class ArbiterHost: @unchecked Sendable {
+    // Safe: `state` is a Locked; `timer` is a DispatchSource, thread-safe to schedule and cancel
+    // (Dispatch does not mark the protocol Sendable); the rest is immutable.
+    struct State {
+        var arbiter = Arbiter()
+        var sinks: [UInt64: any ArbiterSink] = [:]
+        var nextOwner: UInt64 = 1
+        var timerDeadline: UInt64?
+    }
+
+    private let state = Locked(State())
+    private let clock: @Sendable () -> UInt64
+    private let timerQueue = DispatchQueue(label: "providerfs.arbiter.deadlines")
+    private let timer: any DispatchSourceTimer
+
+    /// A host reading time from `clock` (monotonic nanoseconds).
+    public init(clock: @escaping @Sendable () -> UInt64 = monotonicNanoseconds) {
+        self.clock = clock
+        timer = DispatchSource.makeTimerSource(queue: timerQueue)
+        timer.schedule(deadline: .distantFuture)
+        timer.setEventHandler { [weak self] in self?.timerFired() }
+        timer.resume()
+    }
+
+    deinit {
+        timer.cancel()
+    }
+
+    /// The host's current time.
+    public var now: UInt64 { clock() }
+
+    /// Registers an owner and the sink that receives its actions; returns the owner number.
+    public func addOwner(_ sink: any ArbiterSink) -> UInt64 {
+        state.withLock { state in
+            let owner = state.nextOwner
+            state.nextOwner += 1
+            state.sinks[owner] = sink
+            return owner
+        }
+    }
+
+    /// Removes an owner: its claims are released and its presenters removed at once.
+    public func removeOwner(_ owner: UInt64) {
+        perform { arbiter, now in arbiter.ownerGone(owner, now: now) }
+        state.withLock { _ = $0.sinks.removeValue(forKey: owner) }
+    }
+
+    /// Submits a claim.
+    public func submit(_ request: ClaimRequest) {
+        perform { arbiter, now in arbiter.submit(request, now: now) }
+    }
+
+    /// Releases a granted claim (or abandons a waiting one).
+    public func release(_ claim: ClaimID) {
+        perform { arbiter, now in arbiter.release(claim, now: now) }
+    }
+
+    /// Cancels a waiting claim (it fails with `.cancelled`) or releases a granted one.
+    public func cancel(_ claim: ClaimID) {
+        perform { arbiter, now in arbiter.cancel(claim, now: now) }
+    }
+
+    /// Registers a presenter.
+    public func addPresenter(_ presenter: PresenterRegistration) {
+        state.withLock { $0.arbiter.addPresenter(presenter) }
+    }
+
+    /// Removes a presenter.
+    public func removePresenter(_ presenter: PresenterID) {
+        perform { arbiter, now in arbiter.removePresenter(presenter, now: now) }
+    }
+
+    /// A presenter's answer.
+    public func reply(messageID: UInt64, error: String?) {
+        perform { arbiter, now in arbiter.reply(messageID: messageID, error: error, now: now) }
+    }
+
+    /// `item(at:didMoveTo:)`.
+    public func itemMoved(from: String, to: String, purpose: String) {
+        perform { arbiter, now in arbiter.itemMoved(from: from, to: to, purpose: purpose, now: now) }
+    }
+
+    /// The claim dump: claims, presenters and recent events.
+    public func dump() -> (
+        claims: [ClaimSnapshot], presenters: [PresenterSnapshot], events: [ArbiterEvent], now: UInt64
+    ) {
+        let now = clock()
+        return state.withLock { state in
+            (state.arbiter.snapshot(now: now), state.arbiter.presenterSnapshot(), state.arbiter.events, now)
+        }
+    }
+
+    /// Whether nothing is held, waiting or presented.
+    public var isIdle: Bool {
+        state.withLock { $0.arbiter.claimCount == 0 && $0.arbiter.presenterCount == 0 }
+    }
+
+    private func timerFired() {
+        state.withLock { $0.timerDeadline = nil }
+        perform { arbiter, now in arbiter.tick(now: now) }
+    }
+
+    /// Runs one state-machine step under the lock, then performs its actions without it.
+    @inline(__always)
+    func perform(_ step: (inout Arbiter, UInt64) -> [ArbiterAction]) {
+        let now = clock()
+        let (actions, sinks, rearm) = state.withLock { state -> ([ArbiterAction], [any ArbiterSink], UInt64?) in
+            let actions = step(&state.arbiter, now)
+            var rearm: UInt64?
+            if let next = state.arbiter.nextDeadline, next < (state.timerDeadline ?? .max) {
+                state.timerDeadline = next
+                rearm = next
+            }
+            if actions.isEmpty { return (actions, [], rearm) }
+            let sinks = actions.map { action -> any ArbiterSink in
+                switch action {
+                case .grant(let claim, _), .fail(let claim, _): return state.sinks[claim.owner] ?? NullSink.shared
+                case .deliver(let presenter, _, _, _): return state.sinks[presenter.owner] ?? NullSink.shared
+                }
+            }
+            return (actions, sinks, rearm)
+        }
+        if let rearm {
+            let delay = rearm > now ? rearm - now : 0
+            timer.schedule(deadline: .now() + .nanoseconds(Int(min(delay, UInt64(Int.max)))))
+        }
+        for (action, sink) in zip(actions, sinks) {
+            switch action {
+            case .grant(let claim, let paths): sink.granted(claim, paths: paths)
+            case .fail(let claim, let error): sink.failed(claim, error: error)
+            case .deliver(let presenter, let messageID, let message, let claim):
+                sink.deliver(presenter, messageID: messageID, message: message, claim: claim)
+            }
+        }
+    }
+}
+
+/// Drops actions for owners that are gone.
+final class NullSink: ArbiterSink {
+    static let shared = NullSink()
+    func granted(_ claim: ClaimID, paths: [String]) {}
+    func failed(_ claim: ClaimID, error: CoordinationError) {}
+    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {}
+}

@@ -1,0 +1,462 @@
+// The client core: claim tickets waiting for grants, the process's presenter registry, and the
+// delivery of presenter messages on each presenter's queue. Claims go to an endpoint: the
+// in-process arbiter (`ArbiterHost`) or a coordination server reached over a Unix socket.
+
+import Foundation
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Where claims and presenters of a domain go.
+protocol CoordinationEndpoint: AnyObject, Sendable {
+    func submit(
+        local: UInt64, purpose: String, intents: [ClaimIntent], heldByCaller: [UInt64], waitTimeout: UInt64,
+        presenterTimeout: UInt64)
+    func release(local: UInt64)
+    func cancel(local: UInt64)
+    func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods)
+    func removePresenter(local: UInt64)
+    func reply(messageID: UInt64, error: String?)
+    func itemMoved(from: String, to: String, purpose: String)
+}
+
+/// How an endpoint reports back to its domain.
+protocol EndpointDelegate: AnyObject, Sendable {
+    func granted(local: UInt64, paths: [String])
+    func failed(local: UInt64, error: CoordinationError)
+    func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?)
+    func endpointLost(_ endpoint: any CoordinationEndpoint)
+}
+
+/// How long coordination waits. Every wait has a deadline (a ProviderFS requirement; Apple waits
+/// forever, spec §2.4). Defaults: 60 s for a claim, 10 s for each presenter answer; the
+/// environment variables `PROVIDERFS_CLAIM_TIMEOUT` and `PROVIDERFS_PRESENTER_TIMEOUT` (e.g.
+/// "500ms", "2s") change the defaults of a process.
+public struct CoordinationDeadlines: Sendable, Hashable {
+    /// How long a claim may wait for conflicting claims and presenters before failing `.timedOut`.
+    public var claimWait: Duration
+    /// How long one presenter may take to answer one message before it counts as answered.
+    public var presenterAnswer: Duration
+
+    /// Deadlines; see the properties.
+    public init(claimWait: Duration = .seconds(60), presenterAnswer: Duration = .seconds(10)) {
+        self.claimWait = claimWait
+        self.presenterAnswer = presenterAnswer
+    }
+
+    /// The process default: 60 s / 10 s unless the environment says otherwise.
+    public static let `default`: CoordinationDeadlines = {
+        var deadlines = CoordinationDeadlines()
+        let environment = ProcessInfo.processInfo.environment
+        if let text = environment["PROVIDERFS_CLAIM_TIMEOUT"], let value = try? parseDuration(text) {
+            deadlines.claimWait = value
+        }
+        if let text = environment["PROVIDERFS_PRESENTER_TIMEOUT"], let value = try? parseDuration(text) {
+            deadlines.presenterAnswer = value
+        }
+        return deadlines
+    }()
+}
+
+extension Duration {
+    var nanosecondCount: UInt64 {
+        let (seconds, attoseconds) = components
+        if seconds < 0 { return 0 }
+        let (product, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow ? .max : product &+ UInt64(attoseconds / 1_000_000_000)
+    }
+}
+
+/// A claim a caller holds, remembered in a task-local so nested coordination can be recognised.
+struct HeldClaim: Sendable, Hashable {
+    var endpoint: ObjectIdentifier
+    var local: UInt64
+}
+
+enum CoordinationContext {
+    /// Claims held by the current task or thread (inside accessors).
+    @TaskLocal static var held: [HeldClaim] = []
+}
+
+/// A set of coordinators and presenters that share one arbiter: `.shared` talks to the
+/// coordination servers (the standalone one, or a mount's embedded one for paths under a
+/// ProviderFS mount); `CoordinationDomain(host:)` keeps everything in this process.
+public final class CoordinationDomain: Sendable {
+    final class Ticket: @unchecked Sendable {
+        // Safe: `state` is only touched under `lock`.
+        enum State {
+            case waiting
+            case done
+            case cancelledLocally
+        }
+        let local: UInt64
+        let endpoint: any CoordinationEndpoint
+        let lock = Lock()
+        var state = State.waiting
+        let onResult: @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
+
+        init(
+            local: UInt64, endpoint: any CoordinationEndpoint,
+            onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
+        ) {
+            self.local = local
+            self.endpoint = endpoint
+            self.onResult = onResult
+        }
+    }
+
+    struct PresenterEntry {
+        var presenter: any FilePresenter
+        var endpoint: (any CoordinationEndpoint)?
+        var reacquirers: [ClaimID: @Sendable () -> Void] = [:]
+    }
+
+    struct State {
+        var nextLocal: UInt64 = 1
+        var tickets: [UInt64: Ticket] = [:]
+        var presenters: [UInt64: PresenterEntry] = [:]
+        var presenterLocals: [ObjectIdentifier: UInt64] = [:]
+        var purposes: [ObjectIdentifier: String] = [:]
+    }
+
+    private let state = Locked(State())
+    private let resolveEndpoint: @Sendable (String) throws(CoordinationError) -> any CoordinationEndpoint
+
+    /// The domain of the coordination servers (cross-process). Paths under a ProviderFS mount go
+    /// to that mount's server, the rest to the standalone `providerfs coordinator`, started on
+    /// demand.
+    public static let shared: CoordinationDomain = {
+        let router = EndpointRouter()
+        let domain = CoordinationDomain { path throws(CoordinationError) in try router.endpoint(for: path) }
+        router.delegate = domain.delegate
+        return domain
+    }()
+
+    /// An in-process domain over `host` (no server, no other process).
+    public convenience init(host: ArbiterHost) {
+        let box = DelegateBox()
+        let endpoint = LocalEndpoint(host: host, delegate: box)
+        self.init(box: box) { _ throws(CoordinationError) in endpoint }
+    }
+
+    private convenience init(
+        resolve: @escaping @Sendable (String) throws(CoordinationError) -> any CoordinationEndpoint
+    ) {
+        self.init(box: DelegateBox(), resolve: resolve)
+    }
+
+    private init(
+        box: DelegateBox, resolve: @escaping @Sendable (String) throws(CoordinationError) -> any CoordinationEndpoint
+    ) {
+        self.resolveEndpoint = resolve
+        self.delegateBoxStorage = box
+        box.domain = self
+    }
+
+    private let delegateBoxStorage: DelegateBox
+    var delegate: DelegateBox { delegateBoxStorage }
+
+    // MARK: Claims
+
+    /// Submits a claim; `onResult` runs once, with the granted paths or the error.
+    func acquire(
+        _ intents: [ClaimIntent], purpose: String, deadlines: CoordinationDeadlines, blocksCaller: Bool = true,
+        onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
+    ) throws(CoordinationError) -> Ticket {
+        let endpoint = try resolveEndpoint(intents[0].path)
+        for intent in intents.dropFirst() where try resolveEndpoint(intent.path) !== endpoint {
+            throw CoordinationError(
+                .invalidRequest, "Items served by different coordination servers cannot be claimed together.")
+        }
+        let identifier = ObjectIdentifier(endpoint)
+        // Only a wait that blocks its caller can deadlock with the caller's own claims; a callback
+        // form (coordinate(with:queue:)) started inside an accessor simply runs later.
+        let held = blocksCaller ? CoordinationContext.held.filter { $0.endpoint == identifier }.map(\.local) : []
+        let ticket = state.withLock { state in
+            let local = state.nextLocal
+            state.nextLocal += 1
+            let ticket = Ticket(local: local, endpoint: endpoint, onResult: onResult)
+            state.tickets[local] = ticket
+            return ticket
+        }
+        endpoint.submit(
+            local: ticket.local, purpose: purpose, intents: intents, heldByCaller: held,
+            waitTimeout: deadlines.claimWait.nanosecondCount,
+            presenterTimeout: deadlines.presenterAnswer.nanosecondCount)
+        return ticket
+    }
+
+    /// Ends a granted claim.
+    func release(_ ticket: Ticket) {
+        ticket.endpoint.release(local: ticket.local)
+    }
+
+    /// Stops waiting for a claim: its result becomes `.cancelled` now, whatever the server does; a
+    /// grant that arrives later is released at once.
+    func cancel(_ ticket: Ticket) {
+        let cancelled = ticket.lock.withLock { () -> Bool in
+            guard ticket.state == .waiting else { return false }
+            ticket.state = .cancelledLocally
+            return true
+        }
+        guard cancelled else { return }
+        ticket.endpoint.cancel(local: ticket.local)
+        ticket.onResult(ticket, .failure(CoordinationError(.cancelled, "The coordination was cancelled.")))
+    }
+
+    fileprivate func granted(local: UInt64, paths: [String]) {
+        guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
+        let deliver = ticket.lock.withLock { () -> Bool in
+            guard ticket.state == .waiting else { return false }
+            ticket.state = .done
+            return true
+        }
+        if deliver { ticket.onResult(ticket, .success(paths)) } else { ticket.endpoint.release(local: local) }
+    }
+
+    fileprivate func failed(local: UInt64, error: CoordinationError) {
+        guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
+        let deliver = ticket.lock.withLock { () -> Bool in
+            guard ticket.state == .waiting else { return false }
+            ticket.state = .done
+            return true
+        }
+        if deliver { ticket.onResult(ticket, .failure(error)) }
+    }
+
+    /// A server connection broke: its waiting claims fail with `.connectionLost`, and its
+    /// presenters are registered again (with a new server, started if needed) in the background.
+    fileprivate func endpointLost(_ endpoint: any CoordinationEndpoint) {
+        let (tickets, presenters) = state.withLock { state -> ([Ticket], [(UInt64, any FilePresenter)]) in
+            let tickets = state.tickets.values.filter { $0.endpoint === endpoint }
+            for ticket in tickets { state.tickets[ticket.local] = nil }
+            var presenters: [(UInt64, any FilePresenter)] = []
+            for (local, entry) in state.presenters where entry.endpoint === endpoint {
+                state.presenters[local]?.endpoint = nil
+                state.presenters[local]?.reacquirers.removeAll()
+                presenters.append((local, entry.presenter))
+            }
+            return (tickets, presenters)
+        }
+        for ticket in tickets {
+            let deliver = ticket.lock.withLock { () -> Bool in
+                guard ticket.state == .waiting else { return false }
+                ticket.state = .done
+                return true
+            }
+            if deliver {
+                ticket.onResult(
+                    ticket,
+                    .failure(CoordinationError(.connectionLost, "The connection to the coordination server was lost.")))
+            }
+        }
+        guard !presenters.isEmpty else { return }
+        DispatchQueue.global().async {
+            for (local, presenter) in presenters {
+                self.register(local: local, presenter: presenter, purpose: self.purpose(for: presenter))
+            }
+        }
+    }
+
+    /// Announces a move made inside a write accessor (rules 35–40).
+    func itemMoved(from: String, to: String, purpose: String) throws(CoordinationError) {
+        let endpoint = try resolveEndpoint(from)
+        endpoint.itemMoved(from: from, to: to, purpose: purpose)
+        let destination = try resolveEndpoint(to)
+        if destination !== endpoint { destination.itemMoved(from: from, to: to, purpose: purpose) }
+    }
+
+    // MARK: Presenters
+
+    /// The purpose shared by every coordinator created with `presenter` (rule 6).
+    func purpose(for presenter: any FilePresenter) -> String {
+        state.withLock { state in
+            let key = ObjectIdentifier(presenter)
+            if let purpose = state.purposes[key] { return purpose }
+            let purpose = UUID().uuidString
+            state.purposes[key] = purpose
+            return purpose
+        }
+    }
+
+    /// Registers `presenter` (kept alive until removed, rule 68). A presenter with a nil URL is
+    /// registered with the arbiter once a coordinator created with it finishes (rule 46).
+    public func addFilePresenter(_ presenter: any FilePresenter) {
+        let key = ObjectIdentifier(presenter)
+        let purpose = self.purpose(for: presenter)
+        let local: UInt64? = state.withLock { state in
+            guard state.presenterLocals[key] == nil else { return nil }
+            let local = state.nextLocal
+            state.nextLocal += 1
+            state.presenterLocals[key] = local
+            state.presenters[local] = PresenterEntry(presenter: presenter)
+            return local
+        }
+        guard let local else { return }
+        register(local: local, presenter: presenter, purpose: purpose)
+    }
+
+    private func register(local: UInt64, presenter: any FilePresenter, purpose: String) {
+        guard let url = presenter.presentedItemURL, let path = try? ItemResolver.validatedPath(url),
+            let item = try? ItemResolver.resolve(path), let endpoint = try? resolveEndpoint(item.path)
+        else { return }
+        let registered = state.withLock { state -> Bool in
+            guard state.presenters[local] != nil, state.presenters[local]?.endpoint == nil else { return false }
+            state.presenters[local]?.endpoint = endpoint
+            return true
+        }
+        if registered {
+            endpoint.addPresenter(
+                local: local, purpose: purpose, item: item, methods: presenter.implementedPresenterMethods)
+        }
+    }
+
+    /// Registers a presenter whose URL was nil when it was added, once it has one (rule 46).
+    func refreshPresenter(_ presenter: any FilePresenter) {
+        let key = ObjectIdentifier(presenter)
+        guard let local = state.withLock({ $0.presenterLocals[key] }) else { return }
+        register(local: local, presenter: presenter, purpose: purpose(for: presenter))
+    }
+
+    /// Unregisters `presenter`; doing so for one never added does nothing (rule 66).
+    public func removeFilePresenter(_ presenter: any FilePresenter) {
+        let key = ObjectIdentifier(presenter)
+        let removed = state.withLock { state -> (UInt64, PresenterEntry)? in
+            guard let local = state.presenterLocals.removeValue(forKey: key),
+                let entry = state.presenters.removeValue(forKey: local)
+            else { return nil }
+            return (local, entry)
+        }
+        guard let (local, entry) = removed else { return }
+        entry.endpoint?.removePresenter(local: local)
+    }
+
+    /// This process's presenters in this domain (rule 67).
+    public var filePresenters: [any FilePresenter] {
+        state.withLock { state in
+            state.presenters.sorted { $0.key < $1.key }.map(\.value.presenter)
+        }
+    }
+
+    fileprivate func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
+        let found = state.withLock {
+            state -> (any FilePresenter, (any CoordinationEndpoint)?, (@Sendable () -> Void)?)? in
+            guard let entry = state.presenters[local] else { return nil }
+            var reacquirer: (@Sendable () -> Void)?
+            if message == .reacquire, let claim {
+                reacquirer = state.presenters[local]?.reacquirers.removeValue(forKey: claim)
+            }
+            return (entry.presenter, entry.endpoint, reacquirer)
+        }
+        guard let (presenter, endpoint, reacquirer) = found else {
+            // The presenter is gone here; answer so the claim does not wait for its deadline.
+            return
+        }
+        let answer: @Sendable ((any Error)?) -> Void = { error in
+            guard messageID != 0 else { return }
+            endpoint?.reply(messageID: messageID, error: error.map { "\($0)" })
+        }
+        let queue = presenter.presentedItemOperationQueue
+        switch message {
+        case .relinquishToReader, .relinquishToWriter:
+            let store: @Sendable ((@Sendable () -> Void)?) -> Void = { [weak self] reacquirer in
+                if let reacquirer, let claim, let self {
+                    self.state.withLock { $0.presenters[local]?.reacquirers[claim] = reacquirer }
+                }
+                answer(nil)
+            }
+            queue.addOperation {
+                if message == .relinquishToReader {
+                    presenter.relinquishPresentedItem(toReader: store)
+                } else {
+                    presenter.relinquishPresentedItem(toWriter: store)
+                }
+            }
+        case .savePresentedItemChanges:
+            queue.addOperation { presenter.savePresentedItemChanges(completionHandler: answer) }
+        case .accommodateDeletion:
+            queue.addOperation { presenter.accommodatePresentedItemDeletion(completionHandler: answer) }
+        case .accommodateSubitemDeletion(let path):
+            queue.addOperation {
+                presenter.accommodatePresentedSubitemDeletion(
+                    at: URL(fileURLWithPath: path), completionHandler: answer)
+            }
+        case .reacquire:
+            if let reacquirer { queue.addOperation { reacquirer() } }
+        case .didChange:
+            queue.addOperation { presenter.presentedItemDidChange() }
+        case .subitemDidChange(let path):
+            queue.addOperation { presenter.presentedSubitemDidChange(at: URL(fileURLWithPath: path)) }
+        case .didMove(let path):
+            queue.addOperation { presenter.presentedItemDidMove(to: URL(fileURLWithPath: path)) }
+        case .subitemDidMove(let from, let to):
+            queue.addOperation {
+                presenter.presentedSubitem(at: URL(fileURLWithPath: from), didMoveTo: URL(fileURLWithPath: to))
+            }
+        }
+    }
+}
+
+/// Forwards endpoint callbacks to a domain without a reference cycle.
+final class DelegateBox: EndpointDelegate, @unchecked Sendable {
+    // Safe: `domain` is set once, right after the domain is initialised, before any endpoint can
+    // call back, and never changed.
+    weak var domain: CoordinationDomain?
+    func granted(local: UInt64, paths: [String]) { domain?.granted(local: local, paths: paths) }
+    func failed(local: UInt64, error: CoordinationError) { domain?.failed(local: local, error: error) }
+    func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
+        domain?.deliver(presenter: local, messageID: messageID, message: message, claim: claim)
+    }
+    func endpointLost(_ endpoint: any CoordinationEndpoint) { domain?.endpointLost(endpoint) }
+}
+
+/// An endpoint in this process: the domain is one owner of an `ArbiterHost`.
+final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendable {
+    // Safe: `owner` is set once in init before the endpoint is shared; the rest is immutable.
+    let host: ArbiterHost
+    private(set) var owner: UInt64 = 0
+    let delegate: any EndpointDelegate
+    let pid = getpid()
+
+    init(host: ArbiterHost, delegate: any EndpointDelegate) {
+        self.host = host
+        self.delegate = delegate
+        owner = host.addOwner(self)
+    }
+
+    func submit(
+        local: UInt64, purpose: String, intents: [ClaimIntent], heldByCaller: [UInt64], waitTimeout: UInt64,
+        presenterTimeout: UInt64
+    ) {
+        let now = host.now
+        host.submit(
+            ClaimRequest(
+                id: ClaimID(owner: owner, local: local), pid: pid, purpose: purpose, intents: intents,
+                heldByCaller: heldByCaller.map { ClaimID(owner: owner, local: $0) },
+                waitDeadline: now &+ waitTimeout, presenterTimeout: presenterTimeout))
+    }
+    func release(local: UInt64) { host.release(ClaimID(owner: owner, local: local)) }
+    func cancel(local: UInt64) { host.cancel(ClaimID(owner: owner, local: local)) }
+    func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods) {
+        host.addPresenter(
+            PresenterRegistration(
+                id: PresenterID(owner: owner, local: local), pid: pid, purpose: purpose, path: item.path,
+                identity: item.identity, isDirectory: item.isDirectory, packageRoot: item.packageRoot,
+                methods: methods))
+    }
+    func removePresenter(local: UInt64) { host.removePresenter(PresenterID(owner: owner, local: local)) }
+    func reply(messageID: UInt64, error: String?) { host.reply(messageID: messageID, error: error) }
+    func itemMoved(from: String, to: String, purpose: String) {
+        host.itemMoved(from: from, to: to, purpose: purpose)
+    }
+
+    func granted(_ claim: ClaimID, paths: [String]) { delegate.granted(local: claim.local, paths: paths) }
+    func failed(_ claim: ClaimID, error: CoordinationError) { delegate.failed(local: claim.local, error: error) }
+    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
+        delegate.deliver(presenter: presenter.local, messageID: messageID, message: message, claim: claim)
+    }
+}

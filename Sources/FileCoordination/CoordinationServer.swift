@@ -1,0 +1,563 @@
+// The coordination server: an ArbiterHost behind a Unix socket. One thread runs a poll loop over
+// the listening socket, every client connection and a wake-up eventfd; it alone reads and writes
+// sockets, so a slow or silent client never blocks anyone else. Embeddable: the mount daemon runs
+// one for paths under its mount and takes claims in-process on behalf of kernel callers.
+
+import Foundation
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A coordination server listening on a Unix socket (docs/COORDINATION-PROTOCOL.md).
+public final class CoordinationServer: @unchecked Sendable {
+    // Safe: `sessions`, `listenFD`, `lockFD` and `cleanupPaths` are touched only by the loop thread
+    // after `start()` (or before it starts); cross-thread state is in Locked values.
+
+    /// Where the server listens.
+    public let socketPath: String
+    /// The arbiter it serves.
+    public let host: ArbiterHost
+    /// Exit after being idle (no connection, no claim, no presenter) this long; nil: never.
+    public let idleExit: Duration?
+    /// A connection that has not said hello after this long is dropped.
+    public let helloTimeout: Duration
+
+    struct Control {
+        var running = false
+        var stopRequested = false
+        var finished = false
+    }
+
+    private let control = Locked(Control())
+    private let finishedSignal = DispatchSemaphore(value: 0)
+    private var listenFD: Int32 = -1
+    private let wakeFD: Int32
+    private let wakeWriteFD: Int32
+    private var sessions: [Int32: ClientSession] = [:]
+    private let loopThread = Locked<pthread_t?>(nil)
+    private var cleanupPaths: [String] = []
+    private var lockFD: Int32 = -1
+    private let logger: (@Sendable (String) -> Void)?
+    private lazy var mountOwner = KernelClaimOwner(host: host)
+
+    /// A server for `socketPath` over `host`. Nothing happens until `start()`.
+    public init(
+        socketPath: String, host: ArbiterHost = ArbiterHost(), idleExit: Duration? = nil,
+        helloTimeout: Duration = .seconds(5), log: (@Sendable (String) -> Void)? = nil
+    ) {
+        self.socketPath = socketPath
+        self.host = host
+        self.idleExit = idleExit
+        self.helloTimeout = helloTimeout
+        self.logger = log
+        // A self-pipe wakes the poll loop (eventfd is not visible through the Glibc module).
+        var ends: [Int32] = [-1, -1]
+        if pipe(&ends) == 0 {
+            for end in ends {
+                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(end, F_SETFL, O_NONBLOCK)
+            }
+        }
+        wakeFD = ends[0]
+        wakeWriteFD = ends[1]
+    }
+
+    deinit {
+        if listenFD >= 0 { close(listenFD) }
+        close(wakeFD)
+        close(wakeWriteFD)
+    }
+
+    // MARK: Life cycle
+
+    /// Binds the socket (replacing a stale one) and starts serving on a thread of its own.
+    public func start() throws(CoordinationError) {
+        let directory = String(socketPath[..<(socketPath.lastIndex(of: "/") ?? socketPath.endIndex)])
+        if !directory.isEmpty {
+            do { try makeDirectories(directory, mode: 0o700) } catch {
+                throw CoordinationError(.serverUnavailable, "Cannot create \(directory): \(error.errno.message).")
+            }
+        }
+        unlink(socketPath)
+        do { listenFD = try UnixSocket.listen(socketPath) } catch {
+            throw CoordinationError(.serverUnavailable, "Cannot listen on \(socketPath): \(error.errno.message).")
+        }
+        control.withLock { $0.running = true }
+        let thread = Thread { [self] in
+            loopThread.withLock { $0 = pthread_self() }
+            loop()
+        }
+        thread.name = "providerfs.coordination-server"
+        thread.start()
+    }
+
+    /// Stops serving: closes every connection (their claims and presenters go), removes the socket.
+    public func stop() {
+        let running = control.withLock { control -> Bool in
+            control.stopRequested = true
+            return control.running && !control.finished
+        }
+        guard running else { return }
+        wake()
+        waitUntilStopped()
+    }
+
+    /// Blocks until the server has stopped (by `stop()` or idle exit).
+    public func waitUntilStopped() {
+        guard control.withLock({ $0.running }) else { return }
+        finishedSignal.wait()
+        finishedSignal.signal()
+    }
+
+    private func wake() {
+        var one: UInt8 = 1
+        _ = write(wakeWriteFD, &one, 1)
+    }
+
+    private var onLoopThread: Bool {
+        guard let loop = loopThread.withLock({ $0 }) else { return false }
+        return pthread_equal(pthread_self(), loop) != 0
+    }
+
+    // MARK: Standalone server
+
+    /// The socket of the standalone server: `RuntimeDirectory/coordinator.sock`.
+    public static func standaloneSocketPath(environment: [String: String]? = nil) -> String {
+        RuntimeDirectory.path(environment: environment ?? currentEnvironment()) + "/coordinator.sock"
+    }
+
+    /// The socket a mount's embedded server uses for `mountPoint`:
+    /// `RuntimeDirectory/mounts/<16 hex digits of FNV-1a(canonical mount point)>.sock`.
+    public static func socketPath(
+        forMountPoint mountPoint: String, environment: [String: String]? = nil
+    ) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in ItemResolver.lexicallyNormalized(mountPoint).utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return RuntimeDirectory.path(environment: environment ?? currentEnvironment()) + "/mounts/"
+            + String(repeating: "0", count: 16 - hex.count) + hex + ".sock"
+    }
+
+    /// Starts the standalone server of this user (RuntimeDirectory), unless one is already
+    /// running: the lock file `coordinator.lock` (flock) makes concurrent starts race-free, and only
+    /// its holder binds the socket. Returns nil when another server holds the lock.
+    public static func startStandalone(
+        idleExit: Duration?, environment: [String: String]? = nil,
+        log: (@Sendable (String) -> Void)? = nil
+    ) throws(CoordinationError) -> CoordinationServer? {
+        let environment = environment ?? currentEnvironment()
+        let directory: String
+        do { directory = try RuntimeDirectory.ensure(environment: environment) } catch {
+            throw CoordinationError(.serverUnavailable, "Cannot create the runtime directory: \(error).")
+        }
+        let lockPath = directory + "/coordinator.lock"
+        let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lockFD >= 0 else {
+            throw CoordinationError(.serverUnavailable, "Cannot open \(lockPath): \(Errno.current.message).")
+        }
+        // A server exiting on idle holds the lock for a moment while it cleans up: retry briefly.
+        var locked = false
+        for _ in 0..<200 {
+            if flock(lockFD, LOCK_EX | LOCK_NB) == 0 {
+                locked = true
+                break
+            }
+            usleep(10_000)
+        }
+        guard locked else {
+            close(lockFD)
+            return nil
+        }
+        let socketPath = standaloneSocketPath(environment: environment)
+        let server = CoordinationServer(socketPath: socketPath, idleExit: idleExit, log: log)
+        server.lockFD = lockFD
+        let pidPath = directory + "/coordinator.pid"
+        server.cleanupPaths = [socketPath, pidPath]
+        do { try server.start() } catch {
+            close(lockFD)
+            throw error
+        }
+        let pidText = "\(getpid())\n"
+        let fd = open(pidPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        if fd >= 0 {
+            _ = pidText.withCString { write(fd, $0, strlen($0)) }
+            close(fd)
+        }
+        return server
+    }
+
+    // MARK: The loop
+
+    private func log(_ text: String) { logger?(text) }
+
+    private func loop() {
+        var idleSince = monotonicNanoseconds()
+        var fds: [pollfd] = []
+        var order: [Int32] = []
+        while !control.withLock({ $0.stopRequested }) {
+            fds.removeAll(keepingCapacity: true)
+            order.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
+            fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
+            for (fd, session) in sessions {
+                var events = Int16(POLLIN)
+                if !session.unsent.isEmpty { events |= Int16(POLLOUT) }
+                fds.append(pollfd(fd: fd, events: events, revents: 0))
+                order.append(fd)
+            }
+            let now = monotonicNanoseconds()
+            var timeout: Int32 = -1
+            let helloNanos = helloTimeout.nanosecondCount
+            for session in sessions.values where !session.greeted {
+                let due = session.connectedAt &+ helloNanos
+                timeout = min(
+                    timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
+            }
+            if let idleExit, sessions.isEmpty {
+                let due = idleSince &+ idleExit.nanosecondCount
+                timeout = min(
+                    timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
+            }
+            let ready = poll(&fds, nfds_t(fds.count), timeout)
+            if ready < 0 && errno != EINTR { break }
+            if fds[0].revents != 0 {
+                var drain = [UInt8](repeating: 0, count: 256)
+                _ = drain.withUnsafeMutableBytes { read(wakeFD, $0.baseAddress, $0.count) }
+            }
+            if fds[1].revents & Int16(POLLIN) != 0 { acceptAll() }
+            for (index, fd) in order.enumerated() {
+                guard let session = sessions[fd] else { continue }
+                let revents = fds[index + 2].revents
+                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { receive(session) }
+            }
+            let later = monotonicNanoseconds()
+            for session in sessions.values where !session.greeted && later &- session.connectedAt >= helloNanos {
+                log("dropping pid \(session.pid): no hello within \(helloTimeout)")
+                drop(session, reason: "No hello within \(helloTimeout).")
+            }
+            flushAll()
+            if !sessions.isEmpty || !host.isIdle {
+                idleSince = later
+            } else if let idleExit, later &- idleSince >= idleExit.nanosecondCount {
+                acceptAll()  // a client that connected just now keeps the server alive
+                if sessions.isEmpty {
+                    log("idle for \(idleExit); exiting")
+                    break
+                }
+            }
+        }
+        shutdown()
+    }
+
+    private func shutdown() {
+        for session in Array(sessions.values) { drop(session, reason: nil) }
+        for path in cleanupPaths { unlink(path) }
+        if cleanupPaths.isEmpty { unlink(socketPath) }
+        close(listenFD)
+        listenFD = -1
+        if lockFD >= 0 {
+            close(lockFD)
+            lockFD = -1
+        }
+        control.withLock { $0.finished = true }
+        finishedSignal.signal()
+    }
+
+    private func acceptAll() {
+        while true {
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+            let session = ClientSession(fd: fd, pid: UnixSocket.peerPid(fd), server: self)
+            session.owner = host.addOwner(session)
+            sessions[fd] = session
+        }
+    }
+
+    private func receive(_ session: ClientSession) {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(session.fd, $0.baseAddress, $0.count) }
+            if count > 0 {
+                buffer.withUnsafeBytes { session.input.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                do {
+                    while let payload = try session.input.next() {
+                        let message = try WireMessage.decode(payload)
+                        guard handle(message, from: session) else { return }
+                    }
+                } catch {
+                    log("dropping pid \(session.pid): \(error)")
+                    drop(session, reason: "Protocol error: \(error)")
+                    return
+                }
+                if count < buffer.count { return }
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            drop(session, reason: nil)  // EOF or error: the client is gone
+            return
+        }
+    }
+
+    /// Handles one message; false when the session was dropped.
+    private func handle(_ message: WireMessage, from session: ClientSession) -> Bool {
+        if !session.greeted {
+            guard case .hello(let magic, let version) = message, magic == WireProtocol.magic else {
+                drop(session, reason: "The first message must be hello.")
+                return false
+            }
+            guard version == WireProtocol.version else {
+                drop(
+                    session,
+                    reason: "Protocol version \(version) is not supported; this server speaks \(WireProtocol.version).")
+                return false
+            }
+            session.greeted = true
+            session.send(.welcome(version: WireProtocol.version, serverPid: getpid(), owner: session.owner))
+            return true
+        }
+        let owner = session.owner
+        switch message {
+        case .submit(let local, let purpose, let waitTimeout, let presenterTimeout, let held, let intents):
+            let now = host.now
+            host.submit(
+                ClaimRequest(
+                    id: ClaimID(owner: owner, local: local), pid: session.pid, purpose: purpose, intents: intents,
+                    heldByCaller: held.map { ClaimID(owner: owner, local: $0) },
+                    waitDeadline: now &+ min(waitTimeout, UInt64(Int64.max) / 2),
+                    presenterTimeout: min(presenterTimeout, UInt64(Int64.max) / 2)))
+        case .release(let local): host.release(ClaimID(owner: owner, local: local))
+        case .cancel(let local): host.cancel(ClaimID(owner: owner, local: local))
+        case .addPresenter(
+            let local, let purpose, let path, let identity, let isDirectory, let packageRoot, let methods):
+            host.addPresenter(
+                PresenterRegistration(
+                    id: PresenterID(owner: owner, local: local), pid: session.pid, purpose: purpose, path: path,
+                    identity: identity, isDirectory: isDirectory, packageRoot: packageRoot,
+                    methods: PresenterMethods(rawValue: methods)))
+        case .removePresenter(let local): host.removePresenter(PresenterID(owner: owner, local: local))
+        case .reply(let messageID, let error): host.reply(messageID: messageID, error: error)
+        case .itemMoved(let from, let to, let purpose): host.itemMoved(from: from, to: to, purpose: purpose)
+        case .dumpRequest(let requestID):
+            session.send(.dump(requestID: requestID, json: CoordinationDump.make(host: host).json()))
+        case .hello, .welcome, .granted, .failed, .deliver, .dump, .fatal:
+            drop(session, reason: "Unexpected message from a client.")
+            return false
+        }
+        return true
+    }
+
+    private func drop(_ session: ClientSession, reason: String?) {
+        guard sessions.removeValue(forKey: session.fd) != nil else { return }
+        if let reason {
+            // Best effort: tell the client why, without waiting for it.
+            let frame = WireMessage.fatal(code: CoordinationError.Code.protocolError.rawValue, message: reason).frame()
+            _ = frame.withUnsafeBytes { send(session.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        }
+        close(session.fd)
+        session.closed = true
+        host.removeOwner(session.owner)
+    }
+
+    private func flushAll() {
+        for session in Array(sessions.values) {
+            session.takeOutbox()
+            guard !session.unsent.isEmpty else { continue }
+            let written = session.unsent.withUnsafeBytes {
+                send(session.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+            }
+            if written > 0 {
+                session.unsent.removeFirst(written)
+            } else if written < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
+                drop(session, reason: nil)
+            }
+        }
+    }
+
+    fileprivate func sessionHasOutput() {
+        if !onLoopThread { wake() }
+    }
+
+    // MARK: Claims on behalf of kernel callers (the mount)
+
+    /// Takes a claim for a process that reached the file through the mount. Granted claims held by
+    /// that process or one of its ancestors do not block it: the coordinator never coordinates with
+    /// itself (e.g. `providerfs coordinate --write F -- CMD`: CMD's own writes to F go through).
+    /// `completion` runs once, on an arbitrary thread.
+    public func claim(
+        _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        onBehalfOf pid: Int32, deadline: Duration,
+        completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
+    ) {
+        do {
+            let item = try ItemResolver.resolve(try ItemResolver.validatedPath(path))
+            let intent = ClaimIntent(
+                kind: kind, path: item.path, readingOptions: readingOptions, writingOptions: writingOptions,
+                identity: item.identity, isDirectory: item.isDirectory, packageRoot: item.packageRoot)
+            mountOwner.submit(
+                intent, pid: pid, ancestry: processAncestry(of: pid), deadline: deadline.nanosecondCount,
+                completion: completion)
+        } catch {
+            completion(.failure(error))
+        }
+    }
+
+    /// Async form of `claim(_:kind:…:completion:)`.
+    public func claim(
+        _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        onBehalfOf pid: Int32, deadline: Duration
+    ) async throws(CoordinationError) -> KernelClaim {
+        let result = await withCheckedContinuation { continuation in
+            claim(
+                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, onBehalfOf: pid,
+                deadline: deadline
+            ) { continuation.resume(returning: $0) }
+        }
+        return try result.get()
+    }
+}
+
+/// A granted claim taken by the mount for a kernel caller. Release it when the operation ends.
+public final class KernelClaim: Sendable {
+    let host: ArbiterHost
+    let id: ClaimID
+    let released = Locked(false)
+    /// The path the claim was granted on.
+    public let path: String
+
+    init(host: ArbiterHost, id: ClaimID, path: String) {
+        self.host = host
+        self.id = id
+        self.path = path
+    }
+
+    /// Ends the claim (idempotent).
+    public func release() {
+        let first = released.withLock { done -> Bool in
+            defer { done = true }
+            return !done
+        }
+        if first { host.release(id) }
+    }
+
+    deinit { release() }
+}
+
+/// The owner of kernel-caller claims in an embedded server.
+final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
+    // Safe: `owner` is set once in init; `waiting` is a Locked.
+    let host: ArbiterHost
+    private(set) var owner: UInt64 = 0
+    private let waiting = Locked<
+        (next: UInt64, table: [UInt64: @Sendable (Result<KernelClaim, CoordinationError>) -> Void])
+    >(
+        (1, [:]))
+
+    init(host: ArbiterHost) {
+        self.host = host
+        owner = host.addOwner(self)
+    }
+
+    func submit(
+        _ intent: ClaimIntent, pid: Int32, ancestry: [Int32], deadline: UInt64,
+        completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
+    ) {
+        let local = waiting.withLock { state -> UInt64 in
+            let local = state.next
+            state.next += 1
+            state.table[local] = completion
+            return local
+        }
+        let now = host.now
+        host.submit(
+            ClaimRequest(
+                id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)",
+                intents: [intent],
+                actingForPids: ancestry, waitDeadline: now &+ deadline,
+                presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount))
+    }
+
+    func granted(_ claim: ClaimID, paths: [String]) {
+        guard let completion = waiting.withLock({ $0.table.removeValue(forKey: claim.local) }) else { return }
+        completion(.success(KernelClaim(host: host, id: claim, path: paths.first ?? "")))
+    }
+
+    func failed(_ claim: ClaimID, error: CoordinationError) {
+        waiting.withLock { $0.table.removeValue(forKey: claim.local) }?(.failure(error))
+    }
+
+    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {}
+}
+
+/// `pid`, its parent, grandparent… up to init (from /proc/PID/stat).
+public func processAncestry(of pid: Int32) -> [Int32] {
+    var chain: [Int32] = []
+    var current = pid
+    while current > 0 && chain.count < 64 && !chain.contains(current) {
+        chain.append(current)
+        guard let text = try? String(contentsOfFile: "/proc/\(current)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { break }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 1, let parent = Int32(fields[1]) else { break }
+        current = parent
+    }
+    return chain
+}
+
+/// One client connection of a server. The loop thread owns `input`, `unsent`, `greeted`;
+/// `outbox` receives frames from any thread.
+final class ClientSession: ArbiterSink, @unchecked Sendable {
+    // Safe: see the type comment; `owner` is set once by the loop thread right after creation,
+    // before the session is visible to the arbiter.
+    let fd: Int32
+    let pid: Int32
+    let connectedAt = monotonicNanoseconds()
+    var owner: UInt64 = 0
+    var greeted = false
+    var closed = false
+    var input = FrameBuffer()
+    var unsent: [UInt8] = []
+    private let outbox = Locked<[UInt8]>([])
+    private weak var server: CoordinationServer?
+
+    init(fd: Int32, pid: Int32, server: CoordinationServer) {
+        self.fd = fd
+        self.pid = pid
+        self.server = server
+    }
+
+    func send(_ message: WireMessage) {
+        let frame = message.frame()
+        outbox.withLock { $0 += frame }
+        server?.sessionHasOutput()
+    }
+
+    func takeOutbox() {
+        let pending = outbox.withLock { box -> [UInt8] in
+            defer { box.removeAll(keepingCapacity: true) }
+            return box
+        }
+        unsent += pending
+    }
+
+    func granted(_ claim: ClaimID, paths: [String]) { send(.granted(local: claim.local, paths: paths)) }
+    func failed(_ claim: ClaimID, error: CoordinationError) {
+        send(.failed(local: claim.local, code: error.code.rawValue, message: error.message))
+    }
+    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
+        send(.deliver(presenter: presenter.local, messageID: messageID, message: message, claim: claim))
+    }
+}

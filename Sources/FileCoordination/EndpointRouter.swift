@@ -1,0 +1,405 @@
+// The client side of the protocol: a connection to a server (`ServerLink`), the routing of paths
+// to servers (a `fuse.providerfs` mount's embedded server, or the standalone one), and starting
+// the standalone server on demand.
+
+import Foundation
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// One connection to a coordination server. Sends happen on the caller's thread; a reader thread
+/// delivers grants, failures and presenter messages to the domain.
+final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
+    // Safe: `fd`, `serverPid`, `owner`, `socketPath` are immutable after init; `sendLock` serialises
+    // writes of whole frames (held across exactly one send, nothing else is locked inside); `state`
+    // is a Locked.
+    let fd: Int32
+    let socketPath: String
+    let serverPid: Int32
+    let owner: UInt64
+    weak var delegate: DelegateBox?
+    private let sendLock = Lock()
+    private let dead = Locked(false)
+
+    var isDead: Bool { dead.withLock { $0 } }
+
+    private init(fd: Int32, socketPath: String, serverPid: Int32, owner: UInt64) {
+        self.fd = fd
+        self.socketPath = socketPath
+        self.serverPid = serverPid
+        self.owner = owner
+    }
+
+    /// Connects and says hello; throws `ECONNREFUSED`/`ENOENT`-shaped errors as SystemCallError so
+    /// the caller can decide to start a server.
+    static func connect(socketPath: String, delegate: DelegateBox?) throws -> ServerLink {
+        let fd = try UnixSocket.connect(socketPath)
+        do {
+            var buffer = FrameBuffer()
+            let (pid, owner) = try handshake(fd: fd, buffer: &buffer)
+            let link = ServerLink(fd: fd, socketPath: socketPath, serverPid: pid, owner: owner)
+            link.delegate = delegate
+            let thread = Thread { [link, buffer] in link.readLoop(buffer) }
+            thread.name = "providerfs.coordination-client"
+            thread.start()
+            return link
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Sends hello and waits (at most 5 s) for welcome.
+    static func handshake(fd: Int32, buffer: inout FrameBuffer) throws -> (Int32, UInt64) {
+        try UnixSocket.writeAll(fd, WireMessage.hello(magic: WireProtocol.magic, version: WireProtocol.version).frame())
+        let message = try readMessage(fd: fd, buffer: &buffer, timeoutMilliseconds: 5000)
+        switch message {
+        case .welcome(let version, let pid, let owner) where version == WireProtocol.version: return (pid, owner)
+        case .fatal(_, let text): throw CoordinationError(.protocolError, "The coordination server refused: \(text)")
+        default: throw CoordinationError(.protocolError, "The coordination server answered hello with \(message).")
+        }
+    }
+
+    /// Reads one message, waiting at most `timeoutMilliseconds` for each chunk.
+    static func readMessage(fd: Int32, buffer: inout FrameBuffer, timeoutMilliseconds: Int32) throws -> WireMessage {
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            if let payload = try buffer.next() { return try WireMessage.decode(payload) }
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&pfd, 1, timeoutMilliseconds)
+            if ready < 0 && errno == EINTR { continue }
+            guard ready > 0 else {
+                throw CoordinationError(.serverUnavailable, "The coordination server did not answer.")
+            }
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else {
+                throw CoordinationError(.connectionLost, "The coordination server closed the connection.")
+            }
+            chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        }
+    }
+
+    private func send(_ message: WireMessage) {
+        let frame = message.frame()
+        let ok = sendLock.withLock { () -> Bool in
+            do {
+                try UnixSocket.writeAll(fd, frame)
+                return true
+            } catch {
+                return false
+            }
+        }
+        if !ok { shutdown(fd, Int32(SHUT_RDWR)) }  // the reader thread sees EOF and reports the loss
+    }
+
+    private func readLoop(_ initial: FrameBuffer) {
+        var buffer = initial
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        reading: while true {
+            do {
+                while let payload = try buffer.next() { dispatch(try WireMessage.decode(payload)) }
+            } catch {
+                break reading
+            }
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        }
+        dead.withLock { $0 = true }
+        delegate?.endpointLost(self)
+        sendLock.withLock { _ = close(fd) }
+    }
+
+    private func dispatch(_ message: WireMessage) {
+        switch message {
+        case .granted(let local, let paths): delegate?.granted(local: local, paths: paths)
+        case .failed(let local, let code, let text):
+            delegate?.failed(
+                local: local, error: CoordinationError(CoordinationError.Code(rawValue: code) ?? .protocolError, text))
+        case .deliver(let presenter, let messageID, let body, let claim):
+            delegate?.deliver(presenter: presenter, messageID: messageID, message: body, claim: claim)
+        default:
+            break  // fatal: the server closes next; others are not sent to clients
+        }
+    }
+
+    func submit(
+        local: UInt64, purpose: String, intents: [ClaimIntent], heldByCaller: [UInt64], waitTimeout: UInt64,
+        presenterTimeout: UInt64
+    ) {
+        send(
+            .submit(
+                local: local, purpose: purpose, waitTimeout: waitTimeout, presenterTimeout: presenterTimeout,
+                held: heldByCaller, intents: intents))
+    }
+    func release(local: UInt64) { send(.release(local: local)) }
+    func cancel(local: UInt64) { send(.cancel(local: local)) }
+    func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods) {
+        send(
+            .addPresenter(
+                local: local, purpose: purpose, path: item.path, identity: item.identity, isDirectory: item.isDirectory,
+                packageRoot: item.packageRoot, methods: methods.rawValue))
+    }
+    func removePresenter(local: UInt64) { send(.removePresenter(local: local)) }
+    func reply(messageID: UInt64, error: String?) { send(.reply(messageID: messageID, error: error)) }
+    func itemMoved(from: String, to: String, purpose: String) {
+        send(.itemMoved(from: from, to: to, purpose: purpose))
+    }
+}
+
+/// Routes paths to servers and keeps one connection per server.
+final class EndpointRouter: @unchecked Sendable {
+    // Safe: `delegate` is set once right after creation, before any use; `links` is a Locked.
+    weak var delegate: DelegateBox?
+    private let links = Locked<[String: ServerLink]>([:])
+    private let mounts = MountTable()
+
+    func endpoint(for path: String) throws(CoordinationError) -> any CoordinationEndpoint {
+        let mountPoint = mounts.providerMount(containing: path)
+        let socket =
+            mountPoint.map { CoordinationServer.socketPath(forMountPoint: $0) }
+            ?? CoordinationServer.standaloneSocketPath()
+        if let link = links.withLock({ $0[socket] }), !link.isDead { return link }
+        // Connect without holding the lock (it may take a server start); keep one link per socket.
+        let link: ServerLink
+        if let mountPoint {
+            do { link = try ServerLink.connect(socketPath: socket, delegate: delegate) } catch {
+                throw CoordinationError(
+                    .serverUnavailable,
+                    "The coordination server of the mount at \(mountPoint) is not reachable: \(error).")
+            }
+        } else {
+            link = try ServerLauncher.connectOrStart(socketPath: socket, delegate: delegate)
+        }
+        return links.withLock { links -> ServerLink in
+            if let existing = links[socket], !existing.isDead, existing !== link {
+                shutdown(link.fd, Int32(SHUT_RDWR))  // another thread connected first; keep one link
+                return existing
+            }
+            links[socket] = link
+            return link
+        }
+    }
+}
+
+/// Finds and starts the standalone server (decision D-108).
+public enum ServerLauncher {
+    /// How long a client waits for a server it started.
+    static let startTimeout: UInt64 = 10_000_000_000
+
+    /// Connects to the standalone server, starting it when no server answers.
+    static func connectOrStart(socketPath: String, delegate: DelegateBox?) throws(CoordinationError) -> ServerLink {
+        let deadline = monotonicNanoseconds() + startTimeout
+        var started = false
+        var pause: UInt32 = 1000
+        var lastError = ""
+        while true {
+            do {
+                return try ServerLink.connect(socketPath: socketPath, delegate: delegate)
+            } catch let error as SystemCallError where [ENOENT, ECONNREFUSED].contains(error.errno.rawValue) {
+                lastError = error.description
+                if !started {
+                    try start()
+                    started = true
+                }
+            } catch let error as CoordinationError where error.code == .connectionLost {
+                // The server was exiting on idle while we connected: start another.
+                lastError = error.description
+                started = false
+            } catch {
+                throw CoordinationError(.serverUnavailable, "Cannot reach the coordination server: \(error).")
+            }
+            guard monotonicNanoseconds() < deadline else {
+                throw CoordinationError(
+                    .serverUnavailable, "The coordination server at \(socketPath) did not start (\(lastError)).")
+            }
+            usleep(pause)
+            pause = min(pause * 2, 50_000)
+        }
+    }
+
+    /// The executable run as `EXE coordinator --idle-exit D`: `$PROVIDERFS_COORDINATOR`; else this
+    /// process's own executable when it is `providerfs`; else `providerfs` beside it; else the first
+    /// `providerfs` on PATH.
+    public static func serverExecutable(environment: [String: String]? = nil) -> String? {
+        let environment = environment ?? currentEnvironment()
+        if let explicit = environment["PROVIDERFS_COORDINATOR"], !explicit.isEmpty { return explicit }
+        let own = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        if own.hasSuffix("/providerfs") { return own }
+        if let slash = own.lastIndex(of: "/") {
+            let sibling = String(own[..<slash]) + "/providerfs"
+            if access(sibling, X_OK) == 0 { return sibling }
+        }
+        for directory in (environment["PATH"] ?? "").split(separator: ":") {
+            let candidate = String(directory) + "/providerfs"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return nil
+    }
+
+    /// Idle time after which an on-demand server exits: `$PROVIDERFS_COORDINATOR_IDLE`, default 30s.
+    static func idleExit(environment: [String: String]) -> String {
+        if let text = environment["PROVIDERFS_COORDINATOR_IDLE"], (try? parseDuration(text)) != nil { return text }
+        return "30s"
+    }
+
+    /// Starts the server detached: own session, stdin/stdout/stderr on /dev/null, no inherited
+    /// descriptors (it must never hold a caller's pipe open), reaped by a background thread.
+    static func start() throws(CoordinationError) {
+        let environment = currentEnvironment()
+        guard let executable = serverExecutable(environment: environment) else {
+            throw CoordinationError(
+                .serverUnavailable,
+                "No coordination server is running and no providerfs executable was found to start one; "
+                    + "set PROVIDERFS_COORDINATOR to the providerfs binary.")
+        }
+        let arguments = [executable, "coordinator", "--idle-exit", idleExit(environment: environment)]
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setflags(
+            &attributes, Int16(0x80 /* POSIX_SPAWN_SETSID */ | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        // glibc 2.34+ has posix_spawn_file_actions_addclosefrom_np, but the Glibc module does not
+        // declare it (_GNU_SOURCE): look it up.
+        typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+        if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
+            _ = unsafeBitCast(symbol, to: CloseFrom.self)(&actions, 3)
+        }
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, executable, &actions, &attributes, &argv, environ)
+        guard rc == 0 else {
+            throw CoordinationError(
+                .serverUnavailable, "Cannot start the coordination server \(executable): \(Errno(rc).message).")
+        }
+        let child = pid
+        Thread.detachNewThread {
+            var status: Int32 = 0
+            while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+        }
+    }
+}
+
+/// The `fuse.providerfs` mounts of this process's mount namespace, re-read only when the kernel
+/// says the table changed (poll on /proc/self/mountinfo reports POLLPRI/POLLERR).
+final class MountTable: @unchecked Sendable {
+    // Safe: `fd` is immutable; `mountPoints` is a Locked.
+    private let fd: Int32
+    private let mountPoints = Locked<[String]?>(nil)
+
+    init() {
+        fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    /// The deepest ProviderFS mount point containing `path`, if any.
+    func providerMount(containing path: String) -> String? {
+        guard fd >= 0 else { return nil }
+        var pfd = pollfd(fd: fd, events: Int16(POLLPRI), revents: 0)
+        let changed = poll(&pfd, 1, 0) > 0 && pfd.revents & Int16(POLLPRI | POLLERR) != 0
+        var points = mountPoints.withLock { $0 }
+        if points == nil || changed {
+            points = reload()
+            mountPoints.withLock { $0 = points }
+        }
+        var best: String?
+        for point in points ?? [] where path == point || Arbiter.isAncestor(point, of: path) {
+            if best == nil || point.utf8.count > best!.utf8.count { best = point }
+        }
+        return best
+    }
+
+    private func reload() -> [String] {
+        lseek(fd, 0, SEEK_SET)
+        var data: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            data += chunk[0..<count]
+        }
+        return MountTable.parse(String(decoding: data, as: UTF8.self))
+    }
+
+    /// Mount points whose file-system type is `fuse.providerfs`, from mountinfo text.
+    static func parse(_ text: String) -> [String] {
+        var result: [String] = []
+        for line in text.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count, fields.count > 4 else { continue }
+            guard fields[dash + 1] == "fuse.providerfs" else { continue }
+            result.append(unescape(fields[4]))
+        }
+        return result
+    }
+
+    /// Undoes mountinfo's octal escapes (`\040` for a space).
+    static func unescape(_ field: Substring) -> String {
+        var bytes: [UInt8] = []
+        let utf8 = Array(field.utf8)
+        var index = 0
+        while index < utf8.count {
+            if utf8[index] == UInt8(ascii: "\\"), index + 3 < utf8.count,
+                let value = UInt8(String(decoding: utf8[(index + 1)...(index + 3)], as: UTF8.self), radix: 8)
+            {
+                bytes.append(value)
+                index += 4
+            } else {
+                bytes.append(utf8[index])
+                index += 1
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// Talking to a server without a domain: the claim dump for `providerfs claims`.
+public enum CoordinationClient {
+    /// The dump of the server at `socketPath`; nil when no server is running there (none is started).
+    public static func dump(
+        socketPath: String = CoordinationServer.standaloneSocketPath()
+    ) throws
+        -> CoordinationDump?
+    {
+        let connected: Result<Int32, SystemCallError> = Result { () throws(SystemCallError) in
+            try UnixSocket.connect(socketPath)
+        }
+        let fd: Int32
+        switch connected {
+        case .success(let value): fd = value
+        case .failure(let error):
+            if [ENOENT, ECONNREFUSED].contains(error.errno.rawValue) { return nil }
+            throw error
+        }
+        defer { close(fd) }
+        var buffer = FrameBuffer()
+        _ = try ServerLink.handshake(fd: fd, buffer: &buffer)
+        try UnixSocket.writeAll(fd, WireMessage.dumpRequest(requestID: 1).frame())
+        while true {
+            let message = try ServerLink.readMessage(fd: fd, buffer: &buffer, timeoutMilliseconds: 5000)
+            if case .dump(_, let json) = message { return try CoordinationDump.decode(json) }
+        }
+    }
+}

@@ -1,1 +1,0 @@
-// Module FileCoordination: see docs/ARCHITECTURE.md.

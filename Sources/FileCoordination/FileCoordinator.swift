@@ -1,0 +1,370 @@
+// The public coordinator (Apple's NSFileCoordinator), over a `CoordinationDomain`.
+
+public import Foundation
+import SystemSupport
+
+/// Coordinates reads and writes of files with other coordinators and presenters, in this process
+/// and in others (Apple's `NSFileCoordinator`). Errors are thrown; an accessor never runs when the
+/// coordination failed. Differences from Apple are listed in docs/SEMANTICS.md.
+public final class FileCoordinator: @unchecked Sendable {
+    // Safe: the mutable fields live in `state` (a Locked); the others are immutable.
+    struct State {
+        var purpose: String
+        var purposeWasSet = false
+        var cancelled = false
+        var inflight: [ObjectIdentifier: CoordinationDomain.Ticket] = [:]
+        var deadlines: CoordinationDeadlines
+    }
+
+    /// The presenter this coordinator acts for: it receives no messages caused by this coordinator
+    /// (rule 26) and shares its purpose identifier (rule 6).
+    public let filePresenter: (any FilePresenter)?
+    /// Where claims go.
+    public let domain: CoordinationDomain
+    private let state: Locked<State>
+
+    /// A coordinator. With `filePresenter`, every coordinator made with that presenter has the same
+    /// purpose identifier. `domain` defaults to the cross-process `.shared` domain.
+    public init(filePresenter: (any FilePresenter)? = nil, domain: CoordinationDomain = .shared) {
+        self.filePresenter = filePresenter
+        self.domain = domain
+        let purpose = filePresenter.map { domain.purpose(for: $0) } ?? UUID().uuidString
+        state = Locked(State(purpose: purpose, deadlines: .default))
+    }
+
+    // MARK: Presenters (process-wide, in the shared domain)
+
+    /// Registers a presenter with the shared domain (rule 68: kept until removed).
+    public static func addFilePresenter(_ presenter: any FilePresenter) {
+        CoordinationDomain.shared.addFilePresenter(presenter)
+    }
+
+    /// Unregisters a presenter from the shared domain; unknown presenters are ignored (rule 66).
+    public static func removeFilePresenter(_ presenter: any FilePresenter) {
+        CoordinationDomain.shared.removeFilePresenter(presenter)
+    }
+
+    /// This process's presenters in the shared domain (rule 67).
+    public static var filePresenters: [any FilePresenter] { CoordinationDomain.shared.filePresenters }
+
+    // MARK: Identity and deadlines
+
+    /// Claims with the same purpose never wait for each other, even across processes (rule 5).
+    public var purposeIdentifier: String { state.withLock { $0.purpose } }
+
+    /// Sets the purpose identifier once, before use (rule 7): a second call, a call on a
+    /// coordinator made with a presenter, or an empty identifier throws.
+    public func setPurposeIdentifier(_ identifier: String) throws(CoordinationError) {
+        guard filePresenter == nil else {
+            throw CoordinationError(
+                .invalidPurposeIdentifier,
+                "A coordinator created with a file presenter uses the presenter's purpose identifier.")
+        }
+        guard !identifier.isEmpty else {
+            throw CoordinationError(.invalidPurposeIdentifier, "The purpose identifier must not be empty.")
+        }
+        try state.withLock { (state) throws(CoordinationError) in
+            guard !state.purposeWasSet else {
+                throw CoordinationError(.invalidPurposeIdentifier, "The purpose identifier can be set only once.")
+            }
+            state.purpose = identifier
+            state.purposeWasSet = true
+        }
+    }
+
+    /// How long this coordinator's claims wait (default: `CoordinationDeadlines.default`).
+    public var deadlines: CoordinationDeadlines {
+        get { state.withLock { $0.deadlines } }
+        set { state.withLock { $0.deadlines = newValue } }
+    }
+
+    // MARK: Cancellation
+
+    /// Stops every wait of this coordinator now; they throw `.cancelled` and their accessors do
+    /// not run. An accessor already running finishes normally (rule 54). Sticky: every later call
+    /// throws `.cancelled` without running its accessor (rule 55). Callable from any thread.
+    public func cancel() {
+        let tickets = state.withLock { state -> [CoordinationDomain.Ticket] in
+            state.cancelled = true
+            defer { state.inflight.removeAll() }
+            return Array(state.inflight.values)
+        }
+        for ticket in tickets { domain.cancel(ticket) }
+    }
+
+    private func checkNotCancelled() throws(CoordinationError) {
+        if state.withLock({ $0.cancelled }) {
+            throw CoordinationError(.cancelled, "The coordinator was cancelled.")
+        }
+    }
+
+    // MARK: Synchronous coordination
+
+    /// Waits for a read claim on `url`, then runs `reader` with the URL to use (rules 17–18, 39).
+    @discardableResult
+    public func coordinate<T>(
+        readingItemAt url: URL, options: ReadingOptions = [], byAccessor reader: (URL) throws -> T
+    ) throws -> T {
+        try coordinate(intents: [.readingIntent(with: url, options: options)]) { urls in try reader(urls[0]) }
+    }
+
+    /// Waits for a write claim on `url`, then runs `writer` with the URL to use.
+    @discardableResult
+    public func coordinate<T>(
+        writingItemAt url: URL, options: WritingOptions = [], byAccessor writer: (URL) throws -> T
+    ) throws -> T {
+        try coordinate(intents: [.writingIntent(with: url, options: options)]) { urls in try writer(urls[0]) }
+    }
+
+    /// A read of one item and a write of another, claimed together (no lock-order deadlock).
+    @discardableResult
+    public func coordinate<T>(
+        readingItemAt readingURL: URL, options readingOptions: ReadingOptions = [], writingItemAt writingURL: URL,
+        options writingOptions: WritingOptions = [], byAccessor body: (URL, URL) throws -> T
+    ) throws -> T {
+        try coordinate(intents: [
+            .readingIntent(with: readingURL, options: readingOptions),
+            .writingIntent(with: writingURL, options: writingOptions),
+        ]) { urls in try body(urls[0], urls[1]) }
+    }
+
+    /// Two writes claimed together, e.g. a move: source `.forMoving`, destination `.forReplacing`.
+    @discardableResult
+    public func coordinate<T>(
+        writingItemAt url1: URL, options options1: WritingOptions = [], writingItemAt url2: URL,
+        options options2: WritingOptions = [], byAccessor body: (URL, URL) throws -> T
+    ) throws -> T {
+        try coordinate(intents: [
+            .writingIntent(with: url1, options: options1), .writingIntent(with: url2, options: options2),
+        ]) { urls in try body(urls[0], urls[1]) }
+    }
+
+    /// Waits for every intent (all or nothing), then runs `body` with their URLs, on this thread.
+    @discardableResult
+    public func coordinate<T>(intents: [FileAccessIntent], byAccessor body: ([URL]) throws -> T) throws -> T {
+        try checkNotCancelled()
+        let claimIntents = try Self.resolve(intents)
+        let waiter = Waiter()
+        let ticket = try domain.acquire(claimIntents, purpose: purposeIdentifier, deadlines: deadlines) {
+            waiter.fulfil($1)
+        }
+        track(ticket)
+        let result = waiter.wait()
+        untrack(ticket)
+        let paths = try result.get()
+        return try runAccessor(ticket: ticket, intents: intents, claimIntents: claimIntents, paths: paths, body: body)
+    }
+
+    // MARK: Asynchronous coordination
+
+    /// Calls `accessor` once on `queue`: with nil when every intent is granted (access ends when it
+    /// returns), or with the error (rule 61). Never blocks the caller. `intent.url` holds the URL to
+    /// use inside (rule 39).
+    public func coordinate(
+        with intents: [FileAccessIntent], queue: OperationQueue,
+        byAccessor accessor: @escaping @Sendable ((any Error)?) -> Void
+    ) {
+        do {
+            try checkNotCancelled()
+            let claimIntents = try Self.resolve(intents)
+            let domain = self.domain
+            let ticket = try domain.acquire(
+                claimIntents, purpose: purposeIdentifier, deadlines: deadlines, blocksCaller: false
+            ) { [weak self] ticket, result in
+                let coordinator = self
+                switch result {
+                case .success(let paths):
+                    Self.update(intents, claimIntents: claimIntents, paths: paths)
+                    queue.addOperation {
+                        CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { accessor(nil) }
+                        coordinator?.untrack(ticket)
+                        domain.release(ticket)
+                    }
+                case .failure(let error):
+                    coordinator?.untrack(ticket)
+                    queue.addOperation { accessor(error) }
+                }
+            }
+            track(ticket)
+        } catch {
+            queue.addOperation { accessor(error) }
+        }
+    }
+
+    /// Waits without blocking a thread for every intent, then runs `body` with their URLs. Task
+    /// cancellation cancels the wait.
+    public func coordinate<T: Sendable>(
+        with intents: [FileAccessIntent], performing body: @Sendable ([URL]) async throws -> T
+    ) async throws -> T {
+        try checkNotCancelled()
+        let claimIntents = try Self.resolve(intents)
+        let box = Locked<CoordinationDomain.Ticket?>(nil)
+        let domain = self.domain
+        let purpose = purposeIdentifier
+        let deadlines = self.deadlines
+        let paths = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[String], any Error>) in
+                do {
+                    let ticket = try domain.acquire(claimIntents, purpose: purpose, deadlines: deadlines) {
+                        continuation.resume(with: $1.mapError { $0 as any Error })
+                    }
+                    box.withLock { $0 = ticket }
+                    track(ticket)
+                    if Task.isCancelled { domain.cancel(ticket) }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        } onCancel: {
+            if let ticket = box.withLock({ $0 }) { domain.cancel(ticket) }
+        }
+        let ticket = box.withLock { $0 }!
+        untrack(ticket)
+        Self.update(intents, claimIntents: claimIntents, paths: paths)
+        defer {
+            domain.release(ticket)
+            if let filePresenter { domain.refreshPresenter(filePresenter) }
+        }
+        let urls = paths.map { URL(fileURLWithPath: $0) }
+        return try await CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { try await body(urls) }
+    }
+
+    /// Async form of a coordinated read (the label differs from the blocking form's so a
+    /// synchronous closure in async code cannot pick the blocking overload by accident).
+    public func coordinate<T: Sendable>(
+        readingItemAt url: URL, options: ReadingOptions = [], performing reader: @Sendable (URL) async throws -> T
+    ) async throws -> T {
+        try await coordinate(
+            with: [.readingIntent(with: url, options: options)], performing: { urls in try await reader(urls[0]) })
+    }
+
+    /// Async form of a coordinated write.
+    public func coordinate<T: Sendable>(
+        writingItemAt url: URL, options: WritingOptions = [], performing writer: @Sendable (URL) async throws -> T
+    ) async throws -> T {
+        try await coordinate(
+            with: [.writingIntent(with: url, options: options)], performing: { urls in try await writer(urls[0]) })
+    }
+
+    // MARK: Moves
+
+    /// Announces, inside a coordinated write accessor, that the item at `from` now lives at `to`:
+    /// presenters follow it and waiting claims are granted with the new URL (rules 35–40).
+    public func item(at from: URL, didMoveTo to: URL) throws(CoordinationError) {
+        guard !CoordinationContext.held.isEmpty else {
+            throw CoordinationError(
+                .invalidRequest, "item(at:didMoveTo:) must be called inside a coordinated write accessor.")
+        }
+        let fromPath = try ItemResolver.resolve(try ItemResolver.validatedPath(from)).path
+        let toPath = try ItemResolver.resolve(try ItemResolver.validatedPath(to)).path
+        try domain.itemMoved(from: fromPath, to: toPath, purpose: purposeIdentifier)
+    }
+
+    // MARK: Internals
+
+    private func track(_ ticket: CoordinationDomain.Ticket) {
+        let cancelNow = state.withLock { state -> Bool in
+            if state.cancelled { return true }
+            state.inflight[ObjectIdentifier(ticket)] = ticket
+            return false
+        }
+        if cancelNow { domain.cancel(ticket) }
+    }
+
+    private func untrack(_ ticket: CoordinationDomain.Ticket) {
+        state.withLock { _ = $0.inflight.removeValue(forKey: ObjectIdentifier(ticket)) }
+    }
+
+    private static func held(ticket: CoordinationDomain.Ticket) -> [HeldClaim] {
+        CoordinationContext.held + [HeldClaim(endpoint: ObjectIdentifier(ticket.endpoint), local: ticket.local)]
+    }
+
+    private static func update(_ intents: [FileAccessIntent], claimIntents: [ClaimIntent], paths: [String]) {
+        for (index, intent) in intents.enumerated() where paths[index] != claimIntents[index].path {
+            intent.url = URL(fileURLWithPath: paths[index])
+        }
+    }
+
+    private func runAccessor<T>(
+        ticket: CoordinationDomain.Ticket, intents: [FileAccessIntent], claimIntents: [ClaimIntent],
+        paths: [String], body: ([URL]) throws -> T
+    ) throws -> T {
+        Self.update(intents, claimIntents: claimIntents, paths: paths)
+        var released = false
+        defer {
+            if !released { domain.release(ticket) }
+            if let filePresenter { domain.refreshPresenter(filePresenter) }
+        }
+        var urls = paths.map { URL(fileURLWithPath: $0) }
+        var snapshots: [Snapshot] = []
+        defer { for snapshot in snapshots { snapshot.remove() } }
+        for (index, intent) in claimIntents.enumerated()
+        where intent.kind == .read && intent.readingOptions.contains(.forUploading) {
+            let snapshot = try Snapshot.make(of: paths[index])
+            snapshots.append(snapshot)
+            urls[index] = snapshot.url
+        }
+        if !snapshots.isEmpty && snapshots.count == claimIntents.count {
+            // Rule 48: once the snapshots exist, the originals are free for others.
+            domain.release(ticket)
+            released = true
+            return try body(urls)
+        }
+        return try CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { try body(urls) }
+    }
+
+    /// Validates and resolves intents: file URLs with absolute paths, at most one writing option,
+    /// the same item not named twice with the same kind and different options.
+    static func resolve(_ intents: [FileAccessIntent]) throws(CoordinationError) -> [ClaimIntent] {
+        guard !intents.isEmpty else {
+            throw CoordinationError(.invalidRequest, "A coordination needs at least one intent.")
+        }
+        var result: [ClaimIntent] = []
+        for intent in intents {
+            let path = try ItemResolver.validatedPath(intent.url)
+            if intent.writingOptions.rawValue.nonzeroBitCount > 1 {
+                throw CoordinationError(.invalidRequest, "A write takes at most one writing option.")
+            }
+            let follow = intent.kind == .read && intent.readingOptions.contains(.resolvesSymbolicLink)
+            let item = try ItemResolver.resolve(path, followLastSymlink: follow)
+            let claim = ClaimIntent(
+                kind: intent.kind, path: item.path, readingOptions: intent.readingOptions,
+                writingOptions: intent.writingOptions, identity: item.identity, isDirectory: item.isDirectory,
+                packageRoot: item.packageRoot)
+            if let clash = result.first(where: {
+                $0.path == claim.path && $0.kind == claim.kind
+                    && ($0.readingOptions != claim.readingOptions || $0.writingOptions != claim.writingOptions)
+            }) {
+                throw CoordinationError(
+                    .invalidRequest,
+                    "\(clash.path) is named twice with different \(clash.kind) options (\(clash.kindDescription) and "
+                        + "\(claim.kindDescription)).")
+            }
+            result.append(claim)
+        }
+        return result
+    }
+}
+
+/// Blocks one thread until a claim's result arrives.
+final class Waiter: @unchecked Sendable {
+    // Safe: `result` is written once under `lock` before the semaphore is signalled, and read after.
+    private let lock = Lock()
+    private var result: Result<[String], CoordinationError>?
+    private let semaphore = DispatchSemaphore(value: 0)
+
+    func fulfil(_ value: Result<[String], CoordinationError>) {
+        let first = lock.withLock { () -> Bool in
+            guard result == nil else { return false }
+            result = value
+            return true
+        }
+        if first { semaphore.signal() }
+    }
+
+    func wait() -> Result<[String], CoordinationError> {
+        if let ready = lock.withLock({ result }) { return ready }
+        semaphore.wait()
+        return lock.withLock { result! }
+    }
+}

@@ -1,0 +1,128 @@
+// Turning a URL into what the arbiter keys claims by: canonical path, device+inode, package root.
+// Bad input is rejected here, before anything reaches a server: non-file or relative URLs, NUL
+// bytes, names over NAME_MAX, paths over PATH_MAX.
+
+public import Foundation
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// How ProviderFS marks a directory as a file package on Linux (Linux has no bundle bit): the
+/// directory contains an entry with this name. A package and everything inside it is coordinated
+/// as one item (rules 8–9, 19). Decision D-104.
+public let filePackageMarkerName = ".providerfs-package"
+
+/// An item as the arbiter sees it.
+public struct ResolvedItem: Sendable, Hashable {
+    /// Canonical absolute path.
+    public var path: String
+    /// Device and inode when the item exists.
+    public var identity: ItemIdentity?
+    /// Whether the item is a directory.
+    public var isDirectory: Bool
+    /// The outermost package containing (or being) the item.
+    public var packageRoot: String?
+}
+
+/// URL validation and canonicalisation.
+public enum ItemResolver {
+    /// Longest name component accepted (Linux NAME_MAX).
+    public static let nameMax = 255
+    /// Longest path accepted (Linux PATH_MAX, including the terminating NUL).
+    public static let pathMax = 4096
+
+    /// Checks that `url` names a local file by absolute path, and returns the path.
+    public static func validatedPath(_ url: URL) throws(CoordinationError) -> String {
+        guard url.isFileURL else {
+            throw CoordinationError(
+                .invalidURL, "'\(url.absoluteString)' is not a file URL; only file URLs can be coordinated.")
+        }
+        let path = url.path
+        return try validatedPath(path)
+    }
+
+    /// Checks an absolute path: no NUL, no component over NAME_MAX, not over PATH_MAX.
+    public static func validatedPath(_ path: String) throws(CoordinationError) -> String {
+        guard path.hasPrefix("/") else {
+            throw CoordinationError(.invalidURL, "'\(path)' is a relative path; coordination needs an absolute path.")
+        }
+        guard !path.utf8.contains(0) else {
+            throw CoordinationError(.invalidURL, "The path contains a NUL byte.")
+        }
+        guard path.utf8.count < pathMax else {
+            throw CoordinationError(.invalidURL, "The path is longer than PATH_MAX (\(pathMax) bytes).")
+        }
+        for component in path.utf8.split(separator: UInt8(ascii: "/")) where component.count > nameMax {
+            throw CoordinationError(
+                .invalidURL, "A name in '\(path)' is longer than NAME_MAX (\(nameMax) bytes).")
+        }
+        return path
+    }
+
+    /// Resolves `path` (already validated): symlinks in parent directories are resolved, the last
+    /// component is kept as is unless `followLastSymlink`.
+    public static func resolve(
+        _ path: String, followLastSymlink: Bool = false
+    ) throws(CoordinationError)
+        -> ResolvedItem
+    {
+        var canonical = canonicalPath(lexicallyNormalized(path))
+        if followLastSymlink, let target = realPath(canonical) { canonical = target }
+        var info = stat()
+        var identity: ItemIdentity?
+        var isDirectory = false
+        if lstat(canonical, &info) == 0 {
+            identity = ItemIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+            isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
+        }
+        return ResolvedItem(
+            path: canonical, identity: identity, isDirectory: isDirectory,
+            packageRoot: packageRoot(of: canonical, isDirectory: isDirectory))
+    }
+
+    /// Removes `.`, `..` and repeated slashes without touching the file system.
+    static func lexicallyNormalized(_ path: String) -> String {
+        var parts: [Substring] = []
+        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
+            if component == "." { continue }
+            if component == ".." {
+                if !parts.isEmpty { parts.removeLast() }
+                continue
+            }
+            parts.append(component)
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    /// The parent resolved with realpath (walking up while parents do not exist) plus the last name.
+    static func canonicalPath(_ path: String) -> String {
+        if path == "/" { return path }
+        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))!
+        let parent = slash == path.utf8.startIndex ? "/" : String(path[..<slash])
+        let name = String(path[path.index(after: slash)...])
+        let resolvedParent = realPath(parent) ?? canonicalPath(parent)
+        return resolvedParent == "/" ? "/" + name : resolvedParent + "/" + name
+    }
+
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// The outermost directory among the item and its ancestors that holds the package marker.
+    static func packageRoot(of path: String, isDirectory: Bool) -> String? {
+        var prefix = ""
+        let components = path.split(separator: "/")
+        for (index, component) in components.enumerated() {
+            prefix += "/" + component
+            if index == components.count - 1 && !isDirectory { break }
+            if access(prefix + "/" + filePackageMarkerName, F_OK) == 0 { return prefix }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,93 @@
+// Unix-domain socket helpers over Glibc: the only place that builds sockaddr_un.
+
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+enum UnixSocket {
+    static func address(_ path: String) throws(SystemCallError) -> sockaddr_un {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard bytes.count < capacity, !bytes.contains(0) else {
+            throw SystemCallError("socket path \(path)", .nameTooLong)
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in bytes.enumerated() { raw[index] = byte }
+            raw[bytes.count] = 0
+        }
+        return address
+    }
+
+    /// A connected, blocking, close-on-exec stream socket.
+    static func connect(_ path: String) throws(SystemCallError) -> Int32 {
+        var address = try address(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemCallError("socket") }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        if rc != 0 {
+            let error = Errno.current
+            close(fd)
+            throw SystemCallError("connect \(path)", error)
+        }
+        return fd
+    }
+
+    /// A listening, non-blocking, close-on-exec socket bound at `path` (mode 0600).
+    static func listen(_ path: String) throws(SystemCallError) -> Int32 {
+        var address = try address(path)
+        let fd = socket(
+            AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw SystemCallError("socket") }
+        let previous = umask(0o177)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        umask(previous)
+        if rc != 0 {
+            let error = Errno.current
+            close(fd)
+            throw SystemCallError("bind \(path)", error)
+        }
+        guard Glibc.listen(fd, 128) == 0 else {
+            let error = Errno.current
+            close(fd)
+            throw SystemCallError("listen \(path)", error)
+        }
+        return fd
+    }
+
+    /// The peer's pid (SO_PEERCRED), or 0 when unknown.
+    static func peerPid(_ fd: Int32) -> Int32 {
+        // struct ucred { pid_t pid; uid_t uid; gid_t gid; } — not visible through the Glibc module.
+        var credentials: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var length = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+        let soPeerCred: Int32 = 17  // SO_PEERCRED on Linux (asm-generic/socket.h)
+        guard getsockopt(fd, SOL_SOCKET, soPeerCred, &credentials, &length) == 0 else { return 0 }
+        return credentials.0
+    }
+
+    /// Writes every byte (blocking socket), retrying on EINTR and short writes.
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(SystemCallError) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw SystemCallError("send")
+            }
+            offset += written
+        }
+    }
+}

@@ -1,0 +1,132 @@
+import Dispatch
+import FileCoordination
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `providerfs present PATH`: registers a file presenter for PATH and prints every presenter event
+/// as one JSON line (`{"event":"relinquishToWriter","path":…}`); relinquish, save and
+/// accommodate requests are answered at once. The first line is `{"event":"ready",…}`. Stops
+/// cleanly on SIGINT or SIGTERM.
+struct PresentCommand: CLICommand {
+    static let name = "present"
+    static let summary = "print presenter events for a path as JSON lines until stopped"
+    static let usage = "providerfs present PATH"
+
+    struct Event: Encodable {
+        var event: String
+        var path: String
+        var to: String?
+    }
+
+    final class Printer: FilePresenter, @unchecked Sendable {
+        // Safe: `url` is guarded by `lock`; the queue and io are immutable.
+        let io: CommandIO
+        let presentedItemOperationQueue: OperationQueue = {
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
+            return queue
+        }()
+        private let lock = NSLock()
+        private var url: URL
+
+        init(url: URL, io: CommandIO) {
+            self.url = url
+            self.io = io
+        }
+
+        var presentedItemURL: URL? { lock.withLock { url } }
+        func emit(_ event: String, _ path: String? = nil, to: String? = nil) {
+            io.emit(Event(event: event, path: path ?? lock.withLock { url.path }, to: to))
+        }
+
+        func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+            emit("relinquishToReader")
+            reader { [weak self] in self?.emit("reacquire") }
+        }
+        func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+            emit("relinquishToWriter")
+            writer { [weak self] in self?.emit("reacquire") }
+        }
+        func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+            emit("savePresentedItemChanges")
+            completionHandler(nil)
+        }
+        func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+            emit("accommodatePresentedItemDeletion")
+            completionHandler(nil)
+        }
+        func accommodatePresentedSubitemDeletion(
+            at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void
+        ) {
+            emit("accommodatePresentedSubitemDeletion", url.path)
+            completionHandler(nil)
+        }
+        func presentedItemDidMove(to newURL: URL) {
+            let old = lock.withLock { () -> String in
+                defer { url = newURL }
+                return url.path
+            }
+            emit("presentedItemDidMove", old, to: newURL.path)
+        }
+        func presentedItemDidChange() { emit("presentedItemDidChange") }
+        func presentedSubitemDidChange(at url: URL) { emit("presentedSubitemDidChange", url.path) }
+        func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
+            emit("presentedSubitemDidMove", oldURL.path, to: newURL.path)
+        }
+    }
+
+    static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
+        let path = try arguments.requiredPositional("PATH")
+        try arguments.finish()
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        let url = URL(fileURLWithPath: absolute)
+        let printer = Printer(url: url, io: io)
+        // Register inside a coordinated read of the item (Apple's race-free idiom, rule 69): every
+        // claim granted after this read sees the presenter.
+        do {
+            try await FileCoordinator().coordinate(
+                readingItemAt: url, options: .withoutChanges,
+                performing: { _ in FileCoordinator.addFilePresenter(printer) })
+        } catch let error as CoordinationError {
+            throw CommandFailure(error.message)
+        }
+        printer.emit("ready")
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let once = NSLock()
+            nonisolated(unsafe) var resumed = false
+            // Safe: `resumed` is only touched under `once`.
+            for number in [SIGINT, SIGTERM] {
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler {
+                    let first = once.withLock { () -> Bool in
+                        defer { resumed = true }
+                        return !resumed
+                    }
+                    if first { continuation.resume() }
+                }
+                source.resume()
+                Self.sources.withLock { $0.append(source) }
+            }
+        }
+        FileCoordinator.removeFilePresenter(printer)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            printer.presentedItemOperationQueue.addOperation { continuation.resume() }
+        }
+        printer.emit("stopped")
+        return ExitStatus.success
+    }
+
+    /// Keeps the signal sources alive while the command waits.
+    static let sources = SourceList()
+
+    final class SourceList: @unchecked Sendable {
+        // Safe: `list` is only touched under `lock`.
+        private let lock = NSLock()
+        private var list: [any DispatchSourceSignal] = []
+        func withLock<T>(_ body: (inout [any DispatchSourceSignal]) -> T) -> T { lock.withLock { body(&list) } }
+    }
+}

@@ -1,0 +1,176 @@
+// Coordination between real processes: coordination-probe children and the providerfs binary,
+// each test with its own runtime directory and server, stopped by PID at the end. Waiting states
+// are observed through the server's claim dump, never assumed after a sleep.
+import FileCoordination
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite(.serialized) struct CrossProcessCoordinationTests {
+    @Test func rule01_readersInTwoProcessesShare() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("f")
+        let a = try world.probe(["hold", "--read", file])
+        let b = try world.probe(["hold", "--read", file])
+        #expect(a.waitForLine("granted") != nil)
+        #expect(b.waitForLine("granted") != nil)
+        #expect(a.stop() == 0 && b.stop() == 0)
+    }
+
+    @Test func rule02_readerWaitsForWriterInAnotherProcess() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("f")
+        let writer = try world.probe(["hold", "--write", file])
+        #expect(writer.waitForLine("granted") != nil)
+        let reader = try world.probe(["hold", "--read", file])
+        #expect(world.eventually { $0.claims.map(\.state) == ["held", "waiting"] })
+        #expect(!reader.hasLine("granted"))
+        writer.closeInput()
+        #expect(reader.waitForLine("granted") != nil)
+        #expect(writer.stop() == 0 && reader.stop() == 0)
+    }
+
+    @Test func rule03_writersInTwoProcessesExclude() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("f")
+        let first = try world.probe(["hold", "--write", file])
+        #expect(first.waitForLine("granted") != nil)
+        let second = try world.probe(["hold", "--write", file])
+        #expect(world.eventually { $0.claims.map(\.state) == ["held", "waiting"] })
+        let dump = try world.dump()
+        #expect(dump?.claims.map(\.pid) == [first.pid, second.pid], "SO_PEERCRED names the processes")
+        #expect(!second.hasLine("granted"))
+        first.closeInput()
+        #expect(second.waitForLine("granted") != nil)
+        #expect(first.stop() == 0 && second.stop() == 0)
+    }
+
+    @Test func rule12_forDeletingOnADirectoryWaitsForAClaimInsideIt() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let directory = world.path("D")
+        try FileManager.default.createDirectory(atPath: directory + "/sub", withIntermediateDirectories: true)
+        let inside = try world.probe(["hold", "--read", directory + "/sub/x"])
+        #expect(inside.waitForLine("granted") != nil)
+        let deleter = try world.probe(["hold", "--write=deleting", directory])
+        #expect(world.eventually { $0.claims.map(\.state) == ["held", "waiting"] })
+        #expect(!deleter.hasLine("granted"))
+        inside.closeInput()
+        #expect(deleter.waitForLine("granted") != nil)
+        #expect(deleter.stop() == 0)
+    }
+
+    @Test func killMinus9OfAHolderFreesItsClaimAtOnce() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("f")
+        let holder = try world.probe(["hold", "--write", file])
+        #expect(holder.waitForLine("granted") != nil)
+        let waiter = try world.probe(["hold", "--write", file])
+        #expect(world.eventually { $0.claims.count == 2 })
+        holder.kill9()
+        #expect(waiter.waitForLine("granted") != nil)
+        #expect(world.eventually { $0.claims.map(\.pid) == [waiter.pid] })
+    }
+
+    @Test func presenterInAnotherProcessRelinquishesBeforeTheWriteAndHearsDidChangeAfter() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("doc")
+        let presenter = try world.probe(["present", file])
+        #expect(presenter.waitForLine("ready") != nil)
+        let writer = try world.probe(["hold", "--write", file])
+        #expect(writer.waitForLine("granted") != nil)
+        // The grant waited for the presenter's answer, which it gives after printing the event.
+        #expect(presenter.waitForLine("event relinquishToWriter \(file)") != nil)
+        #expect(!presenter.hasLine("event didChange"))
+        writer.closeInput()
+        #expect(presenter.waitForLine("event didChange \(file)") != nil)
+        #expect(presenter.waitForLine("event reacquire") != nil)
+        #expect(writer.stop() == 0)
+    }
+
+    @Test func silentPresenterHitsItsDeadlineAndTheWriteStillHappens() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("doc")
+        let presenter = try world.probe(["present", file, "--silent"])
+        #expect(presenter.waitForLine("ready") != nil)
+        let started = Date()
+        let writer = try world.probe(["hold", "--write", file], extra: ["PROVIDERFS_PRESENTER_TIMEOUT": "300ms"])
+        #expect(writer.waitForLine("granted") != nil)
+        #expect(Date().timeIntervalSince(started) >= 0.3)
+        #expect(presenter.hasLine("event relinquishToWriter"))
+        let dump = try world.dump()
+        let events = dump?.claims.first?.events ?? []
+        #expect(events.count == 1 && events[0].contains("did not answer") && events[0].contains("pid \(presenter.pid)"))
+        #expect(dump?.events.last?.text.contains("did not answer") == true)
+        #expect(writer.stop() == 0)
+    }
+
+    @Test func libraryStartsTheServerOnDemandOnceForManyClients() throws {
+        let world = try CoordinationWorld(startServer: false)
+        defer { world.tearDown() }
+        let file = world.path("f")
+        let probes = try (0..<4).map { _ in try world.probe(["hold", "--read", file]) }
+        for probe in probes { #expect(probe.waitForLine("granted") != nil) }
+        let pidText = try String(contentsOfFile: world.runtime + "/coordinator.pid", encoding: .utf8)
+        let serverPid = Int32(pidText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        #expect(serverPid > 0)
+        let dump = try world.dump()
+        #expect(dump?.serverPid == serverPid)
+        #expect(dump?.claims.count == 4, "every client reached the one server")
+        // The server holds no descriptor of its starter: its stdio is /dev/null.
+        for fd in 0...2 {
+            let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(serverPid)/fd/\(fd)")
+            #expect(target == "/dev/null")
+        }
+        // Nor any pipe shared with this test (which holds the read ends of the probes' stdout): its
+        // only pipe is its own wake-up pipe.
+        let ours = Set(pipes(of: "self"))
+        #expect(Set(pipes(of: "\(serverPid)")).isDisjoint(with: ours))
+        #expect(!ours.isEmpty, "sanity: the test does hold pipes")
+        for probe in probes { #expect(probe.stop() == 0) }
+    }
+
+    @Test func onDemandServerExitsWhenIdle() throws {
+        let world = try CoordinationWorld(startServer: false)
+        defer { world.tearDown() }
+        let probe = try world.probe(["hold", "--read", world.path("f")], extra: [:])
+        #expect(probe.waitForLine("granted") != nil)
+        #expect(probe.stop() == 0)
+        let pidText = try String(contentsOfFile: world.runtime + "/coordinator.pid", encoding: .utf8)
+        let serverPid = Int32(pidText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        // PROVIDERFS_COORDINATOR_IDLE=3s in this world: it must be gone well within 10 s.
+        var gone = false
+        for _ in 0..<1000 {
+            if kill(serverPid, 0) != 0 || isZombie(serverPid) {
+                gone = true
+                break
+            }
+            usleep(10_000)
+        }
+        #expect(gone)
+        #expect(!FileManager.default.fileExists(atPath: world.runtime + "/coordinator.sock"))
+    }
+
+    private func pipes(of process: String) -> [String] {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/fd")) ?? []
+        return fds.compactMap {
+            try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(process)/fd/\($0)")
+        }
+        .filter { $0.hasPrefix("pipe:") }
+    }
+
+    private func isZombie(_ pid: Int32) -> Bool {
+        let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+        guard let close = stat.lastIndex(of: ")") else { return true }
+        return stat[stat.index(close, offsetBy: 2)] == "Z"
+    }
+}

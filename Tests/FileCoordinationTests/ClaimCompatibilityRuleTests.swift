@@ -1,0 +1,283 @@
+// Rules 1–16 of reference/apple-coordination-spec.md §7.1, against the pure arbiter: no processes,
+// no sleeps, an explicit clock.
+import FileCoordination
+import Testing
+
+@Suite struct ClaimCompatibilityRuleTests {
+    @Test func rule01_twoReadersShareAFile() {
+        var h = ArbiterHarness()
+        let a = h.claim([read("/d/f")], purpose: "A")
+        let b = h.claim([read("/d/f")], purpose: "B")
+        #expect(h.isGranted(a) && h.isGranted(b))
+    }
+
+    @Test func rule02_readWaitsForWriterAndIsGrantedAfterIt() {
+        var h = ArbiterHarness()
+        let w = h.claim([write("/d/f")], purpose: "A")
+        let r = h.claim([read("/d/f")], purpose: "B")
+        #expect(h.isGranted(w) && !h.isGranted(r))
+        h.release(w)
+        #expect(h.isGranted(r))
+    }
+
+    @Test func rule03_writeWaitsForAnyReadOrWrite() {
+        var h = ArbiterHarness()
+        let r = h.claim([read("/d/f")], purpose: "A")
+        let w1 = h.claim([write("/d/f")], purpose: "B")
+        #expect(!h.isGranted(w1))
+        h.release(r)
+        #expect(h.isGranted(w1))
+        let w2 = h.claim([write("/d/f")], purpose: "C")
+        #expect(!h.isGranted(w2))
+        h.release(w1)
+        #expect(h.isGranted(w2))
+    }
+
+    @Test func rule04_oneCoordinatorNeverWaitsForItself() {
+        var h = ArbiterHarness()
+        let both = h.claim([read("/d/f"), write("/d/f")], purpose: "A")
+        #expect(h.isGranted(both))
+        let again = h.claim([write("/d/f")], purpose: "A")
+        #expect(h.isGranted(again))
+    }
+
+    @Test func rule05_samePurposeNeverWaitsEvenAcrossProcesses() {
+        var h = ArbiterHarness()
+        let a = h.claim([write("/d/f")], purpose: "shared", pid: 1, owner: 1)
+        let b = h.claim([write("/d/f")], purpose: "shared", pid: 2, owner: 2)
+        #expect(h.isGranted(a) && h.isGranted(b))
+        let other = h.claim([read("/d/f")], purpose: "other", pid: 3, owner: 3)
+        #expect(!h.isGranted(other))
+    }
+
+    @Test func rule08_writeInsidePackageWaitsForReadOfAnotherItemInIt() {
+        var h = ArbiterHarness()
+        let r = h.claim([read("/P.pkg/b", package: "/P.pkg")], purpose: "A")
+        let w = h.claim([write("/P.pkg/a", package: "/P.pkg")], purpose: "B")
+        #expect(h.isGranted(r) && !h.isGranted(w))
+        h.release(r)
+        #expect(h.isGranted(w))
+        let r2 = h.claim([read("/P.pkg/b", package: "/P.pkg")], purpose: "C")
+        #expect(!h.isGranted(r2))
+        // Reads inside one package still share.
+        h.release(w)
+        let r3 = h.claim([read("/P.pkg/a", package: "/P.pkg")], purpose: "D")
+        #expect(h.isGranted(r2) && h.isGranted(r3))
+    }
+
+    @Test func rule09_writeOnPackageAndReadInsideExcludeEachOther() {
+        var h = ArbiterHarness()
+        let r = h.claim([read("/P.pkg/x", package: "/P.pkg")], purpose: "A")
+        let w = h.claim([write("/P.pkg", directory: true, package: "/P.pkg")], purpose: "B")
+        #expect(!h.isGranted(w))
+        h.release(r)
+        #expect(h.isGranted(w))
+        let r2 = h.claim([read("/P.pkg/x", package: "/P.pkg")], purpose: "C")
+        #expect(!h.isGranted(r2))
+    }
+
+    @Test func rule10_readOnDirectoryIgnoresWritesInside() {
+        var h = ArbiterHarness()
+        let w = h.claim([write("/D/x")], purpose: "A")
+        let r = h.claim([read("/D", directory: true)], purpose: "B")
+        #expect(h.isGranted(w) && h.isGranted(r))
+        h.release(w)
+        let w2 = h.claim([write("/D/x")], purpose: "C")
+        #expect(h.isGranted(w2))
+    }
+
+    @Test(arguments: [WritingOptions(), .forMerging, .contentIndependentMetadataOnly])
+    func rule11_plainWriteOnDirectoryIgnoresClaimsInside(options: WritingOptions) {
+        var h = ArbiterHarness()
+        let inside = h.claim([write("/D/x")], purpose: "A")
+        let onD = h.claim([write("/D", options, directory: true)], purpose: "B")
+        #expect(h.isGranted(inside) && h.isGranted(onD))
+        let later = h.claim([read("/D/y/z")], purpose: "C")
+        #expect(h.isGranted(later))
+    }
+
+    @Test(arguments: [WritingOptions.forDeleting, .forMoving, .forReplacing])
+    func rule12_subtreeWriteWaitsForEveryClaimInsideAtAnyDepth(options: WritingOptions) {
+        var h = ArbiterHarness()
+        let deep = h.claim([read("/D/a/b/c")], purpose: "A")
+        let shallow = h.claim([write("/D/x")], purpose: "B")
+        let onD = h.claim([write("/D", options, directory: true)], purpose: "C")
+        #expect(!h.isGranted(onD))
+        h.release(deep)
+        #expect(!h.isGranted(onD))
+        h.release(shallow)
+        #expect(h.isGranted(onD))
+    }
+
+    @Test(arguments: [WritingOptions.forDeleting, .forMoving, .forReplacing])
+    func rule13_claimsInsideWaitWhileSubtreeWriteIsQueuedOrHeld(options: WritingOptions) {
+        var h = ArbiterHarness()
+        let holder = h.claim([read("/D/a")], purpose: "A")
+        let onD = h.claim([write("/D", options, directory: true)], purpose: "B")
+        #expect(!h.isGranted(onD))
+        // Queued: a new read inside D waits (FIFO behind the subtree write).
+        let queuedBehind = h.claim([read("/D/other")], purpose: "C")
+        #expect(!h.isGranted(queuedBehind))
+        h.release(holder)
+        #expect(h.isGranted(onD) && !h.isGranted(queuedBehind))
+        // Held: likewise.
+        let whileHeld = h.claim([write("/D/b/c")], purpose: "D")
+        #expect(!h.isGranted(whileHeld))
+        h.release(onD)
+        #expect(h.isGranted(queuedBehind) && h.isGranted(whileHeld))
+    }
+
+    @Test func rule14_readOfFileIgnoresPlainWriteOnParent() {
+        var h = ArbiterHarness()
+        let parent = h.claim([write("/D", directory: true)], purpose: "A")
+        let r = h.claim([read("/D/f")], purpose: "B")
+        #expect(h.isGranted(parent) && h.isGranted(r))
+    }
+
+    @Test func rule15_forMovingOnFileIsAPlainWrite() {
+        var h = ArbiterHarness()
+        let r = h.claim([read("/D/f")], purpose: "A")
+        let move = h.claim([write("/D/f", .forMoving)], purpose: "B")
+        #expect(!h.isGranted(move))
+        let sibling = h.claim([read("/D/g")], purpose: "C")
+        #expect(h.isGranted(sibling))
+        h.release(r)
+        #expect(h.isGranted(move))
+    }
+
+    @Test func rule16_fifoWriterQueuedBeforeReaderIsGrantedFirst() {
+        var h = ArbiterHarness()
+        let r1 = h.claim([read("/f")], purpose: "A")
+        let w = h.claim([write("/f")], purpose: "B")
+        let r2 = h.claim([read("/f")], purpose: "C")
+        #expect(h.isGranted(r1) && !h.isGranted(w) && !h.isGranted(r2))
+        h.release(r1)
+        #expect(h.isGranted(w) && !h.isGranted(r2))
+        h.release(w)
+        #expect(h.isGranted(r2))
+    }
+
+    @Test func identityMatchesAcrossPaths() {
+        // Two names of one inode (a hard link, or a stale path after an uncoordinated rename) are one item.
+        var h = ArbiterHarness()
+        let identity = ItemIdentity(device: 1, inode: 42)
+        var a = write("/d/one")
+        a.identity = identity
+        var b = read("/d/two")
+        b.identity = identity
+        let first = h.claim([a], purpose: "A")
+        let second = h.claim([b], purpose: "B")
+        #expect(h.isGranted(first) && !h.isGranted(second))
+    }
+
+    @Test func unrelatedItemsNeverWait() {
+        var h = ArbiterHarness()
+        let a = h.claim([write("/d/ab")], purpose: "A")
+        let b = h.claim([write("/d/a", .forDeleting, directory: true)], purpose: "B")
+        #expect(h.isGranted(a) && h.isGranted(b), "/d/ab is not inside /d/a")
+    }
+
+    @Test func batchIsAllOrNothingAndKeepsItsPlaceInLine() {
+        var h = ArbiterHarness()
+        let held = h.claim([write("/b")], purpose: "A")
+        let batch = h.claim([read("/a"), write("/b")], purpose: "B")
+        #expect(!h.isGranted(batch))
+        // The batch holds nothing while it waits, but it is in line before a later writer of /a.
+        let other = h.claim([write("/a")], purpose: "C")
+        #expect(!h.isGranted(other))
+        h.release(held)
+        #expect(h.granted[batch] == ["/a", "/b"] && !h.isGranted(other))
+        h.release(batch)
+        #expect(h.isGranted(other))
+    }
+
+    @Test func nestedClaimThatWouldWaitForTheCallersOwnClaimFailsAtOnce() {
+        var h = ArbiterHarness()
+        let outer = h.claim([write("/f")], purpose: "A")
+        let inner = h.claim([read("/f")], purpose: "B", held: [outer])
+        #expect(h.failed[inner]?.code == .wouldDeadlock)
+        #expect(h.failed[inner]?.message.contains("deadlock") == true)
+        #expect(h.arbiter.claimCount == 1)
+    }
+
+    @Test func nestedClaimDoesNotQueueBehindAClaimWaitingForTheCaller() {
+        var h = ArbiterHarness()
+        let outer = h.claim([read("/f")], purpose: "A")
+        let writer = h.claim([write("/f")], purpose: "B", owner: 2)
+        let inner = h.claim([read("/f")], purpose: "A", held: [outer])
+        #expect(!h.isGranted(writer) && h.isGranted(inner))
+    }
+
+    @Test func kernelCallerIsNotBlockedByItsOwnProcessTreesClaim() {
+        var h = ArbiterHarness()
+        let held = h.claim([write("/m/f")], purpose: "cli", pid: 500)
+        let fromChild = h.claim([read("/m/f")], purpose: "mount", pid: 501, actingFor: [501, 500, 1])
+        let fromStranger = h.claim([read("/m/f")], purpose: "mount", pid: 777, actingFor: [777, 1])
+        #expect(h.isGranted(held) && h.isGranted(fromChild) && !h.isGranted(fromStranger))
+    }
+
+    @Test func waitingClaimFailsWithTimedOutAtItsDeadline() {
+        var h = ArbiterHarness()
+        let held = h.claim([write("/f")], purpose: "A", pid: 7)
+        let waiting = h.claim([write("/f")], purpose: "B", wait: 2 * ArbiterHarness.second)
+        #expect(h.arbiter.nextDeadline == h.now + 2 * ArbiterHarness.second)
+        h.advance(by: ArbiterHarness.second)
+        #expect(h.failed[waiting] == nil)
+        h.advance(by: ArbiterHarness.second)
+        #expect(h.failed[waiting]?.code == .timedOut)
+        #expect(h.failed[waiting]?.message.contains("pid 7") == true)
+        h.release(held)
+        #expect(!h.isGranted(waiting) && h.arbiter.claimCount == 0)
+    }
+
+    @Test func zeroDeadlineFailsAtOnceOnlyWhenBlocked() {
+        var h = ArbiterHarness()
+        let free = h.claim([write("/f")], purpose: "A", wait: 0)
+        #expect(h.isGranted(free))
+        let blocked = h.claim([write("/f")], purpose: "B", wait: 0)
+        #expect(h.failed[blocked]?.code == .timedOut)
+    }
+
+    @Test func cancelStopsWaitingWithCancelled() {
+        var h = ArbiterHarness()
+        let held = h.claim([write("/f")], purpose: "A")
+        let waiting = h.claim([write("/f")], purpose: "B")
+        h.cancel(waiting)
+        #expect(h.failed[waiting]?.code == .cancelled)
+        h.release(held)
+        #expect(!h.isGranted(waiting))
+    }
+
+    @Test func deadOwnerReleasesEverythingAtOnce() {
+        var h = ArbiterHarness()
+        _ = h.claim([write("/f")], purpose: "A", owner: 1)
+        _ = h.claim([write("/g")], purpose: "A", owner: 1)
+        let waiting = h.claim([read("/f"), read("/g")], purpose: "B", owner: 2)
+        h.apply(h.arbiter.ownerGone(1, now: h.now))
+        #expect(h.isGranted(waiting) && h.arbiter.claimCount == 1)
+    }
+
+    @Test func emptyOrDuplicateClaimIsRejected() {
+        var h = ArbiterHarness()
+        let empty = h.claim([], purpose: "A")
+        #expect(h.failed[empty]?.code == .invalidRequest)
+        let request = ClaimRequest(
+            id: ClaimID(owner: 1, local: 99), pid: 1, purpose: "A", intents: [read("/f")], waitDeadline: .max,
+            presenterTimeout: 1)
+        h.apply(h.arbiter.submit(request, now: h.now))
+        h.apply(h.arbiter.submit(request, now: h.now))
+        #expect(h.failed[request.id]?.code == .invalidRequest)
+    }
+
+    @Test func snapshotShowsHeldAndWaitingWithPidAndAge() {
+        var h = ArbiterHarness()
+        _ = h.claim([write("/f")], purpose: "A", pid: 11)
+        _ = h.claim([read("/f")], purpose: "B", pid: 12)
+        h.now += 3 * ArbiterHarness.second
+        let dump = h.arbiter.snapshot(now: h.now)
+        #expect(dump.map(\.state) == ["held", "waiting"])
+        #expect(dump.map(\.pid) == [11, 12])
+        #expect(dump[0].age == 3 * ArbiterHarness.second)
+        #expect(dump[0].intents[0].kindDescription == "write")
+    }
+}

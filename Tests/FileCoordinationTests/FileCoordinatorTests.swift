@@ -1,0 +1,469 @@
+// The public API in one process (CoordinationDomain over an in-process ArbiterHost): rules of
+// §7.1, §7.4 and §7.5 that need real threads and files, and the bad-input list.
+import Dispatch
+import FileCoordination
+import Foundation
+import Testing
+
+/// A presenter that records what it is told and answers at once (or never, when `silent`).
+final class RecordingPresenter: FilePresenter, @unchecked Sendable {
+    // Safe: `log` is only touched under `lock`; the other fields are immutable.
+    let presentedItemURL: URL?
+    let presentedItemOperationQueue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }()
+    let silent: Bool
+    let failWith: String?
+    private let lock = NSLock()
+    private var log: [String] = []
+
+    init(_ url: URL, silent: Bool = false, failWith: String? = nil) {
+        presentedItemURL = url
+        self.silent = silent
+        self.failWith = failWith
+    }
+
+    var events: [String] { lock.withLock { log } }
+    private func note(_ text: String) { lock.withLock { log.append(text) } }
+
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        note("relinquishToWriter")
+        if !silent { writer { [weak self] in self?.note("reacquire") } }
+    }
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        note("relinquishToReader")
+        if !silent { reader { [weak self] in self?.note("reacquire") } }
+    }
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        note("save")
+        if !silent { completionHandler(nil) }
+    }
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        note("accommodateDeletion")
+        if let failWith {
+            completionHandler(CoordinationError(.presenterFailed, failWith))
+        } else {
+            completionHandler(nil)
+        }
+    }
+    func presentedItemDidChange() { note("didChange") }
+    func presentedItemDidMove(to newURL: URL) { note("didMove \(newURL.path)") }
+}
+
+func temporaryDirectory() throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("fc-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
+
+/// Polls (no fixed sleep) until `condition` holds or 5 s pass.
+func eventually(_ condition: () -> Bool) -> Bool {
+    for _ in 0..<5000 {
+        if condition() { return true }
+        usleep(1000)
+    }
+    return condition()
+}
+
+@Suite struct FileCoordinatorTests {
+    let host: ArbiterHost
+    let domain: CoordinationDomain
+
+    init() {
+        host = ArbiterHost()
+        domain = CoordinationDomain(host: host)
+    }
+
+    @Test func readerWaitsForWriterOnAnotherThread() throws {
+        let dir = try temporaryDirectory()
+        let file = dir.appendingPathComponent("f")
+        try Data("old".utf8).write(to: file)
+        let domain = self.domain
+        let writerIn = DispatchSemaphore(value: 0)
+        let finishWriter = DispatchSemaphore(value: 0)
+        let readDone = DispatchSemaphore(value: 0)
+        let readValue = Locked2<String?>(nil)
+        DispatchQueue.global().async {
+            try? FileCoordinator(domain: domain).coordinate(writingItemAt: file) { url in
+                writerIn.signal()
+                finishWriter.wait()
+                try? Data("new".utf8).write(to: url)
+            }
+        }
+        writerIn.wait()
+        DispatchQueue.global().async {
+            let text = try? FileCoordinator(domain: domain).coordinate(readingItemAt: file) { url in
+                try String(contentsOf: url, encoding: .utf8)
+            }
+            readValue.set(text)
+            readDone.signal()
+        }
+        #expect(eventually { host.dump().claims.map(\.state) == ["held", "waiting"] })
+        finishWriter.signal()
+        readDone.wait()
+        #expect(readValue.get() == "new", "rule 2: the read runs after the write")
+    }
+
+    @Test func rule06_coordinatorsOfOnePresenterSharePurposeAndDoNotExclude() throws {
+        let dir = try temporaryDirectory()
+        let presenter = RecordingPresenter(dir.appendingPathComponent("f"))
+        let a = FileCoordinator(filePresenter: presenter, domain: domain)
+        let b = FileCoordinator(filePresenter: presenter, domain: domain)
+        #expect(a.purposeIdentifier == b.purposeIdentifier)
+        #expect(FileCoordinator(domain: domain).purposeIdentifier != a.purposeIdentifier)
+        let file = dir.appendingPathComponent("f")
+        try a.coordinate(writingItemAt: file) { _ in
+            // The other coordinator of the same presenter is not blocked (it would deadlock here).
+            try b.coordinate(writingItemAt: file) { _ in }
+        }
+    }
+
+    @Test func rule07_purposeIdentifierRules() throws {
+        let coordinator = FileCoordinator(domain: domain)
+        #expect(throws: CoordinationError.self) { try coordinator.setPurposeIdentifier("") }
+        try coordinator.setPurposeIdentifier("sync-engine")
+        #expect(coordinator.purposeIdentifier == "sync-engine")
+        #expect(throws: CoordinationError.self) { try coordinator.setPurposeIdentifier("again") }
+        let bound = FileCoordinator(filePresenter: RecordingPresenter(URL(fileURLWithPath: "/x")), domain: domain)
+        #expect(throws: CoordinationError.self) { try bound.setPurposeIdentifier("mine") }
+    }
+
+    @Test func rule05_samePurposeCoordinatorsDoNotExclude() throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let a = FileCoordinator(domain: domain)
+        let b = FileCoordinator(domain: domain)
+        try a.setPurposeIdentifier("same")
+        try b.setPurposeIdentifier("same")
+        try a.coordinate(writingItemAt: file) { _ in try b.coordinate(writingItemAt: file) { _ in } }
+    }
+
+    @Test func nestedCoordinationThatWouldDeadlockFailsAtOnce() throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let outer = FileCoordinator(domain: domain)
+        let inner = FileCoordinator(domain: domain)
+        var thrown: CoordinationError?
+        try outer.coordinate(writingItemAt: file) { _ in
+            do { try inner.coordinate(readingItemAt: file) { _ in Issue.record("inner accessor ran") } } catch {
+                thrown = error as? CoordinationError
+            }
+        }
+        #expect(thrown?.code == .wouldDeadlock)
+        #expect(thrown?.message.contains("deadlock") == true)
+    }
+
+    @Test func rule59_60_sameCoordinatorMayNestReadAndWrite() throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let coordinator = FileCoordinator(domain: domain)
+        var ran = 0
+        try coordinator.coordinate(writingItemAt: file) { _ in
+            try coordinator.coordinate(readingItemAt: file) { _ in ran += 1 }
+        }
+        try coordinator.coordinate(readingItemAt: file, writingItemAt: file) { _, _ in
+            try coordinator.coordinate(writingItemAt: file) { _ in ran += 1 }
+        }
+        #expect(ran == 2)
+    }
+
+    @Test func rule53_55_cancelBeforeTheAccessorIsSticky() throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let domain = self.domain
+        let holder = FileCoordinator(domain: domain)
+        let waiter = FileCoordinator(domain: domain)
+        let result = Locked2<CoordinationError?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        try holder.coordinate(writingItemAt: file) { _ in
+            DispatchQueue.global().async {
+                do { try waiter.coordinate(readingItemAt: file) { _ in Issue.record("accessor ran") } } catch {
+                    result.set(error as? CoordinationError)
+                }
+                done.signal()
+            }
+            #expect(eventually { host.dump().claims.count == 2 })
+            waiter.cancel()
+            done.wait()
+        }
+        #expect(result.get()?.code == .cancelled)
+        #expect(throws: CoordinationError(.cancelled, "The coordinator was cancelled.")) {
+            try waiter.coordinate(readingItemAt: file) { _ in Issue.record("accessor ran after cancel") }
+        }
+        #expect(host.dump().claims.isEmpty)
+    }
+
+    @Test func rule54_cancelDuringTheAccessorLetsItFinish() throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let coordinator = FileCoordinator(domain: domain)
+        let value = try coordinator.coordinate(readingItemAt: file) { _ in
+            coordinator.cancel()
+            return 42
+        }
+        #expect(value == 42)
+    }
+
+    @Test func badInputGetsAClearError() throws {
+        let coordinator = FileCoordinator(domain: domain)
+        func code(_ body: () throws -> Void) -> CoordinationError.Code? {
+            do { try body() } catch { return (error as? CoordinationError)?.code }
+            return nil
+        }
+        #expect(
+            code { try coordinator.coordinate(readingItemAt: URL(string: "https://example.com/x")!) { _ in } }
+                == .invalidURL)
+        #expect(
+            code { try coordinator.coordinate(readingItemAt: URL(string: "file:relative/x")!) { _ in } } == .invalidURL)
+        #expect(code { _ = try ItemResolver.validatedPath("relative/x") } == .invalidURL)
+        #expect(code { _ = try ItemResolver.validatedPath("/tmp/a\u{0}b") } == .invalidURL)
+        let long = "/tmp/" + String(repeating: "n", count: 256)
+        #expect(code { try coordinator.coordinate(writingItemAt: URL(fileURLWithPath: long)) { _ in } } == .invalidURL)
+        #expect(code { try coordinator.coordinate(intents: []) { _ in } } == .invalidRequest)
+        let file = URL(fileURLWithPath: "/tmp/fc-same")
+        #expect(
+            code {
+                try coordinator.coordinate(intents: [
+                    .writingIntent(with: file, options: .forDeleting), .writingIntent(with: file, options: .forMerging),
+                ]) { _ in }
+            } == .invalidRequest)
+        #expect(
+            code { try coordinator.coordinate(writingItemAt: file, options: [.forDeleting, .forMoving]) { _ in } }
+                == .invalidRequest)
+        // A read and a write of one item in one call is fine (rule 4).
+        try coordinator.coordinate(readingItemAt: file, writingItemAt: file) { _, _ in }
+    }
+
+    @Test func presenterRelinquishesBeforeWriteAndHearsDidChangeAfter() throws {
+        let domain = self.domain
+        let file = try temporaryDirectory().appendingPathComponent("doc")
+        let presenter = RecordingPresenter(file)
+        domain.addFilePresenter(presenter)
+        defer { domain.removeFilePresenter(presenter) }
+        #expect(domain.filePresenters.count == 1)
+        var seenInside: [String] = []
+        try FileCoordinator(domain: domain).coordinate(writingItemAt: file) { _ in seenInside = presenter.events }
+        #expect(seenInside == ["relinquishToWriter"])
+        #expect(eventually { presenter.events == ["relinquishToWriter", "reacquire", "didChange"] })
+        // Rule 26: its own coordinator does not message it.
+        try FileCoordinator(filePresenter: presenter, domain: domain).coordinate(writingItemAt: file) { _ in }
+        presenter.presentedItemOperationQueue.waitUntilAllOperationsAreFinished()
+        #expect(presenter.events.count == 3)
+    }
+
+    @Test func rule25_presenterVetoFailsTheDelete() throws {
+        let domain = self.domain
+        let file = try temporaryDirectory().appendingPathComponent("doc")
+        let presenter = RecordingPresenter(file, failWith: "unsaved edits")
+        domain.addFilePresenter(presenter)
+        defer { domain.removeFilePresenter(presenter) }
+        #expect(throws: CoordinationError.self) {
+            try FileCoordinator(domain: domain).coordinate(writingItemAt: file, options: .forDeleting) { _ in
+                Issue.record("accessor ran despite the veto")
+            }
+        }
+    }
+
+    @Test func silentPresenterHitsItsDeadlineAndTheWriteHappens() throws {
+        let domain = self.domain
+        let file = try temporaryDirectory().appendingPathComponent("doc")
+        let presenter = RecordingPresenter(file, silent: true)
+        domain.addFilePresenter(presenter)
+        defer { domain.removeFilePresenter(presenter) }
+        let coordinator = FileCoordinator(domain: domain)
+        coordinator.deadlines = CoordinationDeadlines(claimWait: .seconds(10), presenterAnswer: .milliseconds(100))
+        try coordinator.coordinate(writingItemAt: file) { url in try Data("x".utf8).write(to: url) }
+        #expect(try Data(contentsOf: file) == Data("x".utf8))
+        #expect(host.dump().events.contains { $0.text.contains("did not answer") })
+    }
+
+    @Test func claimTimesOutWithTimedOut() throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let domain = self.domain
+        let waiter = FileCoordinator(domain: domain)
+        waiter.deadlines = CoordinationDeadlines(claimWait: .milliseconds(50), presenterAnswer: .seconds(1))
+        let error = Locked2<CoordinationError?>(nil)
+        try FileCoordinator(domain: domain).coordinate(writingItemAt: file) { _ in
+            let done = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                do { try waiter.coordinate(writingItemAt: file) { _ in } } catch let failure {
+                    error.set(failure as? CoordinationError)
+                }
+                done.signal()
+            }
+            done.wait()
+        }
+        #expect(error.get()?.code == .timedOut)
+    }
+
+    @Test func rule39_intentURLFollowsAMove() throws {
+        let dir = try temporaryDirectory()
+        let a = dir.appendingPathComponent("a")
+        let b = dir.appendingPathComponent("b")
+        try Data("x".utf8).write(to: a)
+        let domain = self.domain
+        let mover = FileCoordinator(domain: domain)
+        let intent = FileAccessIntent.readingIntent(with: a)
+        let granted = DispatchSemaphore(value: 0)
+        let seen = Locked2<(URL, Bool)?>(nil)
+        let queue = OperationQueue()
+        try mover.coordinate(writingItemAt: a, options: .forMoving, writingItemAt: b, options: .forReplacing) {
+            from, to in
+            FileCoordinator(domain: domain).coordinate(with: [intent], queue: queue) { error in
+                seen.set((intent.url, error == nil && FileManager.default.fileExists(atPath: intent.url.path)))
+                granted.signal()
+            }
+            #expect(eventually { host.dump().claims.count == 2 })
+            try FileManager.default.moveItem(at: from, to: to)
+            try mover.item(at: from, didMoveTo: to)
+        }
+        granted.wait()
+        #expect(seen.get()?.0.lastPathComponent == "b")
+        #expect(seen.get()?.1 == true)
+    }
+
+    @Test func rule47_resolvesSymbolicLink() throws {
+        let dir = try temporaryDirectory()
+        let target = dir.appendingPathComponent("target")
+        try Data("t".utf8).write(to: target)
+        let link = dir.appendingPathComponent("link")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: target)
+        let url = try FileCoordinator(domain: domain).coordinate(readingItemAt: link, options: .resolvesSymbolicLink) {
+            $0
+        }
+        #expect(url.lastPathComponent == "target")
+    }
+
+    @Test func rule48_forUploadingFileIsASnapshotThatDisappears() throws {
+        let dir = try temporaryDirectory()
+        let file = dir.appendingPathComponent("doc.txt")
+        try Data("content".utf8).write(to: file)
+        let domain = self.domain
+        var snapshot: URL?
+        try FileCoordinator(domain: domain).coordinate(readingItemAt: file, options: .forUploading) { url in
+            snapshot = url
+            #expect(url != file)
+            #expect(try Data(contentsOf: url) == Data("content".utf8))
+            // The original is free for a writer while the accessor runs.
+            try FileCoordinator(domain: domain).coordinate(writingItemAt: file) { _ in }
+        }
+        #expect(snapshot.map { FileManager.default.fileExists(atPath: $0.path) } == false)
+    }
+
+    @Test func rule49_forUploadingDirectoryIsOneTarFile() throws {
+        let dir = try temporaryDirectory()
+        let package = dir.appendingPathComponent("Doc.pkg")
+        try FileManager.default.createDirectory(
+            at: package.appendingPathComponent("sub"), withIntermediateDirectories: true)
+        try Data("a".utf8).write(to: package.appendingPathComponent("sub/a.txt"))
+        let longName = String(repeating: "l", count: 120)
+        try Data("b".utf8).write(to: package.appendingPathComponent(longName))
+        let listing = try FileCoordinator(domain: domain).coordinate(readingItemAt: package, options: .forUploading) {
+            url in
+            #expect(url.pathExtension == "tar")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/tar")
+            process.arguments = ["-tf", url.path]
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            let output = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+            return String(decoding: output, as: UTF8.self)
+        }
+        let names = Set(listing.split(separator: "\n").map(String.init))
+        #expect(names == ["Doc.pkg/", "Doc.pkg/sub/", "Doc.pkg/sub/a.txt", "Doc.pkg/" + longName])
+    }
+
+    @Test func packageMarkerMakesADirectoryOneItem() throws {
+        let dir = try temporaryDirectory()
+        let package = dir.appendingPathComponent("Doc.pkg")
+        try FileManager.default.createDirectory(at: package, withIntermediateDirectories: true)
+        try Data().write(to: package.appendingPathComponent(filePackageMarkerName))
+        let item = try ItemResolver.resolve(package.appendingPathComponent("a/b").path)
+        #expect(item.packageRoot == package.resolvingSymlinksInPath().path)
+        let plain = try ItemResolver.resolve(dir.appendingPathComponent("x").path)
+        #expect(plain.packageRoot == nil)
+    }
+
+    @Test func asyncFormsDoNotBlockAndRelease() async throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let domain = self.domain
+        let value = try await FileCoordinator(domain: domain).coordinate(
+            writingItemAt: file,
+            performing: { url in
+                try Data("async".utf8).write(to: url)
+                return 7
+            })
+        #expect(value == 7)
+        let text = try await FileCoordinator(domain: domain).coordinate(
+            readingItemAt: file,
+            performing: { url in
+                try String(contentsOf: url, encoding: .utf8)
+            })
+        #expect(text == "async")
+        #expect(host.dump().claims.isEmpty)
+    }
+
+    @Test func asyncWaitIsCancelledWithTheTask() async throws {
+        let file = try temporaryDirectory().appendingPathComponent("f")
+        let domain = self.domain
+        let host = self.host
+        let holder = FileCoordinator(domain: domain)
+        _ = try await holder.coordinate(
+            writingItemAt: file,
+            performing: { _ in
+                // Detached: a child task would inherit the held claim and fail at once as a nested deadlock.
+                let task = Task.detached {
+                    try await FileCoordinator(domain: domain).coordinate(readingItemAt: file, performing: { _ in 1 })
+                }
+                #expect(eventually { host.dump().claims.count == 2 })
+                task.cancel()
+                let result = await task.result
+                #expect((try? result.get()) == nil)
+                return 0
+            })
+    }
+
+    @Test func rule61_batchAccessorRunsOnceOnTheQueue() throws {
+        let dir = try temporaryDirectory()
+        let queue = OperationQueue()
+        let done = DispatchSemaphore(value: 0)
+        let calls = Locked2<Int>(0)
+        FileCoordinator(domain: domain).coordinate(
+            with: [
+                .readingIntent(with: dir.appendingPathComponent("a")),
+                .writingIntent(with: dir.appendingPathComponent("b")),
+            ],
+            queue: queue
+        ) { error in
+            #expect(error == nil)
+            calls.set(calls.get() + 1)
+            done.signal()
+        }
+        done.wait()
+        queue.waitUntilAllOperationsAreFinished()
+        #expect(calls.get() == 1)
+        #expect(eventually { host.dump().claims.isEmpty })
+    }
+
+    @Test func rule66_68_presenterRegistry() throws {
+        let domain = self.domain
+        let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-registry"))
+        domain.removeFilePresenter(presenter)
+        domain.addFilePresenter(presenter)
+        domain.addFilePresenter(presenter)
+        #expect(domain.filePresenters.count == 1)
+        domain.removeFilePresenter(presenter)
+        #expect(domain.filePresenters.isEmpty)
+        #expect(host.dump().presenters.isEmpty)
+    }
+}
+
+/// A tiny lock-protected box for test bookkeeping across threads.
+final class Locked2<Value>: @unchecked Sendable {
+    // Safe: `value` is only touched under `lock`.
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func get() -> Value { lock.withLock { value } }
+    func set(_ newValue: Value) { lock.withLock { value = newValue } }
+}

@@ -1,0 +1,266 @@
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Downloader: lazy, shared, failing well")
+struct DownloaderTests {
+    @Test("the first read fetches the range it needs first, then the rest follows in the background")
+    func readerFirst() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("big.bin", .ramp(seed: 1, size: 4 << 20))
+        let cache = try fixture.makeCache()
+        let item = try await cache.item(ItemIdentifier("big.bin"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        let data = try await entry.read(offset: 3 << 20, count: 10_000)
+        #expect(data.bytes == expectedBytes(fixture.provider, "big.bin", (3 << 20)..<((3 << 20) + 10_000)))
+        #expect(fixture.provider.counters.fetchedRanges.first?.lowerBound == 3 << 20)
+        await entry.waitForDownloadForTesting()
+        #expect(entry.isMaterialized)
+        #expect(cache.status(of: item.identifier)?.state == .materialized)
+        // Everything was fetched once: no byte twice.
+        #expect(fixture.provider.counters.bytesServed == 4 << 20)
+        let all = try await entry.read(offset: 0, count: 4 << 20)
+        #expect(all.bytes == expectedBytes(fixture.provider, "big.bin", 0..<(4 << 20)))
+        cache.unpin(entry)
+    }
+
+    @Test("concurrent readers share one download")
+    func sharedDownload() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .ramp(seed: 2, size: 200_000))
+        let cache = try fixture.makeCache()
+        let item = try await cache.item(ItemIdentifier("f"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        fixture.provider.hold()
+        let readers = (0..<4).map { index in
+            Task { try await entry.read(offset: Int64(index) * 1000, count: 1000).bytes }
+        }
+        // Wait until the one stream is parked at the gate, with every reader registered behind it.
+        var waited = 0
+        while fixture.provider.heldCount < 1 && waited < 10_000 {
+            try await Task.sleep(for: .milliseconds(1))
+            waited += 1
+        }
+        #expect(fixture.provider.heldCount == 1)
+        fixture.provider.release()
+        for (index, reader) in readers.enumerated() {
+            let bytes = try await reader.value
+            #expect(bytes == expectedBytes(fixture.provider, "f", Int64(index * 1000)..<Int64(index * 1000 + 1000)))
+        }
+        await entry.waitForDownloadForTesting()
+        #expect(fixture.provider.counters.fetchCalls == 1)
+        #expect(fixture.provider.counters.bytesServed == 200_000)
+        cache.unpin(entry)
+    }
+
+    @Test("a download that always fails at byte N: EIO-class failure after the retry budget, prefix kept")
+    func failAfterPermanent() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("half", .ramp(seed: 3, size: 300_000))
+        fixture.faults.add(
+            FaultRule(identifier: ItemIdentifier("half"), fault: .failAfter(offset: 150_000, errno: EIO)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.item(ItemIdentifier("half"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        let head = try await entry.read(offset: 0, count: 1000)
+        #expect(head.bytes == expectedBytes(fixture.provider, "half", 0..<1000))
+        let error = await #expect(throws: CacheError.self) { _ = try await entry.read(offset: 200_000, count: 1000) }
+        #expect(error?.code == .downloadFailed)
+        await entry.waitForDownloadForTesting()
+        let present = entry.presentRanges
+        #expect(present.count <= 150_000)
+        #expect(!present.contains(150_000..<150_001))
+        let status = cache.status(of: item.identifier)
+        #expect(status?.state == .error)
+        #expect(status?.lastError?.code == .downloadFailed)
+        // Bytes before the fault still read, from the cache.
+        let again = try await entry.read(offset: 100_000, count: 1000)
+        #expect(again.bytes == expectedBytes(fixture.provider, "half", 100_000..<101_000))
+        cache.unpin(entry)
+    }
+
+    @Test("a transient failure is retried transparently and the error clears")
+    func failAfterOnce() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .ramp(seed: 4, size: 300_000))
+        fixture.faults.add(
+            FaultRule(identifier: ItemIdentifier("f"), fault: .failAfter(offset: 100_000, errno: EIO), times: 1))
+        let cache = try fixture.makeCache()
+        let item = try await cache.item(ItemIdentifier("f"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        let data = try await entry.read(offset: 0, count: 300_000)
+        #expect(data.bytes == expectedBytes(fixture.provider, "f", 0..<300_000))
+        await entry.waitForDownloadForTesting()
+        #expect(cache.status(of: item.identifier)?.state == .materialized)
+        #expect(cache.status(of: item.identifier)?.lastError == nil)
+        // The retry resumed where the failure left off: nothing before it was fetched twice.
+        #expect(fixture.provider.counters.fetchedRanges.count == 2)
+        #expect(fixture.provider.counters.fetchedRanges[1].lowerBound >= 64 << 10)
+        cache.unpin(entry)
+    }
+
+    @Test("a stalled download fails with timedOut at the deadline, never hangs")
+    func stall() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("stuck", .ramp(seed: 5, size: 300_000))
+        fixture.faults.add(FaultRule(identifier: ItemIdentifier("stuck"), fault: .stall(offset: 64 << 10)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.item(ItemIdentifier("stuck"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        let done = Locked(false)
+        let reader = Task {
+            defer { done.withLock { $0 = true } }
+            return try await entry.read(offset: 100_000, count: 1000)
+        }
+        // Whenever the download sleeps on a deadline, move the clock past it, until the reader
+        // gives up (bounded: a hang fails the test instead of hanging it).
+        var rounds = 0
+        while !done.value && rounds < 5000 {
+            if fixture.clock.sleeperCount > 0 { fixture.clock.advance(by: fixture.options.stallTimeout) }
+            try await Task.sleep(for: .milliseconds(1))
+            rounds += 1
+        }
+        #expect(done.value)
+        let result = await reader.result
+        #expect(throws: CacheError(.timedOut, "no data from the provider for 5s")) { try result.get() }
+        #expect(cache.status(of: item.identifier)?.lastError?.code == .timedOut)
+        #expect(entry.presentRanges.count <= 64 << 10)
+        cache.unpin(entry)
+    }
+
+    @Test("a stream that ends early is a failure, never a present range and never a hang")
+    func truncated() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("short", .ramp(seed: 6, size: 300_000))
+        fixture.faults.add(FaultRule(identifier: ItemIdentifier("short"), fault: .truncate(offset: 128 << 10)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.item(ItemIdentifier("short"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        let error = await #expect(throws: CacheError.self) { _ = try await entry.read(offset: 200_000, count: 10) }
+        #expect(error?.code == .downloadFailed)
+        #expect(entry.presentRanges.count <= 128 << 10)
+        #expect(fixture.provider.counters.fetchCalls == fixture.options.maximumAttempts + 0)
+        cache.unpin(entry)
+    }
+
+    @Test("the version changing under a reader gives stale, never mixed bytes")
+    func versionChange() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("doc", .ramp(seed: 7, size: 300_000))
+        var options = fixture.options
+        options.backgroundCompletion = false
+        options.readAheadWindow = 0
+        let cache = try fixture.makeCache(options: options)
+        let item = try await cache.item(ItemIdentifier("doc"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        let head = try await entry.read(offset: 0, count: 1000)
+        #expect(head.bytes == expectedBytes(fixture.provider, "doc", 0..<1000))
+        fixture.provider.putFile("doc", .ramp(seed: 8, size: 300_000))
+        let error = await #expect(throws: CacheError.self) { _ = try await entry.read(offset: 200_000, count: 1000) }
+        #expect(error?.code == .stale)
+        // Bytes of the pinned version already present still read (consistent, old version).
+        let cached = try await entry.read(offset: 0, count: 1000)
+        #expect(cached.bytes == head.bytes)
+        cache.unpin(entry)
+        // A fresh look at the item pins the new version.
+        let fresh = try await cache.item(ItemIdentifier("doc"), maximumAge: .zero)
+        let newEntry = try await cache.pinContent(of: fresh)
+        let data = try await newEntry.read(offset: 200_000, count: 1000)
+        #expect(data.bytes == expectedBytes(fixture.provider, "doc", 200_000..<201_000))
+        cache.unpin(newEntry)
+    }
+
+    @Test("a fault injected mid-stream as a version change also gives stale")
+    func injectedVersionChange() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("v", .ramp(seed: 9, size: 300_000))
+        fixture.faults.add(FaultRule(identifier: ItemIdentifier("v"), fault: .changeVersion(offset: 64 << 10)))
+        let cache = try fixture.makeCache()
+        let entry = try await cache.pinContent(of: try await cache.item(ItemIdentifier("v"), maximumAge: nil))
+        let error = await #expect(throws: CacheError.self) { _ = try await entry.read(offset: 100_000, count: 10) }
+        #expect(error?.code == .stale)
+        cache.unpin(entry)
+    }
+
+    @Test("cancelling one reader does not cancel the download another reader waits on")
+    func cancelOneReader() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .ramp(seed: 10, size: 100_000))
+        let cache = try fixture.makeCache()
+        let entry = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f"), maximumAge: nil))
+        fixture.provider.hold()
+        let cancelled = Task { try await entry.read(offset: 0, count: 100) }
+        let patient = Task { try await entry.read(offset: 50_000, count: 100) }
+        var waited = 0
+        while fixture.provider.heldCount < 1 && waited < 10_000 {
+            try await Task.sleep(for: .milliseconds(1))
+            waited += 1
+        }
+        cancelled.cancel()
+        let cancelledResult = await cancelled.result
+        #expect(throws: CacheError.self) { try cancelledResult.get() }
+        fixture.provider.release()
+        let bytes = try await patient.value.bytes
+        #expect(bytes == expectedBytes(fixture.provider, "f", 50_000..<50_100))
+        cache.unpin(entry)
+    }
+
+    @Test("a restart resumes from the persisted range map and never serves unrecorded bytes")
+    func restartResume() async throws {
+        let store = InMemoryMetadataStore()
+        let fixture = try CacheFixture(store: store)
+        fixture.provider.putFile("r", .ramp(seed: 11, size: 1 << 20))
+        var options = fixture.options
+        options.backgroundCompletion = false
+        options.readAheadWindow = 0
+        let first = try fixture.makeCache(options: options)
+        let item = try await first.item(ItemIdentifier("r"), maximumAge: nil)
+        let entry = try await first.pinContent(of: item)
+        _ = try await entry.read(offset: 0, count: 100_000)
+        let persisted = entry.presentRanges
+        first.unpin(entry)
+        await first.shutdown()
+        #expect(persisted.contains(0..<100_000))
+        #expect(!persisted.contains(0..<(1 << 20)))
+
+        // A crash after a pwrite but before the range map was saved leaves bytes the map does not
+        // cover: simulate it with garbage after the persisted ranges.
+        let contentDirectory = fixture.directory.path + "/content"
+        let fd = open(contentDirectory + "/1", O_WRONLY)
+        #expect(fd >= 0)
+        let garbage = [UInt8](repeating: 0xEE, count: 4096)
+        _ = garbage.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, off_t(persisted.ranges.last!.upperBound)) }
+        close(fd)
+
+        let before = fixture.provider.counters.fetchedRanges.count
+        let second = try fixture.makeCache()
+        #expect(second.status(of: item.identifier)?.state == .partial)
+        #expect(second.status(of: item.identifier)?.presentBytes == persisted.count)
+        let resumed = try await second.pinContent(of: try await second.item(item.identifier, maximumAge: nil))
+        let all = try await resumed.read(offset: 0, count: 1 << 20)
+        #expect(all.bytes == expectedBytes(fixture.provider, "r", 0..<(1 << 20)))
+        let refetched = fixture.provider.counters.fetchedRanges[before...]
+        #expect(refetched.allSatisfy { $0.lowerBound >= persisted.ranges.last!.upperBound })
+        second.unpin(resumed)
+        await second.shutdown()
+    }
+
+    @Test("listing and item metadata never fetch content")
+    func metadataOnly() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.addDirectory("d")
+        for index in 0..<20 { fixture.provider.putFile("d/f\(index)", .ramp(seed: UInt64(index), size: 1000)) }
+        let cache = try fixture.makeCache()
+        let children = try await cache.children(of: ItemIdentifier("d"), maximumAge: nil)
+        #expect(children.count == 20)
+        for child in children { _ = try await cache.item(child.identifier, maximumAge: .zero) }
+        #expect(fixture.provider.counters.fetchCalls == 0)
+        #expect(children.allSatisfy { cache.status(of: $0.identifier)?.state == .dataless })
+    }
+}

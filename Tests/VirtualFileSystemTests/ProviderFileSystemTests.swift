@@ -1,0 +1,326 @@
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("ProviderFileSystem")
+struct ProviderFileSystemTests {
+    @Test("ls -lR and stat of every item read metadata only, never content")
+    func listingReadsNoContent() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.addDirectory("a")
+        fixture.provider.addDirectory("a/b")
+        for index in 0..<30 { fixture.provider.putFile("a/b/f\(index)", .ramp(seed: UInt64(index), size: 5000)) }
+        fixture.provider.putFile("top.txt", .bytes(Array("top\n".utf8)))
+        let fileSystem = try fixture.makeFileSystem()
+        var stack: [InodeNumber] = [.root]
+        var seen = 0
+        while let directory = stack.popLast() {
+            for entry in try await listAll(fileSystem, directory, limit: 7)
+            where entry.name != "." && entry.name != ".." {
+                let found = try await fileSystem.lookup(parent: directory, name: entry.name, context: .kernel)
+                let attributes = try await fileSystem.getAttributes(found.inode, context: .kernel)
+                #expect(attributes.blocks == 0)
+                _ = try await fileSystem.listExtendedAttributes(found.inode, context: .kernel)
+                _ = try await xattr(fileSystem, found.inode, "user.providerfs.state")
+                seen += 1
+                if attributes.type == .directory { stack.append(found.inode) }
+            }
+        }
+        #expect(seen == 33)
+        #expect(fixture.provider.counters.fetchCalls == 0)
+        #expect(fixture.provider.counters.bytesServed == 0)
+    }
+
+    @Test("readdir cookies resume where they left off; . and .. come first")
+    func readdirCookies() async throws {
+        let fixture = try VFSFixture()
+        for name in ["c", "a", "b", "d e", "ü"] { fixture.provider.putFile(name, .bytes([1])) }
+        let fileSystem = try fixture.makeFileSystem()
+        let all = try await listAll(fileSystem, .root, limit: 1000)
+        let paged = try await listAll(fileSystem, .root, limit: 2)
+        #expect(all.map(\.name) == [".", "..", "a", "b", "c", "d e", "ü"])
+        #expect(paged == all)
+        #expect(Set(all.map(\.cookie)).count == all.count)
+    }
+
+    @Test("every mutating operation fails with EROFS")
+    func readOnly() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("f", .bytes([1, 2, 3]))
+        fixture.provider.addDirectory("d")
+        let fileSystem = try fixture.makeFileSystem()
+        let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let context = RequestContext.kernel
+        func expectEROFS(_ body: () async throws -> Void, line: Int = #line) async {
+            do {
+                try await body()
+                Issue.record("expected EROFS (line \(line))")
+            } catch {
+                #expect((error as? FileSystemError)?.errno == .readOnlyFileSystem, "line \(line)")
+            }
+        }
+        await expectEROFS {
+            _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_WRONLY), context: context)
+        }
+        await expectEROFS {
+            _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDWR), context: context)
+        }
+        await expectEROFS {
+            _ = try await fileSystem.create(
+                parent: .root, name: "n", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY), context: context)
+        }
+        await expectEROFS {
+            _ = try await fileSystem.makeDirectory(parent: .root, name: "n", permissions: 0o755, context: context)
+        }
+        await expectEROFS {
+            _ = try await fileSystem.makeSymbolicLink(parent: .root, name: "n", target: "f", context: context)
+        }
+        await expectEROFS { try await fileSystem.unlink(parent: .root, name: "f", context: context) }
+        await expectEROFS { try await fileSystem.removeDirectory(parent: .root, name: "d", context: context) }
+        await expectEROFS {
+            try await fileSystem.rename(
+                parent: .root, name: "f", newParent: .root, newName: "g", flags: 0, context: context)
+        }
+        await expectEROFS {
+            _ = try await fileSystem.setAttributes(
+                file.inode, changes: AttributeChanges(size: 0), handle: nil, context: context)
+        }
+        await expectEROFS {
+            try await fileSystem.setExtendedAttribute(
+                file.inode, name: "user.x", value: [1], flags: 0, context: context)
+        }
+        await expectEROFS {
+            try await fileSystem.removeExtendedAttribute(file.inode, name: "user.providerfs.state", context: context)
+        }
+        let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDONLY), context: context)
+        await expectEROFS {
+            _ = try await fileSystem.write(file.inode, handle: opened.handle, offset: 0, data: [9], context: context)
+        }
+        await fileSystem.release(file.inode, handle: opened.handle)
+        // Nothing changed on the provider.
+        #expect(fixture.provider.content(of: "f")?.0 == .bytes([1, 2, 3]))
+    }
+
+    @Test("xattrs show state, progress, version; unknown names are ENODATA; error appears after a failure")
+    func extendedAttributes() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("ok", .ramp(seed: 1, size: 100_000))
+        fixture.provider.putFile("bad", .ramp(seed: 2, size: 100_000))
+        fixture.faults.add(FaultRule(identifier: ItemIdentifier("bad"), fault: .failAfter(offset: 50_000, errno: EIO)))
+        let fileSystem = try fixture.makeFileSystem()
+        let ok = try await fileSystem.lookup(parent: .root, name: "ok", context: .kernel)
+        #expect(try await xattr(fileSystem, ok.inode, "user.providerfs.state") == "dataless")
+        #expect(try await xattr(fileSystem, ok.inode, "user.providerfs.progress") == "0/100000")
+        #expect(
+            try await xattr(fileSystem, ok.inode, "user.providerfs.version")
+                == fixture.provider.content(of: "ok")!.1.rawValue)
+        #expect(
+            try await fileSystem.listExtendedAttributes(ok.inode, context: .kernel) == [
+                "user.providerfs.state", "user.providerfs.progress", "user.providerfs.version",
+            ])
+        await #expect(throws: FileSystemError.self) { _ = try await xattr(fileSystem, ok.inode, "user.other") }
+        do {
+            _ = try await xattr(fileSystem, ok.inode, "user.providerfs.error")
+            Issue.record("expected ENODATA")
+        } catch let error as FileSystemError {
+            #expect(error.errno == .noData)
+        }
+        _ = try await readAll(fileSystem, ok.inode)
+        #expect(try await xattr(fileSystem, ok.inode, "user.providerfs.state") == "materialized")
+        #expect(try await xattr(fileSystem, ok.inode, "user.providerfs.progress") == "100000/100000")
+        #expect(try await fileSystem.getAttributes(ok.inode, context: .kernel).blocks == (100_000 + 511) / 512)
+
+        let bad = try await fileSystem.lookup(parent: .root, name: "bad", context: .kernel)
+        do {
+            _ = try await readAll(fileSystem, bad.inode)
+            Issue.record("expected EIO")
+        } catch let error as FileSystemError {
+            #expect(error.errno == .ioError)
+        }
+        #expect(try await xattr(fileSystem, bad.inode, "user.providerfs.state") == "error")
+        #expect(try await xattr(fileSystem, bad.inode, "user.providerfs.error").hasPrefix("EIO: "))
+        #expect(
+            try await fileSystem.listExtendedAttributes(bad.inode, context: .kernel).contains("user.providerfs.error"))
+    }
+
+    @Test("open keeps the page cache only while the content version is unchanged")
+    func keepCache() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("f", .bytes(Array("one".utf8)))
+        let fileSystem = try fixture.makeFileSystem()
+        let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let first = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(!first.keepCache)
+        await fileSystem.release(file.inode, handle: first.handle)
+        let second = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(second.keepCache)
+        await fileSystem.release(file.inode, handle: second.handle)
+        fixture.provider.putFile("f", .bytes(Array("two!".utf8)))
+        let third = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(!third.keepCache)
+        let data = try await fileSystem.read(file.inode, handle: third.handle, offset: 0, count: 100, context: .kernel)
+        #expect(data.bytes == Array("two!".utf8))
+        await fileSystem.release(file.inode, handle: third.handle)
+        #expect(try await fileSystem.getAttributes(file.inode, context: .kernel).size == 4)
+    }
+
+    @Test("an item deleted on the provider: open gives ENOENT, a read of an open handle EIO, never a hang")
+    func deletedItem() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("gone", .ramp(seed: 3, size: 300_000))
+        fixture.provider.putFile("going", .ramp(seed: 4, size: 300_000))
+        let fileSystem = try fixture.makeFileSystem()
+        let gone = try await fileSystem.lookup(parent: .root, name: "gone", context: .kernel)
+        let going = try await fileSystem.lookup(parent: .root, name: "going", context: .kernel)
+        let opened = try await fileSystem.open(going.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        fixture.provider.hold()
+        fixture.provider.remove("gone")
+        fixture.provider.remove("going")
+        do {
+            _ = try await fileSystem.open(gone.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+            Issue.record("expected ENOENT")
+        } catch {
+            #expect(error.errno == .noSuchFileOrDirectory)
+        }
+        fixture.provider.release()
+        do {
+            _ = try await fileSystem.read(
+                going.inode, handle: opened.handle, offset: 200_000, count: 10, context: .kernel)
+            Issue.record("expected EIO")
+        } catch {
+            #expect(error.errno == .ioError)
+        }
+        await fileSystem.release(going.inode, handle: opened.handle)
+        // The clock passes the listing TTL: the directory no longer shows them.
+        fixture.clock.advance(by: .seconds(6))
+        #expect(try await listAll(fileSystem, .root).map(\.name) == [".", ".."])
+        do {
+            _ = try await fileSystem.lookup(parent: .root, name: "gone", context: .kernel)
+            Issue.record("expected ENOENT")
+        } catch {
+            #expect(error.errno == .noSuchFileOrDirectory)
+        }
+    }
+
+    @Test("a lookup miss re-lists the directory (rate-limited); listings refresh after their TTL")
+    func remoteChangesRefresh() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("old", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        #expect(try await listAll(fileSystem, .root).map(\.name) == [".", "..", "old"])
+        fixture.provider.putFile("new", .bytes([2]))
+        // Within the miss interval the listing is trusted.
+        await #expect(throws: FileSystemError.self) {
+            _ = try await fileSystem.lookup(parent: .root, name: "new", context: .kernel)
+        }
+        fixture.clock.advance(by: .milliseconds(600))
+        let found = try await fileSystem.lookup(parent: .root, name: "new", context: .kernel)
+        #expect(found.attributes.size == 1)
+        fixture.provider.remove("old")
+        #expect(try await listAll(fileSystem, .root).map(\.name) == [".", "..", "new", "old"])
+        fixture.clock.advance(by: .seconds(5))
+        #expect(try await listAll(fileSystem, .root).map(\.name) == [".", "..", "new"])
+    }
+
+    @Test("names are matched byte for byte; 255-byte names work; longer is ENAMETOOLONG")
+    func names() async throws {
+        let fixture = try VFSFixture()
+        let long = String(repeating: "n", count: 255)
+        let composed = "caf\u{E9}"
+        let decomposed = "cafe\u{301}"
+        fixture.provider.putFile(long, .bytes([1]))
+        fixture.provider.putFile(composed, .bytes([2]))
+        fixture.provider.putFile("line\nbreak", .bytes([3]))
+        let fileSystem = try fixture.makeFileSystem()
+        #expect(try await fileSystem.lookup(parent: .root, name: long, context: .kernel).attributes.size == 1)
+        #expect(try await fileSystem.lookup(parent: .root, name: "line\nbreak", context: .kernel).attributes.size == 1)
+        #expect(try await fileSystem.lookup(parent: .root, name: composed, context: .kernel).attributes.size == 1)
+        do {
+            _ = try await fileSystem.lookup(parent: .root, name: decomposed, context: .kernel)
+            Issue.record("a decomposed name must not match a composed one")
+        } catch {
+            #expect(error.errno == .noSuchFileOrDirectory)
+        }
+        do {
+            _ = try await fileSystem.lookup(parent: .root, name: long + "x", context: .kernel)
+            Issue.record("expected ENAMETOOLONG")
+        } catch {
+            #expect(error.errno == .nameTooLong)
+        }
+    }
+
+    @Test("forget drops nodes; node numbers are never reused within a mount")
+    func inodeLifecycle() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        let first = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let again = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        #expect(first.inode == again.inode)
+        fileSystem.forget(first.inode, count: 2)
+        await #expect(throws: FileSystemError.self) {
+            _ = try await fileSystem.getAttributes(first.inode, context: .kernel)
+        }
+        let later = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        #expect(later.inode != first.inode)
+        #expect(later.generation > first.generation)
+    }
+
+    @Test("open takes a read claim and release gives it back; a refused claim fails the open")
+    func readClaims() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.addDirectory("dir")
+        fixture.provider.putFile("dir/f", .bytes([1]))
+        let claims = RecordingClaims()
+        let fileSystem = try fixture.makeFileSystem(claims: claims)
+        let directory = try await fileSystem.lookup(parent: .root, name: "dir", context: .kernel)
+        let file = try await fileSystem.lookup(parent: directory.inode, name: "f", context: .kernel)
+        let opened = try await fileSystem.open(
+            file.inode, flags: OpenFlags(rawValue: 0), context: RequestContext(threadID: 42, uid: 0, gid: 0))
+        #expect(claims.events == ["acquire dir/f tid 42"])
+        await fileSystem.release(file.inode, handle: opened.handle)
+        #expect(claims.events == ["acquire dir/f tid 42", "release 1"])
+        claims.refuse()
+        do {
+            _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+            Issue.record("expected the claim failure")
+        } catch {
+            #expect(error.errno == .timedOut)
+        }
+        #expect(fileSystem.openFileCount == 0)
+    }
+
+    @Test("statfs answers from the cache directory's file system")
+    func statistics() async throws {
+        let fixture = try VFSFixture()
+        let fileSystem = try fixture.makeFileSystem()
+        let statistics = try await fileSystem.statistics(context: .kernel)
+        #expect(statistics.blockSize > 0 && statistics.totalBlocks > 0)
+        #expect(statistics.maximumNameLength == 255)
+    }
+}
+
+/// Records claim traffic; can be told to refuse.
+final class RecordingClaims: ReadClaimProvider {
+    private let state = Locked((events: [String](), next: UInt64(0), refusing: false))
+    var events: [String] { state.value.events }
+    func refuse() { state.withLock { $0.refusing = true } }
+    func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
+        try state.withLock { state throws(FileSystemError) -> ReadClaimToken in
+            if state.refusing { throw FileSystemError(.coordinationFailed, "a writer holds the item") }
+            state.next += 1
+            state.events.append("acquire \(request.relativePath) tid \(request.context.threadID)")
+            return ReadClaimToken(rawValue: state.next)
+        }
+    }
+    func releaseReadClaim(_ token: ReadClaimToken) async {
+        state.withLock { $0.events.append("release \(token.rawValue)") }
+    }
+}

@@ -1,0 +1,60 @@
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import VirtualFileSystem
+
+/// A ProviderFileSystem over an InMemoryProvider with a manual clock and an in-memory store.
+final class VFSFixture: Sendable {
+    let provider = InMemoryProvider()
+    let faults = FaultPlan()
+    let clock = ManualClock()
+    let directory: TemporaryDirectory
+    let store = InMemoryMetadataStore()
+    let options: FileSystemOptions
+
+    init(options: FileSystemOptions = VFSFixture.defaultOptions()) throws {
+        directory = try TemporaryDirectory(prefix: "providerfs-vfs")
+        self.options = options
+    }
+
+    static func defaultOptions() -> FileSystemOptions {
+        var options = FileSystemOptions()
+        options.cache.chunkSize = 64 << 10
+        options.cache.firstChunkSize = 64 << 10
+        options.cache.retryDelay = .zero
+        options.cache.directoryTTL = .seconds(5)
+        options.cache.attributeTTL = .seconds(1)
+        options.cache.missRefreshInterval = .milliseconds(500)
+        return options
+    }
+
+    func makeFileSystem(claims: any ReadClaimProvider = NoReadClaims()) throws -> ProviderFileSystem {
+        let cache = try ProviderCache(
+            provider: FaultInjectingProvider(wrapping: provider, plan: faults), directory: directory.path, store: store,
+            clock: clock, options: options.cache)
+        return ProviderFileSystem(cache: cache, options: options, claims: claims)
+    }
+
+    deinit { directory.remove() }
+}
+
+/// Every entry of a directory, read `limit` at a time through cookies.
+func listAll(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber, limit: Int = 1000) async throws -> [DirectoryEntry]
+{
+    let handle = try await fileSystem.openDirectory(inode, context: .kernel)
+    defer { fileSystem.releaseDirectory(inode, handle: handle) }
+    var result: [DirectoryEntry] = []
+    var cookie: UInt64 = 0
+    while true {
+        let batch = try await fileSystem.readDirectory(
+            inode, handle: handle, after: cookie, limit: limit, context: .kernel)
+        if batch.isEmpty { return result }
+        result += batch
+        cookie = batch.last!.cookie
+    }
+}
+
+func xattr(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber, _ name: String) async throws -> String {
+    String(decoding: try await fileSystem.getExtendedAttribute(inode, name: name, context: .kernel), as: UTF8.self)
+}
