@@ -152,7 +152,8 @@ struct MountCommand: CLICommand {
         let logger = Logger(label: "mount")
         let fileSystem: any FileSystem
         do {
-            fileSystem = try MountSource.makeFileSystem(source: plan.source, cacheDirectory: plan.cacheDirectory)
+            fileSystem = try MountSource.makeFileSystem(
+                source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo)
         } catch {
             throw CommandFailure("cannot open the provider: \(error.message)")
         }
