@@ -15,6 +15,8 @@ final class Statement {
     /// True while a caller is stepping it; a nested use of the same SQL gets a fresh statement.
     var isInUse = false
     let parameterCount: Int32
+    /// The `Database.changeEpoch` in which `writtenTables` were last added to the changed set.
+    var changeEpoch: UInt64 = 0
     private var columnIndexCache: [String: Int32]?
 
     init(handle: OpaquePointer, sql: String, writtenTables: Set<String>) {
