@@ -439,9 +439,16 @@ public struct Arbiter: Sendable {
         return actions
     }
 
-    /// A presenter answered message `messageID`; a non-nil error fails the claim (rule 25).
-    public mutating func reply(messageID: UInt64, error: String?, now: UInt64) -> [ArbiterAction] {
+    /// A presenter answered message `messageID`; a non-nil error fails the claim (rule 25). With
+    /// `owner`, only an answer from the owner of the asked presenter counts (a server passes the
+    /// connection, so one client cannot answer for another's presenter).
+    public mutating func reply(
+        messageID: UInt64, error: String?, from owner: UInt64? = nil, now: UInt64
+    )
+        -> [ArbiterAction]
+    {
         guard let claimID = messageOwner[messageID] else { return [] }
+        if let owner, claims[claimID]?.pending[messageID]?.presenter.owner != owner { return [] }
         var actions: [ArbiterAction] = []
         answer(messageID, claim: claimID, error: error, now: now, into: &actions, event: nil)
         schedule(now: now, into: &actions)

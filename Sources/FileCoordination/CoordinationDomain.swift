@@ -496,7 +496,7 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
                 methods: methods))
     }
     func removePresenter(local: UInt64) { host.removePresenter(PresenterID(owner: owner, local: local)) }
-    func reply(messageID: UInt64, error: String?) { host.reply(messageID: messageID, error: error) }
+    func reply(messageID: UInt64, error: String?) { host.reply(messageID: messageID, error: error, from: owner) }
     func itemMoved(from: String, to: String, purpose: String) {
         host.itemMoved(from: from, to: to, purpose: purpose)
     }

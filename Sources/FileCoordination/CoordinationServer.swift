@@ -350,7 +350,7 @@ public final class CoordinationServer: @unchecked Sendable {
                     identity: identity, isDirectory: isDirectory, packageRoot: packageRoot,
                     methods: PresenterMethods(rawValue: methods)))
         case .removePresenter(let local): host.removePresenter(PresenterID(owner: owner, local: local))
-        case .reply(let messageID, let error): host.reply(messageID: messageID, error: error)
+        case .reply(let messageID, let error): host.reply(messageID: messageID, error: error, from: owner)
         case .itemMoved(let from, let to, let purpose): host.itemMoved(from: from, to: to, purpose: purpose)
         case .versionChanged(let path, let change, let version, let versionName):
             if let change = VersionChange(rawValue: change) {
