@@ -126,6 +126,14 @@ import Glibc
         let dump = try world.dump()
         #expect(dump?.serverPid == serverPid)
         #expect(dump?.claims.count == 4, "every client reached the one server")
+        // Servers started by the other clients saw the running one and left: one remains.
+        var servers: [Int32] = []
+        for _ in 0..<500 {
+            servers = coordinatorProcesses(runtime: world.runtime)
+            if servers == [serverPid] { break }
+            usleep(10_000)
+        }
+        #expect(servers == [serverPid])
         // The server holds no descriptor of its starter: its stdio is /dev/null.
         for fd in 0...2 {
             let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(serverPid)/fd/\(fd)")
@@ -158,6 +166,20 @@ import Glibc
         }
         #expect(gone)
         #expect(!FileManager.default.fileExists(atPath: world.runtime + "/coordinator.sock"))
+    }
+
+    /// `providerfs coordinator` processes whose environment names this runtime directory.
+    private func coordinatorProcesses(runtime: String) -> [Int32] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap(Int32.init).filter { pid in
+            guard let command = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
+                let environment = FileManager.default.contents(atPath: "/proc/\(pid)/environ")
+            else { return false }
+            let arguments = command.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            let variables = environment.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            return arguments.count > 1 && arguments[1] == "coordinator"
+                && variables.contains("PROVIDERFS_RUNTIME_DIR=" + runtime) && !isZombie(pid)
+        }.sorted()
     }
 
     private func pipes(of process: String) -> [String] {
