@@ -120,8 +120,7 @@ import Glibc
         let file = world.path("f")
         let probes = try (0..<4).map { _ in try world.probe(["hold", "--read", file]) }
         for probe in probes { #expect(probe.waitForLine("granted") != nil) }
-        let pidText = try String(contentsOfFile: world.runtime + "/coordinator.pid", encoding: .utf8)
-        let serverPid = Int32(pidText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let serverPid = world.onDemandServerPid() ?? 0
         #expect(serverPid > 0)
         let dump = try world.dump()
         #expect(dump?.serverPid == serverPid)
@@ -153,8 +152,8 @@ import Glibc
         let probe = try world.probe(["hold", "--read", world.path("f")], extra: [:])
         #expect(probe.waitForLine("granted") != nil)
         #expect(probe.stop() == 0)
-        let pidText = try String(contentsOfFile: world.runtime + "/coordinator.pid", encoding: .utf8)
-        let serverPid = Int32(pidText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let serverPid = world.onDemandServerPid() ?? 0
+        #expect(serverPid > 0)
         // PROVIDERFS_COORDINATOR_IDLE=3s in this world: it must be gone well within 10 s.
         var gone = false
         for _ in 0..<1000 {
