@@ -389,6 +389,13 @@ public struct Arbiter: Sendable {
             return [.fail(request.id, timeoutError(claim))]
         }
         claim.phase = .queued
+        if blocker(for: claim) == nil && messagePlan(for: request).isEmpty {
+            // Fast path (uncontended, nobody to ask): granted without a second look-up.
+            claim.phase = .granted
+            claims[request.id] = claim
+            order.append(request.id)
+            return [.grant(request.id, paths: request.intents.map(\.path))]
+        }
         claims[request.id] = claim
         order.append(request.id)
         var actions: [ArbiterAction] = []
@@ -654,7 +661,7 @@ public struct Arbiter: Sendable {
     }
 
     private func blocker(for claim: Claim) -> ClaimID? {
-        for id in order {
+        for id in order where id != claim.request.id {
             if let other = claims[id], blocks(other, claim) { return id }
         }
         return nil
@@ -775,6 +782,7 @@ public struct Arbiter: Sendable {
 
     /// Messages after a claim ends: reacquirers, then (after a completed write) didChange.
     private func finish(_ claim: Claim, succeeded: Bool, into actions: inout [ArbiterAction]) {
+        if presenters.isEmpty { return }  // nobody to tell (the common, uncontended case)
         for presenter in claim.relinquished where presenters[presenter] != nil {
             actions.append(.deliver(presenter, messageID: 0, message: .reacquire, claim: claim.request.id))
         }
