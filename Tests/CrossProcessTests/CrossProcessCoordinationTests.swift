@@ -114,6 +114,26 @@ import Glibc
         #expect(writer.stop() == 0)
     }
 
+    @Test func rule35_39_moveInAnotherProcessRedirectsWaitersAndPresenters() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let from = world.path("old")
+        let to = world.path("new")
+        _ = FileManager.default.createFile(atPath: from, contents: Data("x".utf8))
+        let presenter = try world.probe(["present", from])
+        #expect(presenter.waitForLine("ready") != nil)
+        let mover = try world.probe(["move", from, to])
+        #expect(mover.waitForLine("moving") != nil)
+        let reader = try world.probe(["hold", "--read", from])
+        #expect(world.eventually { $0.claims.map(\.state) == ["held", "waiting"] })
+        mover.closeInput()
+        #expect(mover.waitForLine("moved") != nil)
+        #expect(reader.waitForLine("granted") == "granted \(to)", "rule 39: the waiting claim follows the move")
+        #expect(presenter.waitForLine("event didMove \(to)") != nil, "rule 35")
+        #expect(presenter.hasLine("event relinquishToWriter"))
+        #expect(reader.stop() == 0)
+    }
+
     @Test func libraryStartsTheServerOnDemandOnceForManyClients() throws {
         let world = try CoordinationWorld(startServer: false)
         defer { world.tearDown() }
