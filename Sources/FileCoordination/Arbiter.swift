@@ -15,7 +15,9 @@ public struct ClaimID: Hashable, Sendable, Comparable, CustomStringConvertible {
         self.owner = owner
         self.local = local
     }
+    /// Orders by owner, then by the owner's number.
     public static func < (a: ClaimID, b: ClaimID) -> Bool { (a.owner, a.local) < (b.owner, b.local) }
+    /// "owner.local", as shown in dumps and events.
     public var description: String { "\(owner).\(local)" }
 }
 
@@ -145,17 +147,28 @@ public struct ClaimRequest: Sendable {
 /// Which optional presenter methods a presenter implements; messages for the others are skipped
 /// (rule 32) and package presenters without subitem methods get `didChange` instead (rule 37).
 public struct PresenterMethods: OptionSet, Sendable, Hashable {
+    /// The bits, as sent in `addPresenter`.
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }
+    /// `relinquishPresentedItem(toReader:)`.
     public static let relinquishToReader = PresenterMethods(rawValue: 1 << 0)
+    /// `relinquishPresentedItem(toWriter:)`.
     public static let relinquishToWriter = PresenterMethods(rawValue: 1 << 1)
+    /// `savePresentedItemChanges(completionHandler:)`.
     public static let savePresentedItemChanges = PresenterMethods(rawValue: 1 << 2)
+    /// `accommodatePresentedItemDeletion(completionHandler:)`.
     public static let accommodateDeletion = PresenterMethods(rawValue: 1 << 3)
+    /// `accommodatePresentedSubitemDeletion(at:completionHandler:)`.
     public static let accommodateSubitemDeletion = PresenterMethods(rawValue: 1 << 4)
+    /// `presentedItemDidChange()`.
     public static let didChange = PresenterMethods(rawValue: 1 << 5)
+    /// `presentedItemDidMove(to:)`.
     public static let didMove = PresenterMethods(rawValue: 1 << 6)
+    /// `presentedSubitemDidChange(at:)`.
     public static let subitemDidChange = PresenterMethods(rawValue: 1 << 7)
+    /// `presentedSubitem(at:didMoveTo:)`.
     public static let subitemDidMove = PresenterMethods(rawValue: 1 << 8)
+    /// The version hooks (gain, lose, resolve; item and subitem forms).
     public static let versionEvents = PresenterMethods(rawValue: 1 << 9)
     /// Every method.
     public static let all = PresenterMethods(rawValue: (1 << 10) - 1)
@@ -263,6 +276,7 @@ public enum VersionChange: UInt8, Sendable, Hashable, CustomStringConvertible {
     case gained = 0
     case lost = 1
     case resolved = 2
+    /// "gained", "lost", "resolved".
     public var description: String {
         switch self {
         case .gained: "gained"
@@ -297,9 +311,13 @@ public struct ArbiterEvent: Sendable, Hashable {
 public struct ClaimSnapshot: Sendable, Hashable {
     /// "held", "waiting" (queued behind another claim) or "messaging" (waiting for presenters).
     public var state: String
+    /// The claim.
     public var id: ClaimID
+    /// The process the claim is for.
     public var pid: Int32
+    /// The claim's purpose identifier.
     public var purpose: String
+    /// Its items.
     public var intents: [ClaimIntent]
     /// Nanoseconds since the claim was requested.
     public var age: UInt64
@@ -309,8 +327,11 @@ public struct ClaimSnapshot: Sendable, Hashable {
 
 /// A presenter as shown by `providerfs claims`.
 public struct PresenterSnapshot: Sendable, Hashable {
+    /// The presenter.
     public var id: PresenterID
+    /// The presenting process.
     public var pid: Int32
+    /// Canonical path of the presented item (after moves).
     public var path: String
 }
 
