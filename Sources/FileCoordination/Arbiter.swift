@@ -211,16 +211,25 @@ public struct PresenterRegistration: Sendable, Hashable {
 
 /// A message to a presenter. Those that need an answer carry a message number in the action.
 public enum PresenterMessage: Sendable, Hashable {
+    /// `relinquishPresentedItem(toReader:)`.
     case relinquishToReader
+    /// `relinquishPresentedItem(toWriter:)`.
     case relinquishToWriter
+    /// `savePresentedItemChanges(completionHandler:)`.
     case savePresentedItemChanges
+    /// `accommodatePresentedItemDeletion(completionHandler:)`.
     case accommodateDeletion
+    /// `accommodatePresentedSubitemDeletion(at:completionHandler:)`.
     case accommodateSubitemDeletion(at: String)
     /// The claim the presenter relinquished to has ended: run the reacquirer (rule 31).
     case reacquire
+    /// `presentedItemDidChange()`.
     case didChange
+    /// `presentedSubitemDidChange(at:)`.
     case subitemDidChange(at: String)
+    /// `presentedItemDidMove(to:)`.
     case didMove(to: String)
+    /// `presentedSubitem(at:didMoveTo:)`.
     case subitemDidMove(from: String, to: String)
     /// A version of `item` was gained, lost or resolved; `item` is the presented item itself or
     /// an item inside the presented directory (then the subitem hook is called).
@@ -273,8 +282,11 @@ public enum PresenterMessage: Sendable, Hashable {
 
 /// What happened to a version of an item (the presenter version hooks).
 public enum VersionChange: UInt8, Sendable, Hashable, CustomStringConvertible {
+    /// A version was added.
     case gained = 0
+    /// A version was removed.
     case lost = 1
+    /// A conflict version was resolved.
     case resolved = 2
     /// "gained", "lost", "resolved".
     public var description: String {
