@@ -52,6 +52,18 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     func presentedItemDidMove(to newURL: URL) { note("didMove \(newURL.path)") }
 }
 
+/// Polls until `condition` holds or 5 s pass, suspending between polls: in async code a blocking
+/// poll would hold a cooperative thread, and on a 2-core machine that can starve the very task
+/// being waited for.
+func eventuallyAsync(_ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + .seconds(5)
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+    return condition()
+}
+
 /// Polls (no fixed sleep) until `condition` holds or 5 s pass.
 func eventually(_ condition: () -> Bool) -> Bool {
     for _ in 0..<5000 {
@@ -422,7 +434,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
                 let task = Task.detached {
                     try await FileCoordinator(domain: domain).coordinate(readingItemAt: file, performing: { _ in 1 })
                 }
-                #expect(eventually { host.dump().claims.count == 2 })
+                #expect(await eventuallyAsync { host.dump().claims.count == 2 })
                 task.cancel()
                 let result = await task.result
                 #expect((try? result.get()) == nil)
