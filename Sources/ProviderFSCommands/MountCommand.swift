@@ -159,7 +159,7 @@ struct MountCommand: CLICommand {
         }
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
-            allowOther: plan.allowOther)
+            allowOther: plan.allowOther, debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1")
         let record = MountRecord(
             pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,
             mountpoint: plan.mountpoint,
