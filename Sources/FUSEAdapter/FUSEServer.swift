@@ -70,7 +70,9 @@ private func escapeOption(_ value: String) -> String {
 
 /// Why a session could not be started. `description` is one sentence for the user.
 public struct FUSEServerError: Error, Sendable, CustomStringConvertible {
+    /// The sentence shown to the user.
     public var message: String
+    /// An error with that sentence.
     public init(_ message: String) { self.message = message }
     public var description: String { message }
 }
@@ -87,6 +89,7 @@ public struct FUSEExit: Sendable, Equatable {
 ///
 /// Only one server may run per process: the termination-signal handlers are process-wide.
 public final class FUSEServer: Sendable {
+    /// Where the file system is mounted.
     public let mountpoint: String
     private let options: FUSEMountOptions
     private let fileSystem: any FileSystem
