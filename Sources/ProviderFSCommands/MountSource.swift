@@ -7,11 +7,11 @@ import VirtualFileSystem
 enum MountSource {
     /// The provider-backed file system for `source`; the demo adds its fault rules.
     static func makeFileSystem(
-        source: String, cacheDirectory: String, demo: Bool
+        source: String, cacheDirectory: String, demo: Bool, claims: any ReadClaimProvider = NoReadClaims()
     ) throws(FileSystemError)
         -> any FileSystem
     {
         try ProviderFileSystem.make(
-            source: source, cacheDirectory: cacheDirectory, faults: demo ? DemoSource.faults() : nil)
+            source: source, cacheDirectory: cacheDirectory, faults: demo ? DemoSource.faults() : nil, claims: claims)
     }
 }

@@ -59,3 +59,25 @@ extension ProviderFileSystem {
         }
     }
 }
+
+extension ProviderFileSystem {
+    /// The demo: ensures the demo source under `demoDirectory` (default
+    /// `DemoSource.defaultDirectory()`, created on first use) and serves it with its faults (the
+    /// item that fails halfway). Returns the file system and the demo (for messages: where the
+    /// source lives, which item fails).
+    public static func makeDemo(
+        demoDirectory: String? = nil, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
+        claims: any ReadClaimProvider = NoReadClaims()
+    ) throws(FileSystemError) -> (ProviderFileSystem, DemoSource) {
+        let demo: DemoSource
+        do {
+            demo = try DemoSource.ensure(at: demoDirectory ?? DemoSource.defaultDirectory())
+        } catch {
+            throw FileSystemError(.io, "cannot create the demo source: \(error)")
+        }
+        let fileSystem = try make(
+            source: demo.sourceDirectory, cacheDirectory: cacheDirectory, options: options, faults: demo.faultPlan(),
+            claims: claims)
+        return (fileSystem, demo)
+    }
+}

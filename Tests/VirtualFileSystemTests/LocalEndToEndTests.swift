@@ -133,3 +133,39 @@ struct LocalEndToEndTests {
         await restarted.shutdown()
     }
 }
+
+@Suite("Demo through the file system")
+struct DemoFileSystemTests {
+    @Test("the demo mounts: README reads, the 1 GiB file answers a far read at once, the failing item gives EIO")
+    func demo() async throws {
+        let parent = try TemporaryDirectory()
+        defer { parent.remove() }
+        var options = FileSystemOptions()
+        options.cache.retryDelay = .zero
+        let (fileSystem, demo) = try ProviderFileSystem.makeDemo(
+            demoDirectory: parent.path + "/demo", cacheDirectory: parent.path + "/cache", options: options)
+        #expect(demo.faults.count == 1)
+        let readme = try await resolve(fileSystem, "README.txt")
+        #expect(String(decoding: try await readAll(fileSystem, readme.inode), as: UTF8.self).hasPrefix("Welcome"))
+
+        let sparse = try await resolve(fileSystem, "Large/sparse-1GiB.bin")
+        #expect(sparse.attributes.size == 1 << 30)
+        let opened = try await fileSystem.open(sparse.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        let marker = try await fileSystem.read(
+            sparse.inode, handle: opened.handle, offset: 5 << 26, count: 64, context: .kernel)
+        #expect(String(decoding: marker.bytes, as: UTF8.self).hasPrefix("ProviderFS demo: block 5 of 16"))
+        await fileSystem.release(sparse.inode, handle: opened.handle)
+
+        let failing = try await resolve(fileSystem, DemoSource.failingItem)
+        do {
+            _ = try await readAll(fileSystem, failing.inode, chunk: 1 << 20)
+            Issue.record("the failing item read to the end")
+        } catch let error as FileSystemError {
+            #expect(error.errno == .ioError)
+        }
+        let message = try await fileSystem.getExtendedAttribute(
+            failing.inode, name: "user.providerfs.error", context: .kernel)
+        #expect(String(decoding: message, as: UTF8.self).hasPrefix("EIO: "))
+        await fileSystem.shutdown()
+    }
+}
