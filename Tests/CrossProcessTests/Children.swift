@@ -96,6 +96,17 @@ final class Child: @unchecked Sendable {
     }
 }
 
+/// Makes this test process the reaper of orphaned descendants (PR_SET_CHILD_SUBREAPER), so a
+/// server started on demand by a probe that has exited becomes our child and can be waited for:
+/// the container's PID 1 may not reap zombies. prctl is variadic, so it is looked up and called
+/// with a fixed signature.
+let becomeSubreaper: Void = {
+    typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
+    if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "prctl") {
+        _ = unsafeBitCast(symbol, to: Prctl.self)(36 /* PR_SET_CHILD_SUBREAPER */, 1, 0, 0, 0)
+    }
+}()
+
 /// One isolated coordination world: a private runtime directory and its server.
 final class CoordinationWorld: @unchecked Sendable {
     // Safe: used from one test at a time.
@@ -105,6 +116,7 @@ final class CoordinationWorld: @unchecked Sendable {
     var children: [Child] = []
 
     init(startServer: Bool = true) throws {
+        becomeSubreaper
         var template = Array("/tmp/pfs-xp-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         runtime = String(cString: made!)
@@ -147,18 +159,35 @@ final class CoordinationWorld: @unchecked Sendable {
         return false
     }
 
-    /// Stops every child and the server (by PID), and a server the library started on demand.
+    /// Pids of servers started on demand that this world has seen (from coordinator.pid).
+    var onDemandServers: Set<Int32> = []
+
+    /// The pid in coordinator.pid, remembered for the teardown.
+    func onDemandServerPid() -> Int32? {
+        guard let text = try? String(contentsOfFile: runtime + "/coordinator.pid", encoding: .utf8),
+            let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0
+        else { return nil }
+        if pid != server?.pid { onDemandServers.insert(pid) }
+        return pid
+    }
+
+    /// Stops every child and the server (by PID), and servers the library started on demand
+    /// (SIGTERM, then reaped: they are our children once their starter exited, see becomeSubreaper).
     func tearDown() {
+        _ = onDemandServerPid()
         for child in children { child.stop(grace: 2) }
         if let server {
             _ = kill(server.pid, SIGTERM)
             server.process.waitUntilExit()
         }
-        if let text = try? String(contentsOfFile: runtime + "/coordinator.pid", encoding: .utf8),
-            let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0, kill(pid, 0) == 0
-        {
+        for pid in onDemandServers {
             _ = kill(pid, SIGTERM)
-            for _ in 0..<1000 where kill(pid, 0) == 0 { usleep(2000) }
+            for _ in 0..<2500 {
+                var status: Int32 = 0
+                let reaped = waitpid(pid, &status, WNOHANG)
+                if reaped == pid || (reaped < 0 && kill(pid, 0) != 0) { break }
+                usleep(2000)
+            }
         }
         try? FileManager.default.removeItem(atPath: runtime)
     }

@@ -52,12 +52,6 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     func presentedItemDidMove(to newURL: URL) { note("didMove \(newURL.path)") }
 }
 
-func temporaryDirectory() throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("fc-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
-}
-
 /// Polls (no fixed sleep) until `condition` holds or 5 s pass.
 func eventually(_ condition: () -> Bool) -> Bool {
     for _ in 0..<5000 {
@@ -67,13 +61,26 @@ func eventually(_ condition: () -> Bool) -> Bool {
     return condition()
 }
 
-@Suite struct FileCoordinatorTests {
+@Suite final class FileCoordinatorTests {
     let host: ArbiterHost
     let domain: CoordinationDomain
+    /// Directories made by this test, removed when it ends (a suite instance lives for one test).
+    private var scratch: [URL] = []
 
     init() {
         host = ArbiterHost()
         domain = CoordinationDomain(host: host)
+    }
+
+    deinit {
+        for url in scratch { try? FileManager.default.removeItem(at: url) }
+    }
+
+    func temporaryDirectory() throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("fc-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        scratch.append(url)
+        return url
     }
 
     @Test func readerWaitsForWriterOnAnotherThread() throws {
