@@ -96,16 +96,19 @@ final class Child: @unchecked Sendable {
     }
 }
 
-/// Makes this test process the reaper of orphaned descendants (PR_SET_CHILD_SUBREAPER), so a
-/// server started on demand by a probe that has exited becomes our child and can be waited for:
-/// the container's PID 1 may not reap zombies. prctl is variadic, so it is looked up and called
-/// with a fixed signature.
-let becomeSubreaper: Void = {
-    typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
-    if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "prctl") {
-        _ = unsafeBitCast(symbol, to: Prctl.self)(36 /* PR_SET_CHILD_SUBREAPER */, 1, 0, 0, 0)
-    }
-}()
+/// True when `pid` is gone or a zombie (state Z in /proc/PID/stat).
+///
+/// The test process deliberately does NOT become a child subreaper: it would adopt every orphaned
+/// daemon (on-demand coordinators, background mounts) of the whole test run, and Swift Testing's
+/// exit-test monitor, which waits for any child without reaping foreign ones, then spins forever on
+/// such a zombie and no exit test finishes. An orphan that exits is reparented to PID 1; a zombie
+/// there counts as gone.
+func processIsGone(_ pid: Int32) -> Bool {
+    if kill(pid, 0) != 0 { return true }
+    let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+    guard let close = stat.lastIndex(of: ")"), stat.distance(from: close, to: stat.endIndex) > 2 else { return true }
+    return stat[stat.index(close, offsetBy: 2)] == "Z"
+}
 
 /// One isolated coordination world: a private runtime directory and its server.
 final class CoordinationWorld: @unchecked Sendable {
@@ -116,7 +119,6 @@ final class CoordinationWorld: @unchecked Sendable {
     var children: [Child] = []
 
     init(startServer: Bool = true) throws {
-        becomeSubreaper
         var template = Array("/tmp/pfs-xp-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         runtime = String(cString: made!)
@@ -172,7 +174,7 @@ final class CoordinationWorld: @unchecked Sendable {
     }
 
     /// Stops every child and the server (by PID), and servers the library started on demand
-    /// (SIGTERM, then reaped: they are our children once their starter exited, see becomeSubreaper).
+    /// (SIGTERM, then reaped when they are our children, or seen gone: see processIsGone).
     func tearDown() {
         _ = onDemandServerPid()
         for child in children { child.stop(grace: 2) }
@@ -185,7 +187,7 @@ final class CoordinationWorld: @unchecked Sendable {
             for _ in 0..<2500 {
                 var status: Int32 = 0
                 let reaped = waitpid(pid, &status, WNOHANG)
-                if reaped == pid || (reaped < 0 && kill(pid, 0) != 0) { break }
+                if reaped == pid || (reaped < 0 && processIsGone(pid)) { break }
                 usleep(2000)
             }
         }

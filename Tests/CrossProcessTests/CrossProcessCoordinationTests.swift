@@ -177,7 +177,7 @@ import Glibc
         // PROVIDERFS_COORDINATOR_IDLE=3s in this world: it must be gone well within 10 s.
         var gone = false
         for _ in 0..<1000 {
-            if kill(serverPid, 0) != 0 || isZombie(serverPid) {
+            if processIsGone(serverPid) {
                 gone = true
                 break
             }
@@ -197,7 +197,7 @@ import Glibc
             let arguments = command.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
             let variables = environment.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
             return arguments.count > 1 && arguments[1] == "coordinator"
-                && variables.contains("PROVIDERFS_RUNTIME_DIR=" + runtime) && !isZombie(pid)
+                && variables.contains("PROVIDERFS_RUNTIME_DIR=" + runtime) && !processIsGone(pid)
         }.sorted()
     }
 
@@ -207,11 +207,5 @@ import Glibc
             try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(process)/fd/\($0)")
         }
         .filter { $0.hasPrefix("pipe:") }
-    }
-
-    private func isZombie(_ pid: Int32) -> Bool {
-        let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
-        guard let close = stat.lastIndex(of: ")") else { return true }
-        return stat[stat.index(close, offsetBy: 2)] == "Z"
     }
 }
