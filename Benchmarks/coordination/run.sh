@@ -3,20 +3,28 @@
 #   1. uncontended claim+release in one process: the arbiter behind its lock (what the mount's
 #      in-process claims cost) and the whole FileCoordinator call (URL checks, path resolution);
 #   2. uncontended claim+release across processes: coordination-probe <-> `providerfs coordinator`;
-#   3. claims/s with 8 concurrent reader processes on one file.
+#   3. claims/s with 8 concurrent reader processes on one file;
+#   4. for scale, a bare C ping-pong over a Unix socketpair (pingpong.c), measured in the same
+#      rounds, interleaved: on a loaded machine the ratio cross-process / ping-pong means more
+#      than either number alone.
 # Targets (issue 2): <= 2 us in-process, <= 50 us across processes.
-# Environment: ROUNDS (default 5), COUNT (claims per round, default 20000).
+# Environment: ROUNDS (default 5), COUNT (claims per round, default 20000), READERS=0 skips 3,
+# BIN=DIR uses the coordination-probe and providerfs already built in DIR (for A/B comparisons).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="/opt/swift/usr/bin:$PATH"
 
-swift build -c release --product coordination-probe >/dev/null
-swift build -c release --product providerfs >/dev/null
-BIN="$(swift build -c release --show-bin-path)"
+if [[ -z "${BIN:-}" ]]; then
+    swift build -c release --product coordination-probe >/dev/null
+    swift build -c release --product providerfs >/dev/null
+    BIN="$(swift build -c release --show-bin-path)"
+fi
 ROUNDS="${ROUNDS:-5}"
 COUNT="${COUNT:-20000}"
+READERS="${READERS:-1}"
 
 WORK="$(mktemp -d /tmp/pfs-bench-XXXXXX)"
+cc -O2 -o "$WORK/pingpong" Benchmarks/coordination/pingpong.c
 export PROVIDERFS_RUNTIME_DIR="$WORK/run" PROVIDERFS_COORDINATOR="$BIN/providerfs"
 mkdir -p "$WORK/files"
 FILE="$WORK/files/doc"
@@ -32,13 +40,15 @@ for _ in $(seq 500); do [[ -S "$PROVIDERFS_RUNTIME_DIR/coordinator.sock" ]] && b
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-arbiter=(); coordinator=(); remote=(); readers=()
+arbiter=(); coordinator=(); remote=(); readers=(); pingpong=()
 for _ in $(seq "$ROUNDS"); do
+    pingpong+=("$("$WORK/pingpong" "$COUNT" | awk '/^median_ns/ { print $2 }')")
     out="$("$BIN/coordination-probe" bench-local "$COUNT" "$FILE")"
     arbiter+=("$(awk '/^arbiter_median_ns/ { print $2 }' <<<"$out")")
     coordinator+=("$(awk '/^coordinator_median_ns/ { print $2 }' <<<"$out")")
     out="$("$BIN/coordination-probe" bench-claims "$COUNT" "$FILE")"
     remote+=("$(awk '/^median_ns/ { print $2 }' <<<"$out")")
+    [[ "$READERS" == 0 ]] && continue
     per=$((COUNT / 4))
     start=$(date +%s%N)
     pids=()
@@ -58,5 +68,10 @@ printf 'in-process claim+release, FileCoordinator.coordinate:                 %s
     "$(printf '%s\n' "${coordinator[@]}" | median)"
 printf 'cross-process claim+release (probe <-> providerfs coordinator):       %s ns\n' \
     "$(printf '%s\n' "${remote[@]}" | median)"
-printf '8 concurrent reader processes, total claims/s:                        %s\n' \
-    "$(printf '%s\n' "${readers[@]}" | median)"
+if [[ "$READERS" != 0 ]]; then
+    printf '8 concurrent reader processes, total claims/s:                        %s\n' \
+        "$(printf '%s\n' "${readers[@]}" | median)"
+fi
+printf 'reference: C socketpair ping-pong between two processes:              %s ns\n' \
+    "$(printf '%s\n' "${pingpong[@]}" | median)"
+printf 'per round (ns): cross-process %s | ping-pong %s\n' "${remote[*]}" "${pingpong[*]}"

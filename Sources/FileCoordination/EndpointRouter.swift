@@ -55,6 +55,10 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
         do {
             var buffer = FrameBuffer()
             let (pid, owner) = try handshake(fd: fd, buffer: &buffer)
+            var timeout = timeval(tv_sec: 0, tv_usec: readSliceMilliseconds * 1000)
+            guard setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size)) == 0 else {
+                throw SystemCallError("setsockopt(SO_RCVTIMEO)")
+            }
             let link = ServerLink(fd: fd, socketPath: socketPath, serverPid: pid, owner: owner, buffer: buffer)
             link.delegate = delegate
             let thread = Thread { [link] in link.backgroundLoop() }
@@ -129,14 +133,15 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
         if wakeBackground { backgroundWake.signal() }
     }
 
-    /// Waits up to `milliseconds` for data, reads it and dispatches every complete message.
-    /// Returns false when the connection is gone. Only the token holder calls it.
-    private func readOnce(milliseconds: Int32) -> Bool {
-        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let ready = poll(&pfd, 1, milliseconds)
-        if ready == 0 || (ready < 0 && errno == EINTR) { return true }
+    /// How long one blocking read waits (SO_RCVTIMEO) before its reader looks at its state again.
+    static let readSliceMilliseconds = 50
+
+    /// Waits up to `readSliceMilliseconds` for data, reads it and dispatches every complete
+    /// message. Returns false when the connection is gone. Only the token holder calls it. A
+    /// blocking read with a receive timeout, not poll + read: one system call per grant (D-113).
+    private func readOnce() -> Bool {
         let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 && (errno == EINTR || errno == EAGAIN) { return true }
+        if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { return true }
         guard count > 0 else { return false }
         chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
         do {
@@ -182,7 +187,7 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
             }
             var alive = true
             while alive && readState.withLock({ $0.demand > 0 && !$0.dead }) {
-                alive = readOnce(milliseconds: 100)
+                alive = readOnce()
             }
             releaseToken()
             if !alive { markDead() }
@@ -214,7 +219,7 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
             }
             if tryTakeToken() {
                 var alive = true
-                while alive && waiter.peek() == nil { alive = readOnce(milliseconds: 50) }
+                while alive && waiter.peek() == nil { alive = readOnce() }
                 releaseToken()
                 if !alive { markDead() }
                 continue
@@ -283,6 +288,18 @@ final class EndpointRouter: @unchecked Sendable {
     }
 
     func endpoint(for path: String) throws(CoordinationError) -> any CoordinationEndpoint {
+        // Fast path (D-112): route with the mount table as last read, then one poll checks both
+        // that the table did not change since and that the chosen link's server is still there.
+        if let known = mounts.knownProviderMount(containing: path) {
+            let socket =
+                known.mount.map { CoordinationServer.socketPath(forMountPoint: $0, environment: environment) }
+                ?? standaloneSocket
+            if let link = links.withLock({ $0[socket] }), !link.isDead {
+                let (tableChanged, hungUp) = mounts.pollChanges(since: known.generation, alongWith: link.fd)
+                if !tableChanged && !hungUp { return link }
+                if hungUp { link.markDead() }
+            }
+        }
         let mountPoint = mounts.providerMount(containing: path)
         let socket =
             mountPoint.map { CoordinationServer.socketPath(forMountPoint: $0, environment: environment) }
@@ -429,9 +446,11 @@ public enum ServerLauncher {
 /// The `fuse.providerfs` mounts of this process's mount namespace, re-read only when the kernel
 /// says the table changed (poll on /proc/self/mountinfo reports POLLPRI/POLLERR).
 final class MountTable: @unchecked Sendable {
-    // Safe: `fd` is immutable; `mountPoints` is a Locked.
+    // Safe: `fd` is immutable; `table` is a Locked.
     private let fd: Int32
-    private let mountPoints = Locked<[String]?>(nil)
+    /// The ProviderFS mount points as last read (nil: never read or dropped), and a counter
+    /// bumped whenever they are re-read or dropped.
+    private let table = Locked<(points: [String]?, generation: UInt64)>((nil, 0))
 
     init() {
         fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
@@ -439,18 +458,61 @@ final class MountTable: @unchecked Sendable {
 
     deinit { if fd >= 0 { close(fd) } }
 
-    /// The deepest ProviderFS mount point containing `path`, if any.
+    /// The deepest ProviderFS mount point containing `path`, if any. The poll and the reload
+    /// happen under the lock: a change one thread's poll consumed is never missed by another.
     func providerMount(containing path: String) -> String? {
         guard fd >= 0 else { return nil }
-        var pfd = pollfd(fd: fd, events: Int16(POLLPRI), revents: 0)
-        let changed = poll(&pfd, 1, 0) > 0 && pfd.revents & Int16(POLLPRI | POLLERR) != 0
-        var points = mountPoints.withLock { $0 }
-        if points == nil || changed {
-            points = reload()
-            mountPoints.withLock { $0 = points }
+        let points = table.withLock { table -> [String] in
+            if let points = table.points, !Self.changed(pollfd(fd: fd, events: Int16(POLLPRI), revents: 0)) {
+                return points
+            }
+            let points = reload()
+            table.points = points
+            table.generation &+= 1
+            return points
         }
+        return Self.deepest(containing: path, in: points)
+    }
+
+    /// The routing by the table as last read, without checking it for changes: nil when the
+    /// table was never read, else the mount (nil: none contains `path`) and the table's
+    /// generation. Only valid together with a later `pollChanges` that reports no change.
+    func knownProviderMount(containing path: String) -> (mount: String?, generation: UInt64)? {
+        guard fd >= 0,
+            let (points, generation) = table.withLock({ table in table.points.map { ($0, table.generation) } })
+        else { return nil }
+        return (Self.deepest(containing: path, in: points), generation)
+    }
+
+    /// One poll: whether the mount table changed since `generation` was current (a change seen
+    /// here drops the table: the next `providerMount` reads it again), and whether the peer of
+    /// the socket `linkFD` hung up.
+    func pollChanges(since generation: UInt64, alongWith linkFD: Int32) -> (tableChanged: Bool, hungUp: Bool) {
+        table.withLock { table in
+            var fds = (
+                pollfd(fd: fd, events: Int16(POLLPRI), revents: 0),
+                pollfd(fd: linkFD, events: Int16(POLLIN), revents: 0)
+            )
+            let ready = withUnsafeMutablePointer(to: &fds) {
+                $0.withMemoryRebound(to: pollfd.self, capacity: 2) { poll($0, 2, 0) }
+            }
+            if ready > 0 && fds.0.revents & Int16(POLLPRI | POLLERR) != 0 {
+                table.points = nil
+                table.generation &+= 1
+            }
+            let hungUp = ready > 0 && fds.1.revents & Int16(POLLHUP | POLLERR) != 0
+            return (table.generation != generation, hungUp)
+        }
+    }
+
+    private static func changed(_ descriptor: pollfd) -> Bool {
+        var pfd = descriptor
+        return poll(&pfd, 1, 0) > 0 && pfd.revents & Int16(POLLPRI | POLLERR) != 0
+    }
+
+    private static func deepest(containing path: String, in points: [String]) -> String? {
         var best: String?
-        for point in points ?? [] where path == point || Arbiter.isAncestor(point, of: path) {
+        for point in points where path == point || Arbiter.isAncestor(point, of: path) {
             if best == nil || point.utf8.count > best!.utf8.count { best = point }
         }
         return best

@@ -64,13 +64,28 @@ public enum ItemResolver {
     }
 
     /// Resolves `path` (already validated): symlinks in parent directories are resolved, the last
-    /// component is kept as is unless `followLastSymlink`.
+    /// component is kept as is unless `followLastSymlink`. Without `followLastSymlink`, the result
+    /// comes from `ResolutionCache.shared` when nothing it depends on changed (D-111).
     public static func resolve(
         _ path: String, followLastSymlink: Bool = false
     ) throws(CoordinationError)
         -> ResolvedItem
     {
-        var canonical = canonicalPath(lexicallyNormalized(path))
+        try resolve(path, followLastSymlink: followLastSymlink, cache: .shared)
+    }
+
+    /// `resolve` with an explicit cache (nil: none), for tests.
+    package static func resolve(
+        _ path: String, followLastSymlink: Bool, cache: ResolutionCache?
+    ) throws(CoordinationError) -> ResolvedItem {
+        let normalized = lexicallyNormalized(path)
+        if !followLastSymlink, let cache { return cache.resolve(normalized) { resolveUncached($0) } }
+        return resolveUncached(normalized, followLastSymlink: followLastSymlink)
+    }
+
+    /// The resolution by system calls: realpath of the parent, lstat, package-marker look-ups.
+    package static func resolveUncached(_ normalized: String, followLastSymlink: Bool = false) -> ResolvedItem {
+        var canonical = canonicalPath(normalized)
         if followLastSymlink, let target = realPath(canonical) { canonical = target }
         var info = stat()
         var identity: ItemIdentity?
