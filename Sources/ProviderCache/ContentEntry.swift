@@ -26,6 +26,8 @@ public final class ContentEntry: Sendable {
     let file: ContentFile
     let environment: CacheEnvironment
     private let state: Locked<State>
+    /// Called when the entry becomes idle (no pin, no download), so the cache can close it.
+    private let onIdle: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
 
     private struct Waiter {
         var id: UInt64
@@ -38,7 +40,10 @@ public final class ContentEntry: Sendable {
         var waiters: [Waiter] = []
         var cancelledWaiters: Set<UInt64> = []
         var nextWaiterID: UInt64 = 1
+        /// Bytes are being fetched (what `progress` and the `downloading` state show).
         var downloading = false
+        /// The download task exists (fetching, or saving the range map before it ends).
+        var loopRunning = false
         var downloadTask: Task<Void, Never>?
         /// Where the current (or last) stream is.
         var position: Int64 = 0
@@ -87,6 +92,27 @@ public final class ContentEntry: Sendable {
 
     var pins: Int { state.withLock { $0.pins } }
 
+    /// No handle pins it and no download runs: it may be closed (its record kept).
+    var isIdle: Bool { state.withLock { $0.pins == 0 && !$0.loopRunning } }
+
+    /// The record to keep when the entry is closed.
+    var record: ContentRecord {
+        state.withLock {
+            ContentRecord(
+                identifier: identifier, version: version, size: size, fileNumber: fileNumber, present: $0.present,
+                lastError: $0.lastError)
+        }
+    }
+
+    func setIdleHandler(_ handler: @escaping @Sendable (ContentEntry) -> Void) {
+        onIdle.withLock { $0 = handler }
+    }
+
+    private func notifyIfIdle() {
+        guard isIdle, let handler = onIdle.withLock({ $0 }) else { return }
+        handler(self)
+    }
+
     func pin() { state.withLock { $0.pins += 1 } }
 
     /// Returns the remaining pin count.
@@ -133,7 +159,8 @@ public final class ContentEntry: Sendable {
                     if let error = state.retiredError { return .resume(.failure(error)) }
                     state.waiters.append(Waiter(id: id, range: range, continuation: continuation))
                     state.lastRequest = range
-                    if state.downloading { return .waiting(startDownload: false) }
+                    if state.loopRunning { return .waiting(startDownload: false) }
+                    state.loopRunning = true
                     state.downloading = true
                     return .waiting(startDownload: true)
                 }
@@ -159,7 +186,10 @@ public final class ContentEntry: Sendable {
     /// background completion should resume). No-op when complete or already running.
     public func startBackgroundDownload() {
         let start = state.withLock { state -> Bool in
-            guard !state.downloading, state.retiredError == nil, !state.present.contains(0..<size) else { return false }
+            guard !state.loopRunning, state.retiredError == nil, !state.present.contains(0..<size) else {
+                return false
+            }
+            state.loopRunning = true
             state.downloading = true
             return true
         }
@@ -190,8 +220,8 @@ public final class ContentEntry: Sendable {
     private func startDownload() {
         let task = Task { await self.downloadLoop() }
         state.withLock { state in
-            // The loop may already have finished and cleared `downloading`; keep no stale handle then.
-            if state.downloading { state.downloadTask = task }
+            // The loop may already have finished; keep no stale handle then.
+            if state.loopRunning { state.downloadTask = task }
         }
     }
 
@@ -207,15 +237,16 @@ public final class ContentEntry: Sendable {
         while true {
             let target = state.withLock { state -> Range<Int64>? in
                 let next = state.retiredError == nil ? Self.nextTarget(state, size: size, options: options) : nil
-                if next == nil {
-                    state.downloading = false
-                    state.downloadTask = nil
-                    if state.present.contains(0..<size) { state.lastError = nil }
-                }
+                state.downloading = next != nil
+                if state.present.contains(0..<size) { state.lastError = nil }
                 return next
             }
             guard let target else {
+                // Save the range map before the entry counts as idle (the cache may close it, a
+                // restart may read the store), then end, unless a reader arrived meanwhile.
                 await persist()
+                if finishUnlessNeeded() { continue }
+                notifyIfIdle()
                 return
             }
             switch await fetch(target) {
@@ -238,8 +269,31 @@ public final class ContentEntry: Sendable {
                 }
                 fail(with: error)
                 await persist()
+                // Readers that came after the failure start a fresh series of attempts.
+                if finishUnlessNeeded() {
+                    failuresInARow = 0
+                    continue
+                }
+                notifyIfIdle()
                 return
             }
+        }
+    }
+
+    /// Ends the download task unless a reader waits for bytes this version can still get;
+    /// returns true when the loop must go on.
+    private func finishUnlessNeeded() -> Bool {
+        let options = environment.options
+        return state.withLock { state in
+            if state.retiredError == nil, !state.waiters.isEmpty,
+                Self.nextTarget(state, size: size, options: options) != nil
+            {
+                return true
+            }
+            state.downloading = false
+            state.loopRunning = false
+            state.downloadTask = nil
+            return false
         }
     }
 
@@ -254,7 +308,6 @@ public final class ContentEntry: Sendable {
                 if state.retiredError == nil { state.retiredError = retired }
             }
             state.downloading = false
-            state.downloadTask = nil
             let waiters = state.waiters
             state.waiters = []
             return waiters

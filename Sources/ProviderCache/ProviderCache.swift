@@ -323,7 +323,7 @@ public final class ProviderCache: Sendable {
             case .record(let record): discard(record: record)
             case .entry(let entry):
                 entry.retire(error)
-                if entry.pins == 0 { discard(entry: entry) }
+                discardIfUnused(entry)
             }
         }
     }
@@ -407,6 +407,15 @@ public final class ProviderCache: Sendable {
         let file = try ContentFile(path: contentPath(record.fileNumber), size: record.size, pool: environment.pool)
         let entry = ContentEntry(record: record, file: file, environment: environment)
         entry.pin()
+        entry.setIdleHandler { [weak self] entry in
+            guard let self else { return }
+            let key = ContentKey(identifier: entry.identifier, version: entry.version)
+            if self.catalog.withLock({ $0.entries[key] === entry }) {
+                self.close(ifIdle: entry)
+            } else {
+                self.discardIfUnused(entry)
+            }
+        }
         let current = catalog.withLock { catalog -> Bool in
             catalog.records[key] = nil
             // The item may have changed while the file was opened: then this entry is born retired.
@@ -418,14 +427,41 @@ public final class ProviderCache: Sendable {
         return entry
     }
 
-    /// Gives back a pin. A superseded entry is discarded at its last unpin.
+    /// Gives back a pin. A superseded entry is discarded at its last unpin; a current one is
+    /// closed once idle (no pin, no download), keeping its record, so open descriptors stay
+    /// bounded by open handles and running downloads, not by the number of files ever read.
     public func unpin(_ entry: ContentEntry) {
         let remaining = entry.unpin()
         guard remaining == 0 else { return }
         let key = ContentKey(identifier: entry.identifier, version: entry.version)
         let live = catalog.withLock { $0.entries[key] === entry }
-        if !live { discard(entry: entry) }
+        if live { close(ifIdle: entry) } else { discardIfUnused(entry) }
     }
+
+    /// Deletes a superseded entry's file and record, unless the catalog still uses that file (the
+    /// entry was closed into a record, or reopened as a new entry of the same file).
+    private func discardIfUnused(_ entry: ContentEntry) {
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        let inUse = catalog.withLock { catalog in
+            catalog.entries[key]?.fileNumber == entry.fileNumber || catalog.records[key]?.fileNumber == entry.fileNumber
+        }
+        if !inUse && entry.pins == 0 { discard(entry: entry) }
+    }
+
+    /// Replaces an idle live entry by its record (the entry's file descriptor closes with it).
+    private func close(ifIdle entry: ContentEntry) {
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        catalog.withLock { catalog in
+            // Lock order catalog → entry: a concurrent pinContent pins under the catalog lock, so
+            // an entry found idle here cannot gain a pin before it is removed.
+            guard catalog.entries[key] === entry, entry.isIdle else { return }
+            catalog.entries[key] = nil
+            catalog.records[key] = entry.record
+        }
+    }
+
+    /// Number of content entries open (tests: descriptors are bounded).
+    public var openEntryCount: Int { catalog.withLock { $0.entries.count } }
 
     /// The state of an item, from the cache only (no provider call).
     public func status(of identifier: ItemIdentifier) -> ItemStatus? {

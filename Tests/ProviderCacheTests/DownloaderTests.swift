@@ -263,4 +263,31 @@ struct DownloaderTests {
         #expect(fixture.provider.counters.fetchCalls == 0)
         #expect(children.allSatisfy { cache.status(of: $0.identifier)?.state == .dataless })
     }
+
+    @Test("entries close once idle: open descriptors are bounded by handles and downloads")
+    func idleEntriesClose() async throws {
+        let fixture = try CacheFixture()
+        for index in 0..<50 { fixture.provider.putFile("f\(index)", .ramp(seed: UInt64(index), size: 3000)) }
+        let cache = try fixture.makeCache()
+        for index in 0..<50 {
+            let entry = try await cache.pinContent(
+                of: try await cache.item(ItemIdentifier("f\(index)"), maximumAge: nil))
+            let data = try await entry.read(offset: 0, count: 3000)
+            #expect(data.bytes == expectedBytes(fixture.provider, "f\(index)", 0..<3000))
+            cache.unpin(entry)
+        }
+        var waited = 0
+        while cache.openEntryCount > 0 && waited < 5000 {
+            try await Task.sleep(for: .milliseconds(1))
+            waited += 1
+        }
+        #expect(cache.openEntryCount == 0)
+        // Closed entries keep their state: materialized, and re-reading fetches nothing.
+        #expect(cache.status(of: ItemIdentifier("f7"))?.state == .materialized)
+        let before = fixture.provider.counters.fetchCalls
+        let again = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f7"), maximumAge: nil))
+        #expect(try await again.read(offset: 0, count: 3000).bytes == expectedBytes(fixture.provider, "f7", 0..<3000))
+        #expect(fixture.provider.counters.fetchCalls == before)
+        cache.unpin(again)
+    }
 }
