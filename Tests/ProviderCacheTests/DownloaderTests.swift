@@ -290,4 +290,26 @@ struct DownloaderTests {
         #expect(fixture.provider.counters.fetchCalls == before)
         cache.unpin(again)
     }
+
+    @Test("time to first byte does not grow with file size: the first fetch is sized to the read")
+    func firstByteIndependentOfSize() async throws {
+        var served: [Int64] = []
+        for size in [Int64(1 << 20), Int64(1 << 30)] {
+            let fixture = try CacheFixture()
+            var options = fixture.options
+            options.firstChunkSize = 128 << 10
+            options.chunkSize = 1 << 20
+            options.backgroundCompletion = false
+            options.readAheadWindow = 0
+            fixture.provider.putFile("f", .ramp(seed: 12, size: size))
+            let cache = try fixture.makeCache(options: options)
+            let entry = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f"), maximumAge: nil))
+            let data = try await entry.read(offset: size / 2, count: 4096)
+            #expect(data.bytes == expectedBytes(fixture.provider, "f", (size / 2)..<(size / 2 + 4096)))
+            await entry.waitForDownloadForTesting()
+            served.append(fixture.provider.counters.bytesServed)
+            cache.unpin(entry)
+        }
+        #expect(served == [128 << 10, 128 << 10])
+    }
 }
