@@ -1,6 +1,7 @@
 /* raw_sqlite.c: the baseline for sqlite-bench. The same work through SQLite's C API directly:
  * prepared statements bound, stepped and reset, no wrapper. Built and run by Benchmarks/sqlite.sh.
- * Usage: raw_sqlite <directory> [rows] [lookups] [repetitions]; prints "<name> <median ops/s>". */
+ * Usage: raw_sqlite <directory> [rows] [lookups] [repetitions] [only];
+ * prints "<name> <median ops/s> <median ops per CPU-second>". */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
@@ -10,10 +11,21 @@
 #include <time.h>
 #include <unistd.h>
 
-static double seconds(void) {
+static double clock_seconds(clockid_t clock) {
     struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    clock_gettime(clock, &now);
     return now.tv_sec + now.tv_nsec / 1e9;
+}
+static double seconds(void) { return clock_seconds(CLOCK_MONOTONIC); }
+static double cpu_seconds(void) { return clock_seconds(CLOCK_PROCESS_CPUTIME_ID); }
+
+/* Wall and CPU-time rates of the current measurement (see sqlite-bench for why both). */
+static double *rates, *cpu_rates;
+static double started, cpu_started;
+static void start_run(void) { started = seconds(); cpu_started = cpu_seconds(); }
+static void end_run(int r, int operations) {
+    rates[r] = operations / (seconds() - started);
+    cpu_rates[r] = operations / (cpu_seconds() - cpu_started);
 }
 
 static int compare(const void *a, const void *b) {
@@ -24,6 +36,12 @@ static int compare(const void *a, const void *b) {
 static double median(double *values, int count) {
     qsort(values, count, sizeof(double), compare);
     return values[count / 2];
+}
+
+static double median(double *values, int count);
+static int repetitions = 5;
+static void report(const char *name) {
+    printf("%s %.0f %.0f\n", name, median(rates, repetitions), median(cpu_rates, repetitions));
 }
 
 static void check(int rc, sqlite3 *db, const char *what) {
@@ -42,7 +60,9 @@ static sqlite3 *open_db(const char *path, int flags) {
     return db;
 }
 
-static int rows = 100000, lookups = 200000, repetitions = 5;
+static int rows = 100000, lookups = 200000;
+static const char *only = NULL; /* run only the lookups whose name contains this */
+static int wanted(const char *name) { return only == NULL || strstr(name, only) != NULL; }
 static const char *path;
 static atomic_int writer_running = 1;
 static long long checksum = 0;
@@ -90,6 +110,7 @@ int main(int argc, char **argv) {
     if (argc > 2) rows = atoi(argv[2]);
     if (argc > 3) lookups = atoi(argv[3]);
     if (argc > 4) repetitions = atoi(argv[4]);
+    if (argc > 5) only = argv[5];
     static char buffer[4096];
     snprintf(buffer, sizeof buffer, "%s/raw.db", argv[1]);
     path = buffer;
@@ -102,12 +123,13 @@ int main(int argc, char **argv) {
     check(sqlite3_exec(db,
                        "CREATE TABLE kv (id INTEGER PRIMARY KEY, value TEXT NOT NULL, size INTEGER NOT NULL);"
                        "CREATE TABLE spill (id INTEGER PRIMARY KEY, value TEXT NOT NULL);", 0, 0, 0), db, "schema");
-    double *rates = calloc(repetitions, sizeof(double));
+    rates = calloc(repetitions, sizeof(double));
+    cpu_rates = calloc(repetitions, sizeof(double));
 
     sqlite3_stmt *insert;
     check(sqlite3_prepare_v2(db, "INSERT INTO kv (id, value, size) VALUES (?, ?, ?)", -1, &insert, NULL), db, "prep");
     for (int r = 0; r < repetitions; r++) {
-        double start = seconds();
+        start_run();
         check(sqlite3_exec(db, "BEGIN IMMEDIATE; DELETE FROM kv;", 0, 0, 0), db, "begin");
         char value[64];
         for (int i = 1; i <= rows; i++) {
@@ -119,48 +141,51 @@ int main(int argc, char **argv) {
             sqlite3_reset(insert);
         }
         check(sqlite3_exec(db, "COMMIT", 0, 0, 0), db, "commit");
-        rates[r] = rows / (seconds() - start);
+        end_run(r, rows);
     }
-    printf("insert_one_transaction %.0f\n", median(rates, repetitions));
+    report("insert_one_transaction");
     sqlite3_finalize(insert);
 
     sqlite3 *reader = open_db(path, SQLITE_OPEN_READONLY);
     sqlite3_stmt *select;
     check(sqlite3_prepare_v2(reader, "SELECT id, value, size FROM kv WHERE id = ?", -1, &select, NULL), reader, "prep");
-    for (int r = 0; r < repetitions; r++) {
-        double start = seconds();
+    for (int r = 0; r < repetitions && wanted("lookup_read_per_lookup"); r++) {
+        start_run();
         for (int i = 0; i < lookups; i++) lookup(select, i);
-        rates[r] = lookups / (seconds() - start);
+        end_run(r, lookups);
     }
-    printf("lookup_read_per_lookup %.0f\n", median(rates, repetitions));
+    if (wanted("lookup_read_per_lookup")) report("lookup_read_per_lookup");
 
     /* Batched: 1000 lookups inside one explicit read transaction, as SQLiteStore's batched read. */
-    for (int r = 0; r < repetitions; r++) {
-        double start = seconds();
+    for (int r = 0; r < repetitions && wanted("lookup_batched_1000"); r++) {
+        start_run();
         for (int batch = 0; batch < lookups; batch += 1000) {
             sqlite3_exec(reader, "BEGIN", 0, 0, 0);
             for (int i = batch; i < batch + 1000 && i < lookups; i++) lookup(select, i);
             sqlite3_exec(reader, "COMMIT", 0, 0, 0);
         }
-        rates[r] = lookups / (seconds() - start);
+        end_run(r, lookups);
     }
-    printf("lookup_batched_1000 %.0f\n", median(rates, repetitions));
+    if (wanted("lookup_batched_1000")) report("lookup_batched_1000");
 
-    pthread_t thread;
-    pthread_create(&thread, NULL, writer, NULL);
-    for (int r = 0; r < repetitions; r++) {
-        double start = seconds();
-        for (int i = 0; i < lookups; i++) lookup(select, i);
-        rates[r] = lookups / (seconds() - start);
+    if (wanted("lookup_while_writing")) {
+        pthread_t thread;
+        pthread_create(&thread, NULL, writer, NULL);
+        for (int r = 0; r < repetitions; r++) {
+            start_run();
+            for (int i = 0; i < lookups; i++) lookup(select, i);
+            end_run(r, lookups);
+        }
+        report("lookup_while_writing");
+        atomic_store(&writer_running, 0);
+        pthread_join(thread, NULL);
     }
-    printf("lookup_while_writing %.0f\n", median(rates, repetitions));
-    atomic_store(&writer_running, 0);
-    pthread_join(thread, NULL);
 
     sqlite3_finalize(select);
     sqlite3_close(reader);
     sqlite3_close(db);
     fprintf(stderr, "checksum %lld\n", checksum);
     free(rates);
+    free(cpu_rates);
     return 0;
 }

@@ -209,6 +209,9 @@ public enum PresenterMessage: Sendable, Hashable {
     case subitemDidChange(at: String)
     case didMove(to: String)
     case subitemDidMove(from: String, to: String)
+    /// A version of `item` was gained, lost or resolved; `item` is the presented item itself or
+    /// an item inside the presented directory (then the subitem hook is called).
+    case versionChanged(change: VersionChange, item: String, version: String, versionName: String)
 
     /// Whether the sender waits for an answer.
     public var needsAnswer: Bool {
@@ -233,6 +236,7 @@ public enum PresenterMessage: Sendable, Hashable {
         case .subitemDidChange: .subitemDidChange
         case .didMove: .didMove
         case .subitemDidMove: .subitemDidMove
+        case .versionChanged: .versionEvents
         }
     }
 
@@ -249,6 +253,21 @@ public enum PresenterMessage: Sendable, Hashable {
         case .subitemDidChange: "presentedSubitemDidChange(at:)"
         case .didMove: "presentedItemDidMove(to:)"
         case .subitemDidMove: "presentedSubitem(at:didMoveTo:)"
+        case .versionChanged(let change, _, _, _): "version \(change)"
+        }
+    }
+}
+
+/// What happened to a version of an item (the presenter version hooks).
+public enum VersionChange: UInt8, Sendable, Hashable, CustomStringConvertible {
+    case gained = 0
+    case lost = 1
+    case resolved = 2
+    public var description: String {
+        switch self {
+        case .gained: "gained"
+        case .lost: "lost"
+        case .resolved: "resolved"
         }
     }
 }
@@ -486,6 +505,26 @@ public struct Arbiter: Sendable {
             if changed { claims[id] = claim }
         }
         schedule(now: now, into: &actions)
+        return actions
+    }
+
+    /// A version of the item at `path` changed: presenters of the item and of containing
+    /// directories hear about it — including the writer's own presenter (rule 27).
+    public func versionChanged(
+        path: String, change: VersionChange, version: String, versionName: String
+    )
+        -> [ArbiterAction]
+    {
+        var actions: [ArbiterAction] = []
+        for presenter in presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) })
+        where presenter.methods.contains(.versionEvents) {
+            guard presenter.path == path || Arbiter.isAncestor(presenter.path, of: path) else { continue }
+            actions.append(
+                .deliver(
+                    presenter.id, messageID: 0,
+                    message: .versionChanged(change: change, item: path, version: version, versionName: versionName),
+                    claim: nil))
+        }
         return actions
     }
 

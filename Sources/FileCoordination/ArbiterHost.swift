@@ -112,6 +112,13 @@ public final class ArbiterHost: @unchecked Sendable {
         perform { arbiter, now in arbiter.itemMoved(from: from, to: to, purpose: purpose, now: now) }
     }
 
+    /// A version event (`FileCoordinator.item(at:didChangeVersion:…)`).
+    public func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
+        perform { arbiter, _ in
+            arbiter.versionChanged(path: path, change: change, version: version, versionName: versionName)
+        }
+    }
+
     /// The claim dump: claims, presenters and recent events.
     public func dump() -> (
         claims: [ClaimSnapshot], presenters: [PresenterSnapshot], events: [ArbiterEvent], now: UInt64

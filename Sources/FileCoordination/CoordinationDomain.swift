@@ -22,6 +22,7 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     func removePresenter(local: UInt64)
     func reply(messageID: UInt64, error: String?)
     func itemMoved(from: String, to: String, purpose: String)
+    func versionChanged(path: String, change: VersionChange, version: String, versionName: String)
 }
 
 /// How an endpoint reports back to its domain.
@@ -143,6 +144,29 @@ public final class CoordinationDomain: Sendable {
         self.init(box: box) { _ throws(CoordinationError) in endpoint }
     }
 
+    /// A domain whose claims and presenters all go to the server at `socketPath` (no routing, no
+    /// on-demand start): e.g. a mount's embedded server, or a server a test started.
+    public convenience init(socketPath: String) {
+        let box = DelegateBox()
+        let link = Locked<ServerLink?>(nil)
+        self.init(box: box) { _ throws(CoordinationError) in
+            if let current = link.withLock({ $0 }), !current.isDead { return current }
+            let fresh: ServerLink
+            do { fresh = try ServerLink.connect(socketPath: socketPath, delegate: box) } catch {
+                throw CoordinationError(
+                    .serverUnavailable, "Cannot reach the coordination server at \(socketPath): \(error).")
+            }
+            return link.withLock { current in
+                if let existing = current, !existing.isDead {
+                    shutdown(fresh.fd, Int32(SHUT_RDWR))
+                    return existing
+                }
+                current = fresh
+                return fresh
+            }
+        }
+    }
+
     private convenience init(
         resolve: @escaping @Sendable (String) throws(CoordinationError) -> any CoordinationEndpoint
     ) {
@@ -260,6 +284,15 @@ public final class CoordinationDomain: Sendable {
                 self.register(local: local, presenter: presenter, purpose: self.purpose(for: presenter))
             }
         }
+    }
+
+    /// Announces a version event.
+    func versionChanged(
+        path: String, change: VersionChange, version: String, versionName: String
+    )
+        throws(CoordinationError)
+    {
+        try resolveEndpoint(path).versionChanged(path: path, change: change, version: version, versionName: versionName)
     }
 
     /// Announces a move made inside a write accessor (rules 35–40).
@@ -397,6 +430,20 @@ public final class CoordinationDomain: Sendable {
             queue.addOperation {
                 presenter.presentedSubitem(at: URL(fileURLWithPath: from), didMoveTo: URL(fileURLWithPath: to))
             }
+        case .versionChanged(let change, let item, let versionPath, let name):
+            let version = FileVersion(url: URL(fileURLWithPath: versionPath), name: name)
+            let own = presenter.presentedItemURL.map { $0.path == item } ?? false
+            queue.addOperation {
+                let url = URL(fileURLWithPath: item)
+                switch (change, own) {
+                case (.gained, true): presenter.presentedItemDidGain(version)
+                case (.lost, true): presenter.presentedItemDidLose(version)
+                case (.resolved, true): presenter.presentedItemDidResolveConflict(version)
+                case (.gained, false): presenter.presentedSubitem(at: url, didGain: version)
+                case (.lost, false): presenter.presentedSubitem(at: url, didLose: version)
+                case (.resolved, false): presenter.presentedSubitem(at: url, didResolve: version)
+                }
+            }
         }
     }
 }
@@ -452,6 +499,9 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
     func reply(messageID: UInt64, error: String?) { host.reply(messageID: messageID, error: error) }
     func itemMoved(from: String, to: String, purpose: String) {
         host.itemMoved(from: from, to: to, purpose: purpose)
+    }
+    func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
+        host.versionChanged(path: path, change: change, version: version, versionName: versionName)
     }
 
     func granted(_ claim: ClaimID, paths: [String]) { delegate.granted(local: claim.local, paths: paths) }

@@ -285,12 +285,14 @@ public final class CoordinationServer: @unchecked Sendable {
         }
     }
 
+    /// Read buffer of the loop thread, reused for every read.
+    private var receiveBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+
     private func receive(_ session: ClientSession) {
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(session.fd, $0.baseAddress, $0.count) }
+            let count = receiveBuffer.withUnsafeMutableBytes { read(session.fd, $0.baseAddress, $0.count) }
             if count > 0 {
-                buffer.withUnsafeBytes { session.input.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                receiveBuffer.withUnsafeBytes { session.input.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
                 do {
                     while let payload = try session.input.next() {
                         let message = try WireMessage.decode(payload)
@@ -301,7 +303,7 @@ public final class CoordinationServer: @unchecked Sendable {
                     drop(session, reason: "Protocol error: \(error)")
                     return
                 }
-                if count < buffer.count { return }
+                if count < receiveBuffer.count { return }
                 continue
             }
             if count < 0 && errno == EINTR { continue }
@@ -350,6 +352,10 @@ public final class CoordinationServer: @unchecked Sendable {
         case .removePresenter(let local): host.removePresenter(PresenterID(owner: owner, local: local))
         case .reply(let messageID, let error): host.reply(messageID: messageID, error: error)
         case .itemMoved(let from, let to, let purpose): host.itemMoved(from: from, to: to, purpose: purpose)
+        case .versionChanged(let path, let change, let version, let versionName):
+            if let change = VersionChange(rawValue: change) {
+                host.versionChanged(path: path, change: change, version: version, versionName: versionName)
+            }
         case .dumpRequest(let requestID):
             session.send(.dump(requestID: requestID, json: CoordinationDump.make(host: host).json()))
         case .hello, .welcome, .granted, .failed, .deliver, .dump, .fatal:
@@ -395,17 +401,21 @@ public final class CoordinationServer: @unchecked Sendable {
     /// Takes a claim for a process that reached the file through the mount. Granted claims held by
     /// that process or one of its ancestors do not block it: the coordinator never coordinates with
     /// itself (e.g. `providerfs coordinate --write F -- CMD`: CMD's own writes to F go through).
-    /// `completion` runs once, on an arbitrary thread.
+    /// `path` is the absolute path in the mount; it is only normalised lexically — this call makes
+    /// no file-system access, because the mount daemon must never call into its own mount. Pass
+    /// what the mount knows: `identity` (st_dev of the mount, the inode it reports), whether it is
+    /// a directory, and the enclosing package if any. `completion` runs once, on any thread.
     public func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32, deadline: Duration,
         completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
     ) {
         do {
-            let item = try ItemResolver.resolve(try ItemResolver.validatedPath(path))
+            let canonical = ItemResolver.lexicallyNormalized(try ItemResolver.validatedPath(path))
             let intent = ClaimIntent(
-                kind: kind, path: item.path, readingOptions: readingOptions, writingOptions: writingOptions,
-                identity: item.identity, isDirectory: item.isDirectory, packageRoot: item.packageRoot)
+                kind: kind, path: canonical, readingOptions: readingOptions, writingOptions: writingOptions,
+                identity: identity, isDirectory: isDirectory, packageRoot: packageRoot)
             mountOwner.submit(
                 intent, pid: pid, ancestry: processAncestry(of: pid), deadline: deadline.nanosecondCount,
                 completion: completion)
@@ -417,12 +427,13 @@ public final class CoordinationServer: @unchecked Sendable {
     /// Async form of `claim(_:kind:…:completion:)`.
     public func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32, deadline: Duration
     ) async throws(CoordinationError) -> KernelClaim {
         let result = await withCheckedContinuation { continuation in
             claim(
-                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, onBehalfOf: pid,
-                deadline: deadline
+                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, identity: identity,
+                isDirectory: isDirectory, packageRoot: packageRoot, onBehalfOf: pid, deadline: deadline
             ) { continuation.resume(returning: $0) }
         }
         return try result.get()

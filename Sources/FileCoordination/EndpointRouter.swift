@@ -151,6 +151,9 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     func itemMoved(from: String, to: String, purpose: String) {
         send(.itemMoved(from: from, to: to, purpose: purpose))
     }
+    func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
+        send(.versionChanged(path: path, change: change.rawValue, version: version, versionName: versionName))
+    }
 }
 
 /// Routes paths to servers and keeps one connection per server.
@@ -159,12 +162,19 @@ final class EndpointRouter: @unchecked Sendable {
     weak var delegate: DelegateBox?
     private let links = Locked<[String: ServerLink]>([:])
     private let mounts = MountTable()
+    /// The environment is read once: building it is costlier than a whole claim round trip.
+    private let environment = currentEnvironment()
+    private let standaloneSocket: String
+
+    init() {
+        standaloneSocket = CoordinationServer.standaloneSocketPath(environment: environment)
+    }
 
     func endpoint(for path: String) throws(CoordinationError) -> any CoordinationEndpoint {
         let mountPoint = mounts.providerMount(containing: path)
         let socket =
-            mountPoint.map { CoordinationServer.socketPath(forMountPoint: $0) }
-            ?? CoordinationServer.standaloneSocketPath()
+            mountPoint.map { CoordinationServer.socketPath(forMountPoint: $0, environment: environment) }
+            ?? standaloneSocket
         if let link = links.withLock({ $0[socket] }), !link.isDead { return link }
         // Connect without holding the lock (it may take a server start); keep one link per socket.
         let link: ServerLink
@@ -373,6 +383,12 @@ final class MountTable: @unchecked Sendable {
         }
         return String(decoding: bytes, as: UTF8.self)
     }
+}
+
+extension CoordinationServer {
+    /// The mount points of `fuse.providerfs` file systems in mountinfo text (as in
+    /// /proc/self/mountinfo): paths under them are routed to that mount's embedded server.
+    public static func providerMountPoints(mountInfo: String) -> [String] { MountTable.parse(mountInfo) }
 }
 
 /// Talking to a server without a domain: the claim dump for `providerfs claims`.

@@ -225,7 +225,7 @@ public final class FileCoordinator: @unchecked Sendable {
             domain.release(ticket)
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
-        let urls = paths.map { URL(fileURLWithPath: $0) }
+        let urls = zip(paths, claimIntents).map { URL(fileURLWithPath: $0, isDirectory: $1.isDirectory) }
         return try await CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { try await body(urls) }
     }
 
@@ -260,6 +260,23 @@ public final class FileCoordinator: @unchecked Sendable {
         try domain.itemMoved(from: fromPath, to: toPath, purpose: purposeIdentifier)
     }
 
+    /// Announces, inside a coordinated write accessor, that a version of the item at `url` (stored
+    /// at `version.url`) was gained, lost or resolved. Presenters of the item and of containing
+    /// directories hear it, including this coordinator's own presenter (rule 27).
+    public func item(
+        at url: URL, didChangeVersion version: FileVersion, change: VersionChange
+    )
+        throws(CoordinationError)
+    {
+        guard !CoordinationContext.held.isEmpty else {
+            throw CoordinationError(
+                .invalidRequest, "Version changes must be announced inside a coordinated write accessor.")
+        }
+        let path = try ItemResolver.resolve(try ItemResolver.validatedPath(url)).path
+        let versionPath = try ItemResolver.validatedPath(version.url)
+        try domain.versionChanged(path: path, change: change, version: versionPath, versionName: version.name)
+    }
+
     // MARK: Internals
 
     private func track(_ ticket: CoordinationDomain.Ticket) {
@@ -281,7 +298,7 @@ public final class FileCoordinator: @unchecked Sendable {
 
     private static func update(_ intents: [FileAccessIntent], claimIntents: [ClaimIntent], paths: [String]) {
         for (index, intent) in intents.enumerated() where paths[index] != claimIntents[index].path {
-            intent.url = URL(fileURLWithPath: paths[index])
+            intent.url = URL(fileURLWithPath: paths[index], isDirectory: claimIntents[index].isDirectory)
         }
     }
 
@@ -295,7 +312,8 @@ public final class FileCoordinator: @unchecked Sendable {
             if !released { domain.release(ticket) }
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
-        var urls = paths.map { URL(fileURLWithPath: $0) }
+        // isDirectory given: URL(fileURLWithPath:) alone would stat the path again.
+        var urls = zip(paths, claimIntents).map { URL(fileURLWithPath: $0, isDirectory: $1.isDirectory) }
         var snapshots: [Snapshot] = []
         defer { for snapshot in snapshots { snapshot.remove() } }
         for (index, intent) in claimIntents.enumerated()

@@ -86,6 +86,7 @@ public enum ItemResolver {
 
     /// Removes `.`, `..` and repeated slashes without touching the file system.
     static func lexicallyNormalized(_ path: String) -> String {
+        if isNormalized(path) { return path }
         var parts: [Substring] = []
         for component in path.split(separator: "/", omittingEmptySubsequences: true) {
             if component == "." { continue }
@@ -96,6 +97,29 @@ public enum ItemResolver {
             parts.append(component)
         }
         return "/" + parts.joined(separator: "/")
+    }
+
+    /// True for "/a/b": no empty, "." or ".." component and no trailing slash (the common case,
+    /// checked without allocating).
+    static func isNormalized(_ path: String) -> Bool {
+        var previous: UInt8 = 0
+        var dots = 0
+        var componentLength = 0
+        for byte in path.utf8 {
+            if byte == UInt8(ascii: "/") {
+                if previous == UInt8(ascii: "/") || (componentLength > 0 && dots == componentLength && dots <= 2) {
+                    return false
+                }
+                dots = 0
+                componentLength = 0
+            } else {
+                componentLength += 1
+                if byte == UInt8(ascii: ".") { dots += 1 }
+            }
+            previous = byte
+        }
+        if componentLength > 0 && dots == componentLength && dots <= 2 { return false }
+        return path == "/" || previous != UInt8(ascii: "/")
     }
 
     /// The parent resolved with realpath (walking up while parents do not exist) plus the last name.

@@ -44,6 +44,7 @@ public enum WireMessage: Sendable, Equatable {
     case reply(messageID: UInt64, error: String?)
     case itemMoved(from: String, to: String, purpose: String)
     case dumpRequest(requestID: UInt64)
+    case versionChanged(path: String, change: UInt8, version: String, versionName: String)
     // Server → client.
     case welcome(version: UInt16, serverPid: Int32, owner: UInt64)
     case granted(local: UInt64, paths: [String])
@@ -63,6 +64,7 @@ public enum WireMessage: Sendable, Equatable {
         case .reply: 7
         case .itemMoved: 8
         case .dumpRequest: 9
+        case .versionChanged: 10
         case .welcome: 64
         case .granted: 65
         case .failed: 66
@@ -111,6 +113,11 @@ public enum WireMessage: Sendable, Equatable {
             writer.string(purpose)
         case .dumpRequest(let requestID):
             writer.u64(requestID)
+        case .versionChanged(let path, let change, let version, let versionName):
+            writer.string(path)
+            writer.u8(change)
+            writer.string(version)
+            writer.string(versionName)
         case .welcome(let version, let serverPid, let owner):
             writer.u16(version)
             writer.u32(UInt32(bitPattern: serverPid))
@@ -179,6 +186,12 @@ public enum WireMessage: Sendable, Equatable {
         case 7: message = .reply(messageID: try reader.u64(), error: try reader.optionalString())
         case 8: message = .itemMoved(from: try reader.path(), to: try reader.path(), purpose: try reader.string())
         case 9: message = .dumpRequest(requestID: try reader.u64())
+        case 10:
+            let path = try reader.path()
+            let change = try reader.u8()
+            guard VersionChange(rawValue: change) != nil else { throw WireError("Unknown version change \(change).") }
+            message = .versionChanged(
+                path: path, change: change, version: try reader.path(), versionName: try reader.string())
         case 64:
             message = .welcome(
                 version: try reader.u16(), serverPid: Int32(bitPattern: try reader.u32()), owner: try reader.u64())
@@ -306,6 +319,12 @@ struct WireWriter {
             u8(9)
             string(from)
             string(to)
+        case .versionChanged(let change, let item, let version, let versionName):
+            u8(10)
+            u8(change.rawValue)
+            string(item)
+            string(version)
+            string(versionName)
         }
     }
 }
@@ -390,6 +409,9 @@ struct WireReader {
         case 7: return .subitemDidChange(at: try path())
         case 8: return .didMove(to: try path())
         case 9: return .subitemDidMove(from: try path(), to: try path())
+        case 10:
+            guard let change = VersionChange(rawValue: try u8()) else { throw WireError("Unknown version change.") }
+            return .versionChanged(change: change, item: try path(), version: try path(), versionName: try string())
         case let other: throw WireError("Unknown presenter message \(other).")
         }
     }

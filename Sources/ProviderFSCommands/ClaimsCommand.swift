@@ -2,9 +2,10 @@ import FileCoordination
 import Foundation
 import SystemSupport
 
-/// `providerfs claims [--json] [--mount MOUNTPOINT]`: every held and waiting claim of a
-/// coordination server (item, kind, pid, age), its presenters and recent events. Never starts a
-/// server: with none running, the list is empty.
+/// `providerfs claims [--json] [--mount MOUNTPOINT]`: every held and waiting claim (item, kind,
+/// pid, age), presenters and recent events, of the standalone coordination server and of every
+/// providerfs mount's embedded server (or of one mount's, with --mount). Never starts a server:
+/// with none running, the list is empty.
 struct ClaimsCommand: CLICommand {
     static let name = "claims"
     static let summary = "list held and waiting coordination claims (item, kind, pid, age)"
@@ -13,12 +14,34 @@ struct ClaimsCommand: CLICommand {
     static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
         let mount = try arguments.option("--mount")
         try arguments.finish()
-        let socket =
+        // Without --mount: the standalone server and the embedded server of every providerfs mount
+        // (paths under a mount are coordinated there), merged into one list.
+        var sockets = [
             mount.map { CoordinationServer.socketPath(forMountPoint: $0) } ?? CoordinationServer.standaloneSocketPath()
-        let dump: CoordinationDump?
-        do { dump = try CoordinationClient.dump(socketPath: socket) } catch {
-            throw CommandFailure("cannot read the claims of the server at \(socket): \(error).")
+        ]
+        if mount == nil, let mountInfo = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) {
+            sockets += CoordinationServer.providerMountPoints(mountInfo: mountInfo).map {
+                CoordinationServer.socketPath(forMountPoint: $0)
+            }
         }
+        var dump: CoordinationDump?
+        for (index, socket) in sockets.enumerated() {
+            let part: CoordinationDump?
+            do { part = try CoordinationClient.dump(socketPath: socket) } catch {
+                // A mount whose server is gone (a stale mount) must not hide the others.
+                if index > 0 { continue }
+                throw CommandFailure("cannot read the claims of the server at \(socket): \(error).")
+            }
+            guard let part else { continue }
+            if dump == nil {
+                dump = part
+            } else {
+                dump!.claims += part.claims
+                dump!.presenters += part.presenters
+                dump!.events += part.events
+            }
+        }
+        let socket = sockets[0]
         let result = dump ?? CoordinationDump(serverPid: 0, claims: [], presenters: [], events: [])
         if io.json {
             io.emit(result)

@@ -85,15 +85,31 @@ struct DownloadCommand: CLICommand {
         return result
     }
 
+    /// Every regular file below `directory`, sorted. A plain readdir walk: FileManager's
+    /// enumerator (fts) trusts a directory link count of 2 to mean "no subdirectories", which a
+    /// FUSE file system need not honour.
     static func regularFiles(under directory: String) -> [String] {
-        guard let enumerator = FileManager.default.enumerator(atPath: directory) else { return [] }
         var files: [String] = []
-        while let relative = enumerator.nextObject() as? String {
-            let full = directory + "/" + relative
-            var info = stat()
-            if lstat(full, &info) == 0 && info.st_mode & S_IFMT == S_IFREG { files.append(full) }
+        guard let stream = opendir(directory) else { return files }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
         }
-        return files.sorted()
+        closedir(stream)
+        for name in names.sorted() {
+            let full = directory + "/" + name
+            var info = stat()
+            guard lstat(full, &info) == 0 else { continue }
+            switch info.st_mode & S_IFMT {
+            case S_IFREG: files.append(full)
+            case S_IFDIR: files += regularFiles(under: full)
+            default: continue
+            }
+        }
+        return files
     }
 }
 

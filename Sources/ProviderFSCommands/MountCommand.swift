@@ -7,6 +7,7 @@
 
 import Diagnostics
 import FUSEAdapter
+import FileCoordination
 import Foundation
 import SystemSupport
 import VirtualFileSystem
@@ -150,9 +151,21 @@ struct MountCommand: CLICommand {
     static func serve(_ plan: Plan, reporter: ReadinessReporter, io: CommandIO) async throws -> Int32 {
         LoggingSystem.bootstrap(sink: FileDescriptorLogSink(fd: 2), level: logLevel())
         let logger = Logger(label: "mount")
+        // The coordination server for paths under this mount: clients (the FileCoordination library,
+        // `providerfs coordinate`, `providerfs claims`) find it from the mount point.
+        let coordination = CoordinationServer(
+            socketPath: CoordinationServer.socketPath(forMountPoint: plan.mountpoint),
+            log: { message in Logger(label: "coordination").info(message) })
+        do { try coordination.start() } catch {
+            throw CommandFailure("cannot start the mount's coordination server: \(error.message)")
+        }
+        defer { coordination.stop() }
+        let claims = MountReadClaims(
+            server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
         let fileSystem: any FileSystem
         do {
-            fileSystem = try MountSource.makeFileSystem(source: plan.source, cacheDirectory: plan.cacheDirectory)
+            fileSystem = try MountSource.makeFileSystem(
+                source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, claims: claims)
         } catch {
             throw CommandFailure("cannot open the provider: \(error.message)")
         }

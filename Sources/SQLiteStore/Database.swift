@@ -25,6 +25,7 @@ package final class Database {
     package let isReadOnly: Bool
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
+    private var mostRecentStatement: Statement?
 
     /// The thread currently allowed to use this connection (`pthread_t`), or 0 between closures.
     /// Atomic so that a misuse from another thread is a clean trap, not a data race on the check.
@@ -48,6 +49,7 @@ package final class Database {
     }
 
     deinit {
+        mostRecentStatement = nil
         statementCache.removeAll()  // finalize statements before closing the connection
         sqlite3_close_v2(handle)
     }
@@ -64,7 +66,7 @@ package final class Database {
         accessThread.store(0, ordering: .releasing)
     }
 
-    @inline(__always)
+    @usableFromInline
     func checkAccess() {
         let owner = accessThread.load(ordering: .acquiring)
         if owner != UInt(pthread_self()) { accessViolation(owner: owner) }
@@ -113,55 +115,69 @@ package final class Database {
     }
 
     /// Calls `body` for each row of a query, in order. `body` must not keep the `Row`.
+    @inlinable
     package func forEachRow(
         _ sql: String, _ arguments: [any DatabaseValueConvertible] = [], _ body: (Row) throws -> Void
     ) throws {
-        checkAccess()
-        try withStatement(sql, arguments) { statement in
-            while try step(statement) {
-                try body(Row(statement: statement))
-            }
+        let statement = try beginStatement(sql, arguments)
+        defer { endStatement(statement) }
+        while try step(statement) {
+            try body(Row(statement: statement))
         }
     }
 
     /// Every row of a query, decoded as `Record`.
+    @inlinable
     package func fetchAll<Record: FetchableRecord>(
         _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Record] {
+        let statement = try beginStatement(sql, arguments)
+        defer { endStatement(statement) }
         var records: [Record] = []
-        try forEachRow(sql, arguments) { records.append(try Record(row: $0)) }
+        while try step(statement) {
+            records.append(try Record(row: Row(statement: statement)))
+        }
         return records
     }
 
     /// The first row of a query decoded as `Record`, or nil when there is none.
+    @inlinable
     package func fetchOne<Record: FetchableRecord>(
         _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> Record? {
-        checkAccess()
-        return try withStatement(sql, arguments) { statement in
-            try step(statement) ? try Record(row: Row(statement: statement)) : nil
-        }
+        // Inlinable (like the other fetch methods) so that the caller's module specializes it for
+        // its record type: unspecialized, each call paid for runtime generic-metadata lookups.
+        let statement = try beginStatement(sql, arguments)
+        defer { endStatement(statement) }
+        guard try step(statement) else { return nil }
+        return try Record(row: Row(statement: statement))
     }
 
     /// The first column of the first row decoded as `Value`, or nil when there is no row.
     ///
     /// A NULL value in an existing row decodes as `Value` would (`Optional` → `.some(nil)`, a
     /// non-optional type → `.decodingFailed`).
+    @inlinable
     package func fetchValue<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> Value? {
-        checkAccess()
-        return try withStatement(sql, arguments) { statement in
-            try step(statement) ? try Row(statement: statement)[0] as Value : nil
-        }
+        let statement = try beginStatement(sql, arguments)
+        defer { endStatement(statement) }
+        guard try step(statement) else { return nil }
+        return try Row(statement: statement)[0] as Value
     }
 
     /// The first column of every row, decoded as `Value`.
+    @inlinable
     package func fetchValues<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Value] {
+        let statement = try beginStatement(sql, arguments)
+        defer { endStatement(statement) }
         var values: [Value] = []
-        try forEachRow(sql, arguments) { values.append(try $0[0]) }
+        while try step(statement) {
+            values.append(try Row(statement: statement)[0] as Value)
+        }
         return values
     }
 
@@ -218,21 +234,35 @@ package final class Database {
     )
         throws -> T
     {
+        let statement = try beginStatement(sql, arguments)
+        defer { endStatement(statement) }
+        return try body(statement)
+    }
+
+    /// Checks access, takes the cached statement for `sql` (or prepares one) and binds
+    /// `arguments`. Pair every successful call with `endStatement`.
+    @usableFromInline
+    func beginStatement(_ sql: String, _ arguments: [any DatabaseValueConvertible]) throws -> Statement {
+        checkAccess()
         let statement: Statement
-        if let cached = statementCache[sql], !cached.isInUse {
+        if let recent = mostRecentStatement, !recent.isInUse, recent.sql == sql {
+            // Repeated SQL (a loop of lookups) skips hashing the text: comparing two copies of the
+            // same string literal is a pointer comparison.
+            statement = recent
+        } else if let cached = statementCache[sql], !cached.isInUse {
             statement = cached
+            mostRecentStatement = cached
         } else {
             statement = try prepare(sql)
             // A statement already stepping (same SQL nested inside forEachRow) is not replaced.
-            if statementCache[sql] == nil { statementCache[sql] = statement }
+            if statementCache[sql] == nil {
+                statementCache[sql] = statement
+                mostRecentStatement = statement
+            }
         }
         statement.isInUse = true
-        defer {
-            sqlite3_reset(statement.handle)
-            statement.generation &+= 1
-            statement.isInUse = false
-        }
         guard Int(statement.parameterCount) == arguments.count else {
+            endStatement(statement)
             throw DatabaseError(
                 code: .sqlite, resultCode: .misuse,
                 message:
@@ -241,9 +271,20 @@ package final class Database {
         }
         for (offset, argument) in arguments.enumerated() {
             let rc = statement.bind(argument.databaseValue, at: Int32(offset + 1))
-            if rc != SQLITE_OK { throw error(rc, sql: sql) }
+            if rc != SQLITE_OK {
+                endStatement(statement)
+                throw error(rc, sql: sql)
+            }
         }
-        return try body(statement)
+        return statement
+    }
+
+    /// Resets a statement from `beginStatement` so it can be reused; any `Row` of it goes stale.
+    @usableFromInline
+    func endStatement(_ statement: Statement) {
+        sqlite3_reset(statement.handle)
+        statement.generation &+= 1
+        statement.isInUse = false
     }
 
     /// Prepares one statement (not cached) and records which tables it may write.
@@ -258,6 +299,7 @@ package final class Database {
     }
 
     /// Steps once: true when a row is ready, false when done.
+    @usableFromInline
     func step(_ statement: Statement) throws -> Bool {
         let before = isReadOnly ? 0 : sqlite3_total_changes64(handle)
         statement.generation &+= 1

@@ -28,6 +28,12 @@ final class ObserverRegistry: Sendable {
 
     private let state = Locked(State())
     private let queue = DispatchQueue(label: "SQLiteStore.observers")
+    /// Marks `queue`, so `drain` can tell it is being called from a handler.
+    private let queueKey = DispatchSpecificKey<Bool>()
+
+    init() {
+        queue.setSpecific(key: queueKey, value: true)
+    }
 
     func add(tables: Set<String>?, _ handler: @escaping Handler) -> DatabaseObservation {
         let identifier = state.withLock { state in
@@ -59,6 +65,11 @@ final class ObserverRegistry: Sendable {
     }
 
     func drain() {
+        if DispatchQueue.getSpecific(key: queueKey) == true {
+            fatalError(
+                "SQLiteStore misuse: waitForObservers() was called from inside an observer handler; it would "
+                    + "wait for itself forever.")
+        }
         queue.sync {}
     }
 }

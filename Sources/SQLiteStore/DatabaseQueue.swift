@@ -234,6 +234,9 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// `read` or `write`. Tables are reported when an INSERT, UPDATE or DELETE (or a trigger it
     /// fired) changed at least one row in them.
     ///
+    /// The store keeps the handler until the observation is cancelled, so a handler that
+    /// captures the store keeps it (and its connections) open until then.
+    ///
     /// - Returns: a token; call `cancel()` on it to stop.
     @discardableResult
     package func observe(
@@ -243,6 +246,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     }
 
     /// Waits until every notification for transactions committed so far has been delivered.
+    /// Traps when called from inside an observer handler (it would wait for itself).
     package func waitForObservers() {
         observers.drain()
     }

@@ -6,9 +6,10 @@ internal import CSQLite3
 /// kept: using it after the query moved on traps with a message saying so. Decode what you need
 /// into a `FetchableRecord` value instead.
 package struct Row {
-    let statement: Statement
-    let generation: UInt64
+    @usableFromInline let statement: Statement
+    @usableFromInline let generation: UInt64
 
+    @usableFromInline
     init(statement: Statement) {
         self.statement = statement
         self.generation = statement.generation
@@ -47,12 +48,38 @@ package struct Row {
     ///   `Value` (e.g. NULL for a non-optional, TEXT for an Int64).
     package subscript<Value: DatabaseValueConvertible>(_ index: Int) -> Value {
         get throws {
-            let value = databaseValue(at: index)
-            guard let decoded = Value.fromDatabaseValue(value) else {
-                throw decodingError(column: statement.columnName(Int32(index)), value: value, type: Value.self)
-            }
-            return decoded
+            try Value.decode(from: self, at: index)
         }
+    }
+
+    /// The column's INTEGER value, or nil when it holds another storage class.
+    func integerIfInteger(at index: Int) -> Int64? {
+        checkColumn(index)
+        let column = Int32(index)
+        guard sqlite3_column_type(statement.handle, column) == SQLITE_INTEGER else { return nil }
+        return sqlite3_column_int64(statement.handle, column)
+    }
+
+    /// The column's TEXT value, or nil when it holds another storage class.
+    func textIfText(at index: Int) -> String? {
+        checkColumn(index)
+        let column = Int32(index)
+        guard sqlite3_column_type(statement.handle, column) == SQLITE_TEXT else { return nil }
+        let count = Int(sqlite3_column_bytes(statement.handle, column))
+        guard let bytes = sqlite3_column_text(statement.handle, column) else { return "" }
+        return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
+    }
+
+    /// True when the column is NULL.
+    func isNull(at index: Int) -> Bool {
+        checkColumn(index)
+        return sqlite3_column_type(statement.handle, Int32(index)) == SQLITE_NULL
+    }
+
+    private func checkColumn(_ index: Int) {
+        checkCurrent()
+        precondition(
+            index >= 0 && index < Int(statement.columnCount), "SQLiteStore: column index \(index) out of range")
     }
 
     /// Column `name` decoded as `Value`. Column names match case-insensitively.
@@ -73,8 +100,10 @@ package struct Row {
         }
     }
 
-    private func decodingError(column: String, value: DatabaseValue, type: Any.Type) -> DatabaseError {
-        DatabaseError(
+    @usableFromInline
+    func decodingError(index: Int, value: DatabaseValue, type: Any.Type) -> DatabaseError {
+        let column = statement.columnName(Int32(index))
+        return DatabaseError(
             code: .decodingFailed,
             message: "column '\(column)' holds \(value.storageClassName) \(value), which cannot be read as \(type)",
             sql: statement.sql)

@@ -2,6 +2,7 @@ internal import CSQLite3
 import Foundation
 
 /// A prepared statement. Internal: callers only see SQL strings and `Row`.
+@usableFromInline
 final class Statement {
     let handle: OpaquePointer
     let sql: String
@@ -10,7 +11,7 @@ final class Statement {
     let writtenTables: Set<String>
     /// Bumped on every step and reset, so a `Row` kept past its step traps instead of reading
     /// another row's values.
-    var generation: UInt64 = 0
+    @usableFromInline var generation: UInt64 = 0
     /// True while a caller is stepping it; a nested use of the same SQL gets a fresh statement.
     var isInUse = false
     let parameterCount: Int32

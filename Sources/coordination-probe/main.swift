@@ -115,6 +115,46 @@ case "present":
     FileCoordinator.removeFilePresenter(presenter)
     exit(0)
 
+case "bench-local":
+    // In-process: the arbiter through its host (the mount's path), and the whole FileCoordinator.
+    guard arguments.count >= 2, let count = Int(arguments[0]) else { fail("bench-local COUNT PATH") }
+    final class CountingSink: ArbiterSink, @unchecked Sendable {
+        // Safe: only touched by the benchmark thread (actions run on the submitting thread).
+        var grants = 0
+        func granted(_ claim: ClaimID, paths: [String]) { grants += 1 }
+        func failed(_ claim: ClaimID, error: CoordinationError) {}
+        func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {}
+    }
+    let host = ArbiterHost()
+    let sink = CountingSink()
+    let owner = host.addOwner(sink)
+    let intent = ClaimIntent(kind: .write, path: arguments[1])
+    func median(_ body: (Int) throws -> Void) rethrows -> UInt64 {
+        var samples: [UInt64] = []
+        samples.reserveCapacity(count)
+        for index in 0..<count {
+            let before = monotonicNanoseconds()
+            try body(index)
+            samples.append(monotonicNanoseconds() - before)
+        }
+        samples.sort()
+        return samples[samples.count / 2]
+    }
+    let arbiterMedian = median { index in
+        let id = ClaimID(owner: owner, local: UInt64(index + 1))
+        host.submit(
+            ClaimRequest(
+                id: id, pid: 1, purpose: "bench", intents: [intent], waitDeadline: .max, presenterTimeout: 1))
+        host.release(id)
+    }
+    guard sink.grants == count else { fail("expected \(count) grants, got \(sink.grants)") }
+    let coordinator = FileCoordinator(domain: CoordinationDomain(host: host))
+    let url = URL(fileURLWithPath: arguments[1])
+    let coordinatorMedian = try median { _ in try coordinator.coordinate(writingItemAt: url) { _ in } }
+    say("arbiter_median_ns \(arbiterMedian)")
+    say("coordinator_median_ns \(coordinatorMedian)")
+    exit(0)
+
 case "bench-claims":
     guard arguments.count >= 2, let count = Int(arguments[0]) else { fail("bench-claims COUNT PATH [--read]") }
     let url = URL(fileURLWithPath: arguments[1])

@@ -445,6 +445,80 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(eventually { host.dump().claims.isEmpty })
     }
 
+    @Test func pathsAreMadeCanonical() throws {
+        let dir = try temporaryDirectory().resolvingSymlinksInPath().path
+        try FileManager.default.createDirectory(atPath: dir + "/real", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/alias", withDestinationPath: dir + "/real")
+        #expect(try ItemResolver.resolve(dir + "/./real//x/../y").path == dir + "/real/y")
+        #expect(try ItemResolver.resolve(dir + "/alias/y").path == dir + "/real/y", "parent symlinks resolved")
+        #expect(try ItemResolver.resolve(dir + "/alias").path == dir + "/alias", "the last component is kept")
+        #expect(try ItemResolver.resolve(dir + "/missing/deeper/z").path == dir + "/missing/deeper/z")
+        #expect(try ItemResolver.resolve(dir + "/real/...").path == dir + "/real/...")
+        #expect(try ItemResolver.resolve("/").path == "/")
+    }
+
+    @Test func rule46_presenterWithoutURLIsRegisteredAfterItsCoordinatorsAccess() throws {
+        final class LatePresenter: FilePresenter, @unchecked Sendable {
+            // Safe: `url` is only touched under `lock`.
+            private let lock = NSLock()
+            private var url: URL?
+            let presentedItemOperationQueue = OperationQueue()
+            var presentedItemURL: URL? {
+                get { lock.withLock { url } }
+                set { lock.withLock { url = newValue } }
+            }
+        }
+        let domain = self.domain
+        let presenter = LatePresenter()
+        domain.addFilePresenter(presenter)
+        #expect(host.dump().presenters.isEmpty, "nothing to register yet")
+        let file = try temporaryDirectory().appendingPathComponent("new")
+        try FileCoordinator(filePresenter: presenter, domain: domain).coordinate(writingItemAt: file) { url in
+            try Data().write(to: url)
+            presenter.presentedItemURL = url
+        }
+        #expect(host.dump().presenters.map(\.path) == [file.resolvingSymlinksInPath().path])
+        domain.removeFilePresenter(presenter)
+    }
+
+    @Test func rule27_versionHooksAreCalledIncludingOnTheWritersPresenter() throws {
+        final class VersionPresenter: FilePresenter, @unchecked Sendable {
+            // Safe: `seen` is only touched under `lock`.
+            let presentedItemURL: URL?
+            let presentedItemOperationQueue = OperationQueue()
+            private let lock = NSLock()
+            private var seen: [String] = []
+            init(_ url: URL) { presentedItemURL = url }
+            var events: [String] { lock.withLock { seen } }
+            func presentedItemDidGain(_ version: FileVersion) { lock.withLock { seen.append("gain \(version.name)") } }
+            func presentedSubitem(at url: URL, didLose version: FileVersion) {
+                lock.withLock { seen.append("sublose \(url.lastPathComponent) \(version.name)") }
+            }
+        }
+        let domain = self.domain
+        let dir = try temporaryDirectory().resolvingSymlinksInPath()
+        let file = dir.appendingPathComponent("doc")
+        let own = VersionPresenter(file)
+        let parent = VersionPresenter(dir)
+        domain.addFilePresenter(own)
+        domain.addFilePresenter(parent)
+        defer {
+            domain.removeFilePresenter(own)
+            domain.removeFilePresenter(parent)
+        }
+        let coordinator = FileCoordinator(filePresenter: own, domain: domain)
+        let version = FileVersion(url: dir.appendingPathComponent(".v1"), name: "v1")
+        try coordinator.coordinate(writingItemAt: file) { url in
+            try coordinator.item(at: url, didChangeVersion: version, change: .gained)
+            try coordinator.item(at: url, didChangeVersion: version, change: .lost)
+        }
+        #expect(throws: CoordinationError.self) {
+            try coordinator.item(at: file, didChangeVersion: version, change: .gained)
+        }
+        #expect(eventually { own.events == ["gain v1"] })
+        #expect(eventually { parent.events == ["sublose doc v1"] })
+    }
+
     @Test func rule66_68_presenterRegistry() throws {
         let domain = self.domain
         let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-registry"))

@@ -248,6 +248,18 @@ import Testing
         #expect(h.messages(to: dir) == [.subitemDidChange(at: "/d/new")])
     }
 
+    @Test func rule27_versionEventsReachEvenTheWritersOwnPresenter() {
+        var h = ArbiterHarness()
+        let own = h.present("/d/f", purpose: "A")
+        let dir = h.present("/d", isDirectory: true)
+        let deaf = h.present("/d/f", methods: [.didChange])
+        h.apply(h.arbiter.versionChanged(path: "/d/f", change: .gained, version: "/v/1", versionName: "1"))
+        let event = PresenterMessage.versionChanged(change: .gained, item: "/d/f", version: "/v/1", versionName: "1")
+        #expect(h.messages(to: own) == [event])
+        #expect(h.messages(to: dir) == [event])
+        #expect(h.messages(to: deaf).isEmpty)
+    }
+
     @Test func readEndsWithoutDidChange() {
         var h = ArbiterHarness()
         let p = h.present("/f", methods: [.didChange])

@@ -256,6 +256,50 @@ struct ProviderMountTests {
         #expect(MountTable.entry(at: mountpoint) == nil)
     }
 
+    @Test func theDemoShowsPlaceholdersPDFsALargeFileAndAFailingItem() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try MountedFileSystem.providerfs(
+            ["--demo"],
+            environment: [
+                "PROVIDERFS_RUNTIME_DIR": runtime, "XDG_DATA_HOME": scratch + "/data",
+                "XDG_CACHE_HOME": scratch + "/cache",
+            ])
+        defer { mount.stop() }
+        let m = quoted(mount.mountpoint)
+        #expect(
+            access(scratch + "/data/providerfs/demo/README.txt", R_OK) == 0, "the demo source is generated on first use"
+        )
+        #expect(try shell("ls \(m)").output == "Documents\nMedia\nPhotos\nREADME.txt\nUnreliable\n")
+        #expect(try shell("stat -c %s \(m)/Media/large-1GiB.bin").output == "1073741824\n")
+        #expect(state(mount.path("Media/large-1GiB.bin")) == "dataless")
+        for pdf in ["welcome.pdf", "report-2026.pdf", "manual.pdf"] {
+            let check = try shell("qpdf --check \(m)/Documents/PDFs/\(pdf)")
+            #expect(check.status == 0, "\(pdf): \(check.output) \(check.error)")
+        }
+        let start = ContinuousClock.now
+        #expect(
+            try shell("dd if=\(m)/Media/large-1GiB.bin bs=1 skip=536870912 count=16 status=none").output
+                == "ProviderFS demo:")
+        #expect(ContinuousClock.now - start < .seconds(5), "one range of 1 GiB is served without the rest")
+        let failing = try shell("cat \(m)/Unreliable/fails-halfway.bin > /dev/null")
+        #expect(failing.status != 0)
+        #expect(failing.error.contains("Input/output error"), "\(failing.error)")
+        let status = try providerfs(["status", mount.path("Unreliable/fails-halfway.bin"), "--json"], runtime: runtime)
+        #expect(status.output.contains("\"state\":\"error\""), "\(status.output)")
+        #expect(status.output.contains("EIO"), "\(status.output)")
+        #expect(try shell("cat \(m)/README.txt").output.hasPrefix("Welcome to the ProviderFS demo provider."))
+        // On a terminal (script(1) provides one) download draws a bar; in a pipe it prints lines.
+        let binary = quoted(productsDirectory + "/providerfs")
+        let onTerminal = try shell("script -qec \(quoted("\(binary) download \(m)/Documents/PDFs")) /dev/null")
+        #expect(onTerminal.status == 0, "\(onTerminal)")
+        #expect(onTerminal.output.contains("] 100%") && onTerminal.output.contains("\r"), "\(onTerminal.output)")
+        let inPipe = try shell("\(binary) download \(m)/Documents/Projects | cat")
+        #expect(inPipe.output.contains("item-7.txt: 100%"), "\(inPipe.output)")
+        #expect(!inPipe.output.contains("\r"))
+        #expect(state(mount.path("Documents/Projects/2026/item-7.txt")) == "materialized")
+    }
+
     @Test func theSystemdUserUnitVerifies() throws {
         defer { cleanup() }
         guard access("/usr/bin/systemd-analyze", X_OK) == 0 else {

@@ -57,6 +57,19 @@ import Testing
         }
     }
 
+    @Test func waitingForObserversInsideAnObserverTraps() async {
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let directory = TemporaryDirectory()
+            let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+            store.observe { _ in store.waitForObservers() }
+            try store.write { db in try db.execute("INSERT INTO accounts (id, balance) VALUES (1, 1)") }
+            store.waitForObservers()
+        }.map { result in
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("waitForObservers() was called from inside an observer handler"))
+        }
+    }
+
     @Test func keepingARowPastItsStepTraps() async {
         await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let directory = TemporaryDirectory()

@@ -1,0 +1,87 @@
+// Coordination through the mount (DESIGN.md §4): the mount daemon runs an embedded coordination
+// server for the paths under its mount point, and every open-for-read through the mount takes a
+// read claim from it on behalf of the calling process. A library writer holding a write claim on
+// the item (through that same server: clients route paths under a fuse.providerfs mount to it) so
+// makes new opens wait until it is done, bounded by the claim deadline; a process that holds its
+// own claim (or whose ancestor does, e.g. `providerfs coordinate --write F -- CMD`) is not blocked.
+
+import FileCoordination
+import Foundation
+import SystemSupport
+import VirtualFileSystem
+
+/// `ReadClaimProvider` over a mount's embedded `CoordinationServer`.
+final class MountReadClaims: ReadClaimProvider {
+    let server: CoordinationServer
+    /// The canonical mount point: claims are taken on `mountpoint/relativePath`, the same paths
+    /// clients name when they coordinate on items of the mount.
+    let mountpoint: String
+    /// How long an open waits for a conflicting claim before failing with ETIMEDOUT.
+    let deadline: Duration
+    private let held = Locked<(next: UInt64, claims: [UInt64: KernelClaim])>((1, [:]))
+
+    init(server: CoordinationServer, mountpoint: String, deadline: Duration) {
+        self.server = server
+        self.mountpoint = mountpoint
+        self.deadline = deadline
+    }
+
+    func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
+        let path = request.relativePath.isEmpty ? mountpoint : mountpoint + "/" + request.relativePath
+        let pid = ProcessIdentity.processID(ofThread: request.context.threadID)
+        let claim: KernelClaim
+        do {
+            claim = try await server.claim(path, kind: .read, onBehalfOf: pid, deadline: deadline)
+        } catch {
+            throw Self.fileSystemError(error, path: path)
+        }
+        let token = held.withLock { state -> UInt64 in
+            let token = state.next
+            state.next += 1
+            state.claims[token] = claim
+            return token
+        }
+        return ReadClaimToken(rawValue: token)
+    }
+
+    func releaseReadClaim(_ token: ReadClaimToken) async {
+        held.withLock { $0.claims.removeValue(forKey: token.rawValue) }?.release()
+    }
+
+    /// Claims still held (open handles), for tests and diagnostics.
+    var heldCount: Int { held.withLock { $0.claims.count } }
+
+    /// Coordination failures as file-system errors (and so errno, through FileSystemError's table).
+    static func fileSystemError(_ error: CoordinationError, path: String) -> FileSystemError {
+        switch error.code {
+        case .timedOut:
+            FileSystemError(
+                .coordinationFailed, "a coordination claim on \(path) was not granted in time: \(error.message)",
+                cause: error)
+        case .wouldDeadlock:
+            FileSystemError(
+                .materializationRefused, "reading \(path) would deadlock with a claim: \(error.message)", cause: error)
+        case .cancelled:
+            FileSystemError(.interrupted, "the open of \(path) was interrupted while waiting for a claim", cause: error)
+        case .invalidURL, .invalidRequest:
+            FileSystemError(.invalidArgument, "cannot coordinate on \(path): \(error.message)", cause: error)
+        default:
+            FileSystemError(.io, "coordination failed for \(path): \(error.message)", cause: error)
+        }
+    }
+}
+
+/// Maps kernel caller thread ids to process ids.
+enum ProcessIdentity {
+    /// The process (thread group) of thread `tid`, from `/proc/<tid>/status`; `tid` itself when
+    /// that cannot be read (the thread is gone, or it is a process's main thread anyway).
+    static func processID(ofThread tid: Int32) -> Int32 {
+        guard tid > 0, let status = try? String(contentsOfFile: "/proc/\(tid)/status", encoding: .utf8) else {
+            return tid
+        }
+        for line in status.split(separator: "\n") where line.hasPrefix("Tgid:") {
+            if let value = Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) { return value }
+        }
+        return tid
+    }
+}

@@ -1,0 +1,297 @@
+// The wire protocol and an embedded server in this process: round trips, a seeded fuzz of the
+// decoder, bad clients (garbage, truncated frames, silence, wrong version) that are dropped while
+// others keep being served, and claims taken on behalf of kernel callers.
+import FileCoordination
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// SplitMix64: a small seeded generator so a failing fuzz case can be replayed from its seed.
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+let sampleMessages: [WireMessage] = [
+    .hello(magic: WireProtocol.magic, version: WireProtocol.version),
+    .submit(
+        local: 7, purpose: "p", waitTimeout: 1_000, presenterTimeout: 2_000, held: [1, 2],
+        intents: [
+            ClaimIntent(
+                kind: .write, path: "/a/b", writingOptions: .forDeleting, identity: ItemIdentity(device: 1, inode: 2),
+                isDirectory: true, packageRoot: "/a"),
+            ClaimIntent(kind: .read, path: "/c", readingOptions: [.withoutChanges, .forUploading]),
+        ]),
+    .release(local: 3), .cancel(local: 4), .removePresenter(local: 5),
+    .addPresenter(
+        local: 9, purpose: "q", path: "/x", identity: nil, isDirectory: false, packageRoot: nil, methods: 0x3ff),
+    .reply(messageID: 11, error: "no"), .reply(messageID: 12, error: nil),
+    .itemMoved(from: "/a", to: "/b", purpose: "r"), .dumpRequest(requestID: 1),
+    .welcome(version: 1, serverPid: 42, owner: 3), .granted(local: 1, paths: ["/a", "/b"]),
+    .failed(local: 2, code: 2, message: "timed out"),
+    .deliver(
+        presenter: 1, messageID: 2, message: .subitemDidMove(from: "/a", to: "/b"), claim: ClaimID(owner: 1, local: 2)),
+    .deliver(presenter: 1, messageID: 0, message: .accommodateSubitemDeletion(at: "/p/x"), claim: nil),
+    .dump(requestID: 1, json: "{}"), .fatal(code: 9, message: "bye"),
+    .versionChanged(path: "/a", change: 2, version: "/v", versionName: "n"),
+    .deliver(
+        presenter: 1, messageID: 0,
+        message: .versionChanged(change: .lost, item: "/a", version: "/v", versionName: "n"),
+        claim: nil),
+]
+
+func decodeFrame(_ frame: [UInt8]) throws -> WireMessage {
+    var buffer = FrameBuffer()
+    frame.withUnsafeBytes { buffer.append($0) }
+    guard let payload = try buffer.next() else { throw WireError("incomplete") }
+    return try WireMessage.decode(payload)
+}
+
+@Suite struct WireProtocolTests {
+    @Test func everyMessageRoundTrips() throws {
+        for message in sampleMessages { #expect(try decodeFrame(message.frame()) == message) }
+    }
+
+    @Test(arguments: [UInt64(1), 2, 3, 0xdead_beef])
+    func fuzzedPayloadsAreRejectedOrDecodedNeverCrash(seed: UInt64) {
+        var random = SeededRandom(state: seed)
+        var decoded = 0
+        for round in 0..<3000 {
+            var payload: [UInt8]
+            if round % 2 == 0 {
+                // A valid frame, mutated: flipped bytes, truncation, or extension.
+                payload = Array(sampleMessages[Int(random.next() % UInt64(sampleMessages.count))].frame().dropFirst(4))
+                for _ in 0..<(1 + random.next() % 4) where !payload.isEmpty {
+                    payload[Int(random.next() % UInt64(payload.count))] = UInt8(truncatingIfNeeded: random.next())
+                }
+                if random.next() % 3 == 0 {
+                    payload = Array(payload.prefix(Int(random.next() % UInt64(payload.count + 1))))
+                }
+                if random.next() % 5 == 0 { payload += [UInt8(truncatingIfNeeded: random.next())] }
+            } else {
+                payload = (0..<(random.next() % 64)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            }
+            if let message = try? WireMessage.decode(ArraySlice(payload)) {
+                decoded += 1
+                // Whatever decodes must survive a re-encode unchanged.
+                #expect((try? decodeFrame(message.frame())) == message, "seed \(seed) round \(round)")
+            }
+        }
+        #expect(decoded < 3000, "most garbage is rejected")
+    }
+
+    @Test func frameBufferRejectsOversizedAndWaitsForPartialFrames() throws {
+        var buffer = FrameBuffer()
+        let frame = WireMessage.release(local: 1).frame()
+        frame.prefix(5).withUnsafeBytes { buffer.append($0) }
+        #expect(try buffer.next() == nil)
+        frame.dropFirst(5).withUnsafeBytes { buffer.append($0) }
+        #expect(try buffer.next().map { try WireMessage.decode($0) } == .release(local: 1))
+        var huge = FrameBuffer()
+        [UInt8]([0x7f, 0xff, 0xff, 0xff, 1]).withUnsafeBytes { huge.append($0) }
+        #expect(throws: WireError.self) { try huge.next() }
+    }
+
+    @Test func mountInfoParsingFindsProviderMounts() {
+        let text = """
+            22 1 0:21 / /proc rw,nosuid - proc proc rw
+            40 22 0:35 / /mnt/cloud\\040drive rw,nosuid,nodev - fuse.providerfs providerfs rw,user_id=0
+            41 22 0:36 / /mnt/other rw - fuse.sshfs host: rw
+            """
+        #expect(CoordinationServer.providerMountPoints(mountInfo: text) == ["/mnt/cloud drive"])
+        let a = CoordinationServer.socketPath(
+            forMountPoint: "/mnt/cloud drive", environment: ["PROVIDERFS_RUNTIME_DIR": "/r"])
+        let b = CoordinationServer.socketPath(
+            forMountPoint: "/mnt/cloud drive/", environment: ["PROVIDERFS_RUNTIME_DIR": "/r"])
+        #expect(a == b && a.hasPrefix("/r/mounts/") && a.hasSuffix(".sock"))
+    }
+}
+
+/// An embedded server on a private socket, stopped at the end of each test.
+final class EmbeddedServer: @unchecked Sendable {
+    // Safe: set up once, then only read.
+    let directory: String
+    let server: CoordinationServer
+    var socketPath: String { server.socketPath }
+
+    init(helloTimeout: Duration = .seconds(5)) throws {
+        var template = Array("/tmp/pfs-srv-XXXXXX".utf8CString)
+        directory = String(cString: template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }!)
+        server = CoordinationServer(socketPath: directory + "/s.sock", helloTimeout: helloTimeout)
+        try server.start()
+    }
+
+    func stop() {
+        server.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// A raw connection for misbehaving on purpose.
+    func rawConnection() -> Int32 {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in socketPath.utf8.enumerated() { raw[index] = byte }
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        precondition(rc == 0)
+        return fd
+    }
+
+    /// Everything the server sends until it closes the connection (at most 5 s).
+    static func readUntilClosed(_ fd: Int32) -> [WireMessage] {
+        var buffer = FrameBuffer()
+        var messages: [WireMessage] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, 5000) > 0 else { return messages }
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count <= 0 { return messages }
+            chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            while let payload = try? buffer.next(), let message = try? WireMessage.decode(payload) {
+                messages.append(message)
+            }
+        }
+    }
+
+    /// A claim through a proper client still works.
+    func stillServes() throws -> Bool {
+        let domain = CoordinationDomain(socketPath: socketPath)
+        return try FileCoordinator(domain: domain).coordinate(writingItemAt: URL(fileURLWithPath: directory + "/probe"))
+        {
+            _ in true
+        }
+    }
+}
+
+@Suite struct ServerRobustnessTests {
+    @Test func garbageIsAnsweredWithAFatalMessageAndDropped() throws {
+        let embedded = try EmbeddedServer()
+        defer { embedded.stop() }
+        let fd = embedded.rawConnection()
+        defer { close(fd) }
+        let garbage: [UInt8] = [0, 0, 0, 5, 0xff, 1, 2, 3, 4]
+        _ = garbage.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let replies = EmbeddedServer.readUntilClosed(fd)
+        guard case .fatal(_, let text)? = replies.last else {
+            Issue.record("expected a fatal message, got \(replies)")
+            return
+        }
+        #expect(text.contains("hello") || text.contains("Unknown"))
+        #expect(try embedded.stillServes())
+    }
+
+    @Test func truncatedFrameThenHangUpIsDropped() throws {
+        let embedded = try EmbeddedServer()
+        defer { embedded.stop() }
+        let fd = embedded.rawConnection()
+        let frame = WireMessage.hello(magic: WireProtocol.magic, version: WireProtocol.version).frame()
+        _ = frame.prefix(6).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        #expect(try embedded.stillServes())
+    }
+
+    @Test func helloSplitAcrossWritesIsAssembled() throws {
+        let embedded = try EmbeddedServer()
+        defer { embedded.stop() }
+        let fd = embedded.rawConnection()
+        defer { close(fd) }
+        let frame = WireMessage.hello(magic: WireProtocol.magic, version: WireProtocol.version).frame()
+        _ = frame.prefix(3).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        #expect(try embedded.stillServes())
+        _ = frame.dropFirst(3).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        shutdown(fd, Int32(SHUT_WR))
+        guard case .welcome(let version, let pid, _)? = EmbeddedServer.readUntilClosed(fd).first else {
+            Issue.record("no welcome")
+            return
+        }
+        #expect(version == WireProtocol.version && pid == getpid())
+    }
+
+    @Test func wrongVersionIsRefusedWithAReason() throws {
+        let embedded = try EmbeddedServer()
+        defer { embedded.stop() }
+        let fd = embedded.rawConnection()
+        defer { close(fd) }
+        let frame = WireMessage.hello(magic: WireProtocol.magic, version: 99).frame()
+        _ = frame.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard case .fatal(_, let text)? = EmbeddedServer.readUntilClosed(fd).last else {
+            Issue.record("no fatal message")
+            return
+        }
+        #expect(text.contains("version 99"))
+    }
+
+    @Test func silentClientIsDroppedAndDoesNotBlockOthers() throws {
+        let embedded = try EmbeddedServer(helloTimeout: .milliseconds(200))
+        defer { embedded.stop() }
+        let fd = embedded.rawConnection()
+        defer { close(fd) }
+        #expect(try embedded.stillServes(), "served while the silent client is connected")
+        let replies = EmbeddedServer.readUntilClosed(fd)
+        guard case .fatal(_, let text)? = replies.last else {
+            Issue.record("expected the silent client to be dropped with a reason, got \(replies)")
+            return
+        }
+        #expect(text.contains("No hello"))
+    }
+
+    @Test func disconnectReleasesClaimsAtOnce() throws {
+        let embedded = try EmbeddedServer()
+        defer { embedded.stop() }
+        let fd = embedded.rawConnection()
+        func send(_ message: WireMessage) {
+            let frame = message.frame()
+            _ = frame.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        }
+        send(.hello(magic: WireProtocol.magic, version: WireProtocol.version))
+        send(
+            .submit(
+                local: 1, purpose: "raw", waitTimeout: 10_000_000_000, presenterTimeout: 1_000_000_000, held: [],
+                intents: [ClaimIntent(kind: .write, path: embedded.directory + "/probe")]))
+        for _ in 0..<1000 where embedded.server.host.dump().claims.isEmpty { usleep(1000) }
+        #expect(embedded.server.host.dump().claims.map(\.state) == ["held"])
+        close(fd)
+        #expect(try embedded.stillServes())
+    }
+
+    @Test func kernelCallerIsNotBlockedByItsOwnClaimButOthersAre() async throws {
+        let embedded = try EmbeddedServer()
+        defer { embedded.stop() }
+        let file = embedded.directory + "/f"
+        let domain = CoordinationDomain(socketPath: embedded.socketPath)
+        let server = embedded.server
+        try await FileCoordinator(domain: domain).coordinate(
+            writingItemAt: URL(fileURLWithPath: file),
+            performing: { _ in
+                // This process holds the write claim: its own kernel-side access goes through.
+                let own = try await server.claim(file, kind: .write, onBehalfOf: getpid(), deadline: .seconds(5))
+                own.release()
+                // Another process (pid 1 is not in our ancestry) waits, here until its deadline.
+                do {
+                    let other = try await server.claim(file, kind: .read, onBehalfOf: 1, deadline: .milliseconds(100))
+                    other.release()
+                    Issue.record("a stranger's claim was granted while the write is held")
+                } catch let error as CoordinationError {
+                    #expect(error.code == .timedOut)
+                }
+            })
+        let later = try await server.claim(file, kind: .read, onBehalfOf: 1, deadline: .seconds(5))
+        later.release()
+    }
+}

@@ -1,0 +1,157 @@
+// Coordination through the mount (issue 4 item 4, DESIGN.md §4): opens for reading take a read
+// claim from the mount's embedded coordination server, so a write claim held through the library
+// or `providerfs coordinate` makes new opens wait (bounded by the claim deadline), while the
+// holder's own processes are not blocked by it; `providerfs claims --mount` lists kernel claims.
+
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+struct MountCoordinationTests {
+    let scratch: String
+    let source: String
+    let runtime: String
+    let providerfs = productsDirectory + "/providerfs"
+
+    init() throws {
+        scratch = try makeTemporaryDirectory(prefix: "mountcoord")
+        source = scratch + "/source"
+        runtime = scratch + "/run"
+        mkdir(source, 0o755)
+        writeTestFile(source + "/doc.txt", Array("coordinated content\n".utf8))
+    }
+
+    func cleanup() { removeTreeWithinFileSystem(scratch) }
+
+    func mount(claimTimeout: String) throws -> MountedFileSystem {
+        try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", scratch + "/cache"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_CLAIM_TIMEOUT": claimTimeout])
+    }
+
+    /// A shell prelude: the runtime directory of the mount, the binary, and a bounded wait for a file.
+    var prelude: String {
+        """
+        export PROVIDERFS_RUNTIME_DIR=\(quoted(runtime))
+        P=\(quoted(providerfs))
+        T=\(quoted(scratch))
+        wait_for() { i=0; while [ ! -e "$1" ]; do i=$((i+1)); [ $i -gt 400 ] && return 1; sleep 0.025; done; }
+
+        """
+    }
+
+    @Test func aWriteClaimMakesNewOpensWaitUntilItIsReleased() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount(claimTimeout: "20s")
+        defer { mount.stop() }
+        let file = quoted(mount.path("doc.txt"))
+        let result = try shell(
+            prelude + """
+                "$P" coordinate --write \(file) --timeout 10s -- sh -c "touch $T/granted; \
+                  i=0; while [ ! -e $T/release ]; do i=\\$((i+1)); [ \\$i -gt 800 ] && exit 9; sleep 0.025; done" &
+                holder=$!
+                wait_for "$T/granted" || { echo "holder never granted"; exit 1; }
+                ( cat \(file) > "$T/read"; echo $? > "$T/read-done" ) &
+                reader=$!
+                sleep 0.5
+                if [ -e "$T/read-done" ]; then echo "reader did not wait"; fi
+                touch "$T/release"
+                wait $holder; echo "holder=$?"
+                wait $reader
+                echo "reader=$(cat "$T/read-done")"
+                cat "$T/read"
+                """)
+        #expect(!result.output.contains("did not wait"), "\(result.output)")
+        #expect(result.output.contains("holder=0"), "\(result.output)\(result.error)")
+        #expect(result.output.contains("reader=0"), "\(result.output)\(result.error)")
+        #expect(result.output.hasSuffix("coordinated content\n"), "\(result.output)")
+    }
+
+    @Test func theHolderOfAClaimIsNotBlockedByItThroughTheMount() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        // With a short claim deadline, a blocked open would fail with ETIMEDOUT instead of reading.
+        let mount = try mount(claimTimeout: "2s")
+        defer { mount.stop() }
+        let file = quoted(mount.path("doc.txt"))
+        let result = try shell(prelude + "\"$P\" coordinate --write \(file) --timeout 10s -- cat \(file)")
+        #expect(result.status == 0, "\(result.error)")
+        #expect(result.output == "coordinated content\n")
+    }
+
+    @Test func anOpenThatWaitsPastTheClaimDeadlineFailsWithETIMEDOUT() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount(claimTimeout: "300ms")
+        defer { mount.stop() }
+        let file = quoted(mount.path("doc.txt"))
+        let result = try shell(
+            prelude + """
+                "$P" coordinate --write \(file) --timeout 10s -- sh -c "touch $T/granted; \
+                  i=0; while [ ! -e $T/release ]; do i=\\$((i+1)); [ \\$i -gt 800 ] && exit 9; sleep 0.025; done" &
+                holder=$!
+                wait_for "$T/granted" || { echo "holder never granted"; exit 1; }
+                python3 -c '
+                import errno, sys
+                try:
+                    open(sys.argv[1], "rb").read()
+                    print("opened")
+                except OSError as e:
+                    print("errno", errno.errorcode[e.errno])
+                ' \(file)
+                touch "$T/release"
+                wait $holder
+                """)
+        #expect(result.output.contains("errno ETIMEDOUT"), "\(result.output)\(result.error)")
+    }
+
+    @Test func claimsListsTheReadClaimOfAnOpenHandle() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount(claimTimeout: "20s")
+        defer { mount.stop() }
+        let result = try shell(
+            prelude + """
+                python3 -c '
+                import os, sys, time
+                f = open(sys.argv[1], "rb")
+                open(sys.argv[2], "w").write(str(os.getpid()))
+                deadline = time.time() + 20
+                while not os.path.exists(sys.argv[3]) and time.time() < deadline:
+                    time.sleep(0.025)
+                ' \(quoted(mount.path("doc.txt"))) "$T/opened" "$T/release" &
+                reader=$!
+                wait_for "$T/opened" || { echo "never opened"; exit 1; }
+                "$P" claims --mount \(quoted(mount.mountpoint)) --json
+                "$P" claims --json
+                touch "$T/release"
+                wait $reader
+                echo "pid=$reader"
+                """)
+        #expect(result.status == 0, "\(result.error)")
+        let lines = result.output.split(separator: "\n")
+        #expect(lines.count == 3, "\(result.output)")
+        let pidLine = try #require(lines.last.map(String.init))
+        let pid = String(pidLine.dropFirst(4))
+        // `claims --mount M` (that mount's server) and plain `claims` (every server) both list it.
+        for json in lines.prefix(2).map(String.init) {
+            let dump = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+            let claims = try #require(dump["claims"] as? [[String: Any]])
+            let matching = claims.filter { claim in
+                String(describing: claim["pid"] ?? "") == pid
+                    && ((claim["items"] as? [[String: Any]]) ?? []).contains {
+                        ($0["path"] as? String) == mount.path("doc.txt")
+                            && ($0["kind"] as? String ?? "").hasPrefix("read")
+                    }
+            }
+            #expect(matching.count == 1, "\(json)")
+        }
+    }
+}
