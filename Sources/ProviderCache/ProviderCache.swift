@@ -136,7 +136,12 @@ public final class ProviderCache: Sendable {
         }
         if let cached { return cached }
         do {
-            let item = try await environment.provider.item(for: identifier)
+            // Metadata calls get the same deadline as content chunks: a hung provider makes
+            // lookup/getattr/open fall back to the cached metadata instead of hanging.
+            let provider = environment.provider
+            let item = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                try await provider.item(for: identifier)
+            }
             apply(item)
             return item
         } catch {
@@ -170,7 +175,10 @@ public final class ProviderCache: Sendable {
         }
         if let cached { return cached }
         do {
-            let listed = try await environment.provider.children(of: identifier)
+            let provider = environment.provider
+            let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                try await provider.children(of: identifier)
+            }
             applyListing(of: identifier, children: listed, at: now)
             return catalog.withLock { Self.childItems(of: identifier, in: $0) }
         } catch {

@@ -313,3 +313,54 @@ struct DownloaderTests {
         #expect(served == [128 << 10, 128 << 10])
     }
 }
+
+/// A provider whose metadata calls never answer once `hanging` is set (a dead server).
+final class HangingMetadataProvider: Provider {
+    let base: InMemoryProvider
+    let hanging = Locked(false)
+    init(base: InMemoryProvider) { self.base = base }
+    private func hangIfAsked() async throws {
+        if hanging.value { while true { try await Task.sleep(for: .seconds(3600)) } }
+    }
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        try await hangIfAsked()
+        return try await base.item(for: identifier)
+    }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await hangIfAsked()
+        return try await base.children(of: identifier)
+    }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+}
+
+@Suite("Metadata deadlines")
+struct MetadataDeadlineTests {
+    @Test("a hung metadata call falls back to the cached metadata at the deadline, never hangs")
+    func hungMetadata() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .bytes([1, 2, 3]))
+        let provider = HangingMetadataProvider(base: fixture.provider)
+        let cache = try ProviderCache(
+            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
+            options: fixture.options)
+        _ = try await cache.children(of: .root, maximumAge: nil)
+        provider.hanging.withLock { $0 = true }
+        let done = Locked(false)
+        let lookup = Task {
+            defer { done.withLock { $0 = true } }
+            return try await cache.item(ItemIdentifier("f"), maximumAge: .zero)
+        }
+        var rounds = 0
+        while !done.value && rounds < 5000 {
+            if fixture.clock.sleeperCount > 0 { fixture.clock.advance(by: fixture.options.stallTimeout) }
+            try await Task.sleep(for: .milliseconds(1))
+            rounds += 1
+        }
+        let item = try await lookup.value
+        #expect(item.size == 3)
+    }
+}
