@@ -39,6 +39,13 @@ public final class ProviderCache: Sendable {
     /// opens of one item share one entry. Taken only on a pool thread, never with `catalog` held.
     private let creationLock = Lock()
 
+    /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
+    /// are bytes.
+    struct NameKey: Hashable {
+        var bytes: [UInt8]
+        init(_ name: String) { bytes = Array(name.utf8) }
+    }
+
     private struct ContentKey: Hashable {
         var identifier: ItemIdentifier
         var version: ContentVersion
@@ -48,6 +55,8 @@ public final class ProviderCache: Sendable {
         var items: [ItemIdentifier: ProviderItem] = [:]
         /// Children of directories listed at least once (in any session).
         var children: [ItemIdentifier: Set<ItemIdentifier>] = [:]
+        /// The same children by name, compared byte for byte (lookup is O(1), not a scan).
+        var names: [ItemIdentifier: [NameKey: ItemIdentifier]] = [:]
         /// When (on the timeline) a directory was last listed in this session.
         var listedAt: [ItemIdentifier: Duration] = [:]
         /// When an item's metadata was last confirmed by the provider in this session.
@@ -100,6 +109,11 @@ public final class ProviderCache: Sendable {
             if catalog.items[stored.item.parent] != nil, catalog.children[stored.item.parent] != nil {
                 catalog.children[stored.item.parent]!.insert(stored.item.identifier)
             }
+        }
+        for (directory, children) in catalog.children {
+            catalog.names[directory] = Dictionary(
+                children.compactMap { id in catalog.items[id].map { (NameKey($0.name), id) } },
+                uniquingKeysWith: { first, _ in first })
         }
         if catalog.items[.root] == nil { catalog.items[.root] = Self.placeholderRoot() }
         var orphans: [ContentRecord] = []
@@ -200,6 +214,27 @@ public final class ProviderCache: Sendable {
         }
     }
 
+    /// The child of `directory` named exactly `name` (bytes), listing the directory first if its
+    /// listing is older than `maximumAge`. Nil when there is no such child.
+    public func child(
+        named name: String, of directory: ItemIdentifier, maximumAge: Duration?
+    ) async throws(CacheError) -> ProviderItem? {
+        let key = NameKey(name)
+        let now = environment.timeline.now
+        enum Fast {
+            case found(ProviderItem?)
+            case list
+        }
+        let fast = catalog.withLock { catalog -> Fast in
+            guard let at = catalog.listedAt[directory] else { return .list }
+            if let maximumAge, now - at >= maximumAge { return .list }
+            return .found(catalog.names[directory]?[key].flatMap { catalog.items[$0] })
+        }
+        if case .found(let item) = fast { return item }
+        _ = try await children(of: directory, maximumAge: maximumAge)
+        return catalog.withLock { catalog in catalog.names[directory]?[key].flatMap { catalog.items[$0] } }
+    }
+
     /// How long ago (on the cache's timeline) the directory was listed in this session.
     public func listingAge(of identifier: ItemIdentifier) -> Duration? {
         let now = environment.timeline.now
@@ -218,7 +253,10 @@ public final class ProviderCache: Sendable {
             let old = catalog.items[item.identifier]
             catalog.items[item.identifier] = item
             if item.identifier != .root, catalog.children[item.parent] != nil {
-                catalog.children[item.parent]!.insert(item.identifier)
+                if catalog.children[item.parent]!.insert(item.identifier).inserted || old?.name != item.name {
+                    if let old { catalog.names[item.parent]?[NameKey(old.name)] = nil }
+                    catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
+                }
             }
             guard let old, old.contentVersion != item.contentVersion || old.kind != item.kind else {
                 return (old != item, [])
@@ -256,6 +294,8 @@ public final class ProviderCache: Sendable {
                 catalog.refreshedAt[item.identifier] = now
             }
             catalog.children[directory] = newIdentifiers
+            catalog.names[directory] = Dictionary(
+                listed.map { (NameKey($0.name), $0.identifier) }, uniquingKeysWith: { first, _ in first })
             catalog.listedAt[directory] = now
             if !wasListed, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)
@@ -297,7 +337,12 @@ public final class ProviderCache: Sendable {
             catalog.listedAt[next] = nil
             catalog.refreshedAt[next] = nil
             superseded += takeContents(of: next, except: nil, from: &catalog)
-            if catalog.children[item.parent] != nil { catalog.children[item.parent]!.remove(next) }
+            catalog.names[next] = nil
+            if catalog.children[item.parent] != nil {
+                catalog.children[item.parent]!.remove(next)
+                let key = NameKey(item.name)
+                if catalog.names[item.parent]?[key] == next { catalog.names[item.parent]?[key] = nil }
+            }
         }
         return removed
     }
