@@ -127,6 +127,7 @@ public final class ProviderCache: Sendable {
         }
         self.catalog = Locked(catalog)
         for record in orphans { discard(record: record) }
+        removeUnreferencedFiles()
     }
 
     // MARK: Metadata
@@ -393,6 +394,25 @@ public final class ProviderCache: Sendable {
 
     private func contentPath(_ fileNumber: Int64) -> String { "\(directory)/content/\(fileNumber)" }
 
+    /// Deletes content files no record names (a crash before their first range-map save, or a
+    /// record deleted while its file was kept open), at startup before any entry exists.
+    private func removeUnreferencedFiles() {
+        let referenced = catalog.withLock { catalog in Set(catalog.records.values.map(\.fileNumber)) }
+        guard let handle = opendir(directory + "/content") else { return }
+        var stray: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard name != ".", name != ".." else { continue }
+            if let number = Int64(name), referenced.contains(number) { continue }
+            stray.append(name)
+        }
+        closedir(handle)
+        for name in stray { unlink(directory + "/content/" + name) }
+        if !stray.isEmpty { environment.logger.info("removed \(stray.count) unreferenced cache files") }
+    }
+
     private func discard(record: ContentRecord) {
         unlink(contentPath(record.fileNumber))
         do { try environment.store.deleteContent(identifier: record.identifier, version: record.version) } catch {
@@ -449,13 +469,11 @@ public final class ProviderCache: Sendable {
         let record: ContentRecord
         switch existing {
         case .entry(let entry): return entry
-        case .record(let found, let isNew):
+        case .record(let found, _):
+            // A new record is saved by the first range-map save, not now: a file that never got
+            // a saved range is an orphan, deleted at the next start (one SQLite write less per
+            // first open).
             record = found
-            if isNew {
-                do { try environment.store.saveContent(record) } catch {
-                    environment.logger.warning("cannot save a content record: \(error)")
-                }
-            }
         }
         let file = try ContentFile(path: contentPath(record.fileNumber), size: record.size, pool: environment.pool)
         let entry = ContentEntry(record: record, file: file, environment: environment)

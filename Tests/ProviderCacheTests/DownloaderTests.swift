@@ -364,3 +364,22 @@ struct MetadataDeadlineTests {
         #expect(item.size == 3)
     }
 }
+
+@Suite("Cache directory hygiene")
+struct CacheHygieneTests {
+    @Test("content files no record names are removed at startup; named ones are kept")
+    func strayFilesRemoved() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .ramp(seed: 13, size: 10_000))
+        let first = try fixture.makeCache()
+        let entry = try await first.pinContent(of: try await first.item(ItemIdentifier("f"), maximumAge: nil))
+        _ = try await entry.read(offset: 0, count: 10_000)
+        first.unpin(entry)
+        await first.shutdown()
+        try writeFile(fixture.directory.path + "/content/99", [1, 2, 3])
+        _ = try fixture.makeCache()
+        var info = stat()
+        #expect(stat(fixture.directory.path + "/content/99", &info) != 0)
+        #expect(stat(fixture.directory.path + "/content/1", &info) == 0)
+    }
+}
