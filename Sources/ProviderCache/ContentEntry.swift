@@ -28,6 +28,12 @@ public final class ContentEntry: Sendable {
     private let state: Locked<State>
     /// Called when the entry becomes idle (no pin, no download), so the cache can close it.
     private let onIdle: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
+    /// Takes over the range-map save at the end of a download (ProviderCache batches them).
+    private let deferredPersist: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
+
+    func setDeferredPersist(_ handler: @escaping @Sendable (ContentEntry) -> Void) {
+        deferredPersist.withLock { $0 = handler }
+    }
 
     private struct Waiter {
         var id: UInt64
@@ -54,6 +60,8 @@ public final class ContentEntry: Sendable {
         /// missing bytes fail with this error at once.
         var retiredError: CacheError?
         var unsyncedBytes: Int64 = 0
+        /// What the store holds (nil: nothing saved in this session).
+        var saved: (ByteRanges, RecordedError?)?
         var pins = 0
         var fetchCount = 0
     }
@@ -242,9 +250,14 @@ public final class ContentEntry: Sendable {
                 return next
             }
             guard let target else {
-                // Save the range map before the entry counts as idle (the cache may close it, a
-                // restart may read the store), then end, unless a reader arrived meanwhile.
-                await persist()
+                // Save the range map now, or (when a deferred saver is set) let the cache batch it
+                // shortly after: one fdatasync per small file is the main cost of opening many
+                // small files. The cache flushes pending saves at shutdown.
+                if let deferred = deferredPersist.withLock({ $0 }) {
+                    deferred(self)
+                } else {
+                    await persist()
+                }
                 if finishUnlessNeeded() { continue }
                 notifyIfIdle()
                 return
@@ -443,10 +456,15 @@ public final class ContentEntry: Sendable {
     /// fdatasync, then save the range map as it was before the sync: a range is persisted only
     /// once its bytes are durable, so a crash or power cut never makes unwritten bytes "present".
     func persist() async {
-        let (snapshot, lastError) = state.withLock { state -> (ByteRanges, RecordedError?) in
+        let work = state.withLock { state -> (ByteRanges, RecordedError?)? in
+            // A superseded or deleted version is never saved again (its record was deleted).
+            if let retired = state.retiredError, retired.code != .cancelled { return nil }
+            // Nothing new since the last save: no sync, no write.
+            if let saved = state.saved, saved.0 == state.present, saved.1 == state.lastError { return nil }
             state.unsyncedBytes = 0
             return (state.present, state.lastError)
         }
+        guard let (snapshot, lastError) = work else { return }
         do {
             try await file.sync()
         } catch {
@@ -459,6 +477,7 @@ public final class ContentEntry: Sendable {
         let store = environment.store
         do {
             try await environment.pool.run { () throws -> Void in try store.saveContent(record) }
+            state.withLock { $0.saved = (snapshot, lastError) }
         } catch {
             environment.logger.warning("\(identifier): cannot save range map: \(error)")
         }

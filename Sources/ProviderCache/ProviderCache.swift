@@ -38,6 +38,8 @@ public final class ProviderCache: Sendable {
     /// Serializes creation of content entries (opening and sizing their file) so that two first
     /// opens of one item share one entry. Taken only on a pool thread, never with `catalog` held.
     private let creationLock = Lock()
+    /// Entries whose range map is to be saved by the next batch (see `schedulePersist`).
+    private let pendingPersists = Locked<(entries: [ObjectIdentifier: ContentEntry], scheduled: Bool)>(([:], false))
 
     /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
     /// are bytes.
@@ -478,6 +480,7 @@ public final class ProviderCache: Sendable {
         let file = try ContentFile(path: contentPath(record.fileNumber), size: record.size, pool: environment.pool)
         let entry = ContentEntry(record: record, file: file, environment: environment)
         entry.pin()
+        entry.setDeferredPersist { [weak self] entry in self?.schedulePersist(entry) }
         entry.setIdleHandler { [weak self] entry in
             guard let self else { return }
             let key = ContentKey(identifier: entry.identifier, version: entry.version)
@@ -576,6 +579,37 @@ public final class ProviderCache: Sendable {
     /// Number of items known (for statfs).
     public var itemCount: Int { catalog.withLock { $0.items.count } }
 
+    /// Queues `entry`'s range-map save for a batch run `persistDelay` later (on the injected
+    /// clock) or at shutdown, whichever comes first. A crash before it only loses the map (the
+    /// bytes are fetched again), never claims bytes that are not on disk.
+    func schedulePersist(_ entry: ContentEntry) {
+        let start = pendingPersists.withLock { pending -> Bool in
+            pending.entries[ObjectIdentifier(entry)] = entry
+            if pending.scheduled { return false }
+            pending.scheduled = true
+            return true
+        }
+        guard start else { return }
+        let delay = environment.options.persistDelay
+        let timeline = environment.timeline
+        Task { [weak self] in
+            try? await timeline.sleep(for: delay)
+            await self?.flushPendingPersists()
+        }
+    }
+
+    /// Saves every queued range map now.
+    public func flushPendingPersists() async {
+        let entries = pendingPersists.withLock { pending -> [ContentEntry] in
+            defer {
+                pending.entries = [:]
+                pending.scheduled = false
+            }
+            return Array(pending.entries.values)
+        }
+        for entry in entries { await entry.persist() }
+    }
+
     /// Stops every download, fails waiting readers, saves range maps. Later content requests fail.
     public func shutdown() async {
         let entries = catalog.withLock { catalog -> [ContentEntry] in
@@ -587,6 +621,7 @@ public final class ProviderCache: Sendable {
             await entry.waitForDownload()
             await entry.persist()
         }
+        await flushPendingPersists()
     }
 }
 
