@@ -3,8 +3,10 @@
 #   - raw_sqlite.c: the same work through the C API (prepared statements, no wrapper): the baseline;
 #   - sqlite-bench (Swift, -c release): the same work through SQLiteStore;
 #   - the sqlite3 command-line tool: lookups and inserts as SQL text (it parses every statement).
-# Prints ops/s (median of REPETITIONS runs) and SQLiteStore / raw C ratios. Not a test: numbers
-# depend on the machine. Usage: Benchmarks/sqlite.sh [rows] [lookups] [repetitions]
+# Prints, per measurement, the median of REPETITIONS runs as wall-clock ops/s and as ops per
+# CPU-second, and SQLiteStore / raw C ratios of both. On a busy shared machine compare the CPU
+# ratio: wall time there mostly measures how much of a core the scheduler gave each process.
+# Not a test: numbers depend on the machine. Usage: Benchmarks/sqlite.sh [rows] [lookups] [repetitions]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS="${1:-100000}"
@@ -26,16 +28,20 @@ echo "== SQLiteStore" >&2
 
 echo "== sqlite3 CLI" >&2
 seconds() { date +%s.%N; }
-cli_median() { # name operations sql-file database
-    local rates=()
+cli_median() { # name operations sql-file database: wall and CPU (user+sys of sqlite3) medians
+    local rates=() cpu_rates=()
     for _ in $(seq "$REPETITIONS"); do
-        local start end
+        local start end cpu
         start=$(seconds)
-        sqlite3 "$4" <"$3" >/dev/null
+        cpu=$( { TIMEFORMAT='%U %S'; time sqlite3 "$4" <"$3" >/dev/null; } 2>&1 | tail -1)
         end=$(seconds)
         rates+=("$(echo "$2 / ($end - $start)" | bc -l)")
+        cpu_rates+=("$(echo "$cpu" | awk -v n="$2" '{ t = $1 + $2; if (t <= 0) t = 0.01; printf "%f", n / t }')")
     done
-    printf '%s\n' "${rates[@]}" | sort -g | awk -v name="$1" '{ v[NR] = $1 } END { printf "%s %d\n", name, v[int(NR / 2) + 1] }'
+    local wall_median cpu_median
+    wall_median=$(printf '%s\n' "${rates[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "%d", v[int(NR / 2) + 1] }')
+    cpu_median=$(printf '%s\n' "${cpu_rates[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "%d", v[int(NR / 2) + 1] }')
+    echo "$1 $wall_median $cpu_median"
 }
 cli_db="$work/cli.db"
 sqlite3 "$cli_db" "PRAGMA journal_mode=WAL; CREATE TABLE kv (id INTEGER PRIMARY KEY, value TEXT NOT NULL, size INTEGER NOT NULL);" >/dev/null
@@ -49,16 +55,23 @@ awk -v rows="$ROWS" -v lookups="$LOOKUPS" 'BEGIN {
     cli_median lookup_read_per_lookup "$LOOKUPS" "$work/lookup.sql" "$cli_db"
 } >"$work/cli.txt"
 
+field() { awk -v n="$1" -v f="$2" '$1 == n { print $f }' "$3"; }
+ratio() { if [[ -n "$1" && -n "$2" ]]; then echo "scale=2; $1 / $2" | bc -l | sed 's/^\./0./'; else echo -; fi; }
+
 echo
-echo "rows=$ROWS lookups=$LOOKUPS repetitions=$REPETITIONS (median ops/s; $(nproc) cores)"
-printf '%-30s %14s %14s %14s %12s\n' measurement "raw C" SQLiteStore "sqlite3 CLI" "Store/raw C"
+echo "rows=$ROWS lookups=$LOOKUPS repetitions=$REPETITIONS; medians; $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-30s %10s %10s %10s %10s %10s %10s %8s %8s\n' "" "raw C" "" "Store" "" "CLI" "" "Store/raw" ""
+printf '%-30s %10s %10s %10s %10s %10s %10s %8s %8s\n' measurement "wall/s" "cpu/s" "wall/s" "cpu/s" "wall/s" "cpu/s" wall cpu
 for name in insert_one_transaction lookup_read_per_lookup lookup_batched_1000 lookup_async_read_per_lookup lookup_while_writing; do
-    raw=$(awk -v n="$name" '$1 == n { print $2 }' "$work/raw.txt")
-    store=$(awk -v n="$name" '$1 == n { print $2 }' "$work/swift.txt")
-    cli=$(awk -v n="$name" '$1 == n { print $2 }' "$work/cli.txt")
-    base="$raw"
+    base="$name"
     # The async variant has no C twin; compare it with the synchronous raw lookup.
-    [[ "$name" == lookup_async_read_per_lookup ]] && base=$(awk '$1 == "lookup_read_per_lookup" { print $2 }' "$work/raw.txt")
-    ratio=$(echo "scale=2; ${store:-0} / ${base:-1}" | bc -l)
-    printf '%-30s %14s %14s %14s %12s\n' "$name" "${raw:--}" "${store:--}" "${cli:--}" "$ratio"
+    [[ "$name" == lookup_async_read_per_lookup ]] && base=lookup_read_per_lookup
+    raw_wall=$(field "$base" 2 "$work/raw.txt"); raw_cpu=$(field "$base" 3 "$work/raw.txt")
+    store_wall=$(field "$name" 2 "$work/swift.txt"); store_cpu=$(field "$name" 3 "$work/swift.txt")
+    cli_wall=$(field "$name" 2 "$work/cli.txt"); cli_cpu=$(field "$name" 3 "$work/cli.txt")
+    cpu_ratio=$(ratio "$store_cpu" "$raw_cpu")
+    # With a second thread writing, process CPU time includes the writer: only wall time compares.
+    [[ "$name" == lookup_while_writing ]] && cpu_ratio="n/a"
+    printf '%-30s %10s %10s %10s %10s %10s %10s %8s %8s\n' "$name" "${raw_wall:--}" "${raw_cpu:--}" \
+        "${store_wall:--}" "${store_cpu:--}" "${cli_wall:--}" "${cli_cpu:--}" "$(ratio "$store_wall" "$raw_wall")" "$cpu_ratio"
 done

@@ -5,6 +5,7 @@
 import CFuse3
 import Diagnostics
 import Foundation
+import Synchronization
 import SystemSupport
 public import VirtualFileSystem
 
@@ -70,7 +71,9 @@ private func escapeOption(_ value: String) -> String {
 
 /// Why a session could not be started. `description` is one sentence for the user.
 public struct FUSEServerError: Error, Sendable, CustomStringConvertible {
+    /// The sentence shown to the user.
     public var message: String
+    /// An error with that sentence.
     public init(_ message: String) { self.message = message }
     public var description: String { message }
 }
@@ -87,6 +90,7 @@ public struct FUSEExit: Sendable, Equatable {
 ///
 /// Only one server may run per process: the termination-signal handlers are process-wide.
 public final class FUSEServer: Sendable {
+    /// Where the file system is mounted.
     public let mountpoint: String
     private let options: FUSEMountOptions
     private let fileSystem: any FileSystem
@@ -166,9 +170,9 @@ public final class FUSEServer: Sendable {
         defer { fuse_loop_cfg_destroy(config) }
         fuse_loop_cfg_set_clone_fd(config, 0)
         fuse_loop_cfg_set_max_threads(config, UInt32(max(1, options.maxThreads)))
-        signalReceived = 0
         let loopResult = fuse_session_loop_mt(session, config)
-        let signal: Int32? = signalReceived != 0 ? signalReceived : (loopResult > 0 ? loopResult : nil)
+        let received = signalReceived.load(ordering: .relaxed)
+        let signal: Int32? = received != 0 ? received : (loopResult > 0 ? loopResult : nil)
         logger.info("loop ended (\(signal.map { "signal \($0)" } ?? "unmounted, rc \(loopResult)"))")
 
         // Answer what is left while the session is alive, then unmount, then let the file system
@@ -215,26 +219,29 @@ private func raiseReadAhead(mountpoint: String, kib: Int, logger: Logger) {
 // thread may get it. These handlers mark the session as exiting and forward the signal to the loop
 // thread, whose interrupted sem_wait then sees the exit flag (swift-fuse-notes §4, pitfall 10).
 
-// Set before the handlers are installed and cleared after they are removed; read only by the
-// handler. A handler may only touch plain memory, which these are.
-nonisolated(unsafe) private var signalSession: OpaquePointer?
-nonisolated(unsafe) private var signalLoopThread = pthread_t()
-nonisolated(unsafe) private var signalReceived: Int32 = 0
+// The session and loop thread the handler acts on, as atomics: written before the handlers are
+// installed and cleared after they are removed, read by a handler on any thread. Lock-free atomics
+// are async-signal-safe; locks are not.
+private let signalSession = Atomic<UInt>(0)
+private let signalLoopThread = Atomic<UInt>(0)
+/// The last termination signal received (0: none), read by the loop thread after the loop ends.
+private let signalReceived = Atomic<Int32>(0)
 
 private let terminationSignals: [Int32] = [SIGINT, SIGTERM, SIGHUP]
 
 private let terminationHandler: @convention(c) (Int32) -> Void = { signal in
-    guard let session = signalSession else { return }
-    signalReceived = signal
+    guard let session = OpaquePointer(bitPattern: signalSession.load(ordering: .acquiring)) else { return }
+    signalReceived.store(signal, ordering: .relaxed)
     fuse_session_exit(session)
-    if pthread_equal(pthread_self(), signalLoopThread) == 0 {
-        pthread_kill(signalLoopThread, signal)
+    let loopThread = pthread_t(signalLoopThread.load(ordering: .acquiring))
+    if pthread_equal(pthread_self(), loopThread) == 0 {
+        pthread_kill(loopThread, signal)
     }
 }
 
 private func installTerminationHandlers(session: OpaquePointer) {
-    signalSession = session
-    signalLoopThread = pthread_self()
+    signalLoopThread.store(UInt(pthread_self()), ordering: .releasing)
+    signalSession.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(session))), ordering: .releasing)
     var action = sigaction()
     action.__sigaction_handler.sa_handler = terminationHandler
     sigemptyset(&action.sa_mask)
@@ -250,5 +257,5 @@ private func installTerminationHandlers(session: OpaquePointer) {
 
 private func removeTerminationHandlers() {
     for signal in terminationSignals { Glibc.signal(signal, SIG_DFL) }
-    signalSession = nil
+    signalSession.store(0, ordering: .releasing)
 }

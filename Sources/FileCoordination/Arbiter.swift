@@ -15,7 +15,9 @@ public struct ClaimID: Hashable, Sendable, Comparable, CustomStringConvertible {
         self.owner = owner
         self.local = local
     }
+    /// Orders by owner, then by the owner's number.
     public static func < (a: ClaimID, b: ClaimID) -> Bool { (a.owner, a.local) < (b.owner, b.local) }
+    /// "owner.local", as shown in dumps and events.
     public var description: String { "\(owner).\(local)" }
 }
 
@@ -145,17 +147,28 @@ public struct ClaimRequest: Sendable {
 /// Which optional presenter methods a presenter implements; messages for the others are skipped
 /// (rule 32) and package presenters without subitem methods get `didChange` instead (rule 37).
 public struct PresenterMethods: OptionSet, Sendable, Hashable {
+    /// The bits, as sent in `addPresenter`.
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }
+    /// `relinquishPresentedItem(toReader:)`.
     public static let relinquishToReader = PresenterMethods(rawValue: 1 << 0)
+    /// `relinquishPresentedItem(toWriter:)`.
     public static let relinquishToWriter = PresenterMethods(rawValue: 1 << 1)
+    /// `savePresentedItemChanges(completionHandler:)`.
     public static let savePresentedItemChanges = PresenterMethods(rawValue: 1 << 2)
+    /// `accommodatePresentedItemDeletion(completionHandler:)`.
     public static let accommodateDeletion = PresenterMethods(rawValue: 1 << 3)
+    /// `accommodatePresentedSubitemDeletion(at:completionHandler:)`.
     public static let accommodateSubitemDeletion = PresenterMethods(rawValue: 1 << 4)
+    /// `presentedItemDidChange()`.
     public static let didChange = PresenterMethods(rawValue: 1 << 5)
+    /// `presentedItemDidMove(to:)`.
     public static let didMove = PresenterMethods(rawValue: 1 << 6)
+    /// `presentedSubitemDidChange(at:)`.
     public static let subitemDidChange = PresenterMethods(rawValue: 1 << 7)
+    /// `presentedSubitem(at:didMoveTo:)`.
     public static let subitemDidMove = PresenterMethods(rawValue: 1 << 8)
+    /// The version hooks (gain, lose, resolve; item and subitem forms).
     public static let versionEvents = PresenterMethods(rawValue: 1 << 9)
     /// Every method.
     public static let all = PresenterMethods(rawValue: (1 << 10) - 1)
@@ -198,16 +211,25 @@ public struct PresenterRegistration: Sendable, Hashable {
 
 /// A message to a presenter. Those that need an answer carry a message number in the action.
 public enum PresenterMessage: Sendable, Hashable {
+    /// `relinquishPresentedItem(toReader:)`.
     case relinquishToReader
+    /// `relinquishPresentedItem(toWriter:)`.
     case relinquishToWriter
+    /// `savePresentedItemChanges(completionHandler:)`.
     case savePresentedItemChanges
+    /// `accommodatePresentedItemDeletion(completionHandler:)`.
     case accommodateDeletion
+    /// `accommodatePresentedSubitemDeletion(at:completionHandler:)`.
     case accommodateSubitemDeletion(at: String)
     /// The claim the presenter relinquished to has ended: run the reacquirer (rule 31).
     case reacquire
+    /// `presentedItemDidChange()`.
     case didChange
+    /// `presentedSubitemDidChange(at:)`.
     case subitemDidChange(at: String)
+    /// `presentedItemDidMove(to:)`.
     case didMove(to: String)
+    /// `presentedSubitem(at:didMoveTo:)`.
     case subitemDidMove(from: String, to: String)
     /// A version of `item` was gained, lost or resolved; `item` is the presented item itself or
     /// an item inside the presented directory (then the subitem hook is called).
@@ -260,9 +282,13 @@ public enum PresenterMessage: Sendable, Hashable {
 
 /// What happened to a version of an item (the presenter version hooks).
 public enum VersionChange: UInt8, Sendable, Hashable, CustomStringConvertible {
+    /// A version was added.
     case gained = 0
+    /// A version was removed.
     case lost = 1
+    /// A conflict version was resolved.
     case resolved = 2
+    /// "gained", "lost", "resolved".
     public var description: String {
         switch self {
         case .gained: "gained"
@@ -297,9 +323,13 @@ public struct ArbiterEvent: Sendable, Hashable {
 public struct ClaimSnapshot: Sendable, Hashable {
     /// "held", "waiting" (queued behind another claim) or "messaging" (waiting for presenters).
     public var state: String
+    /// The claim.
     public var id: ClaimID
+    /// The process the claim is for.
     public var pid: Int32
+    /// The claim's purpose identifier.
     public var purpose: String
+    /// Its items.
     public var intents: [ClaimIntent]
     /// Nanoseconds since the claim was requested.
     public var age: UInt64
@@ -309,8 +339,11 @@ public struct ClaimSnapshot: Sendable, Hashable {
 
 /// A presenter as shown by `providerfs claims`.
 public struct PresenterSnapshot: Sendable, Hashable {
+    /// The presenter.
     public var id: PresenterID
+    /// The presenting process.
     public var pid: Int32
+    /// Canonical path of the presented item (after moves).
     public var path: String
 }
 
@@ -389,6 +422,13 @@ public struct Arbiter: Sendable {
             return [.fail(request.id, timeoutError(claim))]
         }
         claim.phase = .queued
+        if blocker(for: claim) == nil && messagePlan(for: request).isEmpty {
+            // Fast path (uncontended, nobody to ask): granted without a second look-up.
+            claim.phase = .granted
+            claims[request.id] = claim
+            order.append(request.id)
+            return [.grant(request.id, paths: request.intents.map(\.path))]
+        }
         claims[request.id] = claim
         order.append(request.id)
         var actions: [ArbiterAction] = []
@@ -439,9 +479,16 @@ public struct Arbiter: Sendable {
         return actions
     }
 
-    /// A presenter answered message `messageID`; a non-nil error fails the claim (rule 25).
-    public mutating func reply(messageID: UInt64, error: String?, now: UInt64) -> [ArbiterAction] {
+    /// A presenter answered message `messageID`; a non-nil error fails the claim (rule 25). With
+    /// `owner`, only an answer from the owner of the asked presenter counts (a server passes the
+    /// connection, so one client cannot answer for another's presenter).
+    public mutating func reply(
+        messageID: UInt64, error: String?, from owner: UInt64? = nil, now: UInt64
+    )
+        -> [ArbiterAction]
+    {
         guard let claimID = messageOwner[messageID] else { return [] }
+        if let owner, claims[claimID]?.pending[messageID]?.presenter.owner != owner { return [] }
         var actions: [ArbiterAction] = []
         answer(messageID, claim: claimID, error: error, now: now, into: &actions, event: nil)
         schedule(now: now, into: &actions)
@@ -647,7 +694,7 @@ public struct Arbiter: Sendable {
     }
 
     private func blocker(for claim: Claim) -> ClaimID? {
-        for id in order {
+        for id in order where id != claim.request.id {
             if let other = claims[id], blocks(other, claim) { return id }
         }
         return nil
@@ -768,6 +815,7 @@ public struct Arbiter: Sendable {
 
     /// Messages after a claim ends: reacquirers, then (after a completed write) didChange.
     private func finish(_ claim: Claim, succeeded: Bool, into actions: inout [ArbiterAction]) {
+        if presenters.isEmpty { return }  // nobody to tell (the common, uncontended case)
         for presenter in claim.relinquished where presenters[presenter] != nil {
             actions.append(.deliver(presenter, messageID: 0, message: .reacquire, claim: claim.request.id))
         }

@@ -103,8 +103,8 @@ public final class ArbiterHost: @unchecked Sendable {
     }
 
     /// A presenter's answer.
-    public func reply(messageID: UInt64, error: String?) {
-        perform { arbiter, now in arbiter.reply(messageID: messageID, error: error, now: now) }
+    public func reply(messageID: UInt64, error: String?, from owner: UInt64? = nil) {
+        perform { arbiter, now in arbiter.reply(messageID: messageID, error: error, from: owner, now: now) }
     }
 
     /// `item(at:didMoveTo:)`.

@@ -23,6 +23,11 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     func reply(messageID: UInt64, error: String?)
     func itemMoved(from: String, to: String, purpose: String)
     func versionChanged(path: String, change: VersionChange, version: String, versionName: String)
+    /// Someone needs messages from this endpoint without waiting on a thread for them (a
+    /// presenter, an async claim, a claim cancelled before its answer): +1 / -1.
+    func changeReaderDemand(by delta: Int)
+    /// Blocks until `waiter` has a result; the endpoint may read the answer on this thread.
+    func wait(for waiter: Waiter) -> Result<[String], CoordinationError>
 }
 
 /// How an endpoint reports back to its domain.
@@ -98,6 +103,8 @@ public final class CoordinationDomain: Sendable {
         let endpoint: any CoordinationEndpoint
         let lock = Lock()
         var state = State.waiting
+        /// Whether this ticket holds one unit of reader demand until the server's final answer.
+        var holdsDemand = false
         let onResult: @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
 
         init(
@@ -150,7 +157,10 @@ public final class CoordinationDomain: Sendable {
         let box = DelegateBox()
         let link = Locked<ServerLink?>(nil)
         self.init(box: box) { _ throws(CoordinationError) in
-            if let current = link.withLock({ $0 }), !current.isDead { return current }
+            if let current = link.withLock({ $0 }), !current.isDead {
+                if !current.peerHungUp() { return current }
+                current.markDead()
+            }
             let fresh: ServerLink
             do { fresh = try ServerLink.connect(socketPath: socketPath, delegate: box) } catch {
                 throw CoordinationError(
@@ -158,7 +168,7 @@ public final class CoordinationDomain: Sendable {
             }
             return link.withLock { current in
                 if let existing = current, !existing.isDead {
-                    shutdown(fresh.fd, Int32(SHUT_RDWR))
+                    fresh.markDead()
                     return existing
                 }
                 current = fresh
@@ -189,6 +199,7 @@ public final class CoordinationDomain: Sendable {
     /// Submits a claim; `onResult` runs once, with the granted paths or the error.
     func acquire(
         _ intents: [ClaimIntent], purpose: String, deadlines: CoordinationDeadlines, blocksCaller: Bool = true,
+        waitsOnThread: Bool = false,
         onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
     ) throws(CoordinationError) -> Ticket {
         let endpoint = try resolveEndpoint(intents[0].path)
@@ -204,9 +215,12 @@ public final class CoordinationDomain: Sendable {
             let local = state.nextLocal
             state.nextLocal += 1
             let ticket = Ticket(local: local, endpoint: endpoint, onResult: onResult)
+            ticket.holdsDemand = !waitsOnThread
             state.tickets[local] = ticket
             return ticket
         }
+        // A claim nobody waits for on a thread needs the endpoint to keep reading for its answer.
+        if !waitsOnThread { endpoint.changeReaderDemand(by: 1) }
         endpoint.submit(
             local: ticket.local, purpose: purpose, intents: intents, heldByCaller: held,
             waitTimeout: deadlines.claimWait.nanosecondCount,
@@ -222,34 +236,43 @@ public final class CoordinationDomain: Sendable {
     /// Stops waiting for a claim: its result becomes `.cancelled` now, whatever the server does; a
     /// grant that arrives later is released at once.
     func cancel(_ ticket: Ticket) {
-        let cancelled = ticket.lock.withLock { () -> Bool in
-            guard ticket.state == .waiting else { return false }
+        let (cancelled, addDemand) = ticket.lock.withLock { () -> (Bool, Bool) in
+            guard ticket.state == .waiting else { return (false, false) }
             ticket.state = .cancelledLocally
-            return true
+            // The waiting thread stops reading now; someone must still read the server's answer
+            // (a grant that raced with the cancel must be released).
+            let add = !ticket.holdsDemand
+            ticket.holdsDemand = true
+            return (true, add)
         }
         guard cancelled else { return }
+        if addDemand { ticket.endpoint.changeReaderDemand(by: 1) }
         ticket.endpoint.cancel(local: ticket.local)
         ticket.onResult(ticket, .failure(CoordinationError(.cancelled, "The coordination was cancelled.")))
     }
 
     fileprivate func granted(local: UInt64, paths: [String]) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let deliver = ticket.lock.withLock { () -> Bool in
-            guard ticket.state == .waiting else { return false }
+        let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
+            defer { ticket.holdsDemand = false }
+            guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
             ticket.state = .done
-            return true
+            return (true, ticket.holdsDemand)
         }
         if deliver { ticket.onResult(ticket, .success(paths)) } else { ticket.endpoint.release(local: local) }
+        if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
 
     fileprivate func failed(local: UInt64, error: CoordinationError) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let deliver = ticket.lock.withLock { () -> Bool in
-            guard ticket.state == .waiting else { return false }
+        let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
+            defer { ticket.holdsDemand = false }
+            guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
             ticket.state = .done
-            return true
+            return (true, ticket.holdsDemand)
         }
         if deliver { ticket.onResult(ticket, .failure(error)) }
+        if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
 
     /// A server connection broke: its waiting claims fail with `.connectionLost`, and its
@@ -267,11 +290,13 @@ public final class CoordinationDomain: Sendable {
             return (tickets, presenters)
         }
         for ticket in tickets {
-            let deliver = ticket.lock.withLock { () -> Bool in
-                guard ticket.state == .waiting else { return false }
+            let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
+                defer { ticket.holdsDemand = false }
+                guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
                 ticket.state = .done
-                return true
+                return (true, ticket.holdsDemand)
             }
+            if demand { ticket.endpoint.changeReaderDemand(by: -1) }
             if deliver {
                 ticket.onResult(
                     ticket,
@@ -496,13 +521,15 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
                 methods: methods))
     }
     func removePresenter(local: UInt64) { host.removePresenter(PresenterID(owner: owner, local: local)) }
-    func reply(messageID: UInt64, error: String?) { host.reply(messageID: messageID, error: error) }
+    func reply(messageID: UInt64, error: String?) { host.reply(messageID: messageID, error: error, from: owner) }
     func itemMoved(from: String, to: String, purpose: String) {
         host.itemMoved(from: from, to: to, purpose: purpose)
     }
     func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
         host.versionChanged(path: path, change: change, version: version, versionName: versionName)
     }
+    func changeReaderDemand(by delta: Int) {}  // actions arrive on the acting thread
+    func wait(for waiter: Waiter) -> Result<[String], CoordinationError> { waiter.wait() }
 
     func granted(_ claim: ClaimID, paths: [String]) { delegate.granted(local: claim.local, paths: paths) }
     func failed(_ claim: ClaimID, error: CoordinationError) { delegate.failed(local: claim.local, error: error) }

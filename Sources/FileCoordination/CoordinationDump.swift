@@ -9,37 +9,52 @@ public struct CoordinationDump: Codable, Sendable, Equatable {
     public struct Claim: Codable, Sendable, Equatable {
         /// "held", "waiting" or "messaging".
         public var state: String
+        /// "owner.local".
         public var id: String
+        /// The process the claim is for.
         public var pid: Int32
+        /// The claim's purpose identifier.
         public var purpose: String
         /// One entry per item: path and kind ("write(deleting)").
         public var items: [Item]
         /// Milliseconds since the claim was requested.
         public var ageMilliseconds: Double
+        /// Missed presenter deadlines and other events of this claim.
         public var events: [String]
     }
     /// One item of a claim.
     public struct Item: Codable, Sendable, Equatable {
+        /// Canonical path.
         public var path: String
+        /// "read", "write(deleting)"…
         public var kind: String
     }
     /// One presenter.
     public struct Presenter: Codable, Sendable, Equatable {
+        /// "owner.local".
         public var id: String
+        /// The presenting process.
         public var pid: Int32
+        /// Canonical path of the presented item.
         public var path: String
     }
     /// One recent event.
     public struct Event: Codable, Sendable, Equatable {
+        /// Milliseconds since the event.
         public var ageMilliseconds: Double
+        /// The claim concerned, if any.
         public var claim: String?
+        /// What happened.
         public var text: String
     }
 
     /// The server's pid.
     public var serverPid: Int32
+    /// Held and waiting claims, oldest first.
     public var claims: [Claim]
+    /// Registered presenters.
     public var presenters: [Presenter]
+    /// The last events (at most 100).
     public var events: [Event]
 
     /// A dump; see the properties.

@@ -162,11 +162,18 @@ public final class CoordinationServer: @unchecked Sendable {
         guard lockFD >= 0 else {
             throw CoordinationError(.serverUnavailable, "Cannot open \(lockPath): \(Errno.current.message).")
         }
-        // A server exiting on idle holds the lock for a moment while it cleans up: retry briefly.
+        // The lock holder is the server. If it answers, we are not needed: leave at once (many
+        // clients may have started servers at the same time). If it does not answer yet, it is
+        // starting or exiting on idle: retry briefly.
+        let socketPath = standaloneSocketPath(environment: environment)
         var locked = false
         for _ in 0..<200 {
             if flock(lockFD, LOCK_EX | LOCK_NB) == 0 {
                 locked = true
+                break
+            }
+            if let probe = try? UnixSocket.connect(socketPath) {
+                close(probe)
                 break
             }
             usleep(10_000)
@@ -175,7 +182,6 @@ public final class CoordinationServer: @unchecked Sendable {
             close(lockFD)
             return nil
         }
-        let socketPath = standaloneSocketPath(environment: environment)
         let server = CoordinationServer(socketPath: socketPath, idleExit: idleExit, log: log)
         server.lockFD = lockFD
         let pidPath = directory + "/coordinator.pid"
@@ -350,7 +356,7 @@ public final class CoordinationServer: @unchecked Sendable {
                     identity: identity, isDirectory: isDirectory, packageRoot: packageRoot,
                     methods: PresenterMethods(rawValue: methods)))
         case .removePresenter(let local): host.removePresenter(PresenterID(owner: owner, local: local))
-        case .reply(let messageID, let error): host.reply(messageID: messageID, error: error)
+        case .reply(let messageID, let error): host.reply(messageID: messageID, error: error, from: owner)
         case .itemMoved(let from, let to, let purpose): host.itemMoved(from: from, to: to, purpose: purpose)
         case .versionChanged(let path, let change, let version, let versionName):
             if let change = VersionChange(rawValue: change) {

@@ -11,27 +11,41 @@ import Glibc
 import Musl
 #endif
 
-/// One connection to a coordination server. Sends happen on the caller's thread; a reader thread
-/// delivers grants, failures and presenter messages to the domain.
+/// One connection to a coordination server. Sends happen on the caller's thread. Reading is done
+/// by whoever holds the read token: a thread blocked in a synchronous `coordinate` reads its own
+/// grant (saving a thread wake-up on every claim), and a background thread reads while something
+/// needs messages that nobody waits for on a thread (presenters, async claims) — the "demand".
 final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     // Safe: `fd`, `serverPid`, `owner`, `socketPath` are immutable after init; `sendLock` serialises
-    // writes of whole frames (held across exactly one send, nothing else is locked inside); `state`
-    // is a Locked.
+    // writes of whole frames (held across exactly one send, nothing else is locked inside);
+    // `buffer` and `chunk` are only touched by the holder of the read token (`readState.reading`).
     let fd: Int32
     let socketPath: String
     let serverPid: Int32
     let owner: UInt64
     weak var delegate: DelegateBox?
     private let sendLock = Lock()
-    private let dead = Locked(false)
 
-    var isDead: Bool { dead.withLock { $0 } }
+    struct ReadState {
+        var reading = false
+        var demand = 0
+        var dead = false
+        var closed = false
+    }
 
-    private init(fd: Int32, socketPath: String, serverPid: Int32, owner: UInt64) {
+    private let readState = Locked(ReadState())
+    private let backgroundWake = DispatchSemaphore(value: 0)
+    private var buffer: FrameBuffer
+    private var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+
+    var isDead: Bool { readState.withLock { $0.dead } }
+
+    private init(fd: Int32, socketPath: String, serverPid: Int32, owner: UInt64, buffer: FrameBuffer) {
         self.fd = fd
         self.socketPath = socketPath
         self.serverPid = serverPid
         self.owner = owner
+        self.buffer = buffer
     }
 
     /// Connects and says hello; throws `ECONNREFUSED`/`ENOENT`-shaped errors as SystemCallError so
@@ -41,9 +55,9 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
         do {
             var buffer = FrameBuffer()
             let (pid, owner) = try handshake(fd: fd, buffer: &buffer)
-            let link = ServerLink(fd: fd, socketPath: socketPath, serverPid: pid, owner: owner)
+            let link = ServerLink(fd: fd, socketPath: socketPath, serverPid: pid, owner: owner, buffer: buffer)
             link.delegate = delegate
-            let thread = Thread { [link, buffer] in link.readLoop(buffer) }
+            let thread = Thread { [link] in link.backgroundLoop() }
             thread.name = "providerfs.coordination-client"
             thread.start()
             return link
@@ -94,26 +108,120 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
                 return false
             }
         }
-        if !ok { shutdown(fd, Int32(SHUT_RDWR)) }  // the reader thread sees EOF and reports the loss
+        if !ok { markDead() }
     }
 
-    private func readLoop(_ initial: FrameBuffer) {
-        var buffer = initial
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        reading: while true {
-            do {
-                while let payload = try buffer.next() { dispatch(try WireMessage.decode(payload)) }
-            } catch {
-                break reading
-            }
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
-            chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    // MARK: Reading
+
+    private func tryTakeToken() -> Bool {
+        readState.withLock { state in
+            guard !state.reading, !state.dead else { return false }
+            state.reading = true
+            return true
         }
-        dead.withLock { $0 = true }
+    }
+
+    private func releaseToken() {
+        let wakeBackground = readState.withLock { state -> Bool in
+            state.reading = false
+            return state.demand > 0 || state.dead
+        }
+        if wakeBackground { backgroundWake.signal() }
+    }
+
+    /// Waits up to `milliseconds` for data, reads it and dispatches every complete message.
+    /// Returns false when the connection is gone. Only the token holder calls it.
+    private func readOnce(milliseconds: Int32) -> Bool {
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&pfd, 1, milliseconds)
+        if ready == 0 || (ready < 0 && errno == EINTR) { return true }
+        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count < 0 && (errno == EINTR || errno == EAGAIN) { return true }
+        guard count > 0 else { return false }
+        chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        do {
+            while let payload = try buffer.next() { dispatch(try WireMessage.decode(payload)) }
+        } catch {
+            return false
+        }
+        return true
+    }
+
+    /// Whether the server closed the connection (checked without reading, for a link nobody reads).
+    func peerHungUp() -> Bool {
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&pfd, 1, 0) > 0 && pfd.revents & Int16(POLLHUP | POLLERR) != 0
+    }
+
+    /// The connection is gone (or no longer wanted): waiting claims fail, presenters move to a new
+    /// server, the background thread closes the socket.
+    func markDead() {
+        let first = readState.withLock { state -> Bool in
+            defer { state.dead = true }
+            return !state.dead
+        }
+        guard first else { return }
+        shutdown(fd, Int32(SHUT_RDWR))
+        backgroundWake.signal()
         delegate?.endpointLost(self)
+    }
+
+    /// Reads while there is demand and nobody else reads; closes the socket once the link is dead.
+    private func backgroundLoop() {
+        while true {
+            let (read, dead) = readState.withLock { state -> (Bool, Bool) in
+                if state.dead { return (false, true) }
+                guard state.demand > 0, !state.reading else { return (false, false) }
+                state.reading = true
+                return (true, false)
+            }
+            if dead { break }
+            if !read {
+                _ = backgroundWake.wait(timeout: .now() + .milliseconds(500))
+                continue
+            }
+            var alive = true
+            while alive && readState.withLock({ $0.demand > 0 && !$0.dead }) {
+                alive = readOnce(milliseconds: 100)
+            }
+            releaseToken()
+            if !alive { markDead() }
+        }
+        // Nobody reads any more; wait for a synchronous reader to leave before closing.
+        while !readState.withLock({ state -> Bool in
+            if state.reading { return false }
+            state.reading = true
+            return true
+        }) { usleep(1000) }
         sendLock.withLock { _ = close(fd) }
+    }
+
+    func changeReaderDemand(by delta: Int) {
+        let wake = readState.withLock { state -> Bool in
+            state.demand += delta
+            return delta > 0 && !state.reading
+        }
+        if wake { backgroundWake.signal() }
+    }
+
+    func wait(for waiter: Waiter) -> Result<[String], CoordinationError> {
+        while true {
+            if let result = waiter.peek() { return result }
+            if isDead {
+                return waiter.wait(milliseconds: 1000)
+                    ?? .failure(
+                        CoordinationError(.connectionLost, "The connection to the coordination server was lost."))
+            }
+            if tryTakeToken() {
+                var alive = true
+                while alive && waiter.peek() == nil { alive = readOnce(milliseconds: 50) }
+                releaseToken()
+                if !alive { markDead() }
+                continue
+            }
+            // Someone else reads (and dispatches our answer too), or will hand the token back.
+            _ = waiter.wait(milliseconds: 5)
+        }
     }
 
     private func dispatch(_ message: WireMessage) {
@@ -141,12 +249,16 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     func release(local: UInt64) { send(.release(local: local)) }
     func cancel(local: UInt64) { send(.cancel(local: local)) }
     func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods) {
+        changeReaderDemand(by: 1)
         send(
             .addPresenter(
                 local: local, purpose: purpose, path: item.path, identity: item.identity, isDirectory: item.isDirectory,
                 packageRoot: item.packageRoot, methods: methods.rawValue))
     }
-    func removePresenter(local: UInt64) { send(.removePresenter(local: local)) }
+    func removePresenter(local: UInt64) {
+        send(.removePresenter(local: local))
+        changeReaderDemand(by: -1)
+    }
     func reply(messageID: UInt64, error: String?) { send(.reply(messageID: messageID, error: error)) }
     func itemMoved(from: String, to: String, purpose: String) {
         send(.itemMoved(from: from, to: to, purpose: purpose))
@@ -175,7 +287,11 @@ final class EndpointRouter: @unchecked Sendable {
         let socket =
             mountPoint.map { CoordinationServer.socketPath(forMountPoint: $0, environment: environment) }
             ?? standaloneSocket
-        if let link = links.withLock({ $0[socket] }), !link.isDead { return link }
+        if let link = links.withLock({ $0[socket] }), !link.isDead {
+            // A link nobody reads does not see the server go away; check before using it.
+            if !link.peerHungUp() { return link }
+            link.markDead()
+        }
         // Connect without holding the lock (it may take a server start); keep one link per socket.
         let link: ServerLink
         if let mountPoint {
@@ -189,7 +305,7 @@ final class EndpointRouter: @unchecked Sendable {
         }
         return links.withLock { links -> ServerLink in
             if let existing = links[socket], !existing.isDead, existing !== link {
-                shutdown(link.fd, Int32(SHUT_RDWR))  // another thread connected first; keep one link
+                link.markDead()  // another thread connected first; keep one link
                 return existing
             }
             links[socket] = link

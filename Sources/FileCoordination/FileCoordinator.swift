@@ -145,11 +145,12 @@ public final class FileCoordinator: @unchecked Sendable {
         try checkNotCancelled()
         let claimIntents = try Self.resolve(intents)
         let waiter = Waiter()
-        let ticket = try domain.acquire(claimIntents, purpose: purposeIdentifier, deadlines: deadlines) {
-            waiter.fulfil($1)
-        }
+        let ticket = try domain.acquire(
+            claimIntents, purpose: purposeIdentifier, deadlines: deadlines, waitsOnThread: true
+        ) { waiter.fulfil($1) }
         track(ticket)
-        let result = waiter.wait()
+        // The endpoint may read the grant on this very thread (one thread wake-up less).
+        let result = ticket.endpoint.wait(for: waiter)
         untrack(ticket)
         let paths = try result.get()
         return try runAccessor(ticket: ticket, intents: intents, claimIntents: claimIntents, paths: paths, body: body)
@@ -383,6 +384,19 @@ final class Waiter: @unchecked Sendable {
     func wait() -> Result<[String], CoordinationError> {
         if let ready = lock.withLock({ result }) { return ready }
         semaphore.wait()
+        semaphore.signal()  // keep the semaphore signalled: later peeks and waits return at once
         return lock.withLock { result! }
+    }
+
+    /// The result if it has arrived.
+    func peek() -> Result<[String], CoordinationError>? { lock.withLock { result } }
+
+    /// Waits at most `milliseconds` for the result.
+    func wait(milliseconds: Int) -> Result<[String], CoordinationError>? {
+        if let ready = peek() { return ready }
+        if semaphore.wait(timeout: .now() + .milliseconds(milliseconds)) == .success {
+            semaphore.signal()
+        }
+        return peek()
     }
 }

@@ -68,34 +68,52 @@ public protocol FilePresenter: AnyObject, Sendable {
     func presentedSubitem(at url: URL, didResolve version: FileVersion)
 }
 
+/// Default implementations: "not implemented" (answers at once, ignores notifications, rule 32).
 extension FilePresenter {
+    /// Default: every method (each default answers at once or does nothing).
     public var implementedPresenterMethods: PresenterMethods { .all }
+    /// Default: relinquishes at once, without a reacquirer.
     public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         reader(nil)
     }
+    /// Default: relinquishes at once, without a reacquirer.
     public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         writer(nil)
     }
+    /// Default: nothing to save.
     public func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         completionHandler(nil)
     }
+    /// Default: accepts the deletion.
     public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         completionHandler(nil)
     }
+    /// Default: accepts the deletion.
     public func accommodatePresentedSubitemDeletion(
         at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void
     ) {
         completionHandler(nil)
     }
+    /// Default: does nothing.
     public func presentedItemDidMove(to newURL: URL) {}
+    /// Default: does nothing.
     public func presentedItemDidChange() {}
+    /// Default: does nothing.
     public func presentedSubitemDidChange(at url: URL) {}
+    /// Default: does nothing.
     public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {}
+    /// Default: does nothing.
     public func presentedSubitemDidAppear(at url: URL) {}
+    /// Default: does nothing.
     public func presentedItemDidGain(_ version: FileVersion) {}
+    /// Default: does nothing.
     public func presentedItemDidLose(_ version: FileVersion) {}
+    /// Default: does nothing.
     public func presentedItemDidResolveConflict(_ version: FileVersion) {}
+    /// Default: does nothing.
     public func presentedSubitem(at url: URL, didGain version: FileVersion) {}
+    /// Default: does nothing.
     public func presentedSubitem(at url: URL, didLose version: FileVersion) {}
+    /// Default: does nothing.
     public func presentedSubitem(at url: URL, didResolve version: FileVersion) {}
 }

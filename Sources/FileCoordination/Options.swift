@@ -7,6 +7,7 @@ import SystemSupport
 
 /// How a coordinated read behaves (Apple's `NSFileCoordinator.ReadingOptions`).
 public struct ReadingOptions: OptionSet, Sendable, Hashable {
+    /// The option bits (Apple's raw values).
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
@@ -25,6 +26,7 @@ public struct ReadingOptions: OptionSet, Sendable, Hashable {
 /// How a coordinated write behaves (Apple's `NSFileCoordinator.WritingOptions`). At most one
 /// option may be given (Apple: "You must specify only one constant at a time").
 public struct WritingOptions: OptionSet, Sendable, Hashable {
+    /// The option bits (Apple's raw values).
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 

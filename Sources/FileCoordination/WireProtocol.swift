@@ -31,26 +31,42 @@ public struct WireError: Error, Sendable, Equatable, CustomStringConvertible {
 /// One message of the protocol.
 public enum WireMessage: Sendable, Equatable {
     // Client → server.
+    /// First message of a client.
     case hello(magic: UInt32, version: UInt16)
+    /// A claim.
     case submit(
         local: UInt64, purpose: String, waitTimeout: UInt64, presenterTimeout: UInt64, held: [UInt64],
         intents: [ClaimIntent])
+    /// End of a granted claim (or abandoning a waiting one).
     case release(local: UInt64)
+    /// Stop waiting for a claim.
     case cancel(local: UInt64)
+    /// Register a presenter.
     case addPresenter(
         local: UInt64, purpose: String, path: String, identity: ItemIdentity?, isDirectory: Bool,
         packageRoot: String?, methods: UInt32)
+    /// Unregister a presenter.
     case removePresenter(local: UInt64)
+    /// A presenter's answer to a message.
     case reply(messageID: UInt64, error: String?)
+    /// `item(at:didMoveTo:)`.
     case itemMoved(from: String, to: String, purpose: String)
+    /// Ask for the claim dump.
     case dumpRequest(requestID: UInt64)
+    /// A version event.
     case versionChanged(path: String, change: UInt8, version: String, versionName: String)
     // Server → client.
+    /// Answer to hello.
     case welcome(version: UInt16, serverPid: Int32, owner: UInt64)
+    /// A claim is granted.
     case granted(local: UInt64, paths: [String])
+    /// A claim will not be granted.
     case failed(local: UInt64, code: UInt16, message: String)
+    /// A message for a presenter of this client.
     case deliver(presenter: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?)
+    /// The claim dump, as JSON.
     case dump(requestID: UInt64, json: String)
+    /// Why the server drops this connection.
     case fatal(code: UInt16, message: String)
 
     var typeCode: UInt8 {

@@ -171,7 +171,7 @@ struct MountCommand: CLICommand {
         }
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
-            allowOther: plan.allowOther)
+            allowOther: plan.allowOther, debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1")
         let record = MountRecord(
             pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,
             mountpoint: plan.mountpoint,
@@ -249,11 +249,11 @@ struct MountCommand: CLICommand {
                     "Mounted \(plan.demo ? "the demo provider" : plan.source) at \(plan.mountpoint) (daemon pid \(pid))."
                 )
                 io.line("Try:")
-                io.line(
-                    "  ls -l \(plan.mountpoint)                      # placeholders: real sizes, nothing downloaded")
-                io.line("  providerfs status \(plan.mountpoint)/<file>    # state, progress, version, last error")
-                io.line("  cat \(plan.mountpoint)/<file>                  # downloads only what is read")
-                io.line("  providerfs download \(plan.mountpoint)/<file>  # materializes with a progress bar")
+                let suggestions = suggestions(plan)
+                let width = suggestions.map(\.0.count).max() ?? 0
+                for (command, effect) in suggestions {
+                    io.line("  " + command.padding(toLength: width, withPad: " ", startingAt: 0) + "   # " + effect)
+                }
                 io.line("Log: \(plan.logFile)")
                 io.line("Unmount: providerfs unmount \(plan.mountpoint)")
             }
@@ -276,6 +276,28 @@ struct MountCommand: CLICommand {
     }
 
     enum Readiness { case ready, failed(String), exitedSilently, timedOut }
+
+    /// What to try right after mounting (concrete items for the demo).
+    static func suggestions(_ plan: Plan) -> [(String, String)] {
+        let m = plan.mountpoint.contains(" ") ? "'\(plan.mountpoint)'" : plan.mountpoint
+        guard plan.demo else {
+            return [
+                ("ls -l \(m)", "placeholders: real sizes, nothing downloaded"),
+                ("providerfs status \(m)/FILE", "state, progress, version, last error"),
+                ("cat \(m)/FILE", "downloads only what is read"),
+                ("providerfs download \(m)/FILE", "materializes it, with progress"),
+            ]
+        }
+        return [
+            ("ls -lR \(m)", "placeholders: real sizes, nothing downloaded"),
+            ("cat \(m)/README.txt", "downloads only what is read"),
+            ("head -c 60 \(m)/Media/large-1GiB.bin", "the first bytes of 1 GiB, at once"),
+            ("providerfs status \(m)/Media/large-1GiB.bin", "state, progress, version, last error"),
+            ("getfattr -d \(m)/README.txt", "the same state as extended attributes"),
+            ("providerfs download \(m)/Documents", "materializes a folder, with progress"),
+            ("cat \(m)/Unreliable/fails-halfway.bin", "fails at 50% with 'Input/output error'"),
+        ]
+    }
 
     static func waitForReadiness(_ fd: Int32, timeout: Duration) -> Readiness {
         let deadline = ContinuousClock.now + timeout

@@ -26,6 +26,8 @@ package final class Database {
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
     private var mostRecentStatement: Statement?
+    private var internalStatements: [Statement] = []
+    private static let statementCacheLimit = 512
 
     /// The thread currently allowed to use this connection (`pthread_t`), or 0 between closures.
     /// Atomic so that a misuse from another thread is a clean trap, not a data race on the check.
@@ -34,7 +36,16 @@ package final class Database {
     /// Tables the authorizer saw as written while preparing the current statement.
     fileprivate var authorizedWrites: Set<String> = []
     /// Tables changed by the current write transaction (for observers); reset on commit/rollback.
-    var changedTables: Set<String> = []
+    private(set) var changedTables: Set<String> = []
+    /// Bumped whenever `changedTables` is cleared, so a statement adds its tables to the set once
+    /// per transaction instead of hashing them on every row it inserts.
+    private var changeEpoch: UInt64 = 1
+
+    /// Forgets the changed tables (at BEGIN, COMMIT and ROLLBACK).
+    func resetChangedTables() {
+        changedTables.removeAll(keepingCapacity: true)
+        changeEpoch &+= 1
+    }
 
     init(path: String, handle: OpaquePointer, isReadOnly: Bool) {
         self.path = path
@@ -50,6 +61,7 @@ package final class Database {
 
     deinit {
         mostRecentStatement = nil
+        internalStatements.removeAll()
         statementCache.removeAll()  // finalize statements before closing the connection
         sqlite3_close_v2(handle)
     }
@@ -256,6 +268,9 @@ package final class Database {
             statement = try prepare(sql)
             // A statement already stepping (same SQL nested inside forEachRow) is not replaced.
             if statementCache[sql] == nil {
+                // Bounded: SQL built with interpolated values (a mistake, but not a crash) would
+                // otherwise grow the cache forever. In-use statements stay referenced by callers.
+                if statementCache.count >= Self.statementCacheLimit { statementCache.removeAll() }
                 statementCache[sql] = statement
                 mostRecentStatement = statement
             }
@@ -305,7 +320,10 @@ package final class Database {
         statement.generation &+= 1
         let rc = sqlite3_step(statement.handle)
         if !isReadOnly && sqlite3_total_changes64(handle) != before {
-            changedTables.formUnion(statement.writtenTables)
+            if statement.changeEpoch != changeEpoch {
+                changedTables.formUnion(statement.writtenTables)
+                statement.changeEpoch = changeEpoch
+            }
         }
         switch rc {
         case SQLITE_ROW: return true
@@ -335,11 +353,22 @@ package final class Database {
         }
     }
 
-    /// Runs a statement that SQLiteStore itself issues (BEGIN, COMMIT, PRAGMA …), cached.
+    /// Runs a statement that SQLiteStore itself issues (BEGIN, COMMIT, ROLLBACK, PRAGMA …).
+    ///
+    /// These have their own tiny cache, searched linearly: every `read` runs BEGIN and COMMIT, and
+    /// keeping them out of the main cache spares a hash of the SQL text and leaves the caller's
+    /// statement as the most recent one.
     func executeInternal(_ sql: String) throws {
-        try withStatement(sql, []) { statement in
-            while try step(statement) {}
+        checkAccess()
+        let statement: Statement
+        if let cached = internalStatements.first(where: { $0.sql == sql }) {
+            statement = cached
+        } else {
+            statement = try prepare(sql)
+            internalStatements.append(statement)
         }
+        defer { endStatement(statement) }
+        while try step(statement) {}
     }
 
     func error(_ rc: Int32, sql: String?) -> DatabaseError {

@@ -130,7 +130,7 @@ package final class DatabaseQueue: @unchecked Sendable {
         let db = writer
         db.beginAccess()
         defer { db.endAccess() }
-        db.changedTables.removeAll()
+        db.resetChangedTables()
         try db.executeInternal("BEGIN IMMEDIATE")
         let result: T
         do {
@@ -140,7 +140,7 @@ package final class DatabaseQueue: @unchecked Sendable {
             throw error
         }
         guard sqlite3_get_autocommit(db.handle) == 0 else {
-            db.changedTables.removeAll()
+            db.resetChangedTables()
             throw DatabaseError(
                 code: .transactionEndedByBody,
                 message:
@@ -155,7 +155,7 @@ package final class DatabaseQueue: @unchecked Sendable {
             throw error
         }
         let changed = db.changedTables
-        db.changedTables.removeAll()
+        db.resetChangedTables()
         if !changed.isEmpty { observers.notify(changed) }
         return result
     }
@@ -170,7 +170,7 @@ package final class DatabaseQueue: @unchecked Sendable {
                 // original error is the one worth reporting.
             }
         }
-        db.changedTables.removeAll()
+        db.resetChangedTables()
     }
 
     // MARK: - Reading
@@ -197,7 +197,15 @@ package final class DatabaseQueue: @unchecked Sendable {
             if sqlite3_get_autocommit(db.handle) == 0 { try? db.executeInternal("ROLLBACK") }
             throw error
         }
-        if sqlite3_get_autocommit(db.handle) == 0 { try db.executeInternal("COMMIT") }
+        if sqlite3_get_autocommit(db.handle) == 0 {
+            do {
+                try db.executeInternal("COMMIT")
+            } catch {
+                // Never return a connection to the pool with a transaction still open.
+                if sqlite3_get_autocommit(db.handle) == 0 { try? db.executeInternal("ROLLBACK") }
+                throw error
+            }
+        }
         return result
     }
 
@@ -347,7 +355,7 @@ package final class DatabaseQueue: @unchecked Sendable {
             try db.executeInternal("PRAGMA foreign_keys = ON")
 
             // 3. Migrations, each in its own transaction with its record.
-            if !hasMigrationTable && !pending.isEmpty || !hasMigrationTable && objectCount == 0 {
+            if !hasMigrationTable {  // an empty file: a foreign one was refused above
                 try db.execute(
                     "CREATE TABLE IF NOT EXISTS \(DatabaseMigrator.tableName) "
                         + "(name TEXT NOT NULL PRIMARY KEY, applied_at REAL NOT NULL)")
@@ -365,7 +373,7 @@ package final class DatabaseQueue: @unchecked Sendable {
                     throw error
                 }
             }
-            db.changedTables.removeAll()
+            db.resetChangedTables()
         }
     }
 }

@@ -15,7 +15,10 @@ final class Statement {
     /// True while a caller is stepping it; a nested use of the same SQL gets a fresh statement.
     var isInUse = false
     let parameterCount: Int32
+    /// The `Database.changeEpoch` in which `writtenTables` were last added to the changed set.
+    var changeEpoch: UInt64 = 0
     private var columnIndexCache: [String: Int32]?
+    private var cachedColumnCount: Int32 = -1
 
     init(handle: OpaquePointer, sql: String, writtenTables: Set<String>) {
         self.handle = handle
@@ -34,17 +37,22 @@ final class Statement {
         String(cString: sqlite3_column_name(handle, index))
     }
 
-    /// The index of a result column by name (case-insensitive, as SQL is); the first match wins.
+    /// The index of a result column by name; the first match wins. Exact names are found by one
+    /// dictionary lookup; other spellings fall back to a case-insensitive search, as SQL names are.
     func columnIndex(_ name: String) -> Int32? {
-        if columnIndexCache == nil {
+        // SQLite re-prepares a statement after a schema change (SELECT * may gain a column).
+        if columnIndexCache == nil || cachedColumnCount != columnCount {
+            cachedColumnCount = columnCount
             var cache: [String: Int32] = [:]
             for index in 0..<columnCount {
-                let key = columnName(index).lowercased()
+                let key = columnName(index)
                 if cache[key] == nil { cache[key] = index }
             }
             columnIndexCache = cache
         }
-        return columnIndexCache?[name.lowercased()]
+        if let index = columnIndexCache?[name] { return index }
+        let lowered = name.lowercased()
+        return (0..<columnCount).first { columnName($0).lowercased() == lowered }
     }
 
     /// Binds one value to the 1-based parameter `index`.

@@ -12,8 +12,11 @@ import Glibc
 /// A spawned child process. Stop it with `terminate`/`kill` and always `wait` for it.
 public final class ChildProcess: @unchecked Sendable {
     // Safe: `status` is guarded by `lock`; everything else is immutable after init.
+    /// The child's process id.
     public let pid: Int32
+    /// The program that was run.
     public let executable: String
+    /// Its arguments (without argv[0]).
     public let arguments: [String]
     /// Files that receive the child's stdout and stderr.
     public let standardOutputPath: String

@@ -22,14 +22,18 @@ public enum MountTestGate {
 
 /// Why a mount did not come up.
 public struct MountFailure: Error, CustomStringConvertible {
+    /// What happened, with the daemon's stderr.
     public var description: String
 }
 
 /// A mounted file system served by a child process.
 public final class MountedFileSystem: @unchecked Sendable {
     // Safe: `stopped` is guarded by `lock`; the rest is immutable.
+    /// The temporary directory holding the mount point (removed by `stop`).
     public let directory: String
+    /// The mount point (`directory/mnt`).
     public let mountpoint: String
+    /// The daemon process.
     public let child: ChildProcess
     private let lock = Lock()
     private var stopped = false

@@ -7,6 +7,9 @@
 //   coordination-probe present PATH [--silent]
 //       registers a presenter, prints "ready", then one line per event ("event NAME PATH");
 //       answers every request unless --silent; exits when stdin reaches EOF.
+//   coordination-probe move FROM TO
+//       claims FROM .forMoving and TO .forReplacing, prints "moving", waits for a line on stdin,
+//       renames FROM to TO, announces it with item(at:didMoveTo:), prints "moved", exits.
 //   coordination-probe bench-claims COUNT PATH [--read]
 //       COUNT uncontended claim+release round trips; prints "median_ns N" and "claims_per_s N".
 import FileCoordination
@@ -114,6 +117,27 @@ case "present":
     while readLine() != nil {}
     FileCoordinator.removeFilePresenter(presenter)
     exit(0)
+
+case "move":
+    guard arguments.count == 2 else { fail("move FROM TO") }
+    let from = URL(fileURLWithPath: arguments[0])
+    let to = URL(fileURLWithPath: arguments[1])
+    let coordinator = FileCoordinator()
+    do {
+        try coordinator.coordinate(writingItemAt: from, options: .forMoving, writingItemAt: to, options: .forReplacing)
+        {
+            source, destination in
+            say("moving")
+            _ = readLine()
+            try FileManager.default.moveItem(at: source, to: destination)
+            try coordinator.item(at: source, didMoveTo: destination)
+        }
+        say("moved")
+        exit(0)
+    } catch {
+        say("failed \(error)")
+        exit(1)
+    }
 
 case "bench-local":
     // In-process: the arbiter through its host (the mount's path), and the whole FileCoordinator.

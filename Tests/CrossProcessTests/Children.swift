@@ -96,6 +96,20 @@ final class Child: @unchecked Sendable {
     }
 }
 
+/// True when `pid` is gone or a zombie (state Z in /proc/PID/stat).
+///
+/// The test process deliberately does NOT become a child subreaper: it would adopt every orphaned
+/// daemon (on-demand coordinators, background mounts) of the whole test run, and Swift Testing's
+/// exit-test monitor, which waits for any child without reaping foreign ones, then spins forever on
+/// such a zombie and no exit test finishes. An orphan that exits is reparented to PID 1; a zombie
+/// there counts as gone.
+func processIsGone(_ pid: Int32) -> Bool {
+    if kill(pid, 0) != 0 { return true }
+    let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+    guard let close = stat.lastIndex(of: ")"), stat.distance(from: close, to: stat.endIndex) > 2 else { return true }
+    return stat[stat.index(close, offsetBy: 2)] == "Z"
+}
+
 /// One isolated coordination world: a private runtime directory and its server.
 final class CoordinationWorld: @unchecked Sendable {
     // Safe: used from one test at a time.
@@ -147,18 +161,35 @@ final class CoordinationWorld: @unchecked Sendable {
         return false
     }
 
-    /// Stops every child and the server (by PID), and a server the library started on demand.
+    /// Pids of servers started on demand that this world has seen (from coordinator.pid).
+    var onDemandServers: Set<Int32> = []
+
+    /// The pid in coordinator.pid, remembered for the teardown.
+    func onDemandServerPid() -> Int32? {
+        guard let text = try? String(contentsOfFile: runtime + "/coordinator.pid", encoding: .utf8),
+            let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0
+        else { return nil }
+        if pid != server?.pid { onDemandServers.insert(pid) }
+        return pid
+    }
+
+    /// Stops every child and the server (by PID), and servers the library started on demand
+    /// (SIGTERM, then reaped when they are our children, or seen gone: see processIsGone).
     func tearDown() {
+        _ = onDemandServerPid()
         for child in children { child.stop(grace: 2) }
         if let server {
             _ = kill(server.pid, SIGTERM)
             server.process.waitUntilExit()
         }
-        if let text = try? String(contentsOfFile: runtime + "/coordinator.pid", encoding: .utf8),
-            let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0, kill(pid, 0) == 0
-        {
+        for pid in onDemandServers {
             _ = kill(pid, SIGTERM)
-            for _ in 0..<1000 where kill(pid, 0) == 0 { usleep(2000) }
+            for _ in 0..<2500 {
+                var status: Int32 = 0
+                let reaped = waitpid(pid, &status, WNOHANG)
+                if reaped == pid || (reaped < 0 && processIsGone(pid)) { break }
+                usleep(2000)
+            }
         }
         try? FileManager.default.removeItem(atPath: runtime)
     }

@@ -114,18 +114,45 @@ import Glibc
         #expect(writer.stop() == 0)
     }
 
+    @Test func rule35_39_moveInAnotherProcessRedirectsWaitersAndPresenters() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let from = world.path("old")
+        let to = world.path("new")
+        _ = FileManager.default.createFile(atPath: from, contents: Data("x".utf8))
+        let presenter = try world.probe(["present", from])
+        #expect(presenter.waitForLine("ready") != nil)
+        let mover = try world.probe(["move", from, to])
+        #expect(mover.waitForLine("moving") != nil)
+        let reader = try world.probe(["hold", "--read", from])
+        #expect(world.eventually { $0.claims.map(\.state) == ["held", "waiting"] })
+        mover.closeInput()
+        #expect(mover.waitForLine("moved") != nil)
+        #expect(reader.waitForLine("granted") == "granted \(to)", "rule 39: the waiting claim follows the move")
+        #expect(presenter.waitForLine("event didMove \(to)") != nil, "rule 35")
+        #expect(presenter.hasLine("event relinquishToWriter"))
+        #expect(reader.stop() == 0)
+    }
+
     @Test func libraryStartsTheServerOnDemandOnceForManyClients() throws {
         let world = try CoordinationWorld(startServer: false)
         defer { world.tearDown() }
         let file = world.path("f")
         let probes = try (0..<4).map { _ in try world.probe(["hold", "--read", file]) }
         for probe in probes { #expect(probe.waitForLine("granted") != nil) }
-        let pidText = try String(contentsOfFile: world.runtime + "/coordinator.pid", encoding: .utf8)
-        let serverPid = Int32(pidText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let serverPid = world.onDemandServerPid() ?? 0
         #expect(serverPid > 0)
         let dump = try world.dump()
         #expect(dump?.serverPid == serverPid)
         #expect(dump?.claims.count == 4, "every client reached the one server")
+        // Servers started by the other clients saw the running one and left: one remains.
+        var servers: [Int32] = []
+        for _ in 0..<500 {
+            servers = coordinatorProcesses(runtime: world.runtime)
+            if servers == [serverPid] { break }
+            usleep(10_000)
+        }
+        #expect(servers == [serverPid])
         // The server holds no descriptor of its starter: its stdio is /dev/null.
         for fd in 0...2 {
             let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(serverPid)/fd/\(fd)")
@@ -145,12 +172,12 @@ import Glibc
         let probe = try world.probe(["hold", "--read", world.path("f")], extra: [:])
         #expect(probe.waitForLine("granted") != nil)
         #expect(probe.stop() == 0)
-        let pidText = try String(contentsOfFile: world.runtime + "/coordinator.pid", encoding: .utf8)
-        let serverPid = Int32(pidText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let serverPid = world.onDemandServerPid() ?? 0
+        #expect(serverPid > 0)
         // PROVIDERFS_COORDINATOR_IDLE=3s in this world: it must be gone well within 10 s.
         var gone = false
         for _ in 0..<1000 {
-            if kill(serverPid, 0) != 0 || isZombie(serverPid) {
+            if processIsGone(serverPid) {
                 gone = true
                 break
             }
@@ -160,17 +187,25 @@ import Glibc
         #expect(!FileManager.default.fileExists(atPath: world.runtime + "/coordinator.sock"))
     }
 
+    /// `providerfs coordinator` processes whose environment names this runtime directory.
+    private func coordinatorProcesses(runtime: String) -> [Int32] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap(Int32.init).filter { pid in
+            guard let command = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
+                let environment = FileManager.default.contents(atPath: "/proc/\(pid)/environ")
+            else { return false }
+            let arguments = command.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            let variables = environment.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            return arguments.count > 1 && arguments[1] == "coordinator"
+                && variables.contains("PROVIDERFS_RUNTIME_DIR=" + runtime) && !processIsGone(pid)
+        }.sorted()
+    }
+
     private func pipes(of process: String) -> [String] {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/fd")) ?? []
         return fds.compactMap {
             try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(process)/fd/\($0)")
         }
         .filter { $0.hasPrefix("pipe:") }
-    }
-
-    private func isZombie(_ pid: Int32) -> Bool {
-        let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
-        guard let close = stat.lastIndex(of: ")") else { return true }
-        return stat[stat.index(close, offsetBy: 2)] == "Z"
     }
 }

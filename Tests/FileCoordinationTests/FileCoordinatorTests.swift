@@ -52,10 +52,16 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     func presentedItemDidMove(to newURL: URL) { note("didMove \(newURL.path)") }
 }
 
-func temporaryDirectory() throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("fc-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
+/// Polls until `condition` holds or 5 s pass, suspending between polls: in async code a blocking
+/// poll would hold a cooperative thread, and on a 2-core machine that can starve the very task
+/// being waited for.
+func eventuallyAsync(_ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + .seconds(5)
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+    return condition()
 }
 
 /// Polls (no fixed sleep) until `condition` holds or 5 s pass.
@@ -67,13 +73,26 @@ func eventually(_ condition: () -> Bool) -> Bool {
     return condition()
 }
 
-@Suite struct FileCoordinatorTests {
+@Suite final class FileCoordinatorTests {
     let host: ArbiterHost
     let domain: CoordinationDomain
+    /// Directories made by this test, removed when it ends (a suite instance lives for one test).
+    private var scratch: [URL] = []
 
     init() {
         host = ArbiterHost()
         domain = CoordinationDomain(host: host)
+    }
+
+    deinit {
+        for url in scratch { try? FileManager.default.removeItem(at: url) }
+    }
+
+    func temporaryDirectory() throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("fc-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        scratch.append(url)
+        return url
     }
 
     @Test func readerWaitsForWriterOnAnotherThread() throws {
@@ -415,7 +434,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
                 let task = Task.detached {
                     try await FileCoordinator(domain: domain).coordinate(readingItemAt: file, performing: { _ in 1 })
                 }
-                #expect(eventually { host.dump().claims.count == 2 })
+                #expect(await eventuallyAsync { host.dump().claims.count == 2 })
                 task.cancel()
                 let result = await task.result
                 #expect((try? result.get()) == nil)

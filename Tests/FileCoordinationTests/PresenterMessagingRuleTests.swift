@@ -177,6 +177,17 @@ import Testing
         #expect(h.arbiter.events.last?.claim == w)
     }
 
+    @Test func onlyThePresentersOwnerCanAnswer() {
+        var h = ArbiterHarness()
+        let p = h.present("/f", owner: 9)
+        let w = h.claim([write("/f")], purpose: "A")
+        let message = h.deliveries[0].messageID
+        h.apply(h.arbiter.reply(messageID: message, error: "forged veto", from: 3, now: h.now))
+        #expect(!h.isGranted(w) && h.failed[w] == nil)
+        h.apply(h.arbiter.reply(messageID: message, error: nil, from: p.owner, now: h.now))
+        #expect(h.isGranted(w))
+    }
+
     @Test func removedPresenterCountsAsAnswered() {
         var h = ArbiterHarness()
         let p = h.present("/f")

@@ -142,6 +142,29 @@ struct CommandEdgeTests {
         #expect(stat(mount.mountpoint, &info) == 0)
     }
 
+    @Test func unmountOfABusyMountSaysWhyAndLazyDetaches() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let runtime = scratch + "/run"
+        let mount = try MountedFileSystem.fixture(extraArguments: ["--subtype", "providerfs"])
+        defer { mount.stop() }
+        // A process keeps a file open on the mount.
+        let holder = try ChildProcess("/bin/sh", ["-c", "exec 3< \(quoted(mount.path("xattrs.txt"))); exec sleep 30"])
+        defer {
+            holder.signal(SIGKILL)
+            holder.wait(timeout: .seconds(5))
+        }
+        usleep(300_000)
+        let busy = try providerfs(["unmount", mount.mountpoint], runtime: runtime)
+        #expect(busy.status == 1)
+        #expect(busy.error.contains("is busy"), "\(busy.error)")
+        #expect(busy.error.contains("--lazy"))
+        #expect(MountTable.entry(at: mount.mountpoint) != nil, "nothing changed")
+        let lazy = try providerfs(["unmount", mount.mountpoint, "--lazy"], runtime: runtime)
+        #expect(lazy.status == 0, "\(lazy)")
+        #expect(MountTable.entry(at: mount.mountpoint) == nil)
+    }
+
     @Test func unmountOfSomethingNotMountedOrForeignFails() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }

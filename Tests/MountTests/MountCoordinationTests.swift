@@ -42,6 +42,13 @@ struct MountCoordinationTests {
         P=\(quoted(providerfs))
         T=\(quoted(scratch))
         wait_for() { i=0; while [ ! -e "$1" ]; do i=$((i+1)); [ $i -gt 400 ] && return 1; sleep 0.025; done; }
+        # Holds a write claim on $1 in the background (pid in $holder) until $T/release exists.
+        hold_write() {
+          "$P" coordinate --write "$1" --timeout 10s -- sh -c "touch $T/granted; \
+            i=0; while [ ! -e $T/release ]; do i=\\$((i+1)); [ \\$i -gt 800 ] && exit 9; sleep 0.025; done" &
+          holder=$!
+          wait_for "$T/granted" || { echo "holder never granted"; exit 1; }
+        }
 
         """
     }
@@ -54,10 +61,7 @@ struct MountCoordinationTests {
         let file = quoted(mount.path("doc.txt"))
         let result = try shell(
             prelude + """
-                "$P" coordinate --write \(file) --timeout 10s -- sh -c "touch $T/granted; \
-                  i=0; while [ ! -e $T/release ]; do i=\\$((i+1)); [ \\$i -gt 800 ] && exit 9; sleep 0.025; done" &
-                holder=$!
-                wait_for "$T/granted" || { echo "holder never granted"; exit 1; }
+                hold_write \(file)
                 ( cat \(file) > "$T/read"; echo $? > "$T/read-done" ) &
                 reader=$!
                 sleep 0.5
@@ -94,10 +98,7 @@ struct MountCoordinationTests {
         let file = quoted(mount.path("doc.txt"))
         let result = try shell(
             prelude + """
-                "$P" coordinate --write \(file) --timeout 10s -- sh -c "touch $T/granted; \
-                  i=0; while [ ! -e $T/release ]; do i=\\$((i+1)); [ \\$i -gt 800 ] && exit 9; sleep 0.025; done" &
-                holder=$!
-                wait_for "$T/granted" || { echo "holder never granted"; exit 1; }
+                hold_write \(file)
                 python3 -c '
                 import errno, sys
                 try:

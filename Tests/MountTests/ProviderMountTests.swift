@@ -137,6 +137,25 @@ struct ProviderMountTests {
         #expect(access(source + "/new.txt", F_OK) != 0)
     }
 
+    @Test func sourceChangesWhileMountedAreSeenAndAVanishedItemFailsFast() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount()
+        defer { mount.stop() }
+        let m = quoted(mount.mountpoint)
+        #expect(try shell("ls \(m)").output.contains("other.bin"))
+        // Gone on the provider after it was listed: ENOENT (docs/SEMANTICS.md), never a hang.
+        unlink(source + "/other.bin")
+        writeTestFile(source + "/added.txt", Array("added later\n".utf8))
+        usleep(2_500_000)  // past the 1 s entry/attribute timeouts and the listing refresh interval
+        let start = ContinuousClock.now
+        let vanished = try shell("cat \(m)/other.bin > /dev/null", timeout: .seconds(30))
+        #expect(vanished.status != 0)
+        #expect(vanished.error.contains("No such file or directory"), "\(vanished.error)")
+        #expect(ContinuousClock.now - start < .seconds(10))
+        #expect(try shell("cat \(m)/added.txt").output == "added later\n")
+    }
+
     @Test func aRestartKeepsMaterializedItemsAndServesThemWithoutTheSource() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }

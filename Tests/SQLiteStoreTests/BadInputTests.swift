@@ -22,9 +22,16 @@ final class TemporaryMount {
     }
 
     func remountReadOnly() throws {
-        guard mount("tmpfs", path, "tmpfs", UInt(MS_REMOUNT | MS_RDONLY), nil) == 0 else {
-            throw MountError(message: "remount read-only: \(String(cString: strerror(errno)))")
+        // EBUSY means some process has a file on this mount open for writing. Our connections are
+        // closed by now, but a test in another suite that spawns a child process (exit tests) can
+        // briefly hold a copy of every descriptor of this process between fork and exec. So
+        // retry for a bounded time; a real leak of ours still fails after 2 s.
+        for _ in 0..<100 {
+            if mount("tmpfs", path, "tmpfs", UInt(MS_REMOUNT | MS_RDONLY), nil) == 0 { return }
+            guard errno == EBUSY else { break }
+            usleep(20_000)
         }
+        throw MountError(message: "remount read-only: \(String(cString: strerror(errno)))")
     }
 
     func file(_ name: String) -> String { "\(path)/\(name)" }

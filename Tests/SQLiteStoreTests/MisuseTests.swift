@@ -6,9 +6,10 @@ import Testing
 /// (Swift Testing exit tests re-execute the test binary).
 @Suite struct MisuseTests {
     @Test func usingADatabaseAfterItsClosureTraps() async {
-        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let directory = TemporaryDirectory()
-            let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
             var escaped: Database?
             try store.write { db in escaped = db }
             try escaped?.execute("DELETE FROM accounts")
@@ -19,9 +20,10 @@ import Testing
     }
 
     @Test func usingADatabaseFromAnotherThreadTraps() async {
-        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let directory = TemporaryDirectory()
-            let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
             try store.write { db in
                 // Smuggle the connection to another thread (what Sendable checking prevents).
                 let smuggled = UnsafeTransfer(db)
@@ -36,9 +38,10 @@ import Testing
     }
 
     @Test func nestedWriteTraps() async {
-        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let directory = TemporaryDirectory()
-            let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
             try store.write { _ in try store.write { _ in } }
         }.map { result in
             let text = String(decoding: result.standardErrorContent, as: UTF8.self)
@@ -47,9 +50,10 @@ import Testing
     }
 
     @Test func readInsideWriteTraps() async {
-        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let directory = TemporaryDirectory()
-            let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
             try store.write { _ in try store.read { _ in } }
         }.map { result in
             let text = String(decoding: result.standardErrorContent, as: UTF8.self)
@@ -58,9 +62,10 @@ import Testing
     }
 
     @Test func waitingForObserversInsideAnObserverTraps() async {
-        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let directory = TemporaryDirectory()
-            let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
             store.observe { _ in store.waitForObservers() }
             try store.write { db in try db.execute("INSERT INTO accounts (id, balance) VALUES (1, 1)") }
             store.waitForObservers()
@@ -71,9 +76,10 @@ import Testing
     }
 
     @Test func keepingARowPastItsStepTraps() async {
-        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let directory = TemporaryDirectory()
-            let store = try DatabaseQueue(path: directory.file("test.db"), migrator: testMigrator())
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
             try store.read { db in
                 var kept: Row?
                 try db.forEachRow("SELECT 1 UNION ALL SELECT 2") { row in kept = kept ?? row }

@@ -1,0 +1,48 @@
+import Testing
+
+@testable import ProviderFSCommands
+
+@Suite struct MountHelperFormTests {
+    @Test func mountFuse3FormBecomesAMountCommand() {
+        #expect(
+            mountHelperArguments([
+                "/srv/remote", "/mnt/remote", "-o", "rw,noauto,cache=/var/cache/x,allow_other,_netdev",
+            ])
+                == ["mount", "--source=/srv/remote", "--cache=/var/cache/x", "--allow-other", "/mnt/remote"])
+        #expect(mountHelperArguments(["demo", "/mnt/demo", "-o", "rw"]) == ["mount", "--demo", "/mnt/demo"])
+        #expect(
+            mountHelperArguments(["/s", "/m", "-f", "-orw,log=/tmp/l"]) == [
+                "mount", "--source=/s", "--foreground", "--log=/tmp/l", "/m",
+            ])
+    }
+
+    @Test func otherArgumentListsAreNotTheHelperForm() {
+        #expect(mountHelperArguments(["frobnicate"]) == nil)
+        #expect(mountHelperArguments(["relative", "/m", "-o", "rw"]) == nil)
+        #expect(mountHelperArguments(["/s", "--flag"]) == nil)
+        #expect(mountHelperArguments(["/s", "/m", "extra"]) == nil)
+        #expect(mountHelperArguments(["/s", "/m", "-o"]) == nil)
+    }
+
+    @Test func defaultCacheDirectoryIsStablePerSource() {
+        let one = UserDirectories.defaultCache(forSource: "/srv/my remote")
+        #expect(one == UserDirectories.defaultCache(forSource: "/srv/my remote"))
+        #expect(one != UserDirectories.defaultCache(forSource: "/srv/other"))
+        #expect(one.hasSuffix("/providerfs/my_remote-\(fnv1a("/srv/my remote"))"))
+    }
+
+    @Test func demoPDFsHaveAConsistentCrossReferenceTable() {
+        let text = String(decoding: DemoSource.pdf(title: "T (1)", lines: ["a", "b"]), as: UTF8.self)
+        #expect(text.hasPrefix("%PDF-1.4\n"))
+        #expect(text.hasSuffix("%%EOF\n"))
+        // Each xref offset points at "N 0 obj".
+        let bytes = Array(text.utf8)
+        let xrefLines = text.split(separator: "\n").filter { $0.hasSuffix(" 00000 n ") || $0.hasSuffix(" 00000 n") }
+        #expect(xrefLines.count == 6)
+        for (index, line) in xrefLines.enumerated() {
+            let offset = Int(line.prefix(10))!
+            let at = String(decoding: bytes[offset..<min(bytes.count, offset + 10)], as: UTF8.self)
+            #expect(at.hasPrefix("\(index + 1) 0 obj"), "\(at)")
+        }
+    }
+}
