@@ -21,6 +21,9 @@ public struct CacheOptions: Sendable {
     public var retryDelay: Duration = .milliseconds(200)
     /// Bytes downloaded between two fdatasync + range-map saves (also done when a stream ends).
     public var persistInterval: Int64 = 32 << 20
+    /// A download's final range-map save (fdatasync + SQLite) is batched with others this long
+    /// after it ends (flushed at shutdown in any case).
+    public var persistDelay: Duration = .seconds(1)
     /// How long a directory listing is trusted before the provider is asked again.
     public var directoryTTL: Duration = .seconds(5)
     /// How long an item's metadata is trusted by getattr before the provider is asked again.

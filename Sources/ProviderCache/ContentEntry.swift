@@ -26,6 +26,14 @@ public final class ContentEntry: Sendable {
     let file: ContentFile
     let environment: CacheEnvironment
     private let state: Locked<State>
+    /// Called when the entry becomes idle (no pin, no download), so the cache can close it.
+    private let onIdle: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
+    /// Takes over the range-map save at the end of a download (ProviderCache batches them).
+    private let deferredPersist: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
+
+    func setDeferredPersist(_ handler: @escaping @Sendable (ContentEntry) -> Void) {
+        deferredPersist.withLock { $0 = handler }
+    }
 
     private struct Waiter {
         var id: UInt64
@@ -38,7 +46,10 @@ public final class ContentEntry: Sendable {
         var waiters: [Waiter] = []
         var cancelledWaiters: Set<UInt64> = []
         var nextWaiterID: UInt64 = 1
+        /// Bytes are being fetched (what `progress` and the `downloading` state show).
         var downloading = false
+        /// The download task exists (fetching, or saving the range map before it ends).
+        var loopRunning = false
         var downloadTask: Task<Void, Never>?
         /// Where the current (or last) stream is.
         var position: Int64 = 0
@@ -49,6 +60,8 @@ public final class ContentEntry: Sendable {
         /// missing bytes fail with this error at once.
         var retiredError: CacheError?
         var unsyncedBytes: Int64 = 0
+        /// What the store holds (nil: nothing saved in this session).
+        var saved: (ByteRanges, RecordedError?)?
         var pins = 0
         var fetchCount = 0
     }
@@ -86,6 +99,27 @@ public final class ContentEntry: Sendable {
     public var fetchCount: Int { state.withLock { $0.fetchCount } }
 
     var pins: Int { state.withLock { $0.pins } }
+
+    /// No handle pins it and no download runs: it may be closed (its record kept).
+    var isIdle: Bool { state.withLock { $0.pins == 0 && !$0.loopRunning } }
+
+    /// The record to keep when the entry is closed.
+    var record: ContentRecord {
+        state.withLock {
+            ContentRecord(
+                identifier: identifier, version: version, size: size, fileNumber: fileNumber, present: $0.present,
+                lastError: $0.lastError)
+        }
+    }
+
+    func setIdleHandler(_ handler: @escaping @Sendable (ContentEntry) -> Void) {
+        onIdle.withLock { $0 = handler }
+    }
+
+    private func notifyIfIdle() {
+        guard isIdle, let handler = onIdle.withLock({ $0 }) else { return }
+        handler(self)
+    }
 
     func pin() { state.withLock { $0.pins += 1 } }
 
@@ -133,7 +167,8 @@ public final class ContentEntry: Sendable {
                     if let error = state.retiredError { return .resume(.failure(error)) }
                     state.waiters.append(Waiter(id: id, range: range, continuation: continuation))
                     state.lastRequest = range
-                    if state.downloading { return .waiting(startDownload: false) }
+                    if state.loopRunning { return .waiting(startDownload: false) }
+                    state.loopRunning = true
                     state.downloading = true
                     return .waiting(startDownload: true)
                 }
@@ -159,7 +194,10 @@ public final class ContentEntry: Sendable {
     /// background completion should resume). No-op when complete or already running.
     public func startBackgroundDownload() {
         let start = state.withLock { state -> Bool in
-            guard !state.downloading, state.retiredError == nil, !state.present.contains(0..<size) else { return false }
+            guard !state.loopRunning, state.retiredError == nil, !state.present.contains(0..<size) else {
+                return false
+            }
+            state.loopRunning = true
             state.downloading = true
             return true
         }
@@ -190,8 +228,8 @@ public final class ContentEntry: Sendable {
     private func startDownload() {
         let task = Task { await self.downloadLoop() }
         state.withLock { state in
-            // The loop may already have finished and cleared `downloading`; keep no stale handle then.
-            if state.downloading { state.downloadTask = task }
+            // The loop may already have finished; keep no stale handle then.
+            if state.loopRunning { state.downloadTask = task }
         }
     }
 
@@ -207,15 +245,21 @@ public final class ContentEntry: Sendable {
         while true {
             let target = state.withLock { state -> Range<Int64>? in
                 let next = state.retiredError == nil ? Self.nextTarget(state, size: size, options: options) : nil
-                if next == nil {
-                    state.downloading = false
-                    state.downloadTask = nil
-                    if state.present.contains(0..<size) { state.lastError = nil }
-                }
+                state.downloading = next != nil
+                if state.present.contains(0..<size) { state.lastError = nil }
                 return next
             }
             guard let target else {
-                await persist()
+                // Save the range map now, or (when a deferred saver is set) let the cache batch it
+                // shortly after: one fdatasync per small file is the main cost of opening many
+                // small files. The cache flushes pending saves at shutdown.
+                if let deferred = deferredPersist.withLock({ $0 }) {
+                    deferred(self)
+                } else {
+                    await persist()
+                }
+                if finishUnlessNeeded() { continue }
+                notifyIfIdle()
                 return
             }
             switch await fetch(target) {
@@ -238,8 +282,31 @@ public final class ContentEntry: Sendable {
                 }
                 fail(with: error)
                 await persist()
+                // Readers that came after the failure start a fresh series of attempts.
+                if finishUnlessNeeded() {
+                    failuresInARow = 0
+                    continue
+                }
+                notifyIfIdle()
                 return
             }
+        }
+    }
+
+    /// Ends the download task unless a reader waits for bytes this version can still get;
+    /// returns true when the loop must go on.
+    private func finishUnlessNeeded() -> Bool {
+        let options = environment.options
+        return state.withLock { state in
+            if state.retiredError == nil, !state.waiters.isEmpty,
+                Self.nextTarget(state, size: size, options: options) != nil
+            {
+                return true
+            }
+            state.downloading = false
+            state.loopRunning = false
+            state.downloadTask = nil
+            return false
         }
     }
 
@@ -254,7 +321,6 @@ public final class ContentEntry: Sendable {
                 if state.retiredError == nil { state.retiredError = retired }
             }
             state.downloading = false
-            state.downloadTask = nil
             let waiters = state.waiters
             state.waiters = []
             return waiters
@@ -390,10 +456,15 @@ public final class ContentEntry: Sendable {
     /// fdatasync, then save the range map as it was before the sync: a range is persisted only
     /// once its bytes are durable, so a crash or power cut never makes unwritten bytes "present".
     func persist() async {
-        let (snapshot, lastError) = state.withLock { state -> (ByteRanges, RecordedError?) in
+        let work = state.withLock { state -> (ByteRanges, RecordedError?)? in
+            // A superseded or deleted version is never saved again (its record was deleted).
+            if let retired = state.retiredError, retired.code != .cancelled { return nil }
+            // Nothing new since the last save: no sync, no write.
+            if let saved = state.saved, saved.0 == state.present, saved.1 == state.lastError { return nil }
             state.unsyncedBytes = 0
             return (state.present, state.lastError)
         }
+        guard let (snapshot, lastError) = work else { return }
         do {
             try await file.sync()
         } catch {
@@ -406,6 +477,7 @@ public final class ContentEntry: Sendable {
         let store = environment.store
         do {
             try await environment.pool.run { () throws -> Void in try store.saveContent(record) }
+            state.withLock { $0.saved = (snapshot, lastError) }
         } catch {
             environment.logger.warning("\(identifier): cannot save range map: \(error)")
         }

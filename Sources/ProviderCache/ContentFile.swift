@@ -113,18 +113,26 @@ private let seekData: Int32 = 3
 final class DeadlineRace<T: Sendable>: @unchecked Sendable {
     // Safe: every field is only touched while `lock` is held.
     let lock = Lock()
-    var continuation: CheckedContinuation<T, any Error>?
+    var continuation: CheckedContinuation<Void, Never>?
     var tasks: [Task<Void, Never>] = []
+    /// The winner's result. Handed over under `lock` rather than through the continuation, so
+    /// ThreadSanitizer sees the happens-before (see BlockingIOPool.run).
+    var result: Result<T, any Error>?
+
     func finish(_ result: Result<T, any Error>) {
-        let (continuation, tasks) = lock.withLock { () -> (CheckedContinuation<T, any Error>?, [Task<Void, Never>]) in
+        let (continuation, tasks) = lock.withLock { () -> (CheckedContinuation<Void, Never>?, [Task<Void, Never>]) in
+            guard self.result == nil else { return (nil, []) }
+            self.result = result
             let pending = (self.continuation, self.tasks)
             self.continuation = nil
             self.tasks = []
             return pending
         }
         for task in tasks { task.cancel() }
-        continuation?.resume(with: result)
+        continuation?.resume()
     }
+
+    var outcome: Result<T, any Error> { lock.withLock { result! } }
 }
 
 /// Races `operation` against a deadline on the cache's timeline. The loser is cancelled; a
@@ -134,9 +142,17 @@ func withDeadline<T: Sendable>(
     _ timeout: Duration, on timeline: Timeline, _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let race = DeadlineRace<T>()
-    return try await withTaskCancellationHandler {
-        try await withCheckedThrowingContinuation { continuation in
-            race.lock.withLock { race.continuation = continuation }
+    await withTaskCancellationHandler {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let alreadyFinished = race.lock.withLock { () -> Bool in
+                if race.result != nil { return true }
+                race.continuation = continuation
+                return false
+            }
+            if alreadyFinished {
+                continuation.resume()
+                return
+            }
             let work = Task {
                 do { race.finish(.success(try await operation())) } catch { race.finish(.failure(error)) }
             }
@@ -148,7 +164,7 @@ func withDeadline<T: Sendable>(
                 } catch {}
             }
             let finished = race.lock.withLock { () -> Bool in
-                if race.continuation == nil { return true }
+                if race.result != nil { return true }
                 race.tasks = [work, timer]
                 return false
             }
@@ -160,4 +176,5 @@ func withDeadline<T: Sendable>(
     } onCancel: {
         race.finish(.failure(CancellationError()))
     }
+    return try race.outcome.get()
 }

@@ -38,6 +38,15 @@ public final class ProviderCache: Sendable {
     /// Serializes creation of content entries (opening and sizing their file) so that two first
     /// opens of one item share one entry. Taken only on a pool thread, never with `catalog` held.
     private let creationLock = Lock()
+    /// Entries whose range map is to be saved by the next batch (see `schedulePersist`).
+    private let pendingPersists = Locked<(entries: [ObjectIdentifier: ContentEntry], scheduled: Bool)>(([:], false))
+
+    /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
+    /// are bytes.
+    struct NameKey: Hashable {
+        var bytes: [UInt8]
+        init(_ name: String) { bytes = Array(name.utf8) }
+    }
 
     private struct ContentKey: Hashable {
         var identifier: ItemIdentifier
@@ -48,6 +57,8 @@ public final class ProviderCache: Sendable {
         var items: [ItemIdentifier: ProviderItem] = [:]
         /// Children of directories listed at least once (in any session).
         var children: [ItemIdentifier: Set<ItemIdentifier>] = [:]
+        /// The same children by name, compared byte for byte (lookup is O(1), not a scan).
+        var names: [ItemIdentifier: [NameKey: ItemIdentifier]] = [:]
         /// When (on the timeline) a directory was last listed in this session.
         var listedAt: [ItemIdentifier: Duration] = [:]
         /// When an item's metadata was last confirmed by the provider in this session.
@@ -101,6 +112,11 @@ public final class ProviderCache: Sendable {
                 catalog.children[stored.item.parent]!.insert(stored.item.identifier)
             }
         }
+        for (directory, children) in catalog.children {
+            catalog.names[directory] = Dictionary(
+                children.compactMap { id in catalog.items[id].map { (NameKey($0.name), id) } },
+                uniquingKeysWith: { first, _ in first })
+        }
         if catalog.items[.root] == nil { catalog.items[.root] = Self.placeholderRoot() }
         var orphans: [ContentRecord] = []
         for record in storedContents {
@@ -113,6 +129,7 @@ public final class ProviderCache: Sendable {
         }
         self.catalog = Locked(catalog)
         for record in orphans { discard(record: record) }
+        removeUnreferencedFiles()
     }
 
     // MARK: Metadata
@@ -136,7 +153,12 @@ public final class ProviderCache: Sendable {
         }
         if let cached { return cached }
         do {
-            let item = try await environment.provider.item(for: identifier)
+            // Metadata calls get the same deadline as content chunks: a hung provider makes
+            // lookup/getattr/open fall back to the cached metadata instead of hanging.
+            let provider = environment.provider
+            let item = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                try await provider.item(for: identifier)
+            }
             apply(item)
             return item
         } catch {
@@ -170,7 +192,10 @@ public final class ProviderCache: Sendable {
         }
         if let cached { return cached }
         do {
-            let listed = try await environment.provider.children(of: identifier)
+            let provider = environment.provider
+            let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                try await provider.children(of: identifier)
+            }
             applyListing(of: identifier, children: listed, at: now)
             return catalog.withLock { Self.childItems(of: identifier, in: $0) }
         } catch {
@@ -192,6 +217,27 @@ public final class ProviderCache: Sendable {
         }
     }
 
+    /// The child of `directory` named exactly `name` (bytes), listing the directory first if its
+    /// listing is older than `maximumAge`. Nil when there is no such child.
+    public func child(
+        named name: String, of directory: ItemIdentifier, maximumAge: Duration?
+    ) async throws(CacheError) -> ProviderItem? {
+        let key = NameKey(name)
+        let now = environment.timeline.now
+        enum Fast {
+            case found(ProviderItem?)
+            case list
+        }
+        let fast = catalog.withLock { catalog -> Fast in
+            guard let at = catalog.listedAt[directory] else { return .list }
+            if let maximumAge, now - at >= maximumAge { return .list }
+            return .found(catalog.names[directory]?[key].flatMap { catalog.items[$0] })
+        }
+        if case .found(let item) = fast { return item }
+        _ = try await children(of: directory, maximumAge: maximumAge)
+        return catalog.withLock { catalog in catalog.names[directory]?[key].flatMap { catalog.items[$0] } }
+    }
+
     /// How long ago (on the cache's timeline) the directory was listed in this session.
     public func listingAge(of identifier: ItemIdentifier) -> Duration? {
         let now = environment.timeline.now
@@ -210,7 +256,10 @@ public final class ProviderCache: Sendable {
             let old = catalog.items[item.identifier]
             catalog.items[item.identifier] = item
             if item.identifier != .root, catalog.children[item.parent] != nil {
-                catalog.children[item.parent]!.insert(item.identifier)
+                if catalog.children[item.parent]!.insert(item.identifier).inserted || old?.name != item.name {
+                    if let old { catalog.names[item.parent]?[NameKey(old.name)] = nil }
+                    catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
+                }
             }
             guard let old, old.contentVersion != item.contentVersion || old.kind != item.kind else {
                 return (old != item, [])
@@ -248,6 +297,8 @@ public final class ProviderCache: Sendable {
                 catalog.refreshedAt[item.identifier] = now
             }
             catalog.children[directory] = newIdentifiers
+            catalog.names[directory] = Dictionary(
+                listed.map { (NameKey($0.name), $0.identifier) }, uniquingKeysWith: { first, _ in first })
             catalog.listedAt[directory] = now
             if !wasListed, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)
@@ -289,7 +340,12 @@ public final class ProviderCache: Sendable {
             catalog.listedAt[next] = nil
             catalog.refreshedAt[next] = nil
             superseded += takeContents(of: next, except: nil, from: &catalog)
-            if catalog.children[item.parent] != nil { catalog.children[item.parent]!.remove(next) }
+            catalog.names[next] = nil
+            if catalog.children[item.parent] != nil {
+                catalog.children[item.parent]!.remove(next)
+                let key = NameKey(item.name)
+                if catalog.names[item.parent]?[key] == next { catalog.names[item.parent]?[key] = nil }
+            }
         }
         return removed
     }
@@ -323,7 +379,7 @@ public final class ProviderCache: Sendable {
             case .record(let record): discard(record: record)
             case .entry(let entry):
                 entry.retire(error)
-                if entry.pins == 0 { discard(entry: entry) }
+                discardIfUnused(entry)
             }
         }
     }
@@ -339,6 +395,25 @@ public final class ProviderCache: Sendable {
     }
 
     private func contentPath(_ fileNumber: Int64) -> String { "\(directory)/content/\(fileNumber)" }
+
+    /// Deletes content files no record names (a crash before their first range-map save, or a
+    /// record deleted while its file was kept open), at startup before any entry exists.
+    private func removeUnreferencedFiles() {
+        let referenced = catalog.withLock { catalog in Set(catalog.records.values.map(\.fileNumber)) }
+        guard let handle = opendir(directory + "/content") else { return }
+        var stray: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard name != ".", name != ".." else { continue }
+            if let number = Int64(name), referenced.contains(number) { continue }
+            stray.append(name)
+        }
+        closedir(handle)
+        for name in stray { unlink(directory + "/content/" + name) }
+        if !stray.isEmpty { environment.logger.info("removed \(stray.count) unreferenced cache files") }
+    }
 
     private func discard(record: ContentRecord) {
         unlink(contentPath(record.fileNumber))
@@ -396,17 +471,25 @@ public final class ProviderCache: Sendable {
         let record: ContentRecord
         switch existing {
         case .entry(let entry): return entry
-        case .record(let found, let isNew):
+        case .record(let found, _):
+            // A new record is saved by the first range-map save, not now: a file that never got
+            // a saved range is an orphan, deleted at the next start (one SQLite write less per
+            // first open).
             record = found
-            if isNew {
-                do { try environment.store.saveContent(record) } catch {
-                    environment.logger.warning("cannot save a content record: \(error)")
-                }
-            }
         }
         let file = try ContentFile(path: contentPath(record.fileNumber), size: record.size, pool: environment.pool)
         let entry = ContentEntry(record: record, file: file, environment: environment)
         entry.pin()
+        entry.setDeferredPersist { [weak self] entry in self?.schedulePersist(entry) }
+        entry.setIdleHandler { [weak self] entry in
+            guard let self else { return }
+            let key = ContentKey(identifier: entry.identifier, version: entry.version)
+            if self.catalog.withLock({ $0.entries[key] === entry }) {
+                self.close(ifIdle: entry)
+            } else {
+                self.discardIfUnused(entry)
+            }
+        }
         let current = catalog.withLock { catalog -> Bool in
             catalog.records[key] = nil
             // The item may have changed while the file was opened: then this entry is born retired.
@@ -418,14 +501,41 @@ public final class ProviderCache: Sendable {
         return entry
     }
 
-    /// Gives back a pin. A superseded entry is discarded at its last unpin.
+    /// Gives back a pin. A superseded entry is discarded at its last unpin; a current one is
+    /// closed once idle (no pin, no download), keeping its record, so open descriptors stay
+    /// bounded by open handles and running downloads, not by the number of files ever read.
     public func unpin(_ entry: ContentEntry) {
         let remaining = entry.unpin()
         guard remaining == 0 else { return }
         let key = ContentKey(identifier: entry.identifier, version: entry.version)
         let live = catalog.withLock { $0.entries[key] === entry }
-        if !live { discard(entry: entry) }
+        if live { close(ifIdle: entry) } else { discardIfUnused(entry) }
     }
+
+    /// Deletes a superseded entry's file and record, unless the catalog still uses that file (the
+    /// entry was closed into a record, or reopened as a new entry of the same file).
+    private func discardIfUnused(_ entry: ContentEntry) {
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        let inUse = catalog.withLock { catalog in
+            catalog.entries[key]?.fileNumber == entry.fileNumber || catalog.records[key]?.fileNumber == entry.fileNumber
+        }
+        if !inUse && entry.pins == 0 { discard(entry: entry) }
+    }
+
+    /// Replaces an idle live entry by its record (the entry's file descriptor closes with it).
+    private func close(ifIdle entry: ContentEntry) {
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        catalog.withLock { catalog in
+            // Lock order catalog → entry: a concurrent pinContent pins under the catalog lock, so
+            // an entry found idle here cannot gain a pin before it is removed.
+            guard catalog.entries[key] === entry, entry.isIdle else { return }
+            catalog.entries[key] = nil
+            catalog.records[key] = entry.record
+        }
+    }
+
+    /// Number of content entries open (tests: descriptors are bounded).
+    public var openEntryCount: Int { catalog.withLock { $0.entries.count } }
 
     /// The state of an item, from the cache only (no provider call).
     public func status(of identifier: ItemIdentifier) -> ItemStatus? {
@@ -469,6 +579,37 @@ public final class ProviderCache: Sendable {
     /// Number of items known (for statfs).
     public var itemCount: Int { catalog.withLock { $0.items.count } }
 
+    /// Queues `entry`'s range-map save for a batch run `persistDelay` later (on the injected
+    /// clock) or at shutdown, whichever comes first. A crash before it only loses the map (the
+    /// bytes are fetched again), never claims bytes that are not on disk.
+    func schedulePersist(_ entry: ContentEntry) {
+        let start = pendingPersists.withLock { pending -> Bool in
+            pending.entries[ObjectIdentifier(entry)] = entry
+            if pending.scheduled { return false }
+            pending.scheduled = true
+            return true
+        }
+        guard start else { return }
+        let delay = environment.options.persistDelay
+        let timeline = environment.timeline
+        Task { [weak self] in
+            try? await timeline.sleep(for: delay)
+            await self?.flushPendingPersists()
+        }
+    }
+
+    /// Saves every queued range map now.
+    public func flushPendingPersists() async {
+        let entries = pendingPersists.withLock { pending -> [ContentEntry] in
+            defer {
+                pending.entries = [:]
+                pending.scheduled = false
+            }
+            return Array(pending.entries.values)
+        }
+        for entry in entries { await entry.persist() }
+    }
+
     /// Stops every download, fails waiting readers, saves range maps. Later content requests fail.
     public func shutdown() async {
         let entries = catalog.withLock { catalog -> [ContentEntry] in
@@ -480,6 +621,7 @@ public final class ProviderCache: Sendable {
             await entry.waitForDownload()
             await entry.persist()
         }
+        await flushPendingPersists()
     }
 }
 

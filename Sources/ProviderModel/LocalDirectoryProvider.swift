@@ -256,10 +256,23 @@ enum LocalIO {
     static let queue = DispatchQueue(label: "providerfs.local-provider", qos: .utility, attributes: .concurrent)
 
     static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
+        // The result is handed over under a lock (not through the continuation) so that
+        // ThreadSanitizer sees the happens-before; see BlockingIOPool.run in SystemSupport.
+        let box = ResultBox<T>()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             queue.async {
-                continuation.resume(with: Result { try body() })
+                box.set(Result { try body() })
+                continuation.resume()
             }
         }
+        return try box.get()
+    }
+
+    final class ResultBox<T: Sendable>: @unchecked Sendable {
+        // Safe: `result` is only touched while `lock` is held.
+        private let lock = NSLock()
+        private var result: Result<T, any Error>?
+        func set(_ value: Result<T, any Error>) { lock.withLock { result = value } }
+        func get() throws -> T { try lock.withLock { result! }.get() }
     }
 }

@@ -134,17 +134,14 @@ public final class ProviderFileSystem: FileSystem {
         guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
             throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
         }
-        func find(_ children: [ProviderItem]) -> ProviderItem? {
-            children.first { $0.name.utf8.elementsEqual(name.utf8) }
-        }
         do {
-            if let found = find(try await cache.children(of: directory, maximumAge: options.cache.directoryTTL)) {
+            if let found = try await cache.child(named: name, of: directory, maximumAge: options.cache.directoryTTL) {
                 return found
             }
             // A miss re-lists the directory (not more often than missRefreshInterval), so an item
             // created on the provider is found without waiting for the listing TTL.
             if let age = cache.listingAge(of: directory), age >= options.cache.missRefreshInterval,
-                let found = find(try await cache.children(of: directory, maximumAge: .zero))
+                let found = try await cache.child(named: name, of: directory, maximumAge: .zero)
             {
                 return found
             }

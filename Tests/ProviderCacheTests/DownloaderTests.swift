@@ -263,4 +263,123 @@ struct DownloaderTests {
         #expect(fixture.provider.counters.fetchCalls == 0)
         #expect(children.allSatisfy { cache.status(of: $0.identifier)?.state == .dataless })
     }
+
+    @Test("entries close once idle: open descriptors are bounded by handles and downloads")
+    func idleEntriesClose() async throws {
+        let fixture = try CacheFixture()
+        for index in 0..<50 { fixture.provider.putFile("f\(index)", .ramp(seed: UInt64(index), size: 3000)) }
+        let cache = try fixture.makeCache()
+        for index in 0..<50 {
+            let entry = try await cache.pinContent(
+                of: try await cache.item(ItemIdentifier("f\(index)"), maximumAge: nil))
+            let data = try await entry.read(offset: 0, count: 3000)
+            #expect(data.bytes == expectedBytes(fixture.provider, "f\(index)", 0..<3000))
+            cache.unpin(entry)
+        }
+        var waited = 0
+        while cache.openEntryCount > 0 && waited < 5000 {
+            try await Task.sleep(for: .milliseconds(1))
+            waited += 1
+        }
+        #expect(cache.openEntryCount == 0)
+        // Closed entries keep their state: materialized, and re-reading fetches nothing.
+        #expect(cache.status(of: ItemIdentifier("f7"))?.state == .materialized)
+        let before = fixture.provider.counters.fetchCalls
+        let again = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f7"), maximumAge: nil))
+        #expect(try await again.read(offset: 0, count: 3000).bytes == expectedBytes(fixture.provider, "f7", 0..<3000))
+        #expect(fixture.provider.counters.fetchCalls == before)
+        cache.unpin(again)
+    }
+
+    @Test("time to first byte does not grow with file size: the first fetch is sized to the read")
+    func firstByteIndependentOfSize() async throws {
+        var served: [Int64] = []
+        for size in [Int64(1 << 20), Int64(1 << 30)] {
+            let fixture = try CacheFixture()
+            var options = fixture.options
+            options.firstChunkSize = 128 << 10
+            options.chunkSize = 1 << 20
+            options.backgroundCompletion = false
+            options.readAheadWindow = 0
+            fixture.provider.putFile("f", .ramp(seed: 12, size: size))
+            let cache = try fixture.makeCache(options: options)
+            let entry = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f"), maximumAge: nil))
+            let data = try await entry.read(offset: size / 2, count: 4096)
+            #expect(data.bytes == expectedBytes(fixture.provider, "f", (size / 2)..<(size / 2 + 4096)))
+            await entry.waitForDownloadForTesting()
+            served.append(fixture.provider.counters.bytesServed)
+            cache.unpin(entry)
+        }
+        #expect(served == [128 << 10, 128 << 10])
+    }
+}
+
+/// A provider whose metadata calls never answer once `hanging` is set (a dead server).
+final class HangingMetadataProvider: Provider {
+    let base: InMemoryProvider
+    let hanging = Locked(false)
+    init(base: InMemoryProvider) { self.base = base }
+    private func hangIfAsked() async throws {
+        if hanging.value { while true { try await Task.sleep(for: .seconds(3600)) } }
+    }
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        try await hangIfAsked()
+        return try await base.item(for: identifier)
+    }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await hangIfAsked()
+        return try await base.children(of: identifier)
+    }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+}
+
+@Suite("Metadata deadlines")
+struct MetadataDeadlineTests {
+    @Test("a hung metadata call falls back to the cached metadata at the deadline, never hangs")
+    func hungMetadata() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .bytes([1, 2, 3]))
+        let provider = HangingMetadataProvider(base: fixture.provider)
+        let cache = try ProviderCache(
+            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
+            options: fixture.options)
+        _ = try await cache.children(of: .root, maximumAge: nil)
+        provider.hanging.withLock { $0 = true }
+        let done = Locked(false)
+        let lookup = Task {
+            defer { done.withLock { $0 = true } }
+            return try await cache.item(ItemIdentifier("f"), maximumAge: .zero)
+        }
+        var rounds = 0
+        while !done.value && rounds < 5000 {
+            if fixture.clock.sleeperCount > 0 { fixture.clock.advance(by: fixture.options.stallTimeout) }
+            try await Task.sleep(for: .milliseconds(1))
+            rounds += 1
+        }
+        let item = try await lookup.value
+        #expect(item.size == 3)
+    }
+}
+
+@Suite("Cache directory hygiene")
+struct CacheHygieneTests {
+    @Test("content files no record names are removed at startup; named ones are kept")
+    func strayFilesRemoved() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .ramp(seed: 13, size: 10_000))
+        let first = try fixture.makeCache()
+        let entry = try await first.pinContent(of: try await first.item(ItemIdentifier("f"), maximumAge: nil))
+        _ = try await entry.read(offset: 0, count: 10_000)
+        first.unpin(entry)
+        await first.shutdown()
+        try writeFile(fixture.directory.path + "/content/99", [1, 2, 3])
+        _ = try fixture.makeCache()
+        var info = stat()
+        #expect(stat(fixture.directory.path + "/content/99", &info) != 0)
+        #expect(stat(fixture.directory.path + "/content/1", &info) == 0)
+    }
 }
