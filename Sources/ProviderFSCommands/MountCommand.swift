@@ -9,6 +9,7 @@ import Diagnostics
 import FUSEAdapter
 import FileCoordination
 import Foundation
+import ProviderModel
 import SystemSupport
 import VirtualFileSystem
 
@@ -84,9 +85,9 @@ struct MountCommand: CLICommand {
     ) throws -> Plan {
         var sourcePath: String
         if demo {
-            sourcePath = UserDirectories.demoSource
-            do { try DemoSource.ensure(at: sourcePath) } catch {
-                throw CommandFailure("cannot create the demo source in \(sourcePath): \(error)")
+            // The demo directory holds the generated tree (`source/`) and its fault manifest.
+            do { sourcePath = try DemoSource.ensure(at: UserDirectories.demoSource).sourceDirectory } catch {
+                throw CommandFailure("cannot create the demo source in \(UserDirectories.demoSource): \(error)")
             }
         } else {
             sourcePath = source!

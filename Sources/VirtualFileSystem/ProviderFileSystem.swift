@@ -109,9 +109,12 @@ public final class ProviderFileSystem: FileSystem {
             if let status = cache.status(of: item.identifier) { blocks = (status.presentBytes + 511) / 512 }
         }
         // Read-only mount: no write bits, whatever the provider says.
+        // Link count 1 for directories too: the number of subdirectories is not known without
+        // listing, and fts (FileManager's enumerator, find) reads nlink 2 as "no subdirectories"
+        // and skips them; 1 means "unknown" to it, as on btrfs.
         let permissions = item.kind == .directory ? (item.permissions | 0o500) & 0o555 : item.permissions & 0o555
         return NodeAttributes(
-            inode: inode, type: type, permissions: permissions, linkCount: item.kind == .directory ? 2 : 1,
+            inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
             size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)

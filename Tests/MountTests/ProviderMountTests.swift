@@ -69,6 +69,25 @@ struct ProviderMountTests {
         #expect(try shell("stat -c %b \(m)/big.bin").output == "0\n", "a placeholder has no local blocks")
     }
 
+    @Test func ftsBasedWalksSeeEverySubdirectory() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount()
+        defer { mount.stop() }
+        // FileManager's enumerator uses fts, which trusts a directory link count of 2 to mean "no
+        // subdirectories": the mount must not claim that for folders that have some.
+        func walk(_ root: String) -> [String] {
+            var paths: [String] = []
+            let enumerator = FileManager.default.enumerator(atPath: root)
+            while let path = enumerator?.nextObject() as? String { paths.append(path) }
+            return paths.sorted()
+        }
+        let expected = walk(source)
+        #expect(expected.contains("docs/nested/" + String(repeating: "l", count: 255)))
+        #expect(walk(mount.mountpoint) == expected)
+        #expect(try shell("stat -c %h \(quoted(mount.path("docs")))").output == "1\n")
+    }
+
     @Test func contentMatchesTheSourceWithOrdinaryTools() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
@@ -287,36 +306,37 @@ struct ProviderMountTests {
         defer { mount.stop() }
         let m = quoted(mount.mountpoint)
         #expect(
-            access(scratch + "/data/providerfs/demo/README.txt", R_OK) == 0, "the demo source is generated on first use"
+            access(scratch + "/data/providerfs/demo/source/README.txt", R_OK) == 0,
+            "the demo source is generated on first use"
         )
-        #expect(try shell("ls \(m)").output == "Documents\nMedia\nPhotos\nREADME.txt\nUnreliable\n")
-        #expect(try shell("stat -c %s \(m)/Media/large-1GiB.bin").output == "1073741824\n")
-        #expect(state(mount.path("Media/large-1GiB.bin")) == "dataless")
-        for pdf in ["welcome.pdf", "report-2026.pdf", "manual.pdf"] {
-            let check = try shell("qpdf --check \(m)/Documents/PDFs/\(pdf)")
+        #expect(try shell("ls \(m)").output == "Documents\nFaults\nLarge\nProjects\nREADME.txt\n")
+        #expect(try shell("stat -c %s \(m)/Large/sparse-1GiB.bin").output == "1073741824\n")
+        #expect(state(mount.path("Large/sparse-1GiB.bin")) == "dataless")
+        for pdf in ["overview.pdf", "errno contract.pdf", "one-page.pdf"] {
+            let check = try shell("qpdf --check \(quoted(mount.path("Documents/Papers/" + pdf)))")
             #expect(check.status == 0, "\(pdf): \(check.output) \(check.error)")
         }
         let start = ContinuousClock.now
         #expect(
-            try shell("dd if=\(m)/Media/large-1GiB.bin bs=1 skip=536870912 count=16 status=none").output
+            try shell("dd if=\(m)/Large/sparse-1GiB.bin bs=1 skip=536870912 count=16 status=none").output
                 == "ProviderFS demo:")
         #expect(ContinuousClock.now - start < .seconds(5), "one range of 1 GiB is served without the rest")
-        let failing = try shell("cat \(m)/Unreliable/fails-halfway.bin > /dev/null")
+        let failing = try shell("cat \(m)/Faults/fails-halfway.bin > /dev/null")
         #expect(failing.status != 0)
         #expect(failing.error.contains("Input/output error"), "\(failing.error)")
-        let status = try providerfs(["status", mount.path("Unreliable/fails-halfway.bin"), "--json"], runtime: runtime)
+        let status = try providerfs(["status", mount.path("Faults/fails-halfway.bin"), "--json"], runtime: runtime)
         #expect(status.output.contains("\"state\":\"error\""), "\(status.output)")
         #expect(status.output.contains("EIO"), "\(status.output)")
-        #expect(try shell("cat \(m)/README.txt").output.hasPrefix("Welcome to the ProviderFS demo provider."))
+        #expect(try shell("cat \(m)/README.txt").output.hasPrefix("Welcome to the ProviderFS demo."))
         // On a terminal (script(1) provides one) download draws a bar; in a pipe it prints lines.
         let binary = quoted(productsDirectory + "/providerfs")
-        let onTerminal = try shell("script -qec \(quoted("\(binary) download \(m)/Documents/PDFs")) /dev/null")
+        let onTerminal = try shell("script -qec \(quoted("\(binary) download \(m)/Documents/Papers")) /dev/null")
         #expect(onTerminal.status == 0, "\(onTerminal)")
         #expect(onTerminal.output.contains("] 100%") && onTerminal.output.contains("\r"), "\(onTerminal.output)")
-        let inPipe = try shell("\(binary) download \(m)/Documents/Projects | cat")
-        #expect(inPipe.output.contains("item-7.txt: 100%"), "\(inPipe.output)")
+        let inPipe = try shell("\(binary) download \(m)/Projects | cat")
+        #expect(inPipe.output.contains("leaf.txt: 100%"), "\(inPipe.output)")
         #expect(!inPipe.output.contains("\r"))
-        #expect(state(mount.path("Documents/Projects/2026/item-7.txt")) == "materialized")
+        #expect(state(mount.path("Projects/providerfs/notes/2026/11/deep/nested/leaf.txt")) == "materialized")
     }
 
     @Test func theSystemdUserUnitVerifies() throws {

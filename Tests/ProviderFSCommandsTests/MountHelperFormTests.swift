@@ -30,19 +30,4 @@ import Testing
         #expect(one != UserDirectories.defaultCache(forSource: "/srv/other"))
         #expect(one.hasSuffix("/providerfs/my_remote-\(fnv1a("/srv/my remote"))"))
     }
-
-    @Test func demoPDFsHaveAConsistentCrossReferenceTable() {
-        let text = String(decoding: DemoSource.pdf(title: "T (1)", lines: ["a", "b"]), as: UTF8.self)
-        #expect(text.hasPrefix("%PDF-1.4\n"))
-        #expect(text.hasSuffix("%%EOF\n"))
-        // Each xref offset points at "N 0 obj".
-        let bytes = Array(text.utf8)
-        let xrefLines = text.split(separator: "\n").filter { $0.hasSuffix(" 00000 n ") || $0.hasSuffix(" 00000 n") }
-        #expect(xrefLines.count == 6)
-        for (index, line) in xrefLines.enumerated() {
-            let offset = Int(line.prefix(10))!
-            let at = String(decoding: bytes[offset..<min(bytes.count, offset + 10)], as: UTF8.self)
-            #expect(at.hasPrefix("\(index + 1) 0 obj"), "\(at)")
-        }
-    }
 }
