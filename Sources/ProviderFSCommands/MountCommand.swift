@@ -292,11 +292,11 @@ struct MountCommand: CLICommand {
         return [
             ("ls -lR \(m)", "placeholders: real sizes, nothing downloaded"),
             ("cat \(m)/README.txt", "downloads only what is read"),
-            ("head -c 60 \(m)/Media/large-1GiB.bin", "the first bytes of 1 GiB, at once"),
-            ("providerfs status \(m)/Media/large-1GiB.bin", "state, progress, version, last error"),
+            ("head -c 60 \(m)/Large/sparse-1GiB.bin", "the first bytes of 1 GiB, at once"),
+            ("providerfs status \(m)/Large/sparse-1GiB.bin", "state, progress, version, last error"),
             ("getfattr -d \(m)/README.txt", "the same state as extended attributes"),
             ("providerfs download \(m)/Documents", "materializes a folder, with progress"),
-            ("cat \(m)/Unreliable/fails-halfway.bin", "fails at 50% with 'Input/output error'"),
+            ("cat \(m)/Faults/fails-halfway.bin", "fails halfway with 'Input/output error'"),
         ]
     }
 
