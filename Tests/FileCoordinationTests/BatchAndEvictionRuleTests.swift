@@ -110,6 +110,19 @@ import Testing
         #expect(s.failed[t]?.message.contains("did not answer in time") == true)
     }
 
+    @Test func rule34_evictionOfADirectoryWaitsForClaimsInsideAndADeadPresenterCountsAsRemoved() {
+        var h = ArbiterHarness()
+        let reader = h.claim([read("/D/f")], purpose: "B", owner: 2)
+        #expect(h.isGranted(reader))
+        let inside = h.present("/D/g", owner: 7, methods: PresenterMethods.all.union(.accommodateEviction))
+        let e = h.claim([write("/D", .forEvicting, directory: true)], purpose: "A")
+        #expect(h.messages(to: inside).isEmpty, "queued behind the read inside: nobody asked yet")
+        h.release(reader)
+        #expect(h.messages(to: inside) == [.accommodateEviction])
+        h.apply(h.arbiter.ownerGone(7, now: h.now))
+        #expect(h.isGranted(e))
+    }
+
     @Test func rule34_ownPurposeAndUnrelatedPresentersDoNotVeto() {
         var h = ArbiterHarness()
         _ = h.present("/f", purpose: "A")  // rule 26: the evicting coordinator's own presenter
