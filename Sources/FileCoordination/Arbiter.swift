@@ -83,6 +83,11 @@ public struct ClaimIntent: Sendable, Hashable {
     /// The path used for conflicts: the package root for anything inside a package.
     var conflictPath: String { packageRoot ?? path }
 
+    /// A `prepare(…)` intent (rule 33): it messages presenters without relinquishing.
+    var isPreparing: Bool {
+        kind == .read ? readingOptions.contains(.preparing) : writingOptions.contains(.preparing)
+    }
+
     /// A write whose claim on a directory covers everything inside it (rule 12).
     var coversSubtree: Bool { kind == .write && !writingOptions.isDisjoint(with: .subtreeOptions) }
 
@@ -95,11 +100,13 @@ public struct ClaimIntent: Sendable, Hashable {
             if readingOptions.contains(.resolvesSymbolicLink) { parts.append("resolvesSymbolicLink") }
             if readingOptions.contains(.immediatelyAvailableMetadataOnly) { parts.append("metadataOnly") }
             if readingOptions.contains(.forUploading) { parts.append("forUploading") }
+            if readingOptions.contains(.preparing) { parts.append("preparing") }
             return parts.isEmpty ? "read" : "read(\(parts.joined(separator: ",")))"
         case .write:
             let names: [(WritingOptions, String)] = [
                 (.forDeleting, "deleting"), (.forMoving, "moving"), (.forMerging, "merging"),
                 (.forReplacing, "replacing"), (.contentIndependentMetadataOnly, "metadataOnly"),
+                (.forEvicting, "evicting"), (.preparing, "preparing"),
             ]
             let parts = names.filter { writingOptions.contains($0.0) }.map(\.1)
             return parts.isEmpty ? "write" : "write(\(parts.joined(separator: ",")))"
@@ -170,8 +177,13 @@ public struct PresenterMethods: OptionSet, Sendable, Hashable {
     public static let subitemDidMove = PresenterMethods(rawValue: 1 << 8)
     /// The version hooks (gain, lose, resolve; item and subitem forms).
     public static let versionEvents = PresenterMethods(rawValue: 1 << 9)
-    /// Every method.
+    /// `accommodatePresentedItemEviction(completionHandler:)` (rule 34). Not in `.all`: a presenter
+    /// that implements it says so explicitly, because one that does not vetoes every eviction.
+    public static let accommodateEviction = PresenterMethods(rawValue: 1 << 10)
+    /// Every method except `accommodateEviction` (the default of `implementedPresenterMethods`).
     public static let all = PresenterMethods(rawValue: (1 << 10) - 1)
+    /// Every bit a peer may send (wire protocol version 2).
+    public static let known = PresenterMethods(rawValue: (1 << 11) - 1)
 }
 
 /// A presenter as the arbiter sees it.
@@ -234,12 +246,15 @@ public enum PresenterMessage: Sendable, Hashable {
     /// A version of `item` was gained, lost or resolved; `item` is the presented item itself or
     /// an item inside the presented directory (then the subitem hook is called).
     case versionChanged(change: VersionChange, item: String, version: String, versionName: String)
+    /// `accommodatePresentedItemEviction(completionHandler:)` (rule 34): the presenter must remove
+    /// itself before answering, or answer with an error to veto the eviction.
+    case accommodateEviction
 
     /// Whether the sender waits for an answer.
     public var needsAnswer: Bool {
         switch self {
         case .relinquishToReader, .relinquishToWriter, .savePresentedItemChanges, .accommodateDeletion,
-            .accommodateSubitemDeletion:
+            .accommodateSubitemDeletion, .accommodateEviction:
             return true
         default: return false
         }
@@ -259,6 +274,7 @@ public enum PresenterMessage: Sendable, Hashable {
         case .didMove: .didMove
         case .subitemDidMove: .subitemDidMove
         case .versionChanged: .versionEvents
+        case .accommodateEviction: .accommodateEviction
         }
     }
 
@@ -276,6 +292,7 @@ public enum PresenterMessage: Sendable, Hashable {
         case .didMove: "presentedItemDidMove(to:)"
         case .subitemDidMove: "presentedSubitem(at:didMoveTo:)"
         case .versionChanged(let change, _, _, _): "version \(change)"
+        case .accommodateEviction: "accommodatePresentedItemEviction"
         }
     }
 }
@@ -422,7 +439,7 @@ public struct Arbiter: Sendable {
             return [.fail(request.id, timeoutError(claim))]
         }
         claim.phase = .queued
-        if blocker(for: claim) == nil && messagePlan(for: request).isEmpty {
+        if blocker(for: claim) == nil && messagePlan(for: request).isEmpty && evictionRefuser(for: request) == nil {
             // Fast path (uncontended, nobody to ask): granted without a second look-up.
             claim.phase = .granted
             claims[request.id] = claim
@@ -730,6 +747,7 @@ public struct Arbiter: Sendable {
             index += 1
             guard let claim = claims[id], claim.phase == .queued || claim.phase == .messaged else { continue }
             advance(id, now: now, into: &actions)
+            if claims[id] == nil { index -= 1 }  // failed (rule 34) and removed from `order`
         }
     }
 
@@ -737,6 +755,17 @@ public struct Arbiter: Sendable {
     private mutating func advance(_ id: ClaimID, now: UInt64, into actions: inout [ArbiterAction]) {
         guard var claim = claims[id], blocker(for: claim) == nil else { return }
         if claim.phase == .queued {
+            if let refuser = evictionRefuser(for: claim.request) {
+                // Rule 34: a presenter that cannot accommodate an eviction vetoes it.
+                let registration = presenters[refuser]!
+                let text =
+                    "Presenter \(refuser) (pid \(registration.pid)) of \(registration.path) does not implement "
+                    + "accommodatePresentedItemEviction, so the item cannot be evicted."
+                actions.append(.fail(id, CoordinationError(.presenterFailed, text)))
+                remove(id)
+                finish(claim, succeeded: false, into: &actions)
+                return
+            }
             let plan = messagePlan(for: claim.request)
             if !plan.isEmpty {
                 claim.phase = .messaging
@@ -776,6 +805,15 @@ public struct Arbiter: Sendable {
         if let event {
             claim.events.append(event)
             record(ArbiterEvent(time: now, claim: id, text: event))
+        }
+        var error = error
+        if error == nil, pending.message == .accommodateEviction, presenters[pending.presenter] != nil {
+            // Rule 34: accommodating an eviction means removing the presenter first; an answer (or a
+            // missed deadline) from a presenter still registered fails the eviction.
+            error =
+                event == nil
+                ? "it answered without removing itself (removeFilePresenter must come first)"
+                : "it did not answer in time"
         }
         if let error {
             claims[id] = claim
@@ -821,7 +859,9 @@ public struct Arbiter: Sendable {
         }
         guard succeeded else { return }
         for intent in claim.request.intents where intent.kind == .write {
-            if !intent.writingOptions.isDisjoint(with: [.forDeleting, .forMoving]) { continue }
+            if !intent.writingOptions.isDisjoint(with: [.forDeleting, .forMoving, .forEvicting, .preparing]) {
+                continue
+            }
             for presenter in presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) })
             where presenter.purpose != claim.request.purpose {
                 if Arbiter.sameItem(presenter, intent) {
@@ -861,6 +901,23 @@ public struct Arbiter: Sendable {
             for intent in request.intents {
                 let same = Arbiter.sameItem(presenter, intent)
                 let inside = Arbiter.isAncestor(intent.path, of: presenter.path)
+                if intent.isPreparing {
+                    // Rule 33: presenters of the item and of everything inside it, no relinquish.
+                    guard same || inside else { continue }
+                    switch intent.kind {
+                    case .read:
+                        if !intent.readingOptions.contains(.withoutChanges) { add(.savePresentedItemChanges) }
+                    case .write:
+                        if intent.writingOptions.contains(.forMerging) { add(.savePresentedItemChanges) }
+                        if intent.writingOptions.contains(.forDeleting) { add(.accommodateDeletion) }
+                    }
+                    continue
+                }
+                if intent.kind == .write && intent.writingOptions.contains(.forEvicting) {
+                    // Rule 34: only the eviction message; the presenter removes itself.
+                    if same || inside { add(.accommodateEviction) }
+                    continue
+                }
                 // A presenter of a directory that is (inside) the package enclosing the item: rule 19.
                 let enclosingPackage =
                     !same && Arbiter.isAncestor(presenter.path, of: intent.path)
@@ -895,6 +952,21 @@ public struct Arbiter: Sendable {
             if !messages.isEmpty { plan.append((presenter.id, messages)) }
         }
         return plan
+    }
+
+    /// The first presenter (other purpose) of an item an eviction covers that does not implement
+    /// `accommodatePresentedItemEviction` (rule 34).
+    func evictionRefuser(for request: ClaimRequest) -> PresenterID? {
+        if presenters.isEmpty { return nil }
+        let evicting = request.intents.filter { $0.kind == .write && $0.writingOptions.contains(.forEvicting) }
+        if evicting.isEmpty { return nil }
+        return presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) }).first {
+            presenter in
+            presenter.purpose != request.purpose && !presenter.methods.contains(.accommodateEviction)
+                && evicting.contains {
+                    Arbiter.sameItem(presenter, $0) || Arbiter.isAncestor($0.path, of: presenter.path)
+                }
+        }?.id
     }
 
     private mutating func record(_ event: ArbiterEvent) {

@@ -443,6 +443,8 @@ public final class CoordinationDomain: Sendable {
                 presenter.accommodatePresentedSubitemDeletion(
                     at: URL(fileURLWithPath: path), completionHandler: answer)
             }
+        case .accommodateEviction:
+            queue.addOperation { presenter.accommodatePresentedItemEviction(completionHandler: answer) }
         case .reacquire:
             if let reacquirer { queue.addOperation { reacquirer() } }
         case .didChange:

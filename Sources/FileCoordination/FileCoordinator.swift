@@ -247,6 +247,89 @@ public final class FileCoordinator: @unchecked Sendable {
             with: [.writingIntent(with: url, options: options)], performing: { urls in try await writer(urls[0]) })
     }
 
+    // MARK: Batch preparation (rule 33)
+
+    /// Prepares a batch (Apple's `prepare(forReadingItemsAt:options:writingItemsAt:options:byAccessor:)`):
+    /// presenters of the listed top-level items and of everything inside them are messaged once —
+    /// `savePresentedItemChanges` for reads without `.withoutChanges` and `.forMerging` writes,
+    /// `accommodatePresentedItemDeletion` for `.forDeleting` writes, never a relinquish (rule 33) —
+    /// then `batchAccessor` runs on this thread. Its nested `coordinate…` calls still take claims
+    /// (usually with `.withoutChanges`) and should use this coordinator: the batch claim is held,
+    /// under this coordinator's purpose, until `completionHandler` is called (once, from any thread)
+    /// when they are done. If `batchAccessor` throws, the batch ends at once. `.resolvesSymbolicLink`,
+    /// `.forReplacing` and `.forEvicting` are invalid here.
+    public func prepare(
+        forReadingItemsAt readingURLs: [URL], options readingOptions: ReadingOptions = [],
+        writingItemsAt writingURLs: [URL], options writingOptions: WritingOptions = [],
+        byAccessor batchAccessor: (_ completionHandler: @escaping @Sendable () -> Void) throws -> Void
+    ) throws {
+        let intents = try Self.batchIntents(readingURLs, readingOptions, writingURLs, writingOptions)
+        try checkNotCancelled()
+        let claimIntents = try Self.resolve(intents)
+        let waiter = Waiter()
+        let ticket = try domain.acquire(
+            claimIntents, purpose: purposeIdentifier, deadlines: deadlines, waitsOnThread: true
+        ) { waiter.fulfil($1) }
+        track(ticket)
+        let result = ticket.endpoint.wait(for: waiter)
+        untrack(ticket)
+        _ = try result.get()
+        let domain = self.domain
+        let once = Locked(false)
+        let complete: @Sendable () -> Void = {
+            let first = once.withLock { done -> Bool in
+                defer { done = true }
+                return !done
+            }
+            if first { domain.release(ticket) }
+        }
+        do {
+            try CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { try batchAccessor(complete) }
+        } catch {
+            complete()
+            throw error
+        }
+    }
+
+    /// Async form of `prepare(…)`: the batch ends when `body` returns or throws.
+    public func prepare<T: Sendable>(
+        forReadingItemsAt readingURLs: [URL], options readingOptions: ReadingOptions = [],
+        writingItemsAt writingURLs: [URL], options writingOptions: WritingOptions = [],
+        performing body: @Sendable () async throws -> T
+    ) async throws -> T {
+        let intents = try Self.batchIntents(readingURLs, readingOptions, writingURLs, writingOptions)
+        return try await coordinate(with: intents, performing: { _ in try await body() })
+    }
+
+    private static func batchIntents(
+        _ readingURLs: [URL], _ readingOptions: ReadingOptions, _ writingURLs: [URL], _ writingOptions: WritingOptions
+    ) throws(CoordinationError) -> [FileAccessIntent] {
+        if readingOptions.contains(.resolvesSymbolicLink) || readingOptions.contains(.forUploading)
+            || !writingOptions.isDisjoint(with: [.forReplacing, .forEvicting])
+        {
+            throw CoordinationError(
+                .invalidRequest,
+                "prepare(…) does not accept .resolvesSymbolicLink, .forUploading, .forReplacing or .forEvicting.")
+        }
+        if readingURLs.isEmpty && writingURLs.isEmpty {
+            throw CoordinationError(.invalidRequest, "prepare(…) needs at least one item.")
+        }
+        return readingURLs.map { .readingIntent(with: $0, options: readingOptions.union(.preparing)) }
+            + writingURLs.map { .writingIntent(with: $0, options: writingOptions.union(.preparing)) }
+    }
+
+    // MARK: Eviction (rule 34)
+
+    /// Coordinates the eviction of `url`'s local content: presenters of the item and of everything
+    /// inside it get `accommodatePresentedItemEviction` and must remove themselves before answering.
+    /// Throws `.presenterFailed` when one does not implement it, vetoes, or answers while still
+    /// registered; `evictor` then does not run. Same as `coordinate(writingItemAt: url, options:
+    /// .forEvicting, byAccessor:)`.
+    @discardableResult
+    public func coordinate<T>(evictingItemAt url: URL, byAccessor evictor: (URL) throws -> T) throws -> T {
+        try coordinate(writingItemAt: url, options: .forEvicting, byAccessor: evictor)
+    }
+
     // MARK: Moves
 
     /// Announces, inside a coordinated write accessor, that the item at `from` now lives at `to`:
@@ -341,7 +424,7 @@ public final class FileCoordinator: @unchecked Sendable {
         var result: [ClaimIntent] = []
         for intent in intents {
             let path = try ItemResolver.validatedPath(intent.url)
-            if intent.writingOptions.rawValue.nonzeroBitCount > 1 {
+            if intent.writingOptions.subtracting(.preparing).rawValue.nonzeroBitCount > 1 {
                 throw CoordinationError(.invalidRequest, "A write takes at most one writing option.")
             }
             let follow = intent.kind == .read && intent.readingOptions.contains(.resolvesSymbolicLink)

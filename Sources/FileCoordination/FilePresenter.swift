@@ -29,7 +29,7 @@ public protocol FilePresenter: AnyObject, Sendable {
     /// Where the other methods run. A serial queue delivers messages in order.
     var presentedItemOperationQueue: OperationQueue { get }
     /// The optional methods this presenter implements; others are skipped without a round trip.
-    /// Default: all.
+    /// Default: all but `.accommodateEviction` (rule 34).
     var implementedPresenterMethods: PresenterMethods { get }
 
     /// Another coordinator wants to read: stop writing, then call `reader` with an optional
@@ -41,6 +41,11 @@ public protocol FilePresenter: AnyObject, Sendable {
     func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void)
     /// The item is about to be deleted: close it, then call the handler; an error vetoes (rule 22).
     func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void)
+    /// The item's local content is about to be evicted (rule 34): close it, call
+    /// `FileCoordinator.removeFilePresenter(self)`, then call the handler with nil; an error vetoes
+    /// the eviction. Only sent when `implementedPresenterMethods` contains `.accommodateEviction`;
+    /// a presenter without it makes every eviction of its item fail.
+    func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void)
     /// An item inside the presented package/directory is about to be deleted (rule 22).
     func accommodatePresentedSubitemDeletion(
         at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void)
@@ -70,7 +75,8 @@ public protocol FilePresenter: AnyObject, Sendable {
 
 /// Default implementations: "not implemented" (answers at once, ignores notifications, rule 32).
 extension FilePresenter {
-    /// Default: every method (each default answers at once or does nothing).
+    /// Default: every method except `.accommodateEviction` (each default answers at once or does
+    /// nothing; an eviction is vetoed without a round trip, rule 34).
     public var implementedPresenterMethods: PresenterMethods { .all }
     /// Default: relinquishes at once, without a reacquirer.
     public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
@@ -87,6 +93,12 @@ extension FilePresenter {
     /// Default: accepts the deletion.
     public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         completionHandler(nil)
+    }
+    /// Default: refuses (not implemented, rule 34). Never called unless `implementedPresenterMethods`
+    /// lists `.accommodateEviction`.
+    public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        completionHandler(
+            CoordinationError(.presenterFailed, "This presenter does not implement accommodatePresentedItemEviction."))
     }
     /// Default: accepts the deletion.
     public func accommodatePresentedSubitemDeletion(

@@ -21,6 +21,10 @@ public struct ReadingOptions: OptionSet, Sendable, Hashable {
     /// The accessor gets a snapshot copy, removed when it returns; a directory becomes one tar
     /// archive file. The claim on the original is released once the snapshot exists (rules 48–49).
     public static let forUploading = ReadingOptions(rawValue: 1 << 3)
+    /// Set by `FileCoordinator.prepare(…)` on its batch claim (rule 33); not for direct use.
+    package static let preparing = ReadingOptions(rawValue: 1 << 8)
+    /// Every bit a peer may send (wire protocol version 2).
+    package static let known = ReadingOptions(rawValue: 0x10f)
 }
 
 /// How a coordinated write behaves (Apple's `NSFileCoordinator.WritingOptions`). At most one
@@ -41,9 +45,17 @@ public struct WritingOptions: OptionSet, Sendable, Hashable {
     public static let forReplacing = WritingOptions(rawValue: 1 << 3)
     /// A metadata-only write; coordinates like a plain write (rule 11).
     public static let contentIndependentMetadataOnly = WritingOptions(rawValue: 1 << 4)
+    /// The write evicts the item's local content (a ProviderFS addition; rule 34): presenters of the
+    /// item and of everything inside it get accommodatePresentedItemEviction and must remove
+    /// themselves; a presenter that does not implement it, or answers with an error, fails the claim.
+    public static let forEvicting = WritingOptions(rawValue: 1 << 5)
+    /// Set by `FileCoordinator.prepare(…)` on its batch claim (rule 33); not for direct use.
+    package static let preparing = WritingOptions(rawValue: 1 << 8)
+    /// Every bit a peer may send (wire protocol version 2).
+    package static let known = WritingOptions(rawValue: 0x13f)
 
     /// Options whose claim on a directory covers everything inside it (rules 12–13).
-    public static let subtreeOptions: WritingOptions = [.forDeleting, .forMoving, .forReplacing]
+    public static let subtreeOptions: WritingOptions = [.forDeleting, .forMoving, .forReplacing, .forEvicting]
     /// Options that delete the item (rule 22).
     public static let deletingOptions: WritingOptions = [.forDeleting, .forReplacing]
 }

@@ -8,7 +8,7 @@ import SystemSupport
 /// Protocol constants.
 public enum WireProtocol {
     /// The protocol version this build speaks.
-    public static let version: UInt16 = 1
+    public static let version: UInt16 = 2
     /// "PFSC" — first field of `hello`, so a stray client is recognised at once.
     public static let magic: UInt32 = 0x5046_5343
     /// Largest frame payload accepted (bytes).
@@ -341,6 +341,7 @@ struct WireWriter {
             string(item)
             string(version)
             string(versionName)
+        case .accommodateEviction: u8(11)
         }
     }
 }
@@ -406,8 +407,7 @@ struct WireReader {
         guard let kind = AccessKind(rawValue: try u8()) else { throw WireError("Unknown access kind.") }
         let reading = ReadingOptions(rawValue: try u32())
         let writing = WritingOptions(rawValue: try u32())
-        guard ReadingOptions(rawValue: 0xf).isSuperset(of: reading),
-            WritingOptions(rawValue: 0x1f).isSuperset(of: writing)
+        guard ReadingOptions.known.isSuperset(of: reading), WritingOptions.known.isSuperset(of: writing)
         else { throw WireError("Unknown option bits.") }
         return ClaimIntent(
             kind: kind, path: try path(), readingOptions: reading, writingOptions: writing, identity: try identity(),
@@ -428,6 +428,7 @@ struct WireReader {
         case 10:
             guard let change = VersionChange(rawValue: try u8()) else { throw WireError("Unknown version change.") }
             return .versionChanged(change: change, item: try path(), version: try path(), versionName: try string())
+        case 11: return .accommodateEviction
         case let other: throw WireError("Unknown presenter message \(other).")
         }
     }

@@ -11,7 +11,7 @@ struct CoordinateCommand: CLICommand {
     static let name = "coordinate"
     static let summary = "run a command while holding a coordinated read or write claim on a path"
     static let usage =
-        "providerfs coordinate (--read | --write[=deleting|moving|replacing|merging]) PATH [--timeout DURATION] -- CMD [ARG...]"
+        "providerfs coordinate (--read | --write[=deleting|moving|replacing|merging|evicting]) PATH [--timeout DURATION] -- CMD [ARG...]"
 
     static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
         let read = try arguments.flag("--read")
@@ -29,9 +29,11 @@ struct CoordinateCommand: CLICommand {
         case "moving": writingOptions = .forMoving
         case "replacing": writingOptions = .forReplacing
         case "merging": writingOptions = .forMerging
+        case "evicting": writingOptions = .forEvicting  // rule 34: presenters must remove themselves
         case let other?:
             throw UsageError(
-                "providerfs coordinate: --write takes deleting, moving, replacing or merging (got '\(other)').")
+                "providerfs coordinate: --write takes deleting, moving, replacing, merging or evicting (got '\(other)')."
+            )
         }
         guard let command = arguments.trailing, !command.isEmpty else {
             throw UsageError("providerfs coordinate: missing the command to run after '--'.")

@@ -1,12 +1,13 @@
 // A small child process for cross-process coordination tests and the benchmark. It speaks lines on
 // stdout and takes orders on stdin, so a test can drive several of them deterministically:
 //
-//   coordination-probe hold (--read | --write[=deleting|moving|replacing|merging]) PATH
+//   coordination-probe hold (--read | --write[=deleting|moving|replacing|merging|evicting]) PATH
 //       takes the claim, prints "granted PATH", holds it until stdin reaches EOF or a line,
 //       then prints "released" and exits 0 (a failure prints "failed CODE MESSAGE", exits 1).
-//   coordination-probe present PATH [--silent]
+//   coordination-probe present PATH [--silent] [--evictable]
 //       registers a presenter, prints "ready", then one line per event ("event NAME PATH");
-//       answers every request unless --silent; exits when stdin reaches EOF.
+//       answers every request unless --silent; exits when stdin reaches EOF. With --evictable it
+//       implements accommodatePresentedItemEviction: removes itself, then answers (rule 34).
 //   coordination-probe move FROM TO
 //       claims FROM .forMoving and TO .forReplacing, prints "moving", waits for a line on stdin,
 //       renames FROM to TO, announces it with item(at:didMoveTo:), prints "moved", exits.
@@ -33,15 +34,21 @@ final class ProbePresenter: FilePresenter, @unchecked Sendable {
     // Safe: immutable after init.
     let presentedItemURL: URL?
     let silent: Bool
+    let evictable: Bool
     let presentedItemOperationQueue: OperationQueue = {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
         return queue
     }()
 
-    init(url: URL, silent: Bool) {
+    init(url: URL, silent: Bool, evictable: Bool) {
         presentedItemURL = url
         self.silent = silent
+        self.evictable = evictable
+    }
+
+    var implementedPresenterMethods: PresenterMethods {
+        evictable ? PresenterMethods.all.union(.accommodateEviction) : .all
     }
 
     func note(_ name: String, _ path: String? = nil) { say("event \(name) \(path ?? presentedItemURL!.path)") }
@@ -60,6 +67,11 @@ final class ProbePresenter: FilePresenter, @unchecked Sendable {
     }
     func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         note("accommodateDeletion")
+        if !silent { completionHandler(nil) }
+    }
+    func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        note("accommodateEviction")
+        FileCoordinator.removeFilePresenter(self)  // rule 34: removed before completing
         if !silent { completionHandler(nil) }
     }
     func presentedItemDidChange() { note("didChange") }
@@ -84,6 +96,7 @@ case "hold":
         case "--write=moving": intent = .writingIntent(with: url, options: .forMoving)
         case "--write=replacing": intent = .writingIntent(with: url, options: .forReplacing)
         case "--write=merging": intent = .writingIntent(with: url, options: .forMerging)
+        case "--write=evicting": intent = .writingIntent(with: url, options: .forEvicting)
         default: fail("unknown flag \(flag)")
         }
     }
@@ -103,7 +116,8 @@ case "hold":
 case "present":
     guard let path = arguments.first(where: { !$0.hasPrefix("--") }) else { fail("present needs a PATH") }
     let url = URL(fileURLWithPath: path)
-    let presenter = ProbePresenter(url: url, silent: arguments.contains("--silent"))
+    let presenter = ProbePresenter(
+        url: url, silent: arguments.contains("--silent"), evictable: arguments.contains("--evictable"))
     do {
         // Registered inside a coordinated read (rule 69) so every later claim sees it.
         try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) { _ in

@@ -56,6 +56,25 @@ import Glibc
         #expect(b.stop(grace: 10) == 0)
     }
 
+    @Test func rule34_coordinateWriteEvictingNeedsPresentersThatAccommodateIt() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let plain = try world.probe(["present", world.path("doc")])
+        #expect(plain.waitForLine("ready") != nil)
+        let refused = try shell(world, #"$PF coordinate --write=evicting "$F/doc" -- touch "$F/ran" 2>&1"#)
+        #expect(refused.stop() == 1)
+        #expect(refused.waitForLine("providerfs")?.contains("accommodatePresentedItemEviction") == true)
+        #expect(!exists(world, "ran"))
+        #expect(plain.stop() == 0)
+        let evictable = try world.probe(["present", world.path("doc"), "--evictable"])
+        #expect(evictable.waitForLine("ready") != nil)
+        let evicted = try shell(world, #"$PF coordinate --write=evicting "$F/doc" -- touch "$F/ran""#)
+        #expect(evicted.stop() == 0)
+        #expect(exists(world, "ran"))
+        #expect(evictable.hasLine("event accommodateEviction"))
+        #expect(evictable.stop() == 0)
+    }
+
     @Test func exitStatusIsTheCommandsAnd75OnTimeout() throws {
         let world = try CoordinationWorld()
         defer { world.tearDown() }

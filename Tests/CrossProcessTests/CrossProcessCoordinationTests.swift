@@ -66,6 +66,33 @@ import Glibc
         #expect(deleter.stop() == 0)
     }
 
+    @Test func rule34_evictionAcrossProcessesNeedsAPresenterThatRemovesItself() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("doc")
+        #expect(FileManager.default.createFile(atPath: file, contents: Data("x".utf8)))
+        // A presenter without accommodatePresentedItemEviction vetoes the eviction.
+        let plain = try world.probe(["present", file])
+        #expect(plain.waitForLine("ready") != nil)
+        let refused = try world.probe(["hold", "--write=evicting", file])
+        let failure = refused.waitForLine("failed")
+        #expect(failure?.contains("presenterFailed") == true)
+        #expect(failure?.contains("accommodatePresentedItemEviction") == true)
+        #expect(refused.stop() == 1)
+        plain.closeInput()
+        #expect(plain.stop() == 0)
+        // One that implements it is asked, removes itself over the wire, and the eviction runs.
+        let evictable = try world.probe(["present", file, "--evictable"])
+        #expect(evictable.waitForLine("ready") != nil)
+        let evictor = try world.probe(["hold", "--write=evicting", file])
+        #expect(evictor.waitForLine("granted") != nil)
+        #expect(evictable.hasLine("event accommodateEviction \(file)"))
+        evictor.closeInput()
+        #expect(evictor.stop() == 0)
+        evictable.closeInput()
+        #expect(evictable.stop() == 0)
+    }
+
     @Test func killMinus9OfAHolderFreesItsClaimAtOnce() throws {
         let world = try CoordinationWorld()
         defer { world.tearDown() }
