@@ -403,18 +403,6 @@ public enum ServerLauncher {
                     + "set PROVIDERFS_COORDINATOR to the providerfs binary.")
         }
         let arguments = [executable, "coordinator", "--idle-exit", idleExit(environment: environment)]
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(
-            &attributes, Int16(0x80 /* POSIX_SPAWN_SETSID */ | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -430,7 +418,9 @@ public enum ServerLauncher {
         var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
         var pid: pid_t = 0
-        let rc = posix_spawn(&pid, executable, &actions, &attributes, &argv, environ)
+        let rc = withCleanSpawnAttributes(newSession: true) {
+            posix_spawn(&pid, executable, &actions, $0, &argv, environ)
+        }
         guard rc == 0 else {
             throw CoordinationError(
                 .serverUnavailable, "Cannot start the coordination server \(executable): \(Errno(rc).message).")

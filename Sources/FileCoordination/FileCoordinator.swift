@@ -139,20 +139,26 @@ public final class FileCoordinator: @unchecked Sendable {
         ]) { urls in try body(urls[0], urls[1]) }
     }
 
-    /// Waits for every intent (all or nothing), then runs `body` with their URLs, on this thread.
-    @discardableResult
-    public func coordinate<T>(intents: [FileAccessIntent], byAccessor body: ([URL]) throws -> T) throws -> T {
-        try checkNotCancelled()
-        let claimIntents = try Self.resolve(intents)
+    /// Takes the claim for `claimIntents` and blocks this thread until it is granted (or fails);
+    /// returns the ticket and the granted paths. The endpoint may read the grant on this very
+    /// thread (one thread wake-up less).
+    private func acquireOnThisThread(_ claimIntents: [ClaimIntent]) throws -> (CoordinationDomain.Ticket, [String]) {
         let waiter = Waiter()
         let ticket = try domain.acquire(
             claimIntents, purpose: purposeIdentifier, deadlines: deadlines, waitsOnThread: true
         ) { waiter.fulfil($1) }
         track(ticket)
-        // The endpoint may read the grant on this very thread (one thread wake-up less).
         let result = ticket.endpoint.wait(for: waiter)
         untrack(ticket)
-        let paths = try result.get()
+        return (ticket, try result.get())
+    }
+
+    /// Waits for every intent (all or nothing), then runs `body` with their URLs, on this thread.
+    @discardableResult
+    public func coordinate<T>(intents: [FileAccessIntent], byAccessor body: ([URL]) throws -> T) throws -> T {
+        try checkNotCancelled()
+        let claimIntents = try Self.resolve(intents)
+        let (ticket, paths) = try acquireOnThisThread(claimIntents)
         return try runAccessor(ticket: ticket, intents: intents, claimIntents: claimIntents, paths: paths, body: body)
     }
 
@@ -266,14 +272,7 @@ public final class FileCoordinator: @unchecked Sendable {
         let intents = try Self.batchIntents(readingURLs, readingOptions, writingURLs, writingOptions)
         try checkNotCancelled()
         let claimIntents = try Self.resolve(intents)
-        let waiter = Waiter()
-        let ticket = try domain.acquire(
-            claimIntents, purpose: purposeIdentifier, deadlines: deadlines, waitsOnThread: true
-        ) { waiter.fulfil($1) }
-        track(ticket)
-        let result = ticket.endpoint.wait(for: waiter)
-        untrack(ticket)
-        _ = try result.get()
+        let (ticket, _) = try acquireOnThisThread(claimIntents)
         let domain = self.domain
         let once = Locked(false)
         let complete: @Sendable () -> Void = {

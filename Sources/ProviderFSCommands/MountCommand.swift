@@ -337,24 +337,12 @@ struct MountCommand: CLICommand {
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
         posix_spawn_file_actions_adddup2(&actions, readyFD, 3)
 
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        // POSIX_SPAWN_SETSID (0x80, glibc ≥ 2.26) is a GNU extension Swift's Glibc module hides.
-        let setsid: Int32 = 0x80
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | setsid))
-
         let argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
-        let rc = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ)
+        let rc = withCleanSpawnAttributes(newSession: true) {
+            posix_spawn(&pid, arguments[0], &actions, $0, argv, environ)
+        }
         guard rc == 0 else { throw CommandFailure("cannot start the daemon: \(Errno(rc).message)") }
         return pid
     }

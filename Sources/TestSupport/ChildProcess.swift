@@ -44,18 +44,6 @@ public final class ChildProcess: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 1, standardOutputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_addopen(&actions, 2, standardErrorPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
 
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-
         var merged = currentEnvironment()
         for (key, value) in environment { merged[key] = value }
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
@@ -65,7 +53,9 @@ public final class ChildProcess: @unchecked Sendable {
             envp.forEach { free($0) }
         }
         var child: pid_t = 0
-        let rc = posix_spawn(&child, executable, &actions, &attributes, argv, envp)
+        let rc = withCleanSpawnAttributes(newSession: false) {
+            posix_spawn(&child, executable, &actions, $0, argv, envp)
+        }
         guard rc == 0 else { throw SystemCallError("posix_spawn \(executable)", Errno(rc)) }
         pid = child
     }
