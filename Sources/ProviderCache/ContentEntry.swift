@@ -26,6 +26,8 @@ public final class ContentEntry: Sendable {
     let file: ContentFile
     let environment: CacheEnvironment
     private let state: Locked<State>
+    /// Serializes range-map saves of this entry (see `persist()`).
+    private let persistGate = AsyncGate()
     /// Called when the entry becomes idle (no pin, no download), so the cache can close it.
     private let onIdle: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
     /// Takes over the range-map save at the end of a download (ProviderCache batches them).
@@ -455,7 +457,15 @@ public final class ContentEntry: Sendable {
 
     /// fdatasync, then save the range map as it was before the sync: a range is persisted only
     /// once its bytes are durable, so a crash or power cut never makes unwritten bytes "present".
+    /// Saves of one entry run one at a time, in call order, and a call returns only after a save
+    /// that started after it (or found nothing new): an older snapshot never overwrites a newer one.
     func persist() async {
+        await persistGate.acquire()
+        await persistLocked()
+        persistGate.release()
+    }
+
+    private func persistLocked() async {
         let work = state.withLock { state -> (ByteRanges, RecordedError?)? in
             // A superseded or deleted version is never saved again (its record was deleted).
             if let retired = state.retiredError, retired.code != .cancelled { return nil }

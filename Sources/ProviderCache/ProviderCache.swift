@@ -39,7 +39,14 @@ public final class ProviderCache: Sendable {
     /// opens of one item share one entry. Taken only on a pool thread, never with `catalog` held.
     private let creationLock = Lock()
     /// Entries whose range map is to be saved by the next batch (see `schedulePersist`).
-    private let pendingPersists = Locked<(entries: [ObjectIdentifier: ContentEntry], scheduled: Bool)>(([:], false))
+    /// Range-map saves queued for the next batch, and how many batch flushes are running (shutdown
+    /// waits for those: an entry closed while idle is only reachable from a running flush).
+    private let pendingPersists = Locked<
+        (
+            entries: [ObjectIdentifier: ContentEntry], scheduled: Bool, flushing: Int,
+            flushWaiters: [CheckedContinuation<Void, Never>]
+        )
+    >(([:], false, 0, []))
 
     /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
     /// are bytes.
@@ -604,10 +611,30 @@ public final class ProviderCache: Sendable {
             defer {
                 pending.entries = [:]
                 pending.scheduled = false
+                pending.flushing += 1
             }
             return Array(pending.entries.values)
         }
         for entry in entries { await entry.persist() }
+        let waiters = pendingPersists.withLock { pending -> [CheckedContinuation<Void, Never>] in
+            pending.flushing -= 1
+            guard pending.flushing == 0 else { return [] }
+            defer { pending.flushWaiters = [] }
+            return pending.flushWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once no batch flush is running.
+    func waitForRunningFlushes() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = pendingPersists.withLock { pending -> Bool in
+                if pending.flushing == 0 { return true }
+                pending.flushWaiters.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
     }
 
     /// Stops every download, fails waiting readers, saves range maps. Later content requests fail.
@@ -622,6 +649,8 @@ public final class ProviderCache: Sendable {
             await entry.persist()
         }
         await flushPendingPersists()
+        // A batch that the persist timer started before shutdown may still be saving.
+        await waitForRunningFlushes()
     }
 }
 
