@@ -86,7 +86,7 @@ public enum ItemResolver {
     /// The resolution by system calls: realpath of the parent, lstat, package-marker look-ups.
     package static func resolveUncached(_ normalized: String, followLastSymlink: Bool = false) -> ResolvedItem {
         var canonical = canonicalPath(normalized)
-        if followLastSymlink, let target = realPath(canonical) { canonical = target }
+        if followLastSymlink, let target = SystemSupport.canonicalPath(canonical) { canonical = target }
         var info = stat()
         var identity: ItemIdentity?
         var isDirectory = false
@@ -143,14 +143,8 @@ public enum ItemResolver {
         let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))!
         let parent = slash == path.utf8.startIndex ? "/" : String(path[..<slash])
         let name = String(path[path.index(after: slash)...])
-        let resolvedParent = realPath(parent) ?? canonicalPath(parent)
+        let resolvedParent = SystemSupport.canonicalPath(parent) ?? canonicalPath(parent)
         return resolvedParent == "/" ? "/" + name : resolvedParent + "/" + name
-    }
-
-    static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
     }
 
     /// The outermost directory among the item and its ancestors that holds the package marker.
