@@ -71,7 +71,7 @@ import Glibc
         let evicted = try shell(world, #"$PF coordinate --write=evicting "$F/doc" -- touch "$F/ran""#)
         #expect(evicted.stop() == 0)
         #expect(exists(world, "ran"))
-        #expect(evictable.hasLine("event accommodateEviction"))
+        #expect(evictable.waitForLine("event accommodateEviction") != nil)
         #expect(evictable.stop() == 0)
     }
 
