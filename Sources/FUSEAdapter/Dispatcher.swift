@@ -14,6 +14,8 @@ import Glibc
 /// Everything a callback needs, reached through the session's userdata pointer.
 final class Dispatcher: Sendable {
     let fileSystem: any FileSystem
+    /// The file system's answers that need no task (nil when it has none).
+    let fastPath: (any FileSystemFastPath)?
     let pending = PendingReplies()
     let options: FUSEMountOptions
     let logger: Logger
@@ -25,6 +27,7 @@ final class Dispatcher: Sendable {
         onInitialized: @escaping @Sendable () -> Void
     ) {
         self.fileSystem = fileSystem
+        self.fastPath = fileSystem as? any FileSystemFastPath
         self.options = options
         self.logger = logger
         self.onInitialized = onInitialized
@@ -78,6 +81,28 @@ final class Dispatcher: Sendable {
             }
         }
         pending.attach(id, task: task)
+    }
+
+    /// Answers on this (libfuse) thread when `now` can, else like `respond`. Most lookups,
+    /// getattrs and reads of cached bytes end here: no task, no thread hop, no registration.
+    func respond<T: Sendable>(
+        _ raw: fuse_req_t?, _ operation: StaticString,
+        now: (any FileSystemFastPath, RequestContext) -> Result<T, FileSystemError>?,
+        work: @escaping @Sendable (any FileSystem, RequestContext) async throws(FileSystemError) -> T,
+        reply: @escaping @Sendable (fuse_req_t, T) -> Int32
+    ) {
+        if let raw, let fastPath, let outcome = now(fastPath, Dispatcher.context(raw)) {
+            switch outcome {
+            case .success(let value):
+                let rc = reply(raw, value)
+                if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
+            case .failure(let error):
+                logger.debug("\(operation): \(error)")
+                _ = fuse_reply_err(raw, error.errno.rawValue)
+            }
+            return
+        }
+        respond(raw, operation, work: work, reply: reply)
     }
 
     /// Like `respond` for operations whose success is an empty reply.

@@ -24,13 +24,18 @@ extension Dispatcher {
                 // context, so a signal reaches us as FUSE_INTERRUPT (and cancels the work) instead
                 // of leaving the caller in uninterruptible sleep until the download ends.
                 connection.pointee.want &= ~UInt32(FUSE_CAP_ASYNC_DIO)
+                // Reads answered from a cache file are spliced into /dev/fuse (no copy through a
+                // buffer of ours) when the kernel allows it; libfuse falls back to copying.
+                connection.pointee.want |= UInt32(FUSE_CAP_SPLICE_WRITE) & connection.pointee.capable
             }
             dispatcher.onInitialized()
         }
 
         ops.lookup = { request, parent, name in
             let name = decodeName(name)
-            Dispatcher.from(request).respond(request, "lookup") { fs, context throws(FileSystemError) in
+            Dispatcher.from(request).respond(request, "lookup") { fs, context in
+                fs.lookupNow(parent: InodeNumber(parent), name: name, context: context)
+            } work: { fs, context throws(FileSystemError) in
                 try await fs.lookup(parent: InodeNumber(parent), name: name, context: context)
             } reply: { request, entry in
                 var param = entry.entryParam
@@ -56,7 +61,9 @@ extension Dispatcher {
         ops.getattr = { request, inode, _ in
             let dispatcher = Dispatcher.from(request)
             let timeout = dispatcher.options.attributeTimeout.fuseSeconds
-            dispatcher.respond(request, "getattr") { fs, context throws(FileSystemError) in
+            dispatcher.respond(request, "getattr") { fs, context in
+                fs.getAttributesNow(InodeNumber(inode), context: context)
+            } work: { fs, context throws(FileSystemError) in
                 try await fs.getAttributes(InodeNumber(inode), context: context)
             } reply: { request, attributes in
                 var value = attributes.statValue
@@ -126,13 +133,13 @@ extension Dispatcher {
 
         ops.read = { request, inode, size, offset, fileInfo in
             let handle = FileHandleID(fileInfo!.pointee.fh)
-            Dispatcher.from(request).respond(request, "read") { fs, context throws(FileSystemError) in
+            Dispatcher.from(request).respond(request, "read") { fs, context in
+                fs.readNow(InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
+            } work: { fs, context throws(FileSystemError) in
                 try await fs.read(
                     InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
             } reply: { request, data in
-                data.buffer.withUnsafeBytes { bytes in
-                    fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), data.count)
-                }
+                replyData(request, data)
             }
         }
 
@@ -336,4 +343,28 @@ private func attributeChanges(_ attributes: UnsafeMutablePointer<stat>?, toSet: 
         changes.modificationTime = Timestamp(attributes.st_mtim)
     }
     return changes
+}
+
+/// Sends read bytes: a buffer with fuse_reply_buf; a file range with fuse_reply_data, which
+/// splices it from the file (or copies it through libfuse's buffer when splicing is not possible).
+private func replyData(_ request: fuse_req_t, _ data: ReadData) -> Int32 {
+    switch data.source {
+    case .memory(let buffer):
+        return buffer.withUnsafeBytes { bytes in
+            fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), data.count)
+        }
+    case .file(let descriptor, let offset, let owner):
+        return withExtendedLifetime(owner) {
+            var vector = fuse_bufvec()
+            vector.count = 1
+            vector.idx = 0
+            vector.off = 0
+            vector.buf.size = data.count
+            vector.buf.flags = fuse_buf_flags(rawValue: FUSE_BUF_IS_FD.rawValue | FUSE_BUF_FD_SEEK.rawValue)
+            vector.buf.mem = nil
+            vector.buf.fd = descriptor
+            vector.buf.pos = off_t(offset)
+            return fuse_reply_data(request, &vector, FUSE_BUF_SPLICE_MOVE)
+        }
+    }
 }

@@ -139,7 +139,16 @@ public final class ContentEntry: Sendable {
         let end = min(size, offset + Int64(count))
         guard offset < end else { return ReadData(buffer: AlignedBuffer(capacity: 0), count: 0) }
         try await ensurePresent(offset..<end)
-        return try await file.read(at: offset, count: Int(end - offset))
+        return file.range(at: offset, count: Int(end - offset))
+    }
+
+    /// The bytes at `offset` when every one of them is already on disk (nil otherwise), without
+    /// waiting: the fast path a FUSE thread takes before handing a read to a task.
+    public func readIfPresent(offset: Int64, count: Int) -> ReadData? {
+        let end = min(size, offset + Int64(count))
+        guard offset < end else { return ReadData(buffer: AlignedBuffer(capacity: 0), count: 0) }
+        guard state.withLock({ $0.present.contains(offset..<end) }) else { return nil }
+        return file.range(at: offset, count: Int(end - offset))
     }
 
     /// Waits until `range` is on disk (starting or joining the download), or fails.

@@ -64,27 +64,10 @@ final class ContentFile: Sendable {
         }
     }
 
-    /// Reads `count` bytes at `offset` into a page-aligned buffer (fewer only at end of file).
-    func read(at offset: Int64, count: Int) async throws(CacheError) -> ReadData {
-        let fd = self.fd
-        let path = self.path
-        return try await pool.run { () throws(CacheError) -> ReadData in
-            let buffer = AlignedBuffer(capacity: count)
-            var done = 0
-            while done < count {
-                let result = buffer.withUnsafeMutableBytes { raw in
-                    retryingOnInterrupt {
-                        pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                    }
-                }
-                if result < 0 {
-                    throw CacheError(.io, "cannot read cache file \(path): \(Errno.current.message)")
-                }
-                if result == 0 { break }
-                done += result
-            }
-            return ReadData(buffer: buffer, count: done)
-        }
+    /// `count` bytes at `offset`, to be copied (or spliced) from the file by whoever sends them;
+    /// the value keeps this file open. Only for ranges that are present (they never change).
+    func range(at offset: Int64, count: Int) -> ReadData {
+        ReadData(descriptor: fd, offset: offset, count: count, owner: self)
     }
 
     /// `fdatasync`: the bytes written so far survive a power cut (run before persisting ranges).

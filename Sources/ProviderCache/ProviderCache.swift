@@ -183,6 +183,41 @@ public final class ProviderCache: Sendable {
         }
     }
 
+    /// The item when the cached copy is younger than `maximumAge` (nil: the provider must be
+    /// asked, via `item(_:maximumAge:)`). Never waits.
+    public func freshItem(_ identifier: ItemIdentifier, maximumAge: Duration) -> ProviderItem? {
+        let now = environment.timeline.now
+        return catalog.withLock { catalog -> ProviderItem? in
+            guard let item = catalog.items[identifier], let at = catalog.refreshedAt[identifier],
+                now - at < maximumAge
+            else { return nil }
+            if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
+            return item
+        }
+    }
+
+    /// What the cached listing of a directory says about one name, without asking the provider.
+    public enum CachedChild: Sendable {
+        /// The listing is younger than asked and has the name.
+        case found(ProviderItem)
+        /// The listing is younger than asked and lacks the name; `listingAge` is its age.
+        case absent(listingAge: Duration)
+        /// No listing young enough: the provider must be asked (`child(named:of:maximumAge:)`).
+        case unknown
+    }
+
+    /// The child named `name` (bytes) per the cached listing, if that listing is younger than
+    /// `maximumAge`. Never waits.
+    public func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration) -> CachedChild {
+        let key = NameKey(name)
+        let now = environment.timeline.now
+        return catalog.withLock { catalog -> CachedChild in
+            guard let at = catalog.listedAt[directory], now - at < maximumAge else { return .unknown }
+            if let item = catalog.names[directory]?[key].flatMap({ catalog.items[$0] }) { return .found(item) }
+            return .absent(listingAge: now - at)
+        }
+    }
+
     /// The children of a directory, listing it again when the last listing of this session is
     /// older than `maximumAge` (nil: never re-list once listed). Unreachable provider: the last
     /// listing kept from any session, else `.unreachable`.

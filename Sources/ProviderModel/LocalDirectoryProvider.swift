@@ -129,18 +129,25 @@ public struct LocalDirectoryProvider: Provider {
             throw ProviderError(.io, "opendir \(identifier): \(String(cString: strerror(code)))", errno: code)
         }
         defer { closedir(directory) }
+        let descriptor = dirfd(directory)
         var result: [ProviderItem] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name == "." || name == ".." { continue }
-            let childIdentifier = ItemIdentifier(identifier == .root ? name : identifier.rawValue + "/" + name)
-            let childPath = path + "/" + name
+            // fstatat on the directory's descriptor: no path resolution per child (a listing of
+            // thousands of files is dominated by these calls).
             var childInfo = stat()
-            // Gone between readdir and lstat: it simply is not listed.
-            guard lstat(childPath, &childInfo) == 0 else { continue }
-            if let item = Self.makeItem(identifier: childIdentifier, path: childPath, info: childInfo) {
+            let found = withUnsafePointer(to: &entry.pointee.d_name) { tuple in
+                tuple.withMemoryRebound(to: CChar.self, capacity: 256) { cName -> String? in
+                    if cName[0] == 0x2E && (cName[1] == 0 || (cName[1] == 0x2E && cName[2] == 0)) { return nil }
+                    // Gone between readdir and fstatat: it simply is not listed.
+                    guard fstatat(descriptor, cName, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
+                    return String(cString: cName)
+                }
+            }
+            guard let name = found else { continue }
+            let childIdentifier = ItemIdentifier(identifier == .root ? name : identifier.rawValue + "/" + name)
+            if let item = Self.makeItem(
+                identifier: childIdentifier, parent: identifier, name: name, path: path + "/" + name, info: childInfo)
+            {
                 result.append(item)
             }
         }
@@ -153,6 +160,17 @@ public struct LocalDirectoryProvider: Provider {
     }
 
     static func makeItem(identifier: ItemIdentifier, path: String, info: stat) -> ProviderItem? {
+        let components = identifier.rawValue.split(separator: "/")
+        let parent =
+            components.count <= 1 ? ItemIdentifier.root : ItemIdentifier(components.dropLast().joined(separator: "/"))
+        return makeItem(
+            identifier: identifier, parent: parent, name: components.last.map(String.init) ?? "", path: path,
+            info: info)
+    }
+
+    static func makeItem(
+        identifier: ItemIdentifier, parent: ItemIdentifier, name: String, path: String, info: stat
+    ) -> ProviderItem? {
         let kind: ItemKind
         var target: String?
         switch info.st_mode & S_IFMT {
@@ -166,11 +184,8 @@ public struct LocalDirectoryProvider: Provider {
             target = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         default: return nil
         }
-        let components = identifier.rawValue.split(separator: "/")
-        let parent =
-            components.count <= 1 ? ItemIdentifier.root : ItemIdentifier(components.dropLast().joined(separator: "/"))
         return ProviderItem(
-            identifier: identifier, parent: parent, name: components.last.map(String.init) ?? "",
+            identifier: identifier, parent: parent, name: name,
             kind: kind, size: Int64(info.st_size),
             modificationTime: ItemTime(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int32(info.st_mtim.tv_nsec)),
             contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o777), symbolicLinkTarget: target)

@@ -32,14 +32,24 @@ public final class AlignedBuffer: @unchecked Sendable {
     }
 }
 
-/// Bytes answered to a read: a buffer and how many of its bytes are valid.
+/// Bytes answered to a read: either a filled buffer, or a range of an open file that the reply
+/// copies (or splices) straight from the file, so no buffer is allocated or filled in between.
 public struct ReadData: Sendable {
-    public let buffer: AlignedBuffer
+    /// Where the bytes are.
+    public enum Source: Sendable {
+        /// The first `count` bytes of a buffer.
+        case memory(AlignedBuffer)
+        /// `count` bytes of `descriptor` at `offset`; `owner` keeps the descriptor open for as long
+        /// as this value lives (the file's bytes in that range must not change meanwhile).
+        case file(descriptor: Int32, offset: Int64, owner: any AnyObject & Sendable)
+    }
+
+    public let source: Source
     public let count: Int
 
     public init(buffer: AlignedBuffer, count: Int) {
         precondition(count >= 0 && count <= buffer.capacity)
-        self.buffer = buffer
+        self.source = .memory(buffer)
         self.count = count
     }
 
@@ -51,7 +61,33 @@ public struct ReadData: Sendable {
         self.init(buffer: buffer, count: bytes.count)
     }
 
+    /// `count` bytes of the open file `descriptor` at `offset`, kept open by `owner`.
+    public init(descriptor: Int32, offset: Int64, count: Int, owner: any AnyObject & Sendable) {
+        precondition(count >= 0 && offset >= 0)
+        self.source = .file(descriptor: descriptor, offset: offset, owner: owner)
+        self.count = count
+    }
+
+    /// The bytes (a file range is read with `pread`; fewer bytes if the file is shorter).
     public var bytes: [UInt8] {
-        buffer.withUnsafeBytes { Array($0.prefix(count)) }
+        switch source {
+        case .memory(let buffer):
+            return buffer.withUnsafeBytes { Array($0.prefix(count)) }
+        case .file(let descriptor, let offset, let owner):
+            return withExtendedLifetime(owner) {
+                var result = [UInt8](repeating: 0, count: count)
+                var done = 0
+                while done < count {
+                    let got = result.withUnsafeMutableBytes { raw in
+                        retryingOnInterrupt {
+                            pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                        }
+                    }
+                    if got <= 0 { break }
+                    done += got
+                }
+                return Array(result.prefix(done))
+            }
+        }
     }
 }

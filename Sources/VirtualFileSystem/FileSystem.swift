@@ -270,3 +270,15 @@ public protocol FileSystem: Sendable {
     /// The session is ending: fail waiting work, flush state. Called once, before unmount completes.
     func shutdown() async
 }
+
+/// Answers that need no waiting, given on the FUSE thread that received the request (no task, no
+/// thread hop). Each returns nil when the answer needs the provider, a download or anything else
+/// that may wait; the adapter then calls the async method. They may do local blocking I/O at most
+/// of the page-cache kind (FUSE threads are libfuse's to block), never provider calls.
+public protocol FileSystemFastPath: Sendable {
+    func lookupNow(parent: InodeNumber, name: String, context: RequestContext) -> Result<Entry, FileSystemError>?
+    func getAttributesNow(_ inode: InodeNumber, context: RequestContext) -> Result<NodeAttributes, FileSystemError>?
+    func readNow(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
+    ) -> Result<ReadData, FileSystemError>?
+}

@@ -484,6 +484,52 @@ public final class ProviderFileSystem: FileSystem {
     public var openFileCount: Int { state.withLock { $0.files.count } }
 }
 
+// MARK: - Answers without waiting
+
+/// Lookups and getattrs the cached metadata answers within its TTLs, and reads of bytes already on
+/// disk, are answered on the FUSE thread; everything else (and every error the async path words
+/// better) returns nil and goes the async way. Same rules as the async methods, by construction:
+/// both ask the cache with the same maximum ages.
+extension ProviderFileSystem: FileSystemFastPath {
+    public func lookupNow(
+        parent: InodeNumber, name: String, context: RequestContext
+    ) -> Result<Entry, FileSystemError>? {
+        guard let parentNode = state.withLock({ $0.inodes[parent] }), parentNode.kind == .directory,
+            !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
+            !name.utf8.contains(UInt8(ascii: "/"))
+        else { return nil }
+        switch cache.cachedChild(named: name, of: parentNode.identifier, maximumAge: options.cache.directoryTTL) {
+        case .found(let item):
+            return .success(entry(for: item))
+        case .absent(let listingAge):
+            // A miss re-lists (async) once the listing is older than missRefreshInterval.
+            guard listingAge < options.cache.missRefreshInterval else { return nil }
+            return .failure(FileSystemError(.notFound, "no item named '\(name)'"))
+        case .unknown:
+            return nil
+        }
+    }
+
+    public func getAttributesNow(
+        _ inode: InodeNumber, context: RequestContext
+    ) -> Result<NodeAttributes, FileSystemError>? {
+        guard let node = state.withLock({ $0.inodes[inode] }),
+            let item = cache.freshItem(node.identifier, maximumAge: options.cache.attributeTTL),
+            item.kind == node.kind || node.identifier == .root
+        else { return nil }
+        return .success(attributes(of: item, inode: inode))
+    }
+
+    public func readNow(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
+    ) -> Result<ReadData, FileSystemError>? {
+        guard offset >= 0, count >= 0, let open = state.withLock({ $0.files[handle] }),
+            let data = open.entry.readIfPresent(offset: offset, count: count)
+        else { return nil }
+        return .success(data)
+    }
+}
+
 extension NodeType {
     init(_ kind: ItemKind) {
         switch kind {

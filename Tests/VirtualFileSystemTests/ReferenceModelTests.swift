@@ -132,12 +132,17 @@ private struct ModelRun {
         await fileSystem.shutdown()
     }
 
-    /// Walks `path` with lookups from the root, as the kernel would.
+    /// Walks `path` with lookups from the root, as the kernel and the adapter would: the fast
+    /// path first, the async lookup when it declines.
     func resolvePath(_ path: String) async throws(FileSystemError) -> Entry? {
         var inode = InodeNumber.root
         var entry: Entry?
         for component in path.split(separator: "/") {
-            entry = try await fileSystem.lookup(parent: inode, name: String(component), context: .kernel)
+            if let now = fileSystem.lookupNow(parent: inode, name: String(component), context: .kernel) {
+                entry = try now.get()
+            } else {
+                entry = try await fileSystem.lookup(parent: inode, name: String(component), context: .kernel)
+            }
             inode = entry!.inode
         }
         return entry
@@ -203,7 +208,12 @@ private struct ModelRun {
         log.append("getattr \(item.identifier)")
         do {
             guard let entry = try await resolvePath(item.identifier.rawValue) else { return nil }
-            let attributes = try await fileSystem.getAttributes(entry.inode, context: .kernel)
+            let attributes =
+                if let now = fileSystem.getAttributesNow(entry.inode, context: .kernel) {
+                    try now.get()
+                } else {
+                    try await fileSystem.getAttributes(entry.inode, context: .kernel)
+                }
             return check(
                 Entry(attributes: attributes, generation: 0, attributeTimeout: .zero, entryTimeout: .zero),
                 against: item)
@@ -240,8 +250,15 @@ private struct ModelRun {
         let end = min(size, offset + Int64(count))
         let expected = offset < end ? handle.content.slice(offset..<end) : []
         do {
-            let data = try await fileSystem.read(
-                handle.inode, handle: handle.handle, offset: offset, count: count, context: .kernel)
+            let data =
+                if let now = fileSystem.readNow(
+                    handle.inode, handle: handle.handle, offset: offset, count: count, context: .kernel)
+                {
+                    try now.get()
+                } else {
+                    try await fileSystem.read(
+                        handle.inode, handle: handle.handle, offset: offset, count: count, context: .kernel)
+                }
             return data.bytes == expected
                 ? nil : "read \(handle.path) @\(offset) +\(count): \(data.count) bytes differ from the pinned version"
         } catch {
