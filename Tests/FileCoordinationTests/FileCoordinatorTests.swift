@@ -52,11 +52,13 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     func presentedItemDidMove(to newURL: URL) { note("didMove \(newURL.path)") }
 }
 
-/// Polls until `condition` holds or 5 s pass, suspending between polls: in async code a blocking
+/// Polls until `condition` holds or 30 s pass, suspending between polls: in async code a blocking
 /// poll would hold a cooperative thread, and on a 2-core machine that can starve the very task
-/// being waited for.
+/// being waited for. The deadline only bounds a failure: a passing wait ends at the first true
+/// poll. (5 s was not enough on a loaded 2-core machine while sync tests held both cooperative
+/// threads.)
 func eventuallyAsync(_ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + .seconds(5)
+    let deadline = ContinuousClock.now + .seconds(30)
     while ContinuousClock.now < deadline {
         if condition() { return true }
         try? await Task.sleep(for: .milliseconds(1))
@@ -64,9 +66,10 @@ func eventuallyAsync(_ condition: () -> Bool) async -> Bool {
     return condition()
 }
 
-/// Polls (no fixed sleep) until `condition` holds or 5 s pass.
+/// Polls (no fixed sleep) until `condition` holds or 30 s pass.
 func eventually(_ condition: () -> Bool) -> Bool {
-    for _ in 0..<5000 {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while ContinuousClock.now < deadline {
         if condition() { return true }
         usleep(1000)
     }
