@@ -19,7 +19,7 @@ let package = Package(
         .target(name: "Diagnostics", dependencies: ["SystemSupport"]),
         .target(name: "SQLiteStore", dependencies: ["CSQLite3", "SystemSupport", "Diagnostics"]),
         .target(name: "FileCoordination", dependencies: ["SystemSupport", "Diagnostics"]),
-        .target(name: "ProviderModel"),
+        .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
         .target(
             name: "ProviderCache",
             dependencies: ["ProviderModel", "SQLiteStore", "SystemSupport", "Diagnostics"]),

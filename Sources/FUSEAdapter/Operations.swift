@@ -24,9 +24,6 @@ extension Dispatcher {
                 // context, so a signal reaches us as FUSE_INTERRUPT (and cancels the work) instead
                 // of leaving the caller in uninterruptible sleep until the download ends.
                 connection.pointee.want &= ~UInt32(FUSE_CAP_ASYNC_DIO)
-                // Reads answered from a cache file are spliced into /dev/fuse (no copy through a
-                // buffer of ours) when the kernel allows it; libfuse falls back to copying.
-                connection.pointee.want |= UInt32(FUSE_CAP_SPLICE_WRITE) & connection.pointee.capable
             }
             dispatcher.onInitialized()
         }
@@ -345,8 +342,11 @@ private func attributeChanges(_ attributes: UnsafeMutablePointer<stat>?, toSet: 
     return changes
 }
 
-/// Sends read bytes: a buffer with fuse_reply_buf; a file range with fuse_reply_data, which
-/// splices it from the file (or copies it through libfuse's buffer when splicing is not possible).
+/// Sends read bytes: a buffer with fuse_reply_buf; a file range is first read into a pooled,
+/// already faulted-in buffer. (libfuse's fuse_reply_data would splice only when the pipe can hold
+/// the whole reply, which for 1 MiB reads needs fs.pipe-max-size raised; otherwise it falls back
+/// to mmap + pread + munmap of a fresh buffer per read, which profiles showed as page faults and
+/// page clearing.)
 private func replyData(_ request: fuse_req_t, _ data: ReadData) -> Int32 {
     switch data.source {
     case .memory(let buffer):
@@ -354,17 +354,49 @@ private func replyData(_ request: fuse_req_t, _ data: ReadData) -> Int32 {
             fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), data.count)
         }
     case .file(let descriptor, let offset, let owner):
-        return withExtendedLifetime(owner) {
-            var vector = fuse_bufvec()
-            vector.count = 1
-            vector.idx = 0
-            vector.off = 0
-            vector.buf.size = data.count
-            vector.buf.flags = fuse_buf_flags(rawValue: FUSE_BUF_IS_FD.rawValue | FUSE_BUF_FD_SEEK.rawValue)
-            vector.buf.mem = nil
-            vector.buf.fd = descriptor
-            vector.buf.pos = off_t(offset)
-            return fuse_reply_data(request, &vector, FUSE_BUF_SPLICE_MOVE)
+        let buffer = ReadBufferPool.shared.take(capacity: data.count)
+        defer { ReadBufferPool.shared.put(buffer) }
+        let filled = withExtendedLifetime(owner) {
+            buffer.withUnsafeMutableBytes { raw -> Int in
+                var done = 0
+                while done < data.count {
+                    let got = retryingOnInterrupt {
+                        pread(descriptor, raw.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
+                    }
+                    if got < 0 { return -Int(errno) }
+                    if got == 0 { break }
+                    done += got
+                }
+                return done
+            }
+        }
+        if filled < 0 { return fuse_reply_err(request, EIO) }
+        return buffer.withUnsafeBytes { bytes in
+            fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), filled)
+        }
+    }
+}
+
+/// Page-aligned read buffers kept for reuse, so a read does not allocate, fault in and free 1 MiB.
+/// At most `limit` are kept (each is as large as the largest read it served).
+final class ReadBufferPool: Sendable {
+    static let shared = ReadBufferPool(limit: 16)
+    private let free = Locked<[AlignedBuffer]>([])
+    private let limit: Int
+
+    init(limit: Int) { self.limit = limit }
+
+    func take(capacity: Int) -> AlignedBuffer {
+        let reused = free.withLock { buffers -> AlignedBuffer? in
+            guard let index = buffers.lastIndex(where: { $0.capacity >= capacity }) else { return nil }
+            return buffers.remove(at: index)
+        }
+        return reused ?? AlignedBuffer(capacity: max(capacity, 128 << 10))
+    }
+
+    func put(_ buffer: AlignedBuffer) {
+        free.withLock { buffers in
+            if buffers.count < limit { buffers.append(buffer) }
         }
     }
 }

@@ -2,6 +2,10 @@
 public struct CacheOptions: Sendable {
     /// Largest chunk asked of a provider stream at once (and written with one pwrite).
     public var chunkSize: Int = 1 << 20
+    /// Largest chunk a direct transfer (a stream that writes into the cache file itself, such as
+    /// the local provider's copy_file_range) moves at once: no memory is involved, so bigger
+    /// chunks only cut per-chunk overhead.
+    public var directChunkSize: Int = 8 << 20
     /// Smallest chunk for the first bytes a waiting reader needs: small, so that time to first
     /// byte depends on the read size, not on the file size or `chunkSize`.
     public var firstChunkSize: Int = 128 << 10
@@ -19,8 +23,13 @@ public struct CacheOptions: Sendable {
     public var maximumAttempts: Int = 3
     /// Pause between attempts.
     public var retryDelay: Duration = .milliseconds(200)
-    /// Bytes downloaded between two fdatasync + range-map saves (also done when a stream ends).
-    public var persistInterval: Int64 = 32 << 20
+    /// A download saves its range map (fdatasync, then SQLite) once this many bytes are unsynced,
+    /// or once `persistPeriod` has passed since its last save with any byte unsynced, whichever
+    /// comes first; and when it ends. The save runs beside the download, which does not wait for
+    /// it. So a crash loses at most about `persistPeriod` of download progress (the bytes are
+    /// fetched again), and a short download is never slowed by a sync.
+    public var persistInterval: Int64 = 1 << 30
+    public var persistPeriod: Duration = .seconds(5)
     /// A download's final range-map save (fdatasync + SQLite) is batched with others this long
     /// after it ends (flushed at shutdown in any case).
     public var persistDelay: Duration = .seconds(1)

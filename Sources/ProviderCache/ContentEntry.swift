@@ -62,6 +62,10 @@ public final class ContentEntry: Sendable {
         /// missing bytes fail with this error at once.
         var retiredError: CacheError?
         var unsyncedBytes: Int64 = 0
+        /// When (timeline) the last range-map save started; nil before the first in this session.
+        var lastPersistAt: Duration?
+        /// A save started beside the download is running (another is not started meanwhile).
+        var backgroundPersist = false
         /// What the store holds (nil: nothing saved in this session).
         var saved: (ByteRanges, RecordedError?)?
         var pins = 0
@@ -388,45 +392,70 @@ public final class ContentEntry: Sendable {
             return .failed(CacheError.from(error), progress: false)
         }
         defer { stream.close() }
+        // A stream that can write into our file itself (local source: copy_file_range) does;
+        // others hand us chunks that we write.
+        let direct = stream as? any DirectContentStream
+        let startedAt = environment.timeline.now
+        let file = self.file
         var position = target.lowerBound
         var progress = false
+        var previousChunk: Int?
         while position < target.upperBound {
             if Task.isCancelled { return .failed(CacheError(.cancelled, "download cancelled"), progress: progress) }
             let length = state.withLock { state in
-                Self.chunkLength(state, at: position, end: target.upperBound, options: options)
+                Self.chunkLength(
+                    state, at: position, end: target.upperBound, options: options,
+                    maximum: direct == nil ? options.chunkSize : max(options.chunkSize, options.directChunkSize),
+                    previous: previousChunk)
             }
-            let chunk: [UInt8]?
-            do {
-                chunk = try await withDeadline(options.stallTimeout, on: environment.timeline) {
-                    try await stream.next(maximumLength: length)
+            previousChunk = length
+            let delivered: Int
+            if let direct {
+                let placed: Int?
+                do {
+                    let at = position
+                    placed = try await withDeadline(options.stallTimeout, on: environment.timeline) {
+                        try await direct.transfer(maximumLength: length, to: file.fd, at: at)
+                    }
+                } catch {
+                    return .failed(file.transferFailure(error), progress: progress)
                 }
-            } catch {
-                return .failed(CacheError.from(error), progress: progress)
+                guard let placed, placed > 0 else {
+                    return .failed(Self.endedEarly(at: position, of: target), progress: progress)
+                }
+                delivered = min(placed, Int(target.upperBound - position))
+            } else {
+                let chunk: [UInt8]?
+                do {
+                    chunk = try await withDeadline(options.stallTimeout, on: environment.timeline) {
+                        try await stream.next(maximumLength: length)
+                    }
+                } catch {
+                    return .failed(CacheError.from(error), progress: progress)
+                }
+                guard var bytes = chunk, !bytes.isEmpty else {
+                    return .failed(Self.endedEarly(at: position, of: target), progress: progress)
+                }
+                if Int64(bytes.count) > target.upperBound - position {
+                    bytes.removeLast(bytes.count - Int(target.upperBound - position))
+                }
+                do {
+                    try await file.write(bytes, at: position)
+                } catch {
+                    return .failed(error, progress: progress)
+                }
+                delivered = bytes.count
             }
-            guard var bytes = chunk, !bytes.isEmpty else {
-                // A clean end before the range's end is a lie about the length, not an end of file:
-                // never mark a range present that was not delivered (rclone-under-faults 2b/2c).
-                return .failed(
-                    CacheError(
-                        .downloadFailed, "the provider ended the transfer at byte \(position) of \(target.upperBound)"),
-                    progress: progress)
-            }
-            if Int64(bytes.count) > target.upperBound - position {
-                bytes.removeLast(bytes.count - Int(target.upperBound - position))
-            }
-            do {
-                try await file.write(bytes, at: position)
-            } catch {
-                return .failed(error, progress: progress)
-            }
-            // The bytes are on disk (pwrite returned): only now do they count as present.
-            let written = position..<(position + Int64(bytes.count))
+            // The bytes are in the file (pwrite or copy_file_range returned): only now do they
+            // count as present.
+            let written = position..<(position + Int64(delivered))
+            let now = environment.timeline.now
             position = written.upperBound
             progress = true
             let (ready, shouldPersist, retarget) = state.withLock { state -> ([Waiter], Bool, Bool) in
                 state.present.insert(written)
                 state.position = written.upperBound
-                state.unsyncedBytes += Int64(bytes.count)
+                state.unsyncedBytes += Int64(delivered)
                 var ready: [Waiter] = []
                 state.waiters.removeAll { waiter in
                     guard state.present.contains(waiter.range) else { return false }
@@ -444,20 +473,45 @@ public final class ContentEntry: Sendable {
                 {
                     retarget = true
                 }
-                return (ready, state.unsyncedBytes >= options.persistInterval, retarget)
+                let due =
+                    state.unsyncedBytes >= options.persistInterval
+                    || now - (state.lastPersistAt ?? startedAt) >= options.persistPeriod
+                let persistNow = due && !state.backgroundPersist
+                if persistNow { state.backgroundPersist = true }
+                return (ready, persistNow, retarget)
             }
             for waiter in ready { waiter.continuation.resume(returning: .success(())) }
-            if shouldPersist { await persist() }
+            if shouldPersist {
+                // Beside the download: the fetch goes on while the sync runs. Saves of this entry
+                // are serialized (persistGate), so the download's final save still comes last.
+                Task {
+                    await self.persist()
+                    self.state.withLock { $0.backgroundPersist = false }
+                }
+            }
             if retarget { return .retarget }
         }
         return .completed(progress: progress)
     }
 
-    /// The next chunk: just enough for a reader waiting at `position` (rounded up to 64 KiB,
-    /// at least `firstChunkSize`), else `chunkSize`.
-    private static func chunkLength(_ state: State, at position: Int64, end: Int64, options: CacheOptions) -> Int {
-        var length = Int64(options.chunkSize)
-        if let waiter = state.waiters.first(where: { $0.range.contains(position) }) {
+    /// A clean end before the range's end is a lie about the length, not an end of file: never
+    /// mark a range present that was not delivered (rclone-under-faults 2b/2c).
+    private static func endedEarly(at position: Int64, of target: Range<Int64>) -> CacheError {
+        CacheError(.downloadFailed, "the provider ended the transfer at byte \(position) of \(target.upperBound)")
+    }
+
+    /// The next chunk. The first of a fetch, when a reader waits at `position`, is just what it
+    /// needs (rounded up to 64 KiB, at least `firstChunkSize`): time to first byte depends on the
+    /// read, not on the file or chunk size. Later chunks double, up to `maximum`, so a stream
+    /// that readers follow closely is not cut into read-sized pieces (each chunk costs a few
+    /// thread hops and a deadline).
+    private static func chunkLength(
+        _ state: State, at position: Int64, end: Int64, options: CacheOptions, maximum: Int, previous: Int?
+    ) -> Int {
+        var length = Int64(maximum)
+        if let previous {
+            length = min(length, 2 * Int64(previous))
+        } else if let waiter = state.waiters.first(where: { $0.range.contains(position) }) {
             let needed = (waiter.range.upperBound - position + 65535) / 65536 * 65536
             length = min(length, max(needed, Int64(options.firstChunkSize)))
         }
@@ -481,6 +535,7 @@ public final class ContentEntry: Sendable {
             // Nothing new since the last save: no sync, no write.
             if let saved = state.saved, saved.0 == state.present, saved.1 == state.lastError { return nil }
             state.unsyncedBytes = 0
+            state.lastPersistAt = environment.timeline.now
             return (state.present, state.lastError)
         }
         guard let (snapshot, lastError) = work else { return }

@@ -1,5 +1,6 @@
 // One sparse cache file. Blocking calls run on the BlockingIOPool, never on the cooperative pool.
 
+import ProviderModel
 import SystemSupport
 
 #if canImport(Glibc)
@@ -70,6 +71,15 @@ final class ContentFile: Sendable {
         ReadData(descriptor: fd, offset: offset, count: count, owner: self)
     }
 
+    /// How a failed direct transfer into this file reads: a full disk or quota is ours (ENOSPC,
+    /// never retried as a provider fault); anything else is the provider's.
+    func transferFailure(_ error: any Error) -> CacheError {
+        if let failure = error as? ProviderError, let code = failure.errno, code == ENOSPC || code == EDQUOT {
+            return CacheError(.noSpace, "cannot write cache file \(path): \(Errno(code).message)")
+        }
+        return CacheError.from(error)
+    }
+
     /// `fdatasync`: the bytes written so far survive a power cut (run before persisting ranges).
     func sync() async throws(CacheError) {
         let fd = self.fd
@@ -88,9 +98,6 @@ final class ContentFile: Sendable {
         return Int64(info.st_blocks)
     }
 }
-
-/// `SEEK_DATA` (a _GNU_SOURCE constant Glibc's Swift module does not export).
-private let seekData: Int32 = 3
 
 /// The shared state of one `withDeadline` race: whoever finishes first resumes the caller.
 final class DeadlineRace<T: Sendable>: @unchecked Sendable {

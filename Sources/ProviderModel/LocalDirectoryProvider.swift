@@ -3,6 +3,7 @@
 
 import Dispatch
 import Foundation
+import SystemSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -195,11 +196,13 @@ public struct LocalDirectoryProvider: Provider {
 /// A file opened for one fetch. Each `next` re-checks the version with `fstat`, so a file that is
 /// rewritten, truncated or appended to in place mid-fetch fails with `.versionChanged` instead of
 /// delivering bytes of two versions.
-final class LocalContentStream: ContentStream, @unchecked Sendable {
-    // Safe: the mutable `fd` and `position` are only touched while `lock` is held.
+final class LocalContentStream: DirectContentStream, @unchecked Sendable {
+    // Safe: the mutable `fd`, `position` and `copyInKernel` are only touched while `lock` is held.
     private let lock = NSLock()
     private var fd: Int32
     private var position: Int64
+    /// False once copy_file_range said it cannot copy between these files (other file systems).
+    private var copyInKernel = true
     private let end: Int64
     private let identifier: ItemIdentifier
     private let version: ContentVersion
@@ -254,6 +257,92 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
                 return got == count ? bytes : Array(bytes[0..<got])
             }
         }
+    }
+
+    /// copy_file_range from the source into `descriptor` (one copy, inside the kernel); holes of
+    /// the source are skipped when the destination already reads zeros there. Version checked
+    /// before and after, as in `next`.
+    func transfer(maximumLength: Int, to descriptor: Int32, at offset: Int64) async throws -> Int? {
+        try Task.checkCancellation()
+        return try await LocalIO.run { () throws -> Int? in
+            try self.lock.withLock { () throws -> Int? in
+                guard self.fd >= 0, self.position < self.end else { return nil }
+                try self.checkVersionLocked()
+                let limit = self.position + min(Int64(maximumLength), self.end - self.position)
+                let placed: Int
+                let data = nextData(in: self.fd, at: self.position)
+                if data.map({ $0 > self.position }) ?? true {
+                    // A hole of the source: zeros up to its next data (or the limit).
+                    let length = Int(min(data ?? limit, limit) - self.position)
+                    try self.zeroData(in: descriptor, from: offset, to: offset + Int64(length))
+                    placed = length
+                } else {
+                    let length = Int(min(nextHole(in: self.fd, at: self.position), limit) - self.position)
+                    placed = try self.copy(count: length, to: descriptor, at: offset)
+                    if placed == 0 { return nil }  // shorter than its version says: the caller sees it
+                }
+                // A copy that raced with a rewrite must not be used: check again after it.
+                try self.checkVersionLocked()
+                self.position += Int64(placed)
+                return placed
+            }
+        }
+    }
+
+    private func copy(count: Int, to descriptor: Int32, at offset: Int64) throws -> Int {
+        if copyInKernel {
+            switch copyFileRange(from: fd, at: position, to: descriptor, at: offset, count: count) {
+            case .success(let copied): return copied
+            case .failure(let error) where error.meansCopyUnsupported: copyInKernel = false
+            case .failure(let error): throw transferError(error)
+            }
+        }
+        var buffer = [UInt8](repeating: 0, count: min(count, 1 << 20))
+        let got = buffer.withUnsafeMutableBytes { raw in
+            retryingOnInterrupt { pread(fd, raw.baseAddress, raw.count, off_t(position)) }
+        }
+        if got < 0 { throw transferError(Errno.current) }
+        try write(buffer, count: got, to: descriptor, at: offset)
+        return got
+    }
+
+    /// Makes `start..<end` of `descriptor` read as zeros, writing zeros only over its data
+    /// extents (its holes already read as zeros and stay holes).
+    private func zeroData(in descriptor: Int32, from start: Int64, to end: Int64) throws {
+        var at = start
+        while at < end, let data = nextData(in: descriptor, at: at), data < end {
+            let dataEnd = min(nextHole(in: descriptor, at: data), end)
+            try writeZeros(to: descriptor, at: data, count: Int(dataEnd - data))
+            at = dataEnd
+        }
+    }
+
+    private func writeZeros(to descriptor: Int32, at offset: Int64, count: Int) throws {
+        let zeros = [UInt8](repeating: 0, count: min(count, 1 << 20))
+        var done = 0
+        while done < count {
+            let length = min(zeros.count, count - done)
+            try write(zeros, count: length, to: descriptor, at: offset + Int64(done))
+            done += length
+        }
+    }
+
+    private func write(_ bytes: [UInt8], count: Int, to descriptor: Int32, at offset: Int64) throws {
+        var done = 0
+        while done < count {
+            let result = bytes.withUnsafeBytes { raw in
+                retryingOnInterrupt {
+                    pwrite(descriptor, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                }
+            }
+            if result < 0 { throw transferError(Errno.current) }
+            done += result
+        }
+    }
+
+    /// The failure of a copy, with its errno (ENOSPC from the destination is told apart by it).
+    private func transferError(_ error: Errno) -> ProviderError {
+        ProviderError(.io, "copy of \(identifier) failed: \(error.message)", errno: error.rawValue)
     }
 
     func close() {

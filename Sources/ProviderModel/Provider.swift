@@ -26,3 +26,14 @@ public protocol ContentStream: Sendable {
     /// Stops the transfer and frees its resources. Idempotent; later `next` calls return nil.
     func close()
 }
+
+/// A stream that can place its bytes straight into a file (for a local source: copy_file_range,
+/// no trip through user-space memory). The cache uses it when the stream offers it.
+public protocol DirectContentStream: ContentStream {
+    /// Places the next bytes (at most `maximumLength`) into `descriptor` at `offset` and returns
+    /// how many now read back correctly there, or nil at the end of the requested range. Bytes
+    /// that are a hole in the source may be left unwritten when `descriptor` already reads zeros
+    /// there (so a sparse source stays sparse). Same version rules as `next`: a stream whose item
+    /// changed throws `.versionChanged`, and bytes it placed before noticing must not be used.
+    func transfer(maximumLength: Int, to descriptor: Int32, at offset: Int64) async throws -> Int?
+}

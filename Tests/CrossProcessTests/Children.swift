@@ -92,6 +92,12 @@ final class Child: @unchecked Sendable {
         while process.isRunning && Date() < deadline { usleep(2000) }
         if process.isRunning { _ = Glibc.kill(pid, SIGTERM) }
         process.waitUntilExit()
+        // The exit can be seen before the reader thread has taken the last lines out of the
+        // pipe: wait (bounded) for its end of file, so callers read complete output.
+        let outputDeadline = Date().addingTimeInterval(10)
+        lock.lock()
+        while !ended && lock.wait(until: outputDeadline) {}
+        lock.unlock()
         return process.terminationStatus
     }
 }

@@ -115,3 +115,113 @@ struct LocalDirectoryProviderTests {
         }
     }
 }
+
+@Suite("LocalDirectoryProvider: direct transfer into a file")
+struct LocalDirectTransferTests {
+    /// Transfers `range` of `identifier` into `descriptor` at the same offsets, `chunk` at a time.
+    func transferAll(
+        _ provider: LocalDirectoryProvider, _ item: ProviderItem, _ range: Range<Int64>, into descriptor: Int32,
+        chunk: Int
+    ) async throws -> Int64 {
+        let stream = try await provider.fetchContents(of: item.identifier, version: item.contentVersion, range: range)
+        defer { stream.close() }
+        let direct = try #require(stream as? any DirectContentStream)
+        var position = range.lowerBound
+        while let placed = try await direct.transfer(maximumLength: chunk, to: descriptor, at: position) {
+            #expect(placed > 0 && placed <= chunk)
+            position += Int64(placed)
+        }
+        return position
+    }
+
+    @Test("bytes land at their offsets; holes of the source stay holes; data under a hole is zeroed")
+    func sparseCopy() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        // 4 MiB: data in the first and third MiB, holes elsewhere.
+        let size: Int64 = 4 << 20
+        let source = open(root.path + "/sparse", O_RDWR | O_CREAT, 0o600)
+        #expect(ftruncate(source, off_t(size)) == 0)
+        let first = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let third = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) }
+        _ = first.withUnsafeBytes { pwrite(source, $0.baseAddress, $0.count, 0) }
+        _ = third.withUnsafeBytes { pwrite(source, $0.baseAddress, $0.count, 2 << 20) }
+        close(source)
+        let provider = LocalDirectoryProvider(root: root.path)
+        let item = try await provider.item(for: ItemIdentifier("sparse"))
+
+        let destination = open(root.path + "/copy", O_RDWR | O_CREAT, 0o600)
+        defer { close(destination) }
+        #expect(ftruncate(destination, off_t(size)) == 0)
+        // Garbage where the source has a hole: a transfer must not leave it there.
+        let garbage = [UInt8](repeating: 0xEE, count: 4096)
+        _ = garbage.withUnsafeBytes { pwrite(destination, $0.baseAddress, $0.count, off_t(3 << 20)) }
+
+        let end = try await transferAll(provider, item, 0..<size, into: destination, chunk: 3 << 19)
+        #expect(end == size)
+        var copied = [UInt8](repeating: 0xFF, count: Int(size))
+        _ = copied.withUnsafeMutableBytes { pread(destination, $0.baseAddress, $0.count, 0) }
+        #expect(Array(copied[0..<(1 << 20)]) == first)
+        #expect(copied[(1 << 20)..<(2 << 20)].allSatisfy { $0 == 0 })
+        #expect(Array(copied[(2 << 20)..<(3 << 20)]) == third)
+        #expect(copied[(3 << 20)...].allSatisfy { $0 == 0 }, "garbage under a source hole was zeroed")
+        var info = stat()
+        fstat(destination, &info)
+        // The two data MiB, plus the zeroed garbage (one block, maybe its extent's rounding).
+        #expect(
+            info.st_blocks * 512 <= (2 << 20) + 65536, "holes stayed holes: \(info.st_blocks * 512) bytes used")
+    }
+
+    @Test("a range in the middle, and a file rewritten mid-transfer is refused")
+    func rangeAndVersion() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let bytes = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        try root.write("f", bytes)
+        let provider = LocalDirectoryProvider(root: root.path)
+        let item = try await provider.item(for: ItemIdentifier("f"))
+        let destination = open(root.path + "/copy", O_RDWR | O_CREAT, 0o600)
+        defer { close(destination) }
+        let end = try await transferAll(provider, item, 1000..<250_000, into: destination, chunk: 65536)
+        #expect(end == 250_000)
+        var copied = [UInt8](repeating: 0, count: 249_000)
+        _ = copied.withUnsafeMutableBytes { pread(destination, $0.baseAddress, $0.count, 1000) }
+        #expect(copied == Array(bytes[1000..<250_000]))
+
+        let stream = try await provider.fetchContents(
+            of: item.identifier, version: item.contentVersion, range: 0..<300_000)
+        defer { stream.close() }
+        let direct = try #require(stream as? any DirectContentStream)
+        #expect(try await direct.transfer(maximumLength: 4096, to: destination, at: 0) == 4096)
+        let fd = open(root.path + "/f", O_WRONLY | O_APPEND)
+        _ = [UInt8](repeating: 9, count: 10).withUnsafeBytes { write(fd, $0.baseAddress, 10) }
+        close(fd)
+        do {
+            _ = try await direct.transfer(maximumLength: 4096, to: destination, at: 4096)
+            Issue.record("a transfer of a changed file succeeded")
+        } catch let error as ProviderError {
+            #expect(error.code == .versionChanged)
+        }
+    }
+
+    @Test("a destination that refuses writes fails with its errno")
+    func destinationErrors() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("f", [UInt8](repeating: 5, count: 10_000))
+        let provider = LocalDirectoryProvider(root: root.path)
+        let item = try await provider.item(for: ItemIdentifier("f"))
+        let readOnly = open(root.path + "/f", O_RDONLY)
+        defer { close(readOnly) }
+        let stream = try await provider.fetchContents(
+            of: item.identifier, version: item.contentVersion, range: 0..<10_000)
+        defer { stream.close() }
+        let direct = try #require(stream as? any DirectContentStream)
+        do {
+            _ = try await direct.transfer(maximumLength: 4096, to: readOnly, at: 0)
+            Issue.record("a transfer into a read-only descriptor succeeded")
+        } catch let error as ProviderError {
+            #expect(error.errno == EBADF)
+        }
+    }
+}
