@@ -51,8 +51,14 @@ public final class ProviderCache: Sendable {
     /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
     /// are bytes.
     struct NameKey: Hashable {
-        var bytes: [UInt8]
-        init(_ name: String) { bytes = Array(name.utf8) }
+        let name: String
+        init(_ name: String) { self.name = name }
+        // Byte-wise, without copying the bytes out (a lookup makes one key per request).
+        static func == (lhs: NameKey, rhs: NameKey) -> Bool { lhs.name.utf8.elementsEqual(rhs.name.utf8) }
+        func hash(into hasher: inout Hasher) {
+            var name = self.name
+            name.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        }
     }
 
     private struct ContentKey: Hashable {
@@ -226,29 +232,32 @@ public final class ProviderCache: Sendable {
     ) async throws(CacheError)
         -> [ProviderItem]
     {
+        try await listChildren(of: identifier, maximumAge: maximumAge)
+        return catalog.withLock { Self.childItems(of: identifier, in: $0) }
+    }
+
+    /// Makes the catalog hold a listing of `identifier` younger than `maximumAge` (or, with the
+    /// provider unreachable, any listing kept from any session). Lookups use this without
+    /// building the sorted children array.
+    private func listChildren(of identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) {
         let now = environment.timeline.now
-        let cached = catalog.withLock { catalog -> [ProviderItem]? in
-            guard let at = catalog.listedAt[identifier] else { return nil }
-            if let maximumAge, now - at >= maximumAge { return nil }
-            return Self.childItems(of: identifier, in: catalog)
+        let fresh = catalog.withLock { catalog -> Bool in
+            guard let at = catalog.listedAt[identifier] else { return false }
+            if let maximumAge, now - at >= maximumAge { return false }
+            return true
         }
-        if let cached { return cached }
+        if fresh { return }
         do {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 try await provider.children(of: identifier)
             }
             applyListing(of: identifier, children: listed, at: now)
-            return catalog.withLock { Self.childItems(of: identifier, in: $0) }
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
             case .unreachable, .timedOut:
-                if let fallback = catalog.withLock({ catalog -> [ProviderItem]? in
-                    catalog.children[identifier] == nil ? nil : Self.childItems(of: identifier, in: catalog)
-                }) {
-                    return fallback
-                }
+                if catalog.withLock({ $0.children[identifier] != nil }) { return }
                 throw failure
             case .notFound:
                 removeItem(identifier)
@@ -276,7 +285,7 @@ public final class ProviderCache: Sendable {
             return .found(catalog.names[directory]?[key].flatMap { catalog.items[$0] })
         }
         if case .found(let item) = fast { return item }
-        _ = try await children(of: directory, maximumAge: maximumAge)
+        try await listChildren(of: directory, maximumAge: maximumAge)
         return catalog.withLock { catalog in catalog.names[directory]?[key].flatMap { catalog.items[$0] } }
     }
 
@@ -326,6 +335,7 @@ public final class ProviderCache: Sendable {
             for identifier in oldIdentifiers.subtracting(newIdentifiers) {
                 removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
             }
+            var renamed = false
             for item in listed {
                 let old = catalog.items[item.identifier]
                 if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
@@ -334,13 +344,22 @@ public final class ProviderCache: Sendable {
                         removed += Self.removeSubtree(item.identifier, from: &catalog, superseded: &superseded)
                     }
                 }
-                if old != item { toSave.append(item) }
-                catalog.items[item.identifier] = item
+                if old != item {
+                    toSave.append(item)
+                    catalog.items[item.identifier] = item
+                    if old?.name != item.name { renamed = true }
+                }
                 catalog.refreshedAt[item.identifier] = now
             }
+            // The by-name index changes only when membership or a name did (a re-list of an
+            // unchanged directory of thousands of files rebuilds nothing).
+            if renamed || !removed.isEmpty || catalog.children[directory] != newIdentifiers
+                || catalog.names[directory] == nil
+            {
+                catalog.names[directory] = Dictionary(
+                    listed.map { (NameKey($0.name), $0.identifier) }, uniquingKeysWith: { first, _ in first })
+            }
             catalog.children[directory] = newIdentifiers
-            catalog.names[directory] = Dictionary(
-                listed.map { (NameKey($0.name), $0.identifier) }, uniquingKeysWith: { first, _ in first })
             catalog.listedAt[directory] = now
             if !wasListed, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)

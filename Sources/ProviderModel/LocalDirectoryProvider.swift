@@ -147,7 +147,8 @@ public struct LocalDirectoryProvider: Provider {
             guard let name = found else { continue }
             let childIdentifier = ItemIdentifier(identifier == .root ? name : identifier.rawValue + "/" + name)
             if let item = Self.makeItem(
-                identifier: childIdentifier, parent: identifier, name: name, path: path + "/" + name, info: childInfo)
+                identifier: childIdentifier, parent: identifier, name: name, path: { path + "/" + name },
+                info: childInfo)
             {
                 result.append(item)
             }
@@ -165,12 +166,12 @@ public struct LocalDirectoryProvider: Provider {
         let parent =
             components.count <= 1 ? ItemIdentifier.root : ItemIdentifier(components.dropLast().joined(separator: "/"))
         return makeItem(
-            identifier: identifier, parent: parent, name: components.last.map(String.init) ?? "", path: path,
+            identifier: identifier, parent: parent, name: components.last.map(String.init) ?? "", path: { path },
             info: info)
     }
 
     static func makeItem(
-        identifier: ItemIdentifier, parent: ItemIdentifier, name: String, path: String, info: stat
+        identifier: ItemIdentifier, parent: ItemIdentifier, name: String, path: () -> String, info: stat
     ) -> ProviderItem? {
         let kind: ItemKind
         var target: String?
@@ -180,7 +181,7 @@ public struct LocalDirectoryProvider: Provider {
         case S_IFLNK:
             kind = .symbolicLink
             var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let count = readlink(path, &buffer, Int(PATH_MAX))
+            let count = readlink(path(), &buffer, Int(PATH_MAX))
             guard count >= 0 else { return nil }
             target = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         default: return nil
