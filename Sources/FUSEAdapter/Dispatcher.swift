@@ -17,6 +17,8 @@ final class Dispatcher: Sendable {
     let pending = PendingReplies()
     let options: FUSEMountOptions
     let logger: Logger
+    /// FUSE passthrough: negotiation and the per-open decisions (Passthrough.swift).
+    let passthrough: Passthrough
     /// Called once, from the INIT callback, when the kernel connection is established.
     let onInitialized: @Sendable () -> Void
 
@@ -28,6 +30,7 @@ final class Dispatcher: Sendable {
         self.options = options
         self.logger = logger
         self.onInitialized = onInitialized
+        passthrough = Passthrough(requested: options.passthrough, logger: logger)
     }
 
     static func from(_ request: fuse_req_t?) -> Dispatcher {
