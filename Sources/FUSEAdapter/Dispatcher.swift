@@ -30,7 +30,8 @@ final class Dispatcher: Sendable {
         self.options = options
         self.logger = logger
         self.onInitialized = onInitialized
-        passthrough = Passthrough(requested: options.passthrough, logger: logger)
+        passthrough = Passthrough(
+            requested: options.passthrough, logger: logger, simulatedFailure: options.simulatedBackingFailure)
     }
 
     static func from(_ request: fuse_req_t?) -> Dispatcher {

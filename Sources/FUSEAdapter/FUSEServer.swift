@@ -37,6 +37,9 @@ public struct FUSEMountOptions: Sendable {
     /// kernel or the privileges do not allow it, reads go through the daemon as without it. False
     /// leaves libfuse's I/O untouched.
     public var passthrough: Bool
+    /// Tests only: every backing-file registration fails with this errno instead of reaching the
+    /// kernel, as it does for a daemon without CAP_SYS_ADMIN (EPERM).
+    public var simulatedBackingFailure: Int32?
     /// Further `-o` options passed to libfuse as they are.
     public var extraOptions: [String]
 

@@ -81,6 +81,8 @@ final class Passthrough: Sendable {
     let isRequested: Bool
     private let logger: Logger
     private let pool: BlockingIOPool
+    /// Tests: registrations fail with this errno without asking the kernel.
+    private let simulatedFailure: Int32?
     private let deviceFD = Atomic<Int32>(-1)
     /// The INIT request's `unique` is in `state.initUnique`; this says whether one is pending, so
     /// that other replies need no lock.
@@ -122,10 +124,11 @@ final class Passthrough: Sendable {
         var daemonOpens = 0
     }
 
-    init(requested: Bool, logger: Logger, pool: BlockingIOPool = .shared) {
+    init(requested: Bool, logger: Logger, pool: BlockingIOPool = .shared, simulatedFailure: Int32? = nil) {
         isRequested = requested
         self.logger = logger
         self.pool = pool
+        self.simulatedFailure = simulatedFailure
         if !requested {
             state.withLock { $0.availability = .unavailable("turned off for this mount (--no-passthrough)") }
         }
@@ -361,7 +364,10 @@ final class Passthrough: Sendable {
             return decision
         case .register(let path):
             let device = deviceFD.load(ordering: .acquiring)
-            let registered = await pool.run { () -> Result<Int32, Errno> in Self.registerBacking(path, device: device) }
+            let simulated = simulatedFailure
+            let registered = await pool.run { () -> Result<Int32, Errno> in
+                Self.registerBacking(path, device: device, simulatedFailure: simulated)
+            }
             return settle(node: node, handle: handle, path: path, registered: registered)
         }
     }
@@ -449,11 +455,13 @@ final class Passthrough: Sendable {
 
     /// Opens `path` read-only and registers it with the kernel; the kernel keeps its own reference,
     /// so the descriptor is closed at once. Returns the backing id.
-    private static func registerBacking(_ path: String, device: Int32) -> Result<Int32, Errno> {
+    private static func registerBacking(_ path: String, device: Int32, simulatedFailure: Int32?) -> Result<Int32, Errno>
+    {
         guard device >= 0 else { return .failure(.badFileDescriptor) }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return .failure(.current) }
         defer { close(fd) }
+        if let simulatedFailure { return .failure(Errno(simulatedFailure)) }
         // struct fuse_backing_map { int32_t fd; uint32_t flags; uint64_t padding; }
         var map: (Int32, UInt32, UInt64) = (fd, 0, 0)
         let id = withUnsafeMutableBytes(of: &map) { ioctl(device, FUSEKernelABI.backingOpen, $0.baseAddress!) }
