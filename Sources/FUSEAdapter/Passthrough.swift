@@ -77,8 +77,6 @@ enum PassthroughDecision: Equatable, Sendable {
 /// handle's reads from its backing file. Thread-safe; the hooks run on libfuse threads and on
 /// whichever thread sends a reply.
 final class Passthrough: Sendable {
-    /// False when the mount asked for no passthrough: the hooks are not installed at all.
-    let isRequested: Bool
     private let logger: Logger
     private let pool: BlockingIOPool
     /// Tests: registrations fail with this errno without asking the kernel.
@@ -125,7 +123,6 @@ final class Passthrough: Sendable {
     }
 
     init(requested: Bool, logger: Logger, pool: BlockingIOPool = .shared, simulatedFailure: Int32? = nil) {
-        isRequested = requested
         self.logger = logger
         self.pool = pool
         self.simulatedFailure = simulatedFailure
@@ -138,12 +135,7 @@ final class Passthrough: Sendable {
     func attach(deviceFD fd: Int32) { deviceFD.store(fd, ordering: .releasing) }
 
     /// Passthrough cannot be used on this connection (the hooks could not be installed).
-    func disable(_ reason: String) {
-        state.withLock { $0.availability = .unavailable(reason) }
-    }
-
-    /// Whether passthrough was negotiated and is still usable (tests, the end-of-session line).
-    var isActive: Bool { state.withLock { $0.availability == .active } }
+    func disable(_ reason: String) { markUnavailable(reason) }
 
     /// "N of M opens served by the kernel", or why passthrough was not used.
     var summary: String {
