@@ -73,7 +73,11 @@ func runFixture() async -> Int32 {
     }
     // With --debug, the adapter's own lines (passthrough negotiation, …) join libfuse's trace.
     if debug { LoggingSystem.bootstrap(sink: FileDescriptorLogSink(fd: 2), level: .info) }
-    guard let mountpoint else { fail("usage: fuse-fixture MOUNTPOINT [--tree DIR] [--slow-delay D] [--max-threads N]") }
+    guard let mountpoint else {
+        fail(
+            "usage: fuse-fixture MOUNTPOINT [--tree DIR] [--slow-delay D] [--max-threads N] [--subtype NAME] "
+                + "[--debug] [--backing-files DIR [--backing-open-fails ERRNO]] [--no-passthrough]")
+    }
     tree["slow.txt"] = .file(Array(String(repeating: "slow\n", count: 100).utf8))
     tree["xattrs.txt"] = .file(
         Array("has attributes\n".utf8),
