@@ -41,7 +41,8 @@ let package = Package(
             name: "sqlite-bench", dependencies: ["SQLiteStore", "SystemSupport"], path: "Benchmarks/SQLiteBench"),
         // Test-only: mounts an in-memory FileSystem through FUSEAdapter (mount tests of the adapter).
         .executableTarget(
-            name: "fuse-fixture", dependencies: ["FUSEAdapter", "TestSupport", "VirtualFileSystem", "SystemSupport"]),
+            name: "fuse-fixture",
+            dependencies: ["FUSEAdapter", "TestSupport", "VirtualFileSystem", "SystemSupport", "Diagnostics"]),
         // Test-only helpers (manual clock, seeded random, child processes, mounted file systems).
         .target(
             name: "TestSupport",

@@ -142,6 +142,19 @@ class ProviderFS(FusePeer):
                 "--foreground"]
 
 
+class ProviderFSNoPassthrough(ProviderFS):
+    """ProviderFS with `--no-passthrough`: reads of materialized files go through the daemon and the
+    FUSE page cache (keep_cache), as before passthrough. Added by --with-no-passthrough."""
+    name = "providerfs-nopt"
+
+    def prepare(self):
+        self.cache = os.path.join(self.bench.work, "providerfs-nopt-cache")
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    def command(self):
+        return super().command() + ["--no-passthrough"]
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -166,6 +179,8 @@ class Bench:
         else:
             self.notes.append("rclone not installed: column empty")
         self.peers.append(ProviderFS(self))
+        if self.args.with_no_passthrough:
+            self.peers.append(ProviderFSNoPassthrough(self))
 
     def cleanup(self):
         for peer in self.peers:
@@ -188,6 +203,8 @@ def main():
     parser.add_argument("--rows", help="comma-separated row keys to run (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     parser.add_argument("--providerfs", required=True)
+    parser.add_argument("--with-no-passthrough", action="store_true",
+                        help="add a ProviderFS peer mounted with --no-passthrough")
     args = parser.parse_args()
 
     def interrupt(signum, frame):

@@ -19,6 +19,8 @@ final class Dispatcher: Sendable {
     let pending = PendingReplies()
     let options: FUSEMountOptions
     let logger: Logger
+    /// FUSE passthrough: negotiation and the per-open decisions (Passthrough.swift).
+    let passthrough: Passthrough
     /// Called once, from the INIT callback, when the kernel connection is established.
     let onInitialized: @Sendable () -> Void
 
@@ -31,6 +33,8 @@ final class Dispatcher: Sendable {
         self.options = options
         self.logger = logger
         self.onInitialized = onInitialized
+        passthrough = Passthrough(
+            requested: options.passthrough, logger: logger, simulatedFailure: options.simulatedBackingFailure)
     }
 
     static func from(_ request: fuse_req_t?) -> Dispatcher {

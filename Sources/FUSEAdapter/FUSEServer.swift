@@ -32,6 +32,14 @@ public struct FUSEMountOptions: Sendable {
     public var readAheadKiB: Int?
     /// libfuse's own request trace on stderr (`-d`).
     public var debug: Bool
+    /// FUSE passthrough: reads of a handle the file system opened with `OpenedFile.servedFrom`
+    /// are done by the kernel on that file (Linux ≥ 6.9, daemon with CAP_SYS_ADMIN). When the
+    /// kernel or the privileges do not allow it, reads go through the daemon as without it. False
+    /// leaves libfuse's I/O untouched.
+    public var passthrough: Bool
+    /// Tests only: every backing-file registration fails with this errno instead of reaching the
+    /// kernel, as it does for a daemon without CAP_SYS_ADMIN (EPERM).
+    public var simulatedBackingFailure: Int32?
     /// Further `-o` options passed to libfuse as they are.
     public var extraOptions: [String]
 
@@ -39,7 +47,7 @@ public struct FUSEMountOptions: Sendable {
     public init(
         fileSystemName: String = "providerfs", subtype: String = "providerfs", allowOther: Bool = false,
         readOnly: Bool = false, maxThreads: Int = 10, attributeTimeout: Duration = .seconds(1),
-        readAheadKiB: Int? = 1024, debug: Bool = false, extraOptions: [String] = []
+        readAheadKiB: Int? = 1024, debug: Bool = false, passthrough: Bool = true, extraOptions: [String] = []
     ) {
         self.fileSystemName = fileSystemName
         self.subtype = subtype
@@ -49,6 +57,7 @@ public struct FUSEMountOptions: Sendable {
         self.attributeTimeout = attributeTimeout
         self.readAheadKiB = readAheadKiB
         self.debug = debug
+        self.passthrough = passthrough
         self.extraOptions = extraOptions
     }
 
@@ -165,6 +174,13 @@ public final class FUSEServer: Sendable {
                 "cannot mount at \(mountpoint): the kernel refused (see the log above; is /dev/fuse usable?)")
         }
         logger.info("mounted at \(mountpoint) with -o \(options.optionString)")
+        // Requests and replies pass through our hooks from here on (the kernel's INIT is queued
+        // but not read before the loop starts), so the INIT reply can offer passthrough.
+        if options.passthrough {
+            installPassthroughHooks(session: session, passthrough: dispatcher.passthrough)
+        } else {
+            logger.info("passthrough: off for this mount; reads go through the daemon")
+        }
 
         let config = fuse_loop_cfg_create()
         defer { fuse_loop_cfg_destroy(config) }
@@ -178,6 +194,7 @@ public final class FUSEServer: Sendable {
         // Answer what is left while the session is alive, then unmount, then let the file system
         // flush with no request able to arrive.
         let abandoned = dispatcher.pending.shutdown(error: EIO)
+        if options.passthrough { logger.info(dispatcher.passthrough.summary) }
         fuse_session_unmount(session)
         let semaphore = DispatchSemaphore(value: 0)
         let fileSystem = self.fileSystem
@@ -189,6 +206,42 @@ public final class FUSEServer: Sendable {
         return FUSEExit(signal: signal, abandonedRequests: abandoned)
     }
 }
+
+/// Routes the session's /dev/fuse reads and writes through `Passthrough` (libfuse 3.14 has no
+/// passthrough API; `fuse_session_custom_io` after mounting only stores the hooks and the fd).
+private func installPassthroughHooks(session: OpaquePointer, passthrough: Passthrough) {
+    var io = fuse_custom_io()
+    io.read = passthroughReadHook
+    io.writev = passthroughWritevHook
+    let fd = fuse_session_fd(session)
+    let rc = fuse_session_custom_io(session, &io, fd)
+    if rc == 0 {
+        passthrough.attach(deviceFD: fd)
+    } else {
+        passthrough.disable("libfuse refused the I/O hooks (\(Errno(-rc).name))")
+    }
+}
+
+/// read(2) of one request; `userdata` is the session's, the Dispatcher.
+private let passthroughReadHook:
+    @convention(c) (Int32, UnsafeMutableRawPointer?, Int, UnsafeMutableRawPointer?) -> Int = {
+        fd, buffer, length, userdata in
+        let count = read(fd, buffer, length)
+        if count > 0, let buffer, let userdata {
+            // errno is only read by libfuse when count is -1, so the bookkeeping may touch it.
+            Unmanaged<Dispatcher>.fromOpaque(userdata).takeUnretainedValue().passthrough.received(
+                UnsafeRawPointer(buffer), count: count)
+        }
+        return count
+    }
+
+/// writev(2) of one reply, possibly rewritten; keeps writev's errno for libfuse.
+private let passthroughWritevHook:
+    @convention(c) (Int32, UnsafeMutablePointer<iovec>?, Int32, UnsafeMutableRawPointer?) -> Int = {
+        fd, iov, count, userdata in
+        guard let iov, let userdata else { return writev(fd, iov, count) }
+        return Unmanaged<Dispatcher>.fromOpaque(userdata).takeUnretainedValue().passthrough.send(fd, iov, count)
+    }
 
 /// Writes read_ahead_kb for the mount's backing device info. Failure only costs throughput.
 private func raiseReadAhead(mountpoint: String, kib: Int, logger: Logger) {

@@ -3,6 +3,7 @@
 // work to `Dispatcher.respond`, and returns at once.
 
 import CFuse3
+import Diagnostics
 import SystemSupport
 import VirtualFileSystem
 
@@ -120,11 +121,17 @@ extension Dispatcher {
 
         ops.open = { request, inode, fileInfo in
             let flags = OpenFlags(rawValue: fileInfo!.pointee.flags)
-            Dispatcher.from(request).respond(request, "open") { fs, context throws(FileSystemError) in
-                try await fs.open(InodeNumber(inode), flags: flags, context: context)
-            } reply: { request, opened in
-                var info = replyInfo(for: opened)
-                return fuse_reply_open(request, &info)
+            let dispatcher = Dispatcher.from(request)
+            dispatcher.respond(request, "open") { fs, context throws(FileSystemError) in
+                let opened = try await fs.open(InodeNumber(inode), flags: flags, context: context)
+                // A direct-I/O handle is never passed through (its reads are meant for us).
+                let servedFrom = opened.directIO ? nil : opened.servedFrom
+                return try await dispatcher.decidePassthrough(InodeNumber(inode), opened, servedFrom: servedFrom)
+            } reply: { request, decided in
+                var info = replyInfo(for: decided.opened, passthrough: decided.passthrough)
+                let rc = fuse_reply_open(request, &info)
+                dispatcher.openReplied(InodeNumber(inode), decided.opened.handle, rc: rc)
+                return rc
             }
         }
 
@@ -167,7 +174,10 @@ extension Dispatcher {
 
         ops.release = { request, inode, fileInfo in
             let handle = FileHandleID(fileInfo!.pointee.fh)
-            Dispatcher.from(request).respondStatus(request, "release") { fs, _ throws(FileSystemError) in
+            let dispatcher = Dispatcher.from(request)
+            // The kernel sends RELEASE after it let go of the file: the node may change mode now.
+            dispatcher.passthrough.released(handle: handle.rawValue)
+            dispatcher.respondStatus(request, "release") { fs, _ throws(FileSystemError) in
                 await fs.release(InodeNumber(inode), handle: handle)
             }
         }
@@ -175,14 +185,20 @@ extension Dispatcher {
         ops.create = { request, parent, name, mode, fileInfo in
             let name = decodeName(name)
             let flags = OpenFlags(rawValue: fileInfo!.pointee.flags)
-            Dispatcher.from(request).respond(request, "create") { fs, context throws(FileSystemError) in
-                try await fs.create(
+            let dispatcher = Dispatcher.from(request)
+            dispatcher.respond(request, "create") { fs, context throws(FileSystemError) in
+                let (entry, opened) = try await fs.create(
                     parent: InodeNumber(parent), name: name, permissions: UInt16(mode & 0o7777), flags: flags,
                     context: context)
+                // Only OPEN replies are passed through; a created handle is counted in the node's
+                // caching mode, so no passthrough open of that node is made while it is open.
+                return (entry, try await dispatcher.decidePassthrough(entry.inode, opened, servedFrom: nil))
             } reply: { request, created in
                 var param = created.0.entryParam
-                var info = replyInfo(for: created.1)
-                return fuse_reply_create(request, &param, &info)
+                var info = replyInfo(for: created.1.opened, passthrough: false)
+                let rc = fuse_reply_create(request, &param, &info)
+                dispatcher.openReplied(created.0.inode, created.1.opened.handle, rc: rc)
+                return rc
             }
         }
 
@@ -282,13 +298,51 @@ extension Dispatcher {
 }
 
 /// The reply side of `open`/`create`: a fresh `fuse_file_info` (the kernel's one is gone by now)
-/// carrying the handle and the page-cache policy.
-private func replyInfo(for opened: OpenedFile) -> fuse_file_info {
+/// carrying the handle and the page-cache policy. A passthrough handle has neither keep_cache
+/// (the kernel refuses it) nor direct_io; the writev hook adds FOPEN_PASSTHROUGH and the backing id.
+private func replyInfo(for opened: OpenedFile, passthrough: Bool) -> fuse_file_info {
     var info = fuse_file_info()
     info.fh = opened.handle.rawValue
-    info.keep_cache = opened.keepCache ? 1 : 0
-    info.direct_io = opened.directIO ? 1 : 0
+    info.keep_cache = opened.keepCache && !passthrough ? 1 : 0
+    info.direct_io = opened.directIO && !passthrough ? 1 : 0
     return info
+}
+
+/// An opened file and whether the kernel serves its reads (passthrough).
+struct DecidedOpen: Sendable {
+    var opened: OpenedFile
+    var passthrough: Bool
+}
+
+extension Dispatcher {
+    /// Asks `passthrough` how the kernel serves the new handle. When it cannot be opened at all
+    /// (the node is open in passthrough on another file), the handle is released and the open
+    /// fails with EBUSY.
+    func decidePassthrough(
+        _ inode: InodeNumber, _ opened: OpenedFile, servedFrom: String?
+    ) async throws(FileSystemError) -> DecidedOpen {
+        switch await passthrough.decide(node: inode.rawValue, handle: opened.handle.rawValue, servedFrom: servedFrom) {
+        case .daemon: return DecidedOpen(opened: opened, passthrough: false)
+        case .kernel: return DecidedOpen(opened: opened, passthrough: true)
+        case .conflict(let reason):
+            logger.info("open of \(inode) refused: \(reason)")
+            await fileSystem.release(inode, handle: opened.handle)
+            throw FileSystemError(.busy, reason)
+        }
+    }
+
+    /// After the OPEN/CREATE reply: if it did not reach the kernel (the request was aborted), no
+    /// RELEASE will ever come, so the handle is given back here.
+    func openReplied(_ inode: InodeNumber, _ handle: FileHandleID, rc: Int32) {
+        guard rc == 0 else {
+            logger.debug("open of \(inode): reply not delivered (\(Errno(-rc).name)); releasing \(handle)")
+            passthrough.released(handle: handle.rawValue)
+            let fileSystem = self.fileSystem
+            Task { await fileSystem.release(inode, handle: handle) }
+            return
+        }
+        passthrough.replyWritten(handle: handle.rawValue)
+    }
 }
 
 /// The size-0 query convention of getxattr/listxattr: size 0 asks for the length; a buffer that

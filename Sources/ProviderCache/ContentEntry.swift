@@ -98,6 +98,14 @@ public final class ContentEntry: Sendable {
     /// True when every byte is on disk.
     public var isMaterialized: Bool { state.withLock { $0.present.contains(0..<size) } }
 
+    /// The cache file, when every byte of this version is in it; nil while any range is missing
+    /// (a hole reads as zeros, not as the content). Once complete, the file is never written,
+    /// truncated or replaced again while the entry exists (downloads write only missing ranges;
+    /// superseded content is unlinked, never rewritten in place), so a pinned entry's complete
+    /// file may be read directly by others — the kernel, through FUSE passthrough — for as long as
+    /// the pin is held.
+    public var materializedFilePath: String? { isMaterialized ? file.path : nil }
+
     /// Disk blocks (512 bytes) the sparse file really uses.
     public var allocatedBlocks: Int64 { file.allocatedBlocks }
 

@@ -22,7 +22,7 @@ struct MountCommand: CLICommand {
     static let summary = "mount a provider (a directory, or the demo) as a FUSE file system"
     static let usage = """
         providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
-                         [--allow-other] [--ready-timeout DURATION]
+                         [--allow-other] [--no-passthrough] [--ready-timeout DURATION]
         """
 
     /// Free space the cache directory needs before we mount (SQLite, range maps, first downloads).
@@ -35,6 +35,8 @@ struct MountCommand: CLICommand {
         var cacheDirectory: String
         var logFile: String
         var allowOther: Bool
+        /// Let the kernel serve reads of materialized files from the cache (FUSE passthrough).
+        var passthrough = true
     }
 
     struct Output: Encodable {
@@ -52,6 +54,7 @@ struct MountCommand: CLICommand {
         let cacheArgument = try arguments.option("--cache")
         let logArgument = try arguments.option("--log")
         let allowOther = try arguments.flag("--allow-other")
+        let noPassthrough = try arguments.flag("--no-passthrough")
         let readyTimeout = try arguments.duration("--ready-timeout") ?? .seconds(60)
         // Internal: the write end of the readiness pipe, passed by the background parent.
         let readyFD = try arguments.option("--ready-fd").map { text throws(UsageError) -> Int32 in
@@ -66,9 +69,10 @@ struct MountCommand: CLICommand {
 
         let reporter = ReadinessReporter(fd: readyFD)
         do {
-            let plan = try prepare(
+            var plan = try prepare(
                 demo: demo, source: sourceArgument, mountpoint: mountpointArgument, cache: cacheArgument,
                 log: logArgument, allowOther: allowOther)
+            plan.passthrough = !noPassthrough
             if foreground {
                 return try await serve(plan, reporter: reporter, io: io)
             }
@@ -172,7 +176,8 @@ struct MountCommand: CLICommand {
         }
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
-            allowOther: plan.allowOther, debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1")
+            allowOther: plan.allowOther, debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1",
+            passthrough: plan.passthrough)
         let record = MountRecord(
             pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,
             mountpoint: plan.mountpoint,
@@ -228,6 +233,7 @@ struct MountCommand: CLICommand {
         ]
         if plan.demo { arguments.removeAll { $0 == "--source=\(plan.source)" } }
         if plan.allowOther { arguments.append("--allow-other") }
+        if !plan.passthrough { arguments.append("--no-passthrough") }
 
         let pid: pid_t
         do {

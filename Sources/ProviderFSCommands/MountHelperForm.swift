@@ -6,7 +6,7 @@
 /// not in that form (then the CLI reports an unknown command as usual).
 ///
 /// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
-/// `log=FILE`, `allow_other`; `-f` runs in the foreground. Generic mount options (rw, ro,
+/// `log=FILE`, `allow_other`, `no_passthrough`; `-f` runs in the foreground. Generic mount options (rw, ro,
 /// defaults, noauto, nofail, _netdev, user, x-systemd.*, …) are mount(8)'s business and ignored.
 func mountHelperArguments(_ arguments: [String]) -> [String]? {
     guard let source = arguments.first, source == "demo" || source.hasPrefix("/") else { return nil }
@@ -38,6 +38,8 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--log=" + option.dropFirst("log=".count))
         } else if option == "allow_other" {
             result.append("--allow-other")
+        } else if option == "no_passthrough" {
+            result.append("--no-passthrough")
         }
     }
     result.append(mountpoint)

@@ -38,16 +38,23 @@ public final class InMemoryFileSystem: FileSystem {
     }
 
     private let state: Locked<State>
+    /// Where each file's bytes are also kept as `<inode>` (nil: nowhere), so opens can name them.
+    public let backingDirectory: String?
     /// Each read of a file whose name starts with "slow" waits this long first (cancellable).
     public let slowReadDelay: Duration
     /// Timeouts handed to the kernel with every entry.
     public let timeout: Duration
 
+    /// With `backingDirectory`, every regular file is also written there (as its inode number) and
+    /// `open` names that file as `OpenedFile.servedFrom` (FUSE passthrough), except "slow" files,
+    /// whose reads must reach the file system.
     public init(
-        root: [String: InMemoryNode], slowReadDelay: Duration = .milliseconds(300), timeout: Duration = .seconds(1)
+        root: [String: InMemoryNode], slowReadDelay: Duration = .milliseconds(300), timeout: Duration = .seconds(1),
+        backingDirectory: String? = nil
     ) {
         self.slowReadDelay = slowReadDelay
         self.timeout = timeout
+        self.backingDirectory = backingDirectory
         var nodes: [InodeNumber: Node] = [:]
         var next: UInt64 = 2
         let now = Timestamp(seconds: 1_700_000_000)
@@ -80,6 +87,11 @@ public final class InMemoryFileSystem: FileSystem {
         }
         nodes[.root] = Node(attributes: attributes(.root, .directory, size: 4096), parent: .root)
         add(root, under: .root)
+        if let backingDirectory {
+            for (inode, node) in nodes where node.attributes.type == .regular {
+                try? writeFile(backingDirectory + "/\(inode.rawValue)", node.content)
+            }
+        }
         state = Locked(State(nodes: nodes))
     }
 
@@ -184,7 +196,9 @@ public final class InMemoryFileSystem: FileSystem {
             let handle = FileHandleID(state.nextHandle)
             state.nextHandle += 1
             state.openFiles[handle] = inode
-            return OpenedFile(handle: handle, keepCache: true)
+            let name = state.nodes[node.parent]?.children.first { $0.value == inode }?.key ?? ""
+            let backing = name.hasPrefix("slow") ? nil : backingDirectory.map { $0 + "/\(inode.rawValue)" }
+            return OpenedFile(handle: handle, keepCache: true, servedFrom: backing)
         }
     }
 

@@ -126,10 +126,17 @@ public struct OpenedFile: Sendable, Equatable {
     public var keepCache: Bool
     /// Bypass the page cache for this handle.
     public var directIO: Bool
-    public init(handle: FileHandleID, keepCache: Bool, directIO: Bool = false) {
+    /// A local file that holds, at the same offsets, every byte this handle reads, and whose bytes
+    /// do not change while the handle is open (it may be unlinked, never truncated or rewritten in
+    /// place). When set, all reads of the handle may be served from that file by the kernel
+    /// without reaching the file system (FUSE passthrough, docs/SEMANTICS.md); the adapter decides
+    /// whether it does. Nil: every read goes through `read`.
+    public var servedFrom: String?
+    public init(handle: FileHandleID, keepCache: Bool, directIO: Bool = false, servedFrom: String? = nil) {
         self.handle = handle
         self.keepCache = keepCache
         self.directIO = directIO
+        self.servedFrom = servedFrom
     }
 }
 

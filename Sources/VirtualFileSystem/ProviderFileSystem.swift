@@ -291,7 +291,10 @@ public final class ProviderFileSystem: FileSystem {
             state.inodes[inode]?.lastOpenedVersion = item.contentVersion
             return (handle, keepCache)
         }
-        return OpenedFile(handle: handle, keepCache: keepCache)
+        // Complete at open: the pinned version's cache file is the content, and stays so while the
+        // handle pins the entry (ContentEntry.materializedFilePath), so the kernel may read it
+        // directly. A partial file never qualifies: its holes would read as zeros.
+        return OpenedFile(handle: handle, keepCache: keepCache, servedFrom: entry.materializedFilePath)
     }
 
     public func read(

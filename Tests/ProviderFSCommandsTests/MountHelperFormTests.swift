@@ -11,6 +11,10 @@ import Testing
                 == ["mount", "--source=/srv/remote", "--cache=/var/cache/x", "--allow-other", "/mnt/remote"])
         #expect(mountHelperArguments(["demo", "/mnt/demo", "-o", "rw"]) == ["mount", "--demo", "/mnt/demo"])
         #expect(
+            mountHelperArguments(["demo", "/mnt/demo", "-o", "no_passthrough"]) == [
+                "mount", "--demo", "--no-passthrough", "/mnt/demo",
+            ])
+        #expect(
             mountHelperArguments(["/s", "/m", "-f", "-orw,log=/tmp/l"]) == [
                 "mount", "--source=/s", "--foreground", "--log=/tmp/l", "/m",
             ])

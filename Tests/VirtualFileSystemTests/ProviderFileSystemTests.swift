@@ -171,6 +171,60 @@ struct ProviderFileSystemTests {
         #expect(try await fileSystem.getAttributes(file.inode, context: .kernel).size == 4)
     }
 
+    @Test(
+        "open names the cache file (servedFrom) only when the pinned version is complete; the file stays unchanged until the last release"
+    )
+    func servedFromCompleteContentOnly() async throws {
+        var options = VFSFixture.defaultOptions()
+        options.cache.backgroundCompletion = false
+        options.cache.readAheadWindow = 0
+        let fixture = try VFSFixture(options: options)
+        let content = InMemoryContent.ramp(seed: 9, size: 300_000)
+        fixture.provider.putFile("f", content)
+        fixture.provider.putFile("p", .ramp(seed: 10, size: 300_000))
+        let fileSystem = try fixture.makeFileSystem()
+        let readOnly = OpenFlags(rawValue: 0)
+        let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+
+        // Nothing local at open: every read must reach the file system.
+        let first = try await fileSystem.open(file.inode, flags: readOnly, context: .kernel)
+        #expect(first.servedFrom == nil)
+        var offset: Int64 = 0
+        while true {
+            let data = try await fileSystem.read(
+                file.inode, handle: first.handle, offset: offset, count: 64 << 10, context: .kernel)
+            if data.count == 0 { break }
+            offset += Int64(data.count)
+        }
+        await fileSystem.release(file.inode, handle: first.handle)
+
+        // Complete now: the next open names the cache file, which holds exactly the content.
+        let second = try await fileSystem.open(file.inode, flags: readOnly, context: .kernel)
+        let path = try #require(second.servedFrom)
+        #expect(localFileBytes(path) == content.slice(0..<300_000))
+
+        // Partly local (ranges only): never named, its holes would read as zeros.
+        let partial = try await fileSystem.lookup(parent: .root, name: "p", context: .kernel)
+        let reader = try await fileSystem.open(partial.inode, flags: readOnly, context: .kernel)
+        _ = try await fileSystem.read(partial.inode, handle: reader.handle, offset: 0, count: 4096, context: .kernel)
+        await fileSystem.release(partial.inode, handle: reader.handle)
+        #expect(try await xattr(fileSystem, partial.inode, "user.providerfs.state") == "partial")
+        let again = try await fileSystem.open(partial.inode, flags: readOnly, context: .kernel)
+        #expect(again.servedFrom == nil)
+        await fileSystem.release(partial.inode, handle: again.handle)
+
+        // A new version on the provider: the new open pins it (not local yet); the handle that
+        // pinned the old one keeps its file, unchanged, until it is released; then it is deleted.
+        fixture.provider.putFile("f", .ramp(seed: 11, size: 300_000))
+        let third = try await fileSystem.open(file.inode, flags: readOnly, context: .kernel)
+        #expect(third.servedFrom == nil)
+        #expect(localFileBytes(path) == content.slice(0..<300_000))
+        await fileSystem.release(file.inode, handle: third.handle)
+        #expect(localFileBytes(path) == content.slice(0..<300_000))
+        await fileSystem.release(file.inode, handle: second.handle)
+        #expect(access(path, F_OK) != 0, "superseded content is deleted at its last release")
+    }
+
     @Test("an item deleted on the provider: open gives ENOENT, a read of an open handle EIO, never a hang")
     func deletedItem() async throws {
         let fixture = try VFSFixture()
@@ -322,5 +376,19 @@ final class RecordingClaims: ReadClaimProvider {
     }
     func releaseReadClaim(_ token: ReadClaimToken) async {
         state.withLock { $0.events.append("release \(token.rawValue)") }
+    }
+}
+
+/// The bytes of a local file (nil when it cannot be opened).
+func localFileBytes(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var result: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 64 << 10)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count <= 0 { return count == 0 ? result : nil }
+        result += buffer[0..<count]
     }
 }
