@@ -50,7 +50,7 @@ final class Dispatcher: Sendable {
     /// errno. `reply` returns libfuse's result, which is only logged (the kernel may have given up
     /// on the request, e.g. the caller was killed).
     func respond<T: Sendable>(
-        _ raw: fuse_req_t?, _ operation: StaticString,
+        _ raw: fuse_req_t?, _ operation: StaticString, replyBlocks: Bool = false,
         work: @escaping @Sendable (any FileSystem, RequestContext) async throws(FileSystemError) -> T,
         reply: @escaping @Sendable (fuse_req_t, T) -> Int32
     ) {
@@ -73,16 +73,22 @@ final class Dispatcher: Sendable {
             } catch {
                 outcome = .failure(error)
             }
-            pending.complete(id) { request in
-                switch outcome {
-                case .success(let value):
-                    let rc = reply(request.raw, value)
-                    if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
-                case .failure(let error):
-                    logger.debug("\(operation): \(error)")
-                    _ = fuse_reply_err(request.raw, error.errno.rawValue)
+            let answer = { @Sendable in
+                pending.complete(id) { request in
+                    switch outcome {
+                    case .success(let value):
+                        let rc = reply(request.raw, value)
+                        if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
+                    case .failure(let error):
+                        logger.debug("\(operation): \(error)")
+                        _ = fuse_reply_err(request.raw, error.errno.rawValue)
+                    }
                 }
             }
+            // A reply that copies much (a read: pread from the cache file, then 1 MiB into the
+            // kernel) runs on the blocking pool: on the 2-thread cooperative pool it delayed the
+            // download task that the next readers wait for (D-219).
+            if replyBlocks { await BlockingIOPool.shared.run(answer) } else { answer() }
         }
         pending.attach(id, task: task)
     }
@@ -90,7 +96,7 @@ final class Dispatcher: Sendable {
     /// Answers on this (libfuse) thread when `now` can, else like `respond`. Most lookups,
     /// getattrs and reads of cached bytes end here: no task, no thread hop, no registration.
     func respond<T: Sendable>(
-        _ raw: fuse_req_t?, _ operation: StaticString,
+        _ raw: fuse_req_t?, _ operation: StaticString, replyBlocks: Bool = false,
         now: (any FileSystemFastPath, RequestContext) -> Result<T, FileSystemError>?,
         work: @escaping @Sendable (any FileSystem, RequestContext) async throws(FileSystemError) -> T,
         reply: @escaping @Sendable (fuse_req_t, T) -> Int32
@@ -106,7 +112,7 @@ final class Dispatcher: Sendable {
             }
             return
         }
-        respond(raw, operation, work: work, reply: reply)
+        respond(raw, operation, replyBlocks: replyBlocks, work: work, reply: reply)
     }
 
     /// Like `respond` for operations whose success is an empty reply.

@@ -2,10 +2,12 @@
 public struct CacheOptions: Sendable {
     /// Largest chunk asked of a provider stream at once (and written with one pwrite).
     public var chunkSize: Int = 1 << 20
-    /// Largest chunk a direct transfer (a stream that writes into the cache file itself, such as
-    /// the local provider's copy_file_range) moves at once: no memory is involved, so bigger
-    /// chunks only cut per-chunk overhead.
+    /// Largest first step of a direct transfer (a stream that writes into the cache file itself,
+    /// such as the local provider's copy_file_range) when no reader waits at its start.
     public var directChunkSize: Int = 8 << 20
+    /// Most bytes one direct-transfer call moves (in steps of `chunkSize`, each delivered to
+    /// readers as it lands) before control comes back to the download loop.
+    public var directBatchSize: Int = 64 << 20
     /// Smallest chunk for the first bytes a waiting reader needs: small, so that time to first
     /// byte depends on the read size, not on the file size or `chunkSize`.
     public var firstChunkSize: Int = 128 << 10

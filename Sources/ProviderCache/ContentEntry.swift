@@ -417,89 +417,113 @@ public final class ContentEntry: Sendable {
                     previous: previousChunk)
             }
             previousChunk = length
-            let delivered: Int
             if let direct {
+                // The stream writes into our file itself, in steps of at most chunkSize, and tells
+                // us each verified step on its own thread: the bytes are marked present and their
+                // readers resumed at once, with no thread hop per step (D-219).
+                let at = position
+                let outcome = Locked<(position: Int64, retarget: Bool)>((at, false))
                 let placed: Int?
                 do {
-                    let at = position
                     placed = try await withDeadline(options.stallTimeout, on: environment.timeline) {
-                        try await direct.transfer(maximumLength: length, to: file.fd, at: at)
+                        try await direct.transfer(
+                            to: file.fd, at: at, firstStep: length, step: options.chunkSize,
+                            maximumLength: Int(min(Int64(options.directBatchSize), target.upperBound - at))
+                        ) { count in
+                            let start = outcome.withLock { $0.position }
+                            let step = start..<min(target.upperBound, start + Int64(count))
+                            let retarget = self.deliver(step, fetchStartedAt: startedAt)
+                            outcome.withLock { $0 = (step.upperBound, retarget) }
+                            return !retarget
+                        }
                     }
                 } catch {
-                    return .failed(file.transferFailure(error), progress: progress)
+                    let reached = outcome.withLock { $0.position }
+                    return .failed(file.transferFailure(error), progress: progress || reached > at)
                 }
+                let (reached, retarget) = outcome.withLock { ($0.position, $0.retarget) }
+                if reached > position { progress = true }
+                position = reached
                 guard let placed, placed > 0 else {
                     return .failed(Self.endedEarly(at: position, of: target), progress: progress)
                 }
-                delivered = min(placed, Int(target.upperBound - position))
-            } else {
-                let chunk: [UInt8]?
-                do {
-                    chunk = try await withDeadline(options.stallTimeout, on: environment.timeline) {
-                        try await stream.next(maximumLength: length)
-                    }
-                } catch {
-                    return .failed(CacheError.from(error), progress: progress)
-                }
-                guard var bytes = chunk, !bytes.isEmpty else {
-                    return .failed(Self.endedEarly(at: position, of: target), progress: progress)
-                }
-                if Int64(bytes.count) > target.upperBound - position {
-                    bytes.removeLast(bytes.count - Int(target.upperBound - position))
-                }
-                do {
-                    try await file.write(bytes, at: position)
-                } catch {
-                    return .failed(error, progress: progress)
-                }
-                delivered = bytes.count
+                if retarget { return .retarget }
+                continue
             }
-            // The bytes are in the file (pwrite or copy_file_range returned): only now do they
-            // count as present.
-            let written = position..<(position + Int64(delivered))
-            let now = environment.timeline.now
+            let chunk: [UInt8]?
+            do {
+                chunk = try await withDeadline(options.stallTimeout, on: environment.timeline) {
+                    try await stream.next(maximumLength: length)
+                }
+            } catch {
+                return .failed(CacheError.from(error), progress: progress)
+            }
+            guard var bytes = chunk, !bytes.isEmpty else {
+                return .failed(Self.endedEarly(at: position, of: target), progress: progress)
+            }
+            if Int64(bytes.count) > target.upperBound - position {
+                bytes.removeLast(bytes.count - Int(target.upperBound - position))
+            }
+            do {
+                try await file.write(bytes, at: position)
+            } catch {
+                return .failed(error, progress: progress)
+            }
+            // The bytes are in the file (pwrite returned): only now do they count as present.
+            let written = position..<(position + Int64(bytes.count))
             position = written.upperBound
             progress = true
-            let (ready, shouldPersist, retarget) = state.withLock { state -> ([Waiter], Bool, Bool) in
-                state.present.insert(written)
-                state.position = written.upperBound
-                state.unsyncedBytes += Int64(delivered)
-                var ready: [Waiter] = []
-                state.waiters.removeAll { waiter in
-                    guard state.present.contains(waiter.range) else { return false }
-                    ready.append(waiter)
-                    return true
-                }
-                var retarget = state.waiters.contains { waiter in
-                    guard let missing = state.present.firstMissing(in: waiter.range) else { return false }
-                    return missing < written.upperBound || missing >= written.upperBound + options.readAheadWindow
-                }
-                // Ranges only: stop once nobody waits and the read-ahead window is covered (the
-                // loop then finds no target, or a reader's new one).
-                if !options.backgroundCompletion && state.waiters.isEmpty
-                    && written.upperBound >= state.lastRequest.upperBound + options.readAheadWindow
-                {
-                    retarget = true
-                }
-                let due =
-                    state.unsyncedBytes >= options.persistInterval
-                    || now - (state.lastPersistAt ?? startedAt) >= options.persistPeriod
-                let persistNow = due && !state.backgroundPersist
-                if persistNow { state.backgroundPersist = true }
-                return (ready, persistNow, retarget)
-            }
-            for waiter in ready { waiter.continuation.resume(returning: .success(())) }
-            if shouldPersist {
-                // Beside the download: the fetch goes on while the sync runs. Saves of this entry
-                // are serialized (persistGate), so the download's final save still comes last.
-                Task {
-                    await self.persist()
-                    self.state.withLock { $0.backgroundPersist = false }
-                }
-            }
-            if retarget { return .retarget }
+            if deliver(written, fetchStartedAt: startedAt) { return .retarget }
         }
         return .completed(progress: progress)
+    }
+
+    /// Marks `written` present (its bytes are in the file), resumes the readers it completes,
+    /// starts a range-map save beside the download when one is due, and tells whether the fetch
+    /// should stop to retarget (a waiter needs bytes behind or far ahead of the stream, or, in
+    /// ranges-only mode, nobody waits and the read-ahead window is covered). Callable from any
+    /// thread.
+    private func deliver(_ written: Range<Int64>, fetchStartedAt: Duration) -> Bool {
+        let options = environment.options
+        let now = environment.timeline.now
+        let (ready, shouldPersist, retarget) = state.withLock { state -> ([Waiter], Bool, Bool) in
+            state.present.insert(written)
+            state.position = written.upperBound
+            state.unsyncedBytes += Int64(written.count)
+            var ready: [Waiter] = []
+            state.waiters.removeAll { waiter in
+                guard state.present.contains(waiter.range) else { return false }
+                ready.append(waiter)
+                return true
+            }
+            var retarget = state.waiters.contains { waiter in
+                guard let missing = state.present.firstMissing(in: waiter.range) else { return false }
+                return missing < written.upperBound || missing >= written.upperBound + options.readAheadWindow
+            }
+            if !options.backgroundCompletion && state.waiters.isEmpty
+                && written.upperBound >= state.lastRequest.upperBound + options.readAheadWindow
+            {
+                retarget = true
+            }
+            // A superseded or shut-down version stops here too.
+            if state.retiredError != nil { retarget = true }
+            let due =
+                state.unsyncedBytes >= options.persistInterval
+                || now - (state.lastPersistAt ?? fetchStartedAt) >= options.persistPeriod
+            let persistNow = due && !state.backgroundPersist
+            if persistNow { state.backgroundPersist = true }
+            return (ready, persistNow, retarget)
+        }
+        for waiter in ready { waiter.continuation.resume(returning: .success(())) }
+        if shouldPersist {
+            // Beside the download: the fetch goes on while the sync runs. Saves of this entry are
+            // serialized (persistGate), so the download's final save still comes last.
+            Task {
+                await self.persist()
+                self.state.withLock { $0.backgroundPersist = false }
+            }
+        }
+        return retarget
     }
 
     /// A clean end before the range's end is a lie about the length, not an end of file: never

@@ -261,33 +261,46 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
     }
 
     /// copy_file_range from the source into `descriptor` (one copy, inside the kernel); holes of
-    /// the source are skipped when the destination already reads zeros there. Version checked
-    /// before and after, as in `next`.
-    func transfer(maximumLength: Int, to descriptor: Int32, at offset: Int64) async throws -> Int? {
+    /// the source are skipped where the destination already reads zeros. Version checked before
+    /// the transfer and after each step, as in `next`.
+    func transfer(
+        to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,
+        delivered: @escaping @Sendable (Int) -> Bool
+    ) async throws -> Int? {
         try Task.checkCancellation()
         return try await LocalIO.run { () throws -> Int? in
             try self.lock.withLock { () throws -> Int? in
                 guard self.fd >= 0, self.position < self.end else { return nil }
                 try self.checkVersionLocked()
-                let limit = self.position + min(Int64(maximumLength), self.end - self.position)
-                let placed: Int
-                let data = nextData(in: self.fd, at: self.position)
-                if data.map({ $0 > self.position }) ?? true {
-                    // A hole of the source: zeros up to its next data (or the limit).
-                    let length = Int(min(data ?? limit, limit) - self.position)
-                    try self.zeroData(in: descriptor, from: offset, to: offset + Int64(length))
-                    placed = length
-                } else {
-                    let length = Int(min(nextHole(in: self.fd, at: self.position), limit) - self.position)
-                    placed = try self.copy(count: length, to: descriptor, at: offset)
-                    if placed == 0 { return nil }  // shorter than its version says: the caller sees it
+                let started = ContinuousClock.now
+                var total = 0
+                while total < maximumLength, self.position < self.end {
+                    let length = min(total == 0 ? firstStep : step, maximumLength - total)
+                    let placed = try self.transferStep(
+                        maximumLength: max(1, length), to: descriptor, at: offset + Int64(total))
+                    if placed == 0 { break }  // shorter than its version says: the caller sees it
+                    // A copy that raced with a rewrite must not be used: check again after it.
+                    try self.checkVersionLocked()
+                    self.position += Int64(placed)
+                    total += placed
+                    if !delivered(placed) || ContinuousClock.now - started > .milliseconds(500) { break }
                 }
-                // A copy that raced with a rewrite must not be used: check again after it.
-                try self.checkVersionLocked()
-                self.position += Int64(placed)
-                return placed
+                return total
             }
         }
+    }
+
+    /// One step: a hole of the source up to its next data, or data up to its next hole.
+    private func transferStep(maximumLength: Int, to descriptor: Int32, at offset: Int64) throws -> Int {
+        let limit = position + min(Int64(maximumLength), end - position)
+        let data = nextData(in: fd, at: position)
+        if data.map({ $0 > position }) ?? true {
+            let length = Int(min(data ?? limit, limit) - position)
+            try zeroData(in: descriptor, from: offset, to: offset + Int64(length))
+            return length
+        }
+        let length = Int(min(nextHole(in: fd, at: position), limit) - position)
+        return try copy(count: length, to: descriptor, at: offset)
     }
 
     private func copy(count: Int, to descriptor: Int32, at offset: Int64) throws -> Int {

@@ -30,10 +30,17 @@ public protocol ContentStream: Sendable {
 /// A stream that can place its bytes straight into a file (for a local source: copy_file_range,
 /// no trip through user-space memory). The cache uses it when the stream offers it.
 public protocol DirectContentStream: ContentStream {
-    /// Places the next bytes (at most `maximumLength`) into `descriptor` at `offset` and returns
-    /// how many now read back correctly there, or nil at the end of the requested range. Bytes
-    /// that are a hole in the source may be left unwritten when `descriptor` already reads zeros
-    /// there (so a sparse source stays sparse). Same version rules as `next`: a stream whose item
-    /// changed throws `.versionChanged`, and bytes it placed before noticing must not be used.
-    func transfer(maximumLength: Int, to descriptor: Int32, at offset: Int64) async throws -> Int?
+    /// Places the next bytes into `descriptor` at `offset` (the stream's own position maps to
+    /// `offset`), step by step: the first step at most `firstStep` bytes, later ones at most
+    /// `step`, `maximumLength` in all, stopping early after about half a second so the caller
+    /// regains control. After each step, once its bytes are known good (version checked),
+    /// `delivered(count)` is called — on the stream's thread — and returning false stops the
+    /// transfer. Returns the bytes placed, or nil when the range had already ended. Bytes that
+    /// are a hole in the source may be left unwritten where `descriptor` already reads zeros (a
+    /// sparse source stays sparse). Same version rules as `next`: a stream whose item changed
+    /// throws `.versionChanged` and bytes of that step are not delivered.
+    func transfer(
+        to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,
+        delivered: @escaping @Sendable (Int) -> Bool
+    ) async throws -> Int?
 }

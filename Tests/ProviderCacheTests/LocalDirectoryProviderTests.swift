@@ -1,4 +1,5 @@
 import ProviderModel
+import SystemSupport
 import TestSupport
 import Testing
 
@@ -127,10 +128,21 @@ struct LocalDirectTransferTests {
         defer { stream.close() }
         let direct = try #require(stream as? any DirectContentStream)
         var position = range.lowerBound
-        while let placed = try await direct.transfer(maximumLength: chunk, to: descriptor, at: position) {
-            #expect(placed > 0 && placed <= chunk)
+        let steps = Locked<[Int]>([])
+        while let placed = try await direct.transfer(
+            to: descriptor, at: position, firstStep: chunk / 2, step: chunk, maximumLength: 3 * chunk,
+            delivered: { count in
+                steps.withLock { $0.append(count) }
+                return true
+            })
+        {
+            if placed == 0 { break }
+            #expect(placed <= 3 * chunk)
             position += Int64(placed)
         }
+        let delivered = steps.value
+        #expect(delivered.reduce(0, +) == Int(position - range.lowerBound), "every placed byte was delivered")
+        #expect(delivered.allSatisfy { $0 > 0 && $0 <= chunk })
         return position
     }
 
@@ -192,16 +204,57 @@ struct LocalDirectTransferTests {
             of: item.identifier, version: item.contentVersion, range: 0..<300_000)
         defer { stream.close() }
         let direct = try #require(stream as? any DirectContentStream)
-        #expect(try await direct.transfer(maximumLength: 4096, to: destination, at: 0) == 4096)
+        let delivered = Locked(0)
+        let first = try await direct.transfer(
+            to: destination, at: 0, firstStep: 4096, step: 4096, maximumLength: 4096,
+            delivered: { count in
+                delivered.withLock { $0 += count }
+                return true
+            })
+        #expect(first == 4096 && delivered.value == 4096)
         let fd = open(root.path + "/f", O_WRONLY | O_APPEND)
         _ = [UInt8](repeating: 9, count: 10).withUnsafeBytes { write(fd, $0.baseAddress, 10) }
         close(fd)
         do {
-            _ = try await direct.transfer(maximumLength: 4096, to: destination, at: 4096)
+            _ = try await direct.transfer(
+                to: destination, at: 4096, firstStep: 4096, step: 4096, maximumLength: 4096,
+                delivered: { _ in
+                    delivered.withLock { $0 += 1_000_000 }
+                    return true
+                })
             Issue.record("a transfer of a changed file succeeded")
         } catch let error as ProviderError {
             #expect(error.code == .versionChanged)
         }
+        #expect(delivered.value == 4096, "no byte of the changed file was delivered")
+    }
+
+    @Test("a stop asked by the receiver ends the transfer after that step")
+    func receiverStops() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("f", [UInt8](repeating: 3, count: 100_000))
+        let provider = LocalDirectoryProvider(root: root.path)
+        let item = try await provider.item(for: ItemIdentifier("f"))
+        let destination = open(root.path + "/copy", O_RDWR | O_CREAT, 0o600)
+        defer { close(destination) }
+        let stream = try await provider.fetchContents(
+            of: item.identifier, version: item.contentVersion, range: 0..<100_000)
+        defer { stream.close() }
+        let direct = try #require(stream as? any DirectContentStream)
+        let calls = Locked(0)
+        let placed = try await direct.transfer(
+            to: destination, at: 0, firstStep: 1000, step: 10_000, maximumLength: 100_000,
+            delivered: { _ in
+                calls.withLock { $0 += 1 }
+                return calls.value < 2
+            })
+        #expect(placed == 11_000 && calls.value == 2)
+        // The stream goes on from where it stopped.
+        let rest = try await direct.transfer(
+            to: destination, at: 11_000, firstStep: 100_000, step: 100_000, maximumLength: 100_000,
+            delivered: { _ in true })
+        #expect(rest == 89_000)
     }
 
     @Test("a destination that refuses writes fails with its errno")
@@ -218,7 +271,8 @@ struct LocalDirectTransferTests {
         defer { stream.close() }
         let direct = try #require(stream as? any DirectContentStream)
         do {
-            _ = try await direct.transfer(maximumLength: 4096, to: readOnly, at: 0)
+            _ = try await direct.transfer(
+                to: readOnly, at: 0, firstStep: 4096, step: 4096, maximumLength: 4096, delivered: { _ in true })
             Issue.record("a transfer into a read-only descriptor succeeded")
         } catch let error as ProviderError {
             #expect(error.errno == EBADF)
