@@ -198,10 +198,13 @@ public struct LocalDirectoryProvider: Provider {
 /// rewritten, truncated or appended to in place mid-fetch fails with `.versionChanged` instead of
 /// delivering bytes of two versions.
 final class LocalContentStream: DirectContentStream, @unchecked Sendable {
-    // Safe: the mutable `fd`, `position` and `copyInKernel` are only touched while `lock` is held.
+    // Safe: the mutable `fd`, `position`, `buffer` and `copyInKernel` are only touched while
+    // `lock` is held.
     private let lock = NSLock()
     private var fd: Int32
     private var position: Int64
+    /// The copy buffer when copy_file_range cannot be used (allocated once per stream).
+    private var buffer: [UInt8] = []
     /// False once copy_file_range said it cannot copy between these files (other file systems).
     private var copyInKernel = true
     private let end: Int64
@@ -311,9 +314,10 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
             case .failure(let error): throw transferError(error)
             }
         }
-        var buffer = [UInt8](repeating: 0, count: min(count, 1 << 20))
+        if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 1 << 20) }
+        let length = min(count, buffer.count)
         let got = buffer.withUnsafeMutableBytes { raw in
-            retryingOnInterrupt { pread(fd, raw.baseAddress, raw.count, off_t(position)) }
+            retryingOnInterrupt { pread(fd, raw.baseAddress, length, off_t(position)) }
         }
         if got < 0 { throw transferError(Errno.current) }
         try write(buffer, count: got, to: descriptor, at: offset)
