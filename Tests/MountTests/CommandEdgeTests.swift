@@ -93,6 +93,29 @@ struct CommandEdgeTests {
         #expect(try shell("cat \(quoted(mount.path("xattrs.txt")))").output == "has attributes\n")
     }
 
+    @Test func aMountNotReadyWithinItsTimeoutIsUndoneCompletely() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let runtime = scratch + "/run"
+        let mountpoint = scratch + "/mnt"
+        mkdir(mountpoint, 0o755)
+        let result = try providerfs(
+            ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache", "--ready-timeout", "1ms"],
+            runtime: runtime)
+        #expect(result.status == 1, "\(result)")
+        #expect(result.error.contains("was not ready within"), "\(result.error)")
+        // Nothing left: no mount, no registry entry, and the mount point is usable again.
+        #expect(MountTable.entry(at: mountpoint) == nil)
+        let listed = try providerfs(["status", "--json"], runtime: runtime)
+        #expect(!listed.output.contains(mountpoint), "\(listed.output)")
+        let retry = try providerfs(
+            ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache"], runtime: runtime)
+        #expect(retry.status == 0, "\(retry)")
+        #expect(try String(contentsOfFile: mountpoint + "/a.txt", encoding: .utf8) == "a\n")
+        #expect(try providerfs(["unmount", mountpoint], runtime: runtime).status == 0)
+        #expect(MountTable.entry(at: mountpoint) == nil)
+    }
+
     @Test func aFullCacheDiskIsRefusedBeforeMounting() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
