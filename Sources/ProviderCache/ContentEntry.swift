@@ -400,7 +400,7 @@ public final class ContentEntry: Sendable {
             return .failed(CacheError.from(error), progress: false)
         }
         defer { stream.close() }
-        // A stream that can write into our file itself (local source: copy_file_range) does;
+        // A stream that can write into our file itself (the local source) does;
         // others hand us chunks that we write.
         let direct = stream as? any DirectContentStream
         let startedAt = environment.timeline.now

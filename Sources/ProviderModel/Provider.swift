@@ -27,8 +27,9 @@ public protocol ContentStream: Sendable {
     func close()
 }
 
-/// A stream that can place its bytes straight into a file (for a local source: copy_file_range,
-/// no trip through user-space memory). The cache uses it when the stream offers it.
+/// A stream that can place its bytes straight into a file (for a local source: pread + pwrite
+/// through one buffer of its own, no chunk handed over, no thread hop per step). The cache uses
+/// it when the stream offers it.
 public protocol DirectContentStream: ContentStream {
     /// Places the next bytes into `descriptor` at `offset` (the stream's own position maps to
     /// `offset`), step by step: the first step at most `firstStep` bytes, later ones at most

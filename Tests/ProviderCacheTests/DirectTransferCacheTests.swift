@@ -8,7 +8,7 @@ import Testing
 import Glibc
 #endif
 
-/// The cache over a local source, where downloads are direct transfers (copy_file_range).
+/// The cache over a local source, where downloads are direct transfers.
 @Suite("Direct transfers through the cache")
 struct DirectTransferCacheTests {
     @Test("a local file read through the cache is byte-exact, and its holes stay holes")
