@@ -18,11 +18,11 @@ import Musl
 ///
 /// Statements are prepared once per connection and cached by SQL text, so pass values as
 /// arguments (`?`) rather than building SQL strings.
-package final class Database {
+public final class Database {
     /// The database file.
-    package let path: String
+    public let path: String
     /// True for the pool's read-only connections.
-    package let isReadOnly: Bool
+    public let isReadOnly: Bool
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
     private var mostRecentStatement: Statement?
@@ -103,7 +103,7 @@ package final class Database {
     /// separated by semicolons (migrations).
     ///
     /// - Throws: `DatabaseError` naming the file and the SQL that failed.
-    package func execute(_ sql: String, _ arguments: [any DatabaseValueConvertible] = []) throws {
+    public func execute(_ sql: String, _ arguments: [any DatabaseValueConvertible] = []) throws {
         checkAccess()
         if arguments.isEmpty {
             try executeScript(sql)
@@ -115,20 +115,24 @@ package final class Database {
     }
 
     /// The number of rows the last INSERT, UPDATE or DELETE changed (not counting triggers).
-    package var changesCount: Int {
+    public var changesCount: Int {
         checkAccess()
         return Int(sqlite3_changes64(handle))
     }
 
     /// The rowid of the last successful INSERT on this connection.
-    package var lastInsertedRowID: Int64 {
+    public var lastInsertedRowID: Int64 {
         checkAccess()
         return sqlite3_last_insert_rowid(handle)
     }
 
+    // The @inlinable methods below are inlined into the calling module, specialized for its
+    // record type. That needs `public`: Swift 6.3 never hands the body of a `package` @inlinable
+    // declaration to another module (D-163).
+
     /// Calls `body` for each row of a query, in order. `body` must not keep the `Row`.
     @inlinable
-    package func forEachRow(
+    public func forEachRow(
         _ sql: String, _ arguments: [any DatabaseValueConvertible] = [], _ body: (Row) throws -> Void
     ) throws {
         let statement = try beginStatement(sql, arguments)
@@ -140,7 +144,7 @@ package final class Database {
 
     /// Every row of a query, decoded as `Record`.
     @inlinable
-    package func fetchAll<Record: FetchableRecord>(
+    public func fetchAll<Record: FetchableRecord>(
         _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Record] {
         let statement = try beginStatement(sql, arguments)
@@ -154,7 +158,7 @@ package final class Database {
 
     /// The first row of a query decoded as `Record`, or nil when there is none.
     @inlinable
-    package func fetchOne<Record: FetchableRecord>(
+    public func fetchOne<Record: FetchableRecord>(
         _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> Record? {
         // Inlinable (like the other fetch methods) so that the caller's module specializes it for
@@ -170,7 +174,7 @@ package final class Database {
     /// A NULL value in an existing row decodes as `Value` would (`Optional` → `.some(nil)`, a
     /// non-optional type → `.decodingFailed`).
     @inlinable
-    package func fetchValue<Value: DatabaseValueConvertible>(
+    public func fetchValue<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> Value? {
         let statement = try beginStatement(sql, arguments)
@@ -181,7 +185,7 @@ package final class Database {
 
     /// The first column of every row, decoded as `Value`.
     @inlinable
-    package func fetchValues<Value: DatabaseValueConvertible>(
+    public func fetchValues<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Value] {
         let statement = try beginStatement(sql, arguments)
@@ -196,7 +200,7 @@ package final class Database {
     // MARK: - Records
 
     /// Inserts `record` into its table. Throws `SQLITE_CONSTRAINT` if the key exists.
-    package func insert<Record: PersistableRecord>(_ record: Record) throws {
+    public func insert<Record: PersistableRecord>(_ record: Record) throws {
         var container = PersistenceContainer()
         record.encode(to: &container)
         let columns = container.columns.map(quoted).joined(separator: ", ")
@@ -209,7 +213,7 @@ package final class Database {
     ///
     /// Uses `INSERT … ON CONFLICT DO UPDATE`, never `INSERT OR REPLACE`: a replace deletes the old
     /// row first, which would fire `ON DELETE CASCADE` on every child row.
-    package func upsert<Record: PersistableRecord>(_ record: Record) throws {
+    public func upsert<Record: PersistableRecord>(_ record: Record) throws {
         var container = PersistenceContainer()
         record.encode(to: &container)
         let keys = Record.primaryKeyColumns
@@ -224,7 +228,7 @@ package final class Database {
 
     /// Deletes the row whose primary key equals `record`'s. Returns whether a row was deleted.
     @discardableResult
-    package func delete<Record: PersistableRecord>(_ record: Record) throws -> Bool {
+    public func delete<Record: PersistableRecord>(_ record: Record) throws -> Bool {
         var container = PersistenceContainer()
         record.encode(to: &container)
         let keys = Record.primaryKeyColumns

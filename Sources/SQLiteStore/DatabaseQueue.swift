@@ -32,24 +32,24 @@ import Musl
 /// try store.write { db in try db.execute("INSERT INTO items (id, name) VALUES (?, ?)", [7, "a.txt"]) }
 /// let name = try await store.read { db in try db.fetchValue(String.self, "SELECT name FROM items WHERE id = ?", [7]) }
 /// ```
-package final class DatabaseQueue: @unchecked Sendable {
+public final class DatabaseQueue: @unchecked Sendable {
     // Safe to share: `writer` is only touched on `writerQueue`; a reader connection is only
     // touched by the one thread that took it out of `readerPool` (the hand-off goes through the
     // pool's lock); everything else is immutable or a `Locked`.
 
     /// How a store opens and uses its connections.
-    package struct Configuration: Sendable {
+    public struct Configuration: Sendable {
         /// How long a connection waits for another process's lock before failing with `SQLITE_BUSY`.
-        package var busyTimeout: Duration = .seconds(5)
+        public var busyTimeout: Duration = .seconds(5)
         /// The most read-only connections open at once (readers beyond that wait for one).
-        package var maximumReaderCount = 4
+        public var maximumReaderCount = 4
         /// The durability of a commit (D-153).
-        package var synchronous: Synchronous = .normal
+        public var synchronous: Synchronous = .normal
         /// A label for the dispatch queues (shows in debuggers and crash logs).
-        package var label = "SQLiteStore"
+        public var label = "SQLiteStore"
 
         /// `PRAGMA synchronous` in WAL mode.
-        package enum Synchronous: String, Sendable {
+        public enum Synchronous: String, Sendable {
             /// A commit survives a process crash; an OS crash or power loss may drop the last
             /// commits but never corrupts the database.
             case normal = "NORMAL"
@@ -58,13 +58,13 @@ package final class DatabaseQueue: @unchecked Sendable {
         }
 
         /// The defaults: 5 s busy timeout, 4 readers, synchronous NORMAL.
-        package init() {}
+        public init() {}
     }
 
     /// The database file.
-    package let path: String
+    public let path: String
     /// The configuration the store was opened with.
-    package let configuration: Configuration
+    public let configuration: Configuration
 
     private let writer: Database
     private let writerQueue: DispatchQueue
@@ -84,7 +84,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// unwritable directory), `.readOnly` (read-only file or file system), `.diskFull`,
     /// `.newerSchema` (written by a newer ProviderFS), `.migrationMismatch`, or `.sqlite` when a
     /// migration fails (that migration is rolled back; earlier ones stay applied).
-    package init(
+    public init(
         path: String, migrator: DatabaseMigrator = DatabaseMigrator(), configuration: Configuration = .init()
     )
         throws
@@ -107,7 +107,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// returns; rolls back and rethrows when it throws.
     ///
     /// - Throws: what `updates` throws, or `DatabaseError` if BEGIN or COMMIT fails (e.g. `.diskFull`).
-    package func write<T>(_ updates: (Database) throws -> T) throws -> T {
+    public func write<T>(_ updates: (Database) throws -> T) throws -> T {
         checkNotNested("write")
         return try writerQueue.sync { try performWrite(updates) }
     }
@@ -116,7 +116,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     ///
     /// The calling task is suspended, not blocked. Task cancellation does not interrupt a write
     /// that has been queued.
-    package func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    public func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             writerQueue.async {
                 continuation.resume(with: Result { try self.performWrite(updates) })
@@ -179,7 +179,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     ///
     /// Sees the last committed state when it starts and nothing committed later; never waits for
     /// a writer. Blocks the calling thread only if all `maximumReaderCount` readers are busy.
-    package func read<T>(_ value: (Database) throws -> T) throws -> T {
+    public func read<T>(_ value: (Database) throws -> T) throws -> T {
         checkNotNested("read")
         readerSlots.wait()
         defer { readerSlots.signal() }
@@ -210,7 +210,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     }
 
     /// Runs `value` on a read-only connection from the store's reader queue and resumes with its result.
-    package func read<T: Sendable>(_ value: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    public func read<T: Sendable>(_ value: @escaping @Sendable (Database) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             readerQueue.async {
                 continuation.resume(with: Result { try self.read(value) })
@@ -247,7 +247,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     ///
     /// - Returns: a token; call `cancel()` on it to stop.
     @discardableResult
-    package func observe(
+    public func observe(
         tables: Set<String>? = nil, _ handler: @escaping @Sendable (Set<String>) -> Void
     ) -> DatabaseObservation {
         observers.add(tables: tables, handler)
@@ -255,7 +255,7 @@ package final class DatabaseQueue: @unchecked Sendable {
 
     /// Waits until every notification for transactions committed so far has been delivered.
     /// Traps when called from inside an observer handler (it would wait for itself).
-    package func waitForObservers() {
+    public func waitForObservers() {
         observers.drain()
     }
 

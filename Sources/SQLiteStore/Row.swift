@@ -5,7 +5,7 @@ internal import CSQLite3
 /// A `Row` reads straight from SQLite's statement (no copy). It is not Sendable and must not be
 /// kept: using it after the query moved on traps with a message saying so. Decode what you need
 /// into a `FetchableRecord` value instead.
-package struct Row {
+public struct Row {
     @usableFromInline let statement: Statement
     @usableFromInline let generation: UInt64
 
@@ -23,19 +23,19 @@ package struct Row {
     }
 
     /// The number of result columns.
-    package var count: Int {
+    public var count: Int {
         checkCurrent()
         return Int(statement.columnCount)
     }
 
     /// The result column names, in order.
-    package var columnNames: [String] {
+    public var columnNames: [String] {
         checkCurrent()
         return (0..<statement.columnCount).map(statement.columnName)
     }
 
     /// The raw value of column `index` (0-based).
-    package func databaseValue(at index: Int) -> DatabaseValue {
+    public func databaseValue(at index: Int) -> DatabaseValue {
         checkCurrent()
         precondition(
             index >= 0 && index < Int(statement.columnCount), "SQLiteStore: column index \(index) out of range")
@@ -46,7 +46,7 @@ package struct Row {
     ///
     /// - Throws: `DatabaseError` `.decodingFailed` naming the column when the value does not fit
     ///   `Value` (e.g. NULL for a non-optional, TEXT for an Int64).
-    package subscript<Value: DatabaseValueConvertible>(_ index: Int) -> Value {
+    public subscript<Value: DatabaseValueConvertible>(_ index: Int) -> Value {
         get throws {
             try Value.decode(from: self, at: index)
         }
@@ -86,7 +86,7 @@ package struct Row {
     ///
     /// - Throws: `DatabaseError` `.decodingFailed` when there is no such column or the value
     ///   does not fit `Value`.
-    package subscript<Value: DatabaseValueConvertible>(_ name: String) -> Value {
+    public subscript<Value: DatabaseValueConvertible>(_ name: String) -> Value {
         get throws {
             checkCurrent()
             guard let index = statement.columnIndex(name) else {
@@ -128,7 +128,7 @@ extension Row: Sendable {}
 ///     }
 /// }
 /// ```
-package protocol FetchableRecord: Sendable {
+public protocol FetchableRecord: Sendable {
     /// Decodes one row. Throw (usually by letting `Row`'s subscripts throw) when it does not fit.
     init(row: Row) throws
 }
@@ -137,7 +137,7 @@ package protocol FetchableRecord: Sendable {
 ///
 /// `encode(to:)` lists the columns and their values; `Database.insert`, `upsert` and `delete`
 /// build the SQL from it.
-package protocol PersistableRecord: Sendable {
+public protocol PersistableRecord: Sendable {
     /// The table the record lives in.
     static var databaseTableName: String { get }
     /// The primary key columns, used by `upsert` and `delete`. Defaults to `["id"]`.
@@ -148,21 +148,21 @@ package protocol PersistableRecord: Sendable {
 
 extension PersistableRecord {
     /// `["id"]`.
-    package static var primaryKeyColumns: [String] { ["id"] }
+    public static var primaryKeyColumns: [String] { ["id"] }
 }
 
 /// The column → value list a `PersistableRecord` encodes itself into.
-package struct PersistenceContainer: Sendable {
+public struct PersistenceContainer: Sendable {
     /// The columns in the order they were set.
-    package private(set) var columns: [String] = []
+    public private(set) var columns: [String] = []
     /// The values, parallel to `columns`.
-    package private(set) var values: [DatabaseValue] = []
+    public private(set) var values: [DatabaseValue] = []
 
     /// An empty container.
-    package init() {}
+    public init() {}
 
     /// Sets column `column` to `value` (replacing an earlier value for the same column).
-    package subscript(column: String) -> (any DatabaseValueConvertible)? {
+    public subscript(column: String) -> (any DatabaseValueConvertible)? {
         get {
             columns.firstIndex(of: column).map { values[$0] }
         }
