@@ -25,7 +25,9 @@ public final class Database {
     public let isReadOnly: Bool
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
-    private var mostRecentStatement: Statement?
+    /// Tried before `statementCache` (no hashing of the SQL). Touched on every statement, only by
+    /// the owning thread, in scopes that call nothing that touches it: unchecked (D-162).
+    @exclusivity(unchecked) private var mostRecentStatement: Statement?
     private var internalStatements: [Statement] = []
     private static let statementCacheLimit = 512
 
@@ -99,19 +101,25 @@ public final class Database {
 
     // MARK: - Executing SQL
 
+    // The @inlinable methods below are inlined into the calling module, specialized for its
+    // record type, with its argument array kept on the stack. That needs `public`: Swift 6.3
+    // never hands the body of a `package` @inlinable declaration to another module (D-163).
+
     /// Runs one statement with arguments, or, without arguments, a script of several statements
     /// separated by semicolons (migrations).
     ///
     /// - Throws: `DatabaseError` naming the file and the SQL that failed.
+    @inlinable
     public func execute(_ sql: String, _ arguments: [any DatabaseValueConvertible] = []) throws {
         checkAccess()
         if arguments.isEmpty {
             try executeScript(sql)
             return
         }
-        try withStatement(sql, arguments) { statement in
-            while try step(statement) {}
-        }
+        let statement = try beginStatement(sql)
+        defer { endStatement(statement) }
+        try bind(arguments, to: statement)
+        while try step(statement) {}
     }
 
     /// The number of rows the last INSERT, UPDATE or DELETE changed (not counting triggers).
@@ -126,17 +134,14 @@ public final class Database {
         return sqlite3_last_insert_rowid(handle)
     }
 
-    // The @inlinable methods below are inlined into the calling module, specialized for its
-    // record type. That needs `public`: Swift 6.3 never hands the body of a `package` @inlinable
-    // declaration to another module (D-163).
-
     /// Calls `body` for each row of a query, in order. `body` must not keep the `Row`.
     @inlinable
     public func forEachRow(
         _ sql: String, _ arguments: [any DatabaseValueConvertible] = [], _ body: (Row) throws -> Void
     ) throws {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         while try step(statement) {
             try body(Row(statement: statement))
         }
@@ -147,8 +152,9 @@ public final class Database {
     public func fetchAll<Record: FetchableRecord>(
         _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Record] {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         var records: [Record] = []
         while try step(statement) {
             records.append(try Record(row: Row(statement: statement)))
@@ -163,8 +169,9 @@ public final class Database {
     ) throws -> Record? {
         // Inlinable (like the other fetch methods) so that the caller's module specializes it for
         // its record type: unspecialized, each call paid for runtime generic-metadata lookups.
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         guard try step(statement) else { return nil }
         return try Record(row: Row(statement: statement))
     }
@@ -177,8 +184,9 @@ public final class Database {
     public func fetchValue<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> Value? {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         guard try step(statement) else { return nil }
         return try Row(statement: statement)[0] as Value
     }
@@ -188,8 +196,9 @@ public final class Database {
     public func fetchValues<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Value] {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         var values: [Value] = []
         while try step(statement) {
             values.append(try Row(statement: statement)[0] as Value)
@@ -244,21 +253,10 @@ public final class Database {
 
     // MARK: - Statements
 
-    /// Runs `body` with a cached, bound statement and resets it afterwards, even on throw.
-    func withStatement<T>(
-        _ sql: String, _ arguments: [any DatabaseValueConvertible], _ body: (Statement) throws -> T
-    )
-        throws -> T
-    {
-        let statement = try beginStatement(sql, arguments)
-        defer { endStatement(statement) }
-        return try body(statement)
-    }
-
-    /// Checks access, takes the cached statement for `sql` (or prepares one) and binds
-    /// `arguments`. Pair every successful call with `endStatement`.
+    /// Checks access and takes the cached statement for `sql` (or prepares one). Pair every
+    /// successful call with `endStatement`, and bind the arguments with `bind(_:to:)` in between.
     @usableFromInline
-    func beginStatement(_ sql: String, _ arguments: [any DatabaseValueConvertible]) throws -> Statement {
+    func beginStatement(_ sql: String) throws -> Statement {
         checkAccess()
         let statement: Statement
         if let recent = mostRecentStatement, !recent.isInUse, recent.sql == sql {
@@ -280,30 +278,43 @@ public final class Database {
             }
         }
         statement.isInUse = true
-        guard Int(statement.parameterCount) == arguments.count else {
-            endStatement(statement)
-            throw DatabaseError(
-                code: .sqlite, resultCode: .misuse,
-                message:
-                    "the statement has \(statement.parameterCount) parameters but \(arguments.count) arguments were given",
-                path: path, sql: sql)
-        }
-        for (offset, argument) in arguments.enumerated() {
-            let rc = statement.bind(argument.databaseValue, at: Int32(offset + 1))
-            if rc != SQLITE_OK {
-                endStatement(statement)
-                throw error(rc, sql: sql)
-            }
-        }
         return statement
+    }
+
+    /// Binds `arguments` to a statement from `beginStatement`.
+    ///
+    /// Inlinable, with `arguments` passed on element by element, so that the caller's array
+    /// literal does not escape and the optimizer can keep it on the stack (no allocation).
+    @inlinable @inline(__always)
+    func bind(_ arguments: [any DatabaseValueConvertible], to statement: Statement) throws {
+        guard Int(statement.parameterCount) == arguments.count else {
+            throw argumentCountError(statement, count: arguments.count)
+        }
+        for index in arguments.indices {  // by index: no copy of each existential
+            try bind(arguments[index].databaseValue, at: Int32(truncatingIfNeeded: index &+ 1), of: statement)
+        }
+    }
+
+    @usableFromInline
+    func bind(_ value: DatabaseValue, at index: Int32, of statement: Statement) throws {
+        let rc = statement.bind(value, at: index)
+        if rc != SQLITE_OK { throw error(rc, sql: statement.sql) }
+    }
+
+    @usableFromInline
+    func argumentCountError(_ statement: Statement, count: Int) -> DatabaseError {
+        DatabaseError(
+            code: .sqlite, resultCode: .misuse,
+            message: "the statement has \(statement.parameterCount) parameters but \(count) arguments were given",
+            path: path, sql: statement.sql)
     }
 
     /// Resets a statement from `beginStatement` so it can be reused; any `Row` of it goes stale.
     @usableFromInline
     func endStatement(_ statement: Statement) {
-        sqlite3_reset(statement.handle)
         statement.generation &+= 1
         statement.isInUse = false
+        sqlite3_reset(statement.handle)
     }
 
     /// Prepares one statement (not cached) and records which tables it may write.
@@ -320,15 +331,20 @@ public final class Database {
     /// Steps once: true when a row is ready, false when done.
     @usableFromInline
     func step(_ statement: Statement) throws -> Bool {
-        let before = isReadOnly ? 0 : sqlite3_total_changes64(handle)
         statement.generation &+= 1
+        if isReadOnly { return try stepResult(sqlite3_step(statement.handle), statement) }
+        let before = sqlite3_total_changes64(handle)
         let rc = sqlite3_step(statement.handle)
-        if !isReadOnly && sqlite3_total_changes64(handle) != before {
+        if sqlite3_total_changes64(handle) != before {
             if statement.changeEpoch != changeEpoch {
                 changedTables.formUnion(statement.writtenTables)
                 statement.changeEpoch = changeEpoch
             }
         }
+        return try stepResult(rc, statement)
+    }
+
+    private func stepResult(_ rc: Int32, _ statement: Statement) throws -> Bool {
         switch rc {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
@@ -337,7 +353,8 @@ public final class Database {
     }
 
     /// Runs several statements with no arguments, one after the other.
-    private func executeScript(_ sql: String) throws {
+    @usableFromInline
+    func executeScript(_ sql: String) throws {
         try sql.withCString { start in
             var cursor: UnsafePointer<CChar>? = start
             while let current = cursor, current.pointee != 0 {
@@ -363,16 +380,17 @@ public final class Database {
     /// keeping them out of the main cache spares a hash of the SQL text and leaves the caller's
     /// statement as the most recent one.
     func executeInternal(_ sql: String) throws {
-        checkAccess()
-        let statement: Statement
-        if let cached = internalStatements.first(where: { $0.sql == sql }) {
-            statement = cached
-        } else {
-            statement = try prepare(sql)
-            internalStatements.append(statement)
-        }
+        let statement = try internalStatement(sql)
         defer { endStatement(statement) }
         while try step(statement) {}
+    }
+
+    private func internalStatement(_ sql: String) throws -> Statement {
+        checkAccess()
+        if let cached = internalStatements.first(where: { $0.sql == sql }) { return cached }
+        let statement = try prepare(sql)
+        internalStatements.append(statement)
+        return statement
     }
 
     func error(_ rc: Int32, sql: String?) -> DatabaseError {

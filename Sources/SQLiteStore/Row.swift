@@ -46,40 +46,49 @@ public struct Row {
     ///
     /// - Throws: `DatabaseError` `.decodingFailed` naming the column when the value does not fit
     ///   `Value` (e.g. NULL for a non-optional, TEXT for an Int64).
+    @inlinable
     public subscript<Value: DatabaseValueConvertible>(_ index: Int) -> Value {
+        // Inlinable so that a record's `init(row:)` calls the decoder of each column's type
+        // directly instead of through unspecialized generic code (D-163).
         get throws {
             try Value.decode(from: self, at: index)
         }
     }
 
+    // The typed readers below take the column's value once (sqlite3_column_value) and read its
+    // type and contents from it: every sqlite3_column_* call enters and leaves the connection's
+    // API (mutex calls, error bookkeeping), sqlite3_value_* calls do not. SQLite calls the
+    // value "unprotected" because no mutex is held while it is read; connections here are opened
+    // SQLITE_OPEN_NOMUTEX and used by one thread at a time, so sqlite3_column_* would hold none
+    // either, and the value is read before the statement steps again (D-162).
+
     /// The column's INTEGER value, or nil when it holds another storage class.
     func integerIfInteger(at index: Int) -> Int64? {
-        checkColumn(index)
-        let column = Int32(index)
-        guard sqlite3_column_type(statement.handle, column) == SQLITE_INTEGER else { return nil }
-        return sqlite3_column_int64(statement.handle, column)
+        let value = columnValue(index)
+        guard sqlite3_value_type(value) == SQLITE_INTEGER else { return nil }
+        return sqlite3_value_int64(value)
     }
 
     /// The column's TEXT value, or nil when it holds another storage class.
     func textIfText(at index: Int) -> String? {
-        checkColumn(index)
-        let column = Int32(index)
-        guard sqlite3_column_type(statement.handle, column) == SQLITE_TEXT else { return nil }
-        let count = Int(sqlite3_column_bytes(statement.handle, column))
-        guard let bytes = sqlite3_column_text(statement.handle, column) else { return "" }
+        let value = columnValue(index)
+        guard sqlite3_value_type(value) == SQLITE_TEXT else { return nil }
+        guard let bytes = sqlite3_value_text(value) else { return "" }
+        let count = Int(sqlite3_value_bytes(value))  // after sqlite3_value_text, as SQLite advises
         return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
     }
 
     /// True when the column is NULL.
     func isNull(at index: Int) -> Bool {
-        checkColumn(index)
-        return sqlite3_column_type(statement.handle, Int32(index)) == SQLITE_NULL
+        sqlite3_value_type(columnValue(index)) == SQLITE_NULL
     }
 
-    private func checkColumn(_ index: Int) {
+    /// The current row's value of column `index`, valid until the statement steps or resets.
+    private func columnValue(_ index: Int) -> OpaquePointer? {
         checkCurrent()
         precondition(
             index >= 0 && index < Int(statement.columnCount), "SQLiteStore: column index \(index) out of range")
+        return sqlite3_column_value(statement.handle, Int32(index))
     }
 
     /// Column `name` decoded as `Value`. Column names match case-insensitively.
