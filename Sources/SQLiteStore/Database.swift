@@ -49,10 +49,15 @@ public final class Database {
         changeEpoch &+= 1
     }
 
-    init(path: String, handle: OpaquePointer, isReadOnly: Bool) {
+    /// For a read-only connection, the index of its `DatabaseQueue` reader slot; -1 for the writer.
+    let readerSlot: Int
+
+    /// A connection: read-only when it belongs to a reader slot, else the writer.
+    init(path: String, handle: OpaquePointer, readerSlot: Int?) {
         self.path = path
         self.handle = handle
-        self.isReadOnly = isReadOnly
+        self.isReadOnly = readerSlot != nil
+        self.readerSlot = readerSlot ?? -1
         if !isReadOnly {
             // The authorizer runs at prepare time and reports every table a statement (including
             // the triggers it fires) may insert into, update or delete from. Unlike
@@ -78,6 +83,12 @@ public final class Database {
     /// Ends the closure's access; any later use traps.
     func endAccess() {
         accessThread.store(0, ordering: .releasing)
+    }
+
+    /// True while `thread` (a `pthread_t`) runs a closure of this connection. Relaxed: a thread
+    /// only needs to see its own last store; any other thread's value differs from it anyway.
+    func isAccessed(by thread: UInt) -> Bool {
+        accessThread.load(ordering: .relaxed) == thread
     }
 
     @usableFromInline
@@ -391,6 +402,29 @@ public final class Database {
         let statement = try prepare(sql)
         internalStatements.append(statement)
         return statement
+    }
+
+    // MARK: - Reads
+
+    /// Starts a read closure on this (read-only) connection: a read transaction (D-158).
+    func beginRead() throws {
+        try executeInternal("BEGIN DEFERRED")
+    }
+
+    /// Ends a read closure: COMMIT, or ROLLBACK when the closure threw. Never leaves a
+    /// transaction open.
+    func endRead(closureThrew: Bool) throws {
+        guard sqlite3_get_autocommit(handle) == 0 else { return }
+        if closureThrew {
+            try? executeInternal("ROLLBACK")
+            return
+        }
+        do {
+            try executeInternal("COMMIT")
+        } catch {
+            if sqlite3_get_autocommit(handle) == 0 { try? executeInternal("ROLLBACK") }
+            throw error
+        }
     }
 
     func error(_ rc: Int32, sql: String?) -> DatabaseError {

@@ -1,6 +1,7 @@
 internal import CSQLite3
 import Dispatch
 import Foundation
+import Synchronization
 import SystemSupport
 
 #if canImport(Glibc)
@@ -34,8 +35,8 @@ import Musl
 /// ```
 public final class DatabaseQueue: @unchecked Sendable {
     // Safe to share: `writer` is only touched on `writerQueue`; a reader connection is only
-    // touched by the one thread that took it out of `readerPool` (the hand-off goes through the
-    // pool's lock); everything else is immutable or a `Locked`.
+    // touched by the one thread that owns its `ReaderSlot` (claimed and released with atomics,
+    // which order the hand-off); everything else is immutable, atomic or a `Locked`.
 
     /// How a store opens and uses its connections.
     public struct Configuration: Sendable {
@@ -69,8 +70,10 @@ public final class DatabaseQueue: @unchecked Sendable {
     private let writer: Database
     private let writerQueue: DispatchQueue
     private let readerQueue: DispatchQueue
-    private let readerSlots: DispatchSemaphore
-    private let readerPool = Locked<[Database]>([])
+    /// `maximumReaderCount` places for read-only connections, each opened on first use.
+    private let readerSlots: [ReaderSlot]
+    /// Counts the free slots: a reader waits here when all are in use.
+    private let freeReaderSlots: DispatchSemaphore
     private let observers = ObserverRegistry()
 
     /// Opens (creating if needed) the database at `path` and applies `migrator`'s pending migrations.
@@ -94,8 +97,9 @@ public final class DatabaseQueue: @unchecked Sendable {
         self.configuration = configuration
         writerQueue = DispatchQueue(label: "\(configuration.label).writer")
         readerQueue = DispatchQueue(label: "\(configuration.label).readers", attributes: .concurrent)
-        readerSlots = DispatchSemaphore(value: configuration.maximumReaderCount)
-        writer = try Self.openConnection(path: path, readOnly: false, configuration: configuration)
+        readerSlots = (0..<configuration.maximumReaderCount).map { _ in ReaderSlot() }
+        freeReaderSlots = DispatchSemaphore(value: configuration.maximumReaderCount)
+        writer = try Self.openConnection(path: path, readerSlot: nil, configuration: configuration)
         try Self.prepareWriter(writer, migrator: migrator, configuration: configuration)
     }
 
@@ -125,8 +129,6 @@ public final class DatabaseQueue: @unchecked Sendable {
     }
 
     private func performWrite<T>(_ updates: (Database) throws -> T) throws -> T {
-        ThreadAccess.enter(self)
-        defer { ThreadAccess.leave(self) }
         let db = writer
         db.beginAccess()
         defer { db.endAccess() }
@@ -179,34 +181,49 @@ public final class DatabaseQueue: @unchecked Sendable {
     ///
     /// Sees the last committed state when it starts and nothing committed later; never waits for
     /// a writer. Blocks the calling thread only if all `maximumReaderCount` readers are busy.
+    @inlinable
     public func read<T>(_ value: (Database) throws -> T) throws -> T {
-        checkNotNested("read")
-        readerSlots.wait()
-        defer { readerSlots.signal() }
-        let db = try checkOutReader()
-        defer { readerPool.withLock { $0.append(db) } }
-        ThreadAccess.enter(self)
-        defer { ThreadAccess.leave(self) }
-        db.beginAccess()
-        defer { db.endAccess() }
-        try db.executeInternal("BEGIN DEFERRED")
+        // Inlinable, so that the caller's closure is called directly (usually inlined) rather
+        // than through unspecialized generic code (D-163).
+        let db = try startRead()
         let result: T
         do {
             result = try value(db)
         } catch {
-            if sqlite3_get_autocommit(db.handle) == 0 { try? db.executeInternal("ROLLBACK") }
+            try? finishRead(db, closureThrew: true)
             throw error
         }
-        if sqlite3_get_autocommit(db.handle) == 0 {
-            do {
-                try db.executeInternal("COMMIT")
-            } catch {
-                // Never return a connection to the pool with a transaction still open.
-                if sqlite3_get_autocommit(db.handle) == 0 { try? db.executeInternal("ROLLBACK") }
-                throw error
-            }
-        }
+        try finishRead(db, closureThrew: false)
         return result
+    }
+
+    /// Claims a reader connection for the calling thread and opens its access; pair with `finishRead`.
+    @usableFromInline
+    func startRead() throws -> Database {
+        let thread = UInt(pthread_self())
+        checkNotNested("read", thread: thread)
+        let slot = try checkOutReader(for: thread)
+        let db = slot.connection.unsafelyUnwrapped  // checkOutReader opened it
+        db.beginAccess()
+        do {
+            try db.beginRead()
+        } catch {
+            db.endAccess()
+            checkIn(slot)
+            throw error
+        }
+        return db
+    }
+
+    /// Ends the read (COMMIT/ROLLBACK if it began a transaction) and returns the connection to
+    /// its slot, even when ending throws.
+    @usableFromInline
+    func finishRead(_ db: Database, closureThrew: Bool) throws {
+        defer {
+            db.endAccess()
+            checkIn(readerSlots[db.readerSlot])
+        }
+        try db.endRead(closureThrew: closureThrew)
     }
 
     /// Runs `value` on a read-only connection from the store's reader queue and resumes with its result.
@@ -218,13 +235,38 @@ public final class DatabaseQueue: @unchecked Sendable {
         }
     }
 
-    private func checkOutReader() throws -> Database {
-        if let idle = readerPool.withLock({ $0.popLast() }) { return idle }
-        return try Self.openConnection(path: path, readOnly: true, configuration: configuration)
+    /// Waits for a free reader slot, claims it for `thread` and opens its connection if needed.
+    private func checkOutReader(for thread: UInt) throws -> ReaderSlot {
+        freeReaderSlots.wait()
+        // The semaphore guarantees a free slot; several threads may race for it, so claim with a
+        // compare-and-exchange. Acquiring: see the last owner's work on the connection.
+        for (index, slot) in readerSlots.enumerated()
+        where slot.owner.compareExchange(expected: 0, desired: thread, ordering: .acquiring).exchanged {
+            if slot.connection == nil {
+                do {
+                    slot.connection = try Self.openConnection(
+                        path: path, readerSlot: index, configuration: configuration)
+                } catch {
+                    checkIn(slot)
+                    throw error
+                }
+            }
+            return slot
+        }
+        preconditionFailure("SQLiteStore: the reader semaphore granted a slot but none was free")
     }
 
-    private func checkNotNested(_ operation: String) {
-        if ThreadAccess.contains(self) {
+    private func checkIn(_ slot: ReaderSlot) {
+        slot.owner.store(0, ordering: .releasing)
+        freeReaderSlots.signal()
+    }
+
+    /// Traps when `thread` is inside a read or write closure of this store: the writer connection
+    /// or a reader slot is then marked with it (no thread-local lookup needed).
+    private func checkNotNested(_ operation: String, thread: UInt = UInt(pthread_self())) {
+        var nested = writer.isAccessed(by: thread)
+        for slot in readerSlots where slot.owner.load(ordering: .relaxed) == thread { nested = true }
+        if nested {
             fatalError(
                 "SQLiteStore misuse: \(operation) was called from inside a read or write closure of the same "
                     + "DatabaseQueue (\(path)). Nested transactions would deadlock or miss your own changes: "
@@ -261,7 +303,11 @@ public final class DatabaseQueue: @unchecked Sendable {
 
     // MARK: - Opening
 
-    private static func openConnection(path: String, readOnly: Bool, configuration: Configuration) throws -> Database {
+    /// Opens the writer connection (`readerSlot` nil) or the read-only connection of a reader slot.
+    private static func openConnection(
+        path: String, readerSlot: Int?, configuration: Configuration
+    ) throws -> Database {
+        let readOnly = readerSlot != nil
         var handle: OpaquePointer?
         let flags =
             (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
@@ -273,7 +319,7 @@ public final class DatabaseQueue: @unchecked Sendable {
             if let handle { sqlite3_close_v2(handle) }
             throw DatabaseError.sqlite(rc, message: message, path: path, sql: nil)
         }
-        let db = Database(path: path, handle: handle, isReadOnly: readOnly)
+        let db = Database(path: path, handle: handle, readerSlot: readerSlot)
         let milliseconds =
             configuration.busyTimeout.components.seconds * 1000
             + configuration.busyTimeout.components.attoseconds / 1_000_000_000_000_000
@@ -378,49 +424,15 @@ public final class DatabaseQueue: @unchecked Sendable {
     }
 }
 
-// MARK: - Which stores the current thread is inside
+// MARK: - Reader slots
 
-/// Per-thread list of the stores whose `read`/`write` closure is running on this thread, to turn
-/// a nested call (which would deadlock on the writer queue) into a clear trap.
-private enum ThreadAccess {
-    /// Owned by the thread: only that thread reads or writes its list.
-    final class EnteredStores {
-        var identifiers: [ObjectIdentifier] = []
-    }
-
-    static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        let rc = pthread_key_create(&key) { pointer in
-            guard let pointer else { return }
-            Unmanaged<EnteredStores>.fromOpaque(pointer).release()
-        }
-        precondition(rc == 0, "pthread_key_create failed with \(rc)")
-        return key
-    }()
-
-    static var current: EnteredStores {
-        if let pointer = pthread_getspecific(key) {
-            return Unmanaged<EnteredStores>.fromOpaque(pointer).takeUnretainedValue()
-        }
-        let stores = EnteredStores()
-        pthread_setspecific(key, Unmanaged.passRetained(stores).toOpaque())
-        return stores
-    }
-
-    static func contains(_ store: DatabaseQueue) -> Bool {
-        guard let pointer = pthread_getspecific(key) else { return false }
-        return Unmanaged<EnteredStores>.fromOpaque(pointer).takeUnretainedValue().identifiers.contains(
-            ObjectIdentifier(store))
-    }
-
-    static func enter(_ store: DatabaseQueue) {
-        current.identifiers.append(ObjectIdentifier(store))
-    }
-
-    static func leave(_ store: DatabaseQueue) {
-        let stores = current
-        if let index = stores.identifiers.lastIndex(of: ObjectIdentifier(store)) {
-            stores.identifiers.remove(at: index)
-        }
-    }
+/// A place for one read-only connection of a store.
+///
+/// `owner` is the `pthread_t` of the thread running a `read` closure on it, or 0 when free; only
+/// that thread touches `connection` (opened on first use), so the field needs no lock, and the
+/// claim (acquiring) and release (releasing) order one owner's work before the next one's.
+private final class ReaderSlot {
+    let owner = Atomic<UInt>(0)
+    /// Read and written only by the owner, once per `read`: unchecked exclusivity (D-162).
+    @exclusivity(unchecked) var connection: Database?
 }
