@@ -23,12 +23,25 @@ public final class Database {
     public let path: String
     /// True for the pool's read-only connections.
     public let isReadOnly: Bool
+    /// For a read-only connection, the index of its `DatabaseQueue` reader slot; -1 for the writer.
+    let readerSlot: Int
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
     /// Tried before `statementCache` (no hashing of the SQL). Touched on every statement, only by
     /// the owning thread, in scopes that call nothing that touches it: unchecked (D-162).
     @exclusivity(unchecked) private var mostRecentStatement: Statement?
     private var internalStatements: [Statement] = []
+    /// `PRAGMA schema_version`, prepared on first use: takes a read's snapshot (D-161).
+    private var snapshotStatement: Statement?
+    /// How the current `read` closure's statements share one snapshot (D-161). Same access rule.
+    @exclusivity(unchecked) private var readPhase = ReadPhase.none
+    /// The statement whose read transaction is the current read's snapshot, while `readPhase` is
+    /// `.firstQuery` or `.holdingSnapshot`. Same access rule.
+    @exclusivity(unchecked) private var snapshotHolder: Statement?
+    private var lostSnapshotError: DatabaseError?
+    /// Test hook (SnapshotTests): runs once, right after a read's first query found no row and
+    /// before that result is confirmed. Always nil outside tests.
+    var afterEmptyFirstQuery: (() -> Void)?
     private static let statementCacheLimit = 512
 
     /// The thread currently allowed to use this connection (`pthread_t`), or 0 between closures.
@@ -49,9 +62,6 @@ public final class Database {
         changeEpoch &+= 1
     }
 
-    /// For a read-only connection, the index of its `DatabaseQueue` reader slot; -1 for the writer.
-    let readerSlot: Int
-
     /// A connection: read-only when it belongs to a reader slot, else the writer.
     init(path: String, handle: OpaquePointer, readerSlot: Int?) {
         self.path = path
@@ -68,6 +78,7 @@ public final class Database {
 
     deinit {
         mostRecentStatement = nil
+        snapshotStatement = nil
         internalStatements.removeAll()
         statementCache.removeAll()  // finalize statements before closing the connection
         sqlite3_close_v2(handle)
@@ -264,8 +275,9 @@ public final class Database {
 
     // MARK: - Statements
 
-    /// Checks access and takes the cached statement for `sql` (or prepares one). Pair every
-    /// successful call with `endStatement`, and bind the arguments with `bind(_:to:)` in between.
+    /// Checks access, takes the cached statement for `sql` (or prepares one) and, in a read,
+    /// lets it join the read's snapshot. Pair every successful call with `endStatement`, and bind
+    /// the arguments with `bind(_:to:)` in between.
     @usableFromInline
     func beginStatement(_ sql: String) throws -> Statement {
         checkAccess()
@@ -286,6 +298,14 @@ public final class Database {
                 if statementCache.count >= Self.statementCacheLimit { statementCache.removeAll() }
                 statementCache[sql] = statement
                 mostRecentStatement = statement
+            }
+        }
+        if readPhase != .none {
+            if readPhase == .notTaken && statement.isQuery {  // the common case, inline
+                readPhase = .firstQuery
+                snapshotHolder = statement
+            } else {
+                try joinReadSnapshot(statement)
             }
         }
         statement.isInUse = true
@@ -320,11 +340,19 @@ public final class Database {
             path: path, sql: statement.sql)
     }
 
-    /// Resets a statement from `beginStatement` so it can be reused; any `Row` of it goes stale.
+    /// Ends a statement from `beginStatement` so it can be reused; any `Row` of it goes stale.
+    ///
+    /// Resets it, except the first query of a read while it holds the read's snapshot: that one
+    /// stays open (parked) until the read ends or a second statement joins the snapshot (D-161).
     @usableFromInline
     func endStatement(_ statement: Statement) {
         statement.generation &+= 1
         statement.isInUse = false
+        if statement === snapshotHolder {
+            if readPhase == .holdingSnapshot { return }  // parked: it holds the read's snapshot
+            readPhase = .notTaken  // it never stepped: no snapshot was taken
+            snapshotHolder = nil
+        }
         sqlite3_reset(statement.handle)
     }
 
@@ -343,7 +371,10 @@ public final class Database {
     @usableFromInline
     func step(_ statement: Statement) throws -> Bool {
         statement.generation &+= 1
-        if isReadOnly { return try stepResult(sqlite3_step(statement.handle), statement) }
+        if isReadOnly {
+            if statement === snapshotHolder { return try stepFirstQuery(statement) }
+            return try stepResult(sqlite3_step(statement.handle), statement)
+        }
         let before = sqlite3_total_changes64(handle)
         let rc = sqlite3_step(statement.handle)
         if sqlite3_total_changes64(handle) != before {
@@ -366,6 +397,7 @@ public final class Database {
     /// Runs several statements with no arguments, one after the other.
     @usableFromInline
     func executeScript(_ sql: String) throws {
+        if readPhase != .none { try joinReadSnapshot(nil) }
         try sql.withCString { start in
             var cursor: UnsafePointer<CChar>? = start
             while let current = cursor, current.pointee != 0 {
@@ -404,16 +436,52 @@ public final class Database {
         return statement
     }
 
-    // MARK: - Reads
+    // MARK: - One snapshot per read (D-161)
 
-    /// Starts a read closure on this (read-only) connection: a read transaction (D-158).
-    func beginRead() throws {
-        try executeInternal("BEGIN DEFERRED")
+    /// How the statements of the current `read` closure share one snapshot.
+    ///
+    /// A read starts no transaction up front. Its first statement, if a query, runs in SQLite's
+    /// autocommit mode. A statement that has returned a row and was not reset keeps its read
+    /// transaction open, and BEGIN turns an open read transaction into the read's explicit one.
+    /// So a read of one row costs no BEGIN/COMMIT; a second statement, or a second step of the
+    /// first (which could finish it and so end its transaction), first runs BEGIN and then sees
+    /// the very snapshot the first row came from. A first query that finds no row has already
+    /// ended its transaction when SQLite reports it: see `confirmEmptyFirstQuery`.
+    enum ReadPhase {
+        /// Not inside a read (always, for the writer connection).
+        case none
+        /// Inside a read; no statement has run yet.
+        case notTaken
+        /// The read's first statement (`snapshotHolder`), a query, runs in autocommit mode and
+        /// has not returned a row yet.
+        case firstQuery
+        /// `snapshotHolder` returned a row and has not stepped or been reset since: its open read
+        /// transaction is the read's snapshot. When its caller ends it, it is parked unreset.
+        case holdingSnapshot
+        /// BEGIN ran: later statements share its snapshot until `endRead`.
+        case transaction
+        /// BEGIN failed in the middle of the read: the snapshot cannot be kept, so every later
+        /// statement of this read throws `lostSnapshotError`.
+        case lost
     }
 
-    /// Ends a read closure: COMMIT, or ROLLBACK when the closure threw. Never leaves a
-    /// transaction open.
+    /// Starts a read closure on this (read-only) connection. No SQL runs yet.
+    func beginRead() {
+        readPhase = .notTaken
+    }
+
+    /// Ends a read closure: resets the statement holding the snapshot, or ends the read
+    /// transaction (COMMIT, or ROLLBACK when the closure threw). Never leaves a transaction open.
     func endRead(closureThrew: Bool) throws {
+        readPhase = .none
+        if let holder = snapshotHolder {
+            snapshotHolder = nil
+            if !holder.isInUse {
+                holder.generation &+= 1
+                sqlite3_reset(holder.handle)  // ends its autocommit read transaction, if open
+            }
+        }
+        if lostSnapshotError != nil { lostSnapshotError = nil }
         guard sqlite3_get_autocommit(handle) == 0 else { return }
         if closureThrew {
             try? executeInternal("ROLLBACK")
@@ -422,9 +490,124 @@ public final class Database {
         do {
             try executeInternal("COMMIT")
         } catch {
+            // Never return a connection to the pool with a transaction still open.
             if sqlite3_get_autocommit(handle) == 0 { try? executeInternal("ROLLBACK") }
             throw error
         }
+    }
+
+    /// Called before `statement` (nil: a script, which may be anything) runs in a read: decides
+    /// whether it may run on its own or must join (or start) the read's transaction.
+    private func joinReadSnapshot(_ statement: Statement?) throws {
+        switch readPhase {
+        case .none, .transaction:
+            return
+        case .lost:
+            throw lostSnapshotError!
+        case .notTaken:
+            if let statement, statement.isQuery {
+                readPhase = .firstQuery
+                snapshotHolder = statement
+            } else {
+                // Anything but a plain query (PRAGMA assignments, ATTACH, scripts) runs in a
+                // transaction, as every statement of a read did before D-161.
+                try beginReadTransaction()
+            }
+        case .firstQuery, .holdingSnapshot:
+            // A second statement: BEGIN while the first one still holds its read transaction
+            // (a parked holder is reset by `beginReadTransaction`; the transaction stays).
+            try beginReadTransaction()
+        }
+    }
+
+    /// BEGIN DEFERRED, then resets a parked snapshot holder; the phase becomes `.transaction`
+    /// (or `.lost` if BEGIN fails).
+    private func beginReadTransaction() throws {
+        var parked: Statement?
+        if readPhase == .holdingSnapshot, let holder = snapshotHolder, !holder.isInUse { parked = holder }
+        readPhase = .transaction
+        snapshotHolder = nil  // from now on an ordinary statement of the transaction
+        do {
+            try executeInternal("BEGIN DEFERRED")
+        } catch {
+            let failure = error as? DatabaseError ?? DatabaseError(code: .sqlite, message: "\(error)", path: path)
+            readPhase = .lost
+            lostSnapshotError = failure
+            if let parked { sqlite3_reset(parked.handle) }
+            throw failure
+        }
+        if let parked { sqlite3_reset(parked.handle) }  // autocommit is off: the snapshot stays
+    }
+
+    /// Steps the read's first query while it runs in autocommit mode.
+    private func stepFirstQuery(_ statement: Statement) throws -> Bool {
+        if readPhase == .holdingSnapshot {
+            // This step may finish the query, which would end its read transaction: BEGIN first,
+            // so the snapshot of the row already returned stays the read's snapshot.
+            try beginReadTransaction()
+            return try stepResult(sqlite3_step(statement.handle), statement)
+        }
+        let rc = sqlite3_step(statement.handle)
+        switch rc {
+        case SQLITE_ROW:
+            readPhase = .holdingSnapshot
+            return true
+        case SQLITE_DONE:
+            return try confirmEmptyFirstQuery(statement)
+        default:
+            readPhase = .notTaken  // nothing was returned, so nothing was seen
+            snapshotHolder = nil
+            throw error(rc, sql: statement.sql)
+        }
+    }
+
+    /// The read's first query found no row, and finishing ended its autocommit read transaction.
+    /// Nobody has seen that result yet. Take the read's snapshot now: step a statement that
+    /// reads the database header (`PRAGMA schema_version`) once and leave it unreset, so it holds
+    /// its read transaction as a first row would. Keep "no row" if the database did not change
+    /// since the query's snapshot: SQLite's data version changes whenever a read transaction of
+    /// this connection starts on a database state other than its previous one, and nothing else
+    /// can read or write on this connection in between. Otherwise run the query again, inside
+    /// a transaction begun on the new snapshot.
+    private func confirmEmptyFirstQuery(_ statement: Statement) throws -> Bool {
+        let queried = dataVersion()
+        if let hook = afterEmptyFirstQuery {
+            afterEmptyFirstQuery = nil
+            hook()
+        }
+        let holder: Statement
+        do {
+            if let prepared = snapshotStatement {
+                holder = prepared
+            } else {
+                holder = try prepare("PRAGMA schema_version")
+                snapshotStatement = holder
+            }
+            holder.generation &+= 1
+            let rc = sqlite3_step(holder.handle)
+            if rc != SQLITE_ROW {
+                sqlite3_reset(holder.handle)
+                throw error(rc, sql: holder.sql)
+            }
+        } catch {
+            readPhase = .notTaken  // the caller sees this error, not the empty result
+            snapshotHolder = nil
+            throw error
+        }
+        readPhase = .holdingSnapshot
+        snapshotHolder = holder  // parked (not in use): `endRead` or BEGIN resets it
+        if dataVersion() == queried { return false }
+        try beginReadTransaction()
+        sqlite3_reset(statement.handle)
+        statement.generation &+= 1
+        return try stepResult(sqlite3_step(statement.handle), statement)
+    }
+
+    /// SQLITE_FCNTL_DATA_VERSION of the main database.
+    private func dataVersion() -> UInt32 {
+        var version: UInt32 = 0
+        sqlite3_file_control(handle, nil, SQLITE_FCNTL_DATA_VERSION, &version)
+        return version
     }
 
     func error(_ rc: Int32, sql: String?) -> DatabaseError {

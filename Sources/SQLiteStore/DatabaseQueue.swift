@@ -181,6 +181,10 @@ public final class DatabaseQueue: @unchecked Sendable {
     ///
     /// Sees the last committed state when it starts and nothing committed later; never waits for
     /// a writer. Blocks the calling thread only if all `maximumReaderCount` readers are busy.
+    ///
+    /// All statements of the closure see one snapshot. A closure that only reads one row costs no
+    /// BEGIN/COMMIT: its query runs in SQLite's autocommit mode and holds the snapshot, and a
+    /// second statement joins it with BEGIN (D-161).
     @inlinable
     public func read<T>(_ value: (Database) throws -> T) throws -> T {
         // Inlinable, so that the caller's closure is called directly (usually inlined) rather
@@ -205,13 +209,7 @@ public final class DatabaseQueue: @unchecked Sendable {
         let slot = try checkOutReader(for: thread)
         let db = slot.connection.unsafelyUnwrapped  // checkOutReader opened it
         db.beginAccess()
-        do {
-            try db.beginRead()
-        } catch {
-            db.endAccess()
-            checkIn(slot)
-            throw error
-        }
+        db.beginRead()
         return db
     }
 

@@ -19,6 +19,9 @@ final class Statement {
     /// True while a caller is stepping it; a nested use of the same SQL gets a fresh statement.
     @exclusivity(unchecked) var isInUse = false
     @usableFromInline let parameterCount: Int32
+    /// True for a statement that returns rows and changes nothing (a SELECT, a reporting
+    /// PRAGMA): the only kind a `read` may start outside an explicit transaction (D-161).
+    let isQuery: Bool
     /// The `Database.changeEpoch` in which `writtenTables` were last added to the changed set.
     @exclusivity(unchecked) var changeEpoch: UInt64 = 0
     private var columnIndexCache: [String: Int32]?
@@ -29,6 +32,7 @@ final class Statement {
         self.sql = sql
         self.writtenTables = writtenTables
         self.parameterCount = sqlite3_bind_parameter_count(handle)
+        self.isQuery = sqlite3_stmt_readonly(handle) != 0 && sqlite3_column_count(handle) > 0
     }
 
     deinit {
