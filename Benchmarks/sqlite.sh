@@ -13,6 +13,7 @@
 # for inserts and both lookup forms, once, with CALLGRIND_LOOKUPS lookups (default 20000):
 # a ratio that does not depend on machine load. --callgrind-only skips the timed runs.
 # Not a test: numbers depend on the machine.
+# ROUNDS=n (environment) alternates the raw C and SQLiteStore programs n times: see below.
 # Usage: Benchmarks/sqlite.sh [--callgrind|--callgrind-only] [rows] [lookups] [repetitions]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,7 @@ ROWS="${1:-100000}"
 LOOKUPS="${2:-200000}"
 REPETITIONS="${3:-5}"
 CALLGRIND_LOOKUPS="${CALLGRIND_LOOKUPS:-20000}"
+ROUNDS="${ROUNDS:-1}"
 
 work="$(mktemp -d /tmp/sqlite-bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
@@ -74,10 +76,33 @@ if ((callgrind)); then
     ((timed)) || { cat "$work/callgrind.txt"; exit 0; }
 fi
 
-echo "== raw C API" >&2
-"$work/raw_sqlite" "$work" "$ROWS" "$LOOKUPS" "$REPETITIONS" >"$work/raw.txt"
-echo "== SQLiteStore" >&2
-"$bench" "$work" "$ROWS" "$LOOKUPS" "$REPETITIONS" >"$work/swift.txt"
+# ROUNDS > 1 runs the two programs alternately that many times (raw C first in odd rounds,
+# SQLiteStore first in even ones), so that a change in machine load hits both, and reports per
+# measurement the median of the rounds' medians.
+for round in $(seq "$ROUNDS"); do
+    order="raw swift"
+    ((round % 2 == 0)) && order="swift raw"
+    for program in $order; do
+        echo "== round $round/$ROUNDS: $([[ $program == raw ]] && echo raw C API || echo SQLiteStore)" >&2
+        if [[ $program == raw ]]; then
+            "$work/raw_sqlite" "$work" "$ROWS" "$LOOKUPS" "$REPETITIONS" >"$work/raw.$round.txt"
+        else
+            "$bench" "$work" "$ROWS" "$LOOKUPS" "$REPETITIONS" >"$work/swift.$round.txt"
+        fi
+    done
+done
+# Median over rounds of each field; the checksum (field 4) must be the same in every round.
+median_of_rounds() { # prefix output
+    cat "$work/$1".*.txt | awk '{ n = $1; count[n]++; wall[n, count[n]] = $2; cpu[n, count[n]] = $3
+            if (n in sum && sum[n] != $4) sum[n] = "differs"; else sum[n] = $4; if (!(n in order)) order[n] = ++names }
+        function median(a, n, k,   i, j, t, v) { for (i = 1; i <= k; i++) v[i] = a[n, i]
+            for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+            return v[int(k / 2) + 1] }
+        END { for (n in order) printf "%d %s %d %d %s\n", order[n], n, median(wall, n, count[n]), median(cpu, n, count[n]), sum[n] }' |
+        sort -n | cut -d' ' -f2- >"$work/$2"
+}
+median_of_rounds raw raw.txt
+median_of_rounds swift swift.txt
 
 echo "== sqlite3 CLI" >&2
 seconds() { date +%s.%N; }
@@ -121,7 +146,8 @@ done <"$work/raw.txt"
 ((mismatch == 0)) || exit 1
 
 echo
-echo "rows=$ROWS lookups=$LOOKUPS repetitions=$REPETITIONS; medians; $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg); checksums equal"
+echo "rows=$ROWS lookups=$LOOKUPS repetitions=$REPETITIONS rounds=$ROUNDS; medians; $(nproc) cores;" \
+    "load: $(cut -d' ' -f1-3 /proc/loadavg); checksums equal"
 printf '%-30s %10s %10s %10s %10s %10s %10s %8s %8s\n' "" "raw C" "" "Store" "" "CLI" "" "Store/raw" ""
 printf '%-30s %10s %10s %10s %10s %10s %10s %8s %8s\n' measurement "wall/s" "cpu/s" "wall/s" "cpu/s" "wall/s" "cpu/s" wall cpu
 for name in insert_one_transaction lookup_read_per_lookup lookup_missing_read_per_lookup lookup_batched_1000 \
