@@ -18,15 +18,30 @@ import Musl
 ///
 /// Statements are prepared once per connection and cached by SQL text, so pass values as
 /// arguments (`?`) rather than building SQL strings.
-package final class Database {
+public final class Database {
     /// The database file.
-    package let path: String
+    public let path: String
     /// True for the pool's read-only connections.
-    package let isReadOnly: Bool
+    public let isReadOnly: Bool
+    /// For a read-only connection, the index of its `DatabaseQueue` reader slot; -1 for the writer.
+    let readerSlot: Int
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
-    private var mostRecentStatement: Statement?
+    /// Tried before `statementCache` (no hashing of the SQL). Touched on every statement, only by
+    /// the owning thread, in scopes that call nothing that touches it: unchecked (D-162).
+    @exclusivity(unchecked) private var mostRecentStatement: Statement?
     private var internalStatements: [Statement] = []
+    /// `PRAGMA schema_version`, prepared on first use: takes a read's snapshot (D-161).
+    private var snapshotStatement: Statement?
+    /// How the current `read` closure's statements share one snapshot (D-161). Same access rule.
+    @exclusivity(unchecked) private var readPhase = ReadPhase.none
+    /// The statement whose read transaction is the current read's snapshot, while `readPhase` is
+    /// `.firstQuery` or `.holdingSnapshot`. Same access rule.
+    @exclusivity(unchecked) private var snapshotHolder: Statement?
+    private var lostSnapshotError: DatabaseError?
+    /// Test hook (SnapshotTests): runs once, right after a read's first query found no row and
+    /// before that result is confirmed. Always nil outside tests.
+    var afterEmptyFirstQuery: (() -> Void)?
     private static let statementCacheLimit = 512
 
     /// The thread currently allowed to use this connection (`pthread_t`), or 0 between closures.
@@ -47,10 +62,12 @@ package final class Database {
         changeEpoch &+= 1
     }
 
-    init(path: String, handle: OpaquePointer, isReadOnly: Bool) {
+    /// A connection: read-only when it belongs to a reader slot, else the writer.
+    init(path: String, handle: OpaquePointer, readerSlot: Int?) {
         self.path = path
         self.handle = handle
-        self.isReadOnly = isReadOnly
+        self.isReadOnly = readerSlot != nil
+        self.readerSlot = readerSlot ?? -1
         if !isReadOnly {
             // The authorizer runs at prepare time and reports every table a statement (including
             // the triggers it fires) may insert into, update or delete from. Unlike
@@ -61,6 +78,7 @@ package final class Database {
 
     deinit {
         mostRecentStatement = nil
+        snapshotStatement = nil
         internalStatements.removeAll()
         statementCache.removeAll()  // finalize statements before closing the connection
         sqlite3_close_v2(handle)
@@ -76,6 +94,12 @@ package final class Database {
     /// Ends the closure's access; any later use traps.
     func endAccess() {
         accessThread.store(0, ordering: .releasing)
+    }
+
+    /// True while `thread` (a `pthread_t`) runs a closure of this connection. Relaxed: a thread
+    /// only needs to see its own last store; any other thread's value differs from it anyway.
+    func isAccessed(by thread: UInt) -> Bool {
+        accessThread.load(ordering: .relaxed) == thread
     }
 
     @usableFromInline
@@ -99,40 +123,47 @@ package final class Database {
 
     // MARK: - Executing SQL
 
+    // The @inlinable methods below are inlined into the calling module, specialized for its
+    // record type, with its argument array kept on the stack. That needs `public`: Swift 6.3
+    // never hands the body of a `package` @inlinable declaration to another module (D-163).
+
     /// Runs one statement with arguments, or, without arguments, a script of several statements
     /// separated by semicolons (migrations).
     ///
     /// - Throws: `DatabaseError` naming the file and the SQL that failed.
-    package func execute(_ sql: String, _ arguments: [any DatabaseValueConvertible] = []) throws {
+    @inlinable
+    public func execute(_ sql: String, _ arguments: [any DatabaseValueConvertible] = []) throws {
         checkAccess()
         if arguments.isEmpty {
             try executeScript(sql)
             return
         }
-        try withStatement(sql, arguments) { statement in
-            while try step(statement) {}
-        }
+        let statement = try beginStatement(sql)
+        defer { endStatement(statement) }
+        try bind(arguments, to: statement)
+        while try step(statement) {}
     }
 
     /// The number of rows the last INSERT, UPDATE or DELETE changed (not counting triggers).
-    package var changesCount: Int {
+    public var changesCount: Int {
         checkAccess()
         return Int(sqlite3_changes64(handle))
     }
 
     /// The rowid of the last successful INSERT on this connection.
-    package var lastInsertedRowID: Int64 {
+    public var lastInsertedRowID: Int64 {
         checkAccess()
         return sqlite3_last_insert_rowid(handle)
     }
 
     /// Calls `body` for each row of a query, in order. `body` must not keep the `Row`.
     @inlinable
-    package func forEachRow(
+    public func forEachRow(
         _ sql: String, _ arguments: [any DatabaseValueConvertible] = [], _ body: (Row) throws -> Void
     ) throws {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         while try step(statement) {
             try body(Row(statement: statement))
         }
@@ -140,11 +171,12 @@ package final class Database {
 
     /// Every row of a query, decoded as `Record`.
     @inlinable
-    package func fetchAll<Record: FetchableRecord>(
+    public func fetchAll<Record: FetchableRecord>(
         _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Record] {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         var records: [Record] = []
         while try step(statement) {
             records.append(try Record(row: Row(statement: statement)))
@@ -154,13 +186,14 @@ package final class Database {
 
     /// The first row of a query decoded as `Record`, or nil when there is none.
     @inlinable
-    package func fetchOne<Record: FetchableRecord>(
+    public func fetchOne<Record: FetchableRecord>(
         _ type: Record.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> Record? {
         // Inlinable (like the other fetch methods) so that the caller's module specializes it for
         // its record type: unspecialized, each call paid for runtime generic-metadata lookups.
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         guard try step(statement) else { return nil }
         return try Record(row: Row(statement: statement))
     }
@@ -170,22 +203,24 @@ package final class Database {
     /// A NULL value in an existing row decodes as `Value` would (`Optional` → `.some(nil)`, a
     /// non-optional type → `.decodingFailed`).
     @inlinable
-    package func fetchValue<Value: DatabaseValueConvertible>(
+    public func fetchValue<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> Value? {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         guard try step(statement) else { return nil }
         return try Row(statement: statement)[0] as Value
     }
 
     /// The first column of every row, decoded as `Value`.
     @inlinable
-    package func fetchValues<Value: DatabaseValueConvertible>(
+    public func fetchValues<Value: DatabaseValueConvertible>(
         _ type: Value.Type, _ sql: String, _ arguments: [any DatabaseValueConvertible] = []
     ) throws -> [Value] {
-        let statement = try beginStatement(sql, arguments)
+        let statement = try beginStatement(sql)
         defer { endStatement(statement) }
+        try bind(arguments, to: statement)
         var values: [Value] = []
         while try step(statement) {
             values.append(try Row(statement: statement)[0] as Value)
@@ -196,7 +231,7 @@ package final class Database {
     // MARK: - Records
 
     /// Inserts `record` into its table. Throws `SQLITE_CONSTRAINT` if the key exists.
-    package func insert<Record: PersistableRecord>(_ record: Record) throws {
+    public func insert<Record: PersistableRecord>(_ record: Record) throws {
         var container = PersistenceContainer()
         record.encode(to: &container)
         let columns = container.columns.map(quoted).joined(separator: ", ")
@@ -209,7 +244,7 @@ package final class Database {
     ///
     /// Uses `INSERT … ON CONFLICT DO UPDATE`, never `INSERT OR REPLACE`: a replace deletes the old
     /// row first, which would fire `ON DELETE CASCADE` on every child row.
-    package func upsert<Record: PersistableRecord>(_ record: Record) throws {
+    public func upsert<Record: PersistableRecord>(_ record: Record) throws {
         var container = PersistenceContainer()
         record.encode(to: &container)
         let keys = Record.primaryKeyColumns
@@ -224,7 +259,7 @@ package final class Database {
 
     /// Deletes the row whose primary key equals `record`'s. Returns whether a row was deleted.
     @discardableResult
-    package func delete<Record: PersistableRecord>(_ record: Record) throws -> Bool {
+    public func delete<Record: PersistableRecord>(_ record: Record) throws -> Bool {
         var container = PersistenceContainer()
         record.encode(to: &container)
         let keys = Record.primaryKeyColumns
@@ -240,21 +275,11 @@ package final class Database {
 
     // MARK: - Statements
 
-    /// Runs `body` with a cached, bound statement and resets it afterwards, even on throw.
-    func withStatement<T>(
-        _ sql: String, _ arguments: [any DatabaseValueConvertible], _ body: (Statement) throws -> T
-    )
-        throws -> T
-    {
-        let statement = try beginStatement(sql, arguments)
-        defer { endStatement(statement) }
-        return try body(statement)
-    }
-
-    /// Checks access, takes the cached statement for `sql` (or prepares one) and binds
-    /// `arguments`. Pair every successful call with `endStatement`.
+    /// Checks access, takes the cached statement for `sql` (or prepares one) and, in a read,
+    /// lets it join the read's snapshot. Pair every successful call with `endStatement`, and bind
+    /// the arguments with `bind(_:to:)` in between.
     @usableFromInline
-    func beginStatement(_ sql: String, _ arguments: [any DatabaseValueConvertible]) throws -> Statement {
+    func beginStatement(_ sql: String) throws -> Statement {
         checkAccess()
         let statement: Statement
         if let recent = mostRecentStatement, !recent.isInUse, recent.sql == sql {
@@ -275,31 +300,60 @@ package final class Database {
                 mostRecentStatement = statement
             }
         }
-        statement.isInUse = true
-        guard Int(statement.parameterCount) == arguments.count else {
-            endStatement(statement)
-            throw DatabaseError(
-                code: .sqlite, resultCode: .misuse,
-                message:
-                    "the statement has \(statement.parameterCount) parameters but \(arguments.count) arguments were given",
-                path: path, sql: sql)
-        }
-        for (offset, argument) in arguments.enumerated() {
-            let rc = statement.bind(argument.databaseValue, at: Int32(offset + 1))
-            if rc != SQLITE_OK {
-                endStatement(statement)
-                throw error(rc, sql: sql)
+        if readPhase != .none {
+            if readPhase == .notTaken && statement.isQuery {  // the common case, inline
+                readPhase = .firstQuery
+                snapshotHolder = statement
+            } else {
+                try joinReadSnapshot(statement)
             }
         }
+        statement.isInUse = true
         return statement
     }
 
-    /// Resets a statement from `beginStatement` so it can be reused; any `Row` of it goes stale.
+    /// Binds `arguments` to a statement from `beginStatement`.
+    ///
+    /// Inlinable, with `arguments` passed on element by element, so that the caller's array
+    /// literal does not escape and the optimizer can keep it on the stack (no allocation).
+    @inlinable @inline(__always)
+    func bind(_ arguments: [any DatabaseValueConvertible], to statement: Statement) throws {
+        guard Int(statement.parameterCount) == arguments.count else {
+            throw argumentCountError(statement, count: arguments.count)
+        }
+        for index in arguments.indices {  // by index: no copy of each existential
+            try bind(arguments[index].databaseValue, at: Int32(truncatingIfNeeded: index &+ 1), of: statement)
+        }
+    }
+
+    @usableFromInline
+    func bind(_ value: DatabaseValue, at index: Int32, of statement: Statement) throws {
+        let rc = statement.bind(value, at: index)
+        if rc != SQLITE_OK { throw error(rc, sql: statement.sql) }
+    }
+
+    @usableFromInline
+    func argumentCountError(_ statement: Statement, count: Int) -> DatabaseError {
+        DatabaseError(
+            code: .sqlite, resultCode: .misuse,
+            message: "the statement has \(statement.parameterCount) parameters but \(count) arguments were given",
+            path: path, sql: statement.sql)
+    }
+
+    /// Ends a statement from `beginStatement` so it can be reused; any `Row` of it goes stale.
+    ///
+    /// Resets it, except the first query of a read while it holds the read's snapshot: that one
+    /// stays open (parked) until the read ends or a second statement joins the snapshot (D-161).
     @usableFromInline
     func endStatement(_ statement: Statement) {
-        sqlite3_reset(statement.handle)
         statement.generation &+= 1
         statement.isInUse = false
+        if statement === snapshotHolder {
+            if readPhase == .holdingSnapshot { return }  // parked: it holds the read's snapshot
+            readPhase = .notTaken  // it never stepped: no snapshot was taken
+            snapshotHolder = nil
+        }
+        sqlite3_reset(statement.handle)
     }
 
     /// Prepares one statement (not cached) and records which tables it may write.
@@ -316,15 +370,23 @@ package final class Database {
     /// Steps once: true when a row is ready, false when done.
     @usableFromInline
     func step(_ statement: Statement) throws -> Bool {
-        let before = isReadOnly ? 0 : sqlite3_total_changes64(handle)
         statement.generation &+= 1
+        if isReadOnly {
+            if statement === snapshotHolder { return try stepFirstQuery(statement) }
+            return try stepResult(sqlite3_step(statement.handle), statement)
+        }
+        let before = sqlite3_total_changes64(handle)
         let rc = sqlite3_step(statement.handle)
-        if !isReadOnly && sqlite3_total_changes64(handle) != before {
+        if sqlite3_total_changes64(handle) != before {
             if statement.changeEpoch != changeEpoch {
                 changedTables.formUnion(statement.writtenTables)
                 statement.changeEpoch = changeEpoch
             }
         }
+        return try stepResult(rc, statement)
+    }
+
+    private func stepResult(_ rc: Int32, _ statement: Statement) throws -> Bool {
         switch rc {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
@@ -333,7 +395,9 @@ package final class Database {
     }
 
     /// Runs several statements with no arguments, one after the other.
-    private func executeScript(_ sql: String) throws {
+    @usableFromInline
+    func executeScript(_ sql: String) throws {
+        if readPhase != .none { try joinReadSnapshot(nil) }
         try sql.withCString { start in
             var cursor: UnsafePointer<CChar>? = start
             while let current = cursor, current.pointee != 0 {
@@ -359,16 +423,191 @@ package final class Database {
     /// keeping them out of the main cache spares a hash of the SQL text and leaves the caller's
     /// statement as the most recent one.
     func executeInternal(_ sql: String) throws {
-        checkAccess()
-        let statement: Statement
-        if let cached = internalStatements.first(where: { $0.sql == sql }) {
-            statement = cached
-        } else {
-            statement = try prepare(sql)
-            internalStatements.append(statement)
-        }
+        let statement = try internalStatement(sql)
         defer { endStatement(statement) }
         while try step(statement) {}
+    }
+
+    private func internalStatement(_ sql: String) throws -> Statement {
+        checkAccess()
+        if let cached = internalStatements.first(where: { $0.sql == sql }) { return cached }
+        let statement = try prepare(sql)
+        internalStatements.append(statement)
+        return statement
+    }
+
+    // MARK: - One snapshot per read (D-161)
+
+    /// How the statements of the current `read` closure share one snapshot.
+    ///
+    /// A read starts no transaction up front. Its first statement, if a query, runs in SQLite's
+    /// autocommit mode. A statement that has returned a row and was not reset keeps its read
+    /// transaction open, and BEGIN turns an open read transaction into the read's explicit one.
+    /// So a read of one row costs no BEGIN/COMMIT; a second statement, or a second step of the
+    /// first (which could finish it and so end its transaction), first runs BEGIN and then sees
+    /// the very snapshot the first row came from. A first query that finds no row has already
+    /// ended its transaction when SQLite reports it: see `confirmEmptyFirstQuery`.
+    enum ReadPhase {
+        /// Not inside a read (always, for the writer connection).
+        case none
+        /// Inside a read; no statement has run yet.
+        case notTaken
+        /// The read's first statement (`snapshotHolder`), a query, runs in autocommit mode and
+        /// has not returned a row yet.
+        case firstQuery
+        /// `snapshotHolder` returned a row and has not stepped or been reset since: its open read
+        /// transaction is the read's snapshot. When its caller ends it, it is parked unreset.
+        case holdingSnapshot
+        /// BEGIN ran: later statements share its snapshot until `endRead`.
+        case transaction
+        /// BEGIN failed in the middle of the read: the snapshot cannot be kept, so every later
+        /// statement of this read throws `lostSnapshotError`.
+        case lost
+    }
+
+    /// Starts a read closure on this (read-only) connection. No SQL runs yet.
+    func beginRead() {
+        readPhase = .notTaken
+    }
+
+    /// Ends a read closure: resets the statement holding the snapshot, or ends the read
+    /// transaction (COMMIT, or ROLLBACK when the closure threw). Never leaves a transaction open.
+    func endRead(closureThrew: Bool) throws {
+        readPhase = .none
+        if let holder = snapshotHolder {
+            snapshotHolder = nil
+            if !holder.isInUse {
+                holder.generation &+= 1
+                sqlite3_reset(holder.handle)  // ends its autocommit read transaction, if open
+            }
+        }
+        if lostSnapshotError != nil { lostSnapshotError = nil }
+        guard sqlite3_get_autocommit(handle) == 0 else { return }
+        if closureThrew {
+            try? executeInternal("ROLLBACK")
+            return
+        }
+        do {
+            try executeInternal("COMMIT")
+        } catch {
+            // Never return a connection to the pool with a transaction still open.
+            if sqlite3_get_autocommit(handle) == 0 { try? executeInternal("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Called before `statement` (nil: a script, which may be anything) runs in a read: decides
+    /// whether it may run on its own or must join (or start) the read's transaction.
+    private func joinReadSnapshot(_ statement: Statement?) throws {
+        switch readPhase {
+        case .none, .transaction:
+            return
+        case .lost:
+            throw lostSnapshotError!
+        case .notTaken:
+            if let statement, statement.isQuery {
+                readPhase = .firstQuery
+                snapshotHolder = statement
+            } else {
+                // Anything but a plain query (PRAGMA assignments, ATTACH, scripts) runs in a
+                // transaction, as every statement of a read did before D-161.
+                try beginReadTransaction()
+            }
+        case .firstQuery, .holdingSnapshot:
+            // A second statement: BEGIN while the first one still holds its read transaction
+            // (a parked holder is reset by `beginReadTransaction`; the transaction stays).
+            try beginReadTransaction()
+        }
+    }
+
+    /// BEGIN DEFERRED, then resets a parked snapshot holder; the phase becomes `.transaction`
+    /// (or `.lost` if BEGIN fails).
+    private func beginReadTransaction() throws {
+        var parked: Statement?
+        if readPhase == .holdingSnapshot, let holder = snapshotHolder, !holder.isInUse { parked = holder }
+        readPhase = .transaction
+        snapshotHolder = nil  // from now on an ordinary statement of the transaction
+        do {
+            try executeInternal("BEGIN DEFERRED")
+        } catch {
+            let failure = error as? DatabaseError ?? DatabaseError(code: .sqlite, message: "\(error)", path: path)
+            readPhase = .lost
+            lostSnapshotError = failure
+            if let parked { sqlite3_reset(parked.handle) }
+            throw failure
+        }
+        if let parked { sqlite3_reset(parked.handle) }  // autocommit is off: the snapshot stays
+    }
+
+    /// Steps the read's first query while it runs in autocommit mode.
+    private func stepFirstQuery(_ statement: Statement) throws -> Bool {
+        if readPhase == .holdingSnapshot {
+            // This step may finish the query, which would end its read transaction: BEGIN first,
+            // so the snapshot of the row already returned stays the read's snapshot.
+            try beginReadTransaction()
+            return try stepResult(sqlite3_step(statement.handle), statement)
+        }
+        let rc = sqlite3_step(statement.handle)
+        switch rc {
+        case SQLITE_ROW:
+            readPhase = .holdingSnapshot
+            return true
+        case SQLITE_DONE:
+            return try confirmEmptyFirstQuery(statement)
+        default:
+            readPhase = .notTaken  // nothing was returned, so nothing was seen
+            snapshotHolder = nil
+            throw error(rc, sql: statement.sql)
+        }
+    }
+
+    /// The read's first query found no row, and finishing ended its autocommit read transaction.
+    /// Nobody has seen that result yet. Take the read's snapshot now: step a statement that
+    /// reads the database header (`PRAGMA schema_version`) once and leave it unreset, so it holds
+    /// its read transaction as a first row would. Keep "no row" if the database did not change
+    /// since the query's snapshot: SQLite's data version changes whenever a read transaction of
+    /// this connection starts on a database state other than its previous one, and nothing else
+    /// can read or write on this connection in between. Otherwise run the query again, inside
+    /// a transaction begun on the new snapshot.
+    private func confirmEmptyFirstQuery(_ statement: Statement) throws -> Bool {
+        let queried = dataVersion()
+        if let hook = afterEmptyFirstQuery {
+            afterEmptyFirstQuery = nil
+            hook()
+        }
+        let holder: Statement
+        do {
+            if let prepared = snapshotStatement {
+                holder = prepared
+            } else {
+                holder = try prepare("PRAGMA schema_version")
+                snapshotStatement = holder
+            }
+            holder.generation &+= 1
+            let rc = sqlite3_step(holder.handle)
+            if rc != SQLITE_ROW {
+                sqlite3_reset(holder.handle)
+                throw error(rc, sql: holder.sql)
+            }
+        } catch {
+            readPhase = .notTaken  // the caller sees this error, not the empty result
+            snapshotHolder = nil
+            throw error
+        }
+        readPhase = .holdingSnapshot
+        snapshotHolder = holder  // parked (not in use): `endRead` or BEGIN resets it
+        if dataVersion() == queried { return false }
+        try beginReadTransaction()
+        sqlite3_reset(statement.handle)
+        statement.generation &+= 1
+        return try stepResult(sqlite3_step(statement.handle), statement)
+    }
+
+    /// SQLITE_FCNTL_DATA_VERSION of the main database.
+    private func dataVersion() -> UInt32 {
+        var version: UInt32 = 0
+        sqlite3_file_control(handle, nil, SQLITE_FCNTL_DATA_VERSION, &version)
+        return version
     }
 
     func error(_ rc: Int32, sql: String?) -> DatabaseError {

@@ -5,42 +5,42 @@ internal import CSQLite3
 ///
 /// `~=` matches a primary code against its extended codes, so
 /// `case ResultCode.constraint` catches every constraint violation.
-package struct ResultCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+public struct ResultCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// The C value, e.g. 19 for `SQLITE_CONSTRAINT`.
-    package let rawValue: Int32
+    public let rawValue: Int32
     /// Wraps a C result code.
-    package init(rawValue: Int32) { self.rawValue = rawValue }
+    public init(rawValue: Int32) { self.rawValue = rawValue }
 
     /// The primary code (low 8 bits): `SQLITE_CONSTRAINT_PRIMARYKEY` → `SQLITE_CONSTRAINT`.
-    package var primary: ResultCode { ResultCode(rawValue: rawValue & 0xFF) }
+    public var primary: ResultCode { ResultCode(rawValue: rawValue & 0xFF) }
 
     /// `SQLITE_ERROR`: generic error, usually an SQL mistake.
-    package static let error = ResultCode(rawValue: SQLITE_ERROR)
+    public static let error = ResultCode(rawValue: SQLITE_ERROR)
     /// `SQLITE_BUSY`: another connection holds a lock and the busy timeout ran out.
-    package static let busy = ResultCode(rawValue: SQLITE_BUSY)
+    public static let busy = ResultCode(rawValue: SQLITE_BUSY)
     /// `SQLITE_READONLY`: the database or its directory cannot be written.
-    package static let readOnly = ResultCode(rawValue: SQLITE_READONLY)
+    public static let readOnly = ResultCode(rawValue: SQLITE_READONLY)
     /// `SQLITE_IOERR`: an I/O error from the operating system.
-    package static let ioError = ResultCode(rawValue: SQLITE_IOERR)
+    public static let ioError = ResultCode(rawValue: SQLITE_IOERR)
     /// `SQLITE_CORRUPT`: the database file is damaged.
-    package static let corrupt = ResultCode(rawValue: SQLITE_CORRUPT)
+    public static let corrupt = ResultCode(rawValue: SQLITE_CORRUPT)
     /// `SQLITE_FULL`: the disk (or the file system holding the database) is full.
-    package static let full = ResultCode(rawValue: SQLITE_FULL)
+    public static let full = ResultCode(rawValue: SQLITE_FULL)
     /// `SQLITE_CANTOPEN`: the file or its directory cannot be opened.
-    package static let cannotOpen = ResultCode(rawValue: SQLITE_CANTOPEN)
+    public static let cannotOpen = ResultCode(rawValue: SQLITE_CANTOPEN)
     /// `SQLITE_CONSTRAINT`: a UNIQUE, NOT NULL, CHECK or FOREIGN KEY constraint failed.
-    package static let constraint = ResultCode(rawValue: SQLITE_CONSTRAINT)
+    public static let constraint = ResultCode(rawValue: SQLITE_CONSTRAINT)
     /// `SQLITE_NOTADB`: the file is not an SQLite database.
-    package static let notADatabase = ResultCode(rawValue: SQLITE_NOTADB)
+    public static let notADatabase = ResultCode(rawValue: SQLITE_NOTADB)
     /// `SQLITE_MISUSE`: the library was called wrongly (a bug in this module).
-    package static let misuse = ResultCode(rawValue: SQLITE_MISUSE)
+    public static let misuse = ResultCode(rawValue: SQLITE_MISUSE)
 
-    package var description: String {
+    public var description: String {
         "\(String(cString: sqlite3_errstr(rawValue))) (code \(rawValue))"
     }
 
     /// True when `value`'s primary code is `pattern` (or `value` equals `pattern` exactly).
-    package static func ~= (pattern: ResultCode, value: ResultCode) -> Bool {
+    public static func ~= (pattern: ResultCode, value: ResultCode) -> Bool {
         pattern == value || (pattern.rawValue == pattern.primary.rawValue && pattern == value.primary)
     }
 }
@@ -49,9 +49,9 @@ package struct ResultCode: RawRepresentable, Hashable, Sendable, CustomStringCon
 ///
 /// `description` is one or two sentences for a person: what failed, on which file, and what to do.
 /// `code` says what kind of failure it is; `resultCode`, `sql` and `path` keep the details.
-package struct DatabaseError: Error, Sendable, CustomStringConvertible {
+public struct DatabaseError: Error, Sendable, CustomStringConvertible {
     /// The kind of failure, for callers that branch on it.
-    package enum Code: Sendable, Equatable {
+    public enum Code: Sendable, Equatable {
         /// An SQL statement failed; `resultCode` says why.
         case sqlite
         /// The file at `path` is not an SQLite database, or it is damaged. Nothing was changed.
@@ -73,18 +73,18 @@ package struct DatabaseError: Error, Sendable, CustomStringConvertible {
     }
 
     /// What kind of failure.
-    package var code: Code
+    public var code: Code
     /// The SQLite result code, when SQLite reported the failure.
-    package var resultCode: ResultCode?
+    public var resultCode: ResultCode?
     /// The human explanation (without the path and SQL, which `description` adds).
-    package var message: String
+    public var message: String
     /// The database file, when known.
-    package var path: String?
+    public var path: String?
     /// The statement that failed, when one did.
-    package var sql: String?
+    public var sql: String?
 
     /// Makes an error; prefer the static helpers in this module.
-    package init(code: Code, resultCode: ResultCode? = nil, message: String, path: String? = nil, sql: String? = nil) {
+    public init(code: Code, resultCode: ResultCode? = nil, message: String, path: String? = nil, sql: String? = nil) {
         self.code = code
         self.resultCode = resultCode
         self.message = message
@@ -92,7 +92,7 @@ package struct DatabaseError: Error, Sendable, CustomStringConvertible {
         self.sql = sql
     }
 
-    package var description: String {
+    public var description: String {
         var text = ""
         if let path { text += "\(path): " }
         text += message

@@ -17,7 +17,7 @@
 /// }
 /// let store = try DatabaseQueue(path: path, migrator: migrator)
 /// ```
-package struct DatabaseMigrator: Sendable {
+public struct DatabaseMigrator: Sendable {
     /// One registered migration.
     struct Migration: Sendable {
         let name: String
@@ -27,20 +27,20 @@ package struct DatabaseMigrator: Sendable {
     private(set) var migrations: [Migration] = []
 
     /// An empty migrator.
-    package init() {}
+    public init() {}
 
     /// The registered names, in order.
-    package var migrationNames: [String] { migrations.map(\.name) }
+    public var migrationNames: [String] { migrations.map(\.name) }
 
     /// Appends a migration. Traps on a duplicate name (a programming mistake).
-    package mutating func registerMigration(_ name: String, _ migrate: @escaping @Sendable (Database) throws -> Void) {
+    public mutating func registerMigration(_ name: String, _ migrate: @escaping @Sendable (Database) throws -> Void) {
         precondition(
             !migrations.contains { $0.name == name }, "SQLiteStore: migration '\(name)' is registered twice")
         migrations.append(Migration(name: name, migrate: migrate))
     }
 
     /// A migrator holding only the first `count` migrations (to test step-by-step upgrades).
-    package func prefix(_ count: Int) -> DatabaseMigrator {
+    public func prefix(_ count: Int) -> DatabaseMigrator {
         var copy = self
         copy.migrations = Array(migrations.prefix(count))
         return copy

@@ -2,12 +2,12 @@ import Dispatch
 import SystemSupport
 
 /// A registered observer; `cancel()` stops further notifications.
-package struct DatabaseObservation: Sendable {
+public struct DatabaseObservation: Sendable {
     let identifier: UInt64
     let registry: ObserverRegistry
 
     /// Stops notifications. A notification already being delivered may still finish.
-    package func cancel() {
+    public func cancel() {
         registry.remove(identifier)
     }
 }

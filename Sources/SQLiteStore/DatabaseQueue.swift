@@ -1,6 +1,7 @@
 internal import CSQLite3
 import Dispatch
 import Foundation
+import Synchronization
 import SystemSupport
 
 #if canImport(Glibc)
@@ -32,24 +33,24 @@ import Musl
 /// try store.write { db in try db.execute("INSERT INTO items (id, name) VALUES (?, ?)", [7, "a.txt"]) }
 /// let name = try await store.read { db in try db.fetchValue(String.self, "SELECT name FROM items WHERE id = ?", [7]) }
 /// ```
-package final class DatabaseQueue: @unchecked Sendable {
+public final class DatabaseQueue: @unchecked Sendable {
     // Safe to share: `writer` is only touched on `writerQueue`; a reader connection is only
-    // touched by the one thread that took it out of `readerPool` (the hand-off goes through the
-    // pool's lock); everything else is immutable or a `Locked`.
+    // touched by the one thread that owns its `ReaderSlot` (claimed and released with atomics,
+    // which order the hand-off); everything else is immutable, atomic or a `Locked`.
 
     /// How a store opens and uses its connections.
-    package struct Configuration: Sendable {
+    public struct Configuration: Sendable {
         /// How long a connection waits for another process's lock before failing with `SQLITE_BUSY`.
-        package var busyTimeout: Duration = .seconds(5)
+        public var busyTimeout: Duration = .seconds(5)
         /// The most read-only connections open at once (readers beyond that wait for one).
-        package var maximumReaderCount = 4
+        public var maximumReaderCount = 4
         /// The durability of a commit (D-153).
-        package var synchronous: Synchronous = .normal
+        public var synchronous: Synchronous = .normal
         /// A label for the dispatch queues (shows in debuggers and crash logs).
-        package var label = "SQLiteStore"
+        public var label = "SQLiteStore"
 
         /// `PRAGMA synchronous` in WAL mode.
-        package enum Synchronous: String, Sendable {
+        public enum Synchronous: String, Sendable {
             /// A commit survives a process crash; an OS crash or power loss may drop the last
             /// commits but never corrupts the database.
             case normal = "NORMAL"
@@ -58,19 +59,21 @@ package final class DatabaseQueue: @unchecked Sendable {
         }
 
         /// The defaults: 5 s busy timeout, 4 readers, synchronous NORMAL.
-        package init() {}
+        public init() {}
     }
 
     /// The database file.
-    package let path: String
+    public let path: String
     /// The configuration the store was opened with.
-    package let configuration: Configuration
+    public let configuration: Configuration
 
     private let writer: Database
     private let writerQueue: DispatchQueue
     private let readerQueue: DispatchQueue
-    private let readerSlots: DispatchSemaphore
-    private let readerPool = Locked<[Database]>([])
+    /// `maximumReaderCount` places for read-only connections, each opened on first use.
+    private let readerSlots: [ReaderSlot]
+    /// Counts the free slots: a reader waits here when all are in use.
+    private let freeReaderSlots: DispatchSemaphore
     private let observers = ObserverRegistry()
 
     /// Opens (creating if needed) the database at `path` and applies `migrator`'s pending migrations.
@@ -84,7 +87,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// unwritable directory), `.readOnly` (read-only file or file system), `.diskFull`,
     /// `.newerSchema` (written by a newer ProviderFS), `.migrationMismatch`, or `.sqlite` when a
     /// migration fails (that migration is rolled back; earlier ones stay applied).
-    package init(
+    public init(
         path: String, migrator: DatabaseMigrator = DatabaseMigrator(), configuration: Configuration = .init()
     )
         throws
@@ -94,8 +97,9 @@ package final class DatabaseQueue: @unchecked Sendable {
         self.configuration = configuration
         writerQueue = DispatchQueue(label: "\(configuration.label).writer")
         readerQueue = DispatchQueue(label: "\(configuration.label).readers", attributes: .concurrent)
-        readerSlots = DispatchSemaphore(value: configuration.maximumReaderCount)
-        writer = try Self.openConnection(path: path, readOnly: false, configuration: configuration)
+        readerSlots = (0..<configuration.maximumReaderCount).map { _ in ReaderSlot() }
+        freeReaderSlots = DispatchSemaphore(value: configuration.maximumReaderCount)
+        writer = try Self.openConnection(path: path, readerSlot: nil, configuration: configuration)
         try Self.prepareWriter(writer, migrator: migrator, configuration: configuration)
     }
 
@@ -107,7 +111,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// returns; rolls back and rethrows when it throws.
     ///
     /// - Throws: what `updates` throws, or `DatabaseError` if BEGIN or COMMIT fails (e.g. `.diskFull`).
-    package func write<T>(_ updates: (Database) throws -> T) throws -> T {
+    public func write<T>(_ updates: (Database) throws -> T) throws -> T {
         checkNotNested("write")
         return try writerQueue.sync { try performWrite(updates) }
     }
@@ -116,7 +120,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     ///
     /// The calling task is suspended, not blocked. Task cancellation does not interrupt a write
     /// that has been queued.
-    package func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    public func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             writerQueue.async {
                 continuation.resume(with: Result { try self.performWrite(updates) })
@@ -125,8 +129,6 @@ package final class DatabaseQueue: @unchecked Sendable {
     }
 
     private func performWrite<T>(_ updates: (Database) throws -> T) throws -> T {
-        ThreadAccess.enter(self)
-        defer { ThreadAccess.leave(self) }
         let db = writer
         db.beginAccess()
         defer { db.endAccess() }
@@ -179,38 +181,51 @@ package final class DatabaseQueue: @unchecked Sendable {
     ///
     /// Sees the last committed state when it starts and nothing committed later; never waits for
     /// a writer. Blocks the calling thread only if all `maximumReaderCount` readers are busy.
-    package func read<T>(_ value: (Database) throws -> T) throws -> T {
-        checkNotNested("read")
-        readerSlots.wait()
-        defer { readerSlots.signal() }
-        let db = try checkOutReader()
-        defer { readerPool.withLock { $0.append(db) } }
-        ThreadAccess.enter(self)
-        defer { ThreadAccess.leave(self) }
-        db.beginAccess()
-        defer { db.endAccess() }
-        try db.executeInternal("BEGIN DEFERRED")
+    ///
+    /// All statements of the closure see one snapshot. A closure that only reads one row costs no
+    /// BEGIN/COMMIT: its query runs in SQLite's autocommit mode and holds the snapshot, and a
+    /// second statement joins it with BEGIN (D-161).
+    @inlinable
+    public func read<T>(_ value: (Database) throws -> T) throws -> T {
+        // Inlinable, so that the caller's closure is called directly (usually inlined) rather
+        // than through unspecialized generic code (D-163).
+        let db = try startRead()
         let result: T
         do {
             result = try value(db)
         } catch {
-            if sqlite3_get_autocommit(db.handle) == 0 { try? db.executeInternal("ROLLBACK") }
+            try? finishRead(db, closureThrew: true)
             throw error
         }
-        if sqlite3_get_autocommit(db.handle) == 0 {
-            do {
-                try db.executeInternal("COMMIT")
-            } catch {
-                // Never return a connection to the pool with a transaction still open.
-                if sqlite3_get_autocommit(db.handle) == 0 { try? db.executeInternal("ROLLBACK") }
-                throw error
-            }
-        }
+        try finishRead(db, closureThrew: false)
         return result
     }
 
+    /// Claims a reader connection for the calling thread and opens its access; pair with `finishRead`.
+    @usableFromInline
+    func startRead() throws -> Database {
+        let thread = UInt(pthread_self())
+        checkNotNested("read", thread: thread)
+        let slot = try checkOutReader(for: thread)
+        let db = slot.connection.unsafelyUnwrapped  // checkOutReader opened it
+        db.beginAccess()
+        db.beginRead()
+        return db
+    }
+
+    /// Ends the read (COMMIT/ROLLBACK if it began a transaction) and returns the connection to
+    /// its slot, even when ending throws.
+    @usableFromInline
+    func finishRead(_ db: Database, closureThrew: Bool) throws {
+        defer {
+            db.endAccess()
+            checkIn(readerSlots[db.readerSlot])
+        }
+        try db.endRead(closureThrew: closureThrew)
+    }
+
     /// Runs `value` on a read-only connection from the store's reader queue and resumes with its result.
-    package func read<T: Sendable>(_ value: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    public func read<T: Sendable>(_ value: @escaping @Sendable (Database) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             readerQueue.async {
                 continuation.resume(with: Result { try self.read(value) })
@@ -218,13 +233,38 @@ package final class DatabaseQueue: @unchecked Sendable {
         }
     }
 
-    private func checkOutReader() throws -> Database {
-        if let idle = readerPool.withLock({ $0.popLast() }) { return idle }
-        return try Self.openConnection(path: path, readOnly: true, configuration: configuration)
+    /// Waits for a free reader slot, claims it for `thread` and opens its connection if needed.
+    private func checkOutReader(for thread: UInt) throws -> ReaderSlot {
+        freeReaderSlots.wait()
+        // The semaphore guarantees a free slot; several threads may race for it, so claim with a
+        // compare-and-exchange. Acquiring: see the last owner's work on the connection.
+        for (index, slot) in readerSlots.enumerated()
+        where slot.owner.compareExchange(expected: 0, desired: thread, ordering: .acquiring).exchanged {
+            if slot.connection == nil {
+                do {
+                    slot.connection = try Self.openConnection(
+                        path: path, readerSlot: index, configuration: configuration)
+                } catch {
+                    checkIn(slot)
+                    throw error
+                }
+            }
+            return slot
+        }
+        preconditionFailure("SQLiteStore: the reader semaphore granted a slot but none was free")
     }
 
-    private func checkNotNested(_ operation: String) {
-        if ThreadAccess.contains(self) {
+    private func checkIn(_ slot: ReaderSlot) {
+        slot.owner.store(0, ordering: .releasing)
+        freeReaderSlots.signal()
+    }
+
+    /// Traps when `thread` is inside a read or write closure of this store: the writer connection
+    /// or a reader slot is then marked with it (no thread-local lookup needed).
+    private func checkNotNested(_ operation: String, thread: UInt = UInt(pthread_self())) {
+        var nested = writer.isAccessed(by: thread)
+        for slot in readerSlots where slot.owner.load(ordering: .relaxed) == thread { nested = true }
+        if nested {
             fatalError(
                 "SQLiteStore misuse: \(operation) was called from inside a read or write closure of the same "
                     + "DatabaseQueue (\(path)). Nested transactions would deadlock or miss your own changes: "
@@ -247,7 +287,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     ///
     /// - Returns: a token; call `cancel()` on it to stop.
     @discardableResult
-    package func observe(
+    public func observe(
         tables: Set<String>? = nil, _ handler: @escaping @Sendable (Set<String>) -> Void
     ) -> DatabaseObservation {
         observers.add(tables: tables, handler)
@@ -255,13 +295,17 @@ package final class DatabaseQueue: @unchecked Sendable {
 
     /// Waits until every notification for transactions committed so far has been delivered.
     /// Traps when called from inside an observer handler (it would wait for itself).
-    package func waitForObservers() {
+    public func waitForObservers() {
         observers.drain()
     }
 
     // MARK: - Opening
 
-    private static func openConnection(path: String, readOnly: Bool, configuration: Configuration) throws -> Database {
+    /// Opens the writer connection (`readerSlot` nil) or the read-only connection of a reader slot.
+    private static func openConnection(
+        path: String, readerSlot: Int?, configuration: Configuration
+    ) throws -> Database {
+        let readOnly = readerSlot != nil
         var handle: OpaquePointer?
         let flags =
             (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
@@ -273,7 +317,7 @@ package final class DatabaseQueue: @unchecked Sendable {
             if let handle { sqlite3_close_v2(handle) }
             throw DatabaseError.sqlite(rc, message: message, path: path, sql: nil)
         }
-        let db = Database(path: path, handle: handle, isReadOnly: readOnly)
+        let db = Database(path: path, handle: handle, readerSlot: readerSlot)
         let milliseconds =
             configuration.busyTimeout.components.seconds * 1000
             + configuration.busyTimeout.components.attoseconds / 1_000_000_000_000_000
@@ -378,49 +422,15 @@ package final class DatabaseQueue: @unchecked Sendable {
     }
 }
 
-// MARK: - Which stores the current thread is inside
+// MARK: - Reader slots
 
-/// Per-thread list of the stores whose `read`/`write` closure is running on this thread, to turn
-/// a nested call (which would deadlock on the writer queue) into a clear trap.
-private enum ThreadAccess {
-    /// Owned by the thread: only that thread reads or writes its list.
-    final class EnteredStores {
-        var identifiers: [ObjectIdentifier] = []
-    }
-
-    static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        let rc = pthread_key_create(&key) { pointer in
-            guard let pointer else { return }
-            Unmanaged<EnteredStores>.fromOpaque(pointer).release()
-        }
-        precondition(rc == 0, "pthread_key_create failed with \(rc)")
-        return key
-    }()
-
-    static var current: EnteredStores {
-        if let pointer = pthread_getspecific(key) {
-            return Unmanaged<EnteredStores>.fromOpaque(pointer).takeUnretainedValue()
-        }
-        let stores = EnteredStores()
-        pthread_setspecific(key, Unmanaged.passRetained(stores).toOpaque())
-        return stores
-    }
-
-    static func contains(_ store: DatabaseQueue) -> Bool {
-        guard let pointer = pthread_getspecific(key) else { return false }
-        return Unmanaged<EnteredStores>.fromOpaque(pointer).takeUnretainedValue().identifiers.contains(
-            ObjectIdentifier(store))
-    }
-
-    static func enter(_ store: DatabaseQueue) {
-        current.identifiers.append(ObjectIdentifier(store))
-    }
-
-    static func leave(_ store: DatabaseQueue) {
-        let stores = current
-        if let index = stores.identifiers.lastIndex(of: ObjectIdentifier(store)) {
-            stores.identifiers.remove(at: index)
-        }
-    }
+/// A place for one read-only connection of a store.
+///
+/// `owner` is the `pthread_t` of the thread running a `read` closure on it, or 0 when free; only
+/// that thread touches `connection` (opened on first use), so the field needs no lock, and the
+/// claim (acquiring) and release (releasing) order one owner's work before the next one's.
+private final class ReaderSlot {
+    let owner = Atomic<UInt>(0)
+    /// Read and written only by the owner, once per `read`: unchecked exclusivity (D-162).
+    @exclusivity(unchecked) var connection: Database?
 }

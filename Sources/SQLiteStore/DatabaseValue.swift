@@ -1,7 +1,7 @@
-package import Foundation
+public import Foundation
 
 /// One SQLite value: what a column holds or a statement parameter receives.
-package enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
+public enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
     case null
     case integer(Int64)
     case real(Double)
@@ -9,13 +9,13 @@ package enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
     case blob(Data)
 
     /// True for `.null`.
-    package var isNull: Bool {
+    public var isNull: Bool {
         if case .null = self { return true }
         return false
     }
 
     /// The SQLite storage class name, for error messages ("INTEGER", "TEXT", ...).
-    package var storageClassName: String {
+    public var storageClassName: String {
         switch self {
         case .null: "NULL"
         case .integer: "INTEGER"
@@ -25,7 +25,7 @@ package enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    package var description: String {
+    public var description: String {
         switch self {
         case .null: "NULL"
         case .integer(let value): String(value)
@@ -42,7 +42,7 @@ package enum DatabaseValue: Sendable, Hashable, CustomStringConvertible {
 /// `DatabaseValue`, and `Optional` of any of them (NULL ⇄ nil). A non-optional type read from a
 /// NULL column, or from a column of the wrong storage class, throws `DatabaseError` with code
 /// `.decodingFailed` naming the column.
-package protocol DatabaseValueConvertible: Sendable {
+public protocol DatabaseValueConvertible: Sendable {
     /// The value to bind for this Swift value.
     var databaseValue: DatabaseValue { get }
 
@@ -60,7 +60,7 @@ package protocol DatabaseValueConvertible: Sendable {
 
 extension DatabaseValueConvertible {
     /// Decodes through `fromDatabaseValue`.
-    package static func decode(from row: Row, at index: Int) throws -> Self {
+    public static func decode(from row: Row, at index: Int) throws -> Self {
         let value = row.databaseValue(at: index)
         guard let decoded = fromDatabaseValue(value) else {
             throw row.decodingError(index: index, value: value, type: Self.self)
@@ -71,23 +71,23 @@ extension DatabaseValueConvertible {
 
 extension DatabaseValue: DatabaseValueConvertible {
     /// The value itself.
-    package var databaseValue: DatabaseValue { self }
+    public var databaseValue: DatabaseValue { self }
     /// Always succeeds: a `DatabaseValue` column accepts any storage class.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> DatabaseValue? { value }
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> DatabaseValue? { value }
 }
 
 extension Int64: DatabaseValueConvertible {
     /// Reads an INTEGER column without an intermediate `DatabaseValue`.
-    package static func decode(from row: Row, at index: Int) throws -> Int64 {
+    public static func decode(from row: Row, at index: Int) throws -> Int64 {
         if let integer = row.integerIfInteger(at: index) { return integer }
         let value = row.databaseValue(at: index)
         throw row.decodingError(index: index, value: value, type: Int64.self)
     }
 
     /// `.integer`.
-    package var databaseValue: DatabaseValue { .integer(self) }
+    public var databaseValue: DatabaseValue { .integer(self) }
     /// Accepts INTEGER only: a REAL or TEXT column is a schema mistake, not something to coerce.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Int64? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Int64? {
         if case .integer(let integer) = value { return integer }
         return nil
     }
@@ -95,16 +95,16 @@ extension Int64: DatabaseValueConvertible {
 
 extension Int: DatabaseValueConvertible {
     /// Reads an INTEGER column without an intermediate `DatabaseValue`.
-    package static func decode(from row: Row, at index: Int) throws -> Int {
+    public static func decode(from row: Row, at index: Int) throws -> Int {
         if let integer = row.integerIfInteger(at: index), let value = Int(exactly: integer) { return value }
         let value = row.databaseValue(at: index)
         throw row.decodingError(index: index, value: value, type: Int.self)
     }
 
     /// `.integer`.
-    package var databaseValue: DatabaseValue { .integer(Int64(self)) }
+    public var databaseValue: DatabaseValue { .integer(Int64(self)) }
     /// Accepts INTEGER only.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Int? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Int? {
         if case .integer(let integer) = value { return Int(exactly: integer) }
         return nil
     }
@@ -112,9 +112,9 @@ extension Int: DatabaseValueConvertible {
 
 extension Int32: DatabaseValueConvertible {
     /// `.integer`.
-    package var databaseValue: DatabaseValue { .integer(Int64(self)) }
+    public var databaseValue: DatabaseValue { .integer(Int64(self)) }
     /// Accepts INTEGER values that fit in 32 bits.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Int32? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Int32? {
         if case .integer(let integer) = value { return Int32(exactly: integer) }
         return nil
     }
@@ -122,9 +122,9 @@ extension Int32: DatabaseValueConvertible {
 
 extension UInt32: DatabaseValueConvertible {
     /// `.integer`.
-    package var databaseValue: DatabaseValue { .integer(Int64(self)) }
+    public var databaseValue: DatabaseValue { .integer(Int64(self)) }
     /// Accepts INTEGER values in 0...UInt32.max.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> UInt32? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> UInt32? {
         if case .integer(let integer) = value { return UInt32(exactly: integer) }
         return nil
     }
@@ -132,10 +132,10 @@ extension UInt32: DatabaseValueConvertible {
 
 extension Double: DatabaseValueConvertible {
     /// `.real`.
-    package var databaseValue: DatabaseValue { .real(self) }
+    public var databaseValue: DatabaseValue { .real(self) }
     /// Accepts REAL, and INTEGER (SQLite stores integral REAL values as INTEGER in some cases,
     /// e.g. after `CAST` or in columns with INTEGER affinity).
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Double? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Double? {
         switch value {
         case .real(let real): real
         case .integer(let integer): Double(integer)
@@ -146,16 +146,16 @@ extension Double: DatabaseValueConvertible {
 
 extension String: DatabaseValueConvertible {
     /// Reads a TEXT column without an intermediate `DatabaseValue`.
-    package static func decode(from row: Row, at index: Int) throws -> String {
+    public static func decode(from row: Row, at index: Int) throws -> String {
         if let text = row.textIfText(at: index) { return text }
         let value = row.databaseValue(at: index)
         throw row.decodingError(index: index, value: value, type: String.self)
     }
 
     /// `.text`.
-    package var databaseValue: DatabaseValue { .text(self) }
+    public var databaseValue: DatabaseValue { .text(self) }
     /// Accepts TEXT only.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> String? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> String? {
         if case .text(let text) = value { return text }
         return nil
     }
@@ -163,9 +163,9 @@ extension String: DatabaseValueConvertible {
 
 extension Data: DatabaseValueConvertible {
     /// `.blob`.
-    package var databaseValue: DatabaseValue { .blob(self) }
+    public var databaseValue: DatabaseValue { .blob(self) }
     /// Accepts BLOB only.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Data? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Data? {
         if case .blob(let blob) = value { return blob }
         return nil
     }
@@ -173,9 +173,9 @@ extension Data: DatabaseValueConvertible {
 
 extension Bool: DatabaseValueConvertible {
     /// `.integer(1)` or `.integer(0)`, as SQLite's own boolean expressions produce.
-    package var databaseValue: DatabaseValue { .integer(self ? 1 : 0) }
+    public var databaseValue: DatabaseValue { .integer(self ? 1 : 0) }
     /// Accepts INTEGER 0 and 1 only; any other number is a bug worth hearing about.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Bool? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Bool? {
         switch value {
         case .integer(0): false
         case .integer(1): true
@@ -187,29 +187,29 @@ extension Bool: DatabaseValueConvertible {
 extension Date: DatabaseValueConvertible {
     /// `.real` seconds since 1970-01-01T00:00:00Z (D-155): sortable, readable with SQLite's
     /// `datetime(x, 'unixepoch')`, and sub-millisecond precise for present-day dates.
-    package var databaseValue: DatabaseValue { .real(timeIntervalSince1970) }
+    public var databaseValue: DatabaseValue { .real(timeIntervalSince1970) }
     /// Accepts REAL or INTEGER seconds since 1970.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Date? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Date? {
         Double.fromDatabaseValue(value).map { Date(timeIntervalSince1970: $0) }
     }
 }
 
 extension Optional: DatabaseValueConvertible where Wrapped: DatabaseValueConvertible {
     /// NULL reads as nil; anything else must decode as `Wrapped`.
-    package static func decode(from row: Row, at index: Int) throws -> Wrapped? {
+    public static func decode(from row: Row, at index: Int) throws -> Wrapped? {
         if row.isNull(at: index) { return nil }
         return try Wrapped.decode(from: row, at: index)
     }
 
     /// `.null` for nil, else the wrapped value's.
-    package var databaseValue: DatabaseValue {
+    public var databaseValue: DatabaseValue {
         switch self {
         case .none: .null
         case .some(let wrapped): wrapped.databaseValue
         }
     }
     /// NULL reads as `.some(nil)`; anything else must decode as `Wrapped`.
-    package static func fromDatabaseValue(_ value: DatabaseValue) -> Wrapped?? {
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> Wrapped?? {
         if value.isNull { return .some(nil) }
         guard let wrapped = Wrapped.fromDatabaseValue(value) else { return nil }
         return .some(wrapped)

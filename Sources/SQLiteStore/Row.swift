@@ -5,7 +5,7 @@ internal import CSQLite3
 /// A `Row` reads straight from SQLite's statement (no copy). It is not Sendable and must not be
 /// kept: using it after the query moved on traps with a message saying so. Decode what you need
 /// into a `FetchableRecord` value instead.
-package struct Row {
+public struct Row {
     @usableFromInline let statement: Statement
     @usableFromInline let generation: UInt64
 
@@ -23,19 +23,19 @@ package struct Row {
     }
 
     /// The number of result columns.
-    package var count: Int {
+    public var count: Int {
         checkCurrent()
         return Int(statement.columnCount)
     }
 
     /// The result column names, in order.
-    package var columnNames: [String] {
+    public var columnNames: [String] {
         checkCurrent()
         return (0..<statement.columnCount).map(statement.columnName)
     }
 
     /// The raw value of column `index` (0-based).
-    package func databaseValue(at index: Int) -> DatabaseValue {
+    public func databaseValue(at index: Int) -> DatabaseValue {
         checkCurrent()
         precondition(
             index >= 0 && index < Int(statement.columnCount), "SQLiteStore: column index \(index) out of range")
@@ -46,47 +46,56 @@ package struct Row {
     ///
     /// - Throws: `DatabaseError` `.decodingFailed` naming the column when the value does not fit
     ///   `Value` (e.g. NULL for a non-optional, TEXT for an Int64).
-    package subscript<Value: DatabaseValueConvertible>(_ index: Int) -> Value {
+    @inlinable
+    public subscript<Value: DatabaseValueConvertible>(_ index: Int) -> Value {
+        // Inlinable so that a record's `init(row:)` calls the decoder of each column's type
+        // directly instead of through unspecialized generic code (D-163).
         get throws {
             try Value.decode(from: self, at: index)
         }
     }
 
+    // The typed readers below take the column's value once (sqlite3_column_value) and read its
+    // type and contents from it: every sqlite3_column_* call enters and leaves the connection's
+    // API (mutex calls, error bookkeeping), sqlite3_value_* calls do not. SQLite calls the
+    // value "unprotected" because no mutex is held while it is read; connections here are opened
+    // SQLITE_OPEN_NOMUTEX and used by one thread at a time, so sqlite3_column_* would hold none
+    // either, and the value is read before the statement steps again (D-162).
+
     /// The column's INTEGER value, or nil when it holds another storage class.
     func integerIfInteger(at index: Int) -> Int64? {
-        checkColumn(index)
-        let column = Int32(index)
-        guard sqlite3_column_type(statement.handle, column) == SQLITE_INTEGER else { return nil }
-        return sqlite3_column_int64(statement.handle, column)
+        let value = columnValue(index)
+        guard sqlite3_value_type(value) == SQLITE_INTEGER else { return nil }
+        return sqlite3_value_int64(value)
     }
 
     /// The column's TEXT value, or nil when it holds another storage class.
     func textIfText(at index: Int) -> String? {
-        checkColumn(index)
-        let column = Int32(index)
-        guard sqlite3_column_type(statement.handle, column) == SQLITE_TEXT else { return nil }
-        let count = Int(sqlite3_column_bytes(statement.handle, column))
-        guard let bytes = sqlite3_column_text(statement.handle, column) else { return "" }
+        let value = columnValue(index)
+        guard sqlite3_value_type(value) == SQLITE_TEXT else { return nil }
+        guard let bytes = sqlite3_value_text(value) else { return "" }
+        let count = Int(sqlite3_value_bytes(value))  // after sqlite3_value_text, as SQLite advises
         return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
     }
 
     /// True when the column is NULL.
     func isNull(at index: Int) -> Bool {
-        checkColumn(index)
-        return sqlite3_column_type(statement.handle, Int32(index)) == SQLITE_NULL
+        sqlite3_value_type(columnValue(index)) == SQLITE_NULL
     }
 
-    private func checkColumn(_ index: Int) {
+    /// The current row's value of column `index`, valid until the statement steps or resets.
+    private func columnValue(_ index: Int) -> OpaquePointer? {
         checkCurrent()
         precondition(
             index >= 0 && index < Int(statement.columnCount), "SQLiteStore: column index \(index) out of range")
+        return sqlite3_column_value(statement.handle, Int32(index))
     }
 
     /// Column `name` decoded as `Value`. Column names match case-insensitively.
     ///
     /// - Throws: `DatabaseError` `.decodingFailed` when there is no such column or the value
     ///   does not fit `Value`.
-    package subscript<Value: DatabaseValueConvertible>(_ name: String) -> Value {
+    public subscript<Value: DatabaseValueConvertible>(_ name: String) -> Value {
         get throws {
             checkCurrent()
             guard let index = statement.columnIndex(name) else {
@@ -128,7 +137,7 @@ extension Row: Sendable {}
 ///     }
 /// }
 /// ```
-package protocol FetchableRecord: Sendable {
+public protocol FetchableRecord: Sendable {
     /// Decodes one row. Throw (usually by letting `Row`'s subscripts throw) when it does not fit.
     init(row: Row) throws
 }
@@ -137,7 +146,7 @@ package protocol FetchableRecord: Sendable {
 ///
 /// `encode(to:)` lists the columns and their values; `Database.insert`, `upsert` and `delete`
 /// build the SQL from it.
-package protocol PersistableRecord: Sendable {
+public protocol PersistableRecord: Sendable {
     /// The table the record lives in.
     static var databaseTableName: String { get }
     /// The primary key columns, used by `upsert` and `delete`. Defaults to `["id"]`.
@@ -148,21 +157,21 @@ package protocol PersistableRecord: Sendable {
 
 extension PersistableRecord {
     /// `["id"]`.
-    package static var primaryKeyColumns: [String] { ["id"] }
+    public static var primaryKeyColumns: [String] { ["id"] }
 }
 
 /// The column → value list a `PersistableRecord` encodes itself into.
-package struct PersistenceContainer: Sendable {
+public struct PersistenceContainer: Sendable {
     /// The columns in the order they were set.
-    package private(set) var columns: [String] = []
+    public private(set) var columns: [String] = []
     /// The values, parallel to `columns`.
-    package private(set) var values: [DatabaseValue] = []
+    public private(set) var values: [DatabaseValue] = []
 
     /// An empty container.
-    package init() {}
+    public init() {}
 
     /// Sets column `column` to `value` (replacing an earlier value for the same column).
-    package subscript(column: String) -> (any DatabaseValueConvertible)? {
+    public subscript(column: String) -> (any DatabaseValueConvertible)? {
         get {
             columns.firstIndex(of: column).map { values[$0] }
         }

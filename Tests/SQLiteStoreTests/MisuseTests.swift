@@ -61,6 +61,30 @@ import Testing
         }
     }
 
+    @Test func readInsideReadTraps() async {
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
+            try store.read { _ in try store.read { _ in } }
+        }.map { result in
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("read was called from inside a read or write closure"))
+        }
+    }
+
+    @Test func writeInsideReadTraps() async {
+        let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
+        let path = directory.file("test.db")
+        await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [path = path as String] in
+            let store = try DatabaseQueue(path: path, migrator: testMigrator())
+            try store.read { _ in try store.write { _ in } }
+        }.map { result in
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(text.contains("write was called from inside a read or write closure"))
+        }
+    }
+
     @Test func waitingForObserversInsideAnObserverTraps() async {
         let directory = TemporaryDirectory()  // owned here: the trapping child never cleans up
         let path = directory.file("test.db")
