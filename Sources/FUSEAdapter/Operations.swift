@@ -410,21 +410,12 @@ private func replyData(_ request: fuse_req_t, _ data: ReadData) -> Int32 {
     case .file(let descriptor, let offset, let owner):
         let buffer = ReadBufferPool.shared.take(capacity: data.count)
         defer { ReadBufferPool.shared.put(buffer) }
-        let filled = withExtendedLifetime(owner) {
-            buffer.withUnsafeMutableBytes { raw -> Int in
-                var done = 0
-                while done < data.count {
-                    let got = retryingOnInterrupt {
-                        pread(descriptor, raw.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
-                    }
-                    if got < 0 { return -Int(errno) }
-                    if got == 0 { break }
-                    done += got
-                }
-                return done
+        let read = withExtendedLifetime(owner) {
+            buffer.withUnsafeMutableBytes {
+                readFully(descriptor, into: $0.baseAddress!, count: data.count, at: offset)
             }
         }
-        if filled < 0 { return fuse_reply_err(request, EIO) }
+        guard case .success(let filled) = read else { return fuse_reply_err(request, EIO) }
         return buffer.withUnsafeBytes { bytes in
             fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), filled)
         }

@@ -42,25 +42,15 @@ final class ContentFile: Sendable {
         let fd = self.fd
         let path = self.path
         try await pool.run { () throws(CacheError) -> Void in
-            if bytes.count >= 4096, bytes.allSatisfy({ $0 == 0 }) {
-                let data = lseek(fd, off_t(offset), seekData)
-                if (data < 0 && errno == ENXIO) || (data >= 0 && Int64(data) >= offset + Int64(bytes.count)) {
-                    return
-                }
+            if bytes.count >= 4096, bytes.allSatisfy({ $0 == 0 }),
+                (nextData(in: fd, at: offset) ?? .max) >= offset + Int64(bytes.count)
+            {
+                return
             }
-            var done = 0
-            while done < bytes.count {
-                let result = bytes.withUnsafeBytes { buffer in
-                    retryingOnInterrupt {
-                        pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
-                    }
-                }
-                if result < 0 {
-                    let error = Errno.current
-                    throw CacheError(
-                        error == .noSpace ? .noSpace : .io, "cannot write cache file \(path): \(error.message)")
-                }
-                done += result
+            let written = bytes.withUnsafeBytes { writeFully(fd, from: $0.baseAddress!, count: $0.count, at: offset) }
+            if case .failure(let error) = written {
+                throw CacheError(
+                    error == .noSpace ? .noSpace : .io, "cannot write cache file \(path): \(error.message)")
             }
         }
     }

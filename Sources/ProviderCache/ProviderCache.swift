@@ -156,15 +156,7 @@ public final class ProviderCache: Sendable {
     /// (nil: use the cache whenever it has the item). Unreachable provider: the cached copy if
     /// any. Gone on the provider: removed from the cache, `.notFound`.
     public func item(_ identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) -> ProviderItem {
-        let now = environment.timeline.now
-        let cached = catalog.withLock { catalog -> ProviderItem? in
-            guard let item = catalog.items[identifier] else { return nil }
-            if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
-            guard let maximumAge else { return item }
-            if let at = catalog.refreshedAt[identifier], now - at < maximumAge { return item }
-            return nil
-        }
-        if let cached { return cached }
+        if let cached = freshItem(identifier, maximumAge: maximumAge) { return cached }
         do {
             // Metadata calls get the same deadline as content chunks: a hung provider makes
             // lookup/getattr/open fall back to the cached metadata instead of hanging.
@@ -189,15 +181,15 @@ public final class ProviderCache: Sendable {
         }
     }
 
-    /// The item when the cached copy is younger than `maximumAge` (nil: the provider must be
-    /// asked, via `item(_:maximumAge:)`). Never waits.
-    public func freshItem(_ identifier: ItemIdentifier, maximumAge: Duration) -> ProviderItem? {
+    /// The item when the cached copy is younger than `maximumAge` (nil age: whenever the cache
+    /// has it); nil when the provider must be asked, via `item(_:maximumAge:)`. Never waits.
+    public func freshItem(_ identifier: ItemIdentifier, maximumAge: Duration?) -> ProviderItem? {
         let now = environment.timeline.now
         return catalog.withLock { catalog -> ProviderItem? in
-            guard let item = catalog.items[identifier], let at = catalog.refreshedAt[identifier],
-                now - at < maximumAge
-            else { return nil }
+            guard let item = catalog.items[identifier] else { return nil }
             if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
+            guard let maximumAge else { return item }
+            guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
             return item
         }
     }
@@ -213,12 +205,13 @@ public final class ProviderCache: Sendable {
     }
 
     /// The child named `name` (bytes) per the cached listing, if that listing is younger than
-    /// `maximumAge`. Never waits.
-    public func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration) -> CachedChild {
+    /// `maximumAge` (nil: any listing of this session). Never waits.
+    public func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration?) -> CachedChild {
         let key = NameKey(name)
         let now = environment.timeline.now
         return catalog.withLock { catalog -> CachedChild in
-            guard let at = catalog.listedAt[directory], now - at < maximumAge else { return .unknown }
+            guard let at = catalog.listedAt[directory] else { return .unknown }
+            if let maximumAge, now - at >= maximumAge { return .unknown }
             if let item = catalog.names[directory]?[key].flatMap({ catalog.items[$0] }) { return .found(item) }
             return .absent(listingAge: now - at)
         }
@@ -273,19 +266,13 @@ public final class ProviderCache: Sendable {
     public func child(
         named name: String, of directory: ItemIdentifier, maximumAge: Duration?
     ) async throws(CacheError) -> ProviderItem? {
-        let key = NameKey(name)
-        let now = environment.timeline.now
-        enum Fast {
-            case found(ProviderItem?)
-            case list
+        switch cachedChild(named: name, of: directory, maximumAge: maximumAge) {
+        case .found(let item): return item
+        case .absent: return nil
+        case .unknown: break
         }
-        let fast = catalog.withLock { catalog -> Fast in
-            guard let at = catalog.listedAt[directory] else { return .list }
-            if let maximumAge, now - at >= maximumAge { return .list }
-            return .found(catalog.names[directory]?[key].flatMap { catalog.items[$0] })
-        }
-        if case .found(let item) = fast { return item }
         try await listChildren(of: directory, maximumAge: maximumAge)
+        let key = NameKey(name)
         return catalog.withLock { catalog in catalog.names[directory]?[key].flatMap { catalog.items[$0] } }
     }
 

@@ -340,16 +340,8 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
     }
 
     private func write(_ bytes: [UInt8], count: Int, to descriptor: Int32, at offset: Int64) throws {
-        var done = 0
-        while done < count {
-            let result = bytes.withUnsafeBytes { raw in
-                retryingOnInterrupt {
-                    pwrite(descriptor, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                }
-            }
-            if result < 0 { throw transferError(Errno.current) }
-            done += result
-        }
+        let written = bytes.withUnsafeBytes { writeFully(descriptor, from: $0.baseAddress!, count: count, at: offset) }
+        if case .failure(let error) = written { throw transferError(error) }
     }
 
     /// The failure of a copy, with its errno (ENOSPC from the destination is told apart by it).

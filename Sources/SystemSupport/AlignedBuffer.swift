@@ -76,17 +76,10 @@ public struct ReadData: Sendable {
         case .file(let descriptor, let offset, let owner):
             return withExtendedLifetime(owner) {
                 var result = [UInt8](repeating: 0, count: count)
-                var done = 0
-                while done < count {
-                    let got = result.withUnsafeMutableBytes { raw in
-                        retryingOnInterrupt {
-                            pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                        }
-                    }
-                    if got <= 0 { break }
-                    done += got
+                let read = result.withUnsafeMutableBytes { raw in
+                    readFully(descriptor, into: raw.baseAddress!, count: count, at: offset)
                 }
-                return Array(result.prefix(done))
+                return Array(result.prefix((try? read.get()) ?? 0))
             }
         }
     }

@@ -1,5 +1,5 @@
-// Hole queries: SEEK_DATA/SEEK_HOLE are GNU extensions that Swift's Glibc module does not export;
-// here with their documented values.
+// File ranges: hole queries (SEEK_DATA/SEEK_HOLE are GNU extensions that Swift's Glibc module
+// does not export; here with their documented values) and whole-range pread/pwrite.
 
 #if canImport(Glibc)
 import Glibc
@@ -25,4 +25,34 @@ public func nextData(in descriptor: Int32, at offset: Int64) -> Int64? {
 public func nextHole(in descriptor: Int32, at offset: Int64) -> Int64 {
     let result = lseek(descriptor, off_t(offset), seekHole)
     return result >= 0 ? Int64(result) : Int64.max
+}
+
+/// Reads up to `count` bytes at `offset` into `buffer`, going on after short reads and EINTR;
+/// fewer bytes only at the end of the file. The count read, or the errno.
+public func readFully(
+    _ descriptor: Int32, into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64
+) -> Result<Int, Errno> {
+    var done = 0
+    while done < count {
+        let got = retryingOnInterrupt { pread(descriptor, buffer + done, count - done, off_t(offset) + off_t(done)) }
+        if got < 0 { return .failure(Errno.current) }
+        if got == 0 { break }
+        done += got
+    }
+    return .success(done)
+}
+
+/// Writes all `count` bytes of `buffer` at `offset`, going on after short writes and EINTR.
+public func writeFully(
+    _ descriptor: Int32, from buffer: UnsafeRawPointer, count: Int, at offset: Int64
+) -> Result<Void, Errno> {
+    var done = 0
+    while done < count {
+        let written = retryingOnInterrupt {
+            pwrite(descriptor, buffer + done, count - done, off_t(offset) + off_t(done))
+        }
+        if written < 0 { return .failure(Errno.current) }
+        done += written
+    }
+    return .success(())
 }
