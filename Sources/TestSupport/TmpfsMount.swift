@@ -27,6 +27,19 @@ public final class TmpfsMount: Sendable {
 
     public func file(_ name: String) -> String { "\(path)/\(name)" }
 
+    /// Remounts it read-only. EBUSY means some process has a file on it open for writing: a test
+    /// in another suite that spawns a child (exit tests) can briefly hold a copy of every
+    /// descriptor of this process between fork and exec, so this retries for about 2 s; a real
+    /// leak still fails.
+    public func remountReadOnly() throws {
+        for _ in 0..<100 {
+            if mount("tmpfs", path, "tmpfs", UInt(MS_REMOUNT | MS_RDONLY), nil) == 0 { return }
+            guard errno == EBUSY else { break }
+            usleep(20_000)
+        }
+        throw TestSupportError("remount read-only: errno \(errno)")
+    }
+
     deinit {
         umount2(path, Int32(MNT_DETACH))
         parent.remove()

@@ -1,52 +1,11 @@
 import Foundation
 import SQLiteStore
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// A tmpfs mounted for one test and always unmounted (lazily, so an open descriptor cannot keep
-/// it). Needs root; the tests that use it fail, not skip, without it unless
-/// PROVIDERFS_SKIP_ROOT_TESTS=1 (docs/TESTING.md).
-final class TemporaryMount {
-    let path: String
-    private let parent = TemporaryDirectory()
-
-    init(size: String) throws {
-        path = parent.file("mnt")
-        guard mkdir(path, 0o755) == 0 else { throw MountError(message: "mkdir \(path): errno \(errno)") }
-        guard mount("tmpfs", path, "tmpfs", 0, "size=\(size)") == 0 else {
-            throw MountError(message: "mount tmpfs on \(path): \(String(cString: strerror(errno))) (tests need root)")
-        }
-    }
-
-    func remountReadOnly() throws {
-        // EBUSY means some process has a file on this mount open for writing. Our connections are
-        // closed by now, but a test in another suite that spawns a child process (exit tests) can
-        // briefly hold a copy of every descriptor of this process between fork and exec. So
-        // retry for a bounded time; a real leak of ours still fails after 2 s.
-        for _ in 0..<100 {
-            if mount("tmpfs", path, "tmpfs", UInt(MS_REMOUNT | MS_RDONLY), nil) == 0 { return }
-            guard errno == EBUSY else { break }
-            usleep(20_000)
-        }
-        throw MountError(message: "remount read-only: \(String(cString: strerror(errno)))")
-    }
-
-    func file(_ name: String) -> String { "\(path)/\(name)" }
-
-    deinit {
-        umount2(path, Int32(MNT_DETACH))
-    }
-
-    struct MountError: Error, CustomStringConvertible {
-        var message: String
-        var description: String { message }
-    }
-}
-
-let rootTestsEnabled = ProcessInfo.processInfo.environment["PROVIDERFS_SKIP_ROOT_TESTS"] != "1"
 
 @Suite struct BadInputTests {
     let directory = TemporaryDirectory()
@@ -91,7 +50,7 @@ let rootTestsEnabled = ProcessInfo.processInfo.environment["PROVIDERFS_SKIP_ROOT
     }
 
     @Test(.enabled(if: rootTestsEnabled)) func aReadOnlyFileSystemIsAClearError() throws {
-        let mount = try TemporaryMount(size: "4m")
+        let mount = try TmpfsMount(size: "4m")
         let existing = mount.file("meta.db")
         do {
             let store = try DatabaseQueue(path: existing, migrator: testMigrator())
@@ -116,7 +75,7 @@ let rootTestsEnabled = ProcessInfo.processInfo.environment["PROVIDERFS_SKIP_ROOT
     }
 
     @Test(.enabled(if: rootTestsEnabled)) func aFullDiskRollsBackCleanlyAndRecovers() throws {
-        let mount = try TemporaryMount(size: "1m")
+        let mount = try TmpfsMount(size: "1m")
         let path = mount.file("meta.db")
         let store = try DatabaseQueue(path: path, migrator: testMigrator())
         // Another file on the same disk, deleted later to "free some space" as a user would.
