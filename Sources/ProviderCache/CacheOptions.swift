@@ -2,9 +2,6 @@
 public struct CacheOptions: Sendable {
     /// Largest chunk asked of a provider stream at once (and written with one pwrite).
     public var chunkSize: Int = 1 << 20
-    /// Largest first step of a direct transfer (a stream that writes into the cache file itself,
-    /// such as the local provider's) when no reader waits at its start.
-    public var directChunkSize: Int = 8 << 20
     /// Most bytes one direct-transfer call moves (in steps of `chunkSize`, each delivered to
     /// readers as it lands) before control comes back to the download loop.
     public var directBatchSize: Int = 64 << 20

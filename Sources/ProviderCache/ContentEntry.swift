@@ -411,10 +411,7 @@ public final class ContentEntry: Sendable {
         while position < target.upperBound {
             if Task.isCancelled { return .failed(CacheError(.cancelled, "download cancelled"), progress: progress) }
             let length = state.withLock { state in
-                Self.chunkLength(
-                    state, at: position, end: target.upperBound, options: options,
-                    maximum: direct == nil ? options.chunkSize : max(options.chunkSize, options.directChunkSize),
-                    previous: previousChunk)
+                Self.chunkLength(state, at: position, end: target.upperBound, options: options, previous: previousChunk)
             }
             previousChunk = length
             if let direct {
@@ -534,13 +531,13 @@ public final class ContentEntry: Sendable {
 
     /// The next chunk. The first of a fetch, when a reader waits at `position`, is just what it
     /// needs (rounded up to 64 KiB, at least `firstChunkSize`): time to first byte depends on the
-    /// read, not on the file or chunk size. Later chunks double, up to `maximum`, so a stream
+    /// read, not on the file or chunk size. Later chunks double, up to `chunkSize`, so a stream
     /// that readers follow closely is not cut into read-sized pieces (each chunk costs a few
     /// thread hops and a deadline).
     private static func chunkLength(
-        _ state: State, at position: Int64, end: Int64, options: CacheOptions, maximum: Int, previous: Int?
+        _ state: State, at position: Int64, end: Int64, options: CacheOptions, previous: Int?
     ) -> Int {
-        var length = Int64(maximum)
+        var length = Int64(options.chunkSize)
         if let previous {
             length = min(length, 2 * Int64(previous))
         } else if let waiter = state.waiters.first(where: { $0.range.contains(position) }) {
