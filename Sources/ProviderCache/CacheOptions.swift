@@ -34,6 +34,10 @@ public struct CacheOptions: Sendable {
     public var persistDelay: Duration = .seconds(1)
     /// How long a directory listing is trusted before the provider is asked again.
     public var directoryTTL: Duration = .seconds(5)
+    /// A listing that answers a lookup when it is older than this is listed again in the
+    /// background (one refresh per directory at a time), so a directory in use is re-listed before
+    /// its `directoryTTL` runs out instead of making a lookup wait for the listing. nil: never.
+    public var listingRefreshAhead: Duration? = .milliseconds(2500)
     /// How long an item's metadata is trusted by getattr before the provider is asked again.
     public var attributeTTL: Duration = .seconds(1)
     /// A lookup of a name missing from a listing re-lists the directory if the listing is older

@@ -48,6 +48,9 @@ public final class ProviderCache: Sendable {
         )
     >(([:], false, 0, []))
 
+    /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
+    private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
+
     /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
     /// are bytes.
     struct NameKey: Hashable {
@@ -194,10 +197,54 @@ public final class ProviderCache: Sendable {
         }
     }
 
+    /// `freshItem` and `presentBytes` in one visit of the catalog (a getattr answered from memory).
+    public func freshItemAndPresentBytes(
+        _ identifier: ItemIdentifier, maximumAge: Duration?
+    ) -> (ProviderItem, presentBytes: Int64)? {
+        let now = environment.timeline.now
+        let found = catalog.withLock { catalog -> (ProviderItem, Presence)? in
+            guard let item = catalog.items[identifier] else { return nil }
+            if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
+            if let maximumAge {
+                guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
+            }
+            return (item, Self.presence(of: item, in: catalog))
+        }
+        return found.map { ($0.0, $0.1.bytes) }
+    }
+
+    /// How many bytes of the item's current content version are stored locally (0 for a
+    /// placeholder, a directory or a symbolic link).
+    public func presentBytes(of item: ProviderItem) -> Int64 {
+        catalog.withLock { Self.presence(of: item, in: $0) }.bytes
+    }
+
+    /// Where the local byte count of an item comes from, taken under the catalog lock and read
+    /// after it (an open entry's count is behind the entry's own lock).
+    private enum Presence {
+        case count(Int64)
+        case entry(ContentEntry)
+
+        var bytes: Int64 {
+            switch self {
+            case .count(let count): count
+            case .entry(let entry): entry.progress.present
+            }
+        }
+    }
+
+    private static func presence(of item: ProviderItem, in catalog: Catalog) -> Presence {
+        // Most items were never opened: no key to build or hash.
+        guard item.kind == .file, !catalog.entries.isEmpty || !catalog.records.isEmpty else { return .count(0) }
+        let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
+        if let entry = catalog.entries[key] { return .entry(entry) }
+        return .count(catalog.records[key]?.present.count ?? 0)
+    }
+
     /// What the cached listing of a directory says about one name, without asking the provider.
     public enum CachedChild: Sendable {
-        /// The listing is younger than asked and has the name.
-        case found(ProviderItem)
+        /// The listing is younger than asked and has the name; `presentBytes` as `presentBytes(of:)`.
+        case found(ProviderItem, presentBytes: Int64)
         /// The listing is younger than asked and lacks the name; `listingAge` is its age.
         case absent(listingAge: Duration)
         /// No listing young enough: the provider must be asked (`child(named:of:maximumAge:)`).
@@ -209,11 +256,29 @@ public final class ProviderCache: Sendable {
     public func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration?) -> CachedChild {
         let key = NameKey(name)
         let now = environment.timeline.now
-        return catalog.withLock { catalog -> CachedChild in
+        enum Answer {
+            case found(ProviderItem, Presence)
+            case absent(listingAge: Duration)
+            case unknown
+        }
+        let refreshAhead = environment.options.listingRefreshAhead
+        var listingAge = Duration.zero
+        let answer = catalog.withLock { catalog -> Answer in
             guard let at = catalog.listedAt[directory] else { return .unknown }
-            if let maximumAge, now - at >= maximumAge { return .unknown }
-            if let item = catalog.names[directory]?[key].flatMap({ catalog.items[$0] }) { return .found(item) }
-            return .absent(listingAge: now - at)
+            listingAge = now - at
+            if let maximumAge, listingAge >= maximumAge { return .unknown }
+            if let item = catalog.names[directory]?[key].flatMap({ catalog.items[$0] }) {
+                return .found(item, Self.presence(of: item, in: catalog))
+            }
+            return .absent(listingAge: listingAge)
+        }
+        if let refreshAhead, let maximumAge, listingAge >= refreshAhead, listingAge < maximumAge {
+            refreshInBackground(directory, maximumAge: refreshAhead)
+        }
+        switch answer {
+        case .found(let item, let presence): return .found(item, presentBytes: presence.bytes)
+        case .absent(let age): return .absent(listingAge: age)
+        case .unknown: return .unknown
         }
     }
 
@@ -261,13 +326,31 @@ public final class ProviderCache: Sendable {
         }
     }
 
+    /// Lists `directory` again in a task of its own unless one is already doing so (or the cache
+    /// is shutting down). Errors are left to the next lookup that needs the listing.
+    private func refreshInBackground(_ directory: ItemIdentifier, maximumAge: Duration) {
+        refreshes.withLock { refreshes in
+            guard !refreshes.closed, refreshes.tasks[directory] == nil else { return }
+            // Registered under the lock the task takes to deregister: it cannot finish first.
+            refreshes.tasks[directory] = Task { [self] in
+                try? await listChildren(of: directory, maximumAge: maximumAge)
+                _ = self.refreshes.withLock { $0.tasks.removeValue(forKey: directory) }
+            }
+        }
+    }
+
+    /// Waits for the background re-listings running now (tests; shutdown cancels them instead).
+    public func waitForBackgroundRefreshes() async {
+        for task in refreshes.withLock({ Array($0.tasks.values) }) { await task.value }
+    }
+
     /// The child of `directory` named exactly `name` (bytes), listing the directory first if its
     /// listing is older than `maximumAge`. Nil when there is no such child.
     public func child(
         named name: String, of directory: ItemIdentifier, maximumAge: Duration?
     ) async throws(CacheError) -> ProviderItem? {
         switch cachedChild(named: name, of: directory, maximumAge: maximumAge) {
-        case .found(let item): return item
+        case .found(let item, _): return item
         case .absent: return nil
         case .unknown: break
         }
@@ -315,14 +398,23 @@ public final class ProviderCache: Sendable {
             catalog -> ([ProviderItem], [ItemIdentifier], [ContentEntryOrRecord]) in
             var toSave: [ProviderItem] = []
             var superseded: [ContentEntryOrRecord] = []
-            let newIdentifiers = Set(listed.map(\.identifier))
-            let wasListed = catalog.children[directory] != nil
-            let oldIdentifiers = catalog.children[directory] ?? []
             var removed: [ItemIdentifier] = []
-            for identifier in oldIdentifiers.subtracting(newIdentifiers) {
-                removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
+            let oldIdentifiers = catalog.children[directory]
+            // A re-list usually finds the same children: one set probe per child tells, instead of
+            // building and comparing sets of thousands.
+            var sameMembers =
+                oldIdentifiers.map { old in
+                    old.count == listed.count && listed.allSatisfy { old.contains($0.identifier) }
+                } ?? false
+            var newIdentifiers = oldIdentifiers ?? []
+            if !sameMembers {
+                newIdentifiers = Set(listed.map(\.identifier))
+                for identifier in (oldIdentifiers ?? []).subtracting(newIdentifiers) {
+                    removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
+                }
             }
             var renamed = false
+            var stampedTwice = false
             for item in listed {
                 let old = catalog.items[item.identifier]
                 if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
@@ -336,19 +428,27 @@ public final class ProviderCache: Sendable {
                     catalog.items[item.identifier] = item
                     if old?.name != item.name { renamed = true }
                 }
-                catalog.refreshedAt[item.identifier] = now
+                if catalog.refreshedAt.updateValue(now, forKey: item.identifier) == now { stampedTwice = true }
+            }
+            if sameMembers, stampedTwice {
+                // An identifier listed twice (or one refreshed at this very instant) can hide a
+                // missing child behind an equal count: compare the sets after all. Every listed
+                // child was already a child here, so none of them is inside what is removed.
+                sameMembers = false
+                newIdentifiers = Set(listed.map(\.identifier))
+                for identifier in (oldIdentifiers ?? []).subtracting(newIdentifiers) {
+                    removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
+                }
             }
             // The by-name index changes only when membership or a name did (a re-list of an
             // unchanged directory of thousands of files rebuilds nothing).
-            if renamed || !removed.isEmpty || catalog.children[directory] != newIdentifiers
-                || catalog.names[directory] == nil
-            {
+            if renamed || !removed.isEmpty || !sameMembers || catalog.names[directory] == nil {
                 catalog.names[directory] = Dictionary(
                     listed.map { (NameKey($0.name), $0.identifier) }, uniquingKeysWith: { first, _ in first })
             }
             catalog.children[directory] = newIdentifiers
             catalog.listedAt[directory] = now
-            if !wasListed, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
+            if oldIdentifiers == nil, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)
         }
         if !removed.isEmpty {
@@ -683,6 +783,14 @@ public final class ProviderCache: Sendable {
         let entries = catalog.withLock { catalog -> [ContentEntry] in
             catalog.isShutDown = true
             return Array(catalog.entries.values)
+        }
+        let running = refreshes.withLock { refreshes in
+            refreshes.closed = true
+            return Array(refreshes.tasks.values)
+        }
+        for task in running {
+            task.cancel()
+            await task.value
         }
         for entry in entries {
             entry.retire(CacheError(.cancelled, "the file system is shutting down"))

@@ -6,8 +6,14 @@ public struct Timeline: Sendable {
     private let sleeper: @Sendable (Duration) async throws -> Void
 
     public init(_ clock: some Clock<Duration>) {
-        let start = clock.now
-        elapsed = { start.duration(to: clock.now) }
+        if let continuous = clock as? ContinuousClock {
+            // The production clock, read without generic dispatch: `now` is on every lookup.
+            let start = continuous.now
+            elapsed = { start.duration(to: ContinuousClock.now) }
+        } else {
+            let start = clock.now
+            elapsed = { start.duration(to: clock.now) }
+        }
         sleeper = { duration in try await clock.sleep(for: duration) }
     }
 

@@ -131,34 +131,91 @@ public struct LocalDirectoryProvider: Provider {
         }
         defer { closedir(directory) }
         let descriptor = dirfd(directory)
-        var result: [ProviderItem] = []
+        // Names first (readdir is cheap), then one fstatat per child on the directory's descriptor
+        // (no path resolution per child): those calls are the cost of a listing, so a large
+        // directory spreads them over a few threads (a lookup that re-lists waits for all of them).
+        var found: [String] = []
         while let entry = readdir(directory) {
-            // fstatat on the directory's descriptor: no path resolution per child (a listing of
-            // thousands of files is dominated by these calls).
-            var childInfo = stat()
-            let found = withUnsafePointer(to: &entry.pointee.d_name) { tuple in
+            let name = withUnsafePointer(to: &entry.pointee.d_name) { tuple in
                 tuple.withMemoryRebound(to: CChar.self, capacity: 256) { cName -> String? in
                     if cName[0] == 0x2E && (cName[1] == 0 || (cName[1] == 0x2E && cName[2] == 0)) { return nil }
-                    // Gone between readdir and fstatat: it simply is not listed.
-                    guard fstatat(descriptor, cName, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
                     return String(cString: cName)
                 }
             }
-            guard let name = found else { continue }
-            let childIdentifier = ItemIdentifier(identifier == .root ? name : identifier.rawValue + "/" + name)
-            if let item = Self.makeItem(
-                identifier: childIdentifier, parent: identifier, name: name, path: { path + "/" + name },
-                info: childInfo)
-            {
-                result.append(item)
+            if let name { found.append(name) }
+        }
+        let names = found
+        let prefix = identifier == .root ? "" : identifier.rawValue + "/"
+        let slots = ListingSlots(count: names.count)
+        let workers = names.count >= Self.parallelListingThreshold ? Self.listingThreads : 1
+        DispatchQueue.concurrentPerform(iterations: workers) { worker in
+            var index = worker
+            while index < names.count {
+                let name = names[index]
+                var childInfo = stat()
+                // Gone between readdir and fstatat: it simply is not listed.
+                if fstatat(descriptor, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 {
+                    slots.set(
+                        index,
+                        Self.makeItem(
+                            identifier: ItemIdentifier(prefix + name), parent: identifier, name: name,
+                            path: { path + "/" + name }, info: childInfo))
+                }
+                index += workers
             }
         }
-        return result
+        return slots.items()
+    }
+
+    /// Listings of at least this many children stat them on `listingThreads` threads.
+    public static let parallelListingThreshold = 256
+    static let listingThreads = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
+
+    /// Result slots filled by the listing threads, each thread its own indices (index % threads),
+    /// read only after `concurrentPerform` returned (which orders the writes before the read).
+    private final class ListingSlots: @unchecked Sendable {
+        private var slots: [ProviderItem?]
+        init(count: Int) { slots = Array(repeating: nil, count: count) }
+        func set(_ index: Int, _ item: ProviderItem?) {
+            slots.withUnsafeMutableBufferPointer { $0[index] = item }
+        }
+        func items() -> [ProviderItem] { slots.compactMap { $0 } }
     }
 
     static func version(of info: stat) -> ContentVersion {
         let nanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-        return ContentVersion("s\(info.st_size)-m\(nanoseconds)-i\(info.st_ino)")
+        // "s<size>-m<mtime ns>-i<inode>", formatted by hand: a listing makes one per child, and
+        // string interpolation cost more than the fstatat.
+        let text = String(unsafeUninitializedCapacity: 80) { buffer in
+            var count = 0
+            func put(_ byte: UInt8) {
+                buffer[count] = byte
+                count += 1
+            }
+            func put(_ value: UInt64) {
+                var rest = value
+                let start = count
+                repeat {
+                    put(UInt8(ascii: "0") + UInt8(rest % 10))
+                    rest /= 10
+                } while rest > 0
+                buffer[start..<count].reverse()
+            }
+            func put(_ value: Int64) {
+                if value < 0 { put(UInt8(ascii: "-")) }
+                put(value.magnitude)
+            }
+            put(UInt8(ascii: "s"))
+            put(Int64(info.st_size))
+            put(UInt8(ascii: "-"))
+            put(UInt8(ascii: "m"))
+            put(nanoseconds)
+            put(UInt8(ascii: "-"))
+            put(UInt8(ascii: "i"))
+            put(UInt64(info.st_ino))
+            return count
+        }
+        return ContentVersion(text)
     }
 
     static func makeItem(identifier: ItemIdentifier, path: String, info: stat) -> ProviderItem? {

@@ -50,6 +50,20 @@ struct InodeTable {
         nodes[inode]?.lookupCount += 1
     }
 
+    /// `bind` plus `addLookup`, for a lookup reply: an existing node is found and counted with
+    /// one hash of the identifier and one of the number (this runs on every LOOKUP).
+    mutating func bindLookedUp(_ identifier: ItemIdentifier, kind: ItemKind) -> (InodeNumber, UInt64) {
+        if let inode = byIdentifier[identifier], let index = nodes.index(forKey: inode),
+            nodes.values[index].kind == kind || identifier == .root
+        {
+            nodes.values[index].lookupCount += 1
+            return (inode, nodes.values[index].generation)
+        }
+        let (inode, generation) = bind(identifier, kind: kind)
+        nodes[inode]?.lookupCount += 1
+        return (inode, generation)
+    }
+
     /// The kernel dropped `count` references. A node with none left is forgotten (the root never).
     mutating func forget(_ inode: InodeNumber, count: UInt64) {
         guard inode != .root, var node = nodes[inode] else { return }

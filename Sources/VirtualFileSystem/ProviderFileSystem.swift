@@ -96,7 +96,8 @@ public final class ProviderFileSystem: FileSystem {
         }
     }
 
-    private func attributes(of item: ProviderItem, inode: InodeNumber) -> NodeAttributes {
+    /// `presentBytes`: how much of the item's current version is stored locally (st_blocks).
+    private func attributes(of item: ProviderItem, presentBytes: Int64, inode: InodeNumber) -> NodeAttributes {
         let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
         let type: NodeType
         var blocks: Int64 = 0
@@ -106,7 +107,7 @@ public final class ProviderFileSystem: FileSystem {
         case .file:
             type = .regular
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
-            if let status = cache.status(of: item.identifier) { blocks = (status.presentBytes + 511) / 512 }
+            blocks = (presentBytes + 511) / 512
         }
         // Read-only mount: no write bits, whatever the provider says.
         // Link count 1 for directories too: the number of subdirectories is not known without
@@ -120,14 +121,10 @@ public final class ProviderFileSystem: FileSystem {
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
     }
 
-    private func entry(for item: ProviderItem) -> Entry {
-        let (inode, generation) = state.withLock { state -> (InodeNumber, UInt64) in
-            let (inode, generation) = state.inodes.bind(item.identifier, kind: item.kind)
-            state.inodes.addLookup(inode)
-            return (inode, generation)
-        }
+    private func entry(for item: ProviderItem, presentBytes: Int64) -> Entry {
+        let (inode, generation) = state.withLock { $0.inodes.bindLookedUp(item.identifier, kind: item.kind) }
         return Entry(
-            attributes: attributes(of: item, inode: inode), generation: generation,
+            attributes: attributes(of: item, presentBytes: presentBytes, inode: inode), generation: generation,
             attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
     }
 
@@ -165,7 +162,7 @@ public final class ProviderFileSystem: FileSystem {
             throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
         }
         let item = try await child(named: name, of: parentNode.identifier)
-        return entry(for: item)
+        return entry(for: item, presentBytes: cache.presentBytes(of: item))
     }
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
@@ -177,7 +174,7 @@ public final class ProviderFileSystem: FileSystem {
     ) async throws(FileSystemError) -> NodeAttributes {
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
-        return attributes(of: item, inode: inode)
+        return attributes(of: item, presentBytes: cache.presentBytes(of: item), inode: inode)
     }
 
     public func setAttributes(
@@ -502,8 +499,8 @@ extension ProviderFileSystem: FileSystemFastPath {
             !name.utf8.contains(UInt8(ascii: "/"))
         else { return nil }
         switch cache.cachedChild(named: name, of: parentNode.identifier, maximumAge: options.cache.directoryTTL) {
-        case .found(let item):
-            return .success(entry(for: item))
+        case .found(let item, let presentBytes):
+            return .success(entry(for: item, presentBytes: presentBytes))
         case .absent(let listingAge):
             // A miss re-lists (async) once the listing is older than missRefreshInterval.
             guard listingAge < options.cache.missRefreshInterval else { return nil }
@@ -517,10 +514,11 @@ extension ProviderFileSystem: FileSystemFastPath {
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
         guard let node = state.withLock({ $0.inodes[inode] }),
-            let item = cache.freshItem(node.identifier, maximumAge: options.cache.attributeTTL),
+            let (item, presentBytes) = cache.freshItemAndPresentBytes(
+                node.identifier, maximumAge: options.cache.attributeTTL),
             item.kind == node.kind || node.identifier == .root
         else { return nil }
-        return .success(attributes(of: item, inode: inode))
+        return .success(attributes(of: item, presentBytes: presentBytes, inode: inode))
     }
 
     public func readNow(

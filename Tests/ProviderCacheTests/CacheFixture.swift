@@ -27,6 +27,8 @@ final class CacheFixture: Sendable {
         options.retryDelay = .zero
         options.stallTimeout = .seconds(5)
         options.persistInterval = 256 << 10
+        // Tests count provider calls: no listing in the background unless a test asks for it.
+        options.listingRefreshAhead = nil
         return options
     }
 

@@ -40,6 +40,33 @@ struct LocalDirectoryProviderTests {
         #expect(try await drain(stream) == Array("world".utf8))
     }
 
+    @Test("a large directory (listed on several threads) lists every child once, each as item(for:) sees it")
+    func largeListing() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let count = LocalDirectoryProvider.parallelListingThreshold * 2 + 7
+        for index in 0..<count { try root.write("big/f\(index)", Array(repeating: UInt8(index % 251), count: index)) }
+        try root.write("big/sub/inner", [1])
+        symlink("f1", root.path + "/big/link")
+        mkfifo(root.path + "/big/fifo", 0o600)
+        let provider = LocalDirectoryProvider(root: root.path)
+        let children = try await provider.children(of: ItemIdentifier("big"))
+        #expect(children.count == count + 2)
+        #expect(Set(children.map(\.identifier)).count == children.count)
+        for child in children {
+            // Same metadata (version string included) as a single lstat gives.
+            #expect(try await provider.item(for: child.identifier) == child)
+            #expect(child.parent == ItemIdentifier("big"))
+        }
+        let file = try #require(children.first { $0.name == "f300" })
+        var info = stat()
+        #expect(lstat(root.path + "/big/f300", &info) == 0)
+        let nanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        #expect(file.contentVersion.rawValue == "s300-m\(nanoseconds)-i\(info.st_ino)")
+        #expect(children.first { $0.name == "sub" }?.kind == .directory)
+        #expect(children.first { $0.name == "link" }?.symbolicLinkTarget == "f1")
+    }
+
     @Test("identifiers that escape the root are refused")
     func traversal() async throws {
         let parent = try TemporaryDirectory()

@@ -283,6 +283,44 @@ struct ProviderFileSystemTests {
         #expect(try await listAll(fileSystem, .root).map(\.name) == [".", "..", "new"])
     }
 
+    @Test("a listing that answers lookups is re-listed in the background after listingRefreshAhead")
+    func listingRefreshAhead() async throws {
+        var options = VFSFixture.defaultOptions()
+        options.cache.listingRefreshAhead = .seconds(2)
+        let fixture = try VFSFixture(options: options)
+        fixture.provider.putFile("a", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 1)
+        let listed = fixture.provider.counters.childrenCalls
+        fixture.provider.putFile("a", .bytes([1, 2]))
+        // A young listing answers alone.
+        fixture.clock.advance(by: .seconds(1))
+        #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 1)
+        await fileSystem.cache.waitForBackgroundRefreshes()
+        #expect(fixture.provider.counters.childrenCalls == listed)
+        // Past listingRefreshAhead (still within directoryTTL): answered from the listing at once,
+        // which is listed again behind the answer, once however many lookups ask.
+        fixture.clock.advance(by: .seconds(2))
+        #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 1)
+        #expect(fileSystem.lookupNow(parent: .root, name: "a", context: .kernel) != nil)
+        await fileSystem.cache.waitForBackgroundRefreshes()
+        #expect(fixture.provider.counters.childrenCalls == listed + 1)
+        #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 2)
+        // The refreshed listing counts from when it was taken: 4 s later it still answers (and is
+        // refreshed again, which finds the removal).
+        fixture.clock.advance(by: .seconds(4))
+        fixture.provider.remove("a")
+        #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 2)
+        await fileSystem.cache.waitForBackgroundRefreshes()
+        #expect(fixture.provider.counters.childrenCalls == listed + 2)
+        do {
+            _ = try await fileSystem.lookup(parent: .root, name: "a", context: .kernel)
+            Issue.record("a removed item must not be found once the listing is refreshed")
+        } catch {
+            #expect(error.errno == .noSuchFileOrDirectory)
+        }
+    }
+
     @Test("names are matched byte for byte; 255-byte names work; longer is ENAMETOOLONG")
     func names() async throws {
         let fixture = try VFSFixture()

@@ -26,6 +26,8 @@ final class VFSFixture: Sendable {
         options.cache.directoryTTL = .seconds(5)
         options.cache.attributeTTL = .seconds(1)
         options.cache.missRefreshInterval = .milliseconds(500)
+        // Tests count provider calls: no listing in the background unless a test asks for it.
+        options.cache.listingRefreshAhead = nil
         return options
     }
 
