@@ -408,6 +408,13 @@ private func replyData(_ request: fuse_req_t, _ data: ReadData) -> Int32 {
             fuse_reply_buf(request, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), data.count)
         }
     case .file(let descriptor, let offset, let owner):
+        // Straight from the page cache when the owner maps the file: the kernel copies the
+        // reply from the mapping, one copy instead of pread into a buffer and then the reply.
+        if let mapped = owner as? any MappedFileRanges, let bytes = mapped.mappedBytes(at: offset, count: data.count) {
+            return withExtendedLifetime(owner) {
+                fuse_reply_buf(request, bytes.assumingMemoryBound(to: CChar.self), data.count)
+            }
+        }
         let buffer = ReadBufferPool.shared.take(capacity: data.count)
         defer { ReadBufferPool.shared.put(buffer) }
         let read = withExtendedLifetime(owner) {

@@ -10,7 +10,7 @@ import Musl
 #endif
 
 /// A sparse file holding (some of) the bytes of one content version, at their own offsets.
-final class ContentFile: Sendable {
+final class ContentFile: MappedFileRanges {
     let path: String
     let fd: Int32
     let pool: BlockingIOPool
@@ -33,7 +33,15 @@ final class ContentFile: Sendable {
         self.pool = pool
     }
 
-    deinit { close(fd) }
+    /// The whole file mapped read-only (address bits; 0: not mapped yet), made at the first
+    /// `mappedBytes` and kept until the file is closed. `mapFailed` once mmap refused.
+    private let mapping = Locked<(address: UInt, length: Int, mapFailed: Bool)>((0, 0, false))
+
+    deinit {
+        let (address, length, _) = mapping.withLock { $0 }
+        if address != 0 { munmap(UnsafeMutableRawPointer(bitPattern: address), length) }
+        close(fd)
+    }
 
     /// Writes all of `bytes` at `offset`. Returns once `pwrite` has returned for every byte.
     /// A chunk of zeros over a region that is still a hole is not written (the hole already reads
@@ -59,6 +67,28 @@ final class ContentFile: Sendable {
     /// the value keeps this file open. Only for ranges that are present (they never change).
     func range(at offset: Int64, count: Int) -> ReadData {
         ReadData(descriptor: fd, offset: offset, count: count, owner: self)
+    }
+
+    /// The present bytes of `offset..<offset+count` as mapped memory (see `MappedFileRanges`).
+    func mappedBytes(at offset: Int64, count: Int) -> UnsafeRawPointer? {
+        guard offset >= 0, count >= 0 else { return nil }
+        let fd = self.fd
+        let (address, length) = mapping.withLock { mapping -> (UInt, Int) in
+            if mapping.address == 0 && !mapping.mapFailed {
+                var info = stat()
+                if fstat(fd, &info) == 0, info.st_size > 0,
+                    let base = mmap(nil, Int(info.st_size), PROT_READ, MAP_SHARED, fd, 0), base != MAP_FAILED
+                {
+                    mapping.address = UInt(bitPattern: base)
+                    mapping.length = Int(info.st_size)
+                } else {
+                    mapping.mapFailed = true
+                }
+            }
+            return (mapping.address, mapping.length)
+        }
+        guard address != 0, offset + Int64(count) <= Int64(length) else { return nil }
+        return UnsafeRawPointer(bitPattern: address + UInt(offset))
     }
 
     /// How a failed direct transfer into this file reads: a full disk or quota is ours (ENOSPC,

@@ -259,8 +259,12 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
     private let lock = NSLock()
     private var fd: Int32
     private var position: Int64
-    /// The copy buffer of `transfer` (allocated once per stream).
+    /// The copy buffer of `transfer` when the source cannot be mapped (allocated once).
     private var buffer: [UInt8] = []
+    /// The mapped part of the source `transfer` copies from (see `copy`).
+    private var window: (base: UnsafeMutableRawPointer, start: Int64, length: Int)?
+    private var mappingRefused = false
+    private var populateRefused = false
     private let end: Int64
     private let identifier: ItemIdentifier
     private let version: ContentVersion
@@ -332,7 +336,15 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
                 let started = ContinuousClock.now
                 var total = 0
                 while total < maximumLength, self.position < self.end {
-                    let length = min(total == 0 ? firstStep : step, maximumLength - total)
+                    var length = min(total == 0 ? firstStep : step, maximumLength - total)
+                    if total > 0, step > 0 {
+                        // Later steps end on multiples of `step` in the destination: a write that
+                        // covers only part of a new large page-cache folio has the kernel zero the
+                        // rest first (measured: a quarter of the copy's time with a 128 KiB first
+                        // step and 1 MiB steps after it).
+                        let misalignment = Int((offset + Int64(total)) % Int64(step))
+                        if misalignment != 0 { length = min(length, step - misalignment) }
+                    }
                     let placed = try self.transferStep(
                         maximumLength: max(1, length), to: descriptor, at: offset + Int64(total))
                     if placed == 0 { break }  // shorter than its version says: the caller sees it
@@ -360,19 +372,79 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
         return try copy(count: length, to: descriptor, at: offset)
     }
 
-    /// Copies up to 1 MiB through the stream's one buffer with pread + pwrite. (copy_file_range
-    /// copies in the kernel, but its page-by-page writes leave the cache file's pages as small
-    /// folios, and every later read of them — passthrough included — ran 10–15 % slower than
-    /// over pages written 1 MiB at a time: D-219.)
+    /// Copies up to 1 MiB of data. The source is mapped (a window of `mappingWindow` bytes) and
+    /// written from the mapping with one pwrite: one copy, page cache to page cache, instead of
+    /// pread + pwrite through a buffer. Only the kernel touches the mapping (inside pwrite), so a
+    /// source truncated under it makes pwrite fail with EFAULT, never a SIGBUS in the daemon;
+    /// that is reported as the version change it is. A source that cannot be mapped is copied
+    /// through the stream's one buffer. (copy_file_range copies in the kernel too, but its
+    /// page-by-page writes leave the cache file's pages as small folios, and every later read of
+    /// them — passthrough included — ran 10–15 % slower than over pages written 1 MiB at a time:
+    /// D-219.)
     private func copy(count: Int, to descriptor: Int32, at offset: Int64) throws -> Int {
+        let length = min(count, 1 << 20)
+        if let source = mapped(at: position, count: length) {
+            // Map the step's pages first: pwrite copies with page faults disabled, and a copy that
+            // meets an unmapped source page comes up short, has the kernel zero the destination
+            // folio's new blocks, fault the page in and copy again.
+            populate(source, count: length)
+            let written = writeFully(descriptor, from: source, count: length, at: offset)
+            if case .failure(let error) = written {
+                if error.rawValue == EFAULT { try checkVersionLocked() }
+                throw transferError(error)
+            }
+            return length
+        }
         if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 1 << 20) }
-        let length = min(count, buffer.count)
         let got = buffer.withUnsafeMutableBytes { raw in
             retryingOnInterrupt { pread(fd, raw.baseAddress, length, off_t(position)) }
         }
         if got < 0 { throw transferError(Errno.current) }
         try write(buffer, count: got, to: descriptor, at: offset)
         return got
+    }
+
+    /// How much of the source one mapping covers.
+    static let mappingWindow: Int64 = 64 << 20
+
+    /// The source bytes `at..<at+count` in the current mapping window (mapped anew when they
+    /// are outside it), or nil when the source cannot be mapped.
+    private func mapped(at: Int64, count: Int) -> UnsafeRawPointer? {
+        if let window, at >= window.start, at + Int64(count) <= window.start + Int64(window.length) {
+            return UnsafeRawPointer(window.base + Int(at - window.start))
+        }
+        unmapWindow()
+        guard !mappingRefused else { return nil }
+        let page = Int64(sysconf(Int32(_SC_PAGESIZE)))
+        let start = at - at % page
+        let length = Int(max(min(Self.mappingWindow, end - start), at + Int64(count) - start))
+        guard let base = mmap(nil, length, PROT_READ, MAP_SHARED, fd, off_t(start)), base != MAP_FAILED else {
+            mappingRefused = true
+            return nil
+        }
+        _ = madvise(base, length, MADV_SEQUENTIAL)
+        window = (base, start, length)
+        return UnsafeRawPointer(base + Int(at - start))
+    }
+
+    /// MADV_POPULATE_READ over the pages of `start..<start+count` (Linux 5.14+; older kernels
+    /// refuse it and the copy faults its pages in as before). A failure here (the source shrank)
+    /// is found by the copy itself.
+    private func populate(_ start: UnsafeRawPointer, count: Int) {
+        guard !populateRefused, let window else { return }
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let offset = start - UnsafeRawPointer(window.base)
+        let first = offset - offset % page
+        let length = min(window.length, offset + count) - first
+        if madvise(window.base + first, length, Self.populateRead) != 0, errno == EINVAL { populateRefused = true }
+    }
+
+    /// MADV_POPULATE_READ (not in every libc's headers).
+    private static let populateRead: Int32 = 22
+
+    private func unmapWindow() {
+        if let window { munmap(window.base, window.length) }
+        window = nil
     }
 
     /// Makes `start..<end` of `descriptor` read as zeros, writing zeros only over its data
@@ -408,6 +480,7 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
 
     func close() {
         lock.withLock {
+            unmapWindow()
             if fd >= 0 {
                 Glibc.close(fd)
                 fd = -1

@@ -32,6 +32,16 @@ public final class AlignedBuffer: @unchecked Sendable {
     }
 }
 
+/// The owner of a `ReadData.file` range that can also show the range in memory: a mapping of
+/// the file that lives as long as the owner. A reply can then be written to the kernel straight
+/// from the page cache, without first reading the bytes into a buffer.
+public protocol MappedFileRanges: AnyObject, Sendable {
+    /// The bytes of `offset..<offset+count` in memory, or nil (not mapped; read the descriptor).
+    /// Only the kernel may touch them (as the source of a write): a file changed under a mapping
+    /// faults there, which the kernel reports as EFAULT, while a user-space access would SIGBUS.
+    func mappedBytes(at offset: Int64, count: Int) -> UnsafeRawPointer?
+}
+
 /// Bytes answered to a read: either a filled buffer, or a range of an open file that the reply
 /// copies (or splices) straight from the file, so no buffer is allocated or filled in between.
 public struct ReadData: Sendable {

@@ -48,6 +48,16 @@ struct DirectTransferCacheTests {
         await entry.waitForDownloadForTesting()
         #expect(entry.isMaterialized)
         #expect(entry.allocatedBlocks * 512 < 10 << 20, "the 16 MiB hole stayed a hole")
+        // What a FUSE reply sends: the same bytes, straight from a mapping of the cache file.
+        let reply = try await entry.read(offset: (19 << 20) + 100, count: 1 << 20)
+        guard case .file(_, let at, let owner) = reply.source, let mapped = owner as? any MappedFileRanges else {
+            Issue.record("a cached range is a file range whose owner maps the file")
+            return
+        }
+        let pointer = try #require(mapped.mappedBytes(at: at, count: reply.count))
+        #expect(
+            Array(UnsafeRawBufferPointer(start: pointer, count: reply.count)) == Array(tail[100..<(100 + (1 << 20))]))
+        #expect(mapped.mappedBytes(at: size - 10, count: 20) == nil, "nothing past the end of the file")
         cache.unpin(entry)
         await cache.shutdown()
     }

@@ -1,3 +1,4 @@
+import Dispatch
 import ProviderModel
 import SystemSupport
 import TestSupport
@@ -276,12 +277,59 @@ struct LocalDirectTransferTests {
                 calls.withLock { $0 += 1 }
                 return calls.value < 2
             })
-        #expect(placed == 11_000 && calls.value == 2)
+        // The second step ends on a multiple of `step` (whole page-cache folios): 1,000 + 9,000.
+        #expect(placed == 10_000 && calls.value == 2)
         // The stream goes on from where it stopped.
         let rest = try await direct.transfer(
-            to: destination, at: 11_000, firstStep: 100_000, step: 100_000, maximumLength: 100_000,
+            to: destination, at: 10_000, firstStep: 100_000, step: 100_000, maximumLength: 100_000,
             delivered: { _ in true })
-        #expect(rest == 89_000)
+        #expect(rest == 90_000)
+    }
+
+    @Test("a source truncated while it is copied from its mapping fails as a version change, never a crash")
+    func truncatedUnderTheMapping() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let size = 8 << 20
+        let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 1) }
+        for round in 0..<12 {
+            try root.write("f", bytes)
+            let provider = LocalDirectoryProvider(root: root.path)
+            let item = try await provider.item(for: ItemIdentifier("f"))
+            let destination = open(root.path + "/copy", O_RDWR | O_CREAT | O_TRUNC, 0o600)
+            defer { close(destination) }
+            let stream = try await provider.fetchContents(
+                of: item.identifier, version: item.contentVersion, range: 0..<Int64(size))
+            defer { stream.close() }
+            let direct = try #require(stream as? any DirectContentStream)
+            // From the second step on, another thread shrinks the source at some point: before a
+            // step, between its hole probe and its copy, or during the copy (EFAULT in pwrite).
+            let shrink = Int64(round % 3 == 0 ? 0 : (round * 300_007) % size)
+            let started = Locked(false)
+            let delivered = Locked(0)
+            do {
+                let placed = try await direct.transfer(
+                    to: destination, at: 0, firstStep: 256 << 10, step: 256 << 10, maximumLength: size,
+                    delivered: { count in
+                        delivered.withLock { $0 += count }
+                        if !started.withLock({ $0 }) {
+                            started.withLock { $0 = true }
+                            let path = root.path + "/f"
+                            DispatchQueue.global().async { _ = truncate(path, off_t(shrink)) }
+                        }
+                        return true
+                    })
+                // Finished before the truncation landed: every byte is the source's.
+                #expect(placed == size)
+            } catch let error as ProviderError {
+                #expect(error.code == .versionChanged, "round \(round): \(error)")
+            }
+            // Whatever was delivered is exactly the source's bytes.
+            let count = delivered.value
+            var copied = [UInt8](repeating: 0, count: count)
+            _ = copied.withUnsafeMutableBytes { pread(destination, $0.baseAddress, count, 0) }
+            #expect(copied == Array(bytes[0..<count]), "round \(round)")
+        }
     }
 
     @Test("a destination that refuses writes fails with its errno")
