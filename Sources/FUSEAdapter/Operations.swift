@@ -396,8 +396,9 @@ private func attributeChanges(_ attributes: UnsafeMutablePointer<stat>?, toSet: 
     return changes
 }
 
-/// Sends read bytes: a buffer with fuse_reply_buf; a file range is first read into a pooled,
-/// already faulted-in buffer. (libfuse's fuse_reply_data would splice only when the pipe can hold
+/// Sends read bytes with fuse_reply_buf: a buffer as it is; a file range of 64 KiB or more from
+/// the owner's mapping of the file (D-221), a smaller one (or an unmappable file) read first into
+/// a pooled, already faulted-in buffer. (libfuse's fuse_reply_data would splice only when the pipe can hold
 /// the whole reply, which for 1 MiB reads needs fs.pipe-max-size raised; otherwise it falls back
 /// to mmap + pread + munmap of a fresh buffer per read, which profiles showed as page faults and
 /// page clearing.)
@@ -410,7 +411,11 @@ private func replyData(_ request: fuse_req_t, _ data: ReadData) -> Int32 {
     case .file(let descriptor, let offset, let owner):
         // Straight from the page cache when the owner maps the file: the kernel copies the
         // reply from the mapping, one copy instead of pread into a buffer and then the reply.
-        if let mapped = owner as? any MappedFileRanges, let bytes = mapped.mappedBytes(at: offset, count: data.count) {
+        // Small replies skip it: a mapping made (and later unmapped, with a TLB shootdown) for
+        // one small file costs more than the copy it saves.
+        if data.count >= mappedReplyMinimum, let mapped = owner as? any MappedFileRanges,
+            let bytes = mapped.mappedBytes(at: offset, count: data.count)
+        {
             return withExtendedLifetime(owner) {
                 fuse_reply_buf(request, bytes.assumingMemoryBound(to: CChar.self), data.count)
             }
@@ -428,6 +433,9 @@ private func replyData(_ request: fuse_req_t, _ data: ReadData) -> Int32 {
         }
     }
 }
+
+/// Replies at least this large are sent from the cache file's mapping.
+let mappedReplyMinimum = 64 << 10
 
 /// Page-aligned read buffers kept for reuse, so a read does not allocate, fault in and free 1 MiB.
 /// At most `limit` are kept (each is as large as the largest read it served).

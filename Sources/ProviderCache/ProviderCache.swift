@@ -272,7 +272,8 @@ public final class ProviderCache: Sendable {
             }
             return .absent(listingAge: listingAge)
         }
-        if let refreshAhead, let maximumAge, listingAge >= refreshAhead, listingAge < maximumAge {
+        // Not for a miss: past missRefreshInterval the caller lists in the foreground anyway.
+        if case .found = answer, let refreshAhead, let maximumAge, listingAge >= refreshAhead, listingAge < maximumAge {
             refreshInBackground(directory, maximumAge: refreshAhead)
         }
         switch answer {
@@ -330,7 +331,11 @@ public final class ProviderCache: Sendable {
     /// is shutting down). Errors are left to the next lookup that needs the listing.
     private func refreshInBackground(_ directory: ItemIdentifier, maximumAge: Duration) {
         refreshes.withLock { refreshes in
-            guard !refreshes.closed, refreshes.tasks[directory] == nil else { return }
+            // At most `maximumBackgroundRefreshes` at once: a tree walk over many directories
+            // must not start a listing per directory; the rest are listed when a lookup needs it.
+            guard !refreshes.closed, refreshes.tasks[directory] == nil,
+                refreshes.tasks.count < Self.maximumBackgroundRefreshes
+            else { return }
             // Registered under the lock the task takes to deregister: it cannot finish first.
             refreshes.tasks[directory] = Task { [self] in
                 try? await listChildren(of: directory, maximumAge: maximumAge)
@@ -338,6 +343,8 @@ public final class ProviderCache: Sendable {
             }
         }
     }
+
+    static let maximumBackgroundRefreshes = 2
 
     /// Waits for the background re-listings running now (tests; shutdown cancels them instead).
     public func waitForBackgroundRefreshes() async {
@@ -396,6 +403,9 @@ public final class ProviderCache: Sendable {
     private func applyListing(of directory: ItemIdentifier, children listed: [ProviderItem], at now: Duration) {
         let (toSave, removed, superseded) = catalog.withLock {
             catalog -> ([ProviderItem], [ItemIdentifier], [ContentEntryOrRecord]) in
+            // Two listings can overlap (a background refresh and a lookup miss): one taken
+            // before the listing already applied is older news and is dropped.
+            if let applied = catalog.listedAt[directory], applied > now { return ([], [], []) }
             var toSave: [ProviderItem] = []
             var superseded: [ContentEntryOrRecord] = []
             var removed: [ItemIdentifier] = []

@@ -134,12 +134,14 @@ public struct LocalDirectoryProvider: Provider {
         // Names first (readdir is cheap), then one fstatat per child on the directory's descriptor
         // (no path resolution per child): those calls are the cost of a listing, so a large
         // directory spreads them over a few threads (a lookup that re-lists waits for all of them).
-        var found: [String] = []
+        // A name that is not valid UTF-8 keeps its bytes for fstatat (its String has U+FFFD).
+        var found: [(name: String, bytes: [CChar]?)] = []
         while let entry = readdir(directory) {
             let name = withUnsafePointer(to: &entry.pointee.d_name) { tuple in
-                tuple.withMemoryRebound(to: CChar.self, capacity: 256) { cName -> String? in
+                tuple.withMemoryRebound(to: CChar.self, capacity: 256) { cName -> (String, [CChar]?)? in
                     if cName[0] == 0x2E && (cName[1] == 0 || (cName[1] == 0x2E && cName[2] == 0)) { return nil }
-                    return String(cString: cName)
+                    if let valid = String(validatingCString: cName) { return (valid, nil) }
+                    return (String(cString: cName), Array(UnsafeBufferPointer(start: cName, count: strlen(cName) + 1)))
                 }
             }
             if let name { found.append(name) }
@@ -151,10 +153,16 @@ public struct LocalDirectoryProvider: Provider {
         DispatchQueue.concurrentPerform(iterations: workers) { worker in
             var index = worker
             while index < names.count {
-                let name = names[index]
+                let (name, bytes) = names[index]
                 var childInfo = stat()
                 // Gone between readdir and fstatat: it simply is not listed.
-                if fstatat(descriptor, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0 {
+                let statted =
+                    if let bytes {
+                        fstatat(descriptor, bytes, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
+                    } else {
+                        fstatat(descriptor, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
+                    }
+                if statted {
                     slots.set(
                         index,
                         Self.makeItem(
@@ -172,20 +180,29 @@ public struct LocalDirectoryProvider: Provider {
     static let listingThreads = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
 
     /// Result slots filled by the listing threads, each thread its own indices (index % threads),
-    /// read only after `concurrentPerform` returned (which orders the writes before the read).
+    /// through a raw buffer (no Swift access to a shared property while they run), read only after
+    /// `concurrentPerform` returned (which orders the writes before the read).
     private final class ListingSlots: @unchecked Sendable {
-        private var slots: [ProviderItem?]
-        init(count: Int) { slots = Array(repeating: nil, count: count) }
-        func set(_ index: Int, _ item: ProviderItem?) {
-            slots.withUnsafeMutableBufferPointer { $0[index] = item }
+        private let slots: UnsafeMutableBufferPointer<ProviderItem?>
+        init(count: Int) {
+            slots = .allocate(capacity: count)
+            slots.initialize(repeating: nil)
         }
+        deinit {
+            slots.deinitialize()
+            slots.deallocate()
+        }
+        func set(_ index: Int, _ item: ProviderItem?) { slots[index] = item }
         func items() -> [ProviderItem] { slots.compactMap { $0 } }
     }
 
     static func version(of info: stat) -> ContentVersion {
-        let nanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         // "s<size>-m<mtime ns>-i<inode>", formatted by hand: a listing makes one per child, and
-        // string interpolation cost more than the fstatat.
+        // string interpolation cost more than the fstatat. An mtime too far from 1970 for
+        // nanoseconds in 64 bits (beyond the years 1677–2262) is written "m<seconds>.<ns>".
+        let (scaled, overflowed) = Int64(info.st_mtim.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        let (nanoseconds, overflowedSum) = scaled.addingReportingOverflow(Int64(info.st_mtim.tv_nsec))
+        let wide = overflowed || overflowedSum
         let text = String(unsafeUninitializedCapacity: 80) { buffer in
             var count = 0
             func put(_ byte: UInt8) {
@@ -209,7 +226,13 @@ public struct LocalDirectoryProvider: Provider {
             put(Int64(info.st_size))
             put(UInt8(ascii: "-"))
             put(UInt8(ascii: "m"))
-            put(nanoseconds)
+            if wide {
+                put(Int64(info.st_mtim.tv_sec))
+                put(UInt8(ascii: "."))
+                put(Int64(info.st_mtim.tv_nsec))
+            } else {
+                put(nanoseconds)
+            }
             put(UInt8(ascii: "-"))
             put(UInt8(ascii: "i"))
             put(UInt64(info.st_ino))
@@ -255,7 +278,8 @@ public struct LocalDirectoryProvider: Provider {
 /// rewritten, truncated or appended to in place mid-fetch fails with `.versionChanged` instead of
 /// delivering bytes of two versions.
 final class LocalContentStream: DirectContentStream, @unchecked Sendable {
-    // Safe: the mutable `fd`, `position` and `buffer` are only touched while `lock` is held.
+    // Safe: the mutable `fd`, `position`, `buffer`, `window` and the two refusal flags are only
+    // touched while `lock` is held.
     private let lock = NSLock()
     private var fd: Int32
     private var position: Int64
@@ -321,8 +345,9 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
         }
     }
 
-    /// Copies from the source into `descriptor` with one reused buffer; holes of the source are
-    /// skipped where the destination already reads zeros. Version checked before the transfer
+    /// Copies from the source into `descriptor` (pwrite from a mapping of the source, or through
+    /// one reused buffer; see `copy`); holes of the source are skipped where the destination
+    /// already reads zeros. Version checked before the transfer
     /// and after each step, as in `next`.
     func transfer(
         to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,

@@ -383,3 +383,81 @@ struct CacheHygieneTests {
         #expect(stat(fixture.directory.path + "/content/1", &info) == 0)
     }
 }
+
+/// A provider whose next listing (once `armed`) takes its snapshot at once and returns it only
+/// when released: a listing that was taken earlier but finishes later.
+final class HeldListingProvider: Provider {
+    let base: InMemoryProvider
+    private let state = Locked<(armed: Bool, waiting: CheckedContinuation<Void, Never>?, released: Bool)>(
+        (false, nil, false))
+    init(base: InMemoryProvider) { self.base = base }
+    func arm() { state.withLock { $0.armed = true } }
+    var isHolding: Bool { state.withLock { $0.waiting != nil } }
+    func release() {
+        let waiting = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.released = true
+            defer { state.waiting = nil }
+            return state.waiting
+        }
+        waiting?.resume()
+    }
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        try await base.item(for: identifier)
+    }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        let snapshot = try await base.children(of: identifier)
+        let hold = state.withLock { state -> Bool in
+            defer { state.armed = false }
+            return state.armed
+        }
+        if hold {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let go = state.withLock { state -> Bool in
+                    if state.released { return true }
+                    state.waiting = continuation
+                    return false
+                }
+                if go { continuation.resume() }
+            }
+        }
+        return snapshot
+    }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+}
+
+@Suite("Overlapping listings")
+struct OverlappingListingTests {
+    @Test("a listing taken before the one already applied is dropped, not applied over it")
+    func olderListingIsDropped() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("a", .bytes([1]))
+        fixture.provider.putFile("b", .bytes([2]))
+        let provider = HeldListingProvider(base: fixture.provider)
+        let cache = try ProviderCache(
+            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
+            options: fixture.options)
+        #expect(try await cache.children(of: .root, maximumAge: nil).map(\.name) == ["a", "b"])
+        // An older listing (still with "a") is taken at t = 6 s and held...
+        fixture.clock.advance(by: .seconds(6))
+        provider.arm()
+        let older = Task { try await cache.children(of: .root, maximumAge: .seconds(5)) }
+        var rounds = 0
+        while !provider.isHolding && rounds < 10_000 {
+            try await Task.sleep(for: .milliseconds(1))
+            rounds += 1
+        }
+        #expect(provider.isHolding)
+        // ...while "a" is deleted and a newer listing (t = 7 s) is applied.
+        fixture.provider.remove("a")
+        fixture.clock.advance(by: .seconds(1))
+        #expect(try await cache.children(of: .root, maximumAge: .zero).map(\.name) == ["b"])
+        provider.release()
+        _ = try await older.value
+        #expect(try await cache.children(of: .root, maximumAge: nil).map(\.name) == ["b"])
+        #expect(cache.cachedItem(ItemIdentifier("a")) == nil)
+    }
+}

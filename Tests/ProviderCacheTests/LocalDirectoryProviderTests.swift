@@ -68,6 +68,30 @@ struct LocalDirectoryProviderTests {
         #expect(children.first { $0.name == "link" }?.symbolicLinkTarget == "f1")
     }
 
+    @Test("names that are not UTF-8 and mtimes far from 1970 are listed, never dropped or fatal")
+    func oddNamesAndTimes() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("d/future", [1])
+        // Year 2300: nanoseconds since 1970 do not fit in 64 bits (ext4 stores up to 2446).
+        var times = [timespec(tv_sec: 10_413_792_000, tv_nsec: 5), timespec(tv_sec: 10_413_792_000, tv_nsec: 5)]
+        #expect(utimensat(AT_FDCWD, root.path + "/d/future", &times, AT_SYMLINK_NOFOLLOW) == 0)
+        // A name with a byte that is not UTF-8.
+        let bad: [CChar] = Array("d/bad".utf8CString.dropLast()) + [CChar(bitPattern: 0xFF), 0]
+        let created = (root.path + "/").withCString { prefix -> Int32 in
+            let full = Array(UnsafeBufferPointer(start: prefix, count: strlen(prefix))) + bad
+            return open(full, O_WRONLY | O_CREAT, 0o600)
+        }
+        #expect(created >= 0)
+        close(created)
+        let provider = LocalDirectoryProvider(root: root.path)
+        let children = try await provider.children(of: ItemIdentifier("d")).sorted { $0.name < $1.name }
+        #expect(children.map(\.name) == ["bad\u{FFFD}", "future"])
+        let future = try #require(children.first { $0.name == "future" })
+        #expect(future.contentVersion.rawValue.contains("-m10413792000.5-"))
+        #expect(try await provider.item(for: future.identifier) == future)
+    }
+
     @Test("identifiers that escape the root are refused")
     func traversal() async throws {
         let parent = try TemporaryDirectory()
