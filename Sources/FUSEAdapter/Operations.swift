@@ -137,7 +137,9 @@ extension Dispatcher {
 
         ops.read = { request, inode, size, offset, fileInfo in
             let handle = FileHandleID(fileInfo!.pointee.fh)
-            Dispatcher.from(request).respond(request, "read", replyBlocks: true) { fs, context in
+            Dispatcher.from(request).respond(
+                request, "read", replyBlocks: true, replyInline: { $0.count < mappedReplyMinimum }
+            ) { fs, context in
                 fs.readNow(InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
             } work: { fs, context throws(FileSystemError) in
                 try await fs.read(

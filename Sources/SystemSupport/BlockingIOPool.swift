@@ -85,6 +85,9 @@ public final class BlockingIOPool: @unchecked Sendable {
         return try box.withLock { $0! }.get()
     }
 
+    /// Runs `item` on a pool thread, without waiting for it (inline once the pool is shut down).
+    public func execute(_ item: @escaping @Sendable () -> Void) { submit(item) }
+
     private func submit(_ item: @escaping @Sendable () -> Void) {
         pthread_mutex_lock(mutex)
         if stopped {
