@@ -520,18 +520,7 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
 
 /// `pid`, its parent, grandparent… up to init (from /proc/PID/stat).
 public func processAncestry(of pid: Int32) -> [Int32] {
-    var chain: [Int32] = []
-    var current = pid
-    while current > 0 && chain.count < 64 && !chain.contains(current) {
-        chain.append(current)
-        guard let text = try? String(contentsOfFile: "/proc/\(current)/stat", encoding: .utf8),
-            let close = text.lastIndex(of: ")")
-        else { break }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 1, let parent = Int32(fields[1]) else { break }
-        current = parent
-    }
-    return chain
+    ProcessInfoFiles.ancestry(of: pid)
 }
 
 /// One client connection of a server. The loop thread owns `input`, `unsent`, `greeted`;

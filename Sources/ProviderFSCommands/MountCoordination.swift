@@ -76,12 +76,6 @@ enum ProcessIdentity {
     /// The process (thread group) of thread `tid`, from `/proc/<tid>/status`; `tid` itself when
     /// that cannot be read (the thread is gone, or it is a process's main thread anyway).
     static func processID(ofThread tid: Int32) -> Int32 {
-        guard tid > 0, let status = try? String(contentsOfFile: "/proc/\(tid)/status", encoding: .utf8) else {
-            return tid
-        }
-        for line in status.split(separator: "\n") where line.hasPrefix("Tgid:") {
-            if let value = Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) { return value }
-        }
-        return tid
+        ProcessInfoFiles.threadGroup(ofThread: tid) ?? tid
     }
 }

@@ -408,7 +408,10 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
     /// D-219.)
     private func copy(count: Int, to descriptor: Int32, at offset: Int64) throws -> Int {
         let length = min(count, 1 << 20)
-        if let source = mapped(at: position, count: length) {
+        // A small source (or the small rest of one) is read: mapping it costs an mmap, a munmap
+        // and its TLB shootdown, more than the copy it saves.
+        let small = end - position < Self.smallSource && window == nil
+        if !small, let source = mapped(at: position, count: length) {
             // Map the step's pages first: pwrite copies with page faults disabled, and a copy that
             // meets an unmapped source page comes up short, has the kernel zero the destination
             // folio's new blocks, fault the page in and copy again.
@@ -420,7 +423,11 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
             }
             return length
         }
-        if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 1 << 20) }
+        // Sized to what the stream can still need (up to 1 MiB): a 100-byte file does not
+        // allocate and zero a 1 MiB buffer.
+        if buffer.count < length {
+            buffer = [UInt8](repeating: 0, count: Int(min(1 << 20, max(Int64(length), end - position))))
+        }
         let got = buffer.withUnsafeMutableBytes { raw in
             retryingOnInterrupt { pread(fd, raw.baseAddress, length, off_t(position)) }
         }
@@ -431,6 +438,8 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
 
     /// How much of the source one mapping covers.
     static let mappingWindow: Int64 = 64 << 20
+    /// Sources with less than this left to copy are read through the buffer, not mapped.
+    static let smallSource: Int64 = 256 << 10
 
     /// The source bytes `at..<at+count` in the current mapping window (mapped anew when they
     /// are outside it), or nil when the source cannot be mapped.

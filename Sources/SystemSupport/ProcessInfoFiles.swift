@@ -1,0 +1,102 @@
+// Facts about other processes from /proc, read with one read(2) into a stack buffer and parsed as
+// bytes: these run on every open through the mount (whose thread is the caller, and which of its
+// ancestors may hold a claim), where Foundation's file reading and String splitting cost more
+// than the system calls themselves.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+public enum ProcessInfoFiles {
+    /// The process (thread group) of thread `tid`: the `Tgid:` line of /proc/<tid>/status. Nil
+    /// when the thread is gone or the file does not say.
+    public static func threadGroup(ofThread tid: Int32) -> Int32? {
+        guard tid > 0 else { return nil }
+        return withContents(of: "/proc/\(tid)/status") { bytes in
+            let key = Array("\nTgid:".utf8)
+            guard let start = find(key, in: bytes) else { return nil }
+            return parseNumber(bytes, from: start + key.count)
+        }
+    }
+
+    /// The parent of process `pid`: the 4th field of /proc/<pid>/stat, counted after the command
+    /// name's closing parenthesis (the name itself may contain spaces and parentheses). Nil when
+    /// the process is gone.
+    public static func parentProcess(of pid: Int32) -> Int32? {
+        guard pid > 0 else { return nil }
+        return withContents(of: "/proc/\(pid)/stat") { bytes in
+            guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+            // ") S 1234 …": skip ") ", the one-letter state and its space.
+            let at = close + 4
+            guard at < bytes.count else { return nil }
+            return parseNumber(bytes, from: at)
+        }
+    }
+
+    /// `pid`, its parent, grandparent… up to init (at most 64 entries, stopping at a loop).
+    public static func ancestry(of pid: Int32) -> [Int32] {
+        var chain: [Int32] = []
+        var current = pid
+        while current > 0 && chain.count < 64 && !chain.contains(current) {
+            chain.append(current)
+            guard let parent = parentProcess(of: current) else { break }
+            current = parent
+        }
+        return chain
+    }
+
+    /// Runs `body` over the first 4 KiB of `path` (enough for the lines read here).
+    private static func withContents<T>(of path: String, _ body: (UnsafeBufferPointer<UInt8>) -> T?) -> T? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer -> T? in
+            var count = 0
+            while count < buffer.count {
+                let got = read(fd, buffer.baseAddress! + count, buffer.count - count)
+                if got < 0 && errno == EINTR { continue }
+                if got <= 0 { break }
+                count += got
+            }
+            return body(UnsafeBufferPointer(rebasing: buffer[0..<count]))
+        }
+    }
+
+    private static func find(_ key: [UInt8], in bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        guard bytes.count >= key.count else { return nil }
+        var index = 0
+        while index <= bytes.count - key.count {
+            if bytes[index] == key[0] {
+                var matched = true
+                for offset in 1..<key.count where bytes[index + offset] != key[offset] {
+                    matched = false
+                    break
+                }
+                if matched { return index }
+            }
+            index += 1
+        }
+        return nil
+    }
+
+    /// A decimal number at `start`, after spaces and tabs; nil if there is none or it overflows.
+    private static func parseNumber(_ bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int32? {
+        var index = start
+        while index < bytes.count, bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: "\t") {
+            index += 1
+        }
+        var value: Int32 = 0
+        var digits = 0
+        while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+            let (times, overflowed) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflowedSum) = times.addingReportingOverflow(Int32(bytes[index] - UInt8(ascii: "0")))
+            if overflowed || overflowedSum { return nil }
+            value = sum
+            digits += 1
+            index += 1
+        }
+        return digits > 0 ? value : nil
+    }
+}

@@ -1,0 +1,72 @@
+import Dispatch
+import Foundation
+import SystemSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("ProcessInfoFiles")
+struct ProcessInfoFilesTests {
+    @Test("thread group, parent and ancestry agree with the kernel's own answers")
+    func ownProcess() throws {
+        let pid = getpid()
+        #expect(ProcessInfoFiles.threadGroup(ofThread: pid) == pid)
+        #expect(ProcessInfoFiles.parentProcess(of: pid) == getppid())
+        let ancestry = ProcessInfoFiles.ancestry(of: pid)
+        #expect(ancestry.first == pid)
+        #expect(ancestry.count >= 2 && ancestry[1] == getppid())
+        #expect(ancestry.last == 1 || ancestry.count == 64 || ProcessInfoFiles.parentProcess(of: ancestry.last!) == 0)
+        // Another thread of this process (kept alive until it was looked up) maps to it.
+        let started = DispatchSemaphore(value: 0)
+        let finish = DispatchSemaphore(value: 0)
+        let tid = Locked<Int32>(0)
+        let thread = Thread {
+            // /proc/thread-self links to "<pid>/task/<tid>".
+            let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+            tid.withLock { $0 = Int32(link.split(separator: "/").last ?? "") ?? 0 }
+            started.signal()
+            finish.wait()
+        }
+        thread.start()
+        started.wait()
+        #expect(tid.value != pid)
+        #expect(ProcessInfoFiles.threadGroup(ofThread: tid.value) == pid)
+        finish.signal()
+    }
+
+    @Test("a command name with spaces and parentheses does not shift the fields")
+    func awkwardCommandName() throws {
+        let name = ") S 999 (x"
+        var pid: pid_t = 0
+        // `exec -a` sets argv[0], and prctl-style comm comes from the file name: use a symlink
+        // named like that to /bin/sleep, so /proc/PID/stat carries the awkward comm.
+        let directory = "/tmp/providerfs-comm-\(getpid())"
+        mkdir(directory, 0o700)
+        defer {
+            unlink(directory + "/" + name)
+            rmdir(directory)
+        }
+        #expect(symlink("/bin/sleep", directory + "/" + name) == 0)
+        let path = directory + "/" + name
+        var argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), strdup("5"), nil]
+        defer { argv.forEach { free($0) } }
+        #expect(posix_spawn(&pid, path, nil, nil, &argv, environ) == 0)
+        defer {
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+        #expect(ProcessInfoFiles.parentProcess(of: pid) == getpid())
+        #expect(ProcessInfoFiles.threadGroup(ofThread: pid) == pid)
+    }
+
+    @Test("a process that does not exist has no parent and no thread group")
+    func missing() {
+        #expect(ProcessInfoFiles.parentProcess(of: Int32.max) == nil)
+        #expect(ProcessInfoFiles.threadGroup(ofThread: Int32.max) == nil)
+        #expect(ProcessInfoFiles.ancestry(of: Int32.max) == [Int32.max])
+        #expect(ProcessInfoFiles.parentProcess(of: -1) == nil)
+    }
+}
