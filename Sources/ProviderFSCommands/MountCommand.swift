@@ -176,7 +176,12 @@ struct MountCommand: CLICommand {
         }
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
-            allowOther: plan.allowOther, debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1",
+            allowOther: plan.allowOther,
+            // Read-only for the kernel too (MS_RDONLY): every change fails with EROFS before any
+            // permission check, for root and for an ordinary user alike (without it an ordinary
+            // user's create met the r-x modes first and got EACCES).
+            readOnly: true,
+            debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1",
             passthrough: plan.passthrough)
         let record = MountRecord(
             pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,

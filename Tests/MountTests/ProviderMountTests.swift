@@ -154,6 +154,10 @@ struct ProviderMountTests {
         }
         #expect(try shell("cat \(quoted(source))/hello.txt").output == "hello, provider\n")
         #expect(access(source + "/new.txt", F_OK) != 0)
+        // Read-only for the kernel itself, so EROFS does not depend on who asks: an ordinary
+        // user's create would otherwise meet the r-x modes first and get EACCES.
+        let options = try shell("findmnt -n -o OPTIONS --target \(m)").output
+        #expect(options.split(separator: ",").first == "ro", "\(options)")
     }
 
     @Test func sourceChangesWhileMountedAreSeenAndAVanishedItemFailsFast() throws {
