@@ -366,6 +366,42 @@ public final class ProviderCache: Sendable {
         return catalog.withLock { catalog in catalog.names[directory]?[key].flatMap { catalog.items[$0] } }
     }
 
+    /// A name the cached listing lacks, asked of the provider again: with a provider that looks
+    /// up one name (`NamedChildLookup`), that name alone; otherwise by listing the directory.
+    /// A child found is recorded like a listed one. Nil: there is no such child.
+    public func recheckMissingChild(
+        named name: String, of directory: ItemIdentifier
+    ) async throws(CacheError)
+        -> ProviderItem?
+    {
+        guard let lookup = environment.provider as? any NamedChildLookup else {
+            return try await child(named: name, of: directory, maximumAge: .zero)
+        }
+        let found: ProviderItem?
+        do {
+            found = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                try await lookup.child(named: name, of: directory)
+            }
+        } catch {
+            let failure = CacheError.from(error)
+            switch failure.code {
+            // No answer from the provider: the listing we have stands (the name is missing).
+            case .unreachable, .timedOut: return nil
+            case .notFound:
+                removeItem(directory)
+                throw failure
+            default: throw failure
+            }
+        }
+        guard let found else { return nil }
+        // Another identifier under that name in the index is the old holder of the name.
+        let key = NameKey(name)
+        let previous = catalog.withLock { $0.names[directory]?[key] }
+        if let previous, previous != found.identifier { removeItem(previous) }
+        apply(found)
+        return found
+    }
+
     /// How long ago (on the cache's timeline) the directory was listed in this session.
     public func listingAge(of identifier: ItemIdentifier) -> Duration? {
         let now = environment.timeline.now

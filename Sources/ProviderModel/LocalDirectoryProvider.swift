@@ -22,7 +22,7 @@ import Musl
 /// - Symbolic links are items of kind `.symbolicLink`; they are never followed.
 /// - The root missing or not a directory reads as `.unreachable` (the "server" is gone), which
 ///   the cache answers with what it has locally.
-public struct LocalDirectoryProvider: Provider {
+public struct LocalDirectoryProvider: NamedChildLookup {
     /// The directory served, as given.
     public let root: String
 
@@ -38,6 +38,10 @@ public struct LocalDirectoryProvider: Provider {
 
     public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         try await LocalIO.run { try self.childrenSync(identifier) }
+    }
+
+    public func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
+        try await LocalIO.run { try self.childSync(named: name, of: directory) }
     }
 
     public func fetchContents(
@@ -115,6 +119,36 @@ public struct LocalDirectoryProvider: Provider {
             throw ProviderError(.noSuchItem, "\(identifier) is not a file, directory or symbolic link")
         }
         return item
+    }
+
+    /// One name in a directory: the directory is opened O_NOFOLLOW (a directory replaced
+    /// by a symbolic link is not followed out of the source), the name stat'ed without following.
+    func childSync(named name: String, of directory: ItemIdentifier) throws -> ProviderItem? {
+        guard !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
+            !name.utf8.contains(UInt8(ascii: "/")), !name.utf8.contains(0)
+        else {
+            throw ProviderError(.invalidName, "'\(name)' is not a file name")
+        }
+        let path = try checkedPath(directory)
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { throw ProviderError(.noSuchItem, "\(directory) is gone") }
+            if code == ENOTDIR || code == ELOOP {
+                throw ProviderError(.wrongKind, "\(directory) is not a directory")
+            }
+            throw ProviderError(.io, "open \(directory): \(String(cString: strerror(code)))", errno: code)
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            let code = errno
+            if code == ENOENT { return nil }
+            throw ProviderError(.io, "lstat \(name) in \(directory): \(String(cString: strerror(code)))", errno: code)
+        }
+        let identifier = ItemIdentifier(directory == .root ? name : directory.rawValue + "/" + name)
+        return Self.makeItem(
+            identifier: identifier, parent: directory, name: name, path: { path + "/" + name }, info: info)
     }
 
     func childrenSync(_ identifier: ItemIdentifier) throws -> [ProviderItem] {

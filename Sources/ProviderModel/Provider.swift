@@ -45,3 +45,12 @@ public protocol DirectContentStream: ContentStream {
         delivered: @escaping @Sendable (Int) -> Bool
     ) async throws -> Int?
 }
+
+/// A provider that can tell whether one name exists in a directory without listing it (a local
+/// directory: one lstat). The cache uses it for lookup misses, so that a name missing from a
+/// directory of 100,000 entries costs one call, not a listing.
+public protocol NamedChildLookup: Provider {
+    /// The child of `directory` named exactly `name` (bytes), or nil when there is none. Throws
+    /// like `children(of:)` (`.noSuchItem` when the directory itself is gone).
+    func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem?
+}

@@ -138,10 +138,11 @@ public final class ProviderFileSystem: FileSystem {
             if let found = try await cache.child(named: name, of: directory, maximumAge: options.cache.directoryTTL) {
                 return found
             }
-            // A miss re-lists the directory (not more often than missRefreshInterval), so an item
-            // created on the provider is found without waiting for the listing TTL.
+            // A miss asks the provider again (not before the listing is missRefreshInterval old),
+            // so an item created on the provider is found without waiting for the listing TTL:
+            // that one name when the provider can look names up, else a new listing.
             if let age = cache.listingAge(of: directory), age >= options.cache.missRefreshInterval,
-                let found = try await cache.child(named: name, of: directory, maximumAge: .zero)
+                let found = try await cache.recheckMissingChild(named: name, of: directory)
             {
                 return found
             }

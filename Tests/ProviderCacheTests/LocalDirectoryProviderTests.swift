@@ -92,6 +92,43 @@ struct LocalDirectoryProviderTests {
         #expect(try await provider.item(for: future.identifier) == future)
     }
 
+    @Test("one name looked up in a directory: found as a listing shows it, nil when missing, bad names refused")
+    func childNamed() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("d/f.txt", Array("x".utf8))
+        symlink("f.txt", root.path + "/d/link")
+        let outside = try TemporaryDirectory()
+        defer { outside.remove() }
+        try outside.write("secret", [1])
+        symlink(outside.path, root.path + "/escape")
+        let provider = LocalDirectoryProvider(root: root.path)
+        let listed = try await provider.children(of: ItemIdentifier("d")).sorted { $0.name < $1.name }
+        #expect(
+            try await provider.child(named: "f.txt", of: ItemIdentifier("d")) == listed.first { $0.name == "f.txt" })
+        #expect(try await provider.child(named: "link", of: ItemIdentifier("d"))?.kind == .symbolicLink)
+        #expect(try await provider.child(named: "d", of: .root)?.kind == .directory)
+        #expect(try await provider.child(named: "nope", of: ItemIdentifier("d")) == nil)
+        for bad in ["", ".", "..", "a/b", String(repeating: "n", count: 256)] {
+            await #expect(throws: ProviderError.self, "'\(bad)'") {
+                _ = try await provider.child(named: bad, of: ItemIdentifier("d"))
+            }
+        }
+        // A directory that is a symbolic link (here, out of the source) is not followed.
+        do {
+            _ = try await provider.child(named: "secret", of: ItemIdentifier("escape"))
+            Issue.record("a lookup followed a symbolic link out of the source")
+        } catch let error as ProviderError {
+            #expect(error.code == .wrongKind)
+        }
+        do {
+            _ = try await provider.child(named: "x", of: ItemIdentifier("gone"))
+            Issue.record("a lookup in a missing directory succeeded")
+        } catch let error as ProviderError {
+            #expect(error.code == .noSuchItem)
+        }
+    }
+
     @Test("identifiers that escape the root are refused")
     func traversal() async throws {
         let parent = try TemporaryDirectory()

@@ -321,6 +321,41 @@ struct ProviderFileSystemTests {
         }
     }
 
+    @Test("with a provider that looks names up, a miss asks for that name only, never a listing")
+    func missesAskForOneName() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("old", .bytes([1]))
+        let provider = NameLookupProvider(base: fixture.provider)
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        #expect(try await listAll(fileSystem, .root).map(\.name) == [".", "..", "old"])
+        let listings = fixture.provider.counters.childrenCalls
+        fixture.provider.putFile("new", .bytes([2, 3]))
+        // Within missRefreshInterval the listing answers alone.
+        await #expect(throws: FileSystemError.self) {
+            _ = try await fileSystem.lookup(parent: .root, name: "new", context: .kernel)
+        }
+        #expect(provider.pointLookups.value == 0)
+        fixture.clock.advance(by: .milliseconds(600))
+        // Past it: one name asked, found, and answered from the index from then on.
+        let found = try await fileSystem.lookup(parent: .root, name: "new", context: .kernel)
+        #expect(found.attributes.size == 2)
+        #expect(provider.pointLookups.value == 1)
+        #expect(fileSystem.lookupNow(parent: .root, name: "new", context: .kernel) != nil)
+        // A name that does not exist: ENOENT, one lookup each time, still no listing.
+        for expected in 2...3 {
+            do {
+                _ = try await fileSystem.lookup(parent: .root, name: "missing", context: .kernel)
+                Issue.record("a missing name was found")
+            } catch {
+                #expect(error.errno == .noSuchFileOrDirectory)
+            }
+            #expect(provider.pointLookups.value == expected)
+        }
+        #expect(fixture.provider.counters.childrenCalls == listings)
+        // The found child is part of the directory as the cache knows it.
+        #expect(fileSystem.cache.cachedItem(ItemIdentifier("new"))?.size == 2)
+    }
+
     @Test("names are matched byte for byte; 255-byte names work; longer is ENAMETOOLONG")
     func names() async throws {
         let fixture = try VFSFixture()

@@ -31,10 +31,12 @@ final class VFSFixture: Sendable {
         return options
     }
 
-    func makeFileSystem(claims: any ReadClaimProvider = NoReadClaims()) throws -> ProviderFileSystem {
+    func makeFileSystem(
+        claims: any ReadClaimProvider = NoReadClaims(), provider wrapped: (any Provider)? = nil
+    ) throws -> ProviderFileSystem {
         let cache = try ProviderCache(
-            provider: FaultInjectingProvider(wrapping: provider, plan: faults), directory: directory.path, store: store,
-            clock: clock, options: options.cache)
+            provider: wrapped ?? FaultInjectingProvider(wrapping: provider, plan: faults), directory: directory.path,
+            store: store, clock: clock, options: options.cache)
         return ProviderFileSystem(cache: cache, options: options, claims: claims)
     }
 
@@ -59,4 +61,29 @@ func listAll(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber, limit: Int 
 
 func xattr(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber, _ name: String) async throws -> String {
     String(decoding: try await fileSystem.getExtendedAttribute(inode, name: name, context: .kernel), as: UTF8.self)
+}
+
+/// The fixture's provider, able to look up one name (as LocalDirectoryProvider is), counting
+/// those lookups apart from listings.
+final class NameLookupProvider: NamedChildLookup {
+    let base: InMemoryProvider
+    let pointLookups = Locked(0)
+    init(base: InMemoryProvider) { self.base = base }
+    func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
+        pointLookups.withLock { $0 += 1 }
+        do {
+            return try await base.item(for: ItemIdentifier(directory == .root ? name : directory.rawValue + "/" + name))
+        } catch let error as ProviderError where error.code == .noSuchItem {
+            return nil
+        }
+    }
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await base.children(of: identifier)
+    }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
 }
