@@ -228,3 +228,25 @@ final class InMemoryStream: ContentStream, @unchecked Sendable {
 
     func close() { lock.withLock { closed = true } }
 }
+
+/// A test provider that changes one behaviour of an InMemoryProvider: every call it does not
+/// implement itself goes to `base`.
+public protocol InMemoryProviderWrapper: Provider {
+    var base: InMemoryProvider { get }
+}
+
+extension InMemoryProviderWrapper {
+    public func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        try await base.item(for: identifier)
+    }
+
+    public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await base.children(of: identifier)
+    }
+
+    public func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+}

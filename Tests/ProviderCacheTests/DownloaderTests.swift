@@ -315,7 +315,7 @@ struct DownloaderTests {
 }
 
 /// A provider whose metadata calls never answer once `hanging` is set (a dead server).
-final class HangingMetadataProvider: Provider {
+final class HangingMetadataProvider: InMemoryProviderWrapper {
     let base: InMemoryProvider
     let hanging = Locked(false)
     init(base: InMemoryProvider) { self.base = base }
@@ -329,11 +329,6 @@ final class HangingMetadataProvider: Provider {
     func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         try await hangIfAsked()
         return try await base.children(of: identifier)
-    }
-    func fetchContents(
-        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
-    ) async throws -> any ContentStream {
-        try await base.fetchContents(of: identifier, version: version, range: range)
     }
 }
 
@@ -386,7 +381,7 @@ struct CacheHygieneTests {
 
 /// A provider whose next listing (once `armed`) takes its snapshot at once and returns it only
 /// when released: a listing that was taken earlier but finishes later.
-final class HeldListingProvider: Provider {
+final class HeldListingProvider: InMemoryProviderWrapper {
     let base: InMemoryProvider
     private let state = Locked<(armed: Bool, waiting: CheckedContinuation<Void, Never>?, released: Bool)>(
         (false, nil, false))
@@ -400,9 +395,6 @@ final class HeldListingProvider: Provider {
             return state.waiting
         }
         waiting?.resume()
-    }
-    func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
-        try await base.item(for: identifier)
     }
     func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         let snapshot = try await base.children(of: identifier)
@@ -421,11 +413,6 @@ final class HeldListingProvider: Provider {
             }
         }
         return snapshot
-    }
-    func fetchContents(
-        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
-    ) async throws -> any ContentStream {
-        try await base.fetchContents(of: identifier, version: version, range: range)
     }
 }
 

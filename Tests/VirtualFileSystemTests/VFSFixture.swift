@@ -65,7 +65,7 @@ func xattr(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber, _ name: Strin
 
 /// The fixture's provider, able to look up one name (as LocalDirectoryProvider is), counting
 /// those lookups apart from listings.
-final class NameLookupProvider: NamedChildLookup {
+final class NameLookupProvider: NamedChildLookup, InMemoryProviderWrapper {
     let base: InMemoryProvider
     let pointLookups = Locked(0)
     init(base: InMemoryProvider) { self.base = base }
@@ -76,14 +76,5 @@ final class NameLookupProvider: NamedChildLookup {
         } catch let error as ProviderError where error.code == .noSuchItem {
             return nil
         }
-    }
-    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
-    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
-        try await base.children(of: identifier)
-    }
-    func fetchContents(
-        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
-    ) async throws -> any ContentStream {
-        try await base.fetchContents(of: identifier, version: version, range: range)
     }
 }
