@@ -75,14 +75,7 @@ final class Dispatcher: Sendable {
             }
             let answer = { @Sendable in
                 pending.complete(id) { request in
-                    switch outcome {
-                    case .success(let value):
-                        let rc = reply(request.raw, value)
-                        if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
-                    case .failure(let error):
-                        logger.debug("\(operation): \(error)")
-                        _ = fuse_reply_err(request.raw, error.errno.rawValue)
-                    }
+                    Dispatcher.send(outcome, to: request.raw, operation, logger: logger, reply: reply)
                 }
             }
             // A reply that copies much (a read: pread from the cache file, then 1 MiB into the
@@ -117,20 +110,31 @@ final class Dispatcher: Sendable {
                 let logger = self.logger
                 BlockingIOPool.shared.execute {
                     pending.complete(id) { request in
-                        let rc = reply(request.raw, value)
-                        if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
+                        Dispatcher.send(.success(value), to: request.raw, operation, logger: logger, reply: reply)
                     }
                 }
-            case .success(let value):
-                let rc = reply(raw, value)
-                if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
-            case .failure(let error):
-                logger.debug("\(operation): \(error)")
-                _ = fuse_reply_err(raw, error.errno.rawValue)
+            default:
+                Dispatcher.send(outcome, to: raw, operation, logger: logger, reply: reply)
             }
             return
         }
         respond(raw, operation, replyBlocks: replyBlocks, work: work, reply: reply)
+    }
+
+    /// Replies with the value or the error's errno; libfuse's result is only logged (the kernel
+    /// may have given up on the request, e.g. the caller was killed).
+    private static func send<T>(
+        _ outcome: Result<T, FileSystemError>, to request: fuse_req_t, _ operation: StaticString, logger: Logger,
+        reply: (fuse_req_t, T) -> Int32
+    ) {
+        switch outcome {
+        case .success(let value):
+            let rc = reply(request, value)
+            if rc != 0 { logger.debug("\(operation): reply failed: \(Errno(-rc).name)") }
+        case .failure(let error):
+            logger.debug("\(operation): \(error)")
+            _ = fuse_reply_err(request, error.errno.rawValue)
+        }
     }
 
     /// Like `respond` for operations whose success is an empty reply.

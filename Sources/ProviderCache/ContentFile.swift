@@ -13,6 +13,8 @@ import Musl
 final class ContentFile: MappedFileRanges {
     let path: String
     let fd: Int32
+    /// The file's length (set at open: a placeholder's file is sparse up to it).
+    let size: Int64
     let pool: BlockingIOPool
 
     /// Opens (creating if needed) the file and sets its length to `size`, so unfetched parts are
@@ -30,6 +32,7 @@ final class ContentFile: MappedFileRanges {
         }
         self.path = path
         self.fd = fd
+        self.size = size
         self.pool = pool
     }
 
@@ -73,14 +76,12 @@ final class ContentFile: MappedFileRanges {
     func mappedBytes(at offset: Int64, count: Int) -> UnsafeRawPointer? {
         guard offset >= 0, count >= 0 else { return nil }
         let fd = self.fd
+        let size = Int(self.size)
         let (address, length) = mapping.withLock { mapping -> (UInt, Int) in
             if mapping.address == 0 && !mapping.mapFailed {
-                var info = stat()
-                if fstat(fd, &info) == 0, info.st_size > 0,
-                    let base = mmap(nil, Int(info.st_size), PROT_READ, MAP_SHARED, fd, 0), base != MAP_FAILED
-                {
+                if size > 0, let base = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), base != MAP_FAILED {
                     mapping.address = UInt(bitPattern: base)
-                    mapping.length = Int(info.st_size)
+                    mapping.length = size
                 } else {
                     mapping.mapFailed = true
                 }

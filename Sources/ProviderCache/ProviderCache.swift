@@ -188,13 +188,7 @@ public final class ProviderCache: Sendable {
     /// has it); nil when the provider must be asked, via `item(_:maximumAge:)`. Never waits.
     public func freshItem(_ identifier: ItemIdentifier, maximumAge: Duration?) -> ProviderItem? {
         let now = environment.timeline.now
-        return catalog.withLock { catalog -> ProviderItem? in
-            guard let item = catalog.items[identifier] else { return nil }
-            if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
-            guard let maximumAge else { return item }
-            guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
-            return item
-        }
+        return catalog.withLock { Self.freshItem(identifier, maximumAge: maximumAge, now: now, in: $0) }
     }
 
     /// `freshItem` and `presentBytes` in one visit of the catalog (a getattr answered from memory).
@@ -203,14 +197,21 @@ public final class ProviderCache: Sendable {
     ) -> (ProviderItem, presentBytes: Int64)? {
         let now = environment.timeline.now
         let found = catalog.withLock { catalog -> (ProviderItem, Presence)? in
-            guard let item = catalog.items[identifier] else { return nil }
-            if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
-            if let maximumAge {
-                guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
+            Self.freshItem(identifier, maximumAge: maximumAge, now: now, in: catalog).map {
+                ($0, Self.presence(of: $0, in: catalog))
             }
-            return (item, Self.presence(of: item, in: catalog))
         }
         return found.map { ($0.0, $0.1.bytes) }
+    }
+
+    private static func freshItem(
+        _ identifier: ItemIdentifier, maximumAge: Duration?, now: Duration, in catalog: Catalog
+    ) -> ProviderItem? {
+        guard let item = catalog.items[identifier] else { return nil }
+        if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
+        guard let maximumAge else { return item }
+        guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
+        return item
     }
 
     /// How many bytes of the item's current content version are stored locally (0 for a
@@ -453,12 +454,14 @@ public final class ProviderCache: Sendable {
                     old.count == listed.count && listed.allSatisfy { old.contains($0.identifier) }
                 } ?? false
             var newIdentifiers = oldIdentifiers ?? []
-            if !sameMembers {
+            // Membership compared the slow way: old children not listed any more are removed.
+            func removeUnlisted() {
                 newIdentifiers = Set(listed.map(\.identifier))
                 for identifier in (oldIdentifiers ?? []).subtracting(newIdentifiers) {
                     removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
                 }
             }
+            if !sameMembers { removeUnlisted() }
             var renamed = false
             var stampedTwice = false
             for item in listed {
@@ -481,10 +484,7 @@ public final class ProviderCache: Sendable {
                 // missing child behind an equal count: compare the sets after all. Every listed
                 // child was already a child here, so none of them is inside what is removed.
                 sameMembers = false
-                newIdentifiers = Set(listed.map(\.identifier))
-                for identifier in (oldIdentifiers ?? []).subtracting(newIdentifiers) {
-                    removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
-                }
+                removeUnlisted()
             }
             // The by-name index changes only when membership or a name did (a re-list of an
             // unchanged directory of thousands of files rebuilds nothing).

@@ -76,6 +76,11 @@ public struct LocalDirectoryProvider: NamedChildLookup {
         }
     }
 
+    /// A path component an identifier may have: not empty, not "." or "..", no NUL.
+    static func isNameComponent(_ component: some StringProtocol) -> Bool {
+        !component.isEmpty && component != "." && component != ".." && !component.utf8.contains(0)
+    }
+
     /// The absolute path of `identifier`, after checking every component and that its parent's
     /// real path lies inside the root's real path.
     func checkedPath(_ identifier: ItemIdentifier) throws -> String {
@@ -83,7 +88,7 @@ public struct LocalDirectoryProvider: NamedChildLookup {
         if identifier == .root { return root }
         let components = identifier.rawValue.split(separator: "/", omittingEmptySubsequences: false)
         for component in components {
-            guard !component.isEmpty, component != ".", component != "..", !component.contains("\0") else {
+            guard Self.isNameComponent(component) else {
                 throw ProviderError(.invalidName, "identifier '\(identifier.rawValue)' is not a path inside the source")
             }
         }
@@ -124,9 +129,7 @@ public struct LocalDirectoryProvider: NamedChildLookup {
     /// One name in a directory: the directory is opened O_NOFOLLOW (a directory replaced
     /// by a symbolic link is not followed out of the source), the name stat'ed without following.
     func childSync(named name: String, of directory: ItemIdentifier) throws -> ProviderItem? {
-        guard !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
-            !name.utf8.contains(UInt8(ascii: "/")), !name.utf8.contains(0)
-        else {
+        guard Self.isNameComponent(name), name.utf8.count <= 255, !name.utf8.contains(UInt8(ascii: "/")) else {
             throw ProviderError(.invalidName, "'\(name)' is not a file name")
         }
         let path = try checkedPath(directory)

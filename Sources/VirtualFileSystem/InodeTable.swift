@@ -46,12 +46,8 @@ struct InodeTable {
         return (inode, generation)
     }
 
-    mutating func addLookup(_ inode: InodeNumber) {
-        nodes[inode]?.lookupCount += 1
-    }
-
-    /// `bind` plus `addLookup`, for a lookup reply: an existing node is found and counted with
-    /// one hash of the identifier and one of the number (this runs on every LOOKUP).
+    /// `bind` plus one kernel reference, for a lookup reply: an existing node is found and
+    /// counted with one hash of the identifier and one of the number (this runs on every LOOKUP).
     mutating func bindLookedUp(_ identifier: ItemIdentifier, kind: ItemKind) -> (InodeNumber, UInt64) {
         if let inode = byIdentifier[identifier], let index = nodes.index(forKey: inode),
             nodes.values[index].kind == kind || identifier == .root
