@@ -47,23 +47,32 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: ["SystemSupport", "ProviderModel", "ProviderCache", "VirtualFileSystem", "FileCoordination"]),
+        // Test-only: the `.blockingThreads` trait (test bodies that block run off the cooperative pool).
+        .target(name: "TestScheduling"),
 
-        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestSupport"]),
-        .testTarget(name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport"]),
-        .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "TestSupport"]),
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestSupport", "TestScheduling"]),
+        .testTarget(
+            name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
+        .testTarget(
+            name: "FileCoordinationTests", dependencies: ["FileCoordination", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "CrossProcessTests",
-            dependencies: ["FileCoordination", "TestSupport", "coordination-probe", "providerfs"]),
-        .testTarget(name: "ProviderCacheTests", dependencies: ["ProviderCache", "ProviderModel", "TestSupport"]),
+            dependencies: ["FileCoordination", "TestSupport", "TestScheduling", "coordination-probe", "providerfs"]),
+        .testTarget(
+            name: "ProviderCacheTests",
+            dependencies: ["ProviderCache", "ProviderModel", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "VirtualFileSystemTests",
-            dependencies: ["VirtualFileSystem", "ProviderCache", "ProviderModel", "TestSupport"]),
+            dependencies: ["VirtualFileSystem", "ProviderCache", "ProviderModel", "TestSupport", "TestScheduling"]),
         .testTarget(
-            name: "ProviderFSCommandsTests", dependencies: ["ProviderFSCommands", "TestSupport", "providerfs"]),
+            name: "ProviderFSCommandsTests",
+            dependencies: ["ProviderFSCommands", "TestSupport", "TestScheduling", "providerfs"]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
         .testTarget(
             name: "MountTests",
-            dependencies: ["TestSupport", "SystemSupport", "FUSEAdapter", "providerfs", "fuse-fixture"]),
+            dependencies: [
+                "TestSupport", "TestScheduling", "SystemSupport", "FUSEAdapter", "providerfs", "fuse-fixture",
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

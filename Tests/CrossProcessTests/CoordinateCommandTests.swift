@@ -6,9 +6,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
-@Suite(.serialized) struct CoordinateCommandTests {
+@Suite(.serialized, .blockingThreads) struct CoordinateCommandTests {
     /// Runs a shell snippet in the world's environment (PF = providerfs path, F = files dir).
     func shell(_ world: CoordinationWorld, _ script: String) throws -> Child {
         var environment = world.environment

@@ -7,9 +7,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
-@Suite(.serialized) struct CrossProcessCoordinationTests {
+@Suite(.serialized, .blockingThreads) struct CrossProcessCoordinationTests {
     @Test func rule01_readersInTwoProcessesShare() throws {
         let world = try CoordinationWorld()
         defer { world.tearDown() }

@@ -3,6 +3,7 @@
 import Dispatch
 import FileCoordination
 import Foundation
+import TestScheduling
 import Testing
 
 @Suite struct BatchAndEvictionArbiterRuleTests {
@@ -174,7 +175,7 @@ final class EvictablePresenter: FilePresenter, @unchecked Sendable {
     }
 }
 
-@Suite final class BatchAndEvictionCoordinatorTests {
+@Suite(.blockingThreads) final class BatchAndEvictionCoordinatorTests {
     let domain = CoordinationDomain(host: ArbiterHost())
     private var scratch: [URL] = []
 

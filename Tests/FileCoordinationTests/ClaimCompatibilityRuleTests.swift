@@ -1,9 +1,10 @@
 // Rules 1–16 of reference/apple-coordination-spec.md §7.1, against the pure arbiter: no processes,
 // no sleeps, an explicit clock.
 import FileCoordination
+import TestScheduling
 import Testing
 
-@Suite struct ClaimCompatibilityRuleTests {
+@Suite(.blockingThreads) struct ClaimCompatibilityRuleTests {
     @Test func rule01_twoReadersShareAFile() {
         var h = ArbiterHarness()
         let a = h.claim([read("/d/f")], purpose: "A")

@@ -3,6 +3,7 @@
 import Dispatch
 import FileCoordination
 import Foundation
+import TestScheduling
 import Testing
 
 /// A presenter that records what it is told and answers at once (or never, when `silent`).
@@ -76,7 +77,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
     return condition()
 }
 
-@Suite final class FileCoordinatorTests {
+@Suite(.blockingThreads) final class FileCoordinatorTests {
     let host: ArbiterHost
     let domain: CoordinationDomain
     /// Directories made by this test, removed when it ends (a suite instance lives for one test).
@@ -434,7 +435,9 @@ func eventually(_ condition: () -> Bool) -> Bool {
             writingItemAt: file,
             performing: { _ in
                 // Detached: a child task would inherit the held claim and fail at once as a nested deadlock.
-                let task = Task.detached {
+                // Off the cooperative pool, so the claim is asked for at once even while every other
+                // test's task is queued there (the wait below has a wall-clock deadline).
+                let task = Task.detached(executorPreference: BlockingTestExecutor.shared) {
                     try await FileCoordinator(domain: domain).coordinate(readingItemAt: file, performing: { _ in 1 })
                 }
                 #expect(await eventuallyAsync { host.dump().claims.count == 2 })

@@ -2,9 +2,10 @@
 // the pure arbiter with an explicit clock. Delivery order across presenters is not asserted
 // (rule 29): tests look at each presenter's own messages.
 import FileCoordination
+import TestScheduling
 import Testing
 
-@Suite struct PresenterMessagingRuleTests {
+@Suite(.blockingThreads) struct PresenterMessagingRuleTests {
     @Test func rule17_readWaitsUntilPresenterRelinquishes() {
         var h = ArbiterHarness()
         let p = h.present("/d/f")

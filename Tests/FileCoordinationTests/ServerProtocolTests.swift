@@ -7,6 +7,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
 /// SplitMix64: a small seeded generator so a failing fuzz case can be replayed from its seed.
@@ -179,7 +180,7 @@ final class EmbeddedServer: @unchecked Sendable {
     }
 }
 
-@Suite struct ServerRobustnessTests {
+@Suite(.blockingThreads) struct ServerRobustnessTests {
     @Test func garbageIsAnsweredWithAFatalMessageAndDropped() throws {
         let embedded = try EmbeddedServer()
         defer { embedded.stop() }

@@ -9,9 +9,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
-@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
 struct AdapterMountTests {
     /// A source tree with nested folders, odd names and a 3 MiB file of known bytes.
     static func makeTree() throws -> String {

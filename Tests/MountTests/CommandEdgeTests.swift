@@ -8,6 +8,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
 /// Runs the providerfs binary with a private runtime directory (its own mount registry).
@@ -22,7 +23,7 @@ func providerfs(
         productsDirectory + "/providerfs", arguments, environment: merged, timeout: .seconds(90))
 }
 
-@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
 struct CommandEdgeTests {
     let scratch: String
     let source: String

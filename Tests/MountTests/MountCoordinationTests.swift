@@ -10,9 +10,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
-@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
 struct MountCoordinationTests {
     let scratch: String
     let source: String

@@ -12,6 +12,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
 /// FUSE READ requests the daemon received for `node`, from libfuse's trace in its stderr.
@@ -81,7 +82,7 @@ func waitForState(_ path: String, _ state: String) -> Bool {
     return false
 }
 
-@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
 struct PassthroughMountTests {
     let scratch: String
     let source: String
@@ -270,7 +271,7 @@ struct PassthroughMountTests {
 /// The adapter's side, against the in-memory fixture (no provider, no cache): files offered for
 /// passthrough are read by the kernel; when the kernel refuses backing files (EPERM for a daemon
 /// without CAP_SYS_ADMIN, simulated), the same reads go through the daemon and the mount works.
-@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"))
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
 struct PassthroughAdapterTests {
     func run(_ extra: [String], _ body: (MountedFileSystem, String) throws -> Void) throws {
         let tree = try AdapterMountTests.makeTree()

@@ -368,6 +368,7 @@ struct LocalDirectTransferTests {
             let shrink = Int64(round % 3 == 0 ? 0 : (round * 300_007) % size)
             let started = Locked(false)
             let delivered = Locked(0)
+            let truncated = DispatchGroup()
             do {
                 let placed = try await direct.transfer(
                     to: destination, at: 0, firstStep: 256 << 10, step: 256 << 10, maximumLength: size,
@@ -376,7 +377,7 @@ struct LocalDirectTransferTests {
                         if !started.withLock({ $0 }) {
                             started.withLock { $0 = true }
                             let path = root.path + "/f"
-                            DispatchQueue.global().async { _ = truncate(path, off_t(shrink)) }
+                            DispatchQueue.global().async(group: truncated) { _ = truncate(path, off_t(shrink)) }
                         }
                         return true
                     })
@@ -385,6 +386,8 @@ struct LocalDirectTransferTests {
             } catch let error as ProviderError {
                 #expect(error.code == .versionChanged, "round \(round): \(error)")
             }
+            // The truncation must land in this round: late, it would shrink the next round's source.
+            await withCheckedContinuation { done in truncated.notify(queue: .global()) { done.resume() } }
             // Whatever was delivered is exactly the source's bytes.
             let count = delivered.value
             var copied = [UInt8](repeating: 0, count: count)

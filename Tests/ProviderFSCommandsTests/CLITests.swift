@@ -1,7 +1,8 @@
 import ProviderFSCommands
+import TestScheduling
 import Testing
 
-@Suite struct CLITests {
+@Suite(.blockingThreads) struct CLITests {
     @Test func unknownCommandIsAUsageError() async {
         #expect(await ProviderFSCLI.main(["providerfs", "frobnicate"]) == ExitStatus.usage)
     }

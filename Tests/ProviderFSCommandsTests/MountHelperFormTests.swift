@@ -1,8 +1,9 @@
+import TestScheduling
 import Testing
 
 @testable import ProviderFSCommands
 
-@Suite struct MountHelperFormTests {
+@Suite(.blockingThreads) struct MountHelperFormTests {
     @Test func mountFuse3FormBecomesAMountCommand() {
         #expect(
             mountHelperArguments([

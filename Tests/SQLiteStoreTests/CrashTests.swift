@@ -4,11 +4,12 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
 /// A process SIGKILLed in the middle of a write transaction leaves all or none of it.
 /// The child is a real process: Swift Testing's exit test re-executes this test binary.
-@Suite struct CrashTests {
+@Suite(.blockingThreads) struct CrashTests {
     static let accountCount = 50
     static let initialBalance: Int64 = 1000
 

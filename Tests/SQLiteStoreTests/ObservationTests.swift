@@ -1,9 +1,10 @@
 import Foundation
 import SQLiteStore
 import SystemSupport
+import TestScheduling
 import Testing
 
-@Suite struct ObservationTests {
+@Suite(.blockingThreads) struct ObservationTests {
     let directory = TemporaryDirectory()
 
     final class Recorder: Sendable {

@@ -1,4 +1,5 @@
 import Foundation
+import TestScheduling
 import Testing
 
 @testable import SQLiteStore
@@ -6,7 +7,7 @@ import Testing
 /// A read sees one snapshot however its statements run (D-161): its first query runs without
 /// BEGIN, so these tests commit from another thread at each point where a read without that
 /// care would see the commit, and check that it does not.
-@Suite struct SnapshotTests {
+@Suite(.blockingThreads) struct SnapshotTests {
     let directory = TemporaryDirectory()
 
     func makeStore() throws -> DatabaseQueue {

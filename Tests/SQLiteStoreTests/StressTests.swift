@@ -1,11 +1,12 @@
 import Foundation
 import SQLiteStore
 import SystemSupport
+import TestScheduling
 import Testing
 
 /// 16 writers (8 plain threads, 8 tasks) move money between accounts while 8 readers (4 threads,
 /// 4 tasks) check, in every snapshot, that the total never changes.
-@Suite struct StressTests {
+@Suite(.blockingThreads) struct StressTests {
     static let accounts = 20
     static let initialBalance: Int64 = 1000
     static let transfersPerWriter = 60

@@ -1,8 +1,9 @@
 import Foundation
 import SQLiteStore
+import TestScheduling
 import Testing
 
-@Suite struct TransactionTests {
+@Suite(.blockingThreads) struct TransactionTests {
     let directory = TemporaryDirectory()
 
     func makeStore() throws -> DatabaseQueue {

@@ -3,9 +3,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
-@Suite("BlockingIOPool")
+@Suite("BlockingIOPool", .blockingThreads)
 struct BlockingIOPoolTests {
     @Test("runs work on its own threads, concurrently, and returns results and typed errors")
     func runsWork() async throws {

@@ -5,9 +5,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import TestScheduling
 #endif
 
-@Suite("ProcessInfoFiles")
+@Suite("ProcessInfoFiles", .blockingThreads)
 struct ProcessInfoFilesTests {
     @Test("thread group, parent and ancestry agree with the kernel's own answers")
     func ownProcess() throws {
