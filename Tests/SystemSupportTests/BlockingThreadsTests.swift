@@ -1,17 +1,28 @@
 // The `.blockingThreads` trait (TestScheduling) that keeps blocking test bodies off the cooperative
-// pool. Run the suite with LIBDISPATCH_COOPERATIVE_POOL_STRICT=1 (a pool of one thread) to see
-// the difference: without the trait the first test's wait would hold the pool's only thread.
+// pool: where a body runs, and that a task started with the same executor preference does not
+// queue behind the pool's work.
 
 import Dispatch
+import SystemSupport
 import TestScheduling
 import Testing
 
 @Suite struct BlockingThreadsTests {
-    @Test(.blockingThreads) func aSynchronousBodyRunsOffThePoolAndMayWaitForATask() {
+    @Test(.blockingThreads) func aSynchronousBodyRunsOffThePool() {
         #expect(isOnBlockingTestThread())
+    }
+
+    /// A task started with the executor preference runs at once even while the pool is busy with
+    /// other tests' tasks (a detached task on the pool would queue behind all of them).
+    @Test(.blockingThreads) func aTaskWithThePreferenceRunsWhileThisThreadWaits() {
         let done = DispatchSemaphore(value: 0)
-        Task.detached { done.signal() }
+        let onThread = Locked(false)
+        Task.detached(executorPreference: BlockingTestExecutor.shared) {
+            onThread.withLock { $0 = isOnBlockingTestThread() }
+            done.signal()
+        }
         #expect(done.wait(timeout: .now() + .seconds(30)) == .success)
+        #expect(onThread.value)
     }
 
     @Test(.blockingThreads) func childTasksInheritThePreference() async {
