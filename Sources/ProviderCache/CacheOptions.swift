@@ -38,6 +38,11 @@ public struct CacheOptions: Sendable {
     /// background (one refresh per directory at a time), so a directory in use is re-listed before
     /// its `directoryTTL` runs out instead of making a lookup wait for the listing. nil: never.
     public var listingRefreshAhead: Duration? = .milliseconds(2500)
+    /// A provider that tracks changes (`ListingChangeTracking`; a local directory on a local file
+    /// system) lets an expired listing be revalidated without listing again while nothing changed;
+    /// a listing is taken anew at least this often anyway, so what the tracking cannot see (writes
+    /// through mmap, changes through a hard link elsewhere) shows up within this time.
+    public var fullListingInterval: Duration = .seconds(60)
     /// How long an item's metadata is trusted by getattr before the provider is asked again.
     public var attributeTTL: Duration = .seconds(1)
     /// A lookup of a name missing from a listing re-lists the directory if the listing is older

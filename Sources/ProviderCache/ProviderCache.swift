@@ -75,8 +75,11 @@ public final class ProviderCache: Sendable {
         var children: [ItemIdentifier: Set<ItemIdentifier>] = [:]
         /// The same children by name, compared byte for byte (lookup is O(1), not a scan).
         var names: [ItemIdentifier: [NameKey: ItemIdentifier]] = [:]
-        /// When (on the timeline) a directory was last listed in this session.
+        /// When (on the timeline) a directory was last listed, or its listing revalidated, in this
+        /// session.
         var listedAt: [ItemIdentifier: Duration] = [:]
+        /// A listing's change token (`ListingChangeTracking`) and when that listing was taken.
+        var listingTokens: [ItemIdentifier: (token: ListingChangeToken, listedAt: Duration)] = [:]
         /// When an item's metadata was last confirmed by the provider in this session.
         var refreshedAt: [ItemIdentifier: Duration] = [:]
         var entries: [ContentKey: ContentEntry] = [:]
@@ -307,12 +310,16 @@ public final class ProviderCache: Sendable {
             return true
         }
         if fresh { return }
+        let tracking = environment.provider as? any ListingChangeTracking
+        if let tracking, revalidateListing(of: identifier, with: tracking, at: now) { return }
         do {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
-                try await provider.children(of: identifier)
+                () async throws -> (children: [ProviderItem], token: ListingChangeToken?) in
+                if let tracking { return try await tracking.trackedChildren(of: identifier) }
+                return (try await provider.children(of: identifier), nil)
             }
-            applyListing(of: identifier, children: listed, at: now)
+            applyListing(of: identifier, children: listed.children, token: listed.token, at: now)
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
@@ -325,6 +332,33 @@ public final class ProviderCache: Sendable {
             default:
                 throw failure
             }
+        }
+    }
+
+    /// A listing past its age whose directory the provider reports unchanged since the listing
+    /// was taken is as good as one taken now: it and its children count as refreshed `now`, with
+    /// no provider call (D-224). Not once the listing itself is `fullListingInterval` old (what
+    /// the provider's tracking misses is seen then). False: list again.
+    private func revalidateListing(
+        of directory: ItemIdentifier, with tracking: any ListingChangeTracking, at now: Duration
+    ) -> Bool {
+        let limit = environment.options.fullListingInterval
+        guard
+            let tracked = catalog.withLock({ catalog -> ListingChangeToken? in
+                guard catalog.listedAt[directory] != nil, let tracked = catalog.listingTokens[directory],
+                    now - tracked.listedAt < limit
+                else { return nil }
+                return tracked.token
+            }), !tracking.hasChanges(since: tracked)
+        else { return false }
+        return catalog.withLock { catalog in
+            // Checked again: a listing applied meanwhile carries its own token.
+            guard catalog.listingTokens[directory]?.token == tracked, let applied = catalog.listedAt[directory],
+                applied < now
+            else { return false }
+            catalog.listedAt[directory] = now
+            for child in catalog.children[directory] ?? [] { catalog.refreshedAt[child] = now }
+            return true
         }
     }
 
@@ -437,7 +471,10 @@ public final class ProviderCache: Sendable {
 
     /// Replaces the children of `directory` with a fresh listing: new items appear, changed ones
     /// are updated (old content superseded), missing ones are removed with their descendants.
-    private func applyListing(of directory: ItemIdentifier, children listed: [ProviderItem], at now: Duration) {
+    private func applyListing(
+        of directory: ItemIdentifier, children listed: [ProviderItem], token: ListingChangeToken? = nil,
+        at now: Duration
+    ) {
         let (toSave, removed, superseded) = catalog.withLock {
             catalog -> ([ProviderItem], [ItemIdentifier], [ContentEntryOrRecord]) in
             // Two listings can overlap (a background refresh and a lookup miss): one taken
@@ -494,6 +531,7 @@ public final class ProviderCache: Sendable {
             }
             catalog.children[directory] = newIdentifiers
             catalog.listedAt[directory] = now
+            catalog.listingTokens[directory] = token.map { ($0, now) }
             if oldIdentifiers == nil, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)
         }
@@ -532,6 +570,7 @@ public final class ProviderCache: Sendable {
             removed.append(next)
             stack += catalog.children.removeValue(forKey: next) ?? []
             catalog.listedAt[next] = nil
+            catalog.listingTokens[next] = nil
             catalog.refreshedAt[next] = nil
             superseded += takeContents(of: next, except: nil, from: &catalog)
             catalog.names[next] = nil

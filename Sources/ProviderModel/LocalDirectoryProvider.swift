@@ -22,9 +22,11 @@ import Musl
 /// - Symbolic links are items of kind `.symbolicLink`; they are never followed.
 /// - The root missing or not a directory reads as `.unreachable` (the "server" is gone), which
 ///   the cache answers with what it has locally.
-public struct LocalDirectoryProvider: NamedChildLookup {
+public struct LocalDirectoryProvider: NamedChildLookup, ListingChangeTracking {
     /// The directory served, as given.
     public let root: String
+    /// inotify watches of the listed directories (D-224).
+    private let changes = DirectoryChangeWatcher()
 
     public init(root: String) {
         var trimmed = root
@@ -38,6 +40,23 @@ public struct LocalDirectoryProvider: NamedChildLookup {
 
     public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         try await LocalIO.run { try self.childrenSync(identifier) }
+    }
+
+    /// `children(of:)` with a change token, taken before the listing (nil on a file system that is
+    /// not local, or when inotify refuses a watch).
+    public func trackedChildren(
+        of identifier: ItemIdentifier
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    ) {
+        try await LocalIO.run {
+            let token = self.changes.token(for: identifier, path: try self.checkedPath(identifier))
+            return (try self.childrenSync(identifier), token)
+        }
+    }
+
+    public func hasChanges(since token: ListingChangeToken) -> Bool {
+        changes.hasChanges(since: token)
     }
 
     public func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {

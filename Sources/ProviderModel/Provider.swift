@@ -54,3 +54,35 @@ public protocol NamedChildLookup: Provider {
     /// like `children(of:)` (`.noSuchItem` when the directory itself is gone).
     func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem?
 }
+
+/// A provider that can tell, without listing again, whether a directory it listed may have
+/// changed since (a local directory: inotify). The cache uses it to revalidate a listing past its
+/// TTL for the cost of one check instead of a listing of every child (D-224).
+public protocol ListingChangeTracking: Provider {
+    /// Lists like `children(of:)`, plus a token taken before the listing began: nil when changes
+    /// there cannot be tracked (the cache then lists again whenever the listing expires).
+    func trackedChildren(
+        of directory: ItemIdentifier
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    )
+
+    /// False only when nothing a listing of the token's directory shows (its names, its children's
+    /// metadata, its own metadata) can have changed since the token was taken; true when anything
+    /// did or when unsure. Never waits.
+    func hasChanges(since token: ListingChangeToken) -> Bool
+}
+
+/// What `ListingChangeTracking.hasChanges(since:)` compares against; opaque to the cache.
+public struct ListingChangeToken: Sendable, Equatable {
+    /// The provider's watch and its state when the token was taken.
+    public let watch: Int64
+    public let serial: UInt64
+    public let generation: UInt64
+
+    public init(watch: Int64, serial: UInt64, generation: UInt64) {
+        self.watch = watch
+        self.serial = serial
+        self.generation = generation
+    }
+}

@@ -3,6 +3,7 @@
 
 import FUSEAdapter
 import Foundation
+import ProviderModel
 import SystemSupport
 import TestSupport
 import Testing
@@ -63,6 +64,22 @@ struct AdapterMountTests {
                 "cp \(m)/big.bin \(quoted(mount.directory))/copy && cmp \(m)/big.bin \(quoted(mount.directory))/copy"
             ).status == 0)
         #expect(try shell("df \(m) | tail -1 | awk '{print $1}'").output == "fuse-fixture\n")
+    }
+
+    /// The local provider's change tracking (D-224) is for file systems whose changes all go
+    /// through this kernel; a FUSE file system's daemon changes it behind inotify's back.
+    @Test func aLocalProviderOverAFUSEMountDoesNotTrackChanges() async throws {
+        guard requireFUSE() else { return }
+        let tree = try Self.makeTree()
+        defer { removeTreeWithinFileSystem(tree) }
+        let mount = try MountedFileSystem.fixture(tree: tree)
+        defer { mount.stop() }
+        let provider = LocalDirectoryProvider(root: mount.mountpoint)
+        let listed = try await provider.trackedChildren(of: ItemIdentifier("docs"))
+        #expect(listed.children.map(\.name).sorted() == ["deeper", "name with spaces.txt", "ünïcødé.txt"])
+        #expect(listed.token == nil)
+        let local = try await LocalDirectoryProvider(root: tree).trackedChildren(of: ItemIdentifier("docs"))
+        #expect(local.token != nil, "the same tree on its local file system is tracked")
     }
 
     @Test func readsAtOffsetsWithDdAndPython() throws {

@@ -448,3 +448,100 @@ struct OverlappingListingTests {
         #expect(cache.cachedItem(ItemIdentifier("a")) == nil)
     }
 }
+
+/// A provider that tracks changes the way a real one would, with the change under the test's
+/// control: `touch()` voids every token taken before it.
+final class ChangeTrackingProvider: ListingChangeTracking, InMemoryProviderWrapper {
+    let base: InMemoryProvider
+    private let generation = Locked<UInt64>(0)
+    init(base: InMemoryProvider) { self.base = base }
+    func touch() { generation.withLock { $0 += 1 } }
+    func trackedChildren(
+        of directory: ItemIdentifier
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    ) {
+        let token = ListingChangeToken(watch: 1, serial: 1, generation: generation.value)
+        return (try await base.children(of: directory), token)
+    }
+    func hasChanges(since token: ListingChangeToken) -> Bool { token.generation != generation.value }
+}
+
+@Suite("Listings revalidated by change tracking")
+struct ListingRevalidationTests {
+    @Test("an expired listing of an unchanged directory is revalidated without a provider call, with its children")
+    func unchangedListingIsRevalidated() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("a", .bytes([1]))
+        let provider = ChangeTrackingProvider(base: fixture.provider)
+        let cache = try ProviderCache(
+            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
+            options: fixture.options)
+        let ttl = fixture.options.directoryTTL
+        _ = try await cache.children(of: .root, maximumAge: ttl)
+        #expect(fixture.provider.counters.childrenCalls == 1)
+
+        fixture.clock.advance(by: ttl + .seconds(1))
+        #expect(cache.freshItem(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL) == nil)
+        #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a"])
+        #expect(fixture.provider.counters.childrenCalls == 1, "unchanged: no listing")
+        #expect(cache.listingAge(of: .root) == .zero, "the listing counts from the check")
+        #expect(
+            cache.freshItem(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL) != nil,
+            "its children's metadata is confirmed with it")
+
+        // A change: listed again, and the new child is there.
+        fixture.provider.putFile("b", .bytes([2]))
+        provider.touch()
+        fixture.clock.advance(by: ttl + .seconds(1))
+        #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a", "b"])
+        #expect(fixture.provider.counters.childrenCalls == 2)
+    }
+
+    @Test("a listing is taken anew after fullListingInterval even when nothing was reported")
+    func fullListingIntervalBoundsTrust() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("a", .bytes([1]))
+        let provider = ChangeTrackingProvider(base: fixture.provider)
+        let cache = try ProviderCache(
+            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
+            options: fixture.options)
+        let ttl = fixture.options.directoryTTL
+        _ = try await cache.children(of: .root, maximumAge: ttl)
+        // A change the tracking does not see (an mmap write, say).
+        fixture.provider.putFile("b", .bytes([2]))
+        var elapsed = Duration.zero
+        while elapsed + ttl + .seconds(1) < fixture.options.fullListingInterval {
+            fixture.clock.advance(by: ttl + .seconds(1))
+            elapsed += ttl + .seconds(1)
+            #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a"])
+        }
+        #expect(fixture.provider.counters.childrenCalls == 1)
+        fixture.clock.advance(by: ttl + .seconds(1))
+        #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a", "b"])
+        #expect(fixture.provider.counters.childrenCalls == 2)
+    }
+
+    @Test("a lookup past the TTL of an unchanged directory finds its child without a listing")
+    func lookupRevalidates() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("a", .bytes([1]))
+        let provider = ChangeTrackingProvider(base: fixture.provider)
+        let cache = try ProviderCache(
+            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
+            options: fixture.options)
+        let ttl = fixture.options.directoryTTL
+        #expect(try await cache.child(named: "a", of: .root, maximumAge: ttl)?.size == 1)
+        fixture.clock.advance(by: ttl * 3)
+        guard case .unknown = cache.cachedChild(named: "a", of: .root, maximumAge: ttl) else {
+            Issue.record("an expired listing must not answer on its own")
+            return
+        }
+        #expect(try await cache.child(named: "a", of: .root, maximumAge: ttl)?.size == 1)
+        #expect(fixture.provider.counters.childrenCalls == 1)
+        guard case .found = cache.cachedChild(named: "a", of: .root, maximumAge: ttl) else {
+            Issue.record("the revalidated listing answers again")
+            return
+        }
+    }
+}

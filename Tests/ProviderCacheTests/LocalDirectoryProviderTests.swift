@@ -418,3 +418,69 @@ struct LocalDirectTransferTests {
         }
     }
 }
+
+@Suite("LocalDirectoryProvider: change tracking (inotify)")
+struct LocalChangeTrackingTests {
+    /// Each change, made after a listing of `dir` (and of `dir/sub`), must void the listing's token.
+    static let changes: [(String, @Sendable (String) -> Void)] = [
+        ("create a file", { _ = try? writeFile($0 + "/dir/new", [1]) }),
+        ("delete a file", { unlink($0 + "/dir/f") }),
+        ("rename within", { rename($0 + "/dir/f", $0 + "/dir/g") }),
+        ("rename out", { rename($0 + "/dir/f", $0 + "/elsewhere") }),
+        ("rename in", { rename($0 + "/outside", $0 + "/dir/in") }),
+        (
+            "append to a file",
+            {
+                let fd = open($0 + "/dir/f", O_WRONLY | O_APPEND)
+                _ = write(fd, "x", 1)
+                close(fd)
+            }
+        ),
+        ("truncate a file", { truncate($0 + "/dir/f", 1) }),
+        ("chmod a file", { chmod($0 + "/dir/f", 0o600) }),
+        (
+            "set a file's mtime",
+            {
+                var times = [timespec(tv_sec: 1_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000, tv_nsec: 0)]
+                utimensat(AT_FDCWD, $0 + "/dir/f", &times, 0)
+            }
+        ),
+        ("create inside a listed subdirectory (its mtime changes)", { _ = try? writeFile($0 + "/dir/sub/x", [1]) }),
+        ("chmod the directory itself", { chmod($0 + "/dir", 0o700) }),
+        (
+            "replace the directory",
+            {
+                removeTree($0 + "/dir")
+                mkdir($0 + "/dir", 0o755)
+            }
+        ),
+    ]
+
+    @Test(
+        "a token stays valid while nothing changes (reads included) and is void after any change",
+        arguments: 0..<changes.count)
+    func tokensSeeChanges(index: Int) async throws {
+        let (what, change) = Self.changes[index]
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("dir/f", [1, 2, 3])
+        try root.write("dir/sub/s", [4])
+        try root.write("outside", [5])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let listed = try await provider.trackedChildren(of: ItemIdentifier("dir"))
+        _ = try await provider.trackedChildren(of: ItemIdentifier("dir/sub"))
+        #expect(listed.children.count == 2)
+        let token = try #require(listed.token, "a directory on a local file system is tracked")
+        // Reading content and metadata changes nothing a listing shows.
+        _ = try readFile(root.path + "/dir/f")
+        _ = try await provider.item(for: ItemIdentifier("dir/f"))
+        _ = try await provider.children(of: ItemIdentifier("dir"))
+        #expect(!provider.hasChanges(since: token), "\(what): before the change")
+        change(root.path)
+        #expect(provider.hasChanges(since: token), "\(what): after the change")
+        // A new listing gets a new, valid token.
+        if let again = try? await provider.trackedChildren(of: ItemIdentifier("dir")), let fresh = again.token {
+            #expect(!provider.hasChanges(since: fresh), "\(what): a token taken after the change")
+        }
+    }
+}

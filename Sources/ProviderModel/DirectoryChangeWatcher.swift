@@ -1,0 +1,173 @@
+// Change tracking for LocalDirectoryProvider's listings (D-224): one inotify watch per listed
+// directory, a generation per watch that every event in it bumps. A listing's token is the
+// generation before the listing began; an unchanged generation later means nothing the listing
+// shows can have changed, so the cache revalidates it without listing again.
+//
+// What inotify does not report, and so is only seen at the next full listing
+// (`CacheOptions.fullListingInterval`): writes through a shared mapping (mmap), changes made
+// through a hard link in another directory, changes on a file system that is not local
+// (no token is given there), and the metadata of a subdirectory that was never listed when
+// something inside it changes.
+
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+final class DirectoryChangeWatcher: Sendable {
+    private struct Watch {
+        /// Unique per watch in this instance (a watch descriptor number can be reused).
+        var serial: UInt64
+        var generation: UInt64 = 0
+        /// The identifiers listed through this watch (two when a directory is bind-mounted
+        /// inside the tree: one inode, one watch).
+        var identifiers: Set<ItemIdentifier> = []
+    }
+
+    private struct State {
+        var fd: Int32 = -1
+        var unavailable = false
+        var watches: [Int32: Watch] = [:]
+        var watchByIdentifier: [ItemIdentifier: Int32] = [:]
+        var nextSerial: UInt64 = 1
+    }
+
+    private let state = Locked(State())
+
+    // inotify constants (the Glibc module imports some of them as enums, so spelled out here).
+    /// IN_MODIFY, IN_ATTRIB, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE, IN_DELETE_SELF,
+    /// IN_MOVE_SELF.
+    static let events: UInt32 = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
+    /// Changes of a directory's entries (its mtime changes): IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE,
+    /// IN_DELETE.
+    static let entryChanges: UInt32 = 0x40 | 0x80 | 0x100 | 0x200
+    static let onlyDirectoryNoFollow: UInt32 = 0x0100_0000 | 0x0200_0000
+    static let queueOverflow: UInt32 = 0x4000
+    static let ignored: UInt32 = 0x8000
+
+    /// File systems whose every change goes through this kernel, so inotify sees it. A network
+    /// file system (changes made by other machines) or FUSE (changes made by its daemon) is not
+    /// tracked: its listings are listed again at every expiry.
+    static let localFileSystems: Set<String> = [
+        "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "zfs", "bcachefs",
+        // Changes made through the overlay (not to its layers directly).
+        "overlay",
+    ]
+
+    /// Whether the file system of device `device` is local, per /proc/self/mountinfo, remembered
+    /// per device (a listing of each directory asks).
+    private let localDevices = Locked<[UInt64: Bool]>([:])
+
+    private func isLocal(device: UInt64) -> Bool {
+        if let known = localDevices.withLock({ $0[device] }) { return known }
+        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
+        let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
+        let name = "\(major):\(minor)"
+        let entries = MountTable.current().filter { $0.device == name }
+        let local = !entries.isEmpty && entries.allSatisfy { Self.localFileSystems.contains($0.fileSystemType) }
+        localDevices.withLock { $0[device] = local }
+        return local
+    }
+
+    deinit {
+        state.withLock { state in
+            if state.fd >= 0 { close(state.fd) }
+        }
+    }
+
+    /// Watches the directory at `path` (listed as `identifier`) and returns the token for now;
+    /// nil when it cannot be tracked. Call before listing it.
+    func token(for identifier: ItemIdentifier, path: String) -> ListingChangeToken? {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, isLocal(device: UInt64(info.st_dev)) else {
+            return nil
+        }
+        return state.withLock { state -> ListingChangeToken? in
+            if state.fd < 0 {
+                guard !state.unavailable else { return nil }
+                state.fd = inotify_init1(Int32(O_NONBLOCK | O_CLOEXEC))
+                guard state.fd >= 0 else {
+                    state.unavailable = true
+                    return nil
+                }
+            }
+            Self.drain(&state)
+            // ENOSPC (out of watches), ENOENT, ENOTDIR, a symbolic link: not tracked.
+            let wd = inotify_add_watch(state.fd, path, Self.events | Self.onlyDirectoryNoFollow)
+            guard wd >= 0 else { return nil }
+            if state.watches[wd] == nil {
+                state.watches[wd] = Watch(serial: state.nextSerial)
+                state.nextSerial += 1
+            }
+            if let previous = state.watchByIdentifier[identifier], previous != wd {
+                state.watches[previous]?.identifiers.remove(identifier)
+            }
+            state.watchByIdentifier[identifier] = wd
+            state.watches[wd]!.identifiers.insert(identifier)
+            let watch = state.watches[wd]!
+            return ListingChangeToken(watch: Int64(wd), serial: watch.serial, generation: watch.generation)
+        }
+    }
+
+    /// See `ListingChangeTracking.hasChanges(since:)`.
+    func hasChanges(since token: ListingChangeToken) -> Bool {
+        state.withLock { state in
+            guard state.fd >= 0 else { return true }
+            Self.drain(&state)
+            guard let watch = state.watches[Int32(truncatingIfNeeded: token.watch)], watch.serial == token.serial
+            else { return true }
+            return watch.generation != token.generation
+        }
+    }
+
+    /// Reads every queued event and bumps the generations they concern.
+    private static func drain(_ state: inout State) {
+        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(state.fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return }
+            buffer.withUnsafeBytes { bytes in
+                var offset = 0
+                while offset + 16 <= count {
+                    let wd = bytes.loadUnaligned(fromByteOffset: offset, as: Int32.self)
+                    let mask = bytes.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
+                    let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
+                    offset += 16 + length
+                    apply(wd: wd, mask: mask, hasName: length > 0, to: &state)
+                }
+            }
+        }
+    }
+
+    private static func apply(wd: Int32, mask: UInt32, hasName: Bool, to state: inout State) {
+        if mask & queueOverflow != 0 {
+            // Events were lost: every token is void.
+            for key in state.watches.keys { state.watches[key]!.generation &+= 1 }
+            return
+        }
+        guard var watch = state.watches[wd] else { return }
+        watch.generation &+= 1
+        // The directory's own metadata is in its parent's listing: its mtime changes with its
+        // entries, and an event without a name is about the directory itself.
+        let parentsChanged = mask & entryChanges != 0 || !hasName
+        if mask & ignored != 0 {
+            // The watch is gone (directory deleted, file system unmounted): tokens of it are void.
+            state.watches[wd] = nil
+            for identifier in watch.identifiers where state.watchByIdentifier[identifier] == wd {
+                state.watchByIdentifier[identifier] = nil
+            }
+        } else {
+            state.watches[wd] = watch
+        }
+        guard parentsChanged else { return }
+        for identifier in watch.identifiers where identifier != .root {
+            let path = identifier.rawValue
+            let parent = path.lastIndex(of: "/").map { ItemIdentifier(String(path[..<$0])) } ?? .root
+            if let parentWatch = state.watchByIdentifier[parent] { state.watches[parentWatch]?.generation &+= 1 }
+        }
+    }
+}
