@@ -86,39 +86,37 @@ final class Dispatcher: Sendable {
         pending.attach(id, task: task)
     }
 
-    /// Answers on this (libfuse) thread when `now` can, else like `respond`. Most lookups,
+    /// Answers on this (libfuse) thread when `now` can; false when it cannot and the caller must
+    /// `respond` (the slow path's closure is only made then: a closure capturing the request's
+    /// arguments is a heap allocation, on every LOOKUP if it were passed here). Most lookups,
     /// getattrs and reads of cached bytes end here: no task, no thread hop, no registration.
     /// An answer `replyInline` declines (a large read: the reply copies it) is sent from the
     /// blocking pool instead, so the loop thread goes back to reading requests at once (D-222).
-    func respond<T: Sendable>(
-        _ raw: fuse_req_t?, _ operation: StaticString, replyBlocks: Bool = false,
-        replyInline: (T) -> Bool = { _ in true },
+    func answerNow<T: Sendable>(
+        _ raw: fuse_req_t?, _ operation: StaticString, replyInline: (T) -> Bool = { _ in true },
         now: (any FileSystemFastPath, RequestContext) -> Result<T, FileSystemError>?,
-        work: @escaping @Sendable (any FileSystem, RequestContext) async throws(FileSystemError) -> T,
         reply: @escaping @Sendable (fuse_req_t, T) -> Int32
-    ) {
-        if let raw, let fastPath, let outcome = now(fastPath, Dispatcher.context(raw)) {
-            switch outcome {
-            case .success(let value) where !replyInline(value):
-                // Registered like a task's request: a reply still queued when the loop ends is
-                // answered (EIO) before the session goes away, never after.
-                guard let id = pending.register(FUSERequest(raw: raw)) else {
-                    _ = fuse_reply_err(raw, EIO)
-                    return
-                }
-                let pending = self.pending
-                let logger = self.logger
-                BlockingIOPool.shared.execute {
-                    pending.complete(id) { request in
-                        Dispatcher.send(.success(value), to: request.raw, operation, logger: logger, reply: reply)
-                    }
-                }
-            default:
-                Dispatcher.send(outcome, to: raw, operation, logger: logger, reply: reply)
+    ) -> Bool {
+        guard let raw, let fastPath, let outcome = now(fastPath, Dispatcher.context(raw)) else { return false }
+        switch outcome {
+        case .success(let value) where !replyInline(value):
+            // Registered like a task's request: a reply still queued when the loop ends is
+            // answered (EIO) before the session goes away, never after.
+            guard let id = pending.register(FUSERequest(raw: raw)) else {
+                _ = fuse_reply_err(raw, EIO)
+                return true
             }
-            return
+            let pending = self.pending
+            let logger = self.logger
+            BlockingIOPool.shared.execute {
+                pending.complete(id) { request in
+                    Dispatcher.send(.success(value), to: request.raw, operation, logger: logger, reply: reply)
+                }
+            }
+        default:
+            Dispatcher.send(outcome, to: raw, operation, logger: logger, reply: reply)
         }
-        respond(raw, operation, replyBlocks: replyBlocks, work: work, reply: reply)
+        return true
     }
 
     /// Replies with the value or the error's errno; libfuse's result is only logged (the kernel

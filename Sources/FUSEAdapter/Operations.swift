@@ -31,14 +31,22 @@ extension Dispatcher {
 
         ops.lookup = { request, parent, name in
             let name = decodeName(name)
-            Dispatcher.from(request).respond(request, "lookup") { fs, context in
-                fs.lookupNow(parent: InodeNumber(parent), name: name, context: context)
-            } work: { fs, context throws(FileSystemError) in
-                try await fs.lookup(parent: InodeNumber(parent), name: name, context: context)
-            } reply: { request, entry in
+            let dispatcher = Dispatcher.from(request)
+            let reply: @Sendable (fuse_req_t, Entry) -> Int32 = { request, entry in
                 var param = entry.entryParam
                 return fuse_reply_entry(request, &param)
             }
+            guard
+                !dispatcher.answerNow(
+                    request, "lookup",
+                    now: { fs, context in fs.lookupNow(parent: InodeNumber(parent), name: name, context: context) },
+                    reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "lookup",
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.lookup(parent: InodeNumber(parent), name: name, context: context)
+                }, reply: reply)
         }
 
         ops.forget = { request, inode, count in
@@ -58,15 +66,22 @@ extension Dispatcher {
 
         ops.getattr = { request, inode, _ in
             let dispatcher = Dispatcher.from(request)
-            let timeout = dispatcher.options.attributeTimeout.fuseSeconds
-            dispatcher.respond(request, "getattr") { fs, context in
-                fs.getAttributesNow(InodeNumber(inode), context: context)
-            } work: { fs, context throws(FileSystemError) in
-                try await fs.getAttributes(InodeNumber(inode), context: context)
-            } reply: { request, attributes in
+            // Captures nothing (the timeout is read from the request's dispatcher): no allocation.
+            let reply: @Sendable (fuse_req_t, NodeAttributes) -> Int32 = { request, attributes in
                 var value = attributes.statValue
-                return fuse_reply_attr(request, &value, timeout)
+                return fuse_reply_attr(request, &value, Dispatcher.from(request).options.attributeTimeout.fuseSeconds)
             }
+            guard
+                !dispatcher.answerNow(
+                    request, "getattr",
+                    now: { fs, context in fs.getAttributesNow(InodeNumber(inode), context: context) },
+                    reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "getattr",
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.getAttributes(InodeNumber(inode), context: context)
+                }, reply: reply)
         }
 
         ops.setattr = { request, inode, attributes, toSet, fileInfo in
@@ -137,16 +152,22 @@ extension Dispatcher {
 
         ops.read = { request, inode, size, offset, fileInfo in
             let handle = FileHandleID(fileInfo!.pointee.fh)
-            Dispatcher.from(request).respond(
-                request, "read", replyBlocks: true, replyInline: { $0.count < mappedReplyMinimum }
-            ) { fs, context in
-                fs.readNow(InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
-            } work: { fs, context throws(FileSystemError) in
-                try await fs.read(
-                    InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
-            } reply: { request, data in
-                replyData(request, data)
-            }
+            let dispatcher = Dispatcher.from(request)
+            let reply: @Sendable (fuse_req_t, ReadData) -> Int32 = { request, data in replyData(request, data) }
+            guard
+                !dispatcher.answerNow(
+                    request, "read", replyInline: { $0.count < mappedReplyMinimum },
+                    now: { fs, context in
+                        fs.readNow(
+                            InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
+                    }, reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "read", replyBlocks: true,
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.read(
+                        InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)
+                }, reply: reply)
         }
 
         ops.write = { request, inode, buffer, size, offset, fileInfo in
