@@ -46,6 +46,9 @@ final class DirectoryChangeWatcher: Sendable {
     static let entryChanges: UInt32 = 0x40 | 0x80 | 0x100 | 0x200
     static let onlyDirectoryNoFollow: UInt32 = 0x0100_0000 | 0x0200_0000
     static let queueOverflow: UInt32 = 0x4000
+    /// At most this many directories are watched at once (fs.inotify.max_user_watches is often
+    /// 8,192 for all of a user's programs together on older systems).
+    static let maximumWatches = 4096
     static let ignored: UInt32 = 0x8000
 
     /// File systems whose every change goes through this kernel, so inotify sees it. A network
@@ -95,6 +98,11 @@ final class DirectoryChangeWatcher: Sendable {
                 }
             }
             Self.drain(&state)
+            // Watches are a per-user budget shared with every other program (editors, indexers):
+            // past `maximumWatches` new directories are simply not tracked.
+            guard state.watches.count < Self.maximumWatches || state.watchByIdentifier[identifier] != nil else {
+                return nil
+            }
             // ENOSPC (out of watches), ENOENT, ENOTDIR, a symbolic link: not tracked.
             let wd = inotify_add_watch(state.fd, path, Self.events | Self.onlyDirectoryNoFollow)
             guard wd >= 0 else { return nil }

@@ -483,4 +483,21 @@ struct LocalChangeTrackingTests {
             #expect(!provider.hasChanges(since: fresh), "\(what): a token taken after the change")
         }
     }
+
+    @Test("at most maximumWatches directories are watched; the rest are listed without a token")
+    func watchBudgetIsBounded() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let count = 4097
+        for index in 0..<count { mkdir(root.path + "/d\(index)", 0o755) }
+        let provider = LocalDirectoryProvider(root: root.path)
+        var tracked = 0
+        for index in 0..<count where try await provider.trackedChildren(of: ItemIdentifier("d\(index)")).token != nil {
+            tracked += 1
+        }
+        #expect(tracked == 4096)
+        #expect(
+            try await provider.trackedChildren(of: ItemIdentifier("d0")).token != nil, "a watched one stays tracked")
+        #expect(try await provider.trackedChildren(of: ItemIdentifier("d\(count - 1)")).token == nil)
+    }
 }
