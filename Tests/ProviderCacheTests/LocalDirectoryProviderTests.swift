@@ -500,4 +500,24 @@ struct LocalChangeTrackingTests {
             try await provider.trackedChildren(of: ItemIdentifier("d0")).token != nil, "a watched one stays tracked")
         #expect(try await provider.trackedChildren(of: ItemIdentifier("d\(count - 1)")).token == nil)
     }
+
+    @Test("lost events (queue overflow) void every token, also of directories nobody touched")
+    func overflowVoidsEveryToken() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        mkdir(root.path + "/busy", 0o755)
+        mkdir(root.path + "/quiet", 0o755)
+        let provider = LocalDirectoryProvider(root: root.path)
+        let quiet = try #require(try await provider.trackedChildren(of: ItemIdentifier("quiet")).token)
+        _ = try await provider.trackedChildren(of: ItemIdentifier("busy"))
+        // More events than the kernel queues (fs.inotify.max_queued_events), none read meanwhile.
+        let text = String(decoding: try readFile("/proc/sys/fs/inotify/max_queued_events"), as: UTF8.self)
+        let limit = try #require(Int(text.filter(\.isNumber)))
+        for index in 0...(limit / 2 + 1) {
+            let path = root.path + "/busy/\(index)"
+            close(open(path, O_CREAT | O_WRONLY, 0o600))
+            unlink(path)
+        }
+        #expect(provider.hasChanges(since: quiet), "events were lost: nothing can be vouched for")
+    }
 }
