@@ -158,28 +158,13 @@ package final class ResolutionCache: @unchecked Sendable {
     }
 
     private static func drainEvents(_ state: inout State) {
-        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(state.notifyFD, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { return }
+        readInotifyEvents(state.notifyFD) { events -> Bool in
             state.generation &+= 1
-            var events: [(wd: Int32, mask: UInt32, name: String)] = []
-            buffer.withUnsafeBytes { bytes in
-                var offset = 0
-                while offset + 16 <= count {
-                    let wd = bytes.loadUnaligned(fromByteOffset: offset, as: Int32.self)
-                    let mask = bytes.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
-                    let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
-                    let nameBytes = bytes[(offset + 16)..<min(offset + 16 + length, count)]
-                    offset += 16 + length
-                    events.append((wd, mask, String(decoding: nameBytes.prefix { $0 != 0 }, as: UTF8.self)))
-                }
-            }
-            for (wd, mask, name) in events {
+            for event in events {
+                let (wd, mask, name) = (event.watch, event.mask, event.name)
                 if mask & queueOverflow != 0 || mask & unmounted != 0 {
-                    reset(&state)
-                    return
+                    reset(&state)  // closes the descriptor: stop reading it
+                    return false
                 }
                 guard let directory = state.watchPaths[wd] else { continue }  // a watch already dropped
                 if mask & ignored != 0 {
@@ -202,6 +187,7 @@ package final class ResolutionCache: @unchecked Sendable {
                     }
                 }
             }
+            return true
         }
     }
 

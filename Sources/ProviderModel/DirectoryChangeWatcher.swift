@@ -133,21 +133,11 @@ final class DirectoryChangeWatcher: Sendable {
 
     /// Reads every queued event and bumps the generations they concern.
     private static func drain(_ state: inout State) {
-        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(state.fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { return }
-            buffer.withUnsafeBytes { bytes in
-                var offset = 0
-                while offset + 16 <= count {
-                    let wd = bytes.loadUnaligned(fromByteOffset: offset, as: Int32.self)
-                    let mask = bytes.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
-                    let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
-                    offset += 16 + length
-                    apply(wd: wd, mask: mask, hasName: length > 0, to: &state)
-                }
+        readInotifyEvents(state.fd) { events in
+            for event in events {
+                apply(wd: event.watch, mask: event.mask, hasName: !event.name.isEmpty, to: &state)
             }
+            return true
         }
     }
 

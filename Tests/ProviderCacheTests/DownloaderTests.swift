@@ -469,14 +469,20 @@ final class ChangeTrackingProvider: ListingChangeTracking, InMemoryProviderWrapp
 
 @Suite("Listings revalidated by change tracking")
 struct ListingRevalidationTests {
-    @Test("an expired listing of an unchanged directory is revalidated without a provider call, with its children")
-    func unchangedListingIsRevalidated() async throws {
+    /// A cache over a change-tracking provider holding one file, "a".
+    static func trackedCache() throws -> (CacheFixture, ChangeTrackingProvider, ProviderCache) {
         let fixture = try CacheFixture()
         fixture.provider.putFile("a", .bytes([1]))
         let provider = ChangeTrackingProvider(base: fixture.provider)
         let cache = try ProviderCache(
             provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
             options: fixture.options)
+        return (fixture, provider, cache)
+    }
+
+    @Test("an expired listing of an unchanged directory is revalidated without a provider call, with its children")
+    func unchangedListingIsRevalidated() async throws {
+        let (fixture, provider, cache) = try Self.trackedCache()
         let ttl = fixture.options.directoryTTL
         _ = try await cache.children(of: .root, maximumAge: ttl)
         #expect(fixture.provider.counters.childrenCalls == 1)
@@ -500,12 +506,7 @@ struct ListingRevalidationTests {
 
     @Test("a listing is taken anew after fullListingInterval even when nothing was reported")
     func fullListingIntervalBoundsTrust() async throws {
-        let fixture = try CacheFixture()
-        fixture.provider.putFile("a", .bytes([1]))
-        let provider = ChangeTrackingProvider(base: fixture.provider)
-        let cache = try ProviderCache(
-            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
-            options: fixture.options)
+        let (fixture, _, cache) = try Self.trackedCache()
         let ttl = fixture.options.directoryTTL
         _ = try await cache.children(of: .root, maximumAge: ttl)
         // A change the tracking does not see (an mmap write, say).
@@ -524,12 +525,7 @@ struct ListingRevalidationTests {
 
     @Test("a lookup past the TTL of an unchanged directory finds its child without a listing")
     func lookupRevalidates() async throws {
-        let fixture = try CacheFixture()
-        fixture.provider.putFile("a", .bytes([1]))
-        let provider = ChangeTrackingProvider(base: fixture.provider)
-        let cache = try ProviderCache(
-            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
-            options: fixture.options)
+        let (fixture, _, cache) = try Self.trackedCache()
         let ttl = fixture.options.directoryTTL
         #expect(try await cache.child(named: "a", of: .root, maximumAge: ttl)?.size == 1)
         fixture.clock.advance(by: ttl * 3)
