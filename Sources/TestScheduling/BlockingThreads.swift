@@ -13,20 +13,20 @@
 import Dispatch
 public import Testing
 
-/// Runs each job on a concurrent, non-cooperative Dispatch queue: a job that blocks holds one
-/// thread of that queue; Dispatch starts another for the next job.
+/// Runs each job on a serial Dispatch queue of its own. Such queues target Dispatch's overcommit
+/// root queue, which starts a thread whenever every one it has is busy, so a job that blocks never
+/// keeps another from starting. (A concurrent queue targets the non-overcommit pool, one thread
+/// per core on Linux: blocking test bodies filled it, and a task they waited for queued behind
+/// them, which is the starvation this executor exists to avoid.)
 public final class BlockingTestExecutor: TaskExecutor {
     public static let shared = BlockingTestExecutor()
-
-    private let queue = DispatchQueue(
-        label: "providerfs.tests.blocking", qos: .userInitiated, attributes: .concurrent)
     static let marker = DispatchSpecificKey<Bool>()
-
-    init() { queue.setSpecific(key: Self.marker, value: true) }
 
     public func enqueue(_ job: consuming ExecutorJob) {
         let unowned = UnownedJob(job)
         let executor = asUnownedTaskExecutor()
+        let queue = DispatchQueue(label: "providerfs.tests.blocking", qos: .userInitiated)
+        queue.setSpecific(key: Self.marker, value: true)
         queue.async { unowned.runSynchronously(on: executor) }
     }
 }
