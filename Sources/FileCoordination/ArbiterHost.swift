@@ -82,6 +82,18 @@ public final class ArbiterHost: @unchecked Sendable {
         perform { arbiter, now in arbiter.submit(request, now: now) }
     }
 
+    /// Submits a claim whose `actingForPids` (the caller's ancestry, read from /proc) is worked out
+    /// only when some claim is held or waiting: they are only consulted against granted claims, and
+    /// with none at submission the claim is granted at once. Checked under the arbiter's lock, so
+    /// no claim can slip in between. A mount open usually finds no claims and skips six /proc reads.
+    public func submit(_ request: ClaimRequest, ancestry: () -> [Int32]) {
+        perform { arbiter, now in
+            var request = request
+            if arbiter.claimCount > 0 { request.actingForPids = ancestry() }
+            return arbiter.submit(request, now: now)
+        }
+    }
+
     /// Releases a granted claim (or abandons a waiting one).
     public func release(_ claim: ClaimID) {
         perform { arbiter, now in arbiter.release(claim, now: now) }

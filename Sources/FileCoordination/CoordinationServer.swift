@@ -423,7 +423,7 @@ public final class CoordinationServer: @unchecked Sendable {
                 kind: kind, path: canonical, readingOptions: readingOptions, writingOptions: writingOptions,
                 identity: identity, isDirectory: isDirectory, packageRoot: packageRoot)
             mountOwner.submit(
-                intent, pid: pid, ancestry: processAncestry(of: pid), deadline: deadline.nanosecondCount,
+                intent, pid: pid, ancestry: { processAncestry(of: pid) }, deadline: deadline.nanosecondCount,
                 completion: completion)
         } catch {
             completion(.failure(error))
@@ -488,7 +488,7 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
     }
 
     func submit(
-        _ intent: ClaimIntent, pid: Int32, ancestry: [Int32], deadline: UInt64,
+        _ intent: ClaimIntent, pid: Int32, ancestry: () -> [Int32], deadline: UInt64,
         completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
     ) {
         let local = waiting.withLock { state -> UInt64 in
@@ -501,9 +501,9 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
         host.submit(
             ClaimRequest(
                 id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)",
-                intents: [intent],
-                actingForPids: ancestry, waitDeadline: now &+ deadline,
-                presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount))
+                intents: [intent], waitDeadline: now &+ deadline,
+                presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount),
+            ancestry: ancestry)
     }
 
     func granted(_ claim: ClaimID, paths: [String]) {

@@ -296,3 +296,46 @@ final class EmbeddedServer: @unchecked Sendable {
         later.release()
     }
 }
+
+/// Records grants, for host-level tests.
+final class GrantRecorder: ArbiterSink, @unchecked Sendable {
+    // Safe: `granted` is only touched under `lock`.
+    private let lock = NSLock()
+    private var grants: [ClaimID] = []
+    var grantedClaims: [ClaimID] { lock.withLock { grants } }
+    func granted(_ claim: ClaimID, paths: [String]) { lock.withLock { grants.append(claim) } }
+    func failed(_ claim: ClaimID, error: CoordinationError) {}
+    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {}
+}
+
+@Suite struct KernelClaimAncestryTests {
+    /// A mount open reads the caller's ancestry from /proc only when a claim is held or waiting
+    /// (ancestry is only consulted against granted claims).
+    @Test func ancestryIsWorkedOutOnlyWhenAClaimExists() {
+        let host = ArbiterHost()
+        let sink = GrantRecorder()
+        let owner = host.addOwner(sink)
+        let lookups = Locked2(0)
+        func request(_ local: UInt64, _ kind: AccessKind, pid: Int32) -> ClaimRequest {
+            ClaimRequest(
+                id: ClaimID(owner: owner, local: local), pid: pid, purpose: "p\(local)",
+                intents: [ClaimIntent(kind: kind, path: "/data/f")], waitDeadline: host.now + 60_000_000_000,
+                presenterTimeout: 1_000_000_000)
+        }
+        let ancestry = { () -> [Int32] in
+            lookups.set(lookups.get() + 1)
+            return [200, 100]
+        }
+        // No claim anywhere: granted without asking.
+        host.submit(request(1, .read, pid: 300), ancestry: ancestry)
+        #expect(lookups.get() == 0)
+        host.release(ClaimID(owner: owner, local: 1))
+        // A write held by process 100; its descendant 200 asks: ancestry is read and lets it through.
+        host.submit(request(2, .write, pid: 100), ancestry: { [] })
+        host.submit(request(3, .read, pid: 200), ancestry: ancestry)
+        #expect(lookups.get() == 1)
+        #expect(sink.grantedClaims.map(\.local) == [1, 2, 3])
+        host.release(ClaimID(owner: owner, local: 2))
+        host.release(ClaimID(owner: owner, local: 3))
+    }
+}
