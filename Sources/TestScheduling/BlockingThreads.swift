@@ -11,23 +11,71 @@
 // the preference; unstructured and detached tasks do not and run on the pool as usual.
 
 import Dispatch
+import Foundation
 public import Testing
 
-/// Runs each job on a serial Dispatch queue of its own. Such queues target Dispatch's overcommit
-/// root queue, which starts a thread whenever every one it has is busy, so a job that blocks never
-/// keeps another from starting. (A concurrent queue targets the non-overcommit pool, one thread
-/// per core on Linux: blocking test bodies filled it, and a task they waited for queued behind
-/// them, which is the starvation this executor exists to avoid.)
-public final class BlockingTestExecutor: TaskExecutor {
-    public static let shared = BlockingTestExecutor()
+/// Runs jobs on threads outside the cooperative pool: each worker is a serial Dispatch queue of its
+/// own, and such queues target Dispatch's overcommit root queue, which starts a thread whenever all
+/// are busy (a concurrent queue would target the non-overcommit pool, one thread per core on Linux,
+/// and blocking bodies would fill it as they filled the cooperative pool).
+///
+/// `shared` (the trait's) runs at most `width` jobs at once and queues the rest in order: blocking
+/// suites then run a few at a time, as they did on the pool, instead of all at once (dozens of
+/// daemons and child processes on two cores made timing tests fail). `unbounded` starts a worker
+/// per job; use it for a task that a blocking test body waits for, which must never queue behind
+/// other blocking bodies.
+public final class BlockingTestExecutor: TaskExecutor, @unchecked Sendable {
+    // Safe: `queued` and `running` are only touched under `lock`.
+    public static let shared = BlockingTestExecutor(width: 4)
+    public static let unbounded = BlockingTestExecutor(width: nil)
     static let marker = DispatchSpecificKey<Bool>()
 
+    private let width: Int?
+    private let lock = NSLock()
+    private var queued: [UnownedJob] = []
+    private var running = 0
+
+    /// An executor running at most `width` jobs at once (nil: no limit).
+    public init(width: Int?) { self.width = width }
+
     public func enqueue(_ job: consuming ExecutorJob) {
-        let unowned = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
+        let job = UnownedJob(job)
+        if let width {
+            lock.lock()
+            guard running < width else {
+                queued.append(job)
+                lock.unlock()
+                return
+            }
+            running += 1
+            lock.unlock()
+        }
+        startWorker(with: job)
+    }
+
+    private func startWorker(with first: UnownedJob) {
         let queue = DispatchQueue(label: "providerfs.tests.blocking", qos: .userInitiated)
         queue.setSpecific(key: Self.marker, value: true)
-        queue.async { unowned.runSynchronously(on: executor) }
+        let executor = asUnownedTaskExecutor()
+        queue.async { [self] in
+            var next: UnownedJob? = first
+            while let job = next {
+                job.runSynchronously(on: executor)
+                next = takeNext()
+            }
+        }
+    }
+
+    /// The next queued job for a worker that finished one, or nil (and one worker fewer).
+    private func takeNext() -> UnownedJob? {
+        guard width != nil else { return nil }
+        lock.lock()
+        defer { lock.unlock() }
+        guard !queued.isEmpty else {
+            running -= 1
+            return nil
+        }
+        return queued.removeFirst()
     }
 }
 

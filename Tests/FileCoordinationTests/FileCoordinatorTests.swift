@@ -437,7 +437,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
                 // Detached: a child task would inherit the held claim and fail at once as a nested deadlock.
                 // Off the cooperative pool, so the claim is asked for at once even while every other
                 // test's task is queued there (the wait below has a wall-clock deadline).
-                let task = Task.detached(executorPreference: BlockingTestExecutor.shared) {
+                let task = Task.detached(executorPreference: BlockingTestExecutor.unbounded) {
                     try await FileCoordinator(domain: domain).coordinate(readingItemAt: file, performing: { _ in 1 })
                 }
                 #expect(await eventuallyAsync { host.dump().claims.count == 2 })

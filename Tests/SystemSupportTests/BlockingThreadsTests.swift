@@ -7,6 +7,10 @@ import SystemSupport
 import TestScheduling
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @Suite struct BlockingThreadsTests {
     @Test(.blockingThreads) func aSynchronousBodyRunsOffThePool() {
         #expect(isOnBlockingTestThread())
@@ -17,7 +21,7 @@ import Testing
     @Test(.blockingThreads) func aTaskWithThePreferenceRunsWhileThisThreadWaits() {
         let done = DispatchSemaphore(value: 0)
         let onThread = Locked(false)
-        Task.detached(executorPreference: BlockingTestExecutor.shared) {
+        Task.detached(executorPreference: BlockingTestExecutor.unbounded) {
             onThread.withLock { $0 = isOnBlockingTestThread() }
             done.signal()
         }
@@ -32,5 +36,35 @@ import Testing
 
     @Test func withoutTheTraitATestRunsOnThePool() async {
         #expect(!isOnBlockingTestThread())
+    }
+
+    @Test(.blockingThreads) func aBoundedExecutorRunsAtMostItsWidthAtOnceAndThenTheRest() {
+        let executor = BlockingTestExecutor(width: 2)
+        let gate = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let state = Locked((running: 0, peak: 0))
+        for _ in 0..<4 {
+            Task.detached(executorPreference: executor) {
+                state.withLock {
+                    $0.running += 1
+                    $0.peak = max($0.peak, $0.running)
+                }
+                gate.wait()
+                state.withLock { $0.running -= 1 }
+                finished.signal()
+            }
+        }
+        var polls = 0
+        while state.value.running < 2 && polls < 30_000 {
+            usleep(1000)
+            polls += 1
+        }
+        #expect(state.value.running == 2)
+        // The other two stay queued while both workers block (time for a wrong executor to start them).
+        usleep(100_000)
+        #expect(state.value.peak == 2)
+        for _ in 0..<4 { gate.signal() }
+        for _ in 0..<4 { #expect(finished.wait(timeout: .now() + .seconds(30)) == .success) }
+        #expect(state.value.peak == 2)
     }
 }
