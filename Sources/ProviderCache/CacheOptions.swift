@@ -34,9 +34,10 @@ public struct CacheOptions: Sendable {
     public var persistDelay: Duration = .seconds(1)
     /// How long a directory listing is trusted before the provider is asked again.
     public var directoryTTL: Duration = .seconds(5)
-    /// A listing that answers a lookup when it is older than this is listed again in the
-    /// background (one refresh per directory at a time), so a directory in use is re-listed before
-    /// its `directoryTTL` runs out instead of making a lookup wait for the listing. nil: never.
+    /// A listing that answers a lookup when it is older than this is listed again (or, with a
+    /// provider that tracks changes, revalidated: D-224) in the background, one refresh per
+    /// directory at a time, so a directory in use is refreshed before its `directoryTTL` runs out
+    /// instead of making a lookup wait for the listing. nil: never.
     public var listingRefreshAhead: Duration? = .milliseconds(2500)
     /// A provider that tracks changes (`ListingChangeTracking`; a local directory on a local file
     /// system) lets an expired listing be revalidated without listing again while nothing changed;
