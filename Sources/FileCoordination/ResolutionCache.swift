@@ -36,8 +36,6 @@ package final class ResolutionCache: @unchecked Sendable {
     /// The process-wide cache used by `ItemResolver.resolve`.
     static let shared = ResolutionCache()
 
-    /// File systems on which every change is made through this kernel, so inotify sees it.
-    static let localFileSystems: Set<String> = ["ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "ramfs"]
     /// More entries than this and the cache starts over (bounds memory and inotify watches).
     static let capacity = 2048
 
@@ -133,7 +131,7 @@ package final class ResolutionCache: @unchecked Sendable {
         if mounts.mounts == nil { mounts.mounts = readMounts(fd: mounts.mountFD) }
         guard let table = mounts.mounts, !table.isEmpty else { return false }
         for (point, type) in table where point == path || Arbiter.isAncestor(point, of: path) {
-            if !localFileSystems.contains(type) { return false }
+            if !SystemSupport.MountTable.localFileSystemTypes.contains(type) { return false }
         }
         return true
     }

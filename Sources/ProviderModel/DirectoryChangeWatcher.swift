@@ -51,14 +51,9 @@ final class DirectoryChangeWatcher: Sendable {
     static let maximumWatches = 4096
     static let ignored: UInt32 = 0x8000
 
-    /// File systems whose every change goes through this kernel, so inotify sees it. A network
-    /// file system (changes made by other machines) or FUSE (changes made by its daemon) is not
-    /// tracked: its listings are listed again at every expiry.
-    static let localFileSystems: Set<String> = [
-        "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "zfs", "bcachefs",
-        // Changes made through the overlay (not to its layers directly).
-        "overlay",
-    ]
+    /// The local file systems (SystemSupport's list), plus the less common ones the provider may
+    /// serve from, and overlayfs (changes made through the overlay, not to its layers directly).
+    static let localFileSystems = MountTable.localFileSystemTypes.union(["zfs", "bcachefs", "overlay"])
 
     /// Whether the file system of device `device` is local, per /proc/self/mountinfo, remembered
     /// per device (a listing of each directory asks).
@@ -66,10 +61,7 @@ final class DirectoryChangeWatcher: Sendable {
 
     private func isLocal(device: UInt64) -> Bool {
         if let known = localDevices.withLock({ $0[device] }) { return known }
-        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
-        let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
-        let name = "\(major):\(minor)"
-        let entries = MountTable.current().filter { $0.device == name }
+        let entries = MountTable.entries(onDevice: device)
         let local = !entries.isEmpty && entries.allSatisfy { Self.localFileSystems.contains($0.fileSystemType) }
         localDevices.withLock { $0[device] = local }
         return local
@@ -81,13 +73,10 @@ final class DirectoryChangeWatcher: Sendable {
         }
     }
 
-    /// Watches the directory at `path` (listed as `identifier`) and returns the token for now;
-    /// nil when it cannot be tracked. Call before listing it.
-    func token(for identifier: ItemIdentifier, path: String) -> ListingChangeToken? {
-        var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, isLocal(device: UInt64(info.st_dev)) else {
-            return nil
-        }
+    /// Watches the directory at `path` (listed as `identifier`, on device `device`) and returns the
+    /// token for now; nil when it cannot be tracked. Call before listing it.
+    func token(for identifier: ItemIdentifier, path: String, device: UInt64) -> ListingChangeToken? {
+        guard isLocal(device: device) else { return nil }
         return state.withLock { state -> ListingChangeToken? in
             if state.fd < 0 {
                 guard !state.unavailable else { return nil }

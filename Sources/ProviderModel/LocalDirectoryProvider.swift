@@ -50,8 +50,10 @@ public struct LocalDirectoryProvider: NamedChildLookup, ListingChangeTracking {
         children: [ProviderItem], token: ListingChangeToken?
     ) {
         try await LocalIO.run {
-            let token = self.changes.token(for: identifier, path: try self.checkedPath(identifier))
-            return (try self.childrenSync(identifier), token)
+            let path = try self.checkedPath(identifier)
+            let info = try Self.directoryInfo(identifier, at: path)
+            let token = self.changes.token(for: identifier, path: path, device: UInt64(info.st_dev))
+            return (try self.listing(of: identifier, at: path), token)
         }
     }
 
@@ -175,11 +177,22 @@ public struct LocalDirectoryProvider: NamedChildLookup, ListingChangeTracking {
 
     func childrenSync(_ identifier: ItemIdentifier) throws -> [ProviderItem] {
         let path = try checkedPath(identifier)
+        _ = try Self.directoryInfo(identifier, at: path)
+        return try listing(of: identifier, at: path)
+    }
+
+    /// lstat of a directory to be listed; `.noSuchItem` / `.wrongKind` when it is not one.
+    private static func directoryInfo(_ identifier: ItemIdentifier, at path: String) throws -> stat {
         var info = stat()
         guard lstat(path, &info) == 0 else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw ProviderError(.wrongKind, "\(identifier) is not a directory")
         }
+        return info
+    }
+
+    /// The children of the directory at `path` (checked, and known to be a directory).
+    private func listing(of identifier: ItemIdentifier, at path: String) throws -> [ProviderItem] {
         guard let directory = opendir(path) else {
             let code = errno
             if code == ENOENT { throw ProviderError(.noSuchItem, "\(identifier) is gone") }

@@ -38,6 +38,22 @@ public enum MountTable {
         parse(readTextFile("/proc/self/mountinfo") ?? "")
     }
 
+    /// File-system types whose every change passes through this kernel, so that inotify sees it
+    /// (not NFS/CIFS, changed by other machines; not FUSE, changed by its daemon). The resolution
+    /// cache and the local provider's change tracking trust inotify only on these.
+    public static let localFileSystemTypes: Set<String> = [
+        "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "ramfs",
+    ]
+
+    /// The mounts of the file system on device `device` (an `st_dev`), from mountinfo's
+    /// "major:minor" field.
+    public static func entries(onDevice device: UInt64) -> [MountInfoEntry] {
+        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
+        let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
+        let name = "\(major):\(minor)"
+        return current().filter { $0.device == name }
+    }
+
     /// The entry mounted exactly at `path` (the last one when mounts are stacked), if any.
     public static func entry(at path: String) -> MountInfoEntry? {
         current().last { $0.mountPoint == path }

@@ -299,7 +299,7 @@ final class EmbeddedServer: @unchecked Sendable {
 
 /// Records grants, for host-level tests.
 final class GrantRecorder: ArbiterSink, @unchecked Sendable {
-    // Safe: `granted` is only touched under `lock`.
+    // Safe: `grants` is only touched under `lock`.
     private let lock = NSLock()
     private var grants: [ClaimID] = []
     var grantedClaims: [ClaimID] { lock.withLock { grants } }
