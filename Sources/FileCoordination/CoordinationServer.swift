@@ -42,7 +42,9 @@ public final class CoordinationServer: @unchecked Sendable {
     private var cleanupPaths: [String] = []
     private var lockFD: Int32 = -1
     private let logger: (@Sendable (String) -> Void)?
-    private lazy var mountOwner = KernelClaimOwner(host: host)
+    /// Owns the claims taken for kernel callers. Created in init: a `lazy var` here raced when two
+    /// mount threads made the first claims at once (TSan, CI).
+    private let mountOwner: KernelClaimOwner
 
     /// A server for `socketPath` over `host`. Nothing happens until `start()`.
     public init(
@@ -51,6 +53,7 @@ public final class CoordinationServer: @unchecked Sendable {
     ) {
         self.socketPath = socketPath
         self.host = host
+        self.mountOwner = KernelClaimOwner(host: host)
         self.idleExit = idleExit
         self.helloTimeout = helloTimeout
         self.logger = log
