@@ -396,6 +396,9 @@ public struct Arbiter: Sendable {
     }
 
     private(set) var claims: [ClaimID: Claim] = [:]
+    /// How many of `claims` are granted: when all are, nothing waits and there is nothing to
+    /// schedule or time out (the common case, checked without visiting every claim).
+    private var grantedCount = 0
     /// Arrival order of live claims (FIFO, rule 16).
     private var order: [ClaimID] = []
     private(set) var presenters: [PresenterID: PresenterRegistration] = [:]
@@ -442,7 +445,8 @@ public struct Arbiter: Sendable {
         if blocker(for: claim) == nil && messagePlan(for: request).isEmpty && evictionRefuser(for: request) == nil {
             // Fast path (uncontended, nobody to ask): granted without a second look-up.
             claim.phase = .granted
-            claims[request.id] = claim
+            grantedCount += 1
+            claims[request.id] = consume claim
             order.append(request.id)
             return [.grant(request.id, paths: request.intents.map(\.path))]
         }
@@ -456,9 +460,9 @@ public struct Arbiter: Sendable {
     /// Ends a granted claim (or abandons a waiting one): presenters get their reacquirer and, after
     /// a write, didChange (rules 31, 41); waiting claims are re-examined.
     public mutating func release(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
-        guard let claim = claims[id] else { return [] }
+        guard let claim = claims.removeValue(forKey: id) else { return [] }
         var actions: [ArbiterAction] = []
-        remove(id)
+        forget(claim)
         finish(claim, succeeded: claim.phase == .granted, into: &actions)
         schedule(now: now, into: &actions)
         return actions
@@ -596,6 +600,7 @@ public struct Arbiter: Sendable {
 
     /// The earliest deadline (claim wait or presenter answer), if any: call `tick` then.
     public var nextDeadline: UInt64? {
+        if grantedCount == claims.count { return nil }
         var earliest: UInt64?
         for claim in claims.values where claim.phase != .granted {
             earliest = min(earliest ?? .max, claim.request.waitDeadline)
@@ -741,6 +746,8 @@ public struct Arbiter: Sendable {
 
     /// Re-examines waiting claims in FIFO order.
     private mutating func schedule(now: UInt64, into actions: inout [ArbiterAction]) {
+        assert(grantedCount == claims.values.count(where: { $0.phase == .granted }))
+        if grantedCount == claims.count { return }  // nothing waits
         var index = 0
         while index < order.count {
             let id = order[index]
@@ -792,8 +799,9 @@ public struct Arbiter: Sendable {
             return
         }
         claim.phase = .granted
-        claims[id] = claim
+        grantedCount += 1
         actions.append(.grant(id, paths: claim.request.intents.map(\.path)))
+        claims[id] = consume claim
     }
 
     private mutating func answer(
@@ -847,8 +855,15 @@ public struct Arbiter: Sendable {
 
     private mutating func remove(_ id: ClaimID) {
         guard let claim = claims.removeValue(forKey: id) else { return }
+        forget(claim)
+    }
+
+    /// Drops what refers to a claim already taken out of `claims`.
+    private mutating func forget(_ claim: Claim) {
+        if claim.phase == .granted { grantedCount -= 1 }
         for message in claim.pending.keys { messageOwner[message] = nil }
-        if let index = order.firstIndex(of: id) { order.remove(at: index) }
+        // The most recent claim is the likeliest to end first when uncontended: search from the end.
+        if let index = order.lastIndex(of: claim.request.id) { order.remove(at: index) }
     }
 
     /// Messages after a claim ends: reacquirers, then (after a completed write) didChange.

@@ -155,27 +155,32 @@ public final class ArbiterHost: @unchecked Sendable {
     @inline(__always)
     func perform(_ step: (inout Arbiter, UInt64) -> [ArbiterAction]) {
         let now = clock()
-        let (actions, sinks, rearm) = state.withLock { state -> ([ArbiterAction], [any ArbiterSink], UInt64?) in
+        // The sink of the first action is returned on its own: most steps have one action (a
+        // grant) or none, and need no array of sinks.
+        let (actions, firstSink, otherSinks, rearm) = state.withLock {
+            state -> ([ArbiterAction], (any ArbiterSink)?, [any ArbiterSink], UInt64?) in
             let actions = step(&state.arbiter, now)
             var rearm: UInt64?
             if let next = state.arbiter.nextDeadline, next < (state.timerDeadline ?? .max) {
                 state.timerDeadline = next
                 rearm = next
             }
-            if actions.isEmpty { return (actions, [], rearm) }
-            let sinks = actions.map { action -> any ArbiterSink in
+            guard let first = actions.first else { return (actions, nil, [], rearm) }
+            func sink(_ action: ArbiterAction) -> any ArbiterSink {
                 switch action {
                 case .grant(let claim, _), .fail(let claim, _): return state.sinks[claim.owner] ?? NullSink.shared
                 case .deliver(let presenter, _, _, _): return state.sinks[presenter.owner] ?? NullSink.shared
                 }
             }
-            return (actions, sinks, rearm)
+            return (actions, sink(first), actions.count > 1 ? actions.dropFirst().map(sink) : [], rearm)
         }
         if let rearm {
             let delay = rearm > now ? rearm - now : 0
             timer.schedule(deadline: .now() + .nanoseconds(Int(min(delay, UInt64(Int.max)))))
         }
-        for (action, sink) in zip(actions, sinks) {
+        guard let firstSink else { return }
+        for (index, action) in actions.enumerated() {
+            let sink = index == 0 ? firstSink : otherSinks[index - 1]
             switch action {
             case .grant(let claim, let paths): sink.granted(claim, paths: paths)
             case .fail(let claim, let error): sink.failed(claim, error: error)

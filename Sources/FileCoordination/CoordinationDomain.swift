@@ -3,6 +3,7 @@
 // in-process arbiter (`ArbiterHost`) or a coordination server reached over a Unix socket.
 
 import Foundation
+import Synchronization
 import SystemSupport
 
 #if canImport(Glibc)
@@ -101,7 +102,8 @@ public final class CoordinationDomain: Sendable {
         }
         let local: UInt64
         let endpoint: any CoordinationEndpoint
-        let lock = Lock()
+        /// Inline (no allocation of its own): a ticket is made for every coordination.
+        let lock = Mutex(())
         var state = State.waiting
         /// Whether this ticket holds one unit of reader demand until the server's final answer.
         var holdsDemand = false
@@ -236,7 +238,7 @@ public final class CoordinationDomain: Sendable {
     /// Stops waiting for a claim: its result becomes `.cancelled` now, whatever the server does; a
     /// grant that arrives later is released at once.
     func cancel(_ ticket: Ticket) {
-        let (cancelled, addDemand) = ticket.lock.withLock { () -> (Bool, Bool) in
+        let (cancelled, addDemand) = ticket.lock.withLock { _ -> (Bool, Bool) in
             guard ticket.state == .waiting else { return (false, false) }
             ticket.state = .cancelledLocally
             // The waiting thread stops reading now; someone must still read the server's answer
@@ -253,7 +255,7 @@ public final class CoordinationDomain: Sendable {
 
     fileprivate func granted(local: UInt64, paths: [String]) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
+        let (deliver, demand) = ticket.lock.withLock { _ -> (Bool, Bool) in
             defer { ticket.holdsDemand = false }
             guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
             ticket.state = .done
@@ -265,7 +267,7 @@ public final class CoordinationDomain: Sendable {
 
     fileprivate func failed(local: UInt64, error: CoordinationError) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
+        let (deliver, demand) = ticket.lock.withLock { _ -> (Bool, Bool) in
             defer { ticket.holdsDemand = false }
             guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
             ticket.state = .done
@@ -290,7 +292,7 @@ public final class CoordinationDomain: Sendable {
             return (tickets, presenters)
         }
         for ticket in tickets {
-            let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
+            let (deliver, demand) = ticket.lock.withLock { _ -> (Bool, Bool) in
                 defer { ticket.holdsDemand = false }
                 guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
                 ticket.state = .done

@@ -1,6 +1,7 @@
 // The public coordinator (Apple's NSFileCoordinator), over a `CoordinationDomain`.
 
 public import Foundation
+import Synchronization
 import SystemSupport
 
 /// Coordinates reads and writes of files with other coordinators and presenters, in this process
@@ -147,6 +148,9 @@ public final class FileCoordinator: @unchecked Sendable {
         let ticket = try domain.acquire(
             claimIntents, purpose: purposeIdentifier, deadlines: deadlines, waitsOnThread: true
         ) { waiter.fulfil($1) }
+        // Granted (or failed) inside `acquire`, as an uncontended local claim is: nothing left
+        // for `cancel()` to stop.
+        if let ready = waiter.peek() { return (ticket, try ready.get()) }
         track(ticket)
         let result = ticket.endpoint.wait(for: waiter)
         untrack(ticket)
@@ -157,9 +161,11 @@ public final class FileCoordinator: @unchecked Sendable {
     @discardableResult
     public func coordinate<T>(intents: [FileAccessIntent], byAccessor body: ([URL]) throws -> T) throws -> T {
         try checkNotCancelled()
-        let claimIntents = try Self.resolve(intents)
+        let (claimIntents, asRequested) = try Self.resolveNotingUnchanged(intents)
         let (ticket, paths) = try acquireOnThisThread(claimIntents)
-        return try runAccessor(ticket: ticket, intents: intents, claimIntents: claimIntents, paths: paths, body: body)
+        return try runAccessor(
+            ticket: ticket, intents: intents, claimIntents: claimIntents, asRequested: asRequested, paths: paths,
+            body: body)
     }
 
     // MARK: Asynchronous coordination
@@ -376,7 +382,9 @@ public final class FileCoordinator: @unchecked Sendable {
     }
 
     private static func held(ticket: CoordinationDomain.Ticket) -> [HeldClaim] {
-        CoordinationContext.held + [HeldClaim(endpoint: ObjectIdentifier(ticket.endpoint), local: ticket.local)]
+        var held = CoordinationContext.held
+        held.append(HeldClaim(endpoint: ObjectIdentifier(ticket.endpoint), local: ticket.local))
+        return held
     }
 
     private static func update(_ intents: [FileAccessIntent], claimIntents: [ClaimIntent], paths: [String]) {
@@ -385,9 +393,11 @@ public final class FileCoordinator: @unchecked Sendable {
         }
     }
 
+    /// `asRequested`: bit i set when intent i's URL named its item's canonical path; the accessor
+    /// then gets that very URL back unless the item moved (no new URL to build).
     private func runAccessor<T>(
         ticket: CoordinationDomain.Ticket, intents: [FileAccessIntent], claimIntents: [ClaimIntent],
-        paths: [String], body: ([URL]) throws -> T
+        asRequested: UInt64, paths: [String], body: ([URL]) throws -> T
     ) throws -> T {
         Self.update(intents, claimIntents: claimIntents, paths: paths)
         var released = false
@@ -395,8 +405,16 @@ public final class FileCoordinator: @unchecked Sendable {
             if !released { domain.release(ticket) }
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
-        // isDirectory given: URL(fileURLWithPath:) alone would stat the path again.
-        var urls = zip(paths, claimIntents).map { URL(fileURLWithPath: $0, isDirectory: $1.isDirectory) }
+        var urls: [URL] = []
+        urls.reserveCapacity(paths.count)
+        for index in paths.indices {
+            if index < 64, asRequested & (1 << index) != 0, paths[index] == claimIntents[index].path {
+                urls.append(intents[index].url)
+            } else {
+                // isDirectory given: URL(fileURLWithPath:) alone would stat the path again.
+                urls.append(URL(fileURLWithPath: paths[index], isDirectory: claimIntents[index].isDirectory))
+            }
+        }
         var snapshots: [Snapshot] = []
         defer { for snapshot in snapshots { snapshot.remove() } }
         for (index, intent) in claimIntents.enumerated()
@@ -417,10 +435,20 @@ public final class FileCoordinator: @unchecked Sendable {
     /// Validates and resolves intents: file URLs with absolute paths, at most one writing option,
     /// the same item not named twice with the same kind and different options.
     static func resolve(_ intents: [FileAccessIntent]) throws(CoordinationError) -> [ClaimIntent] {
+        try resolveNotingUnchanged(intents).claims
+    }
+
+    /// `resolve`, also noting (bit i of `asRequested`, first 64 intents) which URLs already named
+    /// their item's canonical path.
+    static func resolveNotingUnchanged(
+        _ intents: [FileAccessIntent]
+    ) throws(CoordinationError) -> (claims: [ClaimIntent], asRequested: UInt64) {
         guard !intents.isEmpty else {
             throw CoordinationError(.invalidRequest, "A coordination needs at least one intent.")
         }
         var result: [ClaimIntent] = []
+        result.reserveCapacity(intents.count)
+        var asRequested: UInt64 = 0
         for intent in intents {
             let path = try ItemResolver.validatedPath(intent.url)
             if intent.writingOptions.subtracting(.preparing).rawValue.nonzeroBitCount > 1 {
@@ -441,42 +469,59 @@ public final class FileCoordinator: @unchecked Sendable {
                     "\(clash.path) is named twice with different \(clash.kind) options (\(clash.kindDescription) and "
                         + "\(claim.kindDescription)).")
             }
+            if item.path == path && result.count < 64 { asRequested |= 1 << UInt64(result.count) }
             result.append(claim)
         }
-        return result
+        return (result, asRequested)
     }
 }
 
-/// Blocks one thread until a claim's result arrives.
-final class Waiter: @unchecked Sendable {
-    // Safe: `result` is written once under `lock` before the semaphore is signalled, and read after.
-    private let lock = Lock()
-    private var result: Result<[String], CoordinationError>?
-    private let semaphore = DispatchSemaphore(value: 0)
+/// Blocks one thread until a claim's result arrives. Uncontended, the result is usually there
+/// before anyone waits (a local grant is delivered inside `submit`): no semaphore is made then.
+final class Waiter: Sendable {
+    private struct State {
+        var result: Result<[String], CoordinationError>?
+        /// Made by the first wait that finds no result; signalled once by `fulfil`.
+        var semaphore: DispatchSemaphore?
+    }
+    private let state = Mutex(State())
 
     func fulfil(_ value: Result<[String], CoordinationError>) {
-        let first = lock.withLock { () -> Bool in
-            guard result == nil else { return false }
-            result = value
-            return true
+        let (first, semaphore) = state.withLock { state -> (Bool, DispatchSemaphore?) in
+            guard state.result == nil else { return (false, nil) }
+            state.result = value
+            return (true, state.semaphore)
         }
-        if first { semaphore.signal() }
+        if first { semaphore?.signal() }
+    }
+
+    /// The semaphore to sleep on, or nil when the result has arrived.
+    private func semaphoreIfWaiting() -> DispatchSemaphore? {
+        state.withLock { state -> DispatchSemaphore? in
+            guard state.result == nil else { return nil }
+            if let semaphore = state.semaphore { return semaphore }
+            let semaphore = DispatchSemaphore(value: 0)
+            state.semaphore = semaphore
+            return semaphore
+        }
     }
 
     func wait() -> Result<[String], CoordinationError> {
-        if let ready = lock.withLock({ result }) { return ready }
-        semaphore.wait()
-        semaphore.signal()  // keep the semaphore signalled: later peeks and waits return at once
-        return lock.withLock { result! }
+        if let semaphore = semaphoreIfWaiting() {
+            semaphore.wait()
+            semaphore.signal()  // keep it signalled: another waiter on this result returns at once
+        }
+        return state.withLock { $0.result! }
     }
 
     /// The result if it has arrived.
-    func peek() -> Result<[String], CoordinationError>? { lock.withLock { result } }
+    func peek() -> Result<[String], CoordinationError>? { state.withLock { $0.result } }
 
     /// Waits at most `milliseconds` for the result.
     func wait(milliseconds: Int) -> Result<[String], CoordinationError>? {
-        if let ready = peek() { return ready }
-        if semaphore.wait(timeout: .now() + .milliseconds(milliseconds)) == .success {
+        if let semaphore = semaphoreIfWaiting(),
+            semaphore.wait(timeout: .now() + .milliseconds(milliseconds)) == .success
+        {
             semaphore.signal()
         }
         return peek()

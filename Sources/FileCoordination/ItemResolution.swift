@@ -41,22 +41,55 @@ public enum ItemResolver {
             throw CoordinationError(
                 .invalidURL, "'\(url.absoluteString)' is not a file URL; only file URLs can be coordinated.")
         }
-        let path = url.path
-        return try validatedPath(path)
+        // The encoded path is the path itself unless something in it is percent-encoded; decoding
+        // (url.path) costs more than the rest of the check, so it is done only when needed.
+        let encoded = url.path(percentEncoded: true)
+        let scan = PathScan(encoded)
+        if scan.hasPercent { return try validatedPath(url.path) }
+        return try validated(encoded, scan)
     }
 
     /// Checks an absolute path: no NUL, no component over NAME_MAX, not over PATH_MAX.
     public static func validatedPath(_ path: String) throws(CoordinationError) -> String {
-        guard path.hasPrefix("/") else {
+        try validated(path, PathScan(path))
+    }
+
+    /// What one pass over a path's bytes found (no allocation: this runs on every coordination).
+    private struct PathScan {
+        var isAbsolute = false
+        var length = 0
+        var longestComponent = 0
+        var hasNUL = false
+        var hasPercent = false
+
+        init(_ path: String) {
+            var componentLength = 0
+            for byte in path.utf8 {
+                if length == 0 { isAbsolute = byte == UInt8(ascii: "/") }
+                length += 1
+                if byte == UInt8(ascii: "/") {
+                    componentLength = 0
+                    continue
+                }
+                if byte == 0 { hasNUL = true }
+                if byte == UInt8(ascii: "%") { hasPercent = true }
+                componentLength += 1
+                if componentLength > longestComponent { longestComponent = componentLength }
+            }
+        }
+    }
+
+    private static func validated(_ path: String, _ scan: PathScan) throws(CoordinationError) -> String {
+        guard scan.isAbsolute else {
             throw CoordinationError(.invalidURL, "'\(path)' is a relative path; coordination needs an absolute path.")
         }
-        guard !path.utf8.contains(0) else {
+        guard !scan.hasNUL else {
             throw CoordinationError(.invalidURL, "The path contains a NUL byte.")
         }
-        guard path.utf8.count < pathMax else {
+        guard scan.length < pathMax else {
             throw CoordinationError(.invalidURL, "The path is longer than PATH_MAX (\(pathMax) bytes).")
         }
-        for component in path.utf8.split(separator: UInt8(ascii: "/")) where component.count > nameMax {
+        guard scan.longestComponent <= nameMax else {
             throw CoordinationError(
                 .invalidURL, "A name in '\(path)' is longer than NAME_MAX (\(nameMax) bytes).")
         }

@@ -1,4 +1,5 @@
 public import Foundation
+import Synchronization
 import SystemSupport
 
 // Options, intents and errors of the coordination API: the vocabulary shared by the arbiter, the
@@ -69,20 +70,19 @@ public enum AccessKind: UInt8, Sendable, Hashable, CustomStringConvertible {
 
 /// One item a batch coordination wants to access (Apple's `NSFileAccessIntent`). `url` is
 /// updated when the item moves while the claim waits (rule 39), except for `.forReplacing`.
-public final class FileAccessIntent: @unchecked Sendable {
-    // Safe: `storedURL` is only read or written under `lock`; the other fields are immutable.
+public final class FileAccessIntent: Sendable {
     /// Read or write.
     public let kind: AccessKind
     /// Options of a reading intent (empty for a writing one).
     public let readingOptions: ReadingOptions
     /// Options of a writing intent (empty for a reading one).
     public let writingOptions: WritingOptions
-    private let lock = Lock()
-    private var storedURL: URL
+    /// Inline (no allocation of its own): an intent is made for every coordination.
+    private let storedURL: Mutex<URL>
 
     private init(kind: AccessKind, url: URL, reading: ReadingOptions, writing: WritingOptions) {
         self.kind = kind
-        self.storedURL = url
+        self.storedURL = Mutex(url)
         self.readingOptions = reading
         self.writingOptions = writing
     }
@@ -99,8 +99,8 @@ public final class FileAccessIntent: @unchecked Sendable {
 
     /// The URL to use inside the accessor: the requested one, or where the item moved to.
     public var url: URL {
-        get { lock.withLock { storedURL } }
-        set { lock.withLock { storedURL = newValue } }
+        get { storedURL.withLock { $0 } }
+        set { storedURL.withLock { $0 = newValue } }
     }
 }
 
