@@ -254,6 +254,31 @@ func eventually(_ condition: () -> Bool) -> Bool {
         try coordinator.coordinate(readingItemAt: file, writingItemAt: file) { _, _ in }
     }
 
+    @Test func pathsAreCheckedDecodedAndTheAccessorGetsTheCallersURL() throws {
+        let directory = try temporaryDirectory()
+        let coordinator = FileCoordinator(domain: domain)
+        // Encoded characters are checked and claimed decoded: "%41" is three bytes of a name.
+        let odd = directory.appendingPathComponent("a b%41?#;é")
+        #expect(try ItemResolver.validatedPath(odd) == directory.path + "/a b%41?#;é")
+        // A 255-byte name (in UTF-8; "é" is two bytes) passes; one byte more does not, even when
+        // its encoded form is what grows past the limit.
+        let longest = directory.appendingPathComponent(String(repeating: "é", count: 127) + "x")
+        #expect(try ItemResolver.validatedPath(longest) == longest.path)
+        #expect(throws: CoordinationError.self) {
+            _ = try ItemResolver.validatedPath(directory.appendingPathComponent(String(repeating: "é", count: 128)))
+        }
+        // Foundation leaves "%00" encoded: it names the literal bytes, never a NUL.
+        #expect(try ItemResolver.validatedPath(URL(string: "file:///tmp/a%00b")!) == "/tmp/a%00b")
+        // The accessor gets the caller's own URL back when it already named the item's canonical
+        // path, and the canonical URL when it did not (a "." component).
+        let file = directory.appendingPathComponent("f")
+        let given = try coordinator.coordinate(readingItemAt: file) { $0 }
+        #expect(given == file)
+        let dotted = URL(fileURLWithPath: directory.path + "/./f")
+        let canonical = try coordinator.coordinate(readingItemAt: dotted) { $0 }
+        #expect(canonical.path == file.path)
+    }
+
     @Test func presenterRelinquishesBeforeWriteAndHearsDidChangeAfter() throws {
         let domain = self.domain
         let file = try temporaryDirectory().appendingPathComponent("doc")
