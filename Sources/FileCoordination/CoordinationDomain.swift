@@ -45,14 +45,21 @@ protocol EndpointDelegate: AnyObject, Sendable {
 /// "500ms", "2s") change the defaults of a process.
 public struct CoordinationDeadlines: Sendable, Hashable {
     /// How long a claim may wait for conflicting claims and presenters before failing `.timedOut`.
-    public var claimWait: Duration
+    public var claimWait: Duration { didSet { claimWaitNanoseconds = claimWait.nanosecondCount } }
     /// How long one presenter may take to answer one message before it counts as answered.
-    public var presenterAnswer: Duration
+    public var presenterAnswer: Duration {
+        didSet { presenterAnswerNanoseconds = presenterAnswer.nanosecondCount }
+    }
+    /// The same in nanoseconds, converted once (every claim carries them).
+    private(set) var claimWaitNanoseconds: UInt64
+    private(set) var presenterAnswerNanoseconds: UInt64
 
     /// Deadlines; see the properties.
     public init(claimWait: Duration = .seconds(60), presenterAnswer: Duration = .seconds(10)) {
         self.claimWait = claimWait
         self.presenterAnswer = presenterAnswer
+        claimWaitNanoseconds = claimWait.nanosecondCount
+        presenterAnswerNanoseconds = presenterAnswer.nanosecondCount
     }
 
     /// The process default: 60 s / 10 s unless the environment says otherwise.
@@ -225,8 +232,7 @@ public final class CoordinationDomain: Sendable {
         if !waitsOnThread { endpoint.changeReaderDemand(by: 1) }
         endpoint.submit(
             local: ticket.local, purpose: purpose, intents: intents, heldByCaller: held,
-            waitTimeout: deadlines.claimWait.nanosecondCount,
-            presenterTimeout: deadlines.presenterAnswer.nanosecondCount)
+            waitTimeout: deadlines.claimWaitNanoseconds, presenterTimeout: deadlines.presenterAnswerNanoseconds)
         return ticket
     }
 
