@@ -40,12 +40,17 @@ for _ in $(seq 500); do [[ -S "$PROVIDERFS_RUNTIME_DIR/coordinator.sock" ]] && b
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-arbiter=(); coordinator=(); remote=(); readers=(); pingpong=()
+arbiter=(); coordinator=(); remote=(); readers=(); pingpong=(); heldRead=(); heldWrite=()
 for _ in $(seq "$ROUNDS"); do
     pingpong+=("$("$WORK/pingpong" "$COUNT" | awk '/^median_ns/ { print $2 }')")
     out="$("$BIN/coordination-probe" bench-local "$COUNT" "$FILE")"
     arbiter+=("$(awk '/^arbiter_median_ns/ { print $2 }' <<<"$out")")
     coordinator+=("$(awk '/^coordinator_median_ns/ { print $2 }' <<<"$out")")
+    # With 1,000 read claims held on other files (a mount with 1,000 open files): a read claim
+    # looks only at writers; a write claim still looks at every claim (fewer rounds: it is slow).
+    out="$("$BIN/coordination-probe" bench-local "$((COUNT / 20))" "$FILE" 1000)"
+    heldRead+=("$(awk '/^arbiter_read_median_ns/ { print $2 }' <<<"$out")")
+    heldWrite+=("$(awk '/^arbiter_median_ns/ { print $2 }' <<<"$out")")
     out="$("$BIN/coordination-probe" bench-claims "$COUNT" "$FILE")"
     remote+=("$(awk '/^median_ns/ { print $2 }' <<<"$out")")
     [[ "$READERS" == 0 ]] && continue
@@ -66,6 +71,10 @@ printf 'in-process claim+release, arbiter host (median of %s rounds x %s): %s ns
     "$(printf '%s\n' "${arbiter[@]}" | median)"
 printf 'in-process claim+release, FileCoordinator.coordinate:                 %s ns\n' \
     "$(printf '%s\n' "${coordinator[@]}" | median)"
+printf 'in-process, arbiter host, 1,000 read claims held: read claim          %s ns\n' \
+    "$(printf '%s\n' "${heldRead[@]}" | median)"
+printf 'in-process, arbiter host, 1,000 read claims held: write claim         %s ns\n' \
+    "$(printf '%s\n' "${heldWrite[@]}" | median)"
 printf 'cross-process claim+release (probe <-> providerfs coordinator):       %s ns\n' \
     "$(printf '%s\n' "${remote[@]}" | median)"
 if [[ "$READERS" != 0 ]]; then

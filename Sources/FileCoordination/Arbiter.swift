@@ -3,6 +3,12 @@
 // (monotonic nanoseconds) and returns the actions to perform once the caller has dropped its lock
 // (DESIGN.md §3). Rule numbers refer to reference/apple-coordination-spec.md §7.
 
+#if canImport(Glibc)
+import Glibc  // memcmp only
+#elseif canImport(Musl)
+import Musl
+#endif
+
 /// A claim, named by the owner (a connection or an in-process domain) and the owner's own number,
 /// so no mapping is needed between a client's request and the arbiter's table.
 public struct ClaimID: Hashable, Sendable, Comparable, CustomStringConvertible {
@@ -116,6 +122,9 @@ public struct ClaimIntent: Sendable, Hashable {
 
 /// Everything the arbiter needs to know about one claim request.
 public struct ClaimRequest: Sendable {
+    /// Whether any intent is a write.
+    var hasWrite: Bool { intents.contains { $0.kind == .write } }
+
     /// The claim's name.
     public var id: ClaimID
     /// The process the claim is for (SO_PEERCRED for remote clients; the kernel caller for the mount).
@@ -399,6 +408,10 @@ public struct Arbiter: Sendable {
     /// How many of `claims` are granted: when all are, nothing waits and there is nothing to
     /// schedule or time out (the common case, checked without visiting every claim).
     private var grantedCount = 0
+    /// How many live claims have a write intent. A claim of reads only can be kept waiting by
+    /// these alone (read/read never conflicts, rules 1 and 10): with none, a new read claim is
+    /// granted without looking at the others — a mount holds a read claim per open file.
+    private var writerCount = 0
     /// Arrival order of live claims (FIFO, rule 16).
     private var order: [ClaimID] = []
     private(set) var presenters: [PresenterID: PresenterRegistration] = [:]
@@ -448,10 +461,12 @@ public struct Arbiter: Sendable {
             grantedCount += 1
             claims[request.id] = consume claim
             order.append(request.id)
+            if request.hasWrite { writerCount += 1 }
             return [.grant(request.id, paths: request.intents.map(\.path))]
         }
         claims[request.id] = claim
         order.append(request.id)
+        if request.hasWrite { writerCount += 1 }
         var actions: [ArbiterAction] = []
         advance(request.id, now: now, into: &actions)
         return actions
@@ -687,7 +702,18 @@ public struct Arbiter: Sendable {
     public static func isAncestor(_ ancestor: String, of descendant: String) -> Bool {
         let a = ancestor.utf8
         let d = descendant.utf8
-        guard d.count > a.count, d.starts(with: a) else { return false }
+        guard d.count > a.count else { return false }
+        // Over contiguous bytes (native strings): a claim is checked against many others.
+        if let answer = a.withContiguousStorageIfAvailable({ a in
+            d.withContiguousStorageIfAvailable { d -> Bool in
+                if a.isEmpty { return d[0] == UInt8(ascii: "/") }
+                guard memcmp(d.baseAddress!, a.baseAddress!, a.count) == 0 else { return false }
+                return a[a.count - 1] == UInt8(ascii: "/") || d[a.count] == UInt8(ascii: "/")
+            }
+        }), let answer {
+            return answer
+        }
+        guard d.starts(with: a) else { return false }
         if a.last == UInt8(ascii: "/") { return true }
         return d[d.index(d.startIndex, offsetBy: a.count)] == UInt8(ascii: "/")
     }
@@ -715,9 +741,12 @@ public struct Arbiter: Sendable {
         return Arbiter.conflicts(other.request, claim.request)
     }
 
+    /// The earliest claim (FIFO order) that keeps `claim` waiting, if any.
     private func blocker(for claim: Claim) -> ClaimID? {
+        if writerCount == 0 && !claim.request.hasWrite { return nil }  // reads only, among reads only
         for id in order where id != claim.request.id {
-            if let other = claims[id], blocks(other, claim) { return id }
+            // Read in place (no copy of the claim): a write claim is checked against every other.
+            if let index = claims.index(forKey: id), blocks(claims.values[index], claim) { return id }
         }
         return nil
     }
@@ -747,6 +776,7 @@ public struct Arbiter: Sendable {
     /// Re-examines waiting claims in FIFO order.
     private mutating func schedule(now: UInt64, into actions: inout [ArbiterAction]) {
         assert(grantedCount == claims.values.count(where: { $0.phase == .granted }))
+        assert(writerCount == claims.values.count(where: { $0.request.hasWrite }))
         if grantedCount == claims.count { return }  // nothing waits
         var index = 0
         while index < order.count {
@@ -861,6 +891,7 @@ public struct Arbiter: Sendable {
     /// Drops what refers to a claim already taken out of `claims`.
     private mutating func forget(_ claim: Claim) {
         if claim.phase == .granted { grantedCount -= 1 }
+        if claim.request.hasWrite { writerCount -= 1 }
         for message in claim.pending.keys { messageOwner[message] = nil }
         // The most recent claim is the likeliest to end first when uncontended: search from the end.
         if let index = order.lastIndex(of: claim.request.id) { order.remove(at: index) }

@@ -155,7 +155,9 @@ case "move":
 
 case "bench-local":
     // In-process: the arbiter through its host (the mount's path), and the whole FileCoordinator.
-    guard arguments.count >= 2, let count = Int(arguments[0]) else { fail("bench-local COUNT PATH") }
+    guard arguments.count >= 2, let count = Int(arguments[0]) else { fail("bench-local COUNT PATH [HELD]") }
+    // HELD read claims on other files stay granted meanwhile, as a mount's open files hold theirs.
+    let heldCount = arguments.count >= 3 ? Int(arguments[2]) ?? 0 : 0
     final class CountingSink: ArbiterSink, @unchecked Sendable {
         // Safe: only touched by the benchmark thread (actions run on the submitting thread).
         var grants = 0
@@ -167,6 +169,16 @@ case "bench-local":
     let sink = CountingSink()
     let owner = host.addOwner(sink)
     let intent = ClaimIntent(kind: .write, path: arguments[1])
+    let readIntent = ClaimIntent(kind: .read, path: arguments[1])
+    for index in 0..<heldCount {
+        let held = ClaimIntent(kind: .read, path: arguments[1] + ".held-\(index)")
+        host.submit(
+            ClaimRequest(
+                id: ClaimID(owner: owner, local: UInt64(1 << 40 + index)), pid: 1, purpose: "held", intents: [held],
+                waitDeadline: .max, presenterTimeout: 1))
+    }
+    guard sink.grants == heldCount else { fail("expected \(heldCount) held grants, got \(sink.grants)") }
+    sink.grants = 0
     func median(_ body: (Int) throws -> Void) rethrows -> UInt64 {
         var samples: [UInt64] = []
         samples.reserveCapacity(count)
@@ -186,10 +198,20 @@ case "bench-local":
         host.release(id)
     }
     guard sink.grants == count else { fail("expected \(count) grants, got \(sink.grants)") }
+    // A read claim, as a mount open takes: with HELD read claims held it shows what they cost it.
+    let readMedian = median { index in
+        let id = ClaimID(owner: owner, local: UInt64(count + index + 1))
+        host.submit(
+            ClaimRequest(
+                id: id, pid: 1, purpose: "bench", intents: [readIntent], waitDeadline: .max, presenterTimeout: 1))
+        host.release(id)
+    }
+    guard sink.grants == 2 * count else { fail("expected \(2 * count) grants, got \(sink.grants)") }
     let coordinator = FileCoordinator(domain: CoordinationDomain(host: host))
     let url = URL(fileURLWithPath: arguments[1])
     let coordinatorMedian = try median { _ in try coordinator.coordinate(writingItemAt: url) { _ in } }
     say("arbiter_median_ns \(arbiterMedian)")
+    say("arbiter_read_median_ns \(readMedian)")
     say("coordinator_median_ns \(coordinatorMedian)")
     exit(0)
 

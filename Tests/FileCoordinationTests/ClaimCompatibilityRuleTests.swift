@@ -158,6 +158,27 @@ import Testing
         #expect(h.isGranted(r2))
     }
 
+    @Test func amongManyHeldReadsAReadWaitsOnlyForTheWritersItConflictsWith() {
+        // A read claim is checked against writers alone (read/read never conflicts): held reads,
+        // however many, never block it, and every kind of writer still does.
+        var h = ArbiterHarness()
+        var reads: [ClaimID] = []
+        for index in 0..<200 { reads.append(h.claim([read("/d/f\(index)")], purpose: "reader\(index)")) }
+        #expect(reads.allSatisfy { h.isGranted($0) })
+        let writer = h.claim([write("/d/f7")], purpose: "W")  // waits for reader 7
+        let deleter = h.claim([write("/e", .forDeleting, directory: true)], purpose: "D")
+        #expect(!h.isGranted(writer) && h.isGranted(deleter))
+        let behindWriter = h.claim([read("/d/f7")], purpose: "R1")  // FIFO behind the queued writer
+        let insideDeleted = h.claim([read("/e/x")], purpose: "R2")  // inside a granted subtree write
+        let elsewhere = h.claim([read("/d/f8")], purpose: "R3")
+        #expect(!h.isGranted(behindWriter) && !h.isGranted(insideDeleted) && h.isGranted(elsewhere))
+        h.release(reads[7])
+        #expect(h.isGranted(writer) && !h.isGranted(behindWriter))
+        h.release(writer)
+        h.release(deleter)
+        #expect(h.isGranted(behindWriter) && h.isGranted(insideDeleted))
+    }
+
     @Test func identityMatchesAcrossPaths() {
         // Two names of one inode (a hard link, or a stale path after an uncoordinated rename) are one item.
         var h = ArbiterHarness()
