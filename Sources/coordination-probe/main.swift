@@ -35,16 +35,40 @@ final class ProbePresenter: FilePresenter, @unchecked Sendable {
     let presentedItemURL: URL?
     let silent: Bool
     let evictable: Bool
+    /// With `--answer-on-input`: answers are kept until a line "answer" arrives on stdin.
+    let answerOnInput: Bool
+    private let heldAnswers = NSLock()
+    private var pendingAnswers: [@Sendable () -> Void] = []
     let presentedItemOperationQueue: OperationQueue = {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
         return queue
     }()
 
-    init(url: URL, silent: Bool, evictable: Bool) {
+    init(url: URL, silent: Bool, evictable: Bool, answerOnInput: Bool = false) {
         presentedItemURL = url
         self.silent = silent
         self.evictable = evictable
+        self.answerOnInput = answerOnInput
+    }
+
+    /// Gives `answer` now, or keeps it for `releaseAnswers()`.
+    func answer(_ answer: @escaping @Sendable () -> Void) {
+        if silent { return }
+        if answerOnInput {
+            heldAnswers.withLock { pendingAnswers.append(answer) }
+        } else {
+            answer()
+        }
+    }
+
+    /// Gives the kept answers.
+    func releaseAnswers() {
+        let answers = heldAnswers.withLock { () -> [@Sendable () -> Void] in
+            defer { pendingAnswers = [] }
+            return pendingAnswers
+        }
+        for answer in answers { answer() }
     }
 
     var implementedPresenterMethods: PresenterMethods {
@@ -55,19 +79,19 @@ final class ProbePresenter: FilePresenter, @unchecked Sendable {
 
     func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         note("relinquishToReader")
-        if !silent { reader { [self] in note("reacquire") } }
+        answer { [self] in reader { [self] in note("reacquire") } }
     }
     func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         note("relinquishToWriter")
-        if !silent { writer { [self] in note("reacquire") } }
+        answer { [self] in writer { [self] in note("reacquire") } }
     }
     func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         note("save")
-        if !silent { completionHandler(nil) }
+        answer { completionHandler(nil) }
     }
     func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         note("accommodateDeletion")
-        if !silent { completionHandler(nil) }
+        answer { completionHandler(nil) }
     }
     func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         note("accommodateEviction")
@@ -117,7 +141,8 @@ case "present":
     guard let path = arguments.first(where: { !$0.hasPrefix("--") }) else { fail("present needs a PATH") }
     let url = URL(fileURLWithPath: path)
     let presenter = ProbePresenter(
-        url: url, silent: arguments.contains("--silent"), evictable: arguments.contains("--evictable"))
+        url: url, silent: arguments.contains("--silent"), evictable: arguments.contains("--evictable"),
+        answerOnInput: arguments.contains("--answer-on-input"))
     do {
         // Registered inside a coordinated read (rule 69) so every later claim sees it.
         try FileCoordinator().coordinate(readingItemAt: url, options: .withoutChanges) { _ in
@@ -127,8 +152,10 @@ case "present":
         say("failed \(error)")
         exit(1)
     }
-    say("ready")
-    while readLine() != nil {}
+    say("ready \(FileCoordinator.filePresenters.count)")
+    while let line = readLine() {
+        if line == "answer" { presenter.releaseAnswers() }
+    }
     FileCoordinator.removeFilePresenter(presenter)
     exit(0)
 

@@ -82,6 +82,9 @@ final class Child: @unchecked Sendable {
     /// Ends a probe's hold: closes its stdin.
     func closeInput() { try? input.fileHandleForWriting.close() }
 
+    /// Writes one line to the child's stdin.
+    func send(_ line: String) { input.fileHandleForWriting.write(Data((line + "\n").utf8)) }
+
     func kill9() { _ = Glibc.kill(pid, SIGKILL) }
 
     /// Exit status after waiting (SIGTERM first if still running after `grace` seconds).

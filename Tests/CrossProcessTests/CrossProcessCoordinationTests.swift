@@ -126,6 +126,37 @@ import TestScheduling
         #expect(writer.stop() == 0)
     }
 
+    @Test func rule17_theGrantWaitsForTheAnswerOfAPresenterInAnotherProcess() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("doc")
+        let presenter = try world.probe(["present", file, "--answer-on-input"])
+        #expect(presenter.waitForLine("ready") != nil)
+        let writer = try world.probe(["hold", "--write", file])
+        #expect(presenter.waitForLine("event relinquishToWriter \(file)") != nil)
+        // Asked and not answered: the server holds the claim back, and the writer has no grant.
+        #expect(world.eventually { $0.claims.map(\.state) == ["messaging"] })
+        #expect(!writer.hasLine("granted"))
+        presenter.send("answer")
+        #expect(writer.waitForLine("granted") != nil)
+        #expect(world.eventually { $0.claims.map(\.state) == ["held"] })
+        writer.closeInput()
+        #expect(presenter.waitForLine("event reacquire") != nil)
+        #expect(writer.stop() == 0 && presenter.stop() == 0)
+    }
+
+    @Test func rule67_filePresentersListsOnlyThisProcesssPresenters() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let first = try world.probe(["present", world.path("a")])
+        // Each process sees its own presenter only, while the server knows both.
+        #expect(first.waitForLine("ready 1") != nil)
+        let second = try world.probe(["present", world.path("b")])
+        #expect(second.waitForLine("ready 1") != nil)
+        #expect(world.eventually { $0.presenters.count == 2 })
+        #expect(first.stop() == 0 && second.stop() == 0)
+    }
+
     @Test func silentPresenterHitsItsDeadlineAndTheWriteStillHappens() throws {
         let world = try CoordinationWorld()
         defer { world.tearDown() }

@@ -569,6 +569,140 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(eventually { parent.events == ["sublose doc v1"] })
     }
 
+    @Test func rule30_presenterMethodsRunOnItsOperationQueue() throws {
+        final class QueueCheckingPresenter: FilePresenter, @unchecked Sendable {
+            // Safe: `calls` is only touched under `lock`.
+            let presentedItemURL: URL?
+            let presentedItemOperationQueue = OperationQueue()
+            private let lock = NSLock()
+            private var calls: [(String, Bool)] = []
+            init(_ url: URL) { presentedItemURL = url }
+            var log: [(String, Bool)] { lock.withLock { calls } }
+            private func note(_ name: String) {
+                let onQueue = OperationQueue.current === presentedItemOperationQueue
+                lock.withLock { calls.append((name, onQueue)) }
+            }
+            func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+                note("relinquishToReader")
+                reader { [self] in note("reacquire") }
+            }
+            func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+                note("relinquishToWriter")
+                writer { [self] in note("reacquire") }
+            }
+            func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+                note("save")
+                completionHandler(nil)
+            }
+            func presentedItemDidChange() { note("didChange") }
+        }
+        let file = try temporaryDirectory().appendingPathComponent("doc")
+        let presenter = QueueCheckingPresenter(file)
+        domain.addFilePresenter(presenter)
+        defer { domain.removeFilePresenter(presenter) }
+        try FileCoordinator(domain: domain).coordinate(writingItemAt: file) { _ in }
+        try FileCoordinator(domain: domain).coordinate(readingItemAt: file) { _ in }
+        let expected = ["relinquishToWriter", "reacquire", "didChange", "relinquishToReader", "save", "reacquire"]
+        #expect(eventually { presenter.log.count == expected.count })
+        #expect(Set(presenter.log.map(\.0)) == Set(expected))
+        let log = presenter.log
+        #expect(log.allSatisfy { $0.1 }, "every call on presentedItemOperationQueue: \(log)")
+    }
+
+    @Test func rule56_cancelReturnsAtOnceAndDoesNotRetractDeliveredMessages() throws {
+        let file = try temporaryDirectory().appendingPathComponent("doc")
+        let presenter = RecordingPresenter(file, silent: true)
+        domain.addFilePresenter(presenter)
+        defer { domain.removeFilePresenter(presenter) }
+        let writer = FileCoordinator(domain: domain)
+        // Far beyond the polls below: a cancel that waited for the presenter would fail them.
+        writer.deadlines = CoordinationDeadlines(claimWait: .seconds(300), presenterAnswer: .seconds(300))
+        let outcome = Locked2<String?>(nil)
+        DispatchQueue.global().async {
+            do {
+                try writer.coordinate(writingItemAt: file) { _ in outcome.set("accessor ran") }
+            } catch {
+                outcome.set((error as? CoordinationError)?.code == .cancelled ? "cancelled" : "\(error)")
+            }
+        }
+        #expect(eventually { presenter.events == ["relinquishToWriter"] })
+        let cancelled = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            writer.cancel()
+            cancelled.signal()
+        }
+        #expect(cancelled.wait(timeout: .now() + 30) == .success, "cancel() returned")
+        #expect(eventually { outcome.get() != nil })
+        #expect(outcome.get() == "cancelled")
+        // The message was delivered and stays delivered: nothing retracts it or follows it.
+        presenter.presentedItemOperationQueue.waitUntilAllOperationsAreFinished()
+        #expect(presenter.events == ["relinquishToWriter"])
+        #expect(host.dump().claims.isEmpty)
+    }
+
+    @Test func rule68_theRegistryKeepsAPresenterAliveUntilItIsRemoved() throws {
+        weak var weakPresenter: RecordingPresenter?
+        do {
+            let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-retained"))
+            weakPresenter = presenter
+            domain.addFilePresenter(presenter)
+        }
+        #expect(weakPresenter != nil, "registered: kept alive by the registry alone")
+        if let presenter = weakPresenter { domain.removeFilePresenter(presenter) }
+        #expect(weakPresenter == nil, "removed: released")
+    }
+
+    @Test func rule69_aPresenterAddedInsideAReadOfItsItemHearsEveryLaterClaim() throws {
+        let file = try temporaryDirectory().appendingPathComponent("doc")
+        let presenter = RecordingPresenter(file)
+        let domain = self.domain
+        let writerAsked = DispatchSemaphore(value: 0)
+        let writerDone = DispatchSemaphore(value: 0)
+        try FileCoordinator(domain: domain).coordinate(readingItemAt: file, options: .withoutChanges) { _ in
+            domain.addFilePresenter(presenter)
+            // A writer that asks while the read is held waits for it, then must go through the
+            // presenter registered meanwhile.
+            DispatchQueue.global().async {
+                writerAsked.signal()
+                try? FileCoordinator(domain: domain).coordinate(writingItemAt: file) { _ in }
+                writerDone.signal()
+            }
+            writerAsked.wait()
+            #expect(eventually { self.host.dump().claims.count == 2 })
+        }
+        defer { domain.removeFilePresenter(presenter) }
+        writerDone.wait()
+        #expect(eventually { presenter.events == ["relinquishToWriter", "reacquire", "didChange"] })
+    }
+
+    @Test func aWaitingAsyncClaimLeavesItsThreadFree() throws {
+        let file = try temporaryDirectory().appendingPathComponent("doc")
+        let domain = self.domain
+        let holding = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            try? FileCoordinator(domain: domain).coordinate(writingItemAt: file) { _ in
+                holding.signal()
+                release.wait()
+            }
+        }
+        holding.wait()
+        // One thread runs both tasks: if the waiting claim held it, the second task never would.
+        let oneThread = BlockingTestExecutor(width: 1)
+        let waiting = Task(executorPreference: oneThread) {
+            try await FileCoordinator(domain: domain).coordinate(readingItemAt: file, performing: { _ in 1 })
+        }
+        #expect(eventually { self.host.dump().claims.map(\.state) == ["held", "waiting"] })
+        let ran = Locked2(false)
+        Task(executorPreference: oneThread) { ran.set(true) }
+        #expect(eventually { ran.get() }, "another task ran on the thread while the claim waited")
+        #expect(host.dump().claims.map(\.state) == ["held", "waiting"])
+        release.signal()
+        let done = Locked2<Int?>(nil)
+        Task { done.set(try? await waiting.value) }
+        #expect(eventually { done.get() == 1 })
+    }
+
     @Test func rule66_68_presenterRegistry() throws {
         let domain = self.domain
         let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-registry"))
