@@ -401,7 +401,12 @@ public struct Arbiter: Sendable {
         var followUps: [PresenterID: [PresenterMessage]] = [:]
         var relinquished: [PresenterID] = []
         var events: [String] = []
-        var isNested: Bool { !request.heldByCaller.isEmpty }
+        /// Made inside an accessor: by a caller that holds claims of this arbiter (`heldByCaller`),
+        /// or for a process that, itself or an ancestor, holds a granted claim (a kernel caller
+        /// reading inside its own coordinated access). It waits only for granted claims: a writer
+        /// queued behind the caller's own claim would otherwise deadlock them (D-102).
+        var isNested: Bool { !request.heldByCaller.isEmpty || insideOwnClaim }
+        var insideOwnClaim = false
     }
 
     private(set) var claims: [ClaimID: Claim] = [:]
@@ -443,6 +448,11 @@ public struct Arbiter: Sendable {
         }
         var claim = Claim(request: request, sequence: nextSequence, submitted: now)
         nextSequence += 1
+        if !request.actingForPids.isEmpty {
+            claim.insideOwnClaim = claims.values.contains {
+                $0.phase == .granted && request.actingForPids.contains($0.request.pid)
+            }
+        }
         if claim.isNested, let held = deadlockingHeldClaim(for: claim) {
             let heldClaim = claims[held]!
             let text =

@@ -179,6 +179,26 @@ import Testing
         #expect(h.isGranted(behindWriter) && h.isGranted(insideDeleted))
     }
 
+    @Test func aKernelCallerInsideItsOwnClaimDoesNotQueueBehindAWriterWaitingForIt() {
+        // Process 100 holds a read of /f and, inside its accessor, reads /f through the mount (a
+        // claim acting for 300's ancestry, which includes 100). A writer queued meanwhile waits
+        // for 100's claim; FIFO behind that writer would deadlock 100 until the deadline.
+        var h = ArbiterHarness()
+        let library = h.claim([read("/f")], purpose: "app", pid: 100)
+        let writer = h.claim([write("/f")], purpose: "W", pid: 200)
+        #expect(h.isGranted(library) && !h.isGranted(writer))
+        let ownRead = h.claim([read("/f")], purpose: "mount", pid: 300, owner: 2, actingFor: [300, 100, 1])
+        #expect(h.isGranted(ownRead))
+        // Anyone else still queues behind the writer (FIFO, rule 16).
+        let stranger = h.claim([read("/f")], purpose: "mount", pid: 400, owner: 2, actingFor: [400, 1])
+        #expect(!h.isGranted(stranger))
+        h.release(ownRead)
+        h.release(library)
+        #expect(h.isGranted(writer) && !h.isGranted(stranger))
+        h.release(writer)
+        #expect(h.isGranted(stranger))
+    }
+
     @Test func identityMatchesAcrossPaths() {
         // Two names of one inode (a hard link, or a stale path after an uncoordinated rename) are one item.
         var h = ArbiterHarness()
