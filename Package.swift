@@ -14,8 +14,10 @@ let package = Package(
         // C libraries from Debian packages. Each is imported by exactly one Swift module.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev", "fuse3"])]),
         .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // glibc headers Swift's Glibc module lacks (sys/xattr.h); headers only, part of libc6-dev.
+        .systemLibrary(name: "CLinuxHeaders"),
 
-        .target(name: "SystemSupport"),
+        .target(name: "SystemSupport", dependencies: ["CLinuxHeaders"]),
         .target(name: "Diagnostics", dependencies: ["SystemSupport"]),
         .target(name: "SQLiteStore", dependencies: ["CSQLite3", "SystemSupport", "Diagnostics"]),
         .target(name: "FileCoordination", dependencies: ["SystemSupport", "Diagnostics"]),
@@ -72,6 +74,7 @@ let package = Package(
             name: "MountTests",
             dependencies: [
                 "TestSupport", "TestScheduling", "SystemSupport", "FUSEAdapter", "providerfs", "fuse-fixture",
+                "coordination-probe",
             ]),
     ],
     swiftLanguageModes: [.v6]

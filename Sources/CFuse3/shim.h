@@ -7,7 +7,6 @@
 #endif
 #include <stddef.h>  // NULL, used by FUSE_BUFVEC_INIT; the clang module does not get it otherwise
 #include <fuse_lowlevel.h>
-#include <sys/xattr.h>  // getxattr/listxattr for ExtendedAttributes (Glibc's module map lacks it)
 
 // FUSE_ARGS_INIT is a macro Swift cannot import.
 static inline struct fuse_args cfuse_args_init(int argc, char **argv) {

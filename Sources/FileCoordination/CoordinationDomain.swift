@@ -29,6 +29,9 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     func changeReaderDemand(by delta: Int)
     /// Blocks until `waiter` has a result; the endpoint may read the answer on this thread.
     func wait(for waiter: Waiter) -> Result<[String], CoordinationError>
+    /// Whether this is the coordination server of a ProviderFS mount: reads of its items get
+    /// their content before the accessor runs (rules 50–52).
+    var servesProviderMount: Bool { get }
 }
 
 /// How an endpoint reports back to its domain.
@@ -540,6 +543,7 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
     }
     func changeReaderDemand(by delta: Int) {}  // actions arrive on the acting thread
     func wait(for waiter: Waiter) -> Result<[String], CoordinationError> { waiter.wait() }
+    var servesProviderMount: Bool { false }
 
     func granted(_ claim: ClaimID, paths: [String]) { delegate.granted(local: claim.local, paths: paths) }
     func failed(_ claim: ClaimID, error: CoordinationError) { delegate.failed(local: claim.local, error: error) }

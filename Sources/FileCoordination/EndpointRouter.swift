@@ -16,13 +16,16 @@ import Musl
 /// grant (saving a thread wake-up on every claim), and a background thread reads while something
 /// needs messages that nobody waits for on a thread (presenters, async claims) — the "demand".
 final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
-    // Safe: `fd`, `serverPid`, `owner`, `socketPath` are immutable after init; `sendLock` serialises
+    // Safe: `fd`, `serverPid`, `owner`, `socketPath` are immutable after init (and
+    // `servesProviderMount` is set before the router shares the link); `sendLock` serialises
     // writes of whole frames (held across exactly one send, nothing else is locked inside);
     // `buffer` and `chunk` are only touched by the holder of the read token (`readState.reading`).
     let fd: Int32
     let socketPath: String
     let serverPid: Int32
     let owner: UInt64
+    /// Set for the server of a ProviderFS mount (rules 50–52), once, before the link is shared.
+    fileprivate(set) var servesProviderMount = false
     weak var delegate: DelegateBox?
     private let sendLock = Lock()
 
@@ -312,7 +315,10 @@ final class EndpointRouter: @unchecked Sendable {
         // Connect without holding the lock (it may take a server start); keep one link per socket.
         let link: ServerLink
         if let mountPoint {
-            do { link = try ServerLink.connect(socketPath: socket, delegate: delegate) } catch {
+            do {
+                link = try ServerLink.connect(socketPath: socket, delegate: delegate)
+                link.servesProviderMount = true
+            } catch {
                 throw CoordinationError(
                     .serverUnavailable,
                     "The coordination server of the mount at \(mountPoint) is not reachable: \(error).")

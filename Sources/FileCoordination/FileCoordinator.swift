@@ -189,9 +189,17 @@ public final class FileCoordinator: @unchecked Sendable {
                 case .success(let paths):
                     Self.update(intents, claimIntents: claimIntents, paths: paths)
                     queue.addOperation {
+                        defer {
+                            coordinator?.untrack(ticket)
+                            domain.release(ticket)
+                        }
+                        do {
+                            try Self.makeContentAvailable(claimIntents, paths: paths, endpoint: ticket.endpoint)
+                        } catch {
+                            accessor(error)
+                            return
+                        }
                         CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { accessor(nil) }
-                        coordinator?.untrack(ticket)
-                        domain.release(ticket)
                     }
                 case .failure(let error):
                     coordinator?.untrack(ticket)
@@ -237,6 +245,18 @@ public final class FileCoordinator: @unchecked Sendable {
         defer {
             domain.release(ticket)
             if let filePresenter { domain.refreshPresenter(filePresenter) }
+        }
+        if ticket.endpoint.servesProviderMount {
+            // Reads through the mount block: done off the caller's executor.
+            let endpoint = ticket.endpoint
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                DispatchQueue.global().async {
+                    continuation.resume(
+                        with: Result { () throws(CoordinationError) in
+                            try Self.makeContentAvailable(claimIntents, paths: paths, endpoint: endpoint)
+                        }.mapError { $0 as any Error })
+                }
+            }
         }
         let urls = zip(paths, claimIntents).map { URL(fileURLWithPath: $0, isDirectory: $1.isDirectory) }
         return try await CoordinationContext.$held.withValue(Self.held(ticket: ticket)) { try await body(urls) }
@@ -337,6 +357,11 @@ public final class FileCoordinator: @unchecked Sendable {
 
     // MARK: Moves
 
+    /// Apple's announcement before a move. It sends no presenter message and changes nothing on
+    /// Linux, as on iOS and unsandboxed macOS (rule 43); it exists so code written for Apple's API
+    /// compiles and behaves the same. Call `item(at:didMoveTo:)` after the move.
+    public func item(at oldURL: URL, willMoveTo newURL: URL) {}
+
     /// Announces, inside a coordinated write accessor, that the item at `from` now lives at `to`:
     /// presenters follow it and waiting claims are granted with the new URL (rules 35–40).
     public func item(at from: URL, didMoveTo to: URL) throws(CoordinationError) {
@@ -367,6 +392,19 @@ public final class FileCoordinator: @unchecked Sendable {
     }
 
     // MARK: Internals
+
+    /// Rules 50–52: the granted reads of items in a ProviderFS mount get the items' content (a
+    /// directory: its listing) before the accessor runs, except `.immediatelyAvailableMetadataOnly`
+    /// reads. The claim is held meanwhile; a failure fails the coordination.
+    private static func makeContentAvailable(
+        _ claimIntents: [ClaimIntent], paths: [String], endpoint: any CoordinationEndpoint
+    ) throws(CoordinationError) {
+        guard endpoint.servesProviderMount else { return }
+        for (index, intent) in claimIntents.enumerated()
+        where intent.kind == .read && !intent.readingOptions.contains(.immediatelyAvailableMetadataOnly) {
+            try ProviderContent.makeAvailable(paths[index])
+        }
+    }
 
     private func track(_ ticket: CoordinationDomain.Ticket) {
         let cancelNow = state.withLock { state -> Bool in
@@ -405,6 +443,7 @@ public final class FileCoordinator: @unchecked Sendable {
             if !released { domain.release(ticket) }
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
+        try Self.makeContentAvailable(claimIntents, paths: paths, endpoint: ticket.endpoint)
         var urls: [URL] = []
         urls.reserveCapacity(paths.count)
         for index in paths.indices {

@@ -130,6 +130,9 @@ public struct CoordinationError: Error, Sendable, Equatable, CustomStringConvert
         case fileOperationFailed = 10
         /// `purposeIdentifier` misuse (rule 7).
         case invalidPurposeIdentifier = 11
+        /// A coordinated read of an item in a ProviderFS mount could not get the item's content
+        /// from its provider; the accessor did not run (rule 51).
+        case downloadFailed = 12
     }
 
     /// The kind of failure.

@@ -115,6 +115,7 @@ case "hold":
     for flag in arguments where flag.hasPrefix("--") {
         switch flag {
         case "--read": intent = .readingIntent(with: url)
+        case "--read=metadata-only": intent = .readingIntent(with: url, options: .immediatelyAvailableMetadataOnly)
         case "--write": intent = .writingIntent(with: url)
         case "--write=deleting": intent = .writingIntent(with: url, options: .forDeleting)
         case "--write=moving": intent = .writingIntent(with: url, options: .forMoving)

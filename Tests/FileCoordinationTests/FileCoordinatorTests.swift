@@ -703,6 +703,22 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(eventually { done.get() == 1 })
     }
 
+    @Test func rule43_willMoveToSendsNothing() throws {
+        let directory = try temporaryDirectory()
+        let file = directory.appendingPathComponent("a")
+        let presenter = RecordingPresenter(file)
+        domain.addFilePresenter(presenter)
+        defer { domain.removeFilePresenter(presenter) }
+        let mover = FileCoordinator(filePresenter: nil, domain: domain)
+        try mover.coordinate(writingItemAt: file, options: .forMoving) { url in
+            mover.item(at: url, willMoveTo: directory.appendingPathComponent("b"))
+        }
+        presenter.presentedItemOperationQueue.waitUntilAllOperationsAreFinished()
+        // What the claim itself sends, and nothing about a move.
+        #expect(eventually { presenter.events == ["relinquishToWriter", "reacquire"] })
+        #expect(domain.filePresenters.first?.presentedItemURL == file)
+    }
+
     @Test func rule66_68_presenterRegistry() throws {
         let domain = self.domain
         let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-registry"))

@@ -26,6 +26,10 @@ struct MountCoordinationTests {
         runtime = scratch + "/run"
         mkdir(source, 0o755)
         writeTestFile(source + "/doc.txt", Array("coordinated content\n".utf8))
+        mkdir(source + "/folder", 0o755)
+        writeTestFile(source + "/folder/big.bin", patternBytes(count: 3 << 20, seed: 11))
+        mkdir(source + "/folder2", 0o755)
+        writeTestFile(source + "/folder2/small.txt", Array("small\n".utf8))
     }
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
@@ -77,6 +81,39 @@ struct MountCoordinationTests {
         #expect(result.output.contains("holder=0"), "\(result.output)\(result.error)")
         #expect(result.output.contains("reader=0"), "\(result.output)\(result.error)")
         #expect(result.output.hasSuffix("coordinated content\n"), "\(result.output)")
+    }
+
+    @Test func rules50_52_aCoordinatedReadGetsTheContentFirstUnlessMetadataOnly() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount(claimTimeout: "20s")
+        defer { mount.stop() }
+        let probe = quoted(productsDirectory + "/coordination-probe")
+        let folder = quoted(mount.path("folder2"))
+        let big = quoted(mount.path("folder/big.bin"))
+        // A claim whose accessor prints the item's state (probe: "granted" once the accessor runs).
+        let result = try shell(
+            prelude + """
+                state() { getfattr --only-values -n user.providerfs.state "$1"; echo; }
+                echo "folder before: $(state \(folder))"
+                echo | \(probe) hold --read=metadata-only \(big)
+                echo "metadata-only: $(state \(big))"
+                echo | \(probe) hold --read \(folder)
+                echo "folder after: $(state \(folder))"
+                echo | \(probe) hold --read \(big)
+                echo "read: $(state \(big))"
+                """)
+        let lines = result.output.split(separator: "\n").map(String.init)
+        #expect(lines.contains("folder before: dataless"), "\(result.output)\(result.error)")
+        // Rule 50: granted without a download.
+        #expect(lines.contains("metadata-only: dataless"), "\(result.output)")
+        // Rule 52: a read of a folder lists it (resolving the claim's path already does: looking
+        // for the package marker inside a directory lists it).
+        #expect(lines.contains("folder after: materialized"), "\(result.output)")
+        // Rule 51: granted only once every byte is local.
+        #expect(lines.contains("read: materialized"), "\(result.output)")
+        #expect(result.output.components(separatedBy: "granted").count == 4, "\(result.output)")
+        #expect(try shell("cmp \(big) \(quoted(source + "/folder/big.bin"))").status == 0)
     }
 
     @Test func theHolderOfAClaimIsNotBlockedByItThroughTheMount() throws {

@@ -329,6 +329,14 @@ struct ProviderMountTests {
         let failing = try shell("cat \(m)/Faults/fails-halfway.bin > /dev/null")
         #expect(failing.status != 0)
         #expect(failing.error.contains("Input/output error"), "\(failing.error)")
+        // Rule 51: a coordinated read of it fails with the download, and its accessor never runs.
+        let coordinated = try shell(
+            "echo | PROVIDERFS_RUNTIME_DIR=\(quoted(runtime)) \(quoted(productsDirectory + "/coordination-probe"))"
+                + " hold --read \(m)/Faults/fails-halfway.bin")
+        #expect(coordinated.status == 1, "\(coordinated)")
+        #expect(coordinated.output.hasPrefix("failed downloadFailed"), "\(coordinated.output)")
+        #expect(coordinated.output.contains("Input/output error"), "\(coordinated.output)")
+        #expect(!coordinated.output.contains("granted"), "\(coordinated.output)")
         let status = try providerfs(["status", mount.path("Faults/fails-halfway.bin"), "--json"], runtime: runtime)
         #expect(status.output.contains("\"state\":\"error\""), "\(status.output)")
         #expect(status.output.contains("EIO"), "\(status.output)")

@@ -1,8 +1,8 @@
-// Reading extended attributes of a path (the client side: `providerfs status`, tests). Lives here
-// because <sys/xattr.h> is reached through the CFuse3 shim; Glibc's module map does not export it.
+// Reading extended attributes of a path (the client side: `providerfs status`, `providerfs
+// download`, coordinated reads in a mount, tests). <sys/xattr.h> comes through CLinuxHeaders:
+// Glibc's module map does not export it.
 
-import CFuse3
-public import SystemSupport
+import CLinuxHeaders
 
 #if canImport(Glibc)
 import Glibc

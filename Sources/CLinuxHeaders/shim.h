@@ -1,0 +1,6 @@
+#ifndef CLINUXHEADERS_SHIM_H
+#define CLINUXHEADERS_SHIM_H
+// glibc declarations that Swift's Glibc module map does not export. Headers only: nothing to link.
+#include <sys/types.h>
+#include <sys/xattr.h>  // getxattr, listxattr (SystemSupport's ExtendedAttributes)
+#endif
