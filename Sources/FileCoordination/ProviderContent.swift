@@ -57,7 +57,8 @@ enum ProviderContent {
     }
 
     private static func failure(_ path: String, _ errno: Errno) -> CoordinationError {
-        var text = "Could not get the content of \(path) from its provider before the coordinated read: \(errno.message)"
+        var text = "Could not get the content of \(path) from its provider before the coordinated read: "
+        text += errno.message
         if let reason = attribute(errorAttribute, of: path) { text += " (\(reason))" }
         return CoordinationError(.downloadFailed, text + ".")
     }
