@@ -1,4 +1,4 @@
-// The coordination protocol, version 1 (docs/COORDINATION-PROTOCOL.md): length-prefixed binary
+// The coordination protocol, version 2 (docs/COORDINATION-PROTOCOL.md; D-120): length-prefixed binary
 // frames over a Unix stream socket. Hand-written encoding, because a claim round trip must stay in
 // tens of microseconds and JSON costs more than that. The decoder trusts nothing: every length is
 // bounded and checked, strings must be UTF-8, unknown types are errors.
