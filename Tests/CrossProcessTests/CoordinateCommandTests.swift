@@ -45,6 +45,36 @@ import TestScheduling
         #expect(exists(world, "in2"), "the second writer ran after the first one ended")
     }
 
+    @Test func writeDeletingADirectoryWaitsForAReaderInsideAndMovingAndReplacingAreAccepted() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        try FileManager.default.createDirectory(atPath: world.path("dir"), withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: world.path("dir/f"), contents: Data("x".utf8))
+        let reader = try shell(
+            world,
+            #"$PF coordinate --read "$F/dir/f" -- sh -c 'touch "$F/reading"; while [ ! -e "$F/go" ]; do sleep 0.01; done'"#
+        )
+        for _ in 0..<2000 where !exists(world, "reading") { usleep(5000) }
+        #expect(exists(world, "reading"))
+        let deleter = try shell(world, #"$PF coordinate --write=deleting "$F/dir" -- rm -r "$F/dir""#)
+        #expect(world.eventually { $0.claims.map(\.state) == ["held", "waiting"] })
+        #expect(exists(world, "dir/f"), "the delete waits for the read inside the directory")
+        _ = FileManager.default.createFile(atPath: world.path("go"), contents: nil)
+        #expect(reader.stop(grace: 10) == 0)
+        #expect(deleter.stop(grace: 10) == 0)
+        #expect(!exists(world, "dir"))
+        // The other writing options run their command under the claim and exit with its status.
+        _ = FileManager.default.createFile(atPath: world.path("a"), contents: Data("a".utf8))
+        let moving = try shell(world, #"$PF coordinate --write=moving "$F/a" -- mv "$F/a" "$F/b""#)
+        #expect(moving.stop(grace: 10) == 0)
+        let replacing = try shell(
+            world, #"$PF coordinate --write=replacing "$F/b" -- sh -c 'echo new > "$F/b.tmp" && mv "$F/b.tmp" "$F/b"'"#)
+        #expect(replacing.stop(grace: 10) == 0)
+        let merging = try shell(world, #"$PF coordinate --write=merging "$F/b" -- sh -c 'exit 3'"#)
+        #expect(merging.stop(grace: 10) == 3)
+        #expect(try String(contentsOfFile: world.path("b"), encoding: .utf8) == "new\n")
+    }
+
     @Test func readersOverlap() throws {
         let world = try CoordinationWorld()
         defer { world.tearDown() }

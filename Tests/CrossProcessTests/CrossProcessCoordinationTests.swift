@@ -145,6 +145,22 @@ import TestScheduling
         #expect(writer.stop() == 0 && presenter.stop() == 0)
     }
 
+    @Test func aPresenterWhoseProcessDiesCountsAsAnsweredAtOnce() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        let file = world.path("doc")
+        let presenter = try world.probe(["present", file, "--answer-on-input"])
+        #expect(presenter.waitForLine("ready") != nil)
+        // A presenter deadline far beyond the waits below: only the death can let the writer in.
+        let writer = try world.probe(["hold", "--write", file], extra: ["PROVIDERFS_PRESENTER_TIMEOUT": "300s"])
+        #expect(presenter.waitForLine("event relinquishToWriter") != nil)
+        #expect(world.eventually { $0.claims.map(\.state) == ["messaging"] })
+        presenter.kill9()
+        #expect(writer.waitForLine("granted") != nil)
+        #expect(world.eventually { $0.presenters.isEmpty && $0.claims.map(\.state) == ["held"] })
+        #expect(writer.stop() == 0)
+    }
+
     @Test func rule67_filePresentersListsOnlyThisProcesssPresenters() throws {
         let world = try CoordinationWorld()
         defer { world.tearDown() }
