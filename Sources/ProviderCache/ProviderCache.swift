@@ -255,6 +255,15 @@ public final class ProviderCache: Sendable {
         case unknown
     }
 
+    /// The identifier listed under `key` in `directory`, looked up in place: reading
+    /// `catalog.names[directory]` would copy (retain and release) the directory's whole name table
+    /// on every LOOKUP.
+    private static func child(_ key: NameKey, of directory: ItemIdentifier, in catalog: inout Catalog) -> ItemIdentifier? {
+        guard let index = catalog.names.index(forKey: directory) else { return nil }
+        func find(_ names: inout [NameKey: ItemIdentifier]) -> ItemIdentifier? { names[key] }
+        return find(&catalog.names.values[index])
+    }
+
     /// The child named `name` (bytes) per the cached listing, if that listing is younger than
     /// `maximumAge` (nil: any listing of this session). Never waits.
     public func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration?) -> CachedChild {
@@ -271,7 +280,7 @@ public final class ProviderCache: Sendable {
             guard let at = catalog.listedAt[directory] else { return .unknown }
             listingAge = now - at
             if let maximumAge, listingAge >= maximumAge { return .unknown }
-            if let item = catalog.names[directory]?[key].flatMap({ catalog.items[$0] }) {
+            if let item = Self.child(key, of: directory, in: &catalog).flatMap({ catalog.items[$0] }) {
                 return .found(item, Self.presence(of: item, in: catalog))
             }
             return .absent(listingAge: listingAge)

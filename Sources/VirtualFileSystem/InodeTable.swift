@@ -29,6 +29,14 @@ struct InodeTable {
         set { nodes[inode] = newValue }
     }
 
+    /// The identifier and kind of a node, without copying the rest of it (a LOOKUP's parent).
+    /// Mutating only to reach the node in place.
+    mutating func identity(of inode: InodeNumber) -> (identifier: ItemIdentifier, kind: ItemKind)? {
+        guard let index = nodes.index(forKey: inode) else { return nil }
+        func read(_ node: inout Node) -> (ItemIdentifier, ItemKind) { (node.identifier, node.kind) }
+        return read(&nodes.values[index])
+    }
+
     /// The node of `identifier`, made if needed. A node whose kind no longer matches is detached
     /// and replaced, so the kernel never sees a file turn into a directory under one number.
     /// `generation` counts how often the identifier was bound in this mount.
@@ -49,11 +57,15 @@ struct InodeTable {
     /// `bind` plus one kernel reference, for a lookup reply: an existing node is found and
     /// counted with one hash of the identifier and one of the number (this runs on every LOOKUP).
     mutating func bindLookedUp(_ identifier: ItemIdentifier, kind: ItemKind) -> (InodeNumber, UInt64) {
-        if let inode = byIdentifier[identifier], let index = nodes.index(forKey: inode),
-            nodes.values[index].kind == kind || identifier == .root
-        {
-            nodes.values[index].lookupCount += 1
-            return (inode, nodes.values[index].generation)
+        if let inode = byIdentifier[identifier], let index = nodes.index(forKey: inode) {
+            // The node is checked and counted in place: reading `nodes.values[index]` would copy
+            // it (and retain its strings) for each field.
+            func count(_ node: inout Node) -> UInt64? {
+                guard node.kind == kind || identifier == .root else { return nil }
+                node.lookupCount += 1
+                return node.generation
+            }
+            if let generation = count(&nodes.values[index]) { return (inode, generation) }
         }
         let (inode, generation) = bind(identifier, kind: kind)
         nodes[inode]?.lookupCount += 1

@@ -495,7 +495,7 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func lookupNow(
         parent: InodeNumber, name: String, context: RequestContext
     ) -> Result<Entry, FileSystemError>? {
-        guard let parentNode = state.withLock({ $0.inodes[parent] }), parentNode.kind == .directory,
+        guard let parentNode = state.withLock({ $0.inodes.identity(of: parent) }), parentNode.kind == .directory,
             !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
             !name.utf8.contains(UInt8(ascii: "/"))
         else { return nil }
