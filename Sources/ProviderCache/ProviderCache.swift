@@ -258,7 +258,9 @@ public final class ProviderCache: Sendable {
     /// The identifier listed under `key` in `directory`, looked up in place: reading
     /// `catalog.names[directory]` would copy (retain and release) the directory's whole name table
     /// on every LOOKUP.
-    private static func child(_ key: NameKey, of directory: ItemIdentifier, in catalog: inout Catalog) -> ItemIdentifier? {
+    private static func child(
+        _ key: NameKey, of directory: ItemIdentifier, in catalog: inout Catalog
+    ) -> ItemIdentifier? {
         guard let index = catalog.names.index(forKey: directory) else { return nil }
         func find(_ names: inout [NameKey: ItemIdentifier]) -> ItemIdentifier? { names[key] }
         return find(&catalog.names.values[index])
