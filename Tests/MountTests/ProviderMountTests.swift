@@ -352,6 +352,68 @@ struct ProviderMountTests {
         #expect(state(mount.path("Projects/providerfs/notes/2026/11/deep/nested/leaf.txt")) == "materialized")
     }
 
+    @Test func theSystemdUnitsCommandsMountAndStopAsSystemdRunsThem() throws {
+        // What `systemctl --user start providerfs@test` runs, run the same way: the instance's
+        // EnvironmentFile read, %h/%i and ${VAR} expanded, ExecStartPre in order ("-" may fail),
+        // ExecStart in the foreground; then the stop: KillSignal, within TimeoutStopSec.
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let unit = try shell("cat \(quoted(packageRoot + "/Mount/providerfs@.service"))").output
+        let home = scratch + "/home"
+        mkdir(home, 0o755)
+        let mountpoint = home + "/Remote"
+        var environment: [String: String] = [:]  // from the EnvironmentFile, below
+        func expand(_ line: String) -> [String] {
+            var text = line.replacingOccurrences(of: "%h", with: home).replacingOccurrences(of: "%i", with: "test")
+            for (name, value) in environment { text = text.replacingOccurrences(of: "${\(name)}", with: value) }
+            return text.split(separator: " ").map(String.init).map {
+                $0 == "/usr/local/bin/providerfs" ? productsDirectory + "/providerfs" : $0
+            }
+        }
+        func values(_ key: String) -> [String] {
+            unit.split(separator: "\n").filter { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
+        }
+        // The EnvironmentFile the unit names, in the format the unit's header documents.
+        #expect(values("EnvironmentFile") == ["%h/.config/providerfs/%i.conf"])
+        let conf = home + "/.config/providerfs/test.conf"
+        #expect(try shell("mkdir -p \(quoted(home))/.config/providerfs").status == 0)
+        writeTestFile(conf, Array("SOURCE=--source=\(source)\nMOUNTPOINT=\(mountpoint)\n".utf8))
+        for line in (try shell("cat \(quoted(conf))").output).split(separator: "\n") {
+            let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
+            environment[parts[0]] = parts[1]
+        }
+        let runtime = ["PROVIDERFS_RUNTIME_DIR": self.runtime]
+        for pre in values("ExecStartPre") {
+            let mayFail = pre.hasPrefix("-")
+            let argv = expand(mayFail ? String(pre.dropFirst()) : pre)
+            let result = try ChildProcess.run(argv[0], Array(argv.dropFirst()), environment: runtime)
+            #expect(mayFail || result.status == 0, "\(argv): \(result)")
+        }
+        let start = values("ExecStart")
+        #expect(start.count == 1)
+        let argv = expand(start[0])
+        #expect(argv.last == "--foreground", "systemd's Type=simple needs the foreground form")
+        let daemon = try ChildProcess(argv[0], Array(argv.dropFirst()), environment: runtime)
+        defer {
+            if daemon.isRunning {
+                daemon.signal(SIGKILL)
+                _ = daemon.wait(timeout: .seconds(10))
+            }
+            if MountTable.entry(at: mountpoint) != nil { _ = try? shell("fusermount3 -uz \(quoted(mountpoint))") }
+        }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while MountTable.entry(at: mountpoint) == nil && daemon.isRunning && ContinuousClock.now < deadline {
+            usleep(10_000)
+        }
+        #expect(MountTable.entry(at: mountpoint) != nil, "mounted: \(daemon.standardError)")
+        #expect(try shell("cat \(quoted(mountpoint + "/hello.txt"))").output == "hello, provider\n")
+        #expect(values("KillSignal") == ["SIGTERM"])
+        let stopTimeout = Int(values("TimeoutStopSec").first ?? "") ?? 90
+        daemon.signal(SIGTERM)
+        #expect(daemon.wait(timeout: .seconds(stopTimeout)) == 0, "\(daemon.standardError)")
+        #expect(MountTable.entry(at: mountpoint) == nil, "SIGTERM unmounts")
+    }
+
     @Test func theSystemdUserUnitVerifies() throws {
         defer { cleanup() }
         guard access("/usr/bin/systemd-analyze", X_OK) == 0 else {
