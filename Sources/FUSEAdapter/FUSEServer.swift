@@ -173,9 +173,17 @@ public final class FUSEServer: Sendable {
         installTerminationHandlers(session: session)
         defer { removeTerminationHandlers() }
 
+        // libfuse opens /dev/fuse itself (directly as root, through fusermount3 otherwise) and
+        // only prints why it failed: say it plainly when the device is the problem.
+        if access("/dev/fuse", R_OK | W_OK) != 0 {
+            let reason = Errno.current.message
+            throw FUSEServerError(
+                "cannot mount at \(mountpoint): /dev/fuse is not usable (\(reason)); FUSE needs read and write "
+                    + "access to it (Debian makes it crw-rw-rw-; a container needs --device /dev/fuse)")
+        }
         guard fuse_session_mount(session, mountpoint) == 0 else {
             throw FUSEServerError(
-                "cannot mount at \(mountpoint): the kernel refused (see the log above; is /dev/fuse usable?)")
+                "cannot mount at \(mountpoint): libfuse could not mount it (its reason is in the daemon's log)")
         }
         logger.info("mounted at \(mountpoint) with -o \(options.optionString)")
         // Requests and replies pass through our hooks from here on (the kernel's INIT is queued

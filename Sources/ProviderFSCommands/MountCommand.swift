@@ -272,7 +272,9 @@ struct MountCommand: CLICommand {
             return ExitStatus.success
         case .failed(let message):
             reap(pid)
-            throw CommandFailure(message)
+            // libfuse writes its reason to the daemon's stderr (the log) only: show it.
+            let log = message.contains("daemon's log") ? tail(plan.logFile, lines: 5) : ""
+            throw CommandFailure(log.isEmpty ? message : "\(message)\nlast lines of \(plan.logFile):\n\(log)")
         case .exitedSilently:
             reap(pid)
             throw CommandFailure(

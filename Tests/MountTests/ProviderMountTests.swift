@@ -352,6 +352,48 @@ struct ProviderMountTests {
         #expect(state(mount.path("Projects/providerfs/notes/2026/11/deep/nested/leaf.txt")) == "materialized")
     }
 
+    @Test func anOrdinaryUserMountsReadsAndUnmountsThroughFusermount3() throws {
+        // The README's reader is no root: the daemon then mounts through fusermount3 (setuid),
+        // passthrough is refused (EPERM) and reads go through the daemon. As root, the test runs
+        // the commands as nobody; /dev/fuse must be usable by others, as Debian makes it.
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let nobody: uid_t = 65534
+        let asNobody = getuid() == 0 ? "setpriv --reuid=\(nobody) --regid=\(nobody) --clear-groups " : ""
+        var info = stat()
+        stat("/dev/fuse", &info)
+        let restoreMode = info.st_mode & 0o777
+        if getuid() == 0 && info.st_mode & 0o006 != 0o006 { chmod("/dev/fuse", restoreMode | 0o006) }
+        defer { if getuid() == 0 { chmod("/dev/fuse", restoreMode) } }
+        let home = scratch + "/user"
+        mkdir(home, 0o755)
+        mkdir(home + "/mnt", 0o755)
+        chmod(scratch, 0o755)
+        if getuid() == 0 {
+            chown(home, nobody, gid_t(nobody))
+            chown(home + "/mnt", nobody, gid_t(nobody))
+        }
+        let mnt = quoted(home + "/mnt")
+        let binary = quoted(productsDirectory + "/providerfs")
+        let prelude = "export HOME=\(quoted(home)) XDG_RUNTIME_DIR=\(quoted(home + "/run")); "
+        let mounted = try shell(
+            asNobody + "sh -c " + quoted(prelude + "\(binary) mount --source \(quoted(source)) \(mnt)"))
+        defer {
+            if MountTable.entry(at: home + "/mnt") != nil { _ = try? shell("fusermount3 -uz \(mnt)") }
+        }
+        #expect(mounted.status == 0, "\(mounted)")
+        #expect(mounted.output.contains("Unmount: providerfs unmount"), "\(mounted.output)")
+        let read = try shell(
+            asNobody + "sh -c "
+                + quoted(
+                    prelude + "cat \(mnt)/hello.txt && getfattr --only-values -n user.providerfs.state \(mnt)/hello.txt"
+                        + " && cmp \(mnt)/big.bin \(quoted(source + "/big.bin")) && echo same"))
+        #expect(read.output == "hello, provider\nmaterializedsame\n", "\(read)")
+        let unmounted = try shell(asNobody + "sh -c " + quoted(prelude + "\(binary) unmount \(mnt)"))
+        #expect(unmounted.status == 0, "\(unmounted)")
+        #expect(MountTable.entry(at: home + "/mnt") == nil)
+    }
+
     @Test func theSystemdUnitsCommandsMountAndStopAsSystemdRunsThem() throws {
         // What `systemctl --user start providerfs@test` runs, run the same way: the instance's
         // EnvironmentFile read, %h/%i and ${VAR} expanded, ExecStartPre in order ("-" may fail),
