@@ -52,14 +52,13 @@ final class ProbePresenter: FilePresenter, @unchecked Sendable {
         self.answerOnInput = answerOnInput
     }
 
-    /// Gives `answer` now, or keeps it for `releaseAnswers()`.
-    func answer(_ answer: @escaping @Sendable () -> Void) {
-        if silent { return }
-        if answerOnInput {
-            heldAnswers.withLock { pendingAnswers.append(answer) }
-        } else {
-            answer()
-        }
+    /// Prints the event, then gives `answer` (never when silent). With `--answer-on-input` the
+    /// answer is kept for `releaseAnswers()`, and kept before the event is printed: whoever reads
+    /// the event and sends "answer" finds it there.
+    func respond(_ name: String, _ answer: @escaping @Sendable () -> Void) {
+        if answerOnInput && !silent { heldAnswers.withLock { pendingAnswers.append(answer) } }
+        note(name)
+        if !answerOnInput && !silent { answer() }
     }
 
     /// Gives the kept answers.
@@ -78,20 +77,16 @@ final class ProbePresenter: FilePresenter, @unchecked Sendable {
     func note(_ name: String, _ path: String? = nil) { say("event \(name) \(path ?? presentedItemURL!.path)") }
 
     func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        note("relinquishToReader")
-        answer { [self] in reader { [self] in note("reacquire") } }
+        respond("relinquishToReader") { [self] in reader { [self] in note("reacquire") } }
     }
     func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        note("relinquishToWriter")
-        answer { [self] in writer { [self] in note("reacquire") } }
+        respond("relinquishToWriter") { [self] in writer { [self] in note("reacquire") } }
     }
     func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
-        note("save")
-        answer { completionHandler(nil) }
+        respond("save") { completionHandler(nil) }
     }
     func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
-        note("accommodateDeletion")
-        answer { completionHandler(nil) }
+        respond("accommodateDeletion") { completionHandler(nil) }
     }
     func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         note("accommodateEviction")
