@@ -194,7 +194,9 @@ public final class FileCoordinator: @unchecked Sendable {
                             domain.release(ticket)
                         }
                         do {
-                            try Self.makeContentAvailable(claimIntents, paths: paths, endpoint: ticket.endpoint)
+                            try Self.makeContentAvailable(
+                                claimIntents, paths: paths, endpoint: ticket.endpoint,
+                                isCancelled: { coordinator?.isCancelled ?? false })
                         } catch {
                             accessor(error)
                             return
@@ -247,15 +249,23 @@ public final class FileCoordinator: @unchecked Sendable {
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
         if ticket.endpoint.servesProviderMount {
-            // Reads through the mount block: done off the caller's executor.
+            // Reads through the mount block: done off the caller's executor; task cancellation
+            // and cancel() stop the wait.
             let endpoint = ticket.endpoint
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                DispatchQueue.global().async {
-                    continuation.resume(
-                        with: Result { () throws(CoordinationError) in
-                            try Self.makeContentAvailable(claimIntents, paths: paths, endpoint: endpoint)
-                        }.mapError { $0 as any Error })
+            let taskCancelled = Locked(false)
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    DispatchQueue.global().async { [weak self] in
+                        continuation.resume(
+                            with: Result { () throws(CoordinationError) in
+                                try Self.makeContentAvailable(
+                                    claimIntents, paths: paths, endpoint: endpoint,
+                                    isCancelled: { taskCancelled.withLock { $0 } || (self?.isCancelled ?? false) })
+                            }.mapError { $0 as any Error })
+                    }
                 }
+            } onCancel: {
+                taskCancelled.withLock { $0 = true }
             }
         }
         let urls = zip(paths, claimIntents).map { URL(fileURLWithPath: $0, isDirectory: $1.isDirectory) }
@@ -396,15 +406,19 @@ public final class FileCoordinator: @unchecked Sendable {
     /// Rules 50–52: the granted reads of items in a ProviderFS mount get the items' content (a
     /// directory: its listing) before the accessor runs, except `.immediatelyAvailableMetadataOnly`
     /// reads. The claim is held meanwhile; a failure fails the coordination.
+    /// `isCancelled` (asked between 1 MiB steps) ends the wait with `.cancelled` (rule 53).
     private static func makeContentAvailable(
-        _ claimIntents: [ClaimIntent], paths: [String], endpoint: any CoordinationEndpoint
+        _ claimIntents: [ClaimIntent], paths: [String], endpoint: any CoordinationEndpoint,
+        isCancelled: () -> Bool
     ) throws(CoordinationError) {
         guard endpoint.servesProviderMount else { return }
         for (index, intent) in claimIntents.enumerated()
         where intent.kind == .read && !intent.readingOptions.contains(.immediatelyAvailableMetadataOnly) {
-            try ProviderContent.makeAvailable(paths[index])
+            try ProviderContent.makeAvailable(paths[index], isCancelled: isCancelled)
         }
     }
+
+    private var isCancelled: Bool { state.withLock { $0.cancelled } }
 
     private func track(_ ticket: CoordinationDomain.Ticket) {
         let cancelNow = state.withLock { state -> Bool in
@@ -443,7 +457,8 @@ public final class FileCoordinator: @unchecked Sendable {
             if !released { domain.release(ticket) }
             if let filePresenter { domain.refreshPresenter(filePresenter) }
         }
-        try Self.makeContentAvailable(claimIntents, paths: paths, endpoint: ticket.endpoint)
+        try Self.makeContentAvailable(
+            claimIntents, paths: paths, endpoint: ticket.endpoint, isCancelled: { self.isCancelled })
         var urls: [URL] = []
         urls.reserveCapacity(paths.count)
         for index in paths.indices {

@@ -12,7 +12,7 @@ import Glibc
 import Musl
 #endif
 
-enum ProviderContent {
+package enum ProviderContent {
     /// The state extended attribute every item of a ProviderFS mount has (docs/SEMANTICS.md).
     static let stateAttribute = "user.providerfs.state"
     static let errorAttribute = "user.providerfs.error"
@@ -20,13 +20,15 @@ enum ProviderContent {
     /// Makes the item at `path` (in a ProviderFS mount) available for reading: a regular file is
     /// read to its end through the mount (which downloads what is missing, and nothing when it is
     /// materialized), a directory is listed. Other kinds, and a missing item, need nothing.
-    static func makeAvailable(_ path: String) throws(CoordinationError) {
+    /// `isCancelled` is asked between steps (1 MiB each): a cancelled coordination stops waiting
+    /// for the download at once (rule 53); what was fetched stays in the mount's cache.
+    package static func makeAvailable(_ path: String, isCancelled: () -> Bool) throws(CoordinationError) {
         var info = stat()
         guard lstat(path, &info) == 0 else { return }  // not there (yet): nothing to fetch
         switch info.st_mode & S_IFMT {
         case S_IFREG:
             if attribute(stateAttribute, of: path) == "materialized" { return }
-            try readToEnd(path)
+            try readToEnd(path, isCancelled: isCancelled)
         case S_IFDIR:
             try list(path)
         default:
@@ -34,7 +36,7 @@ enum ProviderContent {
         }
     }
 
-    private static func readToEnd(_ path: String) throws(CoordinationError) {
+    private static func readToEnd(_ path: String, isCancelled: () -> Bool) throws(CoordinationError) {
         let fd = retryingOnInterrupt { open(path, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { throw failure(path, Errno.current) }
         defer { close(fd) }
@@ -42,6 +44,7 @@ enum ProviderContent {
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 4096)
         defer { buffer.deallocate() }
         while true {
+            if isCancelled() { throw CoordinationError(.cancelled, "The coordination was cancelled.") }
             let count = retryingOnInterrupt { read(fd, buffer, capacity) }
             if count == 0 { return }
             if count < 0 { throw failure(path, Errno.current) }

@@ -719,6 +719,35 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(domain.filePresenters.first?.presentedItemURL == file)
     }
 
+    @Test func rule53_theContentStepOfACoordinatedReadStopsWhenCancelled() throws {
+        // ProviderContent is what a read in a ProviderFS mount runs between grant and accessor;
+        // any file shows its loop. Cancelled after the first 1 MiB step, it stops there.
+        let file = try temporaryDirectory().appendingPathComponent("big")
+        try Data(repeating: 7, count: 4 << 20).write(to: file)
+        var asked = 0
+        do {
+            try ProviderContent.makeAvailable(file.path) {
+                asked += 1
+                return asked > 1
+            }
+            Issue.record("not cancelled")
+        } catch {
+            #expect(error.code == .cancelled)
+        }
+        #expect(asked == 2)
+        // Not cancelled: it reads to the end (4 steps and the end of file).
+        asked = 0
+        try ProviderContent.makeAvailable(file.path) {
+            asked += 1
+            return false
+        }
+        #expect(asked == 5)
+        // A missing item and a directory need no download.
+        try ProviderContent.makeAvailable(file.path + "-missing") { true }
+        let directory = file.deletingLastPathComponent().path
+        #expect(throws: Never.self) { try ProviderContent.makeAvailable(directory) { true } }
+    }
+
     @Test func rule66_68_presenterRegistry() throws {
         let domain = self.domain
         let presenter = RecordingPresenter(URL(fileURLWithPath: "/tmp/fc-registry"))
