@@ -417,6 +417,16 @@ public struct Arbiter: Sendable {
     /// these alone (read/read never conflicts, rules 1 and 10): with none, a new read claim is
     /// granted without looking at the others — a mount holds a read claim per open file.
     private var writerCount = 0
+    /// Where a claim's possible blockers are, once there are many claims (D-127): nil below
+    /// `indexThreshold` live claims, where a scan is cheaper than keeping an index.
+    private var conflictIndex: ConflictIndex?
+    /// Live claims from which the index is kept. Debug builds index from the first claim, so
+    /// every test exercises it and checks it against the scan.
+    #if DEBUG
+    static let indexThreshold = 1
+    #else
+    static let indexThreshold = 32
+    #endif
     /// Arrival order of live claims (FIFO, rule 16).
     private var order: [ClaimID] = []
     private(set) var presenters: [PresenterID: PresenterRegistration] = [:]
@@ -472,11 +482,13 @@ public struct Arbiter: Sendable {
             claims[request.id] = consume claim
             order.append(request.id)
             if request.hasWrite { writerCount += 1 }
+            indexInsert(request)
             return [.grant(request.id, paths: request.intents.map(\.path))]
         }
         claims[request.id] = claim
         order.append(request.id)
         if request.hasWrite { writerCount += 1 }
+        indexInsert(request)
         var actions: [ArbiterAction] = []
         advance(request.id, now: now, into: &actions)
         return actions
@@ -583,6 +595,7 @@ public struct Arbiter: Sendable {
         }
         for id in order {
             guard var claim = claims[id] else { continue }
+            let before = claim.request
             var changed = false
             for index in claim.request.intents.indices {
                 let intent = claim.request.intents[index]
@@ -595,7 +608,11 @@ public struct Arbiter: Sendable {
                     changed = true
                 }
             }
-            if changed { claims[id] = claim }
+            if changed {
+                conflictIndex?.remove(before)
+                conflictIndex?.insert(claim.request)
+                claims[id] = claim
+            }
         }
         schedule(now: now, into: &actions)
         return actions
@@ -754,11 +771,39 @@ public struct Arbiter: Sendable {
     /// The earliest claim (FIFO order) that keeps `claim` waiting, if any.
     private func blocker(for claim: Claim) -> ClaimID? {
         if writerCount == 0 && !claim.request.hasWrite { return nil }  // reads only, among reads only
+        if let conflictIndex, let candidates = conflictIndex.candidates(for: claim.request) {
+            var earliest: (id: ClaimID, sequence: UInt64)?
+            for id in candidates where id != claim.request.id {
+                guard let index = claims.index(forKey: id) else { continue }
+                let sequence = claims.values[index].sequence
+                if sequence < (earliest?.sequence ?? .max), blocks(claims.values[index], claim) {
+                    earliest = (id, sequence)
+                }
+            }
+            assert(earliest?.id == scannedBlocker(for: claim), "the conflict index missed or invented a blocker")
+            return earliest?.id
+        }
+        return scannedBlocker(for: claim)
+    }
+
+    /// The earliest blocker, found by looking at every live claim.
+    private func scannedBlocker(for claim: Claim) -> ClaimID? {
         for id in order where id != claim.request.id {
-            // Read in place (no copy of the claim): a write claim is checked against every other.
+            // Read in place (no copy of the claim).
             if let index = claims.index(forKey: id), blocks(claims.values[index], claim) { return id }
         }
         return nil
+    }
+
+    /// Adds a new claim to the index, building the index when the claims reach the threshold.
+    private mutating func indexInsert(_ request: ClaimRequest) {
+        if conflictIndex != nil {
+            conflictIndex?.insert(request)
+        } else if claims.count >= Self.indexThreshold {
+            var index = ConflictIndex()
+            for claim in claims.values { index.insert(claim.request) }
+            conflictIndex = index
+        }
     }
 
     private func deadlockingHeldClaim(for claim: Claim) -> ClaimID? {
@@ -902,6 +947,8 @@ public struct Arbiter: Sendable {
     private mutating func forget(_ claim: Claim) {
         if claim.phase == .granted { grantedCount -= 1 }
         if claim.request.hasWrite { writerCount -= 1 }
+        conflictIndex?.remove(claim.request)
+        if conflictIndex != nil && claims.count < Self.indexThreshold / 2 { conflictIndex = nil }
         for message in claim.pending.keys { messageOwner[message] = nil }
         // The most recent claim is the likeliest to end first when uncontended: search from the end.
         if let index = order.lastIndex(of: claim.request.id) { order.remove(at: index) }
@@ -1028,5 +1075,54 @@ public struct Arbiter: Sendable {
     private mutating func record(_ event: ArbiterEvent) {
         events.append(event)
         if events.count > Arbiter.eventLimit { events.removeFirst(events.count - Arbiter.eventLimit) }
+    }
+}
+
+/// The claims that could conflict with a claim, by what a conflict needs (`Arbiter.conflicts`):
+/// the same item path (or package), the same device+inode, or an ancestor whose claim covers its
+/// subtree. A claim that covers its own subtree may conflict with anything inside: no candidates,
+/// the arbiter scans (such claims are rare: deleting or moving a directory).
+struct ConflictIndex {
+    private var byPath: [String: [ClaimID]] = [:]
+    private var byIdentity: [ItemIdentity: [ClaimID]] = [:]
+    /// Claims with an intent that covers its subtree: candidates for everything (they may be an
+    /// ancestor of anything).
+    private var subtree: Set<ClaimID> = []
+
+    mutating func insert(_ request: ClaimRequest) {
+        for intent in request.intents {
+            byPath[intent.conflictPath, default: []].append(request.id)
+            if intent.packageRoot == nil, let identity = intent.identity {
+                byIdentity[identity, default: []].append(request.id)
+            }
+            if intent.coversSubtree { subtree.insert(request.id) }
+        }
+    }
+
+    mutating func remove(_ request: ClaimRequest) {
+        for intent in request.intents {
+            Self.remove(request.id, at: intent.conflictPath, from: &byPath)
+            if intent.packageRoot == nil, let identity = intent.identity {
+                Self.remove(request.id, at: identity, from: &byIdentity)
+            }
+        }
+        subtree.remove(request.id)
+    }
+
+    private static func remove<Key: Hashable>(_ id: ClaimID, at key: Key, from table: inout [Key: [ClaimID]]) {
+        guard var ids = table[key], let position = ids.firstIndex(of: id) else { return }
+        ids.remove(at: position)
+        table[key] = ids.isEmpty ? nil : ids
+    }
+
+    /// Every claim that could conflict with `request`, or nil when only a scan can tell.
+    func candidates(for request: ClaimRequest) -> Set<ClaimID>? {
+        if request.intents.contains(where: \.coversSubtree) { return nil }
+        var found = subtree
+        for intent in request.intents {
+            found.formUnion(byPath[intent.conflictPath] ?? [])
+            if let identity = intent.identity { found.formUnion(byIdentity[identity] ?? []) }
+        }
+        return found
     }
 }

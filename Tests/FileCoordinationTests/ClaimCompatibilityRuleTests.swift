@@ -2,6 +2,7 @@
 // no sleeps, an explicit clock.
 import FileCoordination
 import TestScheduling
+import TestSupport
 import Testing
 
 @Suite(.blockingThreads) struct ClaimCompatibilityRuleTests {
@@ -197,6 +198,74 @@ import Testing
         #expect(h.isGranted(writer) && !h.isGranted(stranger))
         h.release(writer)
         #expect(h.isGranted(stranger))
+    }
+
+    @Test func seededRandomClaimsNeverGrantTwoConflictingClaims() {
+        // Random claims, releases, cancels and expiring deadlines over a small tree with hard
+        // links (shared identities), a package and subtree writes. Debug builds also check every
+        // blocker the conflict index finds against a scan of all claims (Arbiter.blocker).
+        let seed = SeededRandom.seedFromEnvironment()
+        var random = SeededRandom(seed: seed)
+        var h = ArbiterHarness()
+        let paths = ["/a", "/a/b", "/a/b/c", "/a/d", "/e", "/e/f", "/e/f/g"]
+        var live: [ClaimID: (request: [ClaimIntent], purpose: String)] = [:]
+        var log: [String] = []
+        func randomIntent() -> ClaimIntent {
+            let path = paths[Int(random.next() % UInt64(paths.count))]
+            var intent: ClaimIntent
+            switch random.next() % 6 {
+            case 0, 1: intent = read(path, directory: !path.hasSuffix("c") && !path.hasSuffix("g"))
+            case 2, 3: intent = write(path)
+            case 4: intent = write(path, .forDeleting, directory: true)
+            default: intent = write(path, .forMoving)
+            }
+            if path.hasPrefix("/a/b") && random.next() % 2 == 0 { intent.packageRoot = "/a/b" }
+            if path == "/e/f/g" || path == "/a/d" { intent.identity = ItemIdentity(device: 1, inode: 7) }  // hard links
+            return intent
+        }
+        for step in 0..<3000 {
+            switch random.next() % 10 {
+            case 0...4:
+                let intents = random.next() % 4 == 0 ? [randomIntent(), randomIntent()] : [randomIntent()]
+                if intents.count == 2
+                    && (intents[0].packageRoot ?? intents[0].path) == (intents[1].packageRoot ?? intents[1].path)
+                {
+                    continue
+                }
+                let purpose = "p\(random.next() % 6)"
+                let id = h.claim(intents, purpose: purpose, wait: UInt64(1 + random.next() % 5) * ArbiterHarness.second)
+                live[id] = (intents, purpose)
+                log.append("\(step): claim \(id) \(purpose) \(intents.map(\.kindDescription)) \(intents.map(\.path))")
+            case 5...7:
+                guard let id = live.keys.sorted().first(where: { _ in random.next() % 3 == 0 }) ?? live.keys.min()
+                else { continue }
+                h.release(id)
+                live[id] = nil
+                log.append("\(step): release \(id)")
+            case 8:
+                guard let id = live.keys.min(by: { _, _ in random.next() % 2 == 0 }) else { continue }
+                h.cancel(id)
+                if !h.isGranted(id) { live[id] = nil }
+                log.append("\(step): cancel \(id)")
+            default:
+                h.advance(by: ArbiterHarness.second)
+                log.append("\(step): +1s")
+            }
+            for id in h.failed.keys { live[id] = nil }
+            let granted = live.filter { h.isGranted($0.key) }.sorted { $0.key < $1.key }
+            for (i, a) in granted.enumerated() {
+                for b in granted[(i + 1)...] where a.value.purpose != b.value.purpose {
+                    let clash = a.value.request.contains { x in
+                        b.value.request.contains { y in Arbiter.conflicts(x, y) }
+                    }
+                    if clash {
+                        let recent = log.suffix(30).joined(separator: "\n")
+                        Issue.record("seed \(seed): \(a.key) and \(b.key) are both granted and conflict\n\(recent)")
+                        return
+                    }
+                }
+            }
+        }
     }
 
     @Test func identityMatchesAcrossPaths() {

@@ -3,24 +3,13 @@
 // others keep being served, and claims taken on behalf of kernel callers.
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
 import Glibc
 import TestScheduling
 #endif
-
-/// SplitMix64: a small seeded generator so a failing fuzz case can be replayed from its seed.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 let sampleMessages: [WireMessage] = [
     .hello(magic: WireProtocol.magic, version: WireProtocol.version),
@@ -64,7 +53,7 @@ func decodeFrame(_ frame: [UInt8]) throws -> WireMessage {
 
     @Test(arguments: [UInt64(1), 2, 3, 0xdead_beef])
     func fuzzedPayloadsAreRejectedOrDecodedNeverCrash(seed: UInt64) {
-        var random = SeededRandom(state: seed)
+        var random = SeededRandom(seed: seed)
         var decoded = 0
         for round in 0..<3000 {
             var payload: [UInt8]
