@@ -458,11 +458,7 @@ public struct Arbiter: Sendable {
         }
         var claim = Claim(request: request, sequence: nextSequence, submitted: now)
         nextSequence += 1
-        if !request.actingForPids.isEmpty {
-            claim.insideOwnClaim = claims.values.contains {
-                $0.phase == .granted && request.actingForPids.contains($0.request.pid)
-            }
-        }
+        if !request.actingForPids.isEmpty { claim.insideOwnClaim = holdsGrantedClaim(anyOf: request.actingForPids) }
         if claim.isNested, let held = deadlockingHeldClaim(for: claim) {
             let heldClaim = claims[held]!
             let text =
@@ -478,7 +474,7 @@ public struct Arbiter: Sendable {
         if blocker(for: claim) == nil && messagePlan(for: request).isEmpty && evictionRefuser(for: request) == nil {
             // Fast path (uncontended, nobody to ask): granted without a second look-up.
             claim.phase = .granted
-            grantedCount += 1
+            markGranted(request.pid)
             claims[request.id] = consume claim
             order.append(request.id)
             if request.hasWrite { writerCount += 1 }
@@ -727,22 +723,18 @@ public struct Arbiter: Sendable {
 
     /// True when `descendant` is strictly inside directory `ancestor`.
     public static func isAncestor(_ ancestor: String, of descendant: String) -> Bool {
-        let a = ancestor.utf8
-        let d = descendant.utf8
-        guard d.count > a.count else { return false }
-        // Over contiguous bytes (native strings): a claim is checked against many others.
-        if let answer = a.withContiguousStorageIfAvailable({ a in
-            d.withContiguousStorageIfAvailable { d -> Bool in
+        guard descendant.utf8.count > ancestor.utf8.count else { return false }
+        // Over the bytes (`withUTF8` makes them contiguous in the rare case they are not): a claim
+        // is checked against many others.
+        var ancestor = ancestor
+        var descendant = descendant
+        return ancestor.withUTF8 { a in
+            descendant.withUTF8 { d in
                 if a.isEmpty { return d[0] == UInt8(ascii: "/") }
                 guard memcmp(d.baseAddress!, a.baseAddress!, a.count) == 0 else { return false }
                 return a[a.count - 1] == UInt8(ascii: "/") || d[a.count] == UInt8(ascii: "/")
             }
-        }), let answer {
-            return answer
         }
-        guard d.starts(with: a) else { return false }
-        if a.last == UInt8(ascii: "/") { return true }
-        return d[d.index(d.startIndex, offsetBy: a.count)] == UInt8(ascii: "/")
     }
 
     /// `path` with prefix `from` replaced by `to`, or nil when `path` is not `from` or inside it.
@@ -801,9 +793,27 @@ public struct Arbiter: Sendable {
             conflictIndex?.insert(request)
         } else if claims.count >= Self.indexThreshold {
             var index = ConflictIndex()
-            for claim in claims.values { index.insert(claim.request) }
+            for claim in claims.values {
+                index.insert(claim.request)
+                if claim.phase == .granted { index.granted(claim.request.pid) }
+            }
             conflictIndex = index
         }
+    }
+
+    /// Counts a claim that has just been granted (before `indexInsert` for a new claim).
+    private mutating func markGranted(_ pid: Int32) {
+        grantedCount += 1
+        conflictIndex?.granted(pid)
+    }
+
+    /// Whether one of `pids` holds a granted claim (a kernel caller inside its own access, D-126).
+    private func holdsGrantedClaim(anyOf pids: [Int32]) -> Bool {
+        func scan() -> Bool { claims.values.contains { $0.phase == .granted && pids.contains($0.request.pid) } }
+        guard let conflictIndex else { return scan() }
+        let found = pids.contains { conflictIndex.holdsGrantedClaim($0) }
+        assert(found == scan(), "the conflict index lost track of granted claims")
+        return found
     }
 
     private func deadlockingHeldClaim(for claim: Claim) -> ClaimID? {
@@ -884,7 +894,7 @@ public struct Arbiter: Sendable {
             return
         }
         claim.phase = .granted
-        grantedCount += 1
+        markGranted(claim.request.pid)
         actions.append(.grant(id, paths: claim.request.intents.map(\.path)))
         claims[id] = consume claim
     }
@@ -945,7 +955,10 @@ public struct Arbiter: Sendable {
 
     /// Drops what refers to a claim already taken out of `claims`.
     private mutating func forget(_ claim: Claim) {
-        if claim.phase == .granted { grantedCount -= 1 }
+        if claim.phase == .granted {
+            grantedCount -= 1
+            conflictIndex?.ungranted(claim.request.pid)
+        }
         if claim.request.hasWrite { writerCount -= 1 }
         conflictIndex?.remove(claim.request)
         if conflictIndex != nil && claims.count < Self.indexThreshold / 2 { conflictIndex = nil }
@@ -1088,6 +1101,17 @@ struct ConflictIndex {
     /// Claims with an intent that covers its subtree: candidates for everything (they may be an
     /// ancestor of anything).
     private var subtree: Set<ClaimID> = []
+    /// Granted claims per process (D-126 asks whether a kernel caller's ancestry holds one).
+    private var grantedPerPid: [Int32: Int] = [:]
+
+    mutating func granted(_ pid: Int32) { grantedPerPid[pid, default: 0] += 1 }
+
+    mutating func ungranted(_ pid: Int32) {
+        guard let count = grantedPerPid[pid] else { return }
+        grantedPerPid[pid] = count > 1 ? count - 1 : nil
+    }
+
+    func holdsGrantedClaim(_ pid: Int32) -> Bool { grantedPerPid[pid] != nil }
 
     mutating func insert(_ request: ClaimRequest) {
         for intent in request.intents {

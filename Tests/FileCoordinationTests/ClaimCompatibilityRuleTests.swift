@@ -208,7 +208,7 @@ import Testing
         var random = SeededRandom(seed: seed)
         var h = ArbiterHarness()
         let paths = ["/a", "/a/b", "/a/b/c", "/a/d", "/e", "/e/f", "/e/f/g"]
-        var live: [ClaimID: (request: [ClaimIntent], purpose: String)] = [:]
+        var live: [ClaimID: (request: [ClaimIntent], purpose: String, pid: Int32, actingFor: [Int32])] = [:]
         var log: [String] = []
         func randomIntent() -> ClaimIntent {
             let path = paths[Int(random.next() % UInt64(paths.count))]
@@ -233,8 +233,14 @@ import Testing
                     continue
                 }
                 let purpose = "p\(random.next() % 6)"
-                let id = h.claim(intents, purpose: purpose, wait: UInt64(1 + random.next() % 5) * ArbiterHarness.second)
-                live[id] = (intents, purpose)
+                // Some claims act for a kernel caller's ancestry (D-126): never blocked by those
+                // processes' granted claims.
+                let pid = Int32(100 + random.next() % 4)
+                let actingFor: [Int32] = random.next() % 3 == 0 ? [pid, Int32(100 + random.next() % 4)] : []
+                let id = h.claim(
+                    intents, purpose: purpose, pid: pid, actingFor: actingFor,
+                    wait: UInt64(1 + random.next() % 5) * ArbiterHarness.second)
+                live[id] = (intents, purpose, pid, actingFor)
                 log.append("\(step): claim \(id) \(purpose) \(intents.map(\.kindDescription)) \(intents.map(\.path))")
             case 5...7:
                 guard let id = live.keys.sorted().first(where: { _ in random.next() % 3 == 0 }) ?? live.keys.min()
@@ -254,7 +260,10 @@ import Testing
             for id in h.failed.keys { live[id] = nil }
             let granted = live.filter { h.isGranted($0.key) }.sorted { $0.key < $1.key }
             for (i, a) in granted.enumerated() {
-                for b in granted[(i + 1)...] where a.value.purpose != b.value.purpose {
+                for b in granted[(i + 1)...]
+                where a.value.purpose != b.value.purpose && !a.value.actingFor.contains(b.value.pid)
+                    && !b.value.actingFor.contains(a.value.pid)
+                {
                     let clash = a.value.request.contains { x in
                         b.value.request.contains { y in Arbiter.conflicts(x, y) }
                     }
