@@ -194,6 +194,11 @@ public final class FUSEServer: Sendable {
             logger.info("passthrough: off for this mount; reads go through the daemon")
         }
 
+        // From here the file system may tell the kernel what changed (D-228).
+        let coherent = fileSystem as? any KernelCacheCoherent
+        let notifier = coherent.map { _ in KernelNotifier(session: session, logger: logger) }
+        if let coherent, let notifier { coherent.setKernelInvalidation { notifier.send($0) } }
+
         let loopResult: Int32
         if options.maxThreads <= 1 {
             // This thread reads and answers; a termination signal is forwarded to it and
@@ -213,6 +218,10 @@ public final class FUSEServer: Sendable {
         // Answer what is left while the session is alive, then unmount, then let the file system
         // flush with no request able to arrive.
         let abandoned = dispatcher.pending.shutdown(error: EIO)
+        coherent?.setKernelInvalidation(nil)
+        if let counts = notifier?.stop() {
+            logger.info("kernel invalidations: \(counts.sent) sent, \(counts.failed) refused")
+        }
         if options.passthrough { logger.info(dispatcher.passthrough.summary) }
         fuse_session_unmount(session)
         let semaphore = DispatchSemaphore(value: 0)

@@ -69,7 +69,8 @@ extension Dispatcher {
             // Captures nothing (the timeout is read from the request's dispatcher): no allocation.
             let reply: @Sendable (fuse_req_t, NodeAttributes) -> Int32 = { request, attributes in
                 var value = attributes.statValue
-                return fuse_reply_attr(request, &value, Dispatcher.from(request).options.attributeTimeout.fuseSeconds)
+                let timeout = attributes.validFor ?? Dispatcher.from(request).options.attributeTimeout
+                return fuse_reply_attr(request, &value, timeout.fuseSeconds)
             }
             guard
                 !dispatcher.answerNow(

@@ -28,6 +28,19 @@ public struct ItemStatus: Sendable, Equatable {
     public var lastError: RecordedError?
 }
 
+/// A change of the catalog that whoever caches its answers (the kernel, through the file system)
+/// must hear of: told after the catalog changed, so that an answer asked for after the telling
+/// is the new one.
+public enum CatalogChange: Sendable, Equatable {
+    /// The entry `name` of `directory` changed (created, deleted, renamed, written, metadata);
+    /// `identifier` is the item the catalog had under that name, if any.
+    case entry(directory: ItemIdentifier, name: String, identifier: ItemIdentifier?)
+    /// Any entry of `directory` may have changed.
+    case entries(directory: ItemIdentifier)
+    /// Anything may have changed (the provider lost track).
+    case everything
+}
+
 /// Provider metadata plus local content, with the persistence and refresh rules of
 /// docs/SEMANTICS.md ("Remote changes").
 public final class ProviderCache: Sendable {
@@ -47,6 +60,12 @@ public final class ProviderCache: Sendable {
             flushWaiters: [CheckedContinuation<Void, Never>]
         )
     >(([:], false, 0, []))
+
+    /// Who hears of catalog changes (`observeChanges`).
+    private let changeObserver = Locked<(@Sendable ([CatalogChange]) -> Void)?>(nil)
+
+    /// The provider pushes changes (`ChangeNotifying`): a tracked listing is kept exact by them.
+    public let pushesChanges: Bool
 
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
     private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
@@ -82,6 +101,13 @@ public final class ProviderCache: Sendable {
         var listingTokens: [ItemIdentifier: (token: ListingChangeToken, listedAt: Duration)] = [:]
         /// When an item's metadata was last confirmed by the provider in this session.
         var refreshedAt: [ItemIdentifier: Duration] = [:]
+        /// Items the provider reported changed (`ChangeNotifying`) since their metadata was last
+        /// confirmed: asked for again before they are used.
+        var dirty: Set<ItemIdentifier> = []
+        /// Counts the provider's change reports; `lastChange[directory]` is the count at the last
+        /// report about that directory's entries. A listing started before it may miss the change.
+        var changeCount: UInt64 = 0
+        var lastChange: [ItemIdentifier: UInt64] = [:]
         var entries: [ContentKey: ContentEntry] = [:]
         /// Content records loaded from the store and not opened yet.
         var records: [ContentKey: ContentRecord] = [:]
@@ -147,8 +173,78 @@ public final class ProviderCache: Sendable {
             }
         }
         self.catalog = Locked(catalog)
+        let notifying = provider as? any ChangeNotifying
+        pushesChanges = notifying != nil
         for record in orphans { discard(record: record) }
         removeUnreferencedFiles()
+        notifying?.observeChanges { [weak self] changes in self?.providerChanged(changes) }
+    }
+
+    // MARK: Changes
+
+    /// Calls `observer` with every change of the catalog from now on (one observer: the file
+    /// system serving it; nil stops). Called on the thread that changed the catalog, never with a
+    /// lock of the cache held.
+    public func observeChanges(_ observer: (@Sendable ([CatalogChange]) -> Void)?) {
+        changeObserver.withLock { $0 = observer }
+    }
+
+    private func tell(_ changes: [CatalogChange]) {
+        guard !changes.isEmpty, let observer = changeObserver.withLock({ $0 }) else { return }
+        observer(changes)
+    }
+
+    /// The provider says what changed (`ChangeNotifying`): the listings and items concerned stop
+    /// counting as fresh (the next answer asks the provider), then the observer hears of it.
+    func providerChanged(_ changes: [ProviderChange]?) {
+        let now = environment.timeline.now
+        let expired = now - environment.options.directoryTTL
+        let told = catalog.withLock { catalog -> [CatalogChange] in
+            catalog.changeCount &+= 1
+            func expire(_ directory: ItemIdentifier) {
+                catalog.lastChange[directory] = catalog.changeCount
+                catalog.listingTokens[directory] = nil
+                if let at = catalog.listedAt[directory], at > expired { catalog.listedAt[directory] = expired }
+            }
+            guard let changes else {
+                for directory in Array(catalog.listedAt.keys) { expire(directory) }
+                catalog.refreshedAt.removeAll()
+                return [.everything]
+            }
+            var told: [CatalogChange] = []
+            told.reserveCapacity(changes.count)
+            for change in changes {
+                switch change {
+                case .entry(let directory, let name), .membership(let directory, let name):
+                    // A child written or chmod'ed changes only that child, asked for alone when
+                    // next used; a name created or removed (or one the listing lacks) changes the
+                    // listing, listed again when next used.
+                    let identifier = Self.child(NameKey(name), of: directory, in: &catalog)
+                    if let identifier {
+                        catalog.dirty.insert(identifier)
+                        catalog.refreshedAt[identifier] = nil
+                    }
+                    if identifier == nil || change == .membership(directory: directory, name: name) {
+                        expire(directory)
+                    } else {
+                        // Its token is void (the provider counted the event), so the listing is
+                        // listed again once it expires anyway; a listing taken meanwhile may
+                        // still show the old metadata.
+                        catalog.lastChange[directory] = catalog.changeCount
+                    }
+                    told.append(.entry(directory: directory, name: name, identifier: identifier))
+                case .entries(let directory):
+                    expire(directory)
+                    for child in catalog.children[directory] ?? [] {
+                        catalog.dirty.insert(child)
+                        catalog.refreshedAt[child] = nil
+                    }
+                    told.append(.entries(directory: directory))
+                }
+            }
+            return told
+        }
+        tell(told)
     }
 
     // MARK: Metadata
@@ -194,17 +290,32 @@ public final class ProviderCache: Sendable {
         return catalog.withLock { Self.freshItem(identifier, maximumAge: maximumAge, now: now, in: $0) }
     }
 
-    /// `freshItem` and `presentBytes` in one visit of the catalog (a getattr answered from memory).
+    /// `freshItem` and `presentBytes` in one visit of the catalog (a getattr answered from memory);
+    /// `tracked`: as `isTracked(_:)`.
     public func freshItemAndPresentBytes(
         _ identifier: ItemIdentifier, maximumAge: Duration?
-    ) -> (ProviderItem, presentBytes: Int64)? {
+    ) -> (ProviderItem, presentBytes: Int64, tracked: Bool)? {
         let now = environment.timeline.now
-        let found = catalog.withLock { catalog -> (ProviderItem, Presence)? in
+        let pushes = pushesChanges
+        let found = catalog.withLock { catalog -> (ProviderItem, Presence, Bool)? in
             Self.freshItem(identifier, maximumAge: maximumAge, now: now, in: catalog).map {
-                ($0, Self.presence(of: $0, in: catalog))
+                ($0, Self.presence(of: $0, in: catalog), pushes && Self.isTracked($0, in: catalog))
             }
         }
-        return found.map { ($0.0, $0.1.bytes) }
+        return found.map { ($0.0, $0.1.bytes, $0.2) }
+    }
+
+    /// Whether the provider tells of every change of the item as it happens (`ChangeNotifying`,
+    /// its directory's listing tracked and unchanged in membership since): then whoever caches it
+    /// may keep it until told (D-228). False for the root and for untracked directories.
+    public func isTracked(_ item: ProviderItem) -> Bool {
+        guard pushesChanges else { return false }
+        return catalog.withLock { Self.isTracked(item, in: $0) }
+    }
+
+    private static func isTracked(_ item: ProviderItem, in catalog: Catalog) -> Bool {
+        item.identifier != .root && catalog.listingTokens[item.parent] != nil
+            && (catalog.dirty.isEmpty || !catalog.dirty.contains(item.identifier))
     }
 
     private static func freshItem(
@@ -213,6 +324,7 @@ public final class ProviderCache: Sendable {
         guard let item = catalog.items[identifier] else { return nil }
         if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
         guard let maximumAge else { return item }
+        if !catalog.dirty.isEmpty, catalog.dirty.contains(identifier) { return nil }
         guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
         return item
     }
@@ -247,8 +359,9 @@ public final class ProviderCache: Sendable {
 
     /// What the cached listing of a directory says about one name, without asking the provider.
     public enum CachedChild: Sendable {
-        /// The listing is younger than asked and has the name; `presentBytes` as `presentBytes(of:)`.
-        case found(ProviderItem, presentBytes: Int64)
+        /// The listing is younger than asked and has the name; `presentBytes` as `presentBytes(of:)`,
+        /// `tracked` as `isTracked(_:)`.
+        case found(ProviderItem, presentBytes: Int64, tracked: Bool)
         /// The listing is younger than asked and lacks the name; `listingAge` is its age.
         case absent(listingAge: Duration)
         /// No listing young enough: the provider must be asked (`child(named:of:maximumAge:)`).
@@ -272,18 +385,23 @@ public final class ProviderCache: Sendable {
         let key = NameKey(name)
         let now = environment.timeline.now
         enum Answer {
-            case found(ProviderItem, Presence)
+            case found(ProviderItem, Presence, tracked: Bool)
             case absent(listingAge: Duration)
             case unknown
         }
         let refreshAhead = environment.options.listingRefreshAhead
+        let pushes = pushesChanges
         var listingAge = Duration.zero
         let answer = catalog.withLock { catalog -> Answer in
             guard let at = catalog.listedAt[directory] else { return .unknown }
             listingAge = now - at
             if let maximumAge, listingAge >= maximumAge { return .unknown }
             if let item = Self.child(key, of: directory, in: &catalog).flatMap({ catalog.items[$0] }) {
-                return .found(item, Self.presence(of: item, in: catalog))
+                // Reported changed by the provider: asked for again (`child(named:…)`).
+                if !catalog.dirty.isEmpty, catalog.dirty.contains(item.identifier) { return .unknown }
+                return .found(
+                    item, Self.presence(of: item, in: catalog),
+                    tracked: pushes && catalog.listingTokens[directory] != nil)
             }
             return .absent(listingAge: listingAge)
         }
@@ -292,7 +410,8 @@ public final class ProviderCache: Sendable {
             refreshInBackground(directory, maximumAge: refreshAhead)
         }
         switch answer {
-        case .found(let item, let presence): return .found(item, presentBytes: presence.bytes)
+        case .found(let item, let presence, let tracked):
+            return .found(item, presentBytes: presence.bytes, tracked: tracked)
         case .absent(let age): return .absent(listingAge: age)
         case .unknown: return .unknown
         }
@@ -323,6 +442,8 @@ public final class ProviderCache: Sendable {
         if fresh { return }
         let tracking = environment.provider as? any ListingChangeTracking
         if let tracking, revalidateListing(of: identifier, with: tracking, at: now) { return }
+        // Read before the provider's token: a change reported after it may be missing from the listing.
+        let changeCount = catalog.withLock { $0.changeCount }
         do {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
@@ -330,7 +451,8 @@ public final class ProviderCache: Sendable {
                 if let tracking { return try await tracking.trackedChildren(of: identifier) }
                 return (try await provider.children(of: identifier), nil)
             }
-            applyListing(of: identifier, children: listed.children, token: listed.token, at: now)
+            applyListing(
+                of: identifier, children: listed.children, token: listed.token, at: now, changeCount: changeCount)
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
@@ -403,13 +525,23 @@ public final class ProviderCache: Sendable {
         named name: String, of directory: ItemIdentifier, maximumAge: Duration?
     ) async throws(CacheError) -> ProviderItem? {
         switch cachedChild(named: name, of: directory, maximumAge: maximumAge) {
-        case .found(let item, _): return item
+        case .found(let item, _, _): return item
         case .absent: return nil
         case .unknown: break
         }
         try await listChildren(of: directory, maximumAge: maximumAge)
         let key = NameKey(name)
-        return catalog.withLock { catalog in catalog.names[directory]?[key].flatMap { catalog.items[$0] } }
+        let (found, dirty) = catalog.withLock { catalog -> (ProviderItem?, Bool) in
+            let found = catalog.names[directory]?[key].flatMap { catalog.items[$0] }
+            return (found, found.map { catalog.dirty.contains($0.identifier) } ?? false)
+        }
+        // Reported changed since listed: its own metadata, asked for alone (gone: removed, nil).
+        guard let found, dirty else { return found }
+        do {
+            return try await item(found.identifier, maximumAge: .zero)
+        } catch  where error.code == .notFound {
+            return nil
+        }
     }
 
     /// A name the cached listing lacks, asked of the provider again: with a provider that looks
@@ -448,6 +580,13 @@ public final class ProviderCache: Sendable {
         return found
     }
 
+    /// The names and identifiers the cached listing of `directory` has, without asking the provider.
+    public func cachedChildNames(of directory: ItemIdentifier) -> [(name: String, identifier: ItemIdentifier)] {
+        catalog.withLock { catalog in
+            (catalog.names[directory] ?? [:]).map { (name: $0.key.name, identifier: $0.value) }
+        }
+    }
+
     /// How long ago (on the cache's timeline) the directory was listed in this session.
     public func listingAge(of identifier: ItemIdentifier) -> Duration? {
         let now = environment.timeline.now
@@ -461,9 +600,17 @@ public final class ProviderCache: Sendable {
     /// Records new metadata for one item; a new content version supersedes the old content.
     private func apply(_ item: ProviderItem) {
         let now = environment.timeline.now
+        var told: [CatalogChange] = []
         let (changed, superseded) = catalog.withLock { catalog -> (Bool, [ContentEntryOrRecord]) in
             catalog.refreshedAt[item.identifier] = now
+            if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
             let old = catalog.items[item.identifier]
+            if let old, old != item, old.identifier != .root {
+                told.append(.entry(directory: old.parent, name: old.name, identifier: old.identifier))
+                if old.name != item.name || old.parent != item.parent {
+                    told.append(.entry(directory: item.parent, name: item.name, identifier: old.identifier))
+                }
+            }
             var item = item
             if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
             catalog.items[item.identifier] = item
@@ -479,6 +626,7 @@ public final class ProviderCache: Sendable {
             return (true, Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog))
         }
         if changed { save([item]) }
+        tell(told)
         finish(superseded, error: CacheError(.stale, "\(item.identifier) changed on the provider"))
     }
 
@@ -486,17 +634,28 @@ public final class ProviderCache: Sendable {
     /// are updated (old content superseded), missing ones are removed with their descendants.
     private func applyListing(
         of directory: ItemIdentifier, children listed: [ProviderItem], token: ListingChangeToken? = nil,
-        at now: Duration
+        at now: Duration, changeCount: UInt64? = nil
     ) {
+        var told: [CatalogChange] = []
         let (toSave, removed, superseded) = catalog.withLock {
             catalog -> ([ProviderItem], [ItemIdentifier], [ContentEntryOrRecord]) in
             // Two listings can overlap (a background refresh and a lookup miss): one taken
             // before the listing already applied is older news and is dropped.
             if let applied = catalog.listedAt[directory], applied > now { return ([], [], []) }
+            // The provider reported a change in the directory after this listing began: it may
+            // not show it, so it stands (it is newer than what the catalog has) but is not
+            // trusted past this answer (expired, no token) and reported items stay dirty.
+            let raced = changeCount.map { (catalog.lastChange[directory] ?? 0) > $0 } ?? false
             var toSave: [ProviderItem] = []
             var superseded: [ContentEntryOrRecord] = []
             var removed: [ItemIdentifier] = []
             let oldIdentifiers = catalog.children[directory]
+            // What a re-list changed is told (a first listing changes nothing anyone was told).
+            func tellRemoved(_ identifier: ItemIdentifier) {
+                if oldIdentifiers != nil, let old = catalog.items[identifier] {
+                    told.append(.entry(directory: directory, name: old.name, identifier: identifier))
+                }
+            }
             // A re-list usually finds the same children: one set probe per child tells, instead of
             // building and comparing sets of thousands.
             var sameMembers =
@@ -508,6 +667,7 @@ public final class ProviderCache: Sendable {
             func removeUnlisted() {
                 newIdentifiers = Set(listed.map(\.identifier))
                 for identifier in (oldIdentifiers ?? []).subtracting(newIdentifiers) {
+                    tellRemoved(identifier)
                     removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
                 }
             }
@@ -524,11 +684,18 @@ public final class ProviderCache: Sendable {
                     }
                 }
                 if old != item {
+                    if let old, oldIdentifiers != nil {
+                        told.append(.entry(directory: directory, name: old.name, identifier: old.identifier))
+                        if old.name != item.name {
+                            told.append(.entry(directory: directory, name: item.name, identifier: old.identifier))
+                        }
+                    }
                     toSave.append(item)
                     catalog.items[item.identifier] = item
                     if old?.name != item.name { renamed = true }
                 }
                 if catalog.refreshedAt.updateValue(now, forKey: item.identifier) == now { stampedTwice = true }
+                if !raced, !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
             }
             if sameMembers, stampedTwice {
                 // An identifier listed twice (or one refreshed at this very instant) can hide a
@@ -545,8 +712,8 @@ public final class ProviderCache: Sendable {
                     uniquingKeysWith: { first, _ in first })
             }
             catalog.children[directory] = newIdentifiers
-            catalog.listedAt[directory] = now
-            catalog.listingTokens[directory] = token.map { ($0, now) }
+            catalog.listedAt[directory] = raced ? now - environment.options.directoryTTL : now
+            catalog.listingTokens[directory] = raced ? nil : token.map { ($0, now) }
             if oldIdentifiers == nil, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)
         }
@@ -556,6 +723,7 @@ public final class ProviderCache: Sendable {
             }
         }
         save(toSave)
+        tell(told)
         finish(superseded, error: CacheError(.stale, "the item changed or was deleted on the provider"))
     }
 
@@ -569,11 +737,16 @@ public final class ProviderCache: Sendable {
     /// Forgets an item the provider no longer has (and its descendants).
     private func removeItem(_ identifier: ItemIdentifier) {
         guard identifier != .root else { return }
+        var told: [CatalogChange] = []
         let (removed, superseded) = catalog.withLock { catalog -> ([ItemIdentifier], [ContentEntryOrRecord]) in
             var superseded: [ContentEntryOrRecord] = []
+            if let item = catalog.items[identifier] {
+                told.append(.entry(directory: item.parent, name: item.name, identifier: identifier))
+            }
             let removed = Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
             return (removed, superseded)
         }
+        tell(told)
         if !removed.isEmpty {
             do { try environment.store.deleteItems(removed) } catch {
                 environment.logger.warning("cannot delete items from the metadata store: \(error)")
@@ -594,6 +767,8 @@ public final class ProviderCache: Sendable {
             catalog.listedAt[next] = nil
             catalog.listingTokens[next] = nil
             catalog.refreshedAt[next] = nil
+            catalog.lastChange[next] = nil
+            if !catalog.dirty.isEmpty { catalog.dirty.remove(next) }
             superseded += takeContents(of: next, except: nil, from: &catalog)
             catalog.names[next] = nil
             if catalog.children[item.parent] != nil {
@@ -887,6 +1062,8 @@ public final class ProviderCache: Sendable {
 
     /// Stops every download, fails waiting readers, saves range maps. Later content requests fail.
     public func shutdown() async {
+        (environment.provider as? any ChangeNotifying)?.observeChanges(nil)
+        observeChanges(nil)
         let entries = catalog.withLock { catalog -> [ContentEntry] in
             catalog.isShutDown = true
             return Array(catalog.entries.values)

@@ -8,7 +8,11 @@
 // through a hard link in another directory, changes on a file system that is not local
 // (no token is given there), and the metadata of a subdirectory that was never listed when
 // something inside it changes.
+//
+// Changes are also pushed (`observe`): a Dispatch read source on the inotify descriptor turns the
+// events into `ProviderChange`s for the cache and, through it, the kernel's caches (D-228).
 
+import Dispatch
 import SystemSupport
 
 #if canImport(Glibc)
@@ -33,7 +37,17 @@ final class DirectoryChangeWatcher: Sendable {
         var watches: [Int32: Watch] = [:]
         var watchByIdentifier: [ItemIdentifier: Int32] = [:]
         var nextSerial: UInt64 = 1
+        /// Changes read from the queue and not handed to the observer yet; `lostEvents`: the
+        /// queue overflowed (anything may have changed).
+        var pending: Set<ProviderChange> = []
+        var lostEvents = false
+        var observer: (@Sendable ([ProviderChange]?) -> Void)?
+        var source: (any DispatchSourceRead)?
+        var deliveryScheduled = false
     }
+
+    /// Where pushed changes are read and delivered, one batch at a time.
+    private let deliveryQueue = DispatchQueue(label: "providerfs.local-provider.changes")
 
     private let state = Locked(State())
 
@@ -69,8 +83,61 @@ final class DirectoryChangeWatcher: Sendable {
 
     deinit {
         state.withLock { state in
-            if state.fd >= 0 { close(state.fd) }
+            // With a read source the descriptor is closed by its cancel handler (never under it).
+            if let source = state.source {
+                source.cancel()
+            } else if state.fd >= 0 {
+                close(state.fd)
+            }
         }
+    }
+
+    /// Starts handing changes to `observer`, in batches, on a queue of its own: each the entry of a
+    /// watched directory that was created, deleted, renamed, written or had its metadata changed
+    /// (a directory's own metadata as its entry in its parent); nil when events were lost and
+    /// anything may have changed. One observer; a second call replaces it, nil stops.
+    func observe(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {
+        state.withLock { state in
+            state.observer = observer
+            if observer != nil { startSource(&state) }
+        }
+    }
+
+    /// The read source on the inotify descriptor, once both exist.
+    private func startSource(_ state: inout State) {
+        guard state.observer != nil, state.source == nil, state.fd >= 0 else { return }
+        let fd = state.fd
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: deliveryQueue)
+        source.setEventHandler { [weak self] in self?.deliver() }
+        source.setCancelHandler { close(fd) }
+        state.source = source
+        source.resume()
+    }
+
+    /// Reads what is queued and hands every pending change to the observer (on `deliveryQueue`).
+    private func deliver() {
+        let (observer, changes) = state.withLock {
+            state -> ((@Sendable ([ProviderChange]?) -> Void)?, [ProviderChange]?) in
+            state.deliveryScheduled = false
+            if state.fd >= 0 { Self.drain(&state) }
+            defer {
+                state.pending.removeAll()
+                state.lostEvents = false
+            }
+            guard state.lostEvents || !state.pending.isEmpty else { return (nil, []) }
+            return (state.observer, state.lostEvents ? nil : Array(state.pending))
+        }
+        observer?(changes)
+    }
+
+    /// After a drain outside `deliver` (a token or a check read the queue first): its changes
+    /// still go to the observer, from the delivery queue.
+    private func scheduleDelivery(_ state: inout State) {
+        guard state.observer != nil, !state.deliveryScheduled, state.lostEvents || !state.pending.isEmpty else {
+            return
+        }
+        state.deliveryScheduled = true
+        deliveryQueue.async { [weak self] in self?.deliver() }
     }
 
     /// Watches the directory at `path` (listed as `identifier`, on device `device`) and returns the
@@ -85,8 +152,10 @@ final class DirectoryChangeWatcher: Sendable {
                     state.unavailable = true
                     return nil
                 }
+                startSource(&state)
             }
             Self.drain(&state)
+            scheduleDelivery(&state)
             // Watches are a per-user budget shared with every other program (editors, indexers):
             // past `maximumWatches` new directories are simply not tracked.
             guard state.watches.count < Self.maximumWatches || state.watchByIdentifier[identifier] != nil else {
@@ -114,6 +183,7 @@ final class DirectoryChangeWatcher: Sendable {
         state.withLock { state in
             guard state.fd >= 0 else { return true }
             Self.drain(&state)
+            scheduleDelivery(&state)
             guard let watch = state.watches[Int32(truncatingIfNeeded: token.watch)], watch.serial == token.serial
             else { return true }
             return watch.generation != token.generation
@@ -124,20 +194,35 @@ final class DirectoryChangeWatcher: Sendable {
     private static func drain(_ state: inout State) {
         readInotifyEvents(state.fd) { events in
             for event in events {
-                apply(wd: event.watch, mask: event.mask, hasName: !event.name.isEmpty, to: &state)
+                apply(wd: event.watch, mask: event.mask, name: event.name, to: &state)
             }
             return true
         }
     }
 
-    private static func apply(wd: Int32, mask: UInt32, hasName: Bool, to state: inout State) {
+    private static func apply(wd: Int32, mask: UInt32, name: String, to state: inout State) {
+        let hasName = !name.isEmpty
         if mask & queueOverflow != 0 {
             // Events were lost: every token is void.
             for key in state.watches.keys { state.watches[key]!.generation &+= 1 }
+            state.lostEvents = true
             return
         }
         guard var watch = state.watches[wd] else { return }
         watch.generation &+= 1
+        if hasName, state.observer != nil {
+            // A name that is not UTF-8 was repaired in decoding and names nothing: all entries.
+            let unknown = name.unicodeScalars.contains("\u{FFFD}")
+            let membership = mask & entryChanges != 0
+            for identifier in watch.identifiers {
+                state.pending.insert(
+                    unknown
+                        ? .entries(directory: identifier)
+                        : membership
+                            ? .membership(directory: identifier, name: name) : .entry(directory: identifier, name: name)
+                )
+            }
+        }
         // The directory's own metadata is in its parent's listing: its mtime changes with its
         // entries, and an event without a name is about the directory itself.
         let parentsChanged = mask & entryChanges != 0 || !hasName
@@ -153,8 +238,13 @@ final class DirectoryChangeWatcher: Sendable {
         guard parentsChanged else { return }
         for identifier in watch.identifiers where identifier != .root {
             let path = identifier.rawValue
-            let parent = path.lastIndex(of: "/").map { ItemIdentifier(String(path[..<$0])) } ?? .root
+            let slash = path.lastIndex(of: "/")
+            let parent = slash.map { ItemIdentifier(String(path[..<$0])) } ?? .root
             if let parentWatch = state.watchByIdentifier[parent] { state.watches[parentWatch]?.generation &+= 1 }
+            if state.observer != nil {
+                let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+                state.pending.insert(.entry(directory: parent, name: name))
+            }
         }
     }
 }

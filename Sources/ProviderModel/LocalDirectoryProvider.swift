@@ -22,7 +22,7 @@ import Musl
 /// - Symbolic links are items of kind `.symbolicLink`; they are never followed.
 /// - The root missing or not a directory reads as `.unreachable` (the "server" is gone), which
 ///   the cache answers with what it has locally.
-public struct LocalDirectoryProvider: NamedChildLookup, ListingChangeTracking {
+public struct LocalDirectoryProvider: NamedChildLookup, ChangeNotifying {
     /// The directory served, as given.
     public let root: String
     /// inotify watches of the listed directories (D-224).
@@ -59,6 +59,10 @@ public struct LocalDirectoryProvider: NamedChildLookup, ListingChangeTracking {
 
     public func hasChanges(since token: ListingChangeToken) -> Bool {
         changes.hasChanges(since: token)
+    }
+
+    public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {
+        changes.observe(observer)
     }
 
     public func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {

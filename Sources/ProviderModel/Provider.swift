@@ -73,6 +73,27 @@ public protocol ListingChangeTracking: Provider {
     func hasChanges(since token: ListingChangeToken) -> Bool
 }
 
+/// A change tracker that also says what changed, as it happens (a local directory: inotify), so
+/// that whatever caches the provider's items (the kernel's dentries and attributes, D-228) can be
+/// told at once instead of expiring on a timer.
+public protocol ChangeNotifying: ListingChangeTracking {
+    /// Starts handing changes to `observer` soon after they happen, in batches, from a thread of
+    /// the provider's: each about a directory whose listing carried a token (`trackedChildren`).
+    /// Nil: events were lost and anything may have changed. Nil observer: stop.
+    func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?)
+}
+
+/// One change a `ChangeNotifying` provider reports.
+public enum ProviderChange: Sendable, Hashable {
+    /// The item under `name` in `directory` was written or had its metadata changed (a
+    /// directory's own metadata, its entries' included, is its entry in its parent).
+    case entry(directory: ItemIdentifier, name: String)
+    /// `name` was created in, deleted from, or renamed into or out of `directory`.
+    case membership(directory: ItemIdentifier, name: String)
+    /// Some entries of `directory` changed; which is not known (a name that is not UTF-8).
+    case entries(directory: ItemIdentifier)
+}
+
 /// What `ListingChangeTracking.hasChanges(since:)` compares against; opaque to the cache.
 public struct ListingChangeToken: Sendable, Equatable {
     /// The provider's watch and its state when the token was taken.

@@ -57,6 +57,9 @@ public struct NodeAttributes: Sendable, Equatable {
     public var accessTime: Timestamp
     public var modificationTime: Timestamp
     public var changeTime: Timestamp
+    /// How long the kernel may cache these attributes when they answer a getattr; nil: the
+    /// mount's `attributeTimeout`. (A lookup's `Entry` carries its own timeouts.)
+    public var validFor: Duration?
 
     public init(
         inode: InodeNumber, type: NodeType, permissions: UInt16, linkCount: UInt32, uid: UInt32, gid: UInt32,
@@ -93,6 +96,23 @@ public struct Entry: Sendable, Equatable {
         self.attributeTimeout = attributeTimeout
         self.entryTimeout = entryTimeout
     }
+}
+
+/// Something the kernel may have cached from earlier answers and must forget (FUSE's
+/// notify_inval_entry and notify_inval_inode): the next access asks the file system again.
+public enum KernelInvalidation: Sendable, Hashable {
+    /// The name `name` in directory `parent` (its dentry).
+    case entry(parent: InodeNumber, name: String)
+    /// The attributes of a node (size, times, mode).
+    case attributes(InodeNumber)
+}
+
+/// A file system that tells the kernel when something it answered changed, so that its answers
+/// may be cached for longer than a timer would allow (D-228).
+public protocol KernelCacheCoherent: Sendable {
+    /// The adapter hands in how to reach the kernel, once the mount is up; nil when it is going
+    /// away. `invalidate` may be called from any thread, never blocks, and sends in order.
+    func setKernelInvalidation(_ invalidate: (@Sendable ([KernelInvalidation]) -> Void)?)
 }
 
 /// Who is asking: from `fuse_req_ctx`. `threadID` is the calling thread (not the process);

@@ -91,5 +91,8 @@ struct InodeTable {
         byIdentifier[identifier] = nil
     }
 
+    /// The node handed out for `identifier`, if the kernel may hold one.
+    func inode(of identifier: ItemIdentifier) -> InodeNumber? { byIdentifier[identifier] }
+
     var count: Int { nodes.count }
 }

@@ -7,6 +7,7 @@
 import Diagnostics
 public import ProviderCache
 import ProviderModel
+import Synchronization
 public import SystemSupport
 
 #if canImport(Glibc)
@@ -21,6 +22,10 @@ public struct FileSystemOptions: Sendable {
     /// How long the kernel may cache attributes and entries.
     public var attributeTimeout: Duration = .seconds(1)
     public var entryTimeout: Duration = .seconds(1)
+    /// How long instead for items the provider tells of every change of (`ProviderCache.isTracked`)
+    /// once the kernel can be told (`KernelCacheCoherent`): a change invalidates them at once, so
+    /// this only bounds what the provider's tracking misses (D-228).
+    public var trackedTimeout: Duration = .seconds(10)
     /// Ask the provider for an item's current version on every open (so an open never pins a
     /// version the provider no longer has, unless the provider is unreachable).
     public var revalidateOnOpen = true
@@ -38,6 +43,10 @@ public final class ProviderFileSystem: FileSystem {
     let claims: any ReadClaimProvider
     let logger = Logger(label: "providerfs.vfs")
     private let state = Locked(State())
+    /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
+    /// read on every lookup without a lock.
+    private let kernelInvalidation = Locked<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
+    private let kernelTold = Atomic<Bool>(false)
 
     private struct OpenFile {
         var inode: InodeNumber
@@ -96,8 +105,15 @@ public final class ProviderFileSystem: FileSystem {
         }
     }
 
+    /// The kernel's cache timeout for an item the cache calls `tracked` (nil: the default one).
+    private func trackedTimeout(_ tracked: Bool) -> Duration? {
+        tracked && kernelTold.load(ordering: .relaxed) ? options.trackedTimeout : nil
+    }
+
     /// `presentBytes`: how much of the item's current version is stored locally (st_blocks).
-    private func attributes(of item: ProviderItem, presentBytes: Int64, inode: InodeNumber) -> NodeAttributes {
+    private func attributes(
+        of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false
+    ) -> NodeAttributes {
         let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
         let type: NodeType
         var blocks: Int64 = 0
@@ -114,18 +130,22 @@ public final class ProviderFileSystem: FileSystem {
         // listing, and fts (FileManager's enumerator, find) reads nlink 2 as "no subdirectories"
         // and skips them; 1 means "unknown" to it, as on btrfs.
         let permissions = item.kind == .directory ? (item.permissions | 0o500) & 0o555 : item.permissions & 0o555
-        return NodeAttributes(
+        var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
             size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
+        attributes.validFor = trackedTimeout(tracked)
+        return attributes
     }
 
-    private func entry(for item: ProviderItem, presentBytes: Int64) -> Entry {
+    private func entry(for item: ProviderItem, presentBytes: Int64, tracked: Bool) -> Entry {
         let (inode, generation) = state.withLock { $0.inodes.bindLookedUp(item.identifier, kind: item.kind) }
+        let timeout = trackedTimeout(tracked)
         return Entry(
-            attributes: attributes(of: item, presentBytes: presentBytes, inode: inode), generation: generation,
-            attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
+            attributes: attributes(of: item, presentBytes: presentBytes, inode: inode, tracked: tracked),
+            generation: generation, attributeTimeout: timeout ?? options.attributeTimeout,
+            entryTimeout: timeout ?? options.entryTimeout)
     }
 
     /// The child named `name` (compared byte for byte, as POSIX does) of a directory item.
@@ -163,7 +183,7 @@ public final class ProviderFileSystem: FileSystem {
             throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
         }
         let item = try await child(named: name, of: parentNode.identifier)
-        return entry(for: item, presentBytes: cache.presentBytes(of: item))
+        return entry(for: item, presentBytes: cache.presentBytes(of: item), tracked: cache.isTracked(item))
     }
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
@@ -175,7 +195,8 @@ public final class ProviderFileSystem: FileSystem {
     ) async throws(FileSystemError) -> NodeAttributes {
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
-        return attributes(of: item, presentBytes: cache.presentBytes(of: item), inode: inode)
+        return attributes(
+            of: item, presentBytes: cache.presentBytes(of: item), inode: inode, tracked: cache.isTracked(item))
     }
 
     public func setAttributes(
@@ -500,8 +521,8 @@ extension ProviderFileSystem: FileSystemFastPath {
             !name.utf8.contains(UInt8(ascii: "/"))
         else { return nil }
         switch cache.cachedChild(named: name, of: parentNode.identifier, maximumAge: options.cache.directoryTTL) {
-        case .found(let item, let presentBytes):
-            return .success(entry(for: item, presentBytes: presentBytes))
+        case .found(let item, let presentBytes, let tracked):
+            return .success(entry(for: item, presentBytes: presentBytes, tracked: tracked))
         case .absent(let listingAge):
             // A miss re-lists (async) once the listing is older than missRefreshInterval.
             guard listingAge < options.cache.missRefreshInterval else { return nil }
@@ -515,11 +536,11 @@ extension ProviderFileSystem: FileSystemFastPath {
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
         guard let node = state.withLock({ $0.inodes[inode] }),
-            let (item, presentBytes) = cache.freshItemAndPresentBytes(
+            let (item, presentBytes, tracked) = cache.freshItemAndPresentBytes(
                 node.identifier, maximumAge: options.cache.attributeTTL),
             item.kind == node.kind || node.identifier == .root
         else { return nil }
-        return .success(attributes(of: item, presentBytes: presentBytes, inode: inode))
+        return .success(attributes(of: item, presentBytes: presentBytes, inode: inode, tracked: tracked))
     }
 
     public func readNow(
@@ -562,5 +583,67 @@ extension FileSystemError {
         case .io: code = .io
         }
         self.init(code, error.message, cause: error)
+    }
+}
+
+/// Catalog changes become kernel invalidations (D-228): the entry's name in its directory and the
+/// node's attributes, for what the kernel may hold (nodes it was handed and not forgotten).
+extension ProviderFileSystem: KernelCacheCoherent {
+    public func setKernelInvalidation(_ invalidate: (@Sendable ([KernelInvalidation]) -> Void)?) {
+        kernelInvalidation.withLock { $0 = invalidate }
+        if invalidate != nil {
+            cache.observeChanges { [weak self] changes in self?.catalogChanged(changes) }
+            kernelTold.store(true, ordering: .relaxed)
+        } else {
+            kernelTold.store(false, ordering: .relaxed)
+            cache.observeChanges(nil)
+        }
+    }
+
+    func catalogChanged(_ changes: [CatalogChange]) {
+        guard let invalidate = kernelInvalidation.withLock({ $0 }) else { return }
+        // Names of whole directories come from the cache, before the file system's lock (the
+        // cache is never called with it held).
+        var everything = false
+        var wholeDirectories: [ItemIdentifier: [(name: String, identifier: ItemIdentifier)]] = [:]
+        for change in changes {
+            switch change {
+            case .entry: break
+            case .entries(let directory): wholeDirectories[directory] = cache.cachedChildNames(of: directory)
+            case .everything: everything = true
+            }
+        }
+        var items: [(parent: ItemIdentifier, name: String)] = []
+        if everything {
+            let known = state.withLock { state in state.inodes.nodes.values.map(\.identifier) }
+            for identifier in known where identifier != .root {
+                if let item = cache.cachedItem(identifier) { items.append((item.parent, item.name)) }
+            }
+        }
+        let invalidations = state.withLock { state -> [KernelInvalidation] in
+            var result: [KernelInvalidation] = []
+            func add(_ directory: ItemIdentifier, _ name: String, _ identifier: ItemIdentifier?) {
+                if let parent = state.inodes.inode(of: directory) { result.append(.entry(parent: parent, name: name)) }
+                if let identifier, let node = state.inodes.inode(of: identifier) { result.append(.attributes(node)) }
+            }
+            for change in changes {
+                switch change {
+                case .entry(let directory, let name, let identifier): add(directory, name, identifier)
+                case .entries(let directory):
+                    for child in wholeDirectories[directory] ?? [] { add(directory, child.name, child.identifier) }
+                case .everything: break
+                }
+            }
+            if everything {
+                for inode in state.inodes.nodes.keys where inode != .root { result.append(.attributes(inode)) }
+                for item in items {
+                    if let parent = state.inodes.inode(of: item.parent) {
+                        result.append(.entry(parent: parent, name: item.name))
+                    }
+                }
+            }
+            return result
+        }
+        if !invalidations.isEmpty { invalidate(invalidations) }
     }
 }

@@ -521,3 +521,76 @@ struct LocalChangeTrackingTests {
         #expect(provider.hasChanges(since: quiet), "events were lost: nothing can be vouched for")
     }
 }
+
+@Suite("LocalDirectoryProvider pushes changes")
+struct LocalDirectoryPushTests {
+    /// Waits (up to 5 s) until the changes seen so far contain `expected`.
+    func waitFor(_ expected: ProviderChange, in seen: Locked<[ProviderChange]?>) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline {
+            if seen.value?.contains(expected) == true { return true }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        return false
+    }
+
+    @Test("each kind of change of a tracked directory is reported, as it happens, with the entry it concerns")
+    func changesAreReported() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("dir/f", [1, 2, 3])
+        try root.write("dir/sub/s", [4])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let seen = Locked<[ProviderChange]?>([])
+        provider.observeChanges { changes in
+            seen.withLock { seen in
+                if let changes { seen? += changes } else { seen = nil }
+            }
+        }
+        defer { provider.observeChanges(nil) }
+        _ = try await provider.trackedChildren(of: .root)
+        _ = try await provider.trackedChildren(of: ItemIdentifier("dir"))
+        _ = try await provider.trackedChildren(of: ItemIdentifier("dir/sub"))
+        let dir = ItemIdentifier("dir")
+        // Reads change nothing.
+        _ = try readFile(root.path + "/dir/f")
+        _ = try await provider.children(of: dir)
+
+        let f = root.path + "/dir/f"
+        let fd = open(f, O_WRONLY | O_APPEND)
+        #expect(write(fd, [9], 1) == 1)
+        close(fd)
+        #expect(try await waitFor(.entry(directory: dir, name: "f"), in: seen), "written")
+        #expect(seen.value?.contains(.membership(directory: dir, name: "f")) == false, "a write is not membership")
+
+        chmod(root.path + "/dir/sub", 0o700)
+        #expect(try await waitFor(.entry(directory: dir, name: "sub"), in: seen), "a subdirectory's metadata")
+
+        try root.write("dir/new", [5])
+        #expect(try await waitFor(.membership(directory: dir, name: "new"), in: seen), "created")
+        #expect(try await waitFor(.entry(directory: .root, name: "dir"), in: seen), "the directory's own mtime")
+
+        rename(root.path + "/dir/new", root.path + "/dir/renamed")
+        #expect(try await waitFor(.membership(directory: dir, name: "new"), in: seen), "renamed from")
+        #expect(try await waitFor(.membership(directory: dir, name: "renamed"), in: seen), "renamed to")
+
+        unlink(root.path + "/dir/sub/s")
+        #expect(try await waitFor(.membership(directory: ItemIdentifier("dir/sub"), name: "s"), in: seen), "deleted")
+
+        // A name that is not UTF-8 names no entry the cache has: all entries of the directory.
+        let bad = root.path + "/dir/" + String(decoding: [0x66], as: UTF8.self)
+        var badPath = Array(bad.utf8)
+        badPath.removeLast()
+        badPath += [0xFF, 0]
+        close(open(badPath.map { CChar(bitPattern: $0) }, O_CREAT | O_WRONLY, 0o600))
+        #expect(try await waitFor(.entries(directory: dir), in: seen), "a name that is not UTF-8")
+
+        // Stopped: nothing more.
+        provider.observeChanges(nil)
+        seen.withLock { $0 = [] }
+        try root.write("dir/after", [6])
+        _ = try await provider.trackedChildren(of: dir)  // reads the queue
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(seen.value == [])
+    }
+}
