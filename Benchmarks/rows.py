@@ -6,12 +6,13 @@ import os, subprocess, time
 
 
 
-def drop_caches():
-    """Drops the kernel page cache so the next read comes from the disk/daemon (root only)."""
+def drop_caches(what=3):
+    """Drops the kernel page cache so the next read comes from the disk/daemon (root only).
+    `what` as /proc/sys/vm/drop_caches takes it: 1 pages, 2 dentries and inodes, 3 both."""
     subprocess.run(["sync"], check=False)
     try:
         with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
+            f.write(f"{what}\n")
         return True
     except OSError:
         return False
@@ -152,18 +153,6 @@ class StatFiles(SmallFilesData):
         return "≥ bindfs", "yes" if ok else "no"
 
 
-def drop_dentries_and_inodes():
-    """Makes the kernel forget names and inodes (FUSE sends FORGET), so that every stat is a LOOKUP
-    that reaches the daemon, whatever its timeouts. Root only; also drops the source's own."""
-    subprocess.run(["sync"], check=False)
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("2\n")
-        return True
-    except OSError:
-        return False
-
-
 class StatFilesUncached(SmallFilesData):
     key = "statlookup"
     title = f"stat of {SMALL_FILES:,} files, every stat a LOOKUP"
@@ -176,7 +165,9 @@ class StatFilesUncached(SmallFilesData):
         directory = os.path.join(peer.root, "small")
         names = [f"f{index:05}.txt" for index in range(SMALL_FILES)]
         os.stat(directory)
-        if not drop_dentries_and_inodes():
+        # Names and inodes forgotten (FUSE sends FORGET): every stat is a LOOKUP that reaches the
+        # daemon, whatever its timeouts. Also drops the source's own.
+        if not drop_caches(2):
             return None
         os.stat(directory)  # the directory is looked up again outside the timed loop
         start = time.perf_counter()
