@@ -224,7 +224,9 @@ public final class ProviderCache: Sendable {
                         catalog.dirty.insert(identifier)
                         catalog.refreshedAt[identifier] = nil
                     }
-                    if identifier == nil || change == .membership(directory: directory, name: name) {
+                    var membership = identifier == nil
+                    if case .membership = change { membership = true }
+                    if membership {
                         expire(directory)
                     } else {
                         // Its token is void (the provider counted the event), so the listing is
@@ -299,7 +301,7 @@ public final class ProviderCache: Sendable {
         let pushes = pushesChanges
         let found = catalog.withLock { catalog -> (ProviderItem, Presence, Bool)? in
             Self.freshItem(identifier, maximumAge: maximumAge, now: now, in: catalog).map {
-                ($0, Self.presence(of: $0, in: catalog), pushes && Self.isTracked($0, in: catalog))
+                ($0, Self.presence(of: $0, in: catalog), Self.isTracked($0, pushes: pushes, in: catalog))
             }
         }
         return found.map { ($0.0, $0.1.bytes, $0.2) }
@@ -310,11 +312,11 @@ public final class ProviderCache: Sendable {
     /// may keep it until told (D-228). False for the root and for untracked directories.
     public func isTracked(_ item: ProviderItem) -> Bool {
         guard pushesChanges else { return false }
-        return catalog.withLock { Self.isTracked(item, in: $0) }
+        return catalog.withLock { Self.isTracked(item, pushes: true, in: $0) }
     }
 
-    private static func isTracked(_ item: ProviderItem, in catalog: Catalog) -> Bool {
-        item.identifier != .root && catalog.listingTokens[item.parent] != nil
+    private static func isTracked(_ item: ProviderItem, pushes: Bool, in catalog: Catalog) -> Bool {
+        pushes && item.identifier != .root && catalog.listingTokens[item.parent] != nil
             && (catalog.dirty.isEmpty || !catalog.dirty.contains(item.identifier))
     }
 
@@ -401,7 +403,7 @@ public final class ProviderCache: Sendable {
                 if !catalog.dirty.isEmpty, catalog.dirty.contains(item.identifier) { return .unknown }
                 return .found(
                     item, Self.presence(of: item, in: catalog),
-                    tracked: pushes && catalog.listingTokens[directory] != nil)
+                    tracked: Self.isTracked(item, pushes: pushes, in: catalog))
             }
             return .absent(listingAge: listingAge)
         }
