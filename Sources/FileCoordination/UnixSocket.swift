@@ -48,13 +48,16 @@ enum UnixSocket {
         let fd = socket(
             AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw SystemCallError("socket") }
-        let previous = umask(0o177)
-        let rc = withUnsafePointer(to: &address) {
+        // Not umask: it is per process, and files other threads create meanwhile (a test's
+        // directories, the daemon's cache files) got mode & ~0177 (a test saw a 0600 directory).
+        // Until the chmod the socket has the caller's umask mode; its directory (0700, made by
+        // the server) keeps others out for that instant.
+        var rc = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
-        umask(previous)
+        if rc == 0 { rc = chmod(path, 0o600) }
         if rc != 0 {
             let error = Errno.current
             close(fd)
