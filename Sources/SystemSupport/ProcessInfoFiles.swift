@@ -3,6 +3,8 @@
 // ancestors may hold a claim), where Foundation's file reading and String splitting cost more
 // than the system calls themselves.
 
+import CLinuxHeaders
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -10,10 +12,18 @@ import Musl
 #endif
 
 public enum ProcessInfoFiles {
-    /// The process (thread group) of thread `tid`: the `Tgid:` line of /proc/<tid>/status. Nil
+    /// The process (thread group) of thread `tid`: `tid` itself for a process's main thread (the
+    /// usual caller), which pidfd_open accepts and any other thread it refuses with EINVAL; else
+    /// the `Tgid:` line of /proc/<tid>/status, which the kernel formats at a cost of ~15 µs. Nil
     /// when the thread is gone or the file does not say.
     public static func threadGroup(ofThread tid: Int32) -> Int32? {
         guard tid > 0 else { return nil }
+        let pidfd = pidfd_open(pid_t(tid), 0)
+        if pidfd >= 0 {
+            close(pidfd)
+            return tid
+        }
+        if errno == ESRCH { return nil }
         return withContents(of: "/proc/\(tid)/status") { bytes in
             let key = Array("\nTgid:".utf8)
             guard let start = find(key, in: bytes) else { return nil }
