@@ -138,17 +138,27 @@ extension Dispatcher {
         ops.open = { request, inode, fileInfo in
             let flags = OpenFlags(rawValue: fileInfo!.pointee.flags)
             let dispatcher = Dispatcher.from(request)
-            dispatcher.respond(request, "open") { fs, context throws(FileSystemError) in
-                let opened = try await fs.open(InodeNumber(inode), flags: flags, context: context)
-                // A direct-I/O handle is never passed through (its reads are meant for us).
-                let servedFrom = opened.directIO ? nil : opened.servedFrom
-                return try await dispatcher.decidePassthrough(InodeNumber(inode), opened, servedFrom: servedFrom)
-            } reply: { request, decided in
+            let reply: @Sendable (fuse_req_t, DecidedOpen) -> Int32 = { request, decided in
                 var info = replyInfo(for: decided.opened, passthrough: decided.passthrough)
                 let rc = fuse_reply_open(request, &info)
                 dispatcher.openReplied(InodeNumber(inode), decided.opened.handle, rc: rc)
                 return rc
             }
+            // Most opens of known files are answered here, on the libfuse thread (D-229).
+            guard
+                !dispatcher.answerNow(
+                    request, "open",
+                    now: { fs, context in dispatcher.openNow(fs, InodeNumber(inode), flags: flags, context: context) },
+                    reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "open",
+                work: { fs, context throws(FileSystemError) in
+                    let opened = try await fs.open(InodeNumber(inode), flags: flags, context: context)
+                    // A direct-I/O handle is never passed through (its reads are meant for us).
+                    let servedFrom = opened.directIO ? nil : opened.servedFrom
+                    return try await dispatcher.decidePassthrough(InodeNumber(inode), opened, servedFrom: servedFrom)
+                }, reply: reply)
         }
 
         ops.read = { request, inode, size, offset, fileInfo in
@@ -184,7 +194,14 @@ extension Dispatcher {
 
         ops.flush = { request, inode, fileInfo in
             let handle = FileHandleID(fileInfo!.pointee.fh)
-            Dispatcher.from(request).respondStatus(request, "flush") { fs, context throws(FileSystemError) in
+            let dispatcher = Dispatcher.from(request)
+            guard
+                !dispatcher.answerNow(
+                    request, "flush",
+                    now: { fs, context in fs.flushNow(InodeNumber(inode), handle: handle, context: context) },
+                    reply: { request, _ in fuse_reply_err(request, 0) })
+            else { return }
+            dispatcher.respondStatus(request, "flush") { fs, context throws(FileSystemError) in
                 try await fs.flush(InodeNumber(inode), handle: handle, context: context)
             }
         }
@@ -201,6 +218,11 @@ extension Dispatcher {
             let dispatcher = Dispatcher.from(request)
             // The kernel sends RELEASE after it let go of the file: the node may change mode now.
             dispatcher.passthrough.released(handle: handle.rawValue)
+            guard
+                !dispatcher.answerNow(
+                    request, "release", now: { fs, _ in fs.releaseNow(InodeNumber(inode), handle: handle) },
+                    reply: { request, _ in fuse_reply_err(request, 0) })
+            else { return }
             dispatcher.respondStatus(request, "release") { fs, _ throws(FileSystemError) in
                 await fs.release(InodeNumber(inode), handle: handle)
             }
@@ -352,6 +374,27 @@ extension Dispatcher {
             logger.info("open of \(inode) refused: \(reason)")
             await fileSystem.release(inode, handle: opened.handle)
             throw FileSystemError(.busy, reason)
+        }
+    }
+
+    /// The fast path's open and its passthrough decision. A decision that cannot be made at once
+    /// (a conflict `decidePassthrough` waits out for a moment) gives the handle back and leaves
+    /// the whole open to the async path.
+    func openNow(
+        _ fastPath: any FileSystemFastPath, _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
+    ) -> Result<DecidedOpen, FileSystemError>? {
+        switch fastPath.openNow(inode, flags: flags, context: context) {
+        case nil: return nil
+        case .failure(let error)?: return .failure(error)
+        case .success(let opened)?:
+            let servedFrom = opened.directIO ? nil : opened.servedFrom
+            switch passthrough.decideNow(node: inode.rawValue, handle: opened.handle.rawValue, servedFrom: servedFrom) {
+            case .daemon?: return .success(DecidedOpen(opened: opened, passthrough: false))
+            case .kernel?: return .success(DecidedOpen(opened: opened, passthrough: true))
+            case .conflict?, nil:
+                _ = fastPath.releaseNow(inode, handle: opened.handle)
+                return nil
+            }
         }
     }
 

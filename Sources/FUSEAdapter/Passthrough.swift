@@ -316,13 +316,45 @@ final class Passthrough: Sendable {
         }
     }
 
+    /// `decide` without waiting, on the calling thread (a backing file is registered here: an
+    /// open and an ioctl on the local cache file). Nil on a conflict, which `decide` retries for
+    /// a moment (a RELEASE may be on its way), with nothing recorded.
+    func decideNow(node: UInt64, handle: UInt64, servedFrom: String?) -> PassthroughDecision? {
+        let decision: PassthroughDecision
+        switch decisionStep(node: node, handle: handle, servedFrom: servedFrom) {
+        case .decided(let decided): decision = decided
+        case .register(let path):
+            let registered = Self.registerBacking(
+                path, device: deviceFD.load(ordering: .acquiring), simulatedFailure: simulatedFailure)
+            decision = settle(node: node, handle: handle, path: path, registered: registered)
+        }
+        if case .conflict = decision { return nil }
+        return decision
+    }
+
     private enum Step {
         case decided(PassthroughDecision)
         case register(String)
     }
 
     private func decideOnce(node: UInt64, handle: UInt64, servedFrom: String?) async -> PassthroughDecision {
-        let step = state.withLock { state -> Step in
+        switch decisionStep(node: node, handle: handle, servedFrom: servedFrom) {
+        case .decided(let decision):
+            return decision
+        case .register(let path):
+            let device = deviceFD.load(ordering: .acquiring)
+            let simulated = simulatedFailure
+            let registered = await pool.run { () -> Result<Int32, Errno> in
+                Self.registerBacking(path, device: device, simulatedFailure: simulated)
+            }
+            return settle(node: node, handle: handle, path: path, registered: registered)
+        }
+    }
+
+    /// The decision when the node's mode already settles it; `.register` when a backing file
+    /// must be registered first (without the lock).
+    private func decisionStep(node: UInt64, handle: UInt64, servedFrom: String?) -> Step {
+        state.withLock { state -> Step in
             switch state.nodes[node] {
             case .kernel(let path, let backingID, let handles)?:
                 guard servedFrom == path else { return .decided(Self.conflict(node, path: path, servedFrom)) }
@@ -350,17 +382,6 @@ final class Passthrough: Sendable {
                 }
                 return .register(servedFrom)
             }
-        }
-        switch step {
-        case .decided(let decision):
-            return decision
-        case .register(let path):
-            let device = deviceFD.load(ordering: .acquiring)
-            let simulated = simulatedFailure
-            let registered = await pool.run { () -> Result<Int32, Errno> in
-                Self.registerBacking(path, device: device, simulatedFailure: simulated)
-            }
-            return settle(node: node, handle: handle, path: path, registered: registered)
         }
     }
 

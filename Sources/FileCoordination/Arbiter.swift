@@ -450,6 +450,18 @@ public struct Arbiter: Sendable {
 
     /// Adds a claim. It is granted at once when nothing conflicts and no presenter must be asked.
     public mutating func submit(_ request: ClaimRequest, now: UInt64) -> [ArbiterAction] {
+        submit(request, now: now, onlyIfImmediate: false) ?? []
+    }
+
+    /// Grants `request` if it can be granted at once: nothing blocks it, no presenter has to be
+    /// asked, no eviction refused. Otherwise leaves everything as it was and returns false; the
+    /// caller then submits it the ordinary way (and so waits, messages or fails there).
+    public mutating func grantIfImmediate(_ request: ClaimRequest, now: UInt64) -> Bool {
+        submit(request, now: now, onlyIfImmediate: true) != nil
+    }
+
+    private mutating func submit(_ request: ClaimRequest, now: UInt64, onlyIfImmediate: Bool) -> [ArbiterAction]? {
+        if onlyIfImmediate && (request.intents.isEmpty || claims[request.id] != nil) { return nil }
         if request.intents.isEmpty {
             return [.fail(request.id, CoordinationError(.invalidRequest, "A claim needs at least one item."))]
         }
@@ -457,8 +469,13 @@ public struct Arbiter: Sendable {
             return [.fail(request.id, CoordinationError(.invalidRequest, "Claim \(request.id) is already in use."))]
         }
         var claim = Claim(request: request, sequence: nextSequence, submitted: now)
-        nextSequence += 1
         if !request.actingForPids.isEmpty { claim.insideOwnClaim = holdsGrantedClaim(anyOf: request.actingForPids) }
+        if onlyIfImmediate {
+            guard !(claim.isNested && deadlockingHeldClaim(for: claim) != nil), blocker(for: claim) == nil,
+                messagePlan(for: request).isEmpty, evictionRefuser(for: request) == nil
+            else { return nil }
+        }
+        nextSequence += 1
         if claim.isNested, let held = deadlockingHeldClaim(for: claim) {
             let heldClaim = claims[held]!
             let text =

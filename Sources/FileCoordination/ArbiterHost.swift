@@ -94,6 +94,18 @@ public final class ArbiterHost: @unchecked Sendable {
         }
     }
 
+    /// Grants `request` if nothing makes it wait (`Arbiter.grantIfImmediate`) and returns true;
+    /// otherwise changes nothing and returns false. No sink hears of the grant: the caller knows.
+    /// `ancestry` as in `submit(_:ancestry:)`.
+    public func grantIfImmediate(_ request: ClaimRequest, ancestry: () -> [Int32]) -> Bool {
+        let now = clock()
+        return state.withLock { state in
+            var request = request
+            if state.arbiter.claimCount > 0 { request.actingForPids = ancestry() }
+            return state.arbiter.grantIfImmediate(request, now: now)
+        }
+    }
+
     /// Releases a granted claim (or abandons a waiting one).
     public func release(_ claim: ClaimID) {
         perform { arbiter, now in arbiter.release(claim, now: now) }

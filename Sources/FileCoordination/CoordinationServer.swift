@@ -433,6 +433,23 @@ public final class CoordinationServer: @unchecked Sendable {
         }
     }
 
+    /// `claim(_:kind:…)` when it can be granted at once (nothing conflicting held or waiting, no
+    /// presenter to ask); nil otherwise, with nothing changed: then take it with `claim`, which
+    /// waits. For callers that must not wait (a FUSE thread, D-229).
+    public func claimNow(
+        _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
+        identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
+        onBehalfOf pid: Int32
+    ) -> KernelClaim? {
+        guard let canonical = try? ItemResolver.lexicallyNormalized(ItemResolver.validatedPath(path)) else {
+            return nil
+        }
+        let intent = ClaimIntent(
+            kind: kind, path: canonical, readingOptions: readingOptions, writingOptions: writingOptions,
+            identity: identity, isDirectory: isDirectory, packageRoot: packageRoot)
+        return mountOwner.claimNow(intent, pid: pid, ancestry: { processAncestry(of: pid) })
+    }
+
     /// Async form of `claim(_:kind:…:completion:)`.
     public func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
@@ -514,6 +531,20 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
                 intents: [intent], waitDeadline: now &+ deadline,
                 presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount),
             ancestry: ancestry)
+    }
+
+    /// A claim granted at once, or nil (nothing submitted) when it would have to wait.
+    func claimNow(_ intent: ClaimIntent, pid: Int32, ancestry: () -> [Int32]) -> KernelClaim? {
+        let local = waiting.withLock { state -> UInt64 in
+            defer { state.next += 1 }
+            return state.next
+        }
+        let id = ClaimID(owner: owner, local: local)
+        let request = ClaimRequest(
+            id: id, pid: pid, purpose: "providerfs.kernel.\(pid)", intents: [intent], waitDeadline: host.now,
+            presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount)
+        guard host.grantIfImmediate(request, ancestry: ancestry) else { return nil }
+        return KernelClaim(host: host, id: id, path: intent.path)
     }
 
     func granted(_ claim: ClaimID, paths: [String]) {

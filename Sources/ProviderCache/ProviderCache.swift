@@ -67,6 +67,9 @@ public final class ProviderCache: Sendable {
     /// The provider pushes changes (`ChangeNotifying`): a tracked listing is kept exact by them.
     public let pushesChanges: Bool
 
+    /// The provider as `ImmediateMetadata`, when it is one (`itemNow`).
+    private let immediateMetadata: (any ImmediateMetadata)?
+
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
     private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
 
@@ -175,6 +178,7 @@ public final class ProviderCache: Sendable {
         self.catalog = Locked(catalog)
         let notifying = provider as? any ChangeNotifying
         pushesChanges = notifying != nil
+        immediateMetadata = provider as? any ImmediateMetadata
         for record in orphans { discard(record: record) }
         removeUnreferencedFiles()
         notifying?.observeChanges { [weak self] changes in self?.providerChanged(changes) }
@@ -283,6 +287,19 @@ public final class ProviderCache: Sendable {
                 throw failure
             }
         }
+    }
+
+    /// `item(_:maximumAge:)` without waiting: the cached copy when fresh enough, else the
+    /// provider's immediate answer (`ImmediateMetadata`, D-229), applied like any other. Nil when
+    /// only the async form can answer: the provider would have to be waited for, or it reported
+    /// an error (the async form handles and words those).
+    public func itemNow(_ identifier: ItemIdentifier, maximumAge: Duration?) -> ProviderItem? {
+        if let cached = freshItem(identifier, maximumAge: maximumAge) { return cached }
+        guard let provider = immediateMetadata, let item = try? provider.itemNow(for: identifier),
+            item.identifier == identifier
+        else { return nil }
+        apply(item)
+        return item
     }
 
     /// The item when the cached copy is younger than `maximumAge` (nil age: whenever the cache
@@ -879,6 +896,23 @@ public final class ProviderCache: Sendable {
             try self.creationLock.withLock { () throws(CacheError) -> ContentEntry in
                 try self.createEntry(key, item: item)
             }
+        }
+    }
+
+    /// `pinContent(of:)` on the calling thread (which may block on local file I/O: a new entry
+    /// opens its cache file). Nil on any error, for the async form to report.
+    public func pinContentNow(of item: ProviderItem) -> ContentEntry? {
+        guard item.kind == .file else { return nil }
+        let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
+        if let entry = catalog.withLock({ catalog -> ContentEntry? in
+            let entry = catalog.entries[key]
+            entry?.pin()
+            return entry
+        }) {
+            return entry
+        }
+        return try? creationLock.withLock { () throws(CacheError) -> ContentEntry in
+            try createEntry(key, item: item)
         }
     }
 

@@ -35,16 +35,26 @@ final class MountReadClaims: ReadClaimProvider {
         } catch {
             throw Self.fileSystemError(error, path: path)
         }
-        let token = held.withLock { state -> UInt64 in
+        return ReadClaimToken(rawValue: hold(claim))
+    }
+
+    func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? {
+        let path = request.relativePath.isEmpty ? mountpoint : mountpoint + "/" + request.relativePath
+        let pid = ProcessIdentity.processID(ofThread: request.context.threadID)
+        guard let claim = server.claimNow(path, kind: .read, onBehalfOf: pid) else { return nil }
+        return ReadClaimToken(rawValue: hold(claim))
+    }
+
+    private func hold(_ claim: KernelClaim) -> UInt64 {
+        held.withLock { state -> UInt64 in
             let token = state.next
             state.next += 1
             state.claims[token] = claim
             return token
         }
-        return ReadClaimToken(rawValue: token)
     }
 
-    func releaseReadClaim(_ token: ReadClaimToken) async {
+    func releaseReadClaim(_ token: ReadClaimToken) {
         held.withLock { $0.claims.removeValue(forKey: token.rawValue) }?.release()
     }
 

@@ -178,6 +178,11 @@ final class DirectoryChangeWatcher: Sendable {
         }
     }
 
+    /// Whether the directory listed as `identifier` is watched now (so on a local file system).
+    func isWatched(_ identifier: ItemIdentifier) -> Bool {
+        state.withLock { $0.watchByIdentifier[identifier] != nil }
+    }
+
     /// See `ListingChangeTracking.hasChanges(since:)`.
     func hasChanges(since token: ListingChangeToken) -> Bool {
         state.withLock { state in

@@ -22,7 +22,7 @@ import Musl
 /// - Symbolic links are items of kind `.symbolicLink`; they are never followed.
 /// - The root missing or not a directory reads as `.unreachable` (the "server" is gone), which
 ///   the cache answers with what it has locally.
-public struct LocalDirectoryProvider: NamedChildLookup, ChangeNotifying {
+public struct LocalDirectoryProvider: NamedChildLookup, ChangeNotifying, ImmediateMetadata {
     /// The directory served, as given.
     public let root: String
     /// inotify watches of the listed directories (D-224).
@@ -36,6 +36,19 @@ public struct LocalDirectoryProvider: NamedChildLookup, ChangeNotifying {
 
     public func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
         try await LocalIO.run { try self.itemSync(identifier) }
+    }
+
+    /// `item(for:)` on the calling thread, for items whose directory is watched (D-224): the
+    /// watch was only made after its device was found to be a local file system, so the lstat
+    /// cannot wait on a network. Nil for anything else (the root, a directory never listed, a
+    /// network source). A file bind-mounted from a network file system into a watched directory
+    /// is the one case this does not see.
+    public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
+        guard identifier != .root else { return nil }
+        let raw = identifier.rawValue
+        let parent = raw.lastIndex(of: "/").map { ItemIdentifier(String(raw[..<$0])) } ?? .root
+        guard changes.isWatched(parent) else { return nil }
+        return try itemSync(identifier)
     }
 
     public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {

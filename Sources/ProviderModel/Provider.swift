@@ -55,6 +55,17 @@ public protocol NamedChildLookup: Provider {
     func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem?
 }
 
+/// A provider that can answer some `item(for:)` calls at once, with no wait on a network, another
+/// process or a lock it does not own (a local directory on a local file system: realpath and lstat
+/// served from the kernel's caches). The mount revalidates an open this way on the FUSE thread
+/// that received it, without a task or a thread hop (D-229); anything it declines goes the async
+/// way.
+public protocol ImmediateMetadata: Provider {
+    /// What `item(for:)` would return, or nil when answering might wait (the caller then calls
+    /// `item(for:)`). Throws like `item(for:)`.
+    func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem?
+}
+
 /// A provider that can tell, without listing again, whether a directory it listed may have
 /// changed since (a local directory: inotify). The cache uses it to revalidate a listing past its
 /// TTL for the cost of one check instead of a listing of every child (D-224).

@@ -308,4 +308,11 @@ public protocol FileSystemFastPath: Sendable {
     func readNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) -> Result<ReadData, FileSystemError>?
+    /// May block on local file I/O of the cache (opening a cache file) and on the provider's
+    /// immediate metadata (`ImmediateMetadata`: a local lstat), never on a claim or the network.
+    func openNow(
+        _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
+    ) -> Result<OpenedFile, FileSystemError>?
+    func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>?
+    func flushNow(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) -> Result<Void, FileSystemError>?
 }

@@ -300,9 +300,16 @@ public final class ProviderFileSystem: FileSystem {
                 throw FileSystemError(error)
             }
         } catch {
-            await claims.releaseReadClaim(claim)
+            claims.releaseReadClaim(claim)
             throw error
         }
+        return opened(inode, node, item: item, entry: entry, claim: claim)
+    }
+
+    /// The handle of an open whose claim is held and whose content version is pinned.
+    private func opened(
+        _ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem, entry: ContentEntry, claim: ReadClaimToken
+    ) -> OpenedFile {
         let (handle, keepCache) = state.withLock { state -> (FileHandleID, Bool) in
             let handle = state.allocateHandle()
             state.files[handle] = OpenFile(inode: inode, identifier: node.identifier, entry: entry, claim: claim)
@@ -344,9 +351,15 @@ public final class ProviderFileSystem: FileSystem {
     ) async throws(FileSystemError) {}
 
     public func release(_ inode: InodeNumber, handle: FileHandleID) async {
+        releaseHandle(handle)
+    }
+
+    /// Ends a handle: unpins its content (a superseded version's file goes with the last pin)
+    /// and ends its read claim. Never waits.
+    private func releaseHandle(_ handle: FileHandleID) {
         guard let open = state.withLock({ $0.files.removeValue(forKey: handle) }) else { return }
         cache.unpin(open.entry)
-        await claims.releaseReadClaim(open.claim)
+        claims.releaseReadClaim(open.claim)
     }
 
     // MARK: Mutations (read-only for now)
@@ -479,7 +492,7 @@ public final class ProviderFileSystem: FileSystem {
         }
         for file in open {
             cache.unpin(file.entry)
-            await claims.releaseReadClaim(file.claim)
+            claims.releaseReadClaim(file.claim)
         }
         await cache.shutdown()
     }
@@ -541,6 +554,42 @@ extension ProviderFileSystem: FileSystemFastPath {
             item.kind == node.kind || node.identifier == .root
         else { return nil }
         return .success(attributes(of: item, presentBytes: presentBytes, inode: inode, tracked: tracked))
+    }
+
+    /// An open for reading whose claim is granted at once, whose revalidation the cache or the
+    /// provider answers at once (`ProviderCache.itemNow`: D-208's revalidation still happens) and
+    /// whose content entry exists or is opened from the local disk (D-229). Same order as the
+    /// async `open`: claim, then revalidation, then pin. Anything else, every error included, is
+    /// left to `open`, with nothing held.
+    public func openNow(
+        _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
+    ) -> Result<OpenedFile, FileSystemError>? {
+        guard !flags.wantsWrite, !flags.truncates, let node = state.withLock({ $0.inodes[inode] }), node.kind == .file,
+            let path = cache.path(of: node.identifier),
+            let claim = claims.acquireReadClaimNow(
+                ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+        else { return nil }
+        let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
+        guard let item = cache.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
+            let entry = cache.pinContentNow(of: item)
+        else {
+            claims.releaseReadClaim(claim)
+            return nil
+        }
+        return .success(opened(inode, node, item: item, entry: entry, claim: claim))
+    }
+
+    /// `release`, which never waits.
+    public func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>? {
+        releaseHandle(handle)
+        return .success(())
+    }
+
+    /// `flush` has nothing to do on a read-only mount.
+    public func flushNow(
+        _ inode: InodeNumber, handle: FileHandleID, context: RequestContext
+    ) -> Result<Void, FileSystemError>? {
+        .success(())
     }
 
     public func readNow(

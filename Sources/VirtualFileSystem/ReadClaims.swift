@@ -30,7 +30,16 @@ public struct ReadClaimToken: Hashable, Sendable {
 /// coordination deadlock; the open then fails with that error.
 public protocol ReadClaimProvider: Sendable {
     func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken
-    func releaseReadClaim(_ token: ReadClaimToken) async
+    /// The claim when it is granted at once; nil when it would have to wait (or fail), with
+    /// nothing taken: the caller then uses `acquireReadClaim`. Never waits (a FUSE thread asks,
+    /// D-229). The default grants nothing this way.
+    func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken?
+    /// Ends a claim. Never waits.
+    func releaseReadClaim(_ token: ReadClaimToken)
+}
+
+extension ReadClaimProvider {
+    public func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? { nil }
 }
 
 /// Grants every claim at once and remembers nothing: the default until coordination is wired.
@@ -39,5 +48,6 @@ public struct NoReadClaims: ReadClaimProvider {
     public func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
         ReadClaimToken(rawValue: 0)
     }
-    public func releaseReadClaim(_ token: ReadClaimToken) async {}
+    public func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? { ReadClaimToken(rawValue: 0) }
+    public func releaseReadClaim(_ token: ReadClaimToken) {}
 }

@@ -1,4 +1,5 @@
 import FileCoordination
+import Testing
 
 /// Drives the pure arbiter with an explicit clock and records what it asked for.
 struct ArbiterHarness {
@@ -23,7 +24,18 @@ struct ArbiterHarness {
         let request = ClaimRequest(
             id: id, pid: pid, purpose: purpose, intents: intents, heldByCaller: held, actingForPids: actingFor,
             waitDeadline: now + wait, presenterTimeout: presenterTimeout)
-        apply(arbiter.submit(request, now: now))
+        // Every claim of every arbiter test also checks the immediate form (D-229) against the
+        // ordinary one, on a copy of the arbiter: it grants exactly when submit grants at once
+        // with nothing else to do, and then leaves the same state; otherwise it changes nothing.
+        var probe = arbiter
+        let before = arbiter.snapshot(now: now)
+        let immediate = probe.grantIfImmediate(request, now: now)
+        let actions = arbiter.submit(request, now: now)
+        var grantedAtOnce = false
+        if actions.count == 1, case .grant(let granted, _) = actions[0], granted == id { grantedAtOnce = true }
+        #expect(immediate == grantedAtOnce, "grantIfImmediate and submit disagree on \(id) \(intents)")
+        #expect(probe.snapshot(now: now) == (immediate ? arbiter.snapshot(now: now) : before))
+        apply(actions)
         return id
     }
 

@@ -129,6 +129,36 @@ struct LocalDirectoryProviderTests {
         }
     }
 
+    @Test("immediate metadata (D-229) answers only inside watched directories, as item(for:) would")
+    func immediateMetadata() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("a/b.txt", Array("hello".utf8))
+        try root.write("top.txt", Array("x".utf8))
+        let provider = LocalDirectoryProvider(root: root.path)
+        // Nothing listed with a token yet: no directory is known to be local, so no answer.
+        #expect(try provider.itemNow(for: ItemIdentifier("a/b.txt")) == nil)
+        #expect(try provider.itemNow(for: ItemIdentifier("top.txt")) == nil)
+        #expect(try provider.itemNow(for: .root) == nil)
+
+        _ = try await provider.trackedChildren(of: ItemIdentifier("a"))
+        let now = try #require(try provider.itemNow(for: ItemIdentifier("a/b.txt")))
+        #expect(now == (try await provider.item(for: ItemIdentifier("a/b.txt"))))
+        // Only the watched directory's children: the root is still not watched.
+        #expect(try provider.itemNow(for: ItemIdentifier("top.txt")) == nil)
+
+        try writeFile(root.path + "/a/b.txt", Array("hello again".utf8))
+        let changed = try #require(try provider.itemNow(for: ItemIdentifier("a/b.txt")))
+        #expect(changed.size == 11 && changed.contentVersion != now.contentVersion)
+
+        unlink(root.path + "/a/b.txt")
+        #expect(throws: ProviderError.self) { try provider.itemNow(for: ItemIdentifier("a/b.txt")) }
+        // The same checks as item(for:): no way out of the root, and a parent that is not a
+        // watched directory is not answered at all.
+        #expect(throws: ProviderError.self) { try provider.itemNow(for: ItemIdentifier("a/..")) }
+        #expect(try provider.itemNow(for: ItemIdentifier("a/../../etc")) == nil)
+    }
+
     @Test("identifiers that escape the root are refused")
     func traversal() async throws {
         let parent = try TemporaryDirectory()

@@ -436,9 +436,19 @@ struct ProviderFileSystemTests {
 
 /// Records claim traffic; can be told to refuse.
 final class RecordingClaims: ReadClaimProvider {
-    private let state = Locked((events: [String](), next: UInt64(0), refusing: false))
+    private let state = Locked((events: [String](), next: UInt64(0), refusing: false, grantsNow: false))
     var events: [String] { state.value.events }
     func refuse() { state.withLock { $0.refusing = true } }
+    /// Grant `acquireReadClaimNow` too (it declines by default, like a provider without one).
+    func grantNow(_ grants: Bool) { state.withLock { $0.grantsNow = grants } }
+    func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? {
+        state.withLock { state -> ReadClaimToken? in
+            guard state.grantsNow, !state.refusing else { return nil }
+            state.next += 1
+            state.events.append("acquire now \(request.relativePath) tid \(request.context.threadID)")
+            return ReadClaimToken(rawValue: state.next)
+        }
+    }
     func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
         try state.withLock { state throws(FileSystemError) -> ReadClaimToken in
             if state.refusing { throw FileSystemError(.coordinationFailed, "a writer holds the item") }
@@ -447,7 +457,7 @@ final class RecordingClaims: ReadClaimProvider {
             return ReadClaimToken(rawValue: state.next)
         }
     }
-    func releaseReadClaim(_ token: ReadClaimToken) async {
+    func releaseReadClaim(_ token: ReadClaimToken) {
         state.withLock { $0.events.append("release \(token.rawValue)") }
     }
 }
