@@ -71,6 +71,9 @@ public final class FaultPlan: @unchecked Sendable {
         }
     }
 
+    /// Whether any item (or the whole provider) is offline.
+    var anyOffline: Bool { lock.withLock { rules.contains { $0.fault == .offline } } }
+
     func isOffline(_ identifier: ItemIdentifier) -> Bool {
         lock.withLock {
             rules.contains { $0.fault == .offline && ($0.identifier == identifier || $0.identifier == .root) }
@@ -88,7 +91,17 @@ public struct FaultInjectingProvider: Provider {
         self.plan = plan
     }
 
-    private func checkOffline(_ identifier: ItemIdentifier) throws {
+    /// `plan` applied to `base`, keeping what a local directory offers beyond `Provider` (named
+    /// lookups, change tracking and pushes, immediate metadata) when `base` offers all of it, so a
+    /// mount with faults (the demo) caches and opens like one without. Other providers get the
+    /// plain wrapper.
+    public static func wrapping(_ base: any Provider, plan: FaultPlan) -> any Provider {
+        let plain = FaultInjectingProvider(wrapping: base, plan: plan)
+        guard let local = base as? any NamedChildLookup & ChangeNotifying & ImmediateMetadata else { return plain }
+        return TrackedFaultInjectingProvider(plain: plain, local: local)
+    }
+
+    func checkOffline(_ identifier: ItemIdentifier) throws {
         if plan.isOffline(identifier) {
             throw ProviderError(.unreachable, "provider is offline (injected fault)")
         }
@@ -111,6 +124,56 @@ public struct FaultInjectingProvider: Provider {
         let stream = try await base.fetchContents(of: identifier, version: version, range: range)
         guard let fault = plan.take(for: identifier, offline: false) else { return stream }
         return FaultyStream(base: stream, fault: fault, position: range.lowerBound)
+    }
+}
+
+/// `FaultInjectingProvider` over a provider that also looks up names, tracks and pushes changes
+/// and answers metadata at once. Offline faults win over all of it: an offline item is not
+/// answered at once, and while anything is offline no listing counts as unchanged, so the cache
+/// asks (and meets the fault) as it would without tracking.
+struct TrackedFaultInjectingProvider: NamedChildLookup, ChangeNotifying, ImmediateMetadata {
+    let plain: FaultInjectingProvider
+    let local: any NamedChildLookup & ChangeNotifying & ImmediateMetadata
+
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        try await plain.item(for: identifier)
+    }
+
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await plain.children(of: identifier)
+    }
+
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await plain.fetchContents(of: identifier, version: version, range: range)
+    }
+
+    func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
+        try plain.checkOffline(directory)
+        return try await local.child(named: name, of: directory)
+    }
+
+    func trackedChildren(
+        of identifier: ItemIdentifier
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    ) {
+        try plain.checkOffline(identifier)
+        return try await local.trackedChildren(of: identifier)
+    }
+
+    func hasChanges(since token: ListingChangeToken) -> Bool {
+        plain.plan.anyOffline || local.hasChanges(since: token)
+    }
+
+    func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {
+        local.observeChanges(observer)
+    }
+
+    func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
+        if plain.plan.isOffline(identifier) { return nil }
+        return try local.itemNow(for: identifier)
     }
 }
 

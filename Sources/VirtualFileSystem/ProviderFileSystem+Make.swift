@@ -34,7 +34,7 @@ extension ProviderFileSystem {
             throw FileSystemError(.notADirectory, "the source \(source) is not a directory")
         }
         var provider: any Provider = LocalDirectoryProvider(root: source)
-        if let faults { provider = FaultInjectingProvider(wrapping: provider, plan: faults) }
+        if let faults { provider = FaultInjectingProvider.wrapping(provider, plan: faults) }
         let store = try openMetadataStore(in: cacheDirectory)
         do {
             let cache = try ProviderCache(

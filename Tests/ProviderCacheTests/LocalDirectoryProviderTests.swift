@@ -159,6 +159,39 @@ struct LocalDirectoryProviderTests {
         #expect(try provider.itemNow(for: ItemIdentifier("a/../../etc")) == nil)
     }
 
+    @Test("with faults, a local directory keeps tracking and immediate answers; offline faults win")
+    func faultWrapperKeepsTracking() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("a/b.txt", Array("hello".utf8))
+        let plan = FaultPlan()
+        let provider = FaultInjectingProvider.wrapping(LocalDirectoryProvider(root: root.path), plan: plan)
+        let tracking = try #require(provider as? any ChangeNotifying & ImmediateMetadata & NamedChildLookup)
+        let (children, token) = try await tracking.trackedChildren(of: ItemIdentifier("a"))
+        #expect(children.map(\.name) == ["b.txt"])
+        let listed = try #require(token)
+        #expect(!tracking.hasChanges(since: listed))
+        #expect(try tracking.itemNow(for: ItemIdentifier("a/b.txt"))?.size == 5)
+        #expect(try await tracking.child(named: "b.txt", of: ItemIdentifier("a"))?.size == 5)
+
+        plan.add(FaultRule(identifier: ItemIdentifier("a/b.txt"), fault: .offline))
+        // Offline: not answered at once, and no listing counts as unchanged, so the cache asks.
+        #expect(try tracking.itemNow(for: ItemIdentifier("a/b.txt")) == nil)
+        #expect(tracking.hasChanges(since: listed))
+        await #expect(throws: ProviderError.self) { _ = try await tracking.item(for: ItemIdentifier("a/b.txt")) }
+        plan.add(FaultRule(identifier: .root, fault: .offline))
+        await #expect(throws: ProviderError.self) { _ = try await tracking.trackedChildren(of: ItemIdentifier("a")) }
+        await #expect(throws: ProviderError.self) {
+            _ = try await tracking.child(named: "b.txt", of: ItemIdentifier("a"))
+        }
+        plan.clear()
+        #expect(!tracking.hasChanges(since: listed))
+
+        // A provider without those capabilities keeps the plain wrapper.
+        let plain = FaultInjectingProvider.wrapping(InMemoryProvider(), plan: plan)
+        #expect(!(plain is any ListingChangeTracking) && !(plain is any ImmediateMetadata))
+    }
+
     @Test("identifiers that escape the root are refused")
     func traversal() async throws {
         let parent = try TemporaryDirectory()
