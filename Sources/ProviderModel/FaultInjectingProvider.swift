@@ -81,8 +81,9 @@ public final class FaultPlan: @unchecked Sendable {
     }
 }
 
-/// Wraps a provider and applies a `FaultPlan` to its calls.
-public struct FaultInjectingProvider: Provider {
+/// Wraps a provider and applies a `FaultPlan` to its calls. Immediate metadata is passed through
+/// when the base has it (nil otherwise, and for offline items).
+public struct FaultInjectingProvider: ImmediateMetadata {
     public let base: any Provider
     public let plan: FaultPlan
 
@@ -115,6 +116,11 @@ public struct FaultInjectingProvider: Provider {
     public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         try checkOffline(identifier)
         return try await base.children(of: identifier)
+    }
+
+    public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
+        guard let immediate = base as? any ImmediateMetadata, !plan.isOffline(identifier) else { return nil }
+        return try immediate.itemNow(for: identifier)
     }
 
     public func fetchContents(
@@ -172,8 +178,7 @@ struct TrackedFaultInjectingProvider: NamedChildLookup, ChangeNotifying, Immedia
     }
 
     func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
-        if plain.plan.isOffline(identifier) { return nil }
-        return try local.itemNow(for: identifier)
+        try plain.itemNow(for: identifier)
     }
 }
 

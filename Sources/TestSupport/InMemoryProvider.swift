@@ -26,7 +26,7 @@ public enum InMemoryContent: Sendable, Equatable {
 
 /// A provider whose namespace lives in memory. Identifiers are paths ("" is the root), as for
 /// LocalDirectoryProvider. Every change bumps the item's version ("v<n>").
-public final class InMemoryProvider: Provider, @unchecked Sendable {
+public final class InMemoryProvider: ImmediateMetadata, @unchecked Sendable {
     // Safe: all mutable state lives in `state` (a Locked).
     struct Node {
         var item: ProviderItem
@@ -49,6 +49,7 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
         var holding = false
         var held: [CheckedContinuation<Void, Never>] = []
         var time: Int64 = 1_700_000_000
+        var answersImmediately = false
     }
 
     let state = Locked(State())
@@ -141,6 +142,23 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
 
     public func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
         try state.withLock { state in
+            state.counters.itemCalls += 1
+            guard let node = state.nodes[identifier] else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+            return node.item
+        }
+    }
+
+    /// Whether `itemNow(for:)` answers (like a local directory) or declines (like a network
+    /// provider, the default).
+    public var answersImmediately: Bool {
+        get { state.withLock { $0.answersImmediately } }
+        set { state.withLock { $0.answersImmediately = newValue } }
+    }
+
+    /// `item(for:)` at once when `answersImmediately`, counted as an item call.
+    public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
+        try state.withLock { state in
+            guard state.answersImmediately else { return nil }
             state.counters.itemCalls += 1
             guard let node = state.nodes[identifier] else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
             return node.item

@@ -187,9 +187,16 @@ struct LocalDirectoryProviderTests {
         plan.clear()
         #expect(!tracking.hasChanges(since: listed))
 
-        // A provider without those capabilities keeps the plain wrapper.
-        let plain = FaultInjectingProvider.wrapping(InMemoryProvider(), plan: plan)
-        #expect(!(plain is any ListingChangeTracking) && !(plain is any ImmediateMetadata))
+        // A provider without those capabilities keeps the plain wrapper, which has no immediate
+        // answers unless its base does.
+        let memory = InMemoryProvider()
+        memory.putFile("f", .bytes([1]))
+        let plain = try #require(FaultInjectingProvider.wrapping(memory, plan: plan) as? FaultInjectingProvider)
+        #expect(try plain.itemNow(for: ItemIdentifier("f")) == nil)
+        memory.answersImmediately = true
+        #expect(try plain.itemNow(for: ItemIdentifier("f"))?.size == 1)
+        plan.add(FaultRule(identifier: ItemIdentifier("f"), fault: .offline))
+        #expect(try plain.itemNow(for: ItemIdentifier("f")) == nil)
     }
 
     @Test("identifiers that escape the root are refused")

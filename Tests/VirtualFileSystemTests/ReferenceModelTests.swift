@@ -73,6 +73,8 @@ private struct ModelRun {
         options.cache.maximumAttempts = 3
         fixture = try VFSFixture(options: options)
         fileSystem = try fixture.makeFileSystem()
+        // Revalidation at open is answered at once, as a local directory's is.
+        fixture.provider.answersImmediately = true
         random = SeededRandom(seed: seed)
         // A starting tree.
         fixture.provider.addDirectory("d0")
@@ -228,7 +230,18 @@ private struct ModelRun {
         log.append("open \(item.identifier)")
         do {
             guard let entry = try await resolvePath(item.identifier.rawValue) else { return "no entry" }
-            let opened = try await fileSystem.open(entry.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+            // Two opens in three go the adapter's way: the fast path first (D-229), the async
+            // open when it declines; the third goes straight to the async open.
+            let flags = OpenFlags(rawValue: O_RDONLY)
+            let opened =
+                if random.next() % 3 != 0, let now = fileSystem.openNow(entry.inode, flags: flags, context: .kernel) {
+                    try { () throws(FileSystemError) -> OpenedFile in
+                        log[log.count - 1] += " (answered now)"
+                        return try now.get()
+                    }()
+                } else {
+                    try await fileSystem.open(entry.inode, flags: flags, context: .kernel)
+                }
             handles.append(
                 OpenHandle(
                     path: item.identifier.rawValue, inode: entry.inode, handle: opened.handle, content: content,
@@ -271,7 +284,11 @@ private struct ModelRun {
         guard !handles.isEmpty else { return nil }
         let handle = handles.remove(at: Int.random(in: 0..<handles.count, using: &random))
         log.append("close \(handle.path) \(handle.handle)")
-        await fileSystem.release(handle.inode, handle: handle.handle)
+        if random.next() % 2 == 0 {
+            _ = fileSystem.releaseNow(handle.inode, handle: handle.handle)
+        } else {
+            await fileSystem.release(handle.inode, handle: handle.handle)
+        }
         return nil
     }
 
