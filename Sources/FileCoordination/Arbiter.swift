@@ -417,6 +417,12 @@ public struct Arbiter: Sendable {
     /// these alone (read/read never conflicts, rules 1 and 10): with none, a new read claim is
     /// granted without looking at the others — a mount holds a read claim per open file.
     private var writerCount = 0
+
+    /// Whether `request` could only meet other reads: no write claim is held or waiting and it
+    /// writes nothing. Then nothing can block it, and the processes it acts for do not matter.
+    public func isReadAmongReads(_ request: ClaimRequest) -> Bool {
+        writerCount == 0 && !request.hasWrite
+    }
     /// Where a claim's possible blockers are, once there are many claims (D-127): nil below
     /// `indexThreshold` live claims, where a scan is cheaper than keeping an index.
     private var conflictIndex: ConflictIndex?

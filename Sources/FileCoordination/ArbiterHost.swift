@@ -96,12 +96,16 @@ public final class ArbiterHost: @unchecked Sendable {
 
     /// Grants `request` if nothing makes it wait (`Arbiter.grantIfImmediate`) and returns true;
     /// otherwise changes nothing and returns false. No sink hears of the grant: the caller knows.
-    /// `ancestry` as in `submit(_:ancestry:)`.
+    /// `ancestry` as in `submit(_:ancestry:)`, and not even then for a read among reads only
+    /// (many files open for reading, no writer: a read claim granted at once never waits, so
+    /// whom it acts for cannot matter; that saves a /proc read per ancestor on every open).
     public func grantIfImmediate(_ request: ClaimRequest, ancestry: () -> [Int32]) -> Bool {
         let now = clock()
         return state.withLock { state in
             var request = request
-            if state.arbiter.claimCount > 0 { request.actingForPids = ancestry() }
+            if state.arbiter.claimCount > 0 && !state.arbiter.isReadAmongReads(request) {
+                request.actingForPids = ancestry()
+            }
             return state.arbiter.grantIfImmediate(request, now: now)
         }
     }

@@ -200,6 +200,34 @@ import Testing
         #expect(h.isGranted(stranger))
     }
 
+    @Test func immediateGrantsAskForTheAncestryOnlyWhenAWriterIsAround() {
+        // D-229: the mount's opens ask the host at once; /proc is read for the caller's ancestry
+        // only when some write claim could make it matter.
+        let host = ArbiterHost()
+        var asked = 0
+        func claim(_ local: UInt64, _ intent: ClaimIntent, pid: Int32, ancestry: [Int32]) -> Bool {
+            let request = ClaimRequest(
+                id: ClaimID(owner: 1, local: local), pid: pid, purpose: "kernel.\(pid)", intents: [intent],
+                waitDeadline: host.now, presenterTimeout: ArbiterHarness.second)
+            return host.grantIfImmediate(request) {
+                asked += 1
+                return ancestry
+            }
+        }
+        #expect(claim(1, read("/m/a"), pid: 10, ancestry: [10, 1]))
+        #expect(claim(2, read("/m/b"), pid: 11, ancestry: [11, 1]))
+        #expect(asked == 0, "reads among reads: nothing to ask")
+        #expect(claim(3, write("/m/c"), pid: 20, ancestry: [20, 1]))
+        #expect(asked == 1)
+        // With a writer held, a read of its item is granted at once only to a process acting for
+        // the writer's (its child), and the ancestry is asked each time.
+        #expect(claim(4, read("/m/c"), pid: 21, ancestry: [21, 20, 1]))
+        #expect(!claim(5, read("/m/c"), pid: 22, ancestry: [22, 1]))
+        #expect(asked == 3)
+        // Declined means untouched: the writer still holds /m/c alone, the child's read too.
+        #expect(host.dump().claims.count == 4)
+    }
+
     @Test func seededRandomClaimsNeverGrantTwoConflictingClaims() {
         // Random claims, releases, cancels and expiring deadlines over a small tree with hard
         // links (shared identities), a package and subtree writes. Debug builds also check every
