@@ -699,7 +699,10 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(host.dump().claims.map(\.state) == ["held", "waiting"])
         release.signal()
         let done = Locked2<Int?>(nil)
-        Task { done.set(try? await waiting.value) }
+        // Not on the cooperative pool: this blocking body waits for it, and other suites' blocking
+        // bodies can hold both pool threads for longer than the deadline (TestScheduling's rule;
+        // it failed that way once in CI's ThreadSanitizer run, 2026-12-01).
+        Task(executorPreference: BlockingTestExecutor.unbounded) { done.set(try? await waiting.value) }
         #expect(eventually { done.get() == 1 })
     }
 
