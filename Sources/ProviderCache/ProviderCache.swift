@@ -885,13 +885,7 @@ public final class ProviderCache: Sendable {
     public func pinContent(of item: ProviderItem) async throws(CacheError) -> ContentEntry {
         guard item.kind == .file else { throw CacheError(.wrongKind, "\(item.identifier) is not a file") }
         let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
-        if let entry = catalog.withLock({ catalog -> ContentEntry? in
-            let entry = catalog.entries[key]
-            entry?.pin()
-            return entry
-        }) {
-            return entry
-        }
+        if let entry = pinOpenEntry(key) { return entry }
         return try await environment.pool.run { () throws(CacheError) -> ContentEntry in
             try self.creationLock.withLock { () throws(CacheError) -> ContentEntry in
                 try self.createEntry(key, item: item)
@@ -904,15 +898,18 @@ public final class ProviderCache: Sendable {
     public func pinContentNow(of item: ProviderItem) -> ContentEntry? {
         guard item.kind == .file else { return nil }
         let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
-        if let entry = catalog.withLock({ catalog -> ContentEntry? in
+        if let entry = pinOpenEntry(key) { return entry }
+        return try? creationLock.withLock { () throws(CacheError) -> ContentEntry in
+            try createEntry(key, item: item)
+        }
+    }
+
+    /// The open entry of `key`, pinned under the catalog lock (so an idle close cannot take it).
+    private func pinOpenEntry(_ key: ContentKey) -> ContentEntry? {
+        catalog.withLock { catalog -> ContentEntry? in
             let entry = catalog.entries[key]
             entry?.pin()
             return entry
-        }) {
-            return entry
-        }
-        return try? creationLock.withLock { () throws(CacheError) -> ContentEntry in
-            try createEntry(key, item: item)
         }
     }
 
