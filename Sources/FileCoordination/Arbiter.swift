@@ -467,11 +467,12 @@ public struct Arbiter: Sendable {
     }
 
     private mutating func submit(_ request: ClaimRequest, now: UInt64, onlyIfImmediate: Bool) -> [ArbiterAction]? {
-        if onlyIfImmediate && (request.intents.isEmpty || claims[request.id] != nil) { return nil }
         if request.intents.isEmpty {
+            if onlyIfImmediate { return nil }
             return [.fail(request.id, CoordinationError(.invalidRequest, "A claim needs at least one item."))]
         }
         if claims[request.id] != nil {
+            if onlyIfImmediate { return nil }
             return [.fail(request.id, CoordinationError(.invalidRequest, "Claim \(request.id) is already in use."))]
         }
         var claim = Claim(request: request, sequence: nextSequence, submitted: now)
@@ -480,6 +481,8 @@ public struct Arbiter: Sendable {
             guard !(claim.isNested && deadlockingHeldClaim(for: claim) != nil), blocker(for: claim) == nil,
                 messagePlan(for: request).isEmpty, evictionRefuser(for: request) == nil
             else { return nil }
+            nextSequence += 1
+            return grantAtOnce(claim)
         }
         nextSequence += 1
         if claim.isNested, let held = deadlockingHeldClaim(for: claim) {
@@ -496,13 +499,7 @@ public struct Arbiter: Sendable {
         claim.phase = .queued
         if blocker(for: claim) == nil && messagePlan(for: request).isEmpty && evictionRefuser(for: request) == nil {
             // Fast path (uncontended, nobody to ask): granted without a second look-up.
-            claim.phase = .granted
-            markGranted(request.pid)
-            claims[request.id] = consume claim
-            order.append(request.id)
-            if request.hasWrite { writerCount += 1 }
-            indexInsert(request)
-            return [.grant(request.id, paths: request.intents.map(\.path))]
+            return grantAtOnce(claim)
         }
         claims[request.id] = claim
         order.append(request.id)
@@ -511,6 +508,19 @@ public struct Arbiter: Sendable {
         var actions: [ArbiterAction] = []
         advance(request.id, now: now, into: &actions)
         return actions
+    }
+
+    /// Records `claim`, which nothing blocks and nobody must be asked about, as granted.
+    private mutating func grantAtOnce(_ claim: Claim) -> [ArbiterAction] {
+        let request = claim.request
+        var claim = claim
+        claim.phase = .granted
+        markGranted(request.pid)
+        claims[request.id] = consume claim
+        order.append(request.id)
+        if request.hasWrite { writerCount += 1 }
+        indexInsert(request)
+        return [.grant(request.id, paths: request.intents.map(\.path))]
     }
 
     /// Ends a granted claim (or abandons a waiting one): presenters get their reacquirer and, after

@@ -421,10 +421,9 @@ public final class CoordinationServer: @unchecked Sendable {
         completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
     ) {
         do {
-            let canonical = ItemResolver.lexicallyNormalized(try ItemResolver.validatedPath(path))
-            let intent = ClaimIntent(
-                kind: kind, path: canonical, readingOptions: readingOptions, writingOptions: writingOptions,
-                identity: identity, isDirectory: isDirectory, packageRoot: packageRoot)
+            let intent = try Self.kernelIntent(
+                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, identity: identity,
+                isDirectory: isDirectory, packageRoot: packageRoot)
             mountOwner.submit(
                 intent, pid: pid, ancestry: { processAncestry(of: pid) }, deadline: deadline.nanosecondCount,
                 completion: completion)
@@ -441,13 +440,24 @@ public final class CoordinationServer: @unchecked Sendable {
         identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32
     ) -> KernelClaim? {
-        guard let canonical = try? ItemResolver.lexicallyNormalized(ItemResolver.validatedPath(path)) else {
-            return nil
-        }
-        let intent = ClaimIntent(
-            kind: kind, path: canonical, readingOptions: readingOptions, writingOptions: writingOptions,
-            identity: identity, isDirectory: isDirectory, packageRoot: packageRoot)
+        guard
+            let intent = try? Self.kernelIntent(
+                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, identity: identity,
+                isDirectory: isDirectory, packageRoot: packageRoot)
+        else { return nil }
         return mountOwner.claimNow(intent, pid: pid, ancestry: { processAncestry(of: pid) })
+    }
+
+    /// The intent of a kernel caller's claim on `path`, normalised lexically only (no file-system
+    /// access: the daemon must never call into its own mount).
+    private static func kernelIntent(
+        _ path: String, kind: AccessKind, readingOptions: ReadingOptions, writingOptions: WritingOptions,
+        identity: ItemIdentity?, isDirectory: Bool, packageRoot: String?
+    ) throws(CoordinationError) -> ClaimIntent {
+        ClaimIntent(
+            kind: kind, path: ItemResolver.lexicallyNormalized(try ItemResolver.validatedPath(path)),
+            readingOptions: readingOptions, writingOptions: writingOptions, identity: identity,
+            isDirectory: isDirectory, packageRoot: packageRoot)
     }
 
     /// Async form of `claim(_:kind:…:completion:)`.
@@ -524,13 +534,7 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
             state.table[local] = completion
             return local
         }
-        let now = host.now
-        host.submit(
-            ClaimRequest(
-                id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)",
-                intents: [intent], waitDeadline: now &+ deadline,
-                presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount),
-            ancestry: ancestry)
+        host.submit(request(local, intent, pid: pid, waitDeadline: host.now &+ deadline), ancestry: ancestry)
     }
 
     /// A claim granted at once, or nil (nothing submitted) when it would have to wait.
@@ -539,12 +543,15 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
             defer { state.next += 1 }
             return state.next
         }
-        let id = ClaimID(owner: owner, local: local)
-        let request = ClaimRequest(
-            id: id, pid: pid, purpose: "providerfs.kernel.\(pid)", intents: [intent], waitDeadline: host.now,
-            presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount)
+        let request = request(local, intent, pid: pid, waitDeadline: host.now)
         guard host.grantIfImmediate(request, ancestry: ancestry) else { return nil }
-        return KernelClaim(host: host, id: id, path: intent.path)
+        return KernelClaim(host: host, id: request.id, path: intent.path)
+    }
+
+    private func request(_ local: UInt64, _ intent: ClaimIntent, pid: Int32, waitDeadline: UInt64) -> ClaimRequest {
+        ClaimRequest(
+            id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)", intents: [intent],
+            waitDeadline: waitDeadline, presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount)
     }
 
     func granted(_ claim: ClaimID, paths: [String]) {

@@ -27,8 +27,7 @@ final class MountReadClaims: ReadClaimProvider {
     }
 
     func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
-        let path = request.relativePath.isEmpty ? mountpoint : mountpoint + "/" + request.relativePath
-        let pid = ProcessIdentity.processID(ofThread: request.context.threadID)
+        let (path, pid) = target(of: request)
         let claim: KernelClaim
         do {
             claim = try await server.claim(path, kind: .read, onBehalfOf: pid, deadline: deadline)
@@ -39,10 +38,17 @@ final class MountReadClaims: ReadClaimProvider {
     }
 
     func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? {
-        let path = request.relativePath.isEmpty ? mountpoint : mountpoint + "/" + request.relativePath
-        let pid = ProcessIdentity.processID(ofThread: request.context.threadID)
+        let (path, pid) = target(of: request)
         guard let claim = server.claimNow(path, kind: .read, onBehalfOf: pid) else { return nil }
         return ReadClaimToken(rawValue: hold(claim))
+    }
+
+    /// The path in the mount a request claims, and the process it claims for.
+    private func target(of request: ReadClaimRequest) -> (path: String, pid: Int32) {
+        (
+            request.relativePath.isEmpty ? mountpoint : mountpoint + "/" + request.relativePath,
+            ProcessIdentity.processID(ofThread: request.context.threadID)
+        )
     }
 
     private func hold(_ claim: KernelClaim) -> UInt64 {

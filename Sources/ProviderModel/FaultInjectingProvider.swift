@@ -86,10 +86,13 @@ public final class FaultPlan: @unchecked Sendable {
 public struct FaultInjectingProvider: ImmediateMetadata {
     public let base: any Provider
     public let plan: FaultPlan
+    /// `base` as `ImmediateMetadata`, cast once (opens ask on every call).
+    private let immediate: (any ImmediateMetadata)?
 
     public init(wrapping base: any Provider, plan: FaultPlan) {
         self.base = base
         self.plan = plan
+        immediate = base as? any ImmediateMetadata
     }
 
     /// `plan` applied to `base`, keeping what a local directory offers beyond `Provider` (named
@@ -119,7 +122,7 @@ public struct FaultInjectingProvider: ImmediateMetadata {
     }
 
     public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
-        guard let immediate = base as? any ImmediateMetadata, !plan.isOffline(identifier) else { return nil }
+        guard let immediate, !plan.isOffline(identifier) else { return nil }
         return try immediate.itemNow(for: identifier)
     }
 

@@ -141,11 +141,14 @@ public final class InMemoryProvider: ImmediateMetadata, @unchecked Sendable {
     }
 
     public func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
-        try state.withLock { state in
-            state.counters.itemCalls += 1
-            guard let node = state.nodes[identifier] else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
-            return node.item
-        }
+        try state.withLock { state in try Self.item(identifier, in: &state) }
+    }
+
+    /// An item call, counted.
+    private static func item(_ identifier: ItemIdentifier, in state: inout State) throws -> ProviderItem {
+        state.counters.itemCalls += 1
+        guard let node = state.nodes[identifier] else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+        return node.item
     }
 
     /// Whether `itemNow(for:)` answers (like a local directory) or declines (like a network
@@ -159,9 +162,7 @@ public final class InMemoryProvider: ImmediateMetadata, @unchecked Sendable {
     public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
         try state.withLock { state in
             guard state.answersImmediately else { return nil }
-            state.counters.itemCalls += 1
-            guard let node = state.nodes[identifier] else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
-            return node.item
+            return try Self.item(identifier, in: &state)
         }
     }
 
