@@ -155,6 +155,21 @@ class ProviderFSNoPassthrough(ProviderFS):
         return super().command() + ["--no-passthrough"]
 
 
+class ProviderFSBaseline(ProviderFS):
+    """The same mount from another build (`--baseline BINARY`), for an A/B of two commits in one
+    interleaved run: its column and `providerfs/providerfs-base` show what a change did."""
+    name = "providerfs-base"
+
+    def prepare(self):
+        self.cache = os.path.join(self.bench.work, "providerfs-base-cache")
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    def command(self):
+        command = super().command()
+        command[0] = self.bench.args.baseline
+        return command
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -181,6 +196,8 @@ class Bench:
         self.peers.append(ProviderFS(self))
         if self.args.with_no_passthrough:
             self.peers.append(ProviderFSNoPassthrough(self))
+        if self.args.baseline:
+            self.peers.append(ProviderFSBaseline(self))
 
     def cleanup(self):
         for peer in self.peers:
@@ -205,6 +222,8 @@ def main():
     parser.add_argument("--providerfs", required=True)
     parser.add_argument("--with-no-passthrough", action="store_true",
                         help="add a ProviderFS peer mounted with --no-passthrough")
+    parser.add_argument("--baseline", metavar="BINARY",
+                        help="add a peer 'providerfs-base': the same mount from another providerfs binary (A/B)")
     args = parser.parse_args()
 
     def interrupt(signum, frame):
