@@ -50,7 +50,7 @@ let package = Package(
             name: "TestSupport",
             dependencies: ["SystemSupport", "ProviderModel", "ProviderCache", "VirtualFileSystem", "FileCoordination"]),
         // Test-only: the `.blockingThreads` trait (test bodies that block run off the cooperative pool).
-        .target(name: "TestScheduling"),
+        .target(name: "TestScheduling", dependencies: ["SystemSupport"]),
 
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(

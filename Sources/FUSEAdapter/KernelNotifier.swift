@@ -8,6 +8,7 @@ import CFuse3
 import Diagnostics
 import Dispatch
 import Synchronization
+import SystemSupport
 import VirtualFileSystem
 
 #if canImport(Glibc)
@@ -20,7 +21,7 @@ final class KernelNotifier: Sendable {
     private let session = Atomic<UInt>(0)
     private let logger: Logger
     /// Invalidations sent and those the kernel refused for a reason other than "not cached".
-    private let counts = Mutex<(sent: Int, failed: Int)>((0, 0))
+    private let counts = Locked<(sent: Int, failed: Int)>((0, 0))
 
     init(session: OpaquePointer, logger: Logger) {
         self.session.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(session))), ordering: .releasing)

@@ -1,6 +1,7 @@
 import Dispatch
 import FileCoordination
 import Foundation
+import SystemSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -29,7 +30,7 @@ struct PresentCommand: CLICommand {
             queue.maxConcurrentOperationCount = 1
             return queue
         }()
-        private let lock = NSLock()
+        private let lock = Lock()
         private var url: URL
 
         init(url: URL, io: CommandIO) {
@@ -95,14 +96,12 @@ struct PresentCommand: CLICommand {
         }
         printer.emit("ready")
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let once = NSLock()
-            nonisolated(unsafe) var resumed = false
-            // Safe: `resumed` is only touched under `once`.
+            let resumed = Locked(false)
             for number in [SIGINT, SIGTERM] {
                 signal(number, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
                 source.setEventHandler {
-                    let first = once.withLock { () -> Bool in
+                    let first = resumed.withLock { resumed -> Bool in
                         defer { resumed = true }
                         return !resumed
                     }
@@ -123,10 +122,8 @@ struct PresentCommand: CLICommand {
     /// Keeps the signal sources alive while the command waits.
     static let sources = SourceList()
 
-    final class SourceList: @unchecked Sendable {
-        // Safe: `list` is only touched under `lock`.
-        private let lock = NSLock()
-        private var list: [any DispatchSourceSignal] = []
-        func withLock<T>(_ body: (inout [any DispatchSourceSignal]) -> T) -> T { lock.withLock { body(&list) } }
+    final class SourceList: Sendable {
+        private let list = Locked<[any DispatchSourceSignal]>([])
+        func withLock<T>(_ body: (inout [any DispatchSourceSignal]) -> T) -> T { list.withLock { body(&$0) } }
     }
 }

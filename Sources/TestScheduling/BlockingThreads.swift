@@ -11,7 +11,7 @@
 // the preference; unstructured and detached tasks do not and run on the pool as usual.
 
 import Dispatch
-import Foundation
+import SystemSupport
 public import Testing
 
 /// Runs jobs on threads outside the cooperative pool: each worker is a serial Dispatch queue of its
@@ -31,7 +31,7 @@ public final class BlockingTestExecutor: TaskExecutor, @unchecked Sendable {
     static let marker = DispatchSpecificKey<Bool>()
 
     private let width: Int?
-    private let lock = NSLock()
+    private let lock = Lock()
     private var queued: [UnownedJob] = []
     private var running = 0
 
