@@ -13,6 +13,7 @@
 // events into `ProviderChange`s for the cache and, through it, the kernel's caches (D-228).
 
 import Dispatch
+import ProviderModel
 import SystemSupport
 
 #if canImport(Glibc)
