@@ -184,7 +184,7 @@ final class DirectoryChangeWatcher: Sendable {
         state.withLock { $0.watchByIdentifier[identifier] != nil }
     }
 
-    /// See `ListingChangeTracking.hasChanges(since:)`.
+    /// See `Provider.hasChanges(since:)`.
     func hasChanges(since token: ListingChangeToken) -> Bool {
         state.withLock { state in
             guard state.fd >= 0 else { return true }

@@ -67,7 +67,7 @@ public final class ProviderCache: Sendable {
     /// The provider pushes changes (`ChangeNotifying`): a tracked listing is kept exact by them.
     public let pushesChanges: Bool
 
-    /// The provider as `ImmediateMetadata`, when it is one (`itemNow`).
+    /// The provider, when it offers `.immediateMetadata` (`itemNow`).
     private let immediateMetadata: (any Provider)?
 
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
