@@ -1,6 +1,8 @@
 // swift-tools-version:6.1
 // ProviderFS: a File Provider for Linux over FUSE, with a cross-process file coordinator.
-// Layers and the rules between them: docs/ARCHITECTURE.md. Dependencies point down only.
+// Layers and the rules between them: docs/ARCHITECTURE.md. Dependencies point down only, and each
+// target declares exactly the package modules its sources import (test targets also the
+// executables they run).
 import PackageDescription
 
 let package = Package(
