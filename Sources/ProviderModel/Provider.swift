@@ -73,12 +73,17 @@ public protocol Provider: Sendable {
 /// - `changeNotifying`: `observeChanges(_:)` pushes changes as they happen (the kernel's caches
 ///   are told at once, D-228). Implies `listingChangeTracking` (changes concern tracked listings).
 ///
+/// A provider's capabilities do not change over its life (the cache reads them once). What a
+/// provider cannot answer for a time or for some items it declines call by call, the way the
+/// defaults do (`itemNow` nil, `hasChanges` true, a `trackedChildren` token nil).
+///
 /// **Wrappers.** A provider that wraps another (fault injection today; an access-token check and
 /// a remote provider's local layer later) is one type, whatever its base offers: it implements
 /// every requirement by forwarding to its base (after its own checks), and reports
-/// `base.capabilities`, minus what it deliberately turns off (for a time, or for some items: a
-/// call it declines answers like the default, e.g. `itemNow` returns nil, `hasChanges` true).
-/// Callers never cast to find a capability, so nothing a base offers is lost by wrapping it.
+/// `base.capabilities`, minus any it deliberately never offers. It declines, call by call, what
+/// it refuses for a time (`FaultInjectingProvider`: an offline item gets no immediate answer, and
+/// no listing counts as unchanged while anything is offline). Callers never cast to find a
+/// capability, so nothing a base offers is lost by wrapping it.
 public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
     public let rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }
