@@ -7,6 +7,10 @@ import ProviderModel
 import SystemSupport
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Every capability, with a name for messages.
 private let everyCapability: [(name: String, capability: ProviderCapabilities)] = [
     ("namedChildLookup", .namedChildLookup), ("immediateMetadata", .immediateMetadata),
@@ -175,5 +179,88 @@ struct WrapperCapabilityTests {
         let faulty = try await wrapped.fetchContents(
             of: ItemIdentifier("f"), version: ContentVersion("v1"), range: 0..<10)
         #expect(!faulty.capabilities.contains(.directTransfer))
+    }
+}
+
+/// Hands out `bytes` through `next` only (no transfer of its own).
+private final class BytesStream: ContentStream {
+    let bytes: [UInt8]
+    let position = Locked(0)
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    func next(maximumLength: Int) async throws -> [UInt8]? {
+        position.withLock { position in
+            guard position < bytes.count else { return nil }
+            let end = min(bytes.count, position + maximumLength)
+            defer { position = end }
+            return Array(bytes[position..<end])
+        }
+    }
+    func close() {}
+}
+
+private struct BytesProvider: Provider {
+    let capabilities: ProviderCapabilities = []
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { makeItem(identifier.rawValue) }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] { [] }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        BytesStream(Array(1...10))
+    }
+}
+
+@Suite("ContentStream's default transfer")
+struct DefaultTransferTests {
+    /// A temporary file's descriptor (unlinked at once) and its bytes after `body`.
+    private func withFile(_ body: (Int32) async throws -> Void) async throws -> [UInt8] {
+        var template = Array("/tmp/providerfs-transfer-XXXXXX".utf8CString)
+        let fd = mkstemp(&template)
+        try #require(fd >= 0)
+        unlink(template)
+        defer { close(fd) }
+        try await body(fd)
+        var contents = [UInt8](repeating: 0, count: 64)
+        let count = pread(fd, &contents, contents.count, 0)
+        return Array(contents[0..<max(0, count)])
+    }
+
+    @Test("a stream without a transfer of its own places its chunks through next, at the offset asked")
+    func throughNext() async throws {
+        let delivered = Locked<[Int]>([])
+        let placed = Locked<[Int?]>([])
+        let contents = try await withFile { fd in
+            let stream = BytesStream(Array(1...10))
+            #expect(stream.capabilities.isEmpty)
+            for at in [2, 6, 10, 12] as [Int64] {
+                let count = try await stream.transfer(
+                    to: fd, at: at, firstStep: 4, step: 4, maximumLength: 100,
+                    delivered: { count in
+                        delivered.withLock { $0.append(count) }
+                        return true
+                    })
+                placed.withLock { $0.append(count) }
+            }
+        }
+        #expect(placed.withLock { $0 } == [4, 4, 2, nil])
+        #expect(delivered.withLock { $0 } == [4, 4, 2])
+        #expect(contents == [0, 0] + Array(1...10))
+    }
+
+    @Test("through a faulty stream (no transfer of its own) the fault still applies")
+    func faultApplies() async throws {
+        let plan = FaultPlan([FaultRule(identifier: ItemIdentifier("f"), fault: .truncate(offset: 3))])
+        let wrapped = FaultInjectingProvider(wrapping: BytesProvider(), plan: plan)
+        let contents = try await withFile { fd in
+            let stream = try await wrapped.fetchContents(
+                of: ItemIdentifier("f"), version: ContentVersion("v1"), range: 0..<10)
+            #expect(!stream.capabilities.contains(.directTransfer))
+            let first = try await stream.transfer(
+                to: fd, at: 0, firstStep: 8, step: 8, maximumLength: 8, delivered: { _ in true })
+            #expect(first == 3)
+            let second = try await stream.transfer(
+                to: fd, at: 3, firstStep: 8, step: 8, maximumLength: 8, delivered: { _ in true })
+            #expect(second == nil)
+        }
+        #expect(contents == [1, 2, 3])
     }
 }
