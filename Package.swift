@@ -1,6 +1,8 @@
 // swift-tools-version:6.1
 // ProviderFS: a File Provider for Linux over FUSE, with a cross-process file coordinator.
-// Layers and the rules between them: docs/ARCHITECTURE.md. Dependencies point down only.
+// Layers and the rules between them: docs/ARCHITECTURE.md. Dependencies point down only, and each
+// target declares exactly the package modules its sources import (test targets also the
+// executables they run).
 import PackageDescription
 
 let package = Package(
@@ -19,25 +21,28 @@ let package = Package(
 
         .target(name: "SystemSupport", dependencies: ["CLinuxHeaders"]),
         .target(name: "Diagnostics", dependencies: ["SystemSupport"]),
-        .target(name: "SQLiteStore", dependencies: ["CSQLite3", "SystemSupport", "Diagnostics"]),
-        .target(name: "FileCoordination", dependencies: ["SystemSupport", "Diagnostics"]),
+        .target(name: "SQLiteStore", dependencies: ["CSQLite3", "SystemSupport"]),
+        .target(name: "FileCoordination", dependencies: ["SystemSupport"]),
+        // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
+        .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
+        .target(name: "ProviderFaults", dependencies: ["ProviderModel", "SystemSupport"]),
         .target(
             name: "ProviderCache",
             dependencies: ["ProviderModel", "SQLiteStore", "SystemSupport", "Diagnostics"]),
         .target(
             name: "VirtualFileSystem",
-            dependencies: ["ProviderCache", "ProviderModel", "FileCoordination", "SystemSupport", "Diagnostics"]),
+            dependencies: ["ProviderCache", "ProviderModel", "SystemSupport", "Diagnostics"]),
         .target(name: "FUSEAdapter", dependencies: ["CFuse3", "VirtualFileSystem", "SystemSupport", "Diagnostics"]),
         .target(
             name: "ProviderFSCommands",
             dependencies: [
-                "FUSEAdapter", "VirtualFileSystem", "ProviderCache", "ProviderModel", "FileCoordination",
-                "SQLiteStore", "SystemSupport", "Diagnostics",
+                "FUSEAdapter", "VirtualFileSystem", "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults",
+                "FileCoordination", "SystemSupport", "Diagnostics",
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
         // A small child process for cross-process coordination tests and benchmarks.
-        .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
+        .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination"]),
         // SQLiteStore against raw SQLite, built -c release by Benchmarks/sqlite.sh (not run by tests).
         .executableTarget(
             name: "sqlite-bench", dependencies: ["SQLiteStore", "SystemSupport"], path: "Benchmarks/SQLiteBench"),
@@ -48,32 +53,51 @@ let package = Package(
         // Test-only helpers (manual clock, seeded random, child processes, mounted file systems).
         .target(
             name: "TestSupport",
-            dependencies: ["SystemSupport", "ProviderModel", "ProviderCache", "VirtualFileSystem", "FileCoordination"]),
+            dependencies: ["SystemSupport", "ProviderModel", "VirtualFileSystem"]),
         // Test-only: the `.blockingThreads` trait (test bodies that block run off the cooperative pool).
         .target(name: "TestScheduling", dependencies: ["SystemSupport"]),
 
-        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestSupport", "TestScheduling"]),
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "FileCoordinationTests", dependencies: ["FileCoordination", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "CrossProcessTests",
-            dependencies: ["FileCoordination", "TestSupport", "TestScheduling", "coordination-probe", "providerfs"]),
+            dependencies: ["FileCoordination", "TestScheduling", "coordination-probe", "providerfs"]),
+        .testTarget(
+            name: "LocalProviderTests",
+            dependencies: ["LocalProvider", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),
+        .testTarget(
+            name: "ProviderFaultsTests",
+            dependencies: ["ProviderFaults", "ProviderModel", "SystemSupport"]),
         .testTarget(
             name: "ProviderCacheTests",
-            dependencies: ["ProviderCache", "ProviderModel", "TestSupport", "TestScheduling"]),
+            dependencies: [
+                "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport",
+            ]),
         .testTarget(
             name: "VirtualFileSystemTests",
-            dependencies: ["VirtualFileSystem", "ProviderCache", "ProviderModel", "TestSupport", "TestScheduling"]),
+            dependencies: [
+                "VirtualFileSystem", "ProviderCache", "ProviderModel", "ProviderFaults", "ProviderFSCommands",
+                "SystemSupport",
+                "TestSupport",
+            ]),
         .testTarget(
             name: "ProviderFSCommandsTests",
-            dependencies: ["ProviderFSCommands", "TestSupport", "TestScheduling", "providerfs"]),
+            dependencies: [
+                "ProviderFSCommands", "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults",
+                "SystemSupport",
+                "TestSupport",
+                "TestScheduling", "providerfs",
+            ]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
         .testTarget(
             name: "MountTests",
             dependencies: [
-                "TestSupport", "TestScheduling", "SystemSupport", "FUSEAdapter", "providerfs", "fuse-fixture",
+                "TestSupport", "TestScheduling", "SystemSupport", "FUSEAdapter", "ProviderModel", "LocalProvider",
+                "providerfs",
+                "fuse-fixture",
                 "coordination-probe",
             ]),
     ],

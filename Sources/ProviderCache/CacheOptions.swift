@@ -39,7 +39,7 @@ public struct CacheOptions: Sendable {
     /// directory at a time, so a directory in use is refreshed before its `directoryTTL` runs out
     /// instead of making a lookup wait for the listing. nil: never.
     public var listingRefreshAhead: Duration? = .milliseconds(2500)
-    /// A provider that tracks changes (`ListingChangeTracking`; a local directory on a local file
+    /// A provider that tracks changes (`.listingChangeTracking`; a local directory on a local file
     /// system) lets an expired listing be revalidated without listing again while nothing changed;
     /// a listing is taken anew at least this often anyway, so what the tracking cannot see (writes
     /// through mmap, changes through a hard link elsewhere) shows up within this time.

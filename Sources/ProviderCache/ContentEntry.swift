@@ -402,7 +402,7 @@ public final class ContentEntry: Sendable {
         defer { stream.close() }
         // A stream that can write into our file itself (the local source) does;
         // others hand us chunks that we write.
-        let direct = stream as? any DirectContentStream
+        let direct = stream.capabilities.contains(.directTransfer) ? stream : nil
         let startedAt = environment.timeline.now
         let file = self.file
         var position = target.lowerBound

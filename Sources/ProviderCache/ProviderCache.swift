@@ -67,8 +67,8 @@ public final class ProviderCache: Sendable {
     /// The provider pushes changes (`ChangeNotifying`): a tracked listing is kept exact by them.
     public let pushesChanges: Bool
 
-    /// The provider as `ImmediateMetadata`, when it is one (`itemNow`).
-    private let immediateMetadata: (any ImmediateMetadata)?
+    /// The provider, when it offers `.immediateMetadata` (`itemNow`).
+    private let immediateMetadata: (any Provider)?
 
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
     private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
@@ -176,9 +176,9 @@ public final class ProviderCache: Sendable {
             }
         }
         self.catalog = Locked(catalog)
-        let notifying = provider as? any ChangeNotifying
+        let notifying = provider.capabilities.contains(.changeNotifying) ? provider : nil
         pushesChanges = notifying != nil
-        immediateMetadata = provider as? any ImmediateMetadata
+        immediateMetadata = provider.capabilities.contains(.immediateMetadata) ? provider : nil
         for record in orphans { discard(record: record) }
         removeUnreferencedFiles()
         notifying?.observeChanges { [weak self] changes in self?.providerChanged(changes) }
@@ -459,7 +459,7 @@ public final class ProviderCache: Sendable {
             return true
         }
         if fresh { return }
-        let tracking = environment.provider as? any ListingChangeTracking
+        let tracking = environment.provider.capabilities.contains(.listingChangeTracking) ? environment.provider : nil
         if let tracking, revalidateListing(of: identifier, with: tracking, at: now) { return }
         // Read before the provider's token: a change reported after it may be missing from the listing.
         let changeCount = catalog.withLock { $0.changeCount }
@@ -492,7 +492,7 @@ public final class ProviderCache: Sendable {
     /// no provider call (D-224). Not once the listing itself is `fullListingInterval` old (what
     /// the provider's tracking misses is seen then). False: list again.
     private func revalidateListing(
-        of directory: ItemIdentifier, with tracking: any ListingChangeTracking, at now: Duration
+        of directory: ItemIdentifier, with tracking: any Provider, at now: Duration
     ) -> Bool {
         let limit = environment.options.fullListingInterval
         guard
@@ -571,7 +571,8 @@ public final class ProviderCache: Sendable {
     ) async throws(CacheError)
         -> ProviderItem?
     {
-        guard let lookup = environment.provider as? any NamedChildLookup else {
+        let provider = environment.provider
+        guard let lookup = provider.capabilities.contains(.namedChildLookup) ? provider : nil else {
             return try await child(named: name, of: directory, maximumAge: .zero)
         }
         let found: ProviderItem?
@@ -1095,7 +1096,7 @@ public final class ProviderCache: Sendable {
 
     /// Stops every download, fails waiting readers, saves range maps. Later content requests fail.
     public func shutdown() async {
-        (environment.provider as? any ChangeNotifying)?.observeChanges(nil)
+        if environment.provider.capabilities.contains(.changeNotifying) { environment.provider.observeChanges(nil) }
         observeChanges(nil)
         let entries = catalog.withLock { catalog -> [ContentEntry] in
             catalog.isShutDown = true

@@ -169,7 +169,7 @@ struct MountCommand: CLICommand {
             server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
         let fileSystem: any FileSystem
         do {
-            fileSystem = try MountSource.makeFileSystem(
+            fileSystem = try MountComposition.makeFileSystem(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, claims: claims)
         } catch {
             throw CommandFailure("cannot open the provider: \(error.message)")

@@ -1,9 +1,21 @@
+import SystemSupport
+
 /// A source of items: a local directory, a WebDAV server, a test double.
 ///
 /// Every method may suspend, may be cancelled (honour `Task.isCancelled` / throw
 /// `CancellationError`), and throws `ProviderError` on failure. Metadata methods never read
 /// content: ProviderFS relies on that to list and stat without downloading.
+///
+/// Beyond the three calls every provider answers (`item`, `children`, `fetchContents`), a provider
+/// may offer the calls of `ProviderCapabilities`. They are requirements here too, with defaults
+/// that decline (or answer the slow way), and `capabilities` says which ones the provider really
+/// offers: callers check it, never the provider's type. So a wrapper forwards every call and
+/// `capabilities` to its base, and keeps all of them (see `ProviderCapabilities`).
 public protocol Provider: Sendable {
+    /// Which of the optional calls below this provider really offers. A wrapper reports its
+    /// base's (minus what it deliberately turns off).
+    var capabilities: ProviderCapabilities { get }
+
     /// The metadata of one item. Throws `.noSuchItem` when it is gone.
     func item(for identifier: ItemIdentifier) async throws -> ProviderItem
 
@@ -16,85 +28,154 @@ public protocol Provider: Sendable {
     func fetchContents(
         of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
     ) async throws -> any ContentStream
-}
 
-/// Successive chunks of a content fetch. Not shared between tasks: one consumer drives it.
-public protocol ContentStream: Sendable {
-    /// The next chunk (at most `maximumLength` bytes), or nil at the end of the requested range
-    /// (or earlier, if the provider ended the stream early: the consumer detects the short count).
-    func next(maximumLength: Int) async throws -> [UInt8]?
-    /// Stops the transfer and frees its resources. Idempotent; later `next` calls return nil.
-    func close()
-}
-
-/// A stream that can place its bytes straight into a file (for a local source: pread + pwrite
-/// through one buffer of its own, no chunk handed over, no thread hop per step). The cache uses
-/// it when the stream offers it.
-public protocol DirectContentStream: ContentStream {
-    /// Places the next bytes into `descriptor` at `offset` (the stream's own position maps to
-    /// `offset`), step by step: the first step at most `firstStep` bytes, later ones at most
-    /// `step`, `maximumLength` in all, stopping early after about half a second so the caller
-    /// regains control. After each step, once its bytes are known good (version checked),
-    /// `delivered(count)` is called — on the stream's thread — and returning false stops the
-    /// transfer. Returns the bytes placed, or nil when the range had already ended. Bytes that
-    /// are a hole in the source may be left unwritten where `descriptor` already reads zeros (a
-    /// sparse source stays sparse). Same version rules as `next`: a stream whose item changed
-    /// throws `.versionChanged` and bytes of that step are not delivered.
-    func transfer(
-        to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,
-        delivered: @escaping @Sendable (Int) -> Bool
-    ) async throws -> Int?
-}
-
-/// A provider that can tell whether one name exists in a directory without listing it (a local
-/// directory: one lstat). The cache uses it for lookup misses, so that a name missing from a
-/// directory of 100,000 entries costs one call, not a listing.
-public protocol NamedChildLookup: Provider {
-    /// The child of `directory` named exactly `name` (bytes), or nil when there is none. Throws
-    /// like `children(of:)` (`.noSuchItem` when the directory itself is gone).
+    /// `.namedChildLookup`: the child of `directory` named exactly `name` (bytes), or nil when
+    /// there is none, without listing the directory (a local directory: one lstat). Throws like
+    /// `children(of:)` (`.noSuchItem` when the directory itself is gone). The default lists.
     func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem?
-}
 
-/// A provider that can answer some `item(for:)` calls at once, with no wait on a network, another
-/// process or a lock it does not own (a local directory on a local file system: realpath and lstat
-/// served from the kernel's caches). The mount revalidates an open this way on the FUSE thread
-/// that received it, without a task or a thread hop (D-229); anything it declines goes the async
-/// way.
-public protocol ImmediateMetadata: Provider {
-    /// What `item(for:)` would return, or nil when answering might wait (the caller then calls
-    /// `item(for:)`). Throws like `item(for:)`.
+    /// `.immediateMetadata`: what `item(for:)` would return (or throw), answered on the calling
+    /// thread with no wait on a network, another process or a lock the provider does not own; or
+    /// nil when answering might wait (the caller then calls `item(for:)`). The default declines.
     func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem?
-}
 
-/// A provider that can tell, without listing again, whether a directory it listed may have
-/// changed since (a local directory: inotify). The cache uses it to revalidate a listing past its
-/// TTL for the cost of one check instead of a listing of every child (D-224).
-public protocol ListingChangeTracking: Provider {
-    /// Lists like `children(of:)`, plus a token taken before the listing began: nil when changes
-    /// there cannot be tracked (the cache then lists again whenever the listing expires).
+    /// `.listingChangeTracking`: lists like `children(of:)`, plus a token taken before the
+    /// listing began; nil when changes there cannot be tracked (the cache then lists again
+    /// whenever the listing expires). The default lists and gives no token.
     func trackedChildren(
         of directory: ItemIdentifier
     ) async throws -> (
         children: [ProviderItem], token: ListingChangeToken?
     )
 
-    /// False only when nothing a listing of the token's directory shows (its names, its children's
-    /// metadata, its own metadata) can have changed since the token was taken; true when anything
-    /// did or when unsure. Never waits.
+    /// `.listingChangeTracking`: false only when nothing a listing of the token's directory shows
+    /// (its names, its children's metadata, its own metadata) can have changed since the token was
+    /// taken; true when anything did or when unsure. Never waits. The default is unsure (true).
     func hasChanges(since token: ListingChangeToken) -> Bool
-}
 
-/// A change tracker that also says what changed, as it happens (a local directory: inotify), so
-/// that whatever caches the provider's items (the kernel's dentries and attributes, D-228) can be
-/// told at once instead of expiring on a timer.
-public protocol ChangeNotifying: ListingChangeTracking {
-    /// Starts handing changes to `observer` soon after they happen, in batches, from a thread of
-    /// the provider's: each about a directory whose listing carried a token (`trackedChildren`).
-    /// Nil: events were lost and anything may have changed. Nil observer: stop.
+    /// `.changeNotifying`: starts handing changes to `observer` soon after they happen, in
+    /// batches, from a thread of the provider's: each about a directory whose listing carried a
+    /// token (`trackedChildren`). Nil: events were lost and anything may have changed. Nil
+    /// observer: stop. The default never calls the observer.
     func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?)
 }
 
-/// One change a `ChangeNotifying` provider reports.
+/// What a provider offers beyond `item`, `children` and `fetchContents`. Each capability names
+/// calls of `Provider` that every provider has (with defaults that decline or answer the slow
+/// way); the capability says the provider's answers are the real thing, so callers use them.
+///
+/// - `namedChildLookup`: `child(named:of:)` answers one name without a listing (a lookup miss in
+///   a directory of 100,000 entries costs one call).
+/// - `immediateMetadata`: `itemNow(for:)` answers some items at once (the mount revalidates an
+///   open this way on the FUSE thread that received it, D-229).
+/// - `listingChangeTracking`: `trackedChildren(of:)` gives tokens and `hasChanges(since:)` checks
+///   them (a listing past its TTL is revalidated for the cost of one check, D-224).
+/// - `changeNotifying`: `observeChanges(_:)` pushes changes as they happen (the kernel's caches
+///   are told at once, D-228). Implies `listingChangeTracking` (changes concern tracked listings).
+///
+/// A provider's capabilities do not change over its life (the cache reads them once). What a
+/// provider cannot answer for a time or for some items it declines call by call, the way the
+/// defaults do (`itemNow` nil, `hasChanges` true, a `trackedChildren` token nil).
+///
+/// **Wrappers.** A provider that wraps another (fault injection today; an access-token check and
+/// a remote provider's local layer later) is one type, whatever its base offers: it implements
+/// every requirement by forwarding to its base (after its own checks), and reports
+/// `base.capabilities`, minus any it deliberately never offers. It declines, call by call, what
+/// it refuses for a time (`FaultInjectingProvider`: an offline item gets no immediate answer, and
+/// no listing counts as unchanged while anything is offline). Callers never cast to find a
+/// capability, so nothing a base offers is lost by wrapping it.
+public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    public static let namedChildLookup = ProviderCapabilities(rawValue: 1 << 0)
+    public static let immediateMetadata = ProviderCapabilities(rawValue: 1 << 1)
+    public static let listingChangeTracking = ProviderCapabilities(rawValue: 1 << 2)
+    public static let changeNotifying = ProviderCapabilities(rawValue: 1 << 3)
+}
+
+extension Provider {
+    public func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
+        try await children(of: directory).first { $0.name == name }
+    }
+
+    public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? { nil }
+
+    public func trackedChildren(
+        of directory: ItemIdentifier
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    ) {
+        (try await children(of: directory), nil)
+    }
+
+    public func hasChanges(since token: ListingChangeToken) -> Bool { true }
+
+    public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {}
+}
+
+/// Successive chunks of a content fetch. Not shared between tasks: one consumer drives it.
+///
+/// Same shape as `Provider`: the optional `transfer` is a requirement with a default (through
+/// `next`), and `capabilities` says whether the stream really places bytes itself.
+public protocol ContentStream: Sendable {
+    /// Whether `transfer` is the stream's own (`.directTransfer`). Default: none.
+    var capabilities: ContentStreamCapabilities { get }
+
+    /// The next chunk (at most `maximumLength` bytes), or nil at the end of the requested range
+    /// (or earlier, if the provider ended the stream early: the consumer detects the short count).
+    func next(maximumLength: Int) async throws -> [UInt8]?
+    /// Stops the transfer and frees its resources. Idempotent; later `next` calls return nil.
+    func close()
+
+    /// `.directTransfer`: places the next bytes into `descriptor` at `offset` (the stream's own
+    /// position maps to `offset`), step by step: the first step at most `firstStep` bytes, later
+    /// ones at most `step`, `maximumLength` in all, stopping early after about half a second so
+    /// the caller regains control. After each step, once its bytes are known good (version
+    /// checked), `delivered(count)` is called — on the stream's thread — and returning false
+    /// stops the transfer. Returns the bytes placed, or nil when the range had already ended.
+    /// Bytes that are a hole in the source may be left unwritten where `descriptor` already reads
+    /// zeros (a sparse source stays sparse). Same version rules as `next`: a stream whose item
+    /// changed throws `.versionChanged` and bytes of that step are not delivered. The default
+    /// writes one chunk of `next` (at most `firstStep` bytes) with pwrite.
+    func transfer(
+        to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,
+        delivered: @escaping @Sendable (Int) -> Bool
+    ) async throws -> Int?
+}
+
+/// What a content stream offers beyond `next` and `close` (see `ProviderCapabilities` for the
+/// pattern). `directTransfer`: the stream places its bytes straight into a file (for a local
+/// source: from a mapping of the source with pwrite, no chunk handed over, no thread hop per
+/// step); the cache uses it when offered.
+public struct ContentStreamCapabilities: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    public static let directTransfer = ContentStreamCapabilities(rawValue: 1 << 0)
+}
+
+extension ContentStream {
+    public var capabilities: ContentStreamCapabilities { [] }
+
+    public func transfer(
+        to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,
+        delivered: @escaping @Sendable (Int) -> Bool
+    ) async throws -> Int? {
+        guard let chunk = try await next(maximumLength: max(1, min(firstStep, maximumLength))) else { return nil }
+        let written = chunk.withUnsafeBytes { raw -> Result<Void, Errno> in
+            guard let base = raw.baseAddress else { return .success(()) }
+            return writeFully(descriptor, from: base, count: raw.count, at: offset)
+        }
+        if case .failure(let error) = written {
+            throw ProviderError(.io, "write failed: \(error.message)", errno: error.rawValue)
+        }
+        _ = delivered(chunk.count)
+        return chunk.count
+    }
+}
+
+/// One change a `.changeNotifying` provider reports.
 public enum ProviderChange: Sendable, Hashable {
     /// The item under `name` in `directory` was written or had its metadata changed (a
     /// directory's own metadata, its entries' included, is its entry in its parent).
@@ -105,7 +186,7 @@ public enum ProviderChange: Sendable, Hashable {
     case entries(directory: ItemIdentifier)
 }
 
-/// What `ListingChangeTracking.hasChanges(since:)` compares against; opaque to the cache.
+/// What `Provider.hasChanges(since:)` compares against; opaque to the cache.
 public struct ListingChangeToken: Sendable, Equatable {
     /// The provider's watch and its state when the token was taken.
     public let watch: Int64

@@ -5,8 +5,9 @@
 public import ProviderModel
 import SystemSupport
 
-public final class ChangeNotifyingProvider: ChangeNotifying, InMemoryProviderWrapper {
+public final class ChangeNotifyingProvider: InMemoryProviderWrapper {
     public let base: InMemoryProvider
+    public let capabilities: ProviderCapabilities = [.listingChangeTracking, .changeNotifying]
     private struct State {
         var generations: [ItemIdentifier: UInt64] = [:]
         /// A number per directory listed, carried in its tokens.

@@ -26,7 +26,7 @@ public enum InMemoryContent: Sendable, Equatable {
 
 /// A provider whose namespace lives in memory. Identifiers are paths ("" is the root), as for
 /// LocalDirectoryProvider. Every change bumps the item's version ("v<n>").
-public final class InMemoryProvider: ImmediateMetadata, @unchecked Sendable {
+public final class InMemoryProvider: Provider, @unchecked Sendable {
     // Safe: all mutable state lives in `state` (a Locked).
     struct Node {
         var item: ProviderItem
@@ -150,6 +150,9 @@ public final class InMemoryProvider: ImmediateMetadata, @unchecked Sendable {
         guard let node = state.nodes[identifier] else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
         return node.item
     }
+
+    /// Immediate metadata: `itemNow(for:)` is offered, and answers only when `answersImmediately`.
+    public let capabilities: ProviderCapabilities = .immediateMetadata
 
     /// Whether `itemNow(for:)` answers (like a local directory) or declines (like a network
     /// provider, the default).

@@ -309,7 +309,7 @@ public protocol FileSystemFastPath: Sendable {
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) -> Result<ReadData, FileSystemError>?
     /// May block on local file I/O of the cache (opening a cache file) and on the provider's
-    /// immediate metadata (`ImmediateMetadata`: a local lstat), never on a claim or the network.
+    /// immediate metadata (`.immediateMetadata`: a local lstat), never on a claim or the network.
     func openNow(
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>?

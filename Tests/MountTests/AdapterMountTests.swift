@@ -3,6 +3,7 @@
 
 import FUSEAdapter
 import Foundation
+import LocalProvider
 import ProviderModel
 import SystemSupport
 import TestSupport

@@ -1,3 +1,4 @@
+import LocalProvider
 import ProviderCache
 import ProviderModel
 import SystemSupport

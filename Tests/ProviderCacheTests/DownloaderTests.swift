@@ -1,4 +1,5 @@
 import ProviderCache
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import TestSupport
@@ -317,6 +318,7 @@ struct DownloaderTests {
 /// A provider whose metadata calls never answer once `hanging` is set (a dead server).
 final class HangingMetadataProvider: InMemoryProviderWrapper {
     let base: InMemoryProvider
+    let capabilities: ProviderCapabilities = []
     let hanging = Locked(false)
     init(base: InMemoryProvider) { self.base = base }
     private func hangIfAsked() async throws {
@@ -383,6 +385,7 @@ struct CacheHygieneTests {
 /// when released: a listing that was taken earlier but finishes later.
 final class HeldListingProvider: InMemoryProviderWrapper {
     let base: InMemoryProvider
+    let capabilities: ProviderCapabilities = []
     private let state = Locked<(armed: Bool, waiting: CheckedContinuation<Void, Never>?, released: Bool)>(
         (false, nil, false))
     init(base: InMemoryProvider) { self.base = base }
@@ -451,8 +454,9 @@ struct OverlappingListingTests {
 
 /// A provider that tracks changes the way a real one would, with the change under the test's
 /// control: `touch()` voids every token taken before it.
-final class ChangeTrackingProvider: ListingChangeTracking, InMemoryProviderWrapper {
+final class ChangeTrackingProvider: InMemoryProviderWrapper {
     let base: InMemoryProvider
+    let capabilities: ProviderCapabilities = .listingChangeTracking
     private let generation = Locked<UInt64>(0)
     init(base: InMemoryProvider) { self.base = base }
     func touch() { generation.withLock { $0 += 1 } }

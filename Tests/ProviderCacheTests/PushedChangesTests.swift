@@ -1,4 +1,4 @@
-// Changes pushed by the provider (ChangeNotifying, D-228): what they do to the catalog's answers,
+// Changes pushed by the provider (`.changeNotifying`, D-228): what they do to the catalog's answers,
 // and what the cache tells its observer (the file system, which tells the kernel).
 
 import ProviderCache

@@ -1,4 +1,5 @@
 import ProviderCache
+import ProviderFSCommands
 import ProviderModel
 import SystemSupport
 import TestSupport
@@ -52,7 +53,7 @@ struct LocalEndToEndTests {
         var before = stat()
         stat(source.path + "/docs/nested/big.bin", &before)
 
-        let fileSystem = try ProviderFileSystem.make(source: source.path, cacheDirectory: cacheDirectory.path)
+        let fileSystem = try MountComposition.makeFileSystem(source: source.path, cacheDirectory: cacheDirectory.path)
         let directory = try await fileSystem.openDirectory(.root, context: .kernel)
         let names = try await fileSystem.readDirectory(.root, handle: directory, after: 0, limit: 100, context: .kernel)
             .map(\.name)
@@ -99,7 +100,7 @@ struct LocalEndToEndTests {
         options.cache.backgroundCompletion = false
         options.cache.readAheadWindow = 0
         do {
-            let fileSystem = try ProviderFileSystem.make(
+            let fileSystem = try MountComposition.makeFileSystem(
                 source: sourcePath, cacheDirectory: cacheDirectory.path, options: options)
             let kept = try await resolve(fileSystem, "dir/kept.bin")
             #expect(try await readAll(fileSystem, kept.inode) == content)
@@ -110,7 +111,7 @@ struct LocalEndToEndTests {
             await fileSystem.release(partial.inode, handle: opened.handle)
             await fileSystem.shutdown()
         }
-        let restarted = try ProviderFileSystem.make(
+        let restarted = try MountComposition.makeFileSystem(
             source: sourcePath, cacheDirectory: cacheDirectory.path, options: options)
         // The "server" goes away after the restart: the source directory is renamed.
         #expect(rename(sourcePath, parent.path + "/moved") == 0)
@@ -142,7 +143,7 @@ struct DemoFileSystemTests {
         defer { parent.remove() }
         var options = FileSystemOptions()
         options.cache.retryDelay = .zero
-        let (fileSystem, demo) = try ProviderFileSystem.makeDemo(
+        let (fileSystem, demo) = try MountComposition.makeDemo(
             demoDirectory: parent.path + "/demo", cacheDirectory: parent.path + "/cache", options: options)
         #expect(demo.faults.count == 1)
         let readme = try await resolve(fileSystem, "README.txt")

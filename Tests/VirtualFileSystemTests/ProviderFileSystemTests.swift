@@ -1,4 +1,5 @@
 import ProviderCache
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import TestSupport

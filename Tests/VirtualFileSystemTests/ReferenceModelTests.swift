@@ -10,6 +10,7 @@
 // Size:   PROVIDERFS_MODEL_SEQUENCES (default 12), PROVIDERFS_MODEL_OPERATIONS (default 80).
 
 import ProviderCache
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import TestSupport

@@ -1,4 +1,5 @@
 import ProviderCache
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import TestSupport
@@ -65,8 +66,9 @@ func xattr(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber, _ name: Strin
 
 /// The fixture's provider, able to look up one name (as LocalDirectoryProvider is), counting
 /// those lookups apart from listings.
-final class NameLookupProvider: NamedChildLookup, InMemoryProviderWrapper {
+final class NameLookupProvider: InMemoryProviderWrapper {
     let base: InMemoryProvider
+    let capabilities: ProviderCapabilities = .namedChildLookup
     let pointLookups = Locked(0)
     init(base: InMemoryProvider) { self.base = base }
     func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {

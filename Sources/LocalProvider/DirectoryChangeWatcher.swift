@@ -13,6 +13,7 @@
 // events into `ProviderChange`s for the cache and, through it, the kernel's caches (D-228).
 
 import Dispatch
+import ProviderModel
 import SystemSupport
 
 #if canImport(Glibc)
@@ -183,7 +184,7 @@ final class DirectoryChangeWatcher: Sendable {
         state.withLock { $0.watchByIdentifier[identifier] != nil }
     }
 
-    /// See `ListingChangeTracking.hasChanges(since:)`.
+    /// See `Provider.hasChanges(since:)`.
     func hasChanges(since token: ListingChangeToken) -> Bool {
         state.withLock { state in
             guard state.fd >= 0 else { return true }

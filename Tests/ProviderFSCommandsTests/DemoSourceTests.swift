@@ -1,5 +1,8 @@
 import Foundation
+import LocalProvider
 import ProviderCache
+import ProviderFSCommands
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import TestSupport

@@ -1,7 +1,8 @@
 // Faults on cue: a wrapper that makes a real provider fail the way networks and servers do. Used by
 // the demo (one item that always fails halfway), by tests, and later by `providerfs fault`.
 
-import Foundation
+public import ProviderModel
+import SystemSupport
 
 /// One injected fault. Offsets are absolute positions in the item's content, so a fault "at 50%"
 /// hits every fetch that crosses that point, whatever range it started at.
@@ -43,7 +44,7 @@ public struct FaultRule: Sendable, Equatable {
 /// The mutable set of fault rules a `FaultInjectingProvider` consults on every call.
 public final class FaultPlan: @unchecked Sendable {
     // Safe: `rules` is only read or written while `lock` is held.
-    private let lock = NSLock()
+    private let lock = Lock()
     private var rules: [FaultRule]
 
     public init(_ rules: [FaultRule] = []) { self.rules = rules }
@@ -81,28 +82,22 @@ public final class FaultPlan: @unchecked Sendable {
     }
 }
 
-/// Wraps a provider and applies a `FaultPlan` to its calls. Immediate metadata is passed through
-/// when the base has it (nil otherwise, and for offline items).
-public struct FaultInjectingProvider: ImmediateMetadata {
+/// Wraps a provider and applies a `FaultPlan` to its calls. One wrapper for every base: it
+/// forwards each call and the base's `capabilities` (so a local directory wrapped for the demo
+/// still looks names up, tracks and pushes changes and answers metadata at once, D-229), and
+/// offline faults win over all of it: an offline item is not answered at once, and while
+/// anything is offline no listing counts as unchanged, so the cache asks (and meets the fault)
+/// as it would without tracking.
+public struct FaultInjectingProvider: Provider {
     public let base: any Provider
     public let plan: FaultPlan
-    /// `base` as `ImmediateMetadata`, cast once (opens ask on every call).
-    private let immediate: (any ImmediateMetadata)?
+    /// The base's, read once (opens ask on every call).
+    public let capabilities: ProviderCapabilities
 
     public init(wrapping base: any Provider, plan: FaultPlan) {
         self.base = base
         self.plan = plan
-        immediate = base as? any ImmediateMetadata
-    }
-
-    /// `plan` applied to `base`, keeping what a local directory offers beyond `Provider` (named
-    /// lookups, change tracking and pushes, immediate metadata) when `base` offers all of it, so a
-    /// mount with faults (the demo) caches and opens like one without. Other providers get the
-    /// plain wrapper.
-    public static func wrapping(_ base: any Provider, plan: FaultPlan) -> any Provider {
-        let plain = FaultInjectingProvider(wrapping: base, plan: plan)
-        guard let local = base as? any NamedChildLookup & ChangeNotifying & ImmediateMetadata else { return plain }
-        return TrackedFaultInjectingProvider(plain: plain, local: local)
+        capabilities = base.capabilities
     }
 
     func checkOffline(_ identifier: ItemIdentifier) throws {
@@ -121,11 +116,6 @@ public struct FaultInjectingProvider: ImmediateMetadata {
         return try await base.children(of: identifier)
     }
 
-    public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
-        guard let immediate, !plan.isOffline(identifier) else { return nil }
-        return try immediate.itemNow(for: identifier)
-    }
-
     public func fetchContents(
         of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
     ) async throws -> any ContentStream {
@@ -134,61 +124,43 @@ public struct FaultInjectingProvider: ImmediateMetadata {
         guard let fault = plan.take(for: identifier, offline: false) else { return stream }
         return FaultyStream(base: stream, fault: fault, position: range.lowerBound)
     }
-}
 
-/// `FaultInjectingProvider` over a provider that also looks up names, tracks and pushes changes
-/// and answers metadata at once. Offline faults win over all of it: an offline item is not
-/// answered at once, and while anything is offline no listing counts as unchanged, so the cache
-/// asks (and meets the fault) as it would without tracking.
-struct TrackedFaultInjectingProvider: NamedChildLookup, ChangeNotifying, ImmediateMetadata {
-    let plain: FaultInjectingProvider
-    let local: any NamedChildLookup & ChangeNotifying & ImmediateMetadata
-
-    func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
-        try await plain.item(for: identifier)
+    public func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
+        try checkOffline(directory)
+        return try await base.child(named: name, of: directory)
     }
 
-    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
-        try await plain.children(of: identifier)
+    /// Declines (nil) for an offline item: the slow path meets the fault.
+    public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
+        guard !plan.isOffline(identifier) else { return nil }
+        return try base.itemNow(for: identifier)
     }
 
-    func fetchContents(
-        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
-    ) async throws -> any ContentStream {
-        try await plain.fetchContents(of: identifier, version: version, range: range)
-    }
-
-    func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
-        try plain.checkOffline(directory)
-        return try await local.child(named: name, of: directory)
-    }
-
-    func trackedChildren(
+    public func trackedChildren(
         of identifier: ItemIdentifier
     ) async throws -> (
         children: [ProviderItem], token: ListingChangeToken?
     ) {
-        try plain.checkOffline(identifier)
-        return try await local.trackedChildren(of: identifier)
+        try checkOffline(identifier)
+        return try await base.trackedChildren(of: identifier)
     }
 
-    func hasChanges(since token: ListingChangeToken) -> Bool {
-        plain.plan.anyOffline || local.hasChanges(since: token)
+    /// Unsure (true) while anything is offline.
+    public func hasChanges(since token: ListingChangeToken) -> Bool {
+        plan.anyOffline || base.hasChanges(since: token)
     }
 
-    func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {
-        local.observeChanges(observer)
-    }
-
-    func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
-        try plain.itemNow(for: identifier)
+    public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {
+        base.observeChanges(observer)
     }
 }
 
-/// A stream that delivers its base stream's bytes until the fault's offset, then misbehaves.
+/// A stream that delivers its base stream's bytes until the fault's offset, then misbehaves. It
+/// offers no direct transfer (whatever its base offers): every byte goes through `next`, where
+/// the fault is applied.
 final class FaultyStream: ContentStream, @unchecked Sendable {
     // Safe: `position` is only touched while `lock` is held; `base` is Sendable.
-    private let lock = NSLock()
+    private let lock = Lock()
     private let base: any ContentStream
     private let fault: Fault
     private var position: Int64

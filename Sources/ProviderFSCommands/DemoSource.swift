@@ -3,6 +3,8 @@
 // item whose download always fails halfway (errors are visible).
 
 import Foundation
+public import ProviderFaults
+import ProviderModel
 
 #if canImport(Glibc)
 import Glibc
@@ -20,7 +22,8 @@ import Musl
 /// The failing item is `Faults/fails-halfway.bin` (8 MiB): every fetch that reaches byte 4 MiB
 /// fails with EIO, so a `cat` returns the first 4 MiB then EIO, and the item's state becomes
 /// `error` with `user.providerfs.error` = "EIO: …". Apply the faults by wrapping the provider:
-/// `FaultInjectingProvider.wrapping(LocalDirectoryProvider(root: demo.sourceDirectory), plan: demo.faultPlan())`.
+/// `FaultInjectingProvider(wrapping: LocalDirectoryProvider(root: demo.sourceDirectory), plan: demo.faultPlan())`
+/// (`MountComposition.makeDemo` does).
 public struct DemoSource: Sendable {
     /// Bumped whenever the generated tree changes; an older tree is regenerated.
     public static let formatVersion = 1

@@ -1,4 +1,6 @@
 import Dispatch
+import LocalProvider
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import TestSupport
@@ -165,8 +167,9 @@ struct LocalDirectoryProviderTests {
         defer { root.remove() }
         try root.write("a/b.txt", Array("hello".utf8))
         let plan = FaultPlan()
-        let provider = FaultInjectingProvider.wrapping(LocalDirectoryProvider(root: root.path), plan: plan)
-        let tracking = try #require(provider as? any ChangeNotifying & ImmediateMetadata & NamedChildLookup)
+        let tracking = FaultInjectingProvider(wrapping: LocalDirectoryProvider(root: root.path), plan: plan)
+        #expect(
+            tracking.capabilities == [.namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying])
         let (children, token) = try await tracking.trackedChildren(of: ItemIdentifier("a"))
         #expect(children.map(\.name) == ["b.txt"])
         let listed = try #require(token)
@@ -187,11 +190,12 @@ struct LocalDirectoryProviderTests {
         plan.clear()
         #expect(!tracking.hasChanges(since: listed))
 
-        // A provider without those capabilities keeps the plain wrapper, which has no immediate
-        // answers unless its base does.
+        // Over a provider with fewer capabilities the wrapper has just those (here immediate
+        // metadata), and no immediate answers unless its base gives them.
         let memory = InMemoryProvider()
         memory.putFile("f", .bytes([1]))
-        let plain = try #require(FaultInjectingProvider.wrapping(memory, plan: plan) as? FaultInjectingProvider)
+        let plain = FaultInjectingProvider(wrapping: memory, plan: plan)
+        #expect(plain.capabilities == .immediateMetadata)
         #expect(try plain.itemNow(for: ItemIdentifier("f")) == nil)
         memory.answersImmediately = true
         #expect(try plain.itemNow(for: ItemIdentifier("f"))?.size == 1)
@@ -285,7 +289,8 @@ struct LocalDirectTransferTests {
     ) async throws -> Int64 {
         let stream = try await provider.fetchContents(of: item.identifier, version: item.contentVersion, range: range)
         defer { stream.close() }
-        let direct = try #require(stream as? any DirectContentStream)
+        try #require(stream.capabilities.contains(.directTransfer))
+        let direct = stream
         var position = range.lowerBound
         let steps = Locked<[Int]>([])
         while let placed = try await direct.transfer(
@@ -362,7 +367,8 @@ struct LocalDirectTransferTests {
         let stream = try await provider.fetchContents(
             of: item.identifier, version: item.contentVersion, range: 0..<300_000)
         defer { stream.close() }
-        let direct = try #require(stream as? any DirectContentStream)
+        try #require(stream.capabilities.contains(.directTransfer))
+        let direct = stream
         let delivered = Locked(0)
         let first = try await direct.transfer(
             to: destination, at: 0, firstStep: 4096, step: 4096, maximumLength: 4096,
@@ -400,7 +406,8 @@ struct LocalDirectTransferTests {
         let stream = try await provider.fetchContents(
             of: item.identifier, version: item.contentVersion, range: 0..<100_000)
         defer { stream.close() }
-        let direct = try #require(stream as? any DirectContentStream)
+        try #require(stream.capabilities.contains(.directTransfer))
+        let direct = stream
         let calls = Locked(0)
         let placed = try await direct.transfer(
             to: destination, at: 0, firstStep: 1000, step: 10_000, maximumLength: 100_000,
@@ -432,7 +439,8 @@ struct LocalDirectTransferTests {
             let stream = try await provider.fetchContents(
                 of: item.identifier, version: item.contentVersion, range: 0..<Int64(size))
             defer { stream.close() }
-            let direct = try #require(stream as? any DirectContentStream)
+            try #require(stream.capabilities.contains(.directTransfer))
+            let direct = stream
             // From the second step on, another thread shrinks the source at some point: before a
             // step, between its hole probe and its copy, or during the copy (EFAULT in pwrite).
             let shrink = Int64(round % 3 == 0 ? 0 : (round * 300_007) % size)
@@ -478,7 +486,8 @@ struct LocalDirectTransferTests {
         let stream = try await provider.fetchContents(
             of: item.identifier, version: item.contentVersion, range: 0..<10_000)
         defer { stream.close() }
-        let direct = try #require(stream as? any DirectContentStream)
+        try #require(stream.capabilities.contains(.directTransfer))
+        let direct = stream
         do {
             _ = try await direct.transfer(
                 to: readOnly, at: 0, firstStep: 4096, step: 4096, maximumLength: 4096, delivered: { _ in true })

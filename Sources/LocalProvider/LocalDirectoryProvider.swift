@@ -3,6 +3,7 @@
 
 import Dispatch
 import Foundation
+public import ProviderModel
 import SystemSupport
 
 #if canImport(Glibc)
@@ -22,9 +23,14 @@ import Musl
 /// - Symbolic links are items of kind `.symbolicLink`; they are never followed.
 /// - The root missing or not a directory reads as `.unreachable` (the "server" is gone), which
 ///   the cache answers with what it has locally.
-public struct LocalDirectoryProvider: NamedChildLookup, ChangeNotifying, ImmediateMetadata {
+public struct LocalDirectoryProvider: Provider {
     /// The directory served, as given.
     public let root: String
+    /// Everything `Provider` can offer: one-name lookups, immediate metadata (`itemNow`), listing
+    /// change tokens and pushed changes (inotify).
+    public let capabilities: ProviderCapabilities = [
+        .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
+    ]
     /// inotify watches of the listed directories (D-224).
     private let changes = DirectoryChangeWatcher()
 
@@ -105,7 +111,7 @@ public struct LocalDirectoryProvider: NamedChildLookup, ChangeNotifying, Immedia
         }
     }
 
-    // MARK: Synchronous parts (run on LocalIO's queue, never on the cooperative pool)
+    // MARK: Synchronous parts (run on LocalIO's threads, never on the cooperative pool)
 
     func checkRoot() throws {
         var info = stat()
@@ -363,10 +369,10 @@ public struct LocalDirectoryProvider: NamedChildLookup, ChangeNotifying, Immedia
 /// A file opened for one fetch. Each `next` re-checks the version with `fstat`, so a file that is
 /// rewritten, truncated or appended to in place mid-fetch fails with `.versionChanged` instead of
 /// delivering bytes of two versions.
-final class LocalContentStream: DirectContentStream, @unchecked Sendable {
+final class LocalContentStream: ContentStream, @unchecked Sendable {
     // Safe: the mutable `fd`, `position`, `buffer`, `window` and the two refusal flags are only
     // touched while `lock` is held.
-    private let lock = NSLock()
+    private let lock = Lock()
     private var fd: Int32
     private var position: Int64
     /// The copy buffer of `transfer` when the source cannot be mapped (allocated once).
@@ -386,6 +392,9 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
         self.identifier = identifier
         self.version = version
     }
+
+    /// `transfer` is the stream's own (mapping + pwrite, D-219).
+    var capabilities: ContentStreamCapabilities { .directTransfer }
 
     deinit { close() }
 
@@ -609,28 +618,13 @@ final class LocalContentStream: DirectContentStream, @unchecked Sendable {
     }
 }
 
-/// Runs the provider's blocking system calls on a Dispatch queue, off the Swift cooperative pool.
+/// Runs the provider's blocking system calls off the Swift cooperative pool, on threads of the
+/// provider's own `BlockingIOPool` (not `.shared`: a source that stalls, say a disk that hangs,
+/// must not hold up the cache's own file I/O).
 enum LocalIO {
-    static let queue = DispatchQueue(label: "providerfs.local-provider", qos: .utility, attributes: .concurrent)
+    static let pool = BlockingIOPool(threadCount: 4)
 
     static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        // The result is handed over under a lock (not through the continuation) so that
-        // ThreadSanitizer sees the happens-before; see BlockingIOPool.run in SystemSupport.
-        let box = ResultBox<T>()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async {
-                box.set(Result { try body() })
-                continuation.resume()
-            }
-        }
-        return try box.get()
-    }
-
-    final class ResultBox<T: Sendable>: @unchecked Sendable {
-        // Safe: `result` is only touched while `lock` is held.
-        private let lock = NSLock()
-        private var result: Result<T, any Error>?
-        func set(_ value: Result<T, any Error>) { lock.withLock { result = value } }
-        func get() throws -> T { try lock.withLock { result! }.get() }
+        try await pool.run(body)
     }
 }
