@@ -26,11 +26,25 @@ public struct ContentActivity: Sendable, Equatable {
         public var presentBytes: Int64
         public var totalBytes: Int64
         public var lastError: RecordedError?
+        public init(
+            identifier: ItemIdentifier, version: ContentVersion, presentBytes: Int64, totalBytes: Int64,
+            lastError: RecordedError?
+        ) {
+            self.identifier = identifier
+            self.version = version
+            self.presentBytes = presentBytes
+            self.totalBytes = totalBytes
+            self.lastError = lastError
+        }
     }
     /// Open entries whose download runs now, with bytes present and total.
     public var downloading: [Item]
     /// Entries (open or closed) not complete whose last download failed, with that error.
     public var failed: [Item]
+    public init(downloading: [Item], failed: [Item]) {
+        self.downloading = downloading
+        self.failed = failed
+    }
 }
 
 /// The bytes the cache directory uses, and what its file system has left.
