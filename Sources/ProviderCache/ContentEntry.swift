@@ -32,7 +32,7 @@ public final class ContentEntry: Sendable {
     private let persistGate = AsyncGate()
     /// Called when the entry becomes idle (no pin, no download), so the cache can close it.
     private let onIdle: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
-    /// Takes over the range-map save at the end of a download (ProviderCache batches them).
+    /// Takes over the range-map save at the end of a download (the ContentStore batches them).
     private let deferredPersist: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
 
     func setDeferredPersist(_ handler: @escaping @Sendable (ContentEntry) -> Void) {

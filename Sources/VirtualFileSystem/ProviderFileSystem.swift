@@ -22,7 +22,7 @@ public struct FileSystemOptions: Sendable {
     /// How long the kernel may cache attributes and entries.
     public var attributeTimeout: Duration = .seconds(1)
     public var entryTimeout: Duration = .seconds(1)
-    /// How long instead for items the provider tells of every change of (`ProviderCache.isTracked`)
+    /// How long instead for items the provider tells of every change of (`Catalog.isTracked`)
     /// once the kernel can be told (`KernelCacheCoherent`): a change invalidates them at once, so
     /// this only bounds what the provider's tracking misses (D-228).
     public var trackedTimeout: Duration = .seconds(10)
