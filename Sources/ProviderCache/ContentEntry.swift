@@ -1,8 +1,10 @@
 // The downloader: one content version of one item, its sparse file, its present ranges, and the
 // single download shared by every reader of it.
 //
-// Lock discipline: `state` is a pure record mutated inside `withLock`; continuations are resumed,
-// files written, stores saved and tasks started only after the lock is dropped.
+// The rules (who waits, what to fetch, when to retry, fail, save) are `DownloadMachine`'s; this
+// is its host. Lock discipline: the machine is mutated inside `withLock`, and its actions —
+// continuations resumed, tasks started or cancelled, range maps saved — are carried out only
+// after the lock is dropped; files are written and streams read without the lock.
 
 import Diagnostics
 public import ProviderModel
@@ -30,46 +32,18 @@ public final class ContentEntry: Sendable {
     private let persistGate = AsyncGate()
     /// Called when the entry becomes idle (no pin, no download), so the cache can close it.
     private let onIdle: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
-    /// Takes over the range-map save at the end of a download (ProviderCache batches them).
+    /// Takes over the range-map save at the end of a download (the ContentStore batches them).
     private let deferredPersist: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
 
     func setDeferredPersist(_ handler: @escaping @Sendable (ContentEntry) -> Void) {
         deferredPersist.withLock { $0 = handler }
     }
 
-    private struct Waiter {
-        var id: UInt64
-        var range: Range<Int64>
-        var continuation: CheckedContinuation<Result<Void, CacheError>, Never>
-    }
-
+    /// The machine, the continuations of its waiters, and the download task.
     private struct State {
-        var present: ByteRanges
-        var waiters: [Waiter] = []
-        var cancelledWaiters: Set<UInt64> = []
-        var nextWaiterID: UInt64 = 1
-        /// Bytes are being fetched (what `progress` and the `downloading` state show).
-        var downloading = false
-        /// The download task exists (fetching, or saving the range map before it ends).
-        var loopRunning = false
+        var machine: DownloadMachine
+        var continuations: [UInt64: CheckedContinuation<Result<Void, CacheError>, Never>] = [:]
         var downloadTask: Task<Void, Never>?
-        /// Where the current (or last) stream is.
-        var position: Int64 = 0
-        /// Start and end of the last range a reader asked for (read-ahead in ranges-only mode).
-        var lastRequest: Range<Int64> = 0..<0
-        var lastError: RecordedError?
-        /// Set when this version can no longer be fetched (superseded, deleted, shut down):
-        /// missing bytes fail with this error at once.
-        var retiredError: CacheError?
-        var unsyncedBytes: Int64 = 0
-        /// When (timeline) the last range-map save started; nil before the first in this session.
-        var lastPersistAt: Duration?
-        /// A save started beside the download is running (another is not started meanwhile).
-        var backgroundPersist = false
-        /// What the store holds (nil: nothing saved in this session).
-        var saved: (ByteRanges, RecordedError?)?
-        var pins = 0
-        var fetchCount = 0
     }
 
     init(record: ContentRecord, file: ContentFile, environment: CacheEnvironment) {
@@ -79,24 +53,27 @@ public final class ContentEntry: Sendable {
         fileNumber = record.fileNumber
         self.file = file
         self.environment = environment
-        var initial = State(present: record.present)
-        initial.lastError = record.lastError
-        state = Locked(initial)
+        state = Locked(
+            State(
+                machine: DownloadMachine(
+                    size: record.size, present: record.present, lastError: record.lastError,
+                    options: environment.options, identifier: record.identifier.rawValue)))
     }
 
     /// Present bytes, total, whether a download runs, and the last failure.
     public var progress: ContentProgress {
         state.withLock {
             ContentProgress(
-                present: $0.present.count, total: size, downloading: $0.downloading, lastError: $0.lastError)
+                present: $0.machine.present.count, total: size, downloading: $0.machine.downloading,
+                lastError: $0.machine.lastError)
         }
     }
 
     /// The ranges on disk (a copy).
-    public var presentRanges: ByteRanges { state.withLock { $0.present } }
+    public var presentRanges: ByteRanges { state.withLock { $0.machine.present } }
 
     /// True when every byte is on disk.
-    public var isMaterialized: Bool { state.withLock { $0.present.contains(0..<size) } }
+    public var isMaterialized: Bool { state.withLock { $0.machine.isComplete } }
 
     /// The cache file, when every byte of this version is in it; nil while any range is missing
     /// (a hole reads as zeros, not as the content). Once complete, the file is never written,
@@ -110,19 +87,19 @@ public final class ContentEntry: Sendable {
     public var allocatedBlocks: Int64 { file.allocatedBlocks }
 
     /// Number of provider fetches this entry has started (tests and status).
-    public var fetchCount: Int { state.withLock { $0.fetchCount } }
+    public var fetchCount: Int { state.withLock { $0.machine.fetchCount } }
 
-    var pins: Int { state.withLock { $0.pins } }
+    var pins: Int { state.withLock { $0.machine.pins } }
 
     /// No handle pins it and no download runs: it may be closed (its record kept).
-    var isIdle: Bool { state.withLock { $0.pins == 0 && !$0.loopRunning } }
+    var isIdle: Bool { state.withLock { $0.machine.isIdle } }
 
     /// The record to keep when the entry is closed.
     var record: ContentRecord {
         state.withLock {
             ContentRecord(
-                identifier: identifier, version: version, size: size, fileNumber: fileNumber, present: $0.present,
-                lastError: $0.lastError)
+                identifier: identifier, version: version, size: size, fileNumber: fileNumber,
+                present: $0.machine.present, lastError: $0.machine.lastError)
         }
     }
 
@@ -135,15 +112,10 @@ public final class ContentEntry: Sendable {
         handler(self)
     }
 
-    func pin() { state.withLock { $0.pins += 1 } }
+    func pin() { state.withLock { $0.machine.pin() } }
 
     /// Returns the remaining pin count.
-    func unpin() -> Int {
-        state.withLock {
-            $0.pins -= 1
-            return $0.pins
-        }
-    }
+    func unpin() -> Int { state.withLock { $0.machine.unpin() } }
 
     /// Reads up to `count` bytes at `offset`, waiting for the download to bring them if needed.
     /// Fewer bytes only at the end of the content.
@@ -159,56 +131,29 @@ public final class ContentEntry: Sendable {
     public func readIfPresent(offset: Int64, count: Int) -> ReadData? {
         let end = min(size, offset + Int64(count))
         guard offset < end else { return ReadData(buffer: AlignedBuffer(capacity: 0), count: 0) }
-        guard state.withLock({ $0.present.contains(offset..<end) }) else { return nil }
+        guard state.withLock({ $0.machine.present.contains(offset..<end) }) else { return nil }
         return file.range(at: offset, count: Int(end - offset))
     }
 
     /// Waits until `range` is on disk (starting or joining the download), or fails.
     public func ensurePresent(_ range: Range<Int64>) async throws(CacheError) {
         let range = range.clamped(to: 0..<size)
-        enum Fast { case ready, failed(CacheError), wait(UInt64) }
-        let fast = state.withLock { state -> Fast in
-            if state.present.contains(range) { return .ready }
-            if let error = state.retiredError { return .failed(error) }
-            state.nextWaiterID += 1
-            return .wait(state.nextWaiterID)
-        }
         let id: UInt64
-        switch fast {
+        switch state.withLock({ $0.machine.beginRead(range) }) {
         case .ready: return
         case .failed(let error): throw error
         case .wait(let waiterID): id = waiterID
         }
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, CacheError>, Never>) in
-                enum Registration { case resume(Result<Void, CacheError>), waiting(startDownload: Bool) }
-                let registration = state.withLock { state -> Registration in
-                    if state.cancelledWaiters.remove(id) != nil {
-                        return .resume(.failure(CacheError(.cancelled, "read interrupted")))
-                    }
-                    if state.present.contains(range) { return .resume(.success(())) }
-                    if let error = state.retiredError { return .resume(.failure(error)) }
-                    state.waiters.append(Waiter(id: id, range: range, continuation: continuation))
-                    state.lastRequest = range
-                    if state.loopRunning { return .waiting(startDownload: false) }
-                    state.loopRunning = true
-                    state.downloading = true
-                    return .waiting(startDownload: true)
+                let actions = state.withLock { state in
+                    state.continuations[id] = continuation
+                    return state.machine.register(id, range: range)
                 }
-                switch registration {
-                case .resume(let result): continuation.resume(returning: result)
-                case .waiting(let startDownload): if startDownload { self.startDownload() }
-                }
+                perform(actions)
             }
         } onCancel: {
-            let continuation = state.withLock { state -> CheckedContinuation<Result<Void, CacheError>, Never>? in
-                if let index = state.waiters.firstIndex(where: { $0.id == id }) {
-                    return state.waiters.remove(at: index).continuation
-                }
-                state.cancelledWaiters.insert(id)
-                return nil
-            }
-            continuation?.resume(returning: .failure(CacheError(.cancelled, "read interrupted")))
+            perform(state.withLock { $0.machine.cancel(id) })
         }
         try result.get()
     }
@@ -216,28 +161,13 @@ public final class ContentEntry: Sendable {
     /// Starts the download without a reader (e.g. `providerfs download`, or after a restart when
     /// background completion should resume). No-op when complete or already running.
     public func startBackgroundDownload() {
-        let start = state.withLock { state -> Bool in
-            guard !state.loopRunning, state.retiredError == nil, !state.present.contains(0..<size) else {
-                return false
-            }
-            state.loopRunning = true
-            state.downloading = true
-            return true
-        }
-        if start { startDownload() }
+        perform(state.withLock { $0.machine.requestBackgroundDownload() })
     }
 
     /// Marks this version unfetchable: waiters and later reads of missing bytes fail with `error`;
     /// the download stops. Present bytes stay readable for handles that pinned this version.
     func retire(_ error: CacheError) {
-        let (waiters, task) = state.withLock { state -> ([Waiter], Task<Void, Never>?) in
-            if state.retiredError == nil { state.retiredError = error }
-            let waiters = state.waiters
-            state.waiters = []
-            return (waiters, state.downloadTask)
-        }
-        task?.cancel()
-        for waiter in waiters { waiter.continuation.resume(returning: .failure(error)) }
+        perform(state.withLock { $0.machine.retire(error) })
     }
 
     /// Waits for the download task (if any) to end. For shutdown and tests.
@@ -246,33 +176,49 @@ public final class ContentEntry: Sendable {
         await task?.value
     }
 
+    /// Carries out the machine's actions, in order, with the lock dropped.
+    private func perform(_ actions: [DownloadAction]) {
+        for action in actions {
+            switch action {
+            case .startDownload: startDownload()
+            case .cancelDownload: state.withLock { $0.downloadTask }?.cancel()
+            case .complete(let waiter, let error):
+                // Registered before the machine knew the waiter: always present here.
+                let continuation = state.withLock { $0.continuations.removeValue(forKey: waiter) }
+                continuation?.resume(returning: error.map { .failure($0) } ?? .success(()))
+            case .persistBeside:
+                // Beside the download: the fetch goes on while the sync runs. Saves of this entry
+                // are serialized (persistGate), so the download's final save still comes last.
+                Task {
+                    await self.persist()
+                    self.state.withLock { $0.machine.backgroundPersistEnded() }
+                }
+            }
+        }
+    }
+
     // MARK: The download
 
     private func startDownload() {
         let task = Task { await self.downloadLoop() }
         state.withLock { state in
             // The loop may already have finished; keep no stale handle then.
-            if state.loopRunning { state.downloadTask = task }
+            if state.machine.loopRunning { state.downloadTask = task }
         }
     }
 
-    private enum Outcome {
-        case completed(progress: Bool)
-        case retarget
-        case failed(CacheError, progress: Bool)
+    /// Ends the loop unless the machine says a reader still needs it; true: go on.
+    private func finishUnlessNeeded(afterFailure: Bool) -> Bool {
+        state.withLock { state in
+            if state.machine.finishUnlessNeeded(afterFailure: afterFailure) { return true }
+            state.downloadTask = nil
+            return false
+        }
     }
 
     private func downloadLoop() async {
-        let options = environment.options
-        var failuresInARow = 0
         while true {
-            let target = state.withLock { state -> Range<Int64>? in
-                let next = state.retiredError == nil ? Self.nextTarget(state, size: size, options: options) : nil
-                state.downloading = next != nil
-                if state.present.contains(0..<size) { state.lastError = nil }
-                return next
-            }
-            guard let target else {
+            guard let target = state.withLock({ $0.machine.nextFetch() }) else {
                 // Save the range map now, or (when a deferred saver is set) let the cache batch it
                 // shortly after: one fdatasync per small file is the main cost of opening many
                 // small files. The cache flushes pending saves at shutdown.
@@ -281,116 +227,42 @@ public final class ContentEntry: Sendable {
                 } else {
                     await persist()
                 }
-                if finishUnlessNeeded() { continue }
+                if finishUnlessNeeded(afterFailure: false) { continue }
                 notifyIfIdle()
                 return
             }
-            switch await fetch(target) {
-            case .completed(let progress):
-                if progress { failuresInARow = 0 }
-            case .retarget:
-                failuresInARow = 0
-            case .failed(let error, let progress):
-                if progress { failuresInARow = 0 }
-                failuresInARow += 1
-                let fatal: Bool
-                switch error.code {
-                case .downloadFailed, .unreachable, .io: fatal = failuresInARow >= options.maximumAttempts
-                default: fatal = true
+            let end = await fetch(target)
+            switch state.withLock({ $0.machine.fetchEnded(end) }) {
+            case .next:
+                continue
+            case .retryAfterDelay(let attempt):
+                if case .failed(let error, _) = end {
+                    environment.logger.info("\(identifier): attempt \(attempt) failed (\(error)); retrying")
                 }
-                if !fatal {
-                    environment.logger.info("\(identifier): attempt \(failuresInARow) failed (\(error)); retrying")
-                    try? await environment.timeline.sleep(for: options.retryDelay)
-                    continue
+                try? await environment.timeline.sleep(for: environment.options.retryDelay)
+                continue
+            case .fail(let actions):
+                if case .failed(let error, _) = end, error.code != .cancelled {
+                    environment.logger.warning("\(identifier) @\(version): download failed: \(error)")
                 }
-                fail(with: error)
+                perform(actions)
                 await persist()
                 // Readers that came after the failure start a fresh series of attempts.
-                if finishUnlessNeeded() {
-                    failuresInARow = 0
-                    continue
-                }
+                if finishUnlessNeeded(afterFailure: true) { continue }
                 notifyIfIdle()
                 return
             }
         }
-    }
-
-    /// Ends the download task unless a reader waits for bytes this version can still get;
-    /// returns true when the loop must go on.
-    private func finishUnlessNeeded() -> Bool {
-        let options = environment.options
-        return state.withLock { state in
-            if state.retiredError == nil, !state.waiters.isEmpty,
-                Self.nextTarget(state, size: size, options: options) != nil
-            {
-                return true
-            }
-            state.downloading = false
-            state.loopRunning = false
-            state.downloadTask = nil
-            return false
-        }
-    }
-
-    /// Ends the download with `error`: every waiter gets it and it is recorded for the xattrs.
-    private func fail(with error: CacheError) {
-        let waiters = state.withLock { state -> [Waiter] in
-            if error.code != .cancelled { state.lastError = RecordedError(code: error.code, message: error.message) }
-            if error.code == .stale || error.code == .notFound || error.code == .deletedRemotely {
-                let retired =
-                    error.code == .stale
-                    ? error : CacheError(.deletedRemotely, "\(identifier) was deleted on the provider")
-                if state.retiredError == nil { state.retiredError = retired }
-            }
-            state.downloading = false
-            let waiters = state.waiters
-            state.waiters = []
-            return waiters
-        }
-        if error.code != .cancelled {
-            environment.logger.warning("\(identifier) @\(version): download failed: \(error)")
-        }
-        let delivered =
-            error.code == .notFound ? CacheError(.deletedRemotely, "\(identifier) was deleted on the provider") : error
-        for waiter in waiters { waiter.continuation.resume(returning: .failure(delivered)) }
-    }
-
-    /// Where to fetch next: the oldest waiter's first missing gap; else (background) the next gap
-    /// after the stream position, wrapping to the start; else (ranges only) the read-ahead window.
-    private static func nextTarget(_ state: State, size: Int64, options: CacheOptions) -> Range<Int64>? {
-        let present = state.present
-        if present.contains(0..<size) { return nil }
-        for waiter in state.waiters {
-            if let missing = present.firstMissing(in: waiter.range) {
-                return present.gap(startingAt: missing, limit: size)
-            }
-        }
-        if options.backgroundCompletion {
-            let start = min(state.position, size)
-            if let missing = present.firstMissing(in: start..<size) ?? present.firstMissing(in: 0..<size) {
-                return present.gap(startingAt: missing, limit: size)
-            }
-            return nil
-        }
-        let limit = min(size, state.lastRequest.upperBound + options.readAheadWindow)
-        if let missing = present.firstMissing(in: state.lastRequest.lowerBound..<limit) {
-            return present.gap(startingAt: missing, limit: limit)
-        }
-        return nil
     }
 
     /// One provider stream over `target`: each chunk is written, then marked present, then the
     /// waiters it completes are resumed.
-    private func fetch(_ target: Range<Int64>) async -> Outcome {
+    private func fetch(_ target: Range<Int64>) async -> DownloadMachine.FetchEnd {
         let environment = self.environment
         let options = environment.options
         let identifier = self.identifier
         let version = self.version
-        state.withLock {
-            $0.fetchCount += 1
-            $0.position = target.lowerBound
-        }
+        state.withLock { $0.machine.fetchStarted(target) }
         let stream: any ContentStream
         do {
             stream = try await withDeadline(options.stallTimeout, on: environment.timeline) {
@@ -411,7 +283,7 @@ public final class ContentEntry: Sendable {
         while position < target.upperBound {
             if Task.isCancelled { return .failed(CacheError(.cancelled, "download cancelled"), progress: progress) }
             let length = state.withLock { state in
-                Self.chunkLength(state, at: position, end: target.upperBound, options: options, previous: previousChunk)
+                state.machine.chunkLength(at: position, end: target.upperBound, previous: previousChunk)
             }
             previousChunk = length
             if let direct {
@@ -475,51 +347,15 @@ public final class ContentEntry: Sendable {
         return .completed(progress: progress)
     }
 
-    /// Marks `written` present (its bytes are in the file), resumes the readers it completes,
-    /// starts a range-map save beside the download when one is due, and tells whether the fetch
-    /// should stop to retarget (a waiter needs bytes behind or far ahead of the stream, or, in
-    /// ranges-only mode, nobody waits and the read-ahead window is covered). Callable from any
-    /// thread.
+    /// `written` is in the file: the machine marks it present; its actions (readers resumed, a
+    /// save beside the download) are carried out; true when the fetch should stop to retarget.
+    /// Callable from any thread.
     private func deliver(_ written: Range<Int64>, fetchStartedAt: Duration) -> Bool {
-        let options = environment.options
         let now = environment.timeline.now
-        let (ready, shouldPersist, retarget) = state.withLock { state -> ([Waiter], Bool, Bool) in
-            state.present.insert(written)
-            state.position = written.upperBound
-            state.unsyncedBytes += Int64(written.count)
-            var ready: [Waiter] = []
-            state.waiters.removeAll { waiter in
-                guard state.present.contains(waiter.range) else { return false }
-                ready.append(waiter)
-                return true
-            }
-            var retarget = state.waiters.contains { waiter in
-                guard let missing = state.present.firstMissing(in: waiter.range) else { return false }
-                return missing < written.upperBound || missing >= written.upperBound + options.readAheadWindow
-            }
-            if !options.backgroundCompletion && state.waiters.isEmpty
-                && written.upperBound >= state.lastRequest.upperBound + options.readAheadWindow
-            {
-                retarget = true
-            }
-            // A superseded or shut-down version stops here too.
-            if state.retiredError != nil { retarget = true }
-            let due =
-                state.unsyncedBytes >= options.persistInterval
-                || now - (state.lastPersistAt ?? fetchStartedAt) >= options.persistPeriod
-            let persistNow = due && !state.backgroundPersist
-            if persistNow { state.backgroundPersist = true }
-            return (ready, persistNow, retarget)
+        let (actions, retarget) = state.withLock {
+            $0.machine.delivered(written, now: now, fetchStartedAt: fetchStartedAt)
         }
-        for waiter in ready { waiter.continuation.resume(returning: .success(())) }
-        if shouldPersist {
-            // Beside the download: the fetch goes on while the sync runs. Saves of this entry are
-            // serialized (persistGate), so the download's final save still comes last.
-            Task {
-                await self.persist()
-                self.state.withLock { $0.backgroundPersist = false }
-            }
-        }
+        perform(actions)
         return retarget
     }
 
@@ -527,24 +363,6 @@ public final class ContentEntry: Sendable {
     /// mark a range present that was not delivered (rclone-under-faults 2b/2c).
     private static func endedEarly(at position: Int64, of target: Range<Int64>) -> CacheError {
         CacheError(.downloadFailed, "the provider ended the transfer at byte \(position) of \(target.upperBound)")
-    }
-
-    /// The next chunk. The first of a fetch, when a reader waits at `position`, is just what it
-    /// needs (rounded up to 64 KiB, at least `firstChunkSize`): time to first byte depends on the
-    /// read, not on the file or chunk size. Later chunks double, up to `chunkSize`, so a stream
-    /// that readers follow closely is not cut into read-sized pieces (each chunk costs a few
-    /// thread hops and a deadline).
-    private static func chunkLength(
-        _ state: State, at position: Int64, end: Int64, options: CacheOptions, previous: Int?
-    ) -> Int {
-        var length = Int64(options.chunkSize)
-        if let previous {
-            length = min(length, 2 * Int64(previous))
-        } else if let waiter = state.waiters.first(where: { $0.range.contains(position) }) {
-            let needed = (waiter.range.upperBound - position + 65535) / 65536 * 65536
-            length = min(length, max(needed, Int64(options.firstChunkSize)))
-        }
-        return Int(max(1, min(length, end - position)))
     }
 
     /// fdatasync, then save the range map as it was before the sync: a range is persisted only
@@ -558,15 +376,9 @@ public final class ContentEntry: Sendable {
     }
 
     private func persistLocked() async {
-        let work = state.withLock { state -> (ByteRanges, RecordedError?)? in
-            // A superseded or deleted version is never saved again (its record was deleted).
-            if let retired = state.retiredError, retired.code != .cancelled { return nil }
-            // Nothing new since the last save: no sync, no write.
-            if let saved = state.saved, saved.0 == state.present, saved.1 == state.lastError { return nil }
-            state.unsyncedBytes = 0
-            state.lastPersistAt = environment.timeline.now
-            return (state.present, state.lastError)
-        }
+        // Nothing when nothing is new, or when the version was superseded or deleted.
+        let now = environment.timeline.now
+        let work = state.withLock { $0.machine.persistSnapshot(now: now) }
         guard let (snapshot, lastError) = work else { return }
         do {
             try await file.sync()
@@ -580,7 +392,7 @@ public final class ContentEntry: Sendable {
         let store = environment.store
         do {
             try await environment.pool.run { () throws -> Void in try store.saveContent(record) }
-            state.withLock { $0.saved = (snapshot, lastError) }
+            state.withLock { $0.machine.persisted(snapshot, lastError: lastError) }
         } catch {
             environment.logger.warning("\(identifier): cannot save range map: \(error)")
         }

@@ -22,7 +22,7 @@ public struct FileSystemOptions: Sendable {
     /// How long the kernel may cache attributes and entries.
     public var attributeTimeout: Duration = .seconds(1)
     public var entryTimeout: Duration = .seconds(1)
-    /// How long instead for items the provider tells of every change of (`ProviderCache.isTracked`)
+    /// How long instead for items the provider tells of every change of (`Catalog.isTracked`)
     /// once the kernel can be told (`KernelCacheCoherent`): a change invalidates them at once, so
     /// this only bounds what the provider's tracking misses (D-228).
     public var trackedTimeout: Duration = .seconds(10)
@@ -94,7 +94,7 @@ public final class ProviderFileSystem: FileSystem {
     /// The item behind a node, refreshed per the attribute TTL; a removed item detaches the node.
     private func item(of node: InodeTable.Node, maximumAge: Duration?) async throws(FileSystemError) -> ProviderItem {
         do throws(CacheError) {
-            let item = try await cache.item(node.identifier, maximumAge: maximumAge)
+            let item = try await cache.catalog.item(node.identifier, maximumAge: maximumAge)
             guard item.kind == node.kind || node.identifier == .root else {
                 throw CacheError(.notFound, "\(node.identifier) was replaced by a \(item.kind) on the provider")
             }
@@ -148,24 +148,15 @@ public final class ProviderFileSystem: FileSystem {
             entryTimeout: timeout ?? options.entryTimeout)
     }
 
-    /// The child named `name` (compared byte for byte, as POSIX does) of a directory item.
+    /// The child named `name` (compared byte for byte, as POSIX does) of a directory item, per the
+    /// catalog's lookup policy (`Catalog.child(named:of:)`: listing TTL, then a recheck of a miss).
     private func child(named name: String, of directory: ItemIdentifier) async throws(FileSystemError) -> ProviderItem {
         guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
         guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
             throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
         }
         do {
-            if let found = try await cache.child(named: name, of: directory, maximumAge: options.cache.directoryTTL) {
-                return found
-            }
-            // A miss asks the provider again (not before the listing is missRefreshInterval old),
-            // so an item created on the provider is found without waiting for the listing TTL:
-            // that one name when the provider can look names up, else a new listing.
-            if let age = cache.listingAge(of: directory), age >= options.cache.missRefreshInterval,
-                let found = try await cache.recheckMissingChild(named: name, of: directory)
-            {
-                return found
-            }
+            if let found = try await cache.catalog.child(named: name, of: directory) { return found }
         } catch {
             throw FileSystemError(error)
         }
@@ -183,7 +174,8 @@ public final class ProviderFileSystem: FileSystem {
             throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
         }
         let item = try await child(named: name, of: parentNode.identifier)
-        return entry(for: item, presentBytes: cache.presentBytes(of: item), tracked: cache.isTracked(item))
+        return entry(
+            for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
     }
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
@@ -196,7 +188,8 @@ public final class ProviderFileSystem: FileSystem {
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         return attributes(
-            of: item, presentBytes: cache.presentBytes(of: item), inode: inode, tracked: cache.isTracked(item))
+            of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
+            tracked: cache.catalog.isTracked(item))
     }
 
     public func setAttributes(
@@ -243,11 +236,11 @@ public final class ProviderFileSystem: FileSystem {
         if snapshot == nil || cookie == 0 {
             let children: [ProviderItem]
             do {
-                children = try await cache.children(of: open.identifier, maximumAge: options.cache.directoryTTL)
+                children = try await cache.catalog.children(of: open.identifier, maximumAge: options.cache.directoryTTL)
             } catch {
                 throw FileSystemError(error)
             }
-            let parentIdentifier = cache.cachedItem(open.identifier)?.parent ?? .root
+            let parentIdentifier = cache.catalog.knownItem(open.identifier)?.parent ?? .root
             let built = state.withLock { state -> [DirectoryEntry] in
                 let parentInode = state.inodes.bind(parentIdentifier, kind: .directory).0
                 var entries = [
@@ -283,7 +276,7 @@ public final class ProviderFileSystem: FileSystem {
         let node = try node(inode)
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
         if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
-        let path = cache.path(of: node.identifier) ?? node.identifier.rawValue
+        let path = cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue
         let claim = try await claims.acquireReadClaim(
             ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
         let entry: ContentEntry
@@ -358,7 +351,7 @@ public final class ProviderFileSystem: FileSystem {
     /// and ends its read claim. Never waits.
     private func releaseHandle(_ handle: FileHandleID) {
         guard let open = state.withLock({ $0.files.removeValue(forKey: handle) }) else { return }
-        cache.unpin(open.entry)
+        cache.content.unpin(open.entry)
         claims.releaseReadClaim(open.claim)
     }
 
@@ -479,7 +472,7 @@ public final class ProviderFileSystem: FileSystem {
         }
         return FileSystemStatistics(
             blockSize: UInt64(info.f_frsize), totalBlocks: UInt64(info.f_blocks), freeBlocks: UInt64(info.f_bfree),
-            availableBlocks: UInt64(info.f_bavail), totalFiles: UInt64(cache.itemCount), freeFiles: 0,
+            availableBlocks: UInt64(info.f_bavail), totalFiles: UInt64(cache.catalog.itemCount), freeFiles: 0,
             maximumNameLength: 255)
     }
 
@@ -491,7 +484,7 @@ public final class ProviderFileSystem: FileSystem {
             return open
         }
         for file in open {
-            cache.unpin(file.entry)
+            cache.content.unpin(file.entry)
             claims.releaseReadClaim(file.claim)
         }
         await cache.shutdown()
@@ -533,12 +526,10 @@ extension ProviderFileSystem: FileSystemFastPath {
             !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
             !name.utf8.contains(UInt8(ascii: "/"))
         else { return nil }
-        switch cache.cachedChild(named: name, of: parentNode.identifier, maximumAge: options.cache.directoryTTL) {
-        case .found(let item, let presentBytes, let tracked):
-            return .success(entry(for: item, presentBytes: presentBytes, tracked: tracked))
-        case .absent(let listingAge):
-            // A miss re-lists (async) once the listing is older than missRefreshInterval.
-            guard listingAge < options.cache.missRefreshInterval else { return nil }
+        switch cache.catalog.childNow(named: name, of: parentNode.identifier) {
+        case .found(let item, let tracked):
+            return .success(entry(for: item, presentBytes: cache.content.presentBytes(of: item), tracked: tracked))
+        case .absent:
             return .failure(FileSystemError(.notFound, "no item named '\(name)'"))
         case .unknown:
             return nil
@@ -548,16 +539,20 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func getAttributesNow(
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
+        // From memory only: a stale item is revalidated by the async path, off the FUSE thread.
         guard let node = state.withLock({ $0.inodes[inode] }),
-            let (item, presentBytes, tracked) = cache.freshItemAndPresentBytes(
-                node.identifier, maximumAge: options.cache.attributeTTL),
+            let item = cache.catalog.itemNow(
+                node.identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
             item.kind == node.kind || node.identifier == .root
         else { return nil }
-        return .success(attributes(of: item, presentBytes: presentBytes, inode: inode, tracked: tracked))
+        return .success(
+            attributes(
+                of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
+                tracked: cache.catalog.isTracked(item)))
     }
 
     /// An open for reading whose claim is granted at once, whose revalidation the cache or the
-    /// provider answers at once (`ProviderCache.itemNow`: D-208's revalidation still happens) and
+    /// provider answers at once (`Catalog.itemNow`: D-208's revalidation still happens) and
     /// whose content entry exists or is opened from the local disk (D-229). Same order as the
     /// async `open`: claim, then revalidation, then pin. Anything else, every error included, is
     /// left to `open`, with nothing held.
@@ -565,12 +560,12 @@ extension ProviderFileSystem: FileSystemFastPath {
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
         guard !flags.wantsWrite, !flags.truncates, let node = state.withLock({ $0.inodes[inode] }), node.kind == .file,
-            let path = cache.path(of: node.identifier),
+            let path = cache.catalog.path(of: node.identifier),
             let claim = claims.acquireReadClaimNow(
                 ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
         else { return nil }
         let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
-        guard let item = cache.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
+        guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
             let entry = cache.pinContentNow(of: item)
         else {
             claims.releaseReadClaim(claim)
@@ -641,11 +636,11 @@ extension ProviderFileSystem: KernelCacheCoherent {
     public func setKernelInvalidation(_ invalidate: (@Sendable ([KernelInvalidation]) -> Void)?) {
         kernelInvalidation.withLock { $0 = invalidate }
         if invalidate != nil {
-            cache.observeChanges { [weak self] changes in self?.catalogChanged(changes) }
+            cache.catalog.observeChanges { [weak self] changes in self?.catalogChanged(changes) }
             kernelTold.store(true, ordering: .relaxed)
         } else {
             kernelTold.store(false, ordering: .relaxed)
-            cache.observeChanges(nil)
+            cache.catalog.observeChanges(nil)
         }
     }
 
@@ -658,7 +653,7 @@ extension ProviderFileSystem: KernelCacheCoherent {
         for change in changes {
             switch change {
             case .entry: break
-            case .entries(let directory): wholeDirectories[directory] = cache.cachedChildNames(of: directory)
+            case .entries(let directory): wholeDirectories[directory] = cache.catalog.cachedChildNames(of: directory)
             case .everything: everything = true
             }
         }
@@ -666,7 +661,7 @@ extension ProviderFileSystem: KernelCacheCoherent {
         if everything {
             let known = state.withLock { state in state.inodes.nodes.values.map(\.identifier) }
             for identifier in known where identifier != .root {
-                if let item = cache.cachedItem(identifier) { items.append((item.parent, item.name)) }
+                if let item = cache.catalog.knownItem(identifier) { items.append((item.parent, item.name)) }
             }
         }
         let invalidations = state.withLock { state -> [KernelInvalidation] in

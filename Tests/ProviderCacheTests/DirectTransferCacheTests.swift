@@ -30,7 +30,7 @@ struct DirectTransferCacheTests {
         let cache = try ProviderCache(
             provider: LocalDirectoryProvider(root: source.path), directory: cacheDirectory.path,
             store: InMemoryMetadataStore())
-        let item = try await cache.item(ItemIdentifier("f"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         // A read in the middle of the tail first (reader first), then everything.
         let middle = try await entry.read(offset: 20 << 20, count: 4096)
@@ -59,7 +59,7 @@ struct DirectTransferCacheTests {
         #expect(
             Array(UnsafeRawBufferPointer(start: pointer, count: reply.count)) == Array(tail[100..<(100 + (1 << 20))]))
         #expect(mapped.mappedBytes(at: size - 10, count: 20) == nil, "nothing past the end of the file")
-        cache.unpin(entry)
+        cache.content.unpin(entry)
         await cache.shutdown()
     }
 
@@ -73,7 +73,7 @@ struct DirectTransferCacheTests {
         let cache = try ProviderCache(
             provider: LocalDirectoryProvider(root: source.path), directory: small.path + "/cache",
             store: InMemoryMetadataStore())
-        let item = try await cache.item(ItemIdentifier("big"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("big"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         do {
             _ = try await entry.read(offset: (4 << 20) - 4096, count: 4096)
@@ -82,7 +82,7 @@ struct DirectTransferCacheTests {
         } catch {
             #expect(error.code == .noSpace, "\(error)")
         }
-        cache.unpin(entry)
+        cache.content.unpin(entry)
         await cache.shutdown()
     }
 }

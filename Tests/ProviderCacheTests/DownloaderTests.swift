@@ -16,7 +16,7 @@ struct DownloaderTests {
         let fixture = try CacheFixture()
         fixture.provider.putFile("big.bin", .ramp(seed: 1, size: 4 << 20))
         let cache = try fixture.makeCache()
-        let item = try await cache.item(ItemIdentifier("big.bin"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("big.bin"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         let data = try await entry.read(offset: 3 << 20, count: 10_000)
         #expect(data.bytes == expectedBytes(fixture.provider, "big.bin", (3 << 20)..<((3 << 20) + 10_000)))
@@ -28,7 +28,7 @@ struct DownloaderTests {
         #expect(fixture.provider.counters.bytesServed == 4 << 20)
         let all = try await entry.read(offset: 0, count: 4 << 20)
         #expect(all.bytes == expectedBytes(fixture.provider, "big.bin", 0..<(4 << 20)))
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("concurrent readers share one download")
@@ -36,7 +36,7 @@ struct DownloaderTests {
         let fixture = try CacheFixture()
         fixture.provider.putFile("f", .ramp(seed: 2, size: 200_000))
         let cache = try fixture.makeCache()
-        let item = try await cache.item(ItemIdentifier("f"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         fixture.provider.hold()
         let readers = (0..<4).map { index in
@@ -57,7 +57,7 @@ struct DownloaderTests {
         await entry.waitForDownloadForTesting()
         #expect(fixture.provider.counters.fetchCalls == 1)
         #expect(fixture.provider.counters.bytesServed == 200_000)
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("a download that always fails at byte N: EIO-class failure after the retry budget, prefix kept")
@@ -67,7 +67,7 @@ struct DownloaderTests {
         fixture.faults.add(
             FaultRule(identifier: ItemIdentifier("half"), fault: .failAfter(offset: 150_000, errno: EIO)))
         let cache = try fixture.makeCache()
-        let item = try await cache.item(ItemIdentifier("half"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("half"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         let head = try await entry.read(offset: 0, count: 1000)
         #expect(head.bytes == expectedBytes(fixture.provider, "half", 0..<1000))
@@ -83,7 +83,7 @@ struct DownloaderTests {
         // Bytes before the fault still read, from the cache.
         let again = try await entry.read(offset: 100_000, count: 1000)
         #expect(again.bytes == expectedBytes(fixture.provider, "half", 100_000..<101_000))
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("a transient failure is retried transparently and the error clears")
@@ -93,7 +93,7 @@ struct DownloaderTests {
         fixture.faults.add(
             FaultRule(identifier: ItemIdentifier("f"), fault: .failAfter(offset: 100_000, errno: EIO), times: 1))
         let cache = try fixture.makeCache()
-        let item = try await cache.item(ItemIdentifier("f"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         let data = try await entry.read(offset: 0, count: 300_000)
         #expect(data.bytes == expectedBytes(fixture.provider, "f", 0..<300_000))
@@ -103,7 +103,7 @@ struct DownloaderTests {
         // The retry resumed where the failure left off: nothing before it was fetched twice.
         #expect(fixture.provider.counters.fetchedRanges.count == 2)
         #expect(fixture.provider.counters.fetchedRanges[1].lowerBound >= 64 << 10)
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("a stalled download fails with timedOut at the deadline, never hangs")
@@ -112,7 +112,7 @@ struct DownloaderTests {
         fixture.provider.putFile("stuck", .ramp(seed: 5, size: 300_000))
         fixture.faults.add(FaultRule(identifier: ItemIdentifier("stuck"), fault: .stall(offset: 64 << 10)))
         let cache = try fixture.makeCache()
-        let item = try await cache.item(ItemIdentifier("stuck"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("stuck"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         let done = Locked(false)
         let reader = Task {
@@ -132,7 +132,7 @@ struct DownloaderTests {
         #expect(throws: CacheError(.timedOut, "no data from the provider for 5s")) { try result.get() }
         #expect(cache.status(of: item.identifier)?.lastError?.code == .timedOut)
         #expect(entry.presentRanges.count <= 64 << 10)
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("a stream that ends early is a failure, never a present range and never a hang")
@@ -141,13 +141,13 @@ struct DownloaderTests {
         fixture.provider.putFile("short", .ramp(seed: 6, size: 300_000))
         fixture.faults.add(FaultRule(identifier: ItemIdentifier("short"), fault: .truncate(offset: 128 << 10)))
         let cache = try fixture.makeCache()
-        let item = try await cache.item(ItemIdentifier("short"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("short"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         let error = await #expect(throws: CacheError.self) { _ = try await entry.read(offset: 200_000, count: 10) }
         #expect(error?.code == .downloadFailed)
         #expect(entry.presentRanges.count <= 128 << 10)
         #expect(fixture.provider.counters.fetchCalls == fixture.options.maximumAttempts + 0)
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("the version changing under a reader gives stale, never mixed bytes")
@@ -158,7 +158,7 @@ struct DownloaderTests {
         options.backgroundCompletion = false
         options.readAheadWindow = 0
         let cache = try fixture.makeCache(options: options)
-        let item = try await cache.item(ItemIdentifier("doc"), maximumAge: nil)
+        let item = try await cache.catalog.item(ItemIdentifier("doc"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         let head = try await entry.read(offset: 0, count: 1000)
         #expect(head.bytes == expectedBytes(fixture.provider, "doc", 0..<1000))
@@ -168,13 +168,13 @@ struct DownloaderTests {
         // Bytes of the pinned version already present still read (consistent, old version).
         let cached = try await entry.read(offset: 0, count: 1000)
         #expect(cached.bytes == head.bytes)
-        cache.unpin(entry)
+        cache.content.unpin(entry)
         // A fresh look at the item pins the new version.
-        let fresh = try await cache.item(ItemIdentifier("doc"), maximumAge: .zero)
+        let fresh = try await cache.catalog.item(ItemIdentifier("doc"), maximumAge: .zero)
         let newEntry = try await cache.pinContent(of: fresh)
         let data = try await newEntry.read(offset: 200_000, count: 1000)
         #expect(data.bytes == expectedBytes(fixture.provider, "doc", 200_000..<201_000))
-        cache.unpin(newEntry)
+        cache.content.unpin(newEntry)
     }
 
     @Test("a fault injected mid-stream as a version change also gives stale")
@@ -183,10 +183,10 @@ struct DownloaderTests {
         fixture.provider.putFile("v", .ramp(seed: 9, size: 300_000))
         fixture.faults.add(FaultRule(identifier: ItemIdentifier("v"), fault: .changeVersion(offset: 64 << 10)))
         let cache = try fixture.makeCache()
-        let entry = try await cache.pinContent(of: try await cache.item(ItemIdentifier("v"), maximumAge: nil))
+        let entry = try await cache.pinContent(of: try await cache.catalog.item(ItemIdentifier("v"), maximumAge: nil))
         let error = await #expect(throws: CacheError.self) { _ = try await entry.read(offset: 100_000, count: 10) }
         #expect(error?.code == .stale)
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("cancelling one reader does not cancel the download another reader waits on")
@@ -194,7 +194,7 @@ struct DownloaderTests {
         let fixture = try CacheFixture()
         fixture.provider.putFile("f", .ramp(seed: 10, size: 100_000))
         let cache = try fixture.makeCache()
-        let entry = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f"), maximumAge: nil))
+        let entry = try await cache.pinContent(of: try await cache.catalog.item(ItemIdentifier("f"), maximumAge: nil))
         fixture.provider.hold()
         let cancelled = Task { try await entry.read(offset: 0, count: 100) }
         let patient = Task { try await entry.read(offset: 50_000, count: 100) }
@@ -209,7 +209,7 @@ struct DownloaderTests {
         fixture.provider.release()
         let bytes = try await patient.value.bytes
         #expect(bytes == expectedBytes(fixture.provider, "f", 50_000..<50_100))
-        cache.unpin(entry)
+        cache.content.unpin(entry)
     }
 
     @Test("a restart resumes from the persisted range map and never serves unrecorded bytes")
@@ -221,11 +221,11 @@ struct DownloaderTests {
         options.backgroundCompletion = false
         options.readAheadWindow = 0
         let first = try fixture.makeCache(options: options)
-        let item = try await first.item(ItemIdentifier("r"), maximumAge: nil)
+        let item = try await first.catalog.item(ItemIdentifier("r"), maximumAge: nil)
         let entry = try await first.pinContent(of: item)
         _ = try await entry.read(offset: 0, count: 100_000)
         let persisted = entry.presentRanges
-        first.unpin(entry)
+        first.content.unpin(entry)
         await first.shutdown()
         #expect(persisted.contains(0..<100_000))
         #expect(!persisted.contains(0..<(1 << 20)))
@@ -243,12 +243,12 @@ struct DownloaderTests {
         let second = try fixture.makeCache()
         #expect(second.status(of: item.identifier)?.state == .partial)
         #expect(second.status(of: item.identifier)?.presentBytes == persisted.count)
-        let resumed = try await second.pinContent(of: try await second.item(item.identifier, maximumAge: nil))
+        let resumed = try await second.pinContent(of: try await second.catalog.item(item.identifier, maximumAge: nil))
         let all = try await resumed.read(offset: 0, count: 1 << 20)
         #expect(all.bytes == expectedBytes(fixture.provider, "r", 0..<(1 << 20)))
         let refetched = fixture.provider.counters.fetchedRanges[before...]
         #expect(refetched.allSatisfy { $0.lowerBound >= persisted.ranges.last!.upperBound })
-        second.unpin(resumed)
+        second.content.unpin(resumed)
         await second.shutdown()
     }
 
@@ -258,9 +258,9 @@ struct DownloaderTests {
         fixture.provider.addDirectory("d")
         for index in 0..<20 { fixture.provider.putFile("d/f\(index)", .ramp(seed: UInt64(index), size: 1000)) }
         let cache = try fixture.makeCache()
-        let children = try await cache.children(of: ItemIdentifier("d"), maximumAge: nil)
+        let children = try await cache.catalog.children(of: ItemIdentifier("d"), maximumAge: nil)
         #expect(children.count == 20)
-        for child in children { _ = try await cache.item(child.identifier, maximumAge: .zero) }
+        for child in children { _ = try await cache.catalog.item(child.identifier, maximumAge: .zero) }
         #expect(fixture.provider.counters.fetchCalls == 0)
         #expect(children.allSatisfy { cache.status(of: $0.identifier)?.state == .dataless })
     }
@@ -272,24 +272,24 @@ struct DownloaderTests {
         let cache = try fixture.makeCache()
         for index in 0..<50 {
             let entry = try await cache.pinContent(
-                of: try await cache.item(ItemIdentifier("f\(index)"), maximumAge: nil))
+                of: try await cache.catalog.item(ItemIdentifier("f\(index)"), maximumAge: nil))
             let data = try await entry.read(offset: 0, count: 3000)
             #expect(data.bytes == expectedBytes(fixture.provider, "f\(index)", 0..<3000))
-            cache.unpin(entry)
+            cache.content.unpin(entry)
         }
         var waited = 0
-        while cache.openEntryCount > 0 && waited < 5000 {
+        while cache.content.openEntryCount > 0 && waited < 5000 {
             try await Task.sleep(for: .milliseconds(1))
             waited += 1
         }
-        #expect(cache.openEntryCount == 0)
+        #expect(cache.content.openEntryCount == 0)
         // Closed entries keep their state: materialized, and re-reading fetches nothing.
         #expect(cache.status(of: ItemIdentifier("f7"))?.state == .materialized)
         let before = fixture.provider.counters.fetchCalls
-        let again = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f7"), maximumAge: nil))
+        let again = try await cache.pinContent(of: try await cache.catalog.item(ItemIdentifier("f7"), maximumAge: nil))
         #expect(try await again.read(offset: 0, count: 3000).bytes == expectedBytes(fixture.provider, "f7", 0..<3000))
         #expect(fixture.provider.counters.fetchCalls == before)
-        cache.unpin(again)
+        cache.content.unpin(again)
     }
 
     @Test("time to first byte does not grow with file size: the first fetch is sized to the read")
@@ -304,12 +304,13 @@ struct DownloaderTests {
             options.readAheadWindow = 0
             fixture.provider.putFile("f", .ramp(seed: 12, size: size))
             let cache = try fixture.makeCache(options: options)
-            let entry = try await cache.pinContent(of: try await cache.item(ItemIdentifier("f"), maximumAge: nil))
+            let entry = try await cache.pinContent(
+                of: try await cache.catalog.item(ItemIdentifier("f"), maximumAge: nil))
             let data = try await entry.read(offset: size / 2, count: 4096)
             #expect(data.bytes == expectedBytes(fixture.provider, "f", (size / 2)..<(size / 2 + 4096)))
             await entry.waitForDownloadForTesting()
             served.append(fixture.provider.counters.bytesServed)
-            cache.unpin(entry)
+            cache.content.unpin(entry)
         }
         #expect(served == [128 << 10, 128 << 10])
     }
@@ -344,12 +345,12 @@ struct MetadataDeadlineTests {
         let cache = try ProviderCache(
             provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
             options: fixture.options)
-        _ = try await cache.children(of: .root, maximumAge: nil)
+        _ = try await cache.catalog.children(of: .root, maximumAge: nil)
         provider.hanging.withLock { $0 = true }
         let done = Locked(false)
         let lookup = Task {
             defer { done.withLock { $0 = true } }
-            return try await cache.item(ItemIdentifier("f"), maximumAge: .zero)
+            return try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
         }
         var rounds = 0
         while !done.value && rounds < 5000 {
@@ -369,9 +370,9 @@ struct CacheHygieneTests {
         let fixture = try CacheFixture()
         fixture.provider.putFile("f", .ramp(seed: 13, size: 10_000))
         let first = try fixture.makeCache()
-        let entry = try await first.pinContent(of: try await first.item(ItemIdentifier("f"), maximumAge: nil))
+        let entry = try await first.pinContent(of: try await first.catalog.item(ItemIdentifier("f"), maximumAge: nil))
         _ = try await entry.read(offset: 0, count: 10_000)
-        first.unpin(entry)
+        first.content.unpin(entry)
         await first.shutdown()
         try writeFile(fixture.directory.path + "/content/99", [1, 2, 3])
         _ = try fixture.makeCache()
@@ -430,11 +431,11 @@ struct OverlappingListingTests {
         let cache = try ProviderCache(
             provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
             options: fixture.options)
-        #expect(try await cache.children(of: .root, maximumAge: nil).map(\.name) == ["a", "b"])
+        #expect(try await cache.catalog.children(of: .root, maximumAge: nil).map(\.name) == ["a", "b"])
         // An older listing (still with "a") is taken at t = 6 s and held...
         fixture.clock.advance(by: .seconds(6))
         provider.arm()
-        let older = Task { try await cache.children(of: .root, maximumAge: .seconds(5)) }
+        let older = Task { try await cache.catalog.children(of: .root, maximumAge: .seconds(5)) }
         var rounds = 0
         while !provider.isHolding && rounds < 10_000 {
             try await Task.sleep(for: .milliseconds(1))
@@ -444,11 +445,11 @@ struct OverlappingListingTests {
         // ...while "a" is deleted and a newer listing (t = 7 s) is applied.
         fixture.provider.remove("a")
         fixture.clock.advance(by: .seconds(1))
-        #expect(try await cache.children(of: .root, maximumAge: .zero).map(\.name) == ["b"])
+        #expect(try await cache.catalog.children(of: .root, maximumAge: .zero).map(\.name) == ["b"])
         provider.release()
         _ = try await older.value
-        #expect(try await cache.children(of: .root, maximumAge: nil).map(\.name) == ["b"])
-        #expect(cache.cachedItem(ItemIdentifier("a")) == nil)
+        #expect(try await cache.catalog.children(of: .root, maximumAge: nil).map(\.name) == ["b"])
+        #expect(cache.catalog.knownItem(ItemIdentifier("a")) == nil)
     }
 }
 
@@ -488,23 +489,26 @@ struct ListingRevalidationTests {
     func unchangedListingIsRevalidated() async throws {
         let (fixture, provider, cache) = try Self.trackedCache()
         let ttl = fixture.options.directoryTTL
-        _ = try await cache.children(of: .root, maximumAge: ttl)
+        _ = try await cache.catalog.children(of: .root, maximumAge: ttl)
         #expect(fixture.provider.counters.childrenCalls == 1)
 
         fixture.clock.advance(by: ttl + .seconds(1))
-        #expect(cache.freshItem(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL) == nil)
-        #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a"])
-        #expect(fixture.provider.counters.childrenCalls == 1, "unchanged: no listing")
-        #expect(cache.listingAge(of: .root) == .zero, "the listing counts from the check")
         #expect(
-            cache.freshItem(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL) != nil,
+            cache.catalog.itemNow(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL, askingProvider: false)
+                == nil)
+        #expect(try await cache.catalog.children(of: .root, maximumAge: ttl).map(\.name) == ["a"])
+        #expect(fixture.provider.counters.childrenCalls == 1, "unchanged: no listing")
+        #expect(cache.catalog.listingAge(of: .root) == .zero, "the listing counts from the check")
+        #expect(
+            cache.catalog.itemNow(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL, askingProvider: false)
+                != nil,
             "its children's metadata is confirmed with it")
 
         // A change: listed again, and the new child is there.
         fixture.provider.putFile("b", .bytes([2]))
         provider.touch()
         fixture.clock.advance(by: ttl + .seconds(1))
-        #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a", "b"])
+        #expect(try await cache.catalog.children(of: .root, maximumAge: ttl).map(\.name) == ["a", "b"])
         #expect(fixture.provider.counters.childrenCalls == 2)
     }
 
@@ -512,18 +516,18 @@ struct ListingRevalidationTests {
     func fullListingIntervalBoundsTrust() async throws {
         let (fixture, _, cache) = try Self.trackedCache()
         let ttl = fixture.options.directoryTTL
-        _ = try await cache.children(of: .root, maximumAge: ttl)
+        _ = try await cache.catalog.children(of: .root, maximumAge: ttl)
         // A change the tracking does not see (an mmap write, say).
         fixture.provider.putFile("b", .bytes([2]))
         var elapsed = Duration.zero
         while elapsed + ttl + .seconds(1) < fixture.options.fullListingInterval {
             fixture.clock.advance(by: ttl + .seconds(1))
             elapsed += ttl + .seconds(1)
-            #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a"])
+            #expect(try await cache.catalog.children(of: .root, maximumAge: ttl).map(\.name) == ["a"])
         }
         #expect(fixture.provider.counters.childrenCalls == 1)
         fixture.clock.advance(by: ttl + .seconds(1))
-        #expect(try await cache.children(of: .root, maximumAge: ttl).map(\.name) == ["a", "b"])
+        #expect(try await cache.catalog.children(of: .root, maximumAge: ttl).map(\.name) == ["a", "b"])
         #expect(fixture.provider.counters.childrenCalls == 2)
     }
 
@@ -531,15 +535,15 @@ struct ListingRevalidationTests {
     func lookupRevalidates() async throws {
         let (fixture, _, cache) = try Self.trackedCache()
         let ttl = fixture.options.directoryTTL
-        #expect(try await cache.child(named: "a", of: .root, maximumAge: ttl)?.size == 1)
+        #expect(try await cache.catalog.child(named: "a", of: .root)?.size == 1)
         fixture.clock.advance(by: ttl * 3)
-        guard case .unknown = cache.cachedChild(named: "a", of: .root, maximumAge: ttl) else {
+        guard case .unknown = cache.catalog.childNow(named: "a", of: .root) else {
             Issue.record("an expired listing must not answer on its own")
             return
         }
-        #expect(try await cache.child(named: "a", of: .root, maximumAge: ttl)?.size == 1)
+        #expect(try await cache.catalog.child(named: "a", of: .root)?.size == 1)
         #expect(fixture.provider.counters.childrenCalls == 1)
-        guard case .found = cache.cachedChild(named: "a", of: .root, maximumAge: ttl) else {
+        guard case .found = cache.catalog.childNow(named: "a", of: .root) else {
             Issue.record("the revalidated listing answers again")
             return
         }

@@ -22,35 +22,34 @@ struct PushedChangesTests {
             provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
             options: fixture.options)
         let told = Locked<[CatalogChange]>([])
-        cache.observeChanges { changes in told.withLock { $0 += changes } }
-        _ = try await cache.children(of: .root, maximumAge: fixture.options.directoryTTL)
+        cache.catalog.observeChanges { changes in told.withLock { $0 += changes } }
+        _ = try await cache.catalog.children(of: .root, maximumAge: fixture.options.directoryTTL)
         return (fixture, provider, cache, told)
     }
 
-    func found(_ answer: ProviderCache.CachedChild) -> (ProviderItem, tracked: Bool)? {
-        if case .found(let item, _, let tracked) = answer { return (item, tracked) }
+    func found(_ answer: Catalog.ChildAnswer) -> (ProviderItem, tracked: Bool)? {
+        if case .found(let item, let tracked) = answer { return (item, tracked) }
         return nil
     }
 
     @Test("a child written on the provider is asked for alone; its siblings still answer from the listing, tracked")
     func aWrittenChildIsAskedForAlone() async throws {
         let (fixture, provider, cache, told) = try await Self.listedCache()
-        let ttl = fixture.options.directoryTTL
-        #expect(cache.pushesChanges)
-        #expect(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl))?.tracked == true)
+        #expect(cache.catalog.pushesChanges)
+        #expect(found(cache.catalog.childNow(named: "a", of: .root))?.tracked == true)
 
         fixture.provider.putFile("a", .bytes([1, 1, 1]))
         provider.report([.entry(directory: .root, name: "a")])
         #expect(told.value == [.entry(directory: .root, name: "a", identifier: ItemIdentifier("a"))])
-        #expect(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl)) == nil, "asked for again")
-        #expect(cache.freshItem(ItemIdentifier("a"), maximumAge: .seconds(3600)) == nil)
-        #expect(found(cache.cachedChild(named: "b", of: .root, maximumAge: ttl))?.tracked == true)
+        #expect(found(cache.catalog.childNow(named: "a", of: .root)) == nil, "asked for again")
+        #expect(cache.catalog.itemNow(ItemIdentifier("a"), maximumAge: .seconds(3600), askingProvider: false) == nil)
+        #expect(found(cache.catalog.childNow(named: "b", of: .root))?.tracked == true)
 
         let calls = fixture.provider.counters
-        #expect(try await cache.child(named: "a", of: .root, maximumAge: ttl)?.size == 3)
+        #expect(try await cache.catalog.child(named: "a", of: .root)?.size == 3)
         #expect(fixture.provider.counters.childrenCalls == calls.childrenCalls, "no listing")
         #expect(fixture.provider.counters.itemCalls == calls.itemCalls + 1, "one item call")
-        let again = try #require(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl)))
+        let again = try #require(found(cache.catalog.childNow(named: "a", of: .root)))
         #expect(again.0.size == 3)
         #expect(again.tracked)
     }
@@ -58,7 +57,6 @@ struct PushedChangesTests {
     @Test("a name created or deleted expires the listing: the next answer lists again and is exact")
     func membershipExpiresTheListing() async throws {
         let (fixture, provider, cache, told) = try await Self.listedCache()
-        let ttl = fixture.options.directoryTTL
         fixture.provider.putFile("c", .bytes([3]))
         fixture.provider.remove("b")
         provider.report([.membership(directory: .root, name: "c"), .membership(directory: .root, name: "b")])
@@ -69,23 +67,24 @@ struct PushedChangesTests {
                         CatalogChange.entry(directory: .root, name: "c", identifier: nil),
                         .entry(directory: .root, name: "b", identifier: ItemIdentifier("b")),
                     ].map { "\($0)" }))
-        #expect(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl)) == nil, "the listing expired")
-        #expect(try await cache.child(named: "c", of: .root, maximumAge: ttl)?.size == 1)
-        #expect(try await cache.child(named: "b", of: .root, maximumAge: ttl) == nil)
+        #expect(found(cache.catalog.childNow(named: "a", of: .root)) == nil, "the listing expired")
+        #expect(try await cache.catalog.child(named: "c", of: .root)?.size == 1)
+        #expect(try await cache.catalog.child(named: "b", of: .root) == nil)
         #expect(fixture.provider.counters.childrenCalls == 2)
-        #expect(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl))?.tracked == true)
+        #expect(found(cache.catalog.childNow(named: "a", of: .root))?.tracked == true)
     }
 
     @Test("lost events expire every listing and every item's metadata")
     func lostEventsExpireEverything() async throws {
         let (fixture, provider, cache, told) = try await Self.listedCache()
-        let ttl = fixture.options.directoryTTL
-        _ = try await cache.item(ItemIdentifier("a"), maximumAge: .zero)
+        _ = try await cache.catalog.item(ItemIdentifier("a"), maximumAge: .zero)
         provider.report(nil)
         #expect(told.value.last == .everything)
-        #expect(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl)) == nil)
-        #expect(cache.freshItem(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL) == nil)
-        #expect(try await cache.child(named: "b", of: .root, maximumAge: ttl)?.size == 2)
+        #expect(found(cache.catalog.childNow(named: "a", of: .root)) == nil)
+        #expect(
+            cache.catalog.itemNow(ItemIdentifier("a"), maximumAge: fixture.options.attributeTTL, askingProvider: false)
+                == nil)
+        #expect(try await cache.catalog.child(named: "b", of: .root)?.size == 2)
         #expect(fixture.provider.counters.childrenCalls == 2)
     }
 
@@ -96,7 +95,7 @@ struct PushedChangesTests {
         fixture.clock.advance(by: ttl + .seconds(1))
         provider.report([.membership(directory: .root, name: "x")])  // voids the token: lists again
         provider.holdNextListing()
-        let listing = Task { try await cache.children(of: .root, maximumAge: ttl).map(\.name) }
+        let listing = Task { try await cache.catalog.children(of: .root, maximumAge: ttl).map(\.name) }
         var rounds = 0
         while !provider.isHoldingListing && rounds < 10_000 {
             try await Task.sleep(for: .milliseconds(1))
@@ -108,9 +107,9 @@ struct PushedChangesTests {
         provider.report([.membership(directory: .root, name: "c")])
         provider.releaseListing()
         #expect(try await listing.value == ["a", "b"])
-        #expect(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl)) == nil, "expired at once")
-        #expect(try await cache.child(named: "c", of: .root, maximumAge: ttl)?.size == 1)
-        #expect(found(cache.cachedChild(named: "c", of: .root, maximumAge: ttl))?.tracked == true)
+        #expect(found(cache.catalog.childNow(named: "a", of: .root)) == nil, "expired at once")
+        #expect(try await cache.catalog.child(named: "c", of: .root)?.size == 1)
+        #expect(found(cache.catalog.childNow(named: "c", of: .root))?.tracked == true)
     }
 
     @Test("what a re-list finds changed is told, also without pushed changes; nothing is tracked then")
@@ -120,16 +119,16 @@ struct PushedChangesTests {
         fixture.provider.putFile("b", .bytes([2]))
         let cache = try fixture.makeCache()
         let told = Locked<[CatalogChange]>([])
-        cache.observeChanges { changes in told.withLock { $0 += changes } }
+        cache.catalog.observeChanges { changes in told.withLock { $0 += changes } }
         let ttl = fixture.options.directoryTTL
-        _ = try await cache.children(of: .root, maximumAge: ttl)
+        _ = try await cache.catalog.children(of: .root, maximumAge: ttl)
         #expect(told.value.isEmpty, "a first listing tells nothing")
-        #expect(!cache.pushesChanges)
-        #expect(found(cache.cachedChild(named: "a", of: .root, maximumAge: ttl))?.tracked == false)
+        #expect(!cache.catalog.pushesChanges)
+        #expect(found(cache.catalog.childNow(named: "a", of: .root))?.tracked == false)
         fixture.provider.putFile("a", .bytes([1, 1]))
         fixture.provider.remove("b")
         fixture.clock.advance(by: ttl + .seconds(1))
-        _ = try await cache.children(of: .root, maximumAge: ttl)
+        _ = try await cache.catalog.children(of: .root, maximumAge: ttl)
         #expect(
             Set(told.value.map { "\($0)" })
                 == Set(

@@ -64,14 +64,14 @@ struct DemoSourceTests {
         options.retryDelay = .zero
         let cache = try ProviderCache(
             provider: provider, directory: cacheDirectory.path, store: InMemoryMetadataStore(), options: options)
-        let failing = try await cache.item(ItemIdentifier(DemoSource.failingItem), maximumAge: nil)
+        let failing = try await cache.catalog.item(ItemIdentifier(DemoSource.failingItem), maximumAge: nil)
         let entry = try await cache.pinContent(of: failing)
         let head = try await entry.read(offset: 0, count: 1 << 20)
         #expect(head.count == 1 << 20)
         let error = await #expect(throws: CacheError.self) { _ = try await entry.read(offset: 5 << 20, count: 4096) }
         #expect(error?.code == .downloadFailed)
         #expect(cache.status(of: failing.identifier)?.state == .error)
-        cache.unpin(entry)
+        cache.content.unpin(entry)
         await cache.shutdown()
     }
 }

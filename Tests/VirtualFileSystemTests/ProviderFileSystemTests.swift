@@ -297,14 +297,14 @@ struct ProviderFileSystemTests {
         // A young listing answers alone.
         fixture.clock.advance(by: .seconds(1))
         #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 1)
-        await fileSystem.cache.waitForBackgroundRefreshes()
+        await fileSystem.cache.catalog.waitForBackgroundRefreshes()
         #expect(fixture.provider.counters.childrenCalls == listed)
         // Past listingRefreshAhead (still within directoryTTL): answered from the listing at once,
         // which is listed again behind the answer, once however many lookups ask.
         fixture.clock.advance(by: .seconds(2))
         #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 1)
         #expect(fileSystem.lookupNow(parent: .root, name: "a", context: .kernel) != nil)
-        await fileSystem.cache.waitForBackgroundRefreshes()
+        await fileSystem.cache.catalog.waitForBackgroundRefreshes()
         #expect(fixture.provider.counters.childrenCalls == listed + 1)
         #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 2)
         // The refreshed listing counts from when it was taken: 4 s later it still answers (and is
@@ -312,7 +312,7 @@ struct ProviderFileSystemTests {
         fixture.clock.advance(by: .seconds(4))
         fixture.provider.remove("a")
         #expect(try await fileSystem.lookup(parent: .root, name: "a", context: .kernel).attributes.size == 2)
-        await fileSystem.cache.waitForBackgroundRefreshes()
+        await fileSystem.cache.catalog.waitForBackgroundRefreshes()
         #expect(fixture.provider.counters.childrenCalls == listed + 2)
         do {
             _ = try await fileSystem.lookup(parent: .root, name: "a", context: .kernel)
@@ -354,7 +354,7 @@ struct ProviderFileSystemTests {
         }
         #expect(fixture.provider.counters.childrenCalls == listings)
         // The found child is part of the directory as the cache knows it.
-        #expect(fileSystem.cache.cachedItem(ItemIdentifier("new"))?.size == 2)
+        #expect(fileSystem.cache.catalog.knownItem(ItemIdentifier("new"))?.size == 2)
     }
 
     @Test("names are matched byte for byte; 255-byte names work; longer is ENAMETOOLONG")

@@ -1,0 +1,592 @@
+// The namespace catalog: the provider's items and listings as last seen (kept in memory, written
+// through to a MetadataStore), their freshness (TTLs, pushed changes, listing tokens), lookups and
+// misses. Content is the ContentStore's: a new content version or a removed item hands the old
+// content to it (`ContentStore.supersede`), after the catalog changed.
+//
+// Lock order: `Catalog.state` → `ContentStore.state` → `ContentEntry.state`; the catalog calls the
+// content store only with its own lock dropped.
+
+import Diagnostics
+public import ProviderModel
+import SystemSupport
+
+/// A change of the catalog that whoever caches its answers (the kernel, through the file system)
+/// must hear of: told after the catalog changed, so that an answer asked for after the telling
+/// is the new one.
+public enum CatalogChange: Sendable, Equatable {
+    /// The entry `name` of `directory` changed (created, deleted, renamed, written, metadata);
+    /// `identifier` is the item the catalog had under that name, if any.
+    case entry(directory: ItemIdentifier, name: String, identifier: ItemIdentifier?)
+    /// Any entry of `directory` may have changed.
+    case entries(directory: ItemIdentifier)
+    /// Anything may have changed (the provider lost track).
+    case everything
+}
+
+/// The provider's namespace with the refresh rules of docs/SEMANTICS.md ("Remote changes").
+///
+/// Item access, by what the answer promises:
+/// - `knownItem(_:)`: whatever the catalog holds; no freshness promise, never asks the provider.
+/// - `itemNow(_:maximumAge:)`: fresh (younger than `maximumAge`, not reported changed), or nil
+///   when answering would wait for the provider. Never waits.
+/// - `item(_:maximumAge:)`: fresh, asking the provider if needed (async).
+/// Children, the same way: `childNow(named:of:)` / `child(named:of:)` apply the lookup policy
+/// (listing TTL, then a miss rechecked once the listing is `missRefreshInterval` old).
+public final class Catalog: Sendable {
+    let environment: CacheEnvironment
+    /// Where superseded and removed items' content goes.
+    let content: ContentStore
+    let state: Locked<State>
+
+    /// Who hears of catalog changes (`observeChanges`).
+    private let changeObserver = Locked<(@Sendable ([CatalogChange]) -> Void)?>(nil)
+
+    /// The provider pushes changes (`.changeNotifying`): a tracked listing is kept exact by them.
+    public let pushesChanges: Bool
+
+    /// The provider, when it offers `.immediateMetadata` (`itemNow`).
+    private let immediateMetadata: (any Provider)?
+
+    /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
+    private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
+
+    /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
+    /// are bytes.
+    struct NameKey: Hashable {
+        let name: String
+        init(_ name: String) { self.name = name }
+        // Byte-wise, without copying the bytes out (a lookup makes one key per request).
+        static func == (lhs: NameKey, rhs: NameKey) -> Bool { lhs.name.utf8.elementsEqual(rhs.name.utf8) }
+        func hash(into hasher: inout Hasher) {
+            var name = self.name
+            name.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        }
+    }
+
+    struct State {
+        var items: [ItemIdentifier: ProviderItem] = [:]
+        /// Children of directories listed at least once (in any session).
+        var children: [ItemIdentifier: Set<ItemIdentifier>] = [:]
+        /// The same children by name, compared byte for byte (lookup is O(1), not a scan).
+        var names: [ItemIdentifier: [NameKey: ItemIdentifier]] = [:]
+        /// When (on the timeline) a directory was last listed, or its listing revalidated, in this
+        /// session.
+        var listedAt: [ItemIdentifier: Duration] = [:]
+        /// A listing's change token (`.listingChangeTracking`) and when that listing was taken.
+        var listingTokens: [ItemIdentifier: (token: ListingChangeToken, listedAt: Duration)] = [:]
+        /// When an item's metadata was last confirmed by the provider in this session.
+        var refreshedAt: [ItemIdentifier: Duration] = [:]
+        /// Items the provider reported changed (`.changeNotifying`) since their metadata was last
+        /// confirmed: asked for again before they are used.
+        var dirty: Set<ItemIdentifier> = []
+        /// Counts the provider's change reports; `lastChange[directory]` is the count at the last
+        /// report about that directory's entries. A listing started before it may miss the change.
+        var changeCount: UInt64 = 0
+        var lastChange: [ItemIdentifier: UInt64] = [:]
+    }
+
+    /// Content of an item that the catalog no longer has in that version: every version of
+    /// `identifier` except `current` (nil: all of them).
+    struct Superseded {
+        var identifier: ItemIdentifier
+        var current: ContentVersion?
+    }
+
+    /// The root item, before the provider has been asked.
+    static func placeholderRoot() -> ProviderItem {
+        ProviderItem(
+            identifier: .root, parent: .root, name: "", kind: .directory, size: 0,
+            modificationTime: ItemTime(seconds: 0), contentVersion: ContentVersion("root"), permissions: 0o755)
+    }
+
+    /// A catalog of the items the store kept from earlier sessions.
+    init(stored storedItems: [StoredItem], content: ContentStore, environment: CacheEnvironment) {
+        self.environment = environment
+        self.content = content
+        var catalog = State()
+        for stored in storedItems {
+            catalog.items[stored.item.identifier] = stored.item
+            if stored.childrenListed, stored.item.kind == .directory {
+                catalog.children[stored.item.identifier, default: []] = catalog.children[stored.item.identifier] ?? []
+            }
+        }
+        for stored in storedItems where stored.item.identifier != .root {
+            if catalog.items[stored.item.parent] != nil, catalog.children[stored.item.parent] != nil {
+                catalog.children[stored.item.parent]!.insert(stored.item.identifier)
+            }
+        }
+        for (directory, children) in catalog.children {
+            catalog.names[directory] = Dictionary(
+                children.compactMap { id in catalog.items[id].map { (NameKey($0.name), id) } },
+                uniquingKeysWith: { first, _ in first })
+        }
+        if catalog.items[.root] == nil { catalog.items[.root] = Self.placeholderRoot() }
+        state = Locked(catalog)
+        let provider = environment.provider
+        pushesChanges = provider.capabilities.contains(.changeNotifying)
+        immediateMetadata = provider.capabilities.contains(.immediateMetadata) ? provider : nil
+    }
+
+    /// Starts hearing the provider's pushed changes (`.changeNotifying`), once the cache is built.
+    func startObservingProvider() {
+        guard environment.provider.capabilities.contains(.changeNotifying) else { return }
+        environment.provider.observeChanges { [weak self] changes in
+            self?.providerChanged(changes)
+        }
+    }
+
+    /// Stops telling the observer and cancels (and awaits) the background re-listings.
+    func shutdown() async {
+        observeChanges(nil)
+        let running = refreshes.withLock { refreshes in
+            refreshes.closed = true
+            return Array(refreshes.tasks.values)
+        }
+        for task in running {
+            task.cancel()
+            await task.value
+        }
+    }
+
+    /// The content version the catalog holds for `identifier` (nil: not known).
+    func currentVersion(of identifier: ItemIdentifier) -> ContentVersion? {
+        state.withLock { $0.items[identifier]?.contentVersion }
+    }
+
+    /// Whether the catalog holds a listing of `identifier` (from any session).
+    func isListed(_ identifier: ItemIdentifier) -> Bool {
+        state.withLock { $0.children[identifier] != nil }
+    }
+
+    // MARK: Changes
+
+    /// Calls `observer` with every change of the catalog from now on (one observer: the file
+    /// system serving it; nil stops). Called on the thread that changed the catalog, never with a
+    /// lock of the cache held.
+    public func observeChanges(_ observer: (@Sendable ([CatalogChange]) -> Void)?) {
+        changeObserver.withLock { $0 = observer }
+    }
+
+    func tell(_ changes: [CatalogChange]) {
+        guard !changes.isEmpty, let observer = changeObserver.withLock({ $0 }) else { return }
+        observer(changes)
+    }
+
+    /// The provider says what changed (`.changeNotifying`): the listings and items concerned stop
+    /// counting as fresh (the next answer asks the provider), then the observer hears of it.
+    func providerChanged(_ changes: [ProviderChange]?) {
+        let now = environment.timeline.now
+        let expired = now - environment.options.directoryTTL
+        let told = state.withLock { catalog -> [CatalogChange] in
+            catalog.changeCount &+= 1
+            func expire(_ directory: ItemIdentifier) {
+                catalog.lastChange[directory] = catalog.changeCount
+                catalog.listingTokens[directory] = nil
+                if let at = catalog.listedAt[directory], at > expired { catalog.listedAt[directory] = expired }
+            }
+            guard let changes else {
+                for directory in Array(catalog.listedAt.keys) { expire(directory) }
+                catalog.refreshedAt.removeAll()
+                return [.everything]
+            }
+            var told: [CatalogChange] = []
+            told.reserveCapacity(changes.count)
+            for change in changes {
+                switch change {
+                case .entry(let directory, let name), .membership(let directory, let name):
+                    // A child written or chmod'ed changes only that child, asked for alone when
+                    // next used; a name created or removed (or one the listing lacks) changes the
+                    // listing, listed again when next used.
+                    let identifier = Self.child(NameKey(name), of: directory, in: &catalog)
+                    if let identifier {
+                        catalog.dirty.insert(identifier)
+                        catalog.refreshedAt[identifier] = nil
+                    }
+                    var membership = identifier == nil
+                    if case .membership = change { membership = true }
+                    if membership {
+                        expire(directory)
+                    } else {
+                        // Its token is void (the provider counted the event), so the listing is
+                        // listed again once it expires anyway; a listing taken meanwhile may
+                        // still show the old metadata.
+                        catalog.lastChange[directory] = catalog.changeCount
+                    }
+                    told.append(.entry(directory: directory, name: name, identifier: identifier))
+                case .entries(let directory):
+                    expire(directory)
+                    for child in catalog.children[directory] ?? [] {
+                        catalog.dirty.insert(child)
+                        catalog.refreshedAt[child] = nil
+                    }
+                    told.append(.entries(directory: directory))
+                }
+            }
+            return told
+        }
+        tell(told)
+    }
+
+    // MARK: Items
+
+    /// Whatever the catalog holds for `identifier`: no freshness promise, never asks the provider.
+    public func knownItem(_ identifier: ItemIdentifier) -> ProviderItem? {
+        state.withLock { $0.items[identifier] }
+    }
+
+    /// The item, fresh: the catalog's copy when younger than `maximumAge` (nil: whenever the
+    /// catalog has it) and not reported changed, else the provider's answer, waited for.
+    /// Unreachable provider: the known copy if any. Gone on the provider: removed, `.notFound`.
+    public func item(_ identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) -> ProviderItem {
+        if let cached = itemNow(identifier, maximumAge: maximumAge, askingProvider: false) { return cached }
+        do {
+            // Metadata calls get the same deadline as content chunks: a hung provider makes
+            // lookup/getattr/open fall back to the cached metadata instead of hanging.
+            let provider = environment.provider
+            let item = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                try await provider.item(for: identifier)
+            }
+            apply(item)
+            return item
+        } catch {
+            let failure = CacheError.from(error)
+            switch failure.code {
+            case .unreachable, .timedOut:
+                if let fallback = knownItem(identifier) { return fallback }
+                throw failure
+            case .notFound:
+                removeItem(identifier)
+                throw failure
+            default:
+                throw failure
+            }
+        }
+    }
+
+    /// The immediate twin of `item(_:maximumAge:)`: the same fresh item, or nil when answering
+    /// would wait. The catalog's copy when fresh enough; else, with `askingProvider`, the
+    /// provider's immediate answer (`.immediateMetadata`, D-229), applied like any other. Nil also
+    /// when the provider reported an error (the async form handles and words those). Without
+    /// `askingProvider` it is answered from memory alone (a getattr on a FUSE thread).
+    public func itemNow(
+        _ identifier: ItemIdentifier, maximumAge: Duration?, askingProvider: Bool = true
+    ) -> ProviderItem? {
+        let now = environment.timeline.now
+        if let cached = state.withLock({ Self.freshItem(identifier, maximumAge: maximumAge, now: now, in: $0) }) {
+            return cached
+        }
+        guard askingProvider, let provider = immediateMetadata, let item = try? provider.itemNow(for: identifier),
+            item.identifier == identifier
+        else { return nil }
+        apply(item)
+        return item
+    }
+
+    /// Whether the provider tells of every change of the item as it happens (`.changeNotifying`,
+    /// its directory's listing tracked and unchanged in membership since): then whoever caches it
+    /// may keep it until told (D-228). False for the root and for untracked directories.
+    public func isTracked(_ item: ProviderItem) -> Bool {
+        guard pushesChanges else { return false }
+        return state.withLock { Self.isTracked(item, pushes: true, in: $0) }
+    }
+
+    private static func isTracked(_ item: ProviderItem, pushes: Bool, in catalog: State) -> Bool {
+        pushes && item.identifier != .root && catalog.listingTokens[item.parent] != nil
+            && (catalog.dirty.isEmpty || !catalog.dirty.contains(item.identifier))
+    }
+
+    private static func freshItem(
+        _ identifier: ItemIdentifier, maximumAge: Duration?, now: Duration, in catalog: State
+    ) -> ProviderItem? {
+        guard let item = catalog.items[identifier] else { return nil }
+        if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
+        guard let maximumAge else { return item }
+        if !catalog.dirty.isEmpty, catalog.dirty.contains(identifier) { return nil }
+        guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
+        return item
+    }
+
+    /// Number of items known (for statfs).
+    public var itemCount: Int { state.withLock { $0.items.count } }
+
+    /// The item's path relative to the provider root ("" for the root), from the known names of
+    /// its ancestors; nil when an ancestor is not known.
+    public func path(of identifier: ItemIdentifier) -> String? {
+        state.withLock { catalog in
+            var components: [String] = []
+            var current = identifier
+            while current != .root {
+                guard let item = catalog.items[current], components.count < 4096 else { return nil }
+                components.append(item.name)
+                current = item.parent
+            }
+            return components.reversed().joined(separator: "/")
+        }
+    }
+
+    // MARK: Children
+
+    /// What the catalog answers about one name of a directory without asking the provider.
+    public enum ChildAnswer: Sendable {
+        /// The name's item; `tracked` as `isTracked(_:)`.
+        case found(ProviderItem, tracked: Bool)
+        /// There is no such child.
+        case absent
+        /// Only the provider can tell: ask `child(named:of:)`.
+        case unknown
+    }
+
+    /// The identifier listed under `key` in `directory`, looked up in place: reading
+    /// `catalog.names[directory]` would copy (retain and release) the directory's whole name table
+    /// on every LOOKUP.
+    private static func child(
+        _ key: NameKey, of directory: ItemIdentifier, in catalog: inout State
+    ) -> ItemIdentifier? {
+        guard let index = catalog.names.index(forKey: directory) else { return nil }
+        func find(_ names: inout [NameKey: ItemIdentifier]) -> ItemIdentifier? { names[key] }
+        return find(&catalog.names.values[index])
+    }
+
+    /// The child named `name` (compared byte for byte) of `directory` per the lookup policy, or
+    /// nil when there is none: the listing when younger than `directoryTTL` (listed again
+    /// otherwise); a name the listing lacks is asked of the provider again once the listing is
+    /// `missRefreshInterval` old, so an item created on the provider is found without waiting
+    /// for the listing TTL (that one name when the provider can look names up, else a new
+    /// listing).
+    public func child(named name: String, of directory: ItemIdentifier) async throws(CacheError) -> ProviderItem? {
+        if let found = try await child(named: name, of: directory, maximumAge: environment.options.directoryTTL) {
+            return found
+        }
+        guard let age = listingAge(of: directory), age >= environment.options.missRefreshInterval else { return nil }
+        return try await recheckMissingChild(named: name, of: directory)
+    }
+
+    /// The immediate twin of `child(named:of:)`: the same answer when the catalog can give it
+    /// without the provider (a listing younger than `directoryTTL`; a miss only while the
+    /// listing is younger than `missRefreshInterval`), else `.unknown`. Never waits.
+    public func childNow(named name: String, of directory: ItemIdentifier) -> ChildAnswer {
+        switch cachedChild(named: name, of: directory, maximumAge: environment.options.directoryTTL) {
+        case .found(let item, let tracked): return .found(item, tracked: tracked)
+        case .absent(let listingAge):
+            // A miss re-lists (async) once the listing is older than missRefreshInterval.
+            return listingAge < environment.options.missRefreshInterval ? .absent : .unknown
+        case .unknown: return .unknown
+        }
+    }
+
+    private enum CachedChild {
+        /// The listing is younger than asked and has the name.
+        case found(ProviderItem, tracked: Bool)
+        /// The listing is younger than asked and lacks the name; `listingAge` is its age.
+        case absent(listingAge: Duration)
+        /// No listing young enough: the provider must be asked.
+        case unknown
+    }
+
+    /// The child named `name` (bytes) per the cached listing, if that listing is younger than
+    /// `maximumAge` (nil: any listing of this session). Never waits.
+    private func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration?) -> CachedChild {
+        let key = NameKey(name)
+        let now = environment.timeline.now
+        let refreshAhead = environment.options.listingRefreshAhead
+        let pushes = pushesChanges
+        var listingAge = Duration.zero
+        let answer = state.withLock { catalog -> CachedChild in
+            guard let at = catalog.listedAt[directory] else { return .unknown }
+            listingAge = now - at
+            if let maximumAge, listingAge >= maximumAge { return .unknown }
+            if let item = Self.child(key, of: directory, in: &catalog).flatMap({ catalog.items[$0] }) {
+                // Reported changed by the provider: asked for again (`child(named:…)`).
+                if !catalog.dirty.isEmpty, catalog.dirty.contains(item.identifier) { return .unknown }
+                return .found(item, tracked: Self.isTracked(item, pushes: pushes, in: catalog))
+            }
+            return .absent(listingAge: listingAge)
+        }
+        // Not for a miss: past missRefreshInterval the caller lists in the foreground anyway.
+        if case .found = answer, let refreshAhead, let maximumAge, listingAge >= refreshAhead, listingAge < maximumAge {
+            refreshInBackground(directory, maximumAge: refreshAhead)
+        }
+        return answer
+    }
+
+    /// The children of a directory, listing it again when the last listing of this session is
+    /// older than `maximumAge` (nil: never re-list once listed). Unreachable provider: the last
+    /// listing kept from any session, else `.unreachable`.
+    public func children(
+        of identifier: ItemIdentifier, maximumAge: Duration?
+    ) async throws(CacheError)
+        -> [ProviderItem]
+    {
+        try await listChildren(of: identifier, maximumAge: maximumAge)
+        return state.withLock { Self.childItems(of: identifier, in: $0) }
+    }
+
+    /// Makes the catalog hold a listing of `identifier` younger than `maximumAge` (or, with the
+    /// provider unreachable, any listing kept from any session). Lookups use this without
+    /// building the sorted children array.
+    private func listChildren(of identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) {
+        let now = environment.timeline.now
+        let fresh = state.withLock { catalog -> Bool in
+            guard let at = catalog.listedAt[identifier] else { return false }
+            if let maximumAge, now - at >= maximumAge { return false }
+            return true
+        }
+        if fresh { return }
+        let tracking = environment.provider.capabilities.contains(.listingChangeTracking) ? environment.provider : nil
+        if let tracking, revalidateListing(of: identifier, with: tracking, at: now) { return }
+        // Read before the provider's token: a change reported after it may be missing from the listing.
+        let changeCount = state.withLock { $0.changeCount }
+        do {
+            let provider = environment.provider
+            let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                () async throws -> (children: [ProviderItem], token: ListingChangeToken?) in
+                if let tracking { return try await tracking.trackedChildren(of: identifier) }
+                return (try await provider.children(of: identifier), nil)
+            }
+            applyListing(
+                of: identifier, children: listed.children, token: listed.token, at: now, changeCount: changeCount)
+        } catch {
+            let failure = CacheError.from(error)
+            switch failure.code {
+            case .unreachable, .timedOut:
+                if state.withLock({ $0.children[identifier] != nil }) { return }
+                throw failure
+            case .notFound:
+                removeItem(identifier)
+                throw failure
+            default:
+                throw failure
+            }
+        }
+    }
+
+    /// A listing past its age whose directory the provider reports unchanged since the listing
+    /// was taken is as good as one taken now: it and its children count as refreshed `now`, with
+    /// no provider call (D-224). Not once the listing itself is `fullListingInterval` old (what
+    /// the provider's tracking misses is seen then). False: list again.
+    private func revalidateListing(
+        of directory: ItemIdentifier, with tracking: any Provider, at now: Duration
+    ) -> Bool {
+        let limit = environment.options.fullListingInterval
+        guard
+            let tracked = state.withLock({ catalog -> ListingChangeToken? in
+                guard catalog.listedAt[directory] != nil, let tracked = catalog.listingTokens[directory],
+                    now - tracked.listedAt < limit
+                else { return nil }
+                return tracked.token
+            }), !tracking.hasChanges(since: tracked)
+        else { return false }
+        return state.withLock { catalog in
+            // Checked again: a listing applied meanwhile carries its own token.
+            guard catalog.listingTokens[directory]?.token == tracked, let applied = catalog.listedAt[directory],
+                applied < now
+            else { return false }
+            catalog.listedAt[directory] = now
+            for child in catalog.children[directory] ?? [] { catalog.refreshedAt[child] = now }
+            return true
+        }
+    }
+
+    /// Lists `directory` again in a task of its own unless one is already doing so (or the cache
+    /// is shutting down). Errors are left to the next lookup that needs the listing.
+    private func refreshInBackground(_ directory: ItemIdentifier, maximumAge: Duration) {
+        refreshes.withLock { refreshes in
+            // At most `maximumBackgroundRefreshes` at once: a tree walk over many directories
+            // must not start a listing per directory; the rest are listed when a lookup needs it.
+            guard !refreshes.closed, refreshes.tasks[directory] == nil,
+                refreshes.tasks.count < Self.maximumBackgroundRefreshes
+            else { return }
+            // Registered under the lock the task takes to deregister: it cannot finish first.
+            refreshes.tasks[directory] = Task { [self] in
+                try? await listChildren(of: directory, maximumAge: maximumAge)
+                _ = self.refreshes.withLock { $0.tasks.removeValue(forKey: directory) }
+            }
+        }
+    }
+
+    static let maximumBackgroundRefreshes = 2
+
+    /// Waits for the background re-listings running now (tests; shutdown cancels them instead).
+    public func waitForBackgroundRefreshes() async {
+        for task in refreshes.withLock({ Array($0.tasks.values) }) { await task.value }
+    }
+
+    /// The child of `directory` named exactly `name` (bytes), listing the directory first if its
+    /// listing is older than `maximumAge`. Nil when there is no such child.
+    private func child(
+        named name: String, of directory: ItemIdentifier, maximumAge: Duration?
+    ) async throws(CacheError) -> ProviderItem? {
+        switch cachedChild(named: name, of: directory, maximumAge: maximumAge) {
+        case .found(let item, _): return item
+        case .absent: return nil
+        case .unknown: break
+        }
+        try await listChildren(of: directory, maximumAge: maximumAge)
+        let key = NameKey(name)
+        let (found, dirty) = state.withLock { catalog -> (ProviderItem?, Bool) in
+            let found = catalog.names[directory]?[key].flatMap { catalog.items[$0] }
+            return (found, found.map { catalog.dirty.contains($0.identifier) } ?? false)
+        }
+        // Reported changed since listed: its own metadata, asked for alone (gone: removed, nil).
+        guard let found, dirty else { return found }
+        do {
+            return try await item(found.identifier, maximumAge: .zero)
+        } catch  where error.code == .notFound {
+            return nil
+        }
+    }
+
+    /// A name the cached listing lacks, asked of the provider again: with a provider that looks
+    /// up one name (`.namedChildLookup`), that name alone; otherwise by listing the directory.
+    /// A child found is recorded like a listed one. Nil: there is no such child.
+    private func recheckMissingChild(
+        named name: String, of directory: ItemIdentifier
+    ) async throws(CacheError)
+        -> ProviderItem?
+    {
+        let provider = environment.provider
+        guard let lookup = provider.capabilities.contains(.namedChildLookup) ? provider : nil else {
+            return try await child(named: name, of: directory, maximumAge: .zero)
+        }
+        let found: ProviderItem?
+        do {
+            found = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
+                try await lookup.child(named: name, of: directory)
+            }
+        } catch {
+            let failure = CacheError.from(error)
+            switch failure.code {
+            // No answer from the provider: the listing we have stands (the name is missing).
+            case .unreachable, .timedOut: return nil
+            case .notFound:
+                removeItem(directory)
+                throw failure
+            default: throw failure
+            }
+        }
+        guard let found else { return nil }
+        // Another identifier under that name in the index is the old holder of the name.
+        let key = NameKey(name)
+        let previous = state.withLock { $0.names[directory]?[key] }
+        if let previous, previous != found.identifier { removeItem(previous) }
+        apply(found)
+        return found
+    }
+
+    /// The names and identifiers the cached listing of `directory` has, without asking the provider.
+    public func cachedChildNames(of directory: ItemIdentifier) -> [(name: String, identifier: ItemIdentifier)] {
+        state.withLock { catalog in
+            (catalog.names[directory] ?? [:]).map { (name: $0.key.name, identifier: $0.value) }
+        }
+    }
+
+    /// How long ago (on the cache's timeline) the directory was listed in this session.
+    public func listingAge(of identifier: ItemIdentifier) -> Duration? {
+        let now = environment.timeline.now
+        return state.withLock { catalog in catalog.listedAt[identifier].map { now - $0 } }
+    }
+
+    private static func childItems(of identifier: ItemIdentifier, in catalog: State) -> [ProviderItem] {
+        (catalog.children[identifier] ?? []).compactMap { catalog.items[$0] }.sorted { $0.name < $1.name }
+    }
+}

@@ -1,0 +1,460 @@
+// The content store: the life of content entries, one per (item, content version) — their
+// sparse files in `<cache>/content/`, pins, closing when idle, retiring when superseded, range-map
+// persistence (batched), and what is downloading, failed or stored. Staging copies, dirty data,
+// uploads and eviction belong here too when they come.
+//
+// Lock order: `Catalog.state` → `ContentStore.state` → `ContentEntry.state` (the catalog calls in
+// only with its lock dropped; an entry is pinned under the store lock so an idle close cannot
+// take it).
+
+import Diagnostics
+public import ProviderModel
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What the content store is doing: for `providerfs status` (through the control socket).
+public struct ContentActivity: Sendable, Equatable {
+    /// One content entry's progress.
+    public struct Item: Sendable, Equatable {
+        public var identifier: ItemIdentifier
+        public var version: ContentVersion
+        public var presentBytes: Int64
+        public var totalBytes: Int64
+        public var lastError: RecordedError?
+        public init(
+            identifier: ItemIdentifier, version: ContentVersion, presentBytes: Int64, totalBytes: Int64,
+            lastError: RecordedError?
+        ) {
+            self.identifier = identifier
+            self.version = version
+            self.presentBytes = presentBytes
+            self.totalBytes = totalBytes
+            self.lastError = lastError
+        }
+    }
+    /// Open entries whose download runs now, with bytes present and total.
+    public var downloading: [Item]
+    /// Entries (open or closed) not complete whose last download failed, with that error.
+    public var failed: [Item]
+    public init(downloading: [Item], failed: [Item]) {
+        self.downloading = downloading
+        self.failed = failed
+    }
+}
+
+/// The bytes the cache directory uses, and what its file system has left.
+public struct ContentUsage: Sendable, Equatable {
+    /// Disk bytes the content files really use (sparse: allocated blocks, not sizes).
+    public var usedBytes: Int64
+    /// Bytes free for an unprivileged writer on the file system of the cache directory.
+    public var availableBytes: Int64
+    /// Number of content files (open entries and closed records).
+    public var files: Int
+}
+
+/// Content entries and their records. `ProviderCache` owns one beside its `Catalog`.
+public final class ContentStore: Sendable {
+    /// The cache directory (`content/` holds the sparse files).
+    public let directory: String
+    let environment: CacheEnvironment
+    private let state: Locked<State>
+    /// Serializes creation of content entries (opening and sizing their file) so that two first
+    /// opens of one item share one entry. Taken only on a pool thread (or a FUSE thread's
+    /// `pinNow`), never with a lock of the cache held.
+    private let creationLock = Lock()
+    /// Range-map saves queued for the next batch, and how many batch flushes are running (shutdown
+    /// waits for those: an entry closed while idle is only reachable from a running flush).
+    private let pendingPersists = Locked<
+        (
+            entries: [ObjectIdentifier: ContentEntry], scheduled: Bool, flushing: Int,
+            flushWaiters: [CheckedContinuation<Void, Never>]
+        )
+    >(([:], false, 0, []))
+
+    struct ContentKey: Hashable {
+        var identifier: ItemIdentifier
+        var version: ContentVersion
+    }
+
+    private struct State {
+        var entries: [ContentKey: ContentEntry] = [:]
+        /// Content records loaded from the store and not opened yet (or closed while idle).
+        var records: [ContentKey: ContentRecord] = [:]
+        var nextFileNumber: Int64 = 1
+        var isShutDown = false
+    }
+
+    /// The store over `directory/content`, with the records kept from earlier sessions for which
+    /// `isCurrent` holds; the others, and files no record names, are deleted.
+    init(
+        directory: String, records: [ContentRecord], environment: CacheEnvironment,
+        isCurrent: (ContentRecord) -> Bool
+    ) {
+        self.directory = directory
+        self.environment = environment
+        var state = State()
+        var orphans: [ContentRecord] = []
+        for record in records {
+            state.nextFileNumber = max(state.nextFileNumber, record.fileNumber + 1)
+            if isCurrent(record) {
+                state.records[ContentKey(identifier: record.identifier, version: record.version)] = record
+            } else {
+                orphans.append(record)
+            }
+        }
+        self.state = Locked(state)
+        for record in orphans { discard(record: record) }
+        removeUnreferencedFiles()
+    }
+
+    private func contentPath(_ fileNumber: Int64) -> String { "\(directory)/content/\(fileNumber)" }
+
+    /// Deletes content files no record names (a crash before their first range-map save, or a
+    /// record deleted while its file was kept open), at startup before any entry exists.
+    private func removeUnreferencedFiles() {
+        let referenced = state.withLock { state in Set(state.records.values.map(\.fileNumber)) }
+        guard let handle = opendir(directory + "/content") else { return }
+        var stray: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard name != ".", name != ".." else { continue }
+            if let number = Int64(name), referenced.contains(number) { continue }
+            stray.append(name)
+        }
+        closedir(handle)
+        for name in stray { unlink(directory + "/content/" + name) }
+        if !stray.isEmpty { environment.logger.info("removed \(stray.count) unreferenced cache files") }
+    }
+
+    private func discard(record: ContentRecord) {
+        unlink(contentPath(record.fileNumber))
+        do { try environment.store.deleteContent(identifier: record.identifier, version: record.version) } catch {
+            environment.logger.warning("cannot delete a content record: \(error)")
+        }
+    }
+
+    private func discard(entry: ContentEntry) {
+        discard(
+            record: ContentRecord(
+                identifier: entry.identifier, version: entry.version, size: entry.size, fileNumber: entry.fileNumber,
+                present: ByteRanges()))
+    }
+
+    // MARK: Pins
+
+    /// The content entry of `item`'s current version, pinned (call `unpin` when done). Its file is
+    /// created on the I/O pool on first use. `isCurrent` tells whether the catalog still holds
+    /// that version (an entry made for a superseded one is born retired).
+    func pin(
+        _ item: ProviderItem, isCurrent: @escaping @Sendable (ContentVersion) -> Bool
+    ) async throws(CacheError) -> ContentEntry {
+        guard item.kind == .file else { throw CacheError(.wrongKind, "\(item.identifier) is not a file") }
+        let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
+        if let entry = pinOpenEntry(key) { return entry }
+        return try await environment.pool.run { () throws(CacheError) -> ContentEntry in
+            try self.creationLock.withLock { () throws(CacheError) -> ContentEntry in
+                try self.createEntry(key, item: item, isCurrent: isCurrent)
+            }
+        }
+    }
+
+    /// The immediate twin of `pin`: the same entry, on the calling thread (which may block on
+    /// local file I/O: a new entry opens its cache file). Nil on any error, for `pin` to report.
+    func pinNow(_ item: ProviderItem, isCurrent: @escaping @Sendable (ContentVersion) -> Bool) -> ContentEntry? {
+        guard item.kind == .file else { return nil }
+        let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
+        if let entry = pinOpenEntry(key) { return entry }
+        return try? creationLock.withLock { () throws(CacheError) -> ContentEntry in
+            try createEntry(key, item: item, isCurrent: isCurrent)
+        }
+    }
+
+    /// The open entry of `key`, pinned under the store lock (so an idle close cannot take it).
+    private func pinOpenEntry(_ key: ContentKey) -> ContentEntry? {
+        state.withLock { state -> ContentEntry? in
+            let entry = state.entries[key]
+            entry?.pin()
+            return entry
+        }
+    }
+
+    private func createEntry(
+        _ key: ContentKey, item: ProviderItem, isCurrent: @Sendable (ContentVersion) -> Bool
+    ) throws(CacheError) -> ContentEntry {
+        enum Existing {
+            case entry(ContentEntry)
+            case record(ContentRecord)
+        }
+        let existing = try state.withLock { state throws(CacheError) -> Existing in
+            if state.isShutDown { throw CacheError(.cancelled, "the cache is shutting down") }
+            if let entry = state.entries[key] {
+                entry.pin()
+                return .entry(entry)
+            }
+            if let record = state.records[key] { return .record(record) }
+            let record = ContentRecord(
+                identifier: key.identifier, version: key.version, size: item.size, fileNumber: state.nextFileNumber,
+                present: ByteRanges())
+            state.nextFileNumber += 1
+            return .record(record)
+        }
+        let record: ContentRecord
+        switch existing {
+        case .entry(let entry): return entry
+        case .record(let found):
+            // A new record is saved by the first range-map save, not now: a file that never got
+            // a saved range is an orphan, deleted at the next start (one SQLite write less per
+            // first open).
+            record = found
+        }
+        let file = try ContentFile(path: contentPath(record.fileNumber), size: record.size, pool: environment.pool)
+        let entry = ContentEntry(record: record, file: file, environment: environment)
+        entry.pin()
+        entry.setDeferredPersist { [weak self] entry in self?.schedulePersist(entry) }
+        entry.setIdleHandler { [weak self] entry in
+            guard let self else { return }
+            let key = ContentKey(identifier: entry.identifier, version: entry.version)
+            if self.state.withLock({ $0.entries[key] === entry }) {
+                self.close(ifIdle: entry)
+            } else {
+                self.discardIfUnused(entry)
+            }
+        }
+        state.withLock { state in
+            state.records[key] = nil
+            state.entries[key] = entry
+        }
+        // Checked after the entry is in place: the catalog changes an item's version before it
+        // supersedes the old content (`supersede`), so either this sees the new version, or that
+        // finds this entry.
+        if !isCurrent(key.version) {
+            state.withLock { state in
+                if state.entries[key] === entry { state.entries[key] = nil }
+            }
+            entry.retire(CacheError(.stale, "\(key.identifier) changed on the provider"))
+        }
+        return entry
+    }
+
+    /// Gives back a pin. A superseded entry is discarded at its last unpin; a current one is
+    /// closed once idle (no pin, no download), keeping its record, so open descriptors stay
+    /// bounded by open handles and running downloads, not by the number of files ever read.
+    public func unpin(_ entry: ContentEntry) {
+        let remaining = entry.unpin()
+        guard remaining == 0 else { return }
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        let live = state.withLock { $0.entries[key] === entry }
+        if live { close(ifIdle: entry) } else { discardIfUnused(entry) }
+    }
+
+    /// Deletes a superseded entry's file and record, unless the store still uses that file (the
+    /// entry was closed into a record, or reopened as a new entry of the same file).
+    private func discardIfUnused(_ entry: ContentEntry) {
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        let inUse = state.withLock { state in
+            state.entries[key]?.fileNumber == entry.fileNumber || state.records[key]?.fileNumber == entry.fileNumber
+        }
+        if !inUse && entry.pins == 0 { discard(entry: entry) }
+    }
+
+    /// Replaces an idle live entry by its record (the entry's file descriptor closes with it).
+    private func close(ifIdle entry: ContentEntry) {
+        let key = ContentKey(identifier: entry.identifier, version: entry.version)
+        state.withLock { state in
+            // Lock order store → entry: a concurrent pin pins under the store lock, so an entry
+            // found idle here cannot gain a pin before it is removed.
+            guard state.entries[key] === entry, entry.isIdle else { return }
+            state.entries[key] = nil
+            state.records[key] = entry.record
+        }
+    }
+
+    /// The content of `identifier` other than version `current` (nil: all) is no longer the
+    /// catalog's: entries still pinned by handles are retired (their present bytes stay readable,
+    /// missing ones fail with `error`) and discarded at their last unpin; others now.
+    func supersede(_ identifier: ItemIdentifier, except current: ContentVersion?, error: CacheError) {
+        let (entries, records) = state.withLock { state -> ([ContentEntry], [ContentRecord]) in
+            // Most items were never opened: no scan.
+            guard !state.entries.isEmpty || !state.records.isEmpty else { return ([], []) }
+            var entries: [ContentEntry] = []
+            var records: [ContentRecord] = []
+            for (key, entry) in state.entries where key.identifier == identifier && key.version != current {
+                state.entries[key] = nil
+                entries.append(entry)
+            }
+            for (key, record) in state.records where key.identifier == identifier && key.version != current {
+                state.records[key] = nil
+                records.append(record)
+            }
+            return (entries, records)
+        }
+        for record in records { discard(record: record) }
+        for entry in entries {
+            entry.retire(error)
+            discardIfUnused(entry)
+        }
+    }
+
+    // MARK: Queries
+
+    /// Number of content entries open (tests: descriptors are bounded).
+    public var openEntryCount: Int { state.withLock { $0.entries.count } }
+
+    /// How many bytes of the item's current content version are stored locally (0 for a
+    /// placeholder, a directory or a symbolic link).
+    public func presentBytes(of item: ProviderItem) -> Int64 {
+        progress(of: item)?.present ?? 0
+    }
+
+    /// The progress of `item`'s content version: an open entry's, else its record's; nil when
+    /// there is neither (never opened, or not a file).
+    public func progress(of item: ProviderItem) -> ContentProgress? {
+        // Most items were never opened: no key to build or hash.
+        guard item.kind == .file else { return nil }
+        enum Found {
+            case entry(ContentEntry)
+            case record(ContentRecord)
+        }
+        let found = state.withLock { state -> Found? in
+            guard !state.entries.isEmpty || !state.records.isEmpty else { return nil }
+            let key = ContentKey(identifier: item.identifier, version: item.contentVersion)
+            if let entry = state.entries[key] { return .entry(entry) }
+            return state.records[key].map { .record($0) }
+        }
+        switch found {
+        case .entry(let entry): return entry.progress
+        case .record(let record):
+            return ContentProgress(
+                present: record.present.count, total: record.size, downloading: false, lastError: record.lastError)
+        case nil: return nil
+        }
+    }
+
+    /// What is downloading now and what failed: open entries with a download running, and
+    /// incomplete entries or records whose last download failed. From memory; no provider call.
+    public func activity() -> ContentActivity {
+        let (entries, records) = state.withLock { state in (Array(state.entries.values), Array(state.records.values)) }
+        var activity = ContentActivity(downloading: [], failed: [])
+        for entry in entries {
+            let progress = entry.progress
+            let item = ContentActivity.Item(
+                identifier: entry.identifier, version: entry.version, presentBytes: progress.present,
+                totalBytes: progress.total, lastError: progress.lastError)
+            if progress.downloading {
+                activity.downloading.append(item)
+            } else if progress.lastError != nil, progress.present < progress.total {
+                activity.failed.append(item)
+            }
+        }
+        for record in records where record.lastError != nil && record.present.count < record.size {
+            activity.failed.append(
+                ContentActivity.Item(
+                    identifier: record.identifier, version: record.version, presentBytes: record.present.count,
+                    totalBytes: record.size, lastError: record.lastError))
+        }
+        activity.downloading.sort { $0.identifier.rawValue < $1.identifier.rawValue }
+        activity.failed.sort { $0.identifier.rawValue < $1.identifier.rawValue }
+        return activity
+    }
+
+    /// Disk use of the content files (allocated blocks) and the space left where they live.
+    /// Reads the directory and stats each file: for `status`, not for a hot path.
+    public func usage() -> ContentUsage {
+        var used: Int64 = 0
+        var files = 0
+        let contentDirectory = directory + "/content"
+        if let handle = opendir(contentDirectory) {
+            while let entry = readdir(handle) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+                }
+                guard name != ".", name != ".." else { continue }
+                var info = stat()
+                guard stat(contentDirectory + "/" + name, &info) == 0 else { continue }
+                used += Int64(info.st_blocks) * 512
+                files += 1
+            }
+            closedir(handle)
+        }
+        var space = statvfs()
+        let available =
+            statvfs(contentDirectory, &space) == 0 ? Int64(space.f_bavail) * Int64(space.f_frsize) : 0
+        return ContentUsage(usedBytes: used, availableBytes: available, files: files)
+    }
+
+    // MARK: Persistence
+
+    /// Queues `entry`'s range-map save for a batch run `persistDelay` later (on the injected
+    /// clock) or at shutdown, whichever comes first. A crash before it only loses the map (the
+    /// bytes are fetched again), never claims bytes that are not on disk.
+    func schedulePersist(_ entry: ContentEntry) {
+        let start = pendingPersists.withLock { pending -> Bool in
+            pending.entries[ObjectIdentifier(entry)] = entry
+            if pending.scheduled { return false }
+            pending.scheduled = true
+            return true
+        }
+        guard start else { return }
+        let delay = environment.options.persistDelay
+        let timeline = environment.timeline
+        Task { [weak self] in
+            try? await timeline.sleep(for: delay)
+            await self?.flushPendingPersists()
+        }
+    }
+
+    /// Saves every queued range map now.
+    public func flushPendingPersists() async {
+        let entries = pendingPersists.withLock { pending -> [ContentEntry] in
+            defer {
+                pending.entries = [:]
+                pending.scheduled = false
+                pending.flushing += 1
+            }
+            return Array(pending.entries.values)
+        }
+        for entry in entries { await entry.persist() }
+        let waiters = pendingPersists.withLock { pending -> [CheckedContinuation<Void, Never>] in
+            pending.flushing -= 1
+            guard pending.flushing == 0 else { return [] }
+            defer { pending.flushWaiters = [] }
+            return pending.flushWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once no batch flush is running.
+    func waitForRunningFlushes() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = pendingPersists.withLock { pending -> Bool in
+                if pending.flushing == 0 { return true }
+                pending.flushWaiters.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
+    }
+
+    /// Stops every download, fails waiting readers, saves range maps. Later pins fail.
+    func shutdown() async {
+        let entries = state.withLock { state -> [ContentEntry] in
+            state.isShutDown = true
+            return Array(state.entries.values)
+        }
+        for entry in entries {
+            entry.retire(CacheError(.cancelled, "the file system is shutting down"))
+            await entry.waitForDownload()
+            await entry.persist()
+        }
+        await flushPendingPersists()
+        // A batch that the persist timer started before shutdown may still be saving.
+        await waitForRunningFlushes()
+    }
+}

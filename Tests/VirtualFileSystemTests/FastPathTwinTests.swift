@@ -1,0 +1,301 @@
+// Every immediate answer (`*Now`) is the slow path's answer on the same state, checked the way
+// the coordinator's `grantIfImmediate` is checked against `submit`: two identical file systems
+// (same provider, same clock, same operations) are driven through a seeded random sequence of
+// states; whenever the first answers an operation on the FUSE thread, the second answers it the
+// async way, and the two answers must be equal. A declined immediate answer (nil) is always
+// allowed; the test also demands that each twin answered at least once, so it cannot pass empty.
+//
+// Replay: PROVIDERFS_TEST_SEED=<seed> PROVIDERFS_TWIN_SEQUENCES=1 swift test --filter FastPathTwinTests
+// Size:   PROVIDERFS_TWIN_SEQUENCES (default 8), PROVIDERFS_TWIN_STEPS (default 150).
+
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+import VirtualFileSystem
+
+@Suite("Fast path twins: the immediate answers are the async ones")
+struct FastPathTwinTests {
+    @Test("lookupNow, getAttributesNow, openNow, readNow, flushNow, releaseNow agree with their async twins")
+    func fileSystemTwinsAgree() async throws {
+        let baseSeed = SeededRandom.seedFromEnvironment()
+        let sequences = environmentInteger("PROVIDERFS_TWIN_SEQUENCES", default: 8)
+        let steps = environmentInteger("PROVIDERFS_TWIN_STEPS", default: 150)
+        var answered: [String: Int] = [:]
+        for index in 0..<sequences {
+            let seed = baseSeed &+ UInt64(index)
+            let run = try TwinRun(seed: seed)
+            let mismatches = await run.execute(steps: steps)
+            await run.finish()
+            for mismatch in mismatches.prefix(5) {
+                Issue.record(
+                    "\(mismatch)\nseed \(seed) (replay with PROVIDERFS_TEST_SEED=\(seed) PROVIDERFS_TWIN_SEQUENCES=1)")
+            }
+            answered.merge(run.answered, uniquingKeysWith: +)
+        }
+        for twin in ["lookup", "lookup miss", "getattr", "open", "read", "flush", "release"] {
+            #expect(answered[twin, default: 0] > 0, "the immediate \(twin) never answered: the check is empty")
+        }
+    }
+}
+
+/// Two file systems kept identical; `now` answers immediately, `slow` the async way.
+private final class TwinRun: @unchecked Sendable {
+    // Confined to the test's task: no concurrent access.
+    let provider = InMemoryProvider()
+    let clock = ManualClock()
+    let directories: [TemporaryDirectory]
+    let now: ProviderFileSystem
+    let slow: ProviderFileSystem
+    var random: SeededRandom
+    /// Known nodes (same inode in both), by path.
+    var nodes: [String: (inode: InodeNumber, isDirectory: Bool)] = ["": (.root, true)]
+    /// Open handles (same number in both).
+    var handles: [(inode: InodeNumber, handle: FileHandleID)] = []
+    var answered: [String: Int] = [:]
+    var mismatches: [String] = []
+    var contentSeed: UInt64 = 1
+
+    static let paths = ["a", "b", "d", "d/e", "d/f", "d/g"]
+
+    init(seed: UInt64) throws {
+        random = SeededRandom(seed: seed)
+        var options = FileSystemOptions()
+        options.cache.chunkSize = 64 << 10
+        options.cache.firstChunkSize = 64 << 10
+        options.cache.retryDelay = .zero
+        options.cache.directoryTTL = .seconds(5)
+        options.cache.attributeTTL = .seconds(1)
+        options.cache.missRefreshInterval = .milliseconds(500)
+        options.cache.listingRefreshAhead = nil
+        // Whole files: what is present after the downloads settle does not depend on timing.
+        options.cache.backgroundCompletion = true
+        options.revalidateOnOpen = random.next() % 2 == 0
+        provider.addDirectory("d")
+        for path in ["a", "d/e", "d/f"] { provider.putFile(path, .ramp(seed: 1, size: 100_000)) }
+        provider.answersImmediately = true
+        directories = [
+            try TemporaryDirectory(prefix: "providerfs-twin"), try TemporaryDirectory(prefix: "providerfs-twin"),
+        ]
+        let provider = self.provider
+        let clock = self.clock
+        func make(_ directory: TemporaryDirectory) throws -> ProviderFileSystem {
+            let cache = try ProviderCache(
+                provider: provider, directory: directory.path, store: InMemoryMetadataStore(), clock: clock,
+                options: options.cache)
+            return ProviderFileSystem(cache: cache, options: options)
+        }
+        now = try make(directories[0])
+        slow = try make(directories[1])
+    }
+
+    func finish() async {
+        await now.shutdown()
+        await slow.shutdown()
+        for directory in directories { directory.remove() }
+    }
+
+    func pick<T>(_ choices: [T]) -> T { choices[Int(random.next() % UInt64(choices.count))] }
+
+    func execute(steps: Int) async -> [String] {
+        for step in 0..<steps {
+            await settle()
+            switch random.next() % 12 {
+            case 0: clock.advance(by: pick([.milliseconds(100), .milliseconds(600), .milliseconds(1100), .seconds(6)]))
+            case 1: remoteChange()
+            case 2: provider.answersImmediately.toggle()
+            case 3, 4: await mirrorLookup()
+            case 5: await mirrorOpenAndRead()
+            case 6: await checkLookup(step)
+            case 7: await checkAttributes(step)
+            case 8: await checkOpen(step)
+            case 9, 10: await checkRead(step)
+            default: await checkRelease(step)
+            }
+        }
+        return mismatches
+    }
+
+    /// Waits until neither instance downloads (their downloads run in tasks of their own).
+    func settle() async {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline,
+            !now.cache.content.activity().downloading.isEmpty || !slow.cache.content.activity().downloading.isEmpty
+        {
+            await Task.yield()
+        }
+    }
+
+    func remoteChange() {
+        let path = pick(Self.paths.filter { $0 != "d" })
+        switch random.next() % 3 {
+        case 0:
+            contentSeed += 1
+            provider.putFile(path, .ramp(seed: contentSeed, size: Int64(random.next() % 150_000)))
+        case 1: provider.remove(path)
+        default: provider.putFile(pick(["b", "d/g"]), .ramp(seed: 3, size: 10))
+        }
+    }
+
+    func mirrorLookup() async {
+        let path = pick(Self.paths)
+        let parentPath = path.contains("/") ? "d" : ""
+        guard let parent = nodes[parentPath] else { return }
+        let name = String(path.split(separator: "/").last!)
+        let first = await outcome { () throws(FileSystemError) in
+            try await self.now.lookup(parent: parent.inode, name: name, context: .kernel)
+        }
+        let second = await outcome { () throws(FileSystemError) in
+            try await self.slow.lookup(parent: parent.inode, name: name, context: .kernel)
+        }
+        if case .success(let entry) = first {
+            nodes[path] = (entry.inode, entry.attributes.type == .directory)
+        }
+        expectEqual("mirrored lookup \(path)", first, second)
+    }
+
+    func mirrorOpenAndRead() async {
+        guard let file = pickFile() else { return }
+        let first = await outcome { () throws(FileSystemError) in
+            try await self.now.open(file, flags: OpenFlags(rawValue: 0), context: .kernel).handle
+        }
+        let second = await outcome { () throws(FileSystemError) in
+            try await self.slow.open(file, flags: OpenFlags(rawValue: 0), context: .kernel).handle
+        }
+        expectEqual("mirrored open", first, second)
+        guard case .success(let handle) = first, case .success(handle) = second else { return }
+        handles.append((file, handle))
+        let count = Int(random.next() % 70_000)
+        let a = await outcome { () throws(FileSystemError) in
+            try await self.now.read(file, handle: handle, offset: 0, count: count, context: .kernel).bytes
+        }
+        let b = await outcome { () throws(FileSystemError) in
+            try await self.slow.read(file, handle: handle, offset: 0, count: count, context: .kernel).bytes
+        }
+        expectEqual("mirrored read", a, b)
+    }
+
+    func pickFile() -> InodeNumber? {
+        let files = nodes.values.filter { !$0.isDirectory }.map(\.inode).sorted { $0.rawValue < $1.rawValue }
+        return files.isEmpty ? nil : pick(files)
+    }
+
+    // MARK: The twins
+
+    func checkLookup(_ step: Int) async {
+        let directories = nodes.filter { $0.value.isDirectory }.sorted { $0.key < $1.key }
+        let (parentPath, parent) = pick(directories)
+        let name = pick(
+            Self.paths.filter { $0.hasPrefix(parentPath.isEmpty ? "" : parentPath + "/") }
+                .map { String($0.split(separator: "/").last!) } + ["nope"])
+        guard let immediate = now.lookupNow(parent: parent.inode, name: name, context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.lookup(parent: parent.inode, name: name, context: .kernel)
+        }
+        answered[(try? immediate.get()) == nil ? "lookup miss" : "lookup", default: 0] += 1
+        expectEqual("step \(step): lookup \(parentPath)/\(name)", Outcome(immediate), async)
+    }
+
+    func checkAttributes(_ step: Int) async {
+        let (path, node) = pick(nodes.sorted { $0.key < $1.key })
+        guard let immediate = now.getAttributesNow(node.inode, context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.getAttributes(node.inode, context: .kernel)
+        }
+        answered["getattr", default: 0] += 1
+        expectEqual("step \(step): getattr \(path)", Outcome(immediate), async)
+    }
+
+    func checkOpen(_ step: Int) async {
+        guard let file = pickFile() else { return }
+        guard let immediate = now.openNow(file, flags: OpenFlags(rawValue: 0), context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.open(file, flags: OpenFlags(rawValue: 0), context: .kernel)
+        }
+        answered["open", default: 0] += 1
+        func comparable(_ opened: OpenedFile, _ fileSystem: ProviderFileSystem) -> String {
+            // The complete cache file lives in each instance's own directory.
+            let prefix = fileSystem.cache.directory
+            let served = opened.servedFrom.map { $0.hasPrefix(prefix) ? String($0.dropFirst(prefix.count)) : $0 }
+            return "handle \(opened.handle) keepCache \(opened.keepCache) directIO \(opened.directIO) \(served ?? "-")"
+        }
+        expectEqual(
+            "step \(step): open \(file)", Outcome(immediate).map { comparable($0, now) },
+            async.map { comparable($0, slow) })
+        if case .success(let opened) = immediate { handles.append((file, opened.handle)) }
+        // The async twin's handle, when only it opened, keeps the instances apart: close it.
+        if case .success(let opened) = async, (try? immediate.get()) == nil {
+            await slow.release(file, handle: opened.handle)
+        }
+    }
+
+    func checkRead(_ step: Int) async {
+        guard !handles.isEmpty else { return }
+        let (file, handle) = pick(handles)
+        let offset = Int64(random.next() % 160_000)
+        let count = Int(random.next() % 140_000)
+        guard let immediate = now.readNow(file, handle: handle, offset: offset, count: count, context: .kernel) else {
+            return
+        }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.read(file, handle: handle, offset: offset, count: count, context: .kernel)
+        }
+        answered["read", default: 0] += 1
+        expectEqual(
+            "step \(step): read \(offset)+\(count) of \(file)", Outcome(immediate).map { $0.bytes },
+            async.map { $0.bytes })
+    }
+
+    func checkRelease(_ step: Int) async {
+        guard !handles.isEmpty else { return }
+        let index = Int(random.next() % UInt64(handles.count))
+        let (file, handle) = handles[index]
+        if let immediate = now.flushNow(file, handle: handle, context: .kernel) {
+            let async = await outcome { () throws(FileSystemError) in
+                try await self.slow.flush(file, handle: handle, context: .kernel)
+            }
+            answered["flush", default: 0] += 1
+            expectEqual("step \(step): flush \(handle)", Outcome(immediate).map { "ok" }, async.map { "ok" })
+        }
+        if let immediate = now.releaseNow(file, handle: handle) {
+            await slow.release(file, handle: handle)
+            answered["release", default: 0] += 1
+            handles.remove(at: index)
+            expectEqual(
+                "step \(step): release \(handle)", Outcome(immediate).map { now.openFileCount },
+                .success(slow.openFileCount))
+        }
+    }
+
+    // MARK: Answers
+
+    enum Outcome<T> {
+        case success(T)
+        case failure(FileSystemError.Code)
+
+        init(_ result: Result<T, FileSystemError>) {
+            switch result {
+            case .success(let value): self = .success(value)
+            case .failure(let error): self = .failure(error.code)
+            }
+        }
+
+        func map<U>(_ transform: (T) -> U) -> Outcome<U> {
+            switch self {
+            case .success(let value): .success(transform(value))
+            case .failure(let code): .failure(code)
+            }
+        }
+    }
+
+    func outcome<T>(_ body: () async throws(FileSystemError) -> T) async -> Outcome<T> {
+        do { return .success(try await body()) } catch { return .failure(error.code) }
+    }
+
+    func expectEqual<T: Equatable>(_ what: String, _ immediate: Outcome<T>, _ async: Outcome<T>) {
+        if immediate != async { mismatches.append("\(what): immediate \(immediate), async \(async)") }
+    }
+}
+
+extension TwinRun.Outcome: Equatable where T: Equatable {}
