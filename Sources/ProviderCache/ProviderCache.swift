@@ -997,6 +997,12 @@ public final class ProviderCache: Sendable {
         }
     }
 
+    /// Items with content in the cache: an open entry or a stored record of their current or an
+    /// older version (for `contentActivity()`, ProviderCache+Control.swift).
+    var identifiersWithContent: Set<ItemIdentifier> {
+        catalog.withLock { Set($0.entries.keys.map(\.identifier)).union($0.records.keys.map(\.identifier)) }
+    }
+
     /// Number of content entries open (tests: descriptors are bounded).
     public var openEntryCount: Int { catalog.withLock { $0.entries.count } }
 

@@ -188,9 +188,17 @@ struct MountCommand: CLICommand {
             mountpoint: plan.mountpoint,
             source: plan.source, demo: plan.demo, cacheDirectory: plan.cacheDirectory, logFile: plan.logFile,
             version: ProviderFSCLI.version, startedAt: Date())
+        // The control socket (docs/CONTROL.md): `providerfs status MOUNTPOINT`, `download`.
+        let control = makeControlServer(plan, fileSystem: fileSystem)
+        defer { control?.stop() }
         let server = FUSEServer(fileSystem: fileSystem, mountpoint: plan.mountpoint, options: options) {
             do { try MountRegistry.write(record) } catch {
                 logger.warning("cannot write the mount registry: \(error)")
+            }
+            if let control {
+                do { try control.start() } catch {
+                    logger.warning("cannot start the control socket \(control.socketPath): \(error)")
+                }
             }
             logger.notice("ready: \(plan.source) mounted at \(plan.mountpoint), cache \(plan.cacheDirectory)")
             reporter.ready()
