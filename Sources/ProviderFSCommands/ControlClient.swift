@@ -31,7 +31,9 @@ struct ControlClient: Sendable {
 
     /// The client of the ProviderFS mount that contains `path`, and `path` relative to the mount's
     /// root ("" for the mount point itself). The mount point itself is never stat'ed.
-    static func forMount(containing path: String) throws(CommandFailure) -> (client: ControlClient, relativePath: String) {
+    static func forMount(
+        containing path: String
+    ) throws(CommandFailure) -> (client: ControlClient, relativePath: String) {
         let absolute = mountPointPath(path)
         guard let mount = MountTable.containing(absolute), mount.fileSystemType == "fuse.providerfs" else {
             throw CommandFailure("\(path) is not inside a ProviderFS mount")

@@ -78,7 +78,8 @@ enum ControlProtocol {
                 id,
                 .failure(
                     ControlError(
-                        .unsupportedVersion, "protocol version \(version) is not supported; this daemon speaks \(Self.version)"))
+                        .unsupportedVersion,
+                        "protocol version \(version) is not supported; this daemon speaks \(Self.version)"))
             )
         }
         guard let kind = object["request"] as? String else {
@@ -158,7 +159,8 @@ struct ControlFrameReader {
     mutating func next() throws(ControlError) -> [UInt8]? {
         guard buffer.count - start >= 4 else { return nil }
         let length =
-            Int(buffer[start]) << 24 | Int(buffer[start + 1]) << 16 | Int(buffer[start + 2]) << 8 | Int(buffer[start + 3])
+            Int(buffer[start]) << 24 | Int(buffer[start + 1]) << 16 | Int(buffer[start + 2]) << 8
+            | Int(buffer[start + 3])
         guard length <= maximumMessageSize else {
             throw ControlError(.tooLarge, "a message of \(length) bytes is over the limit of \(maximumMessageSize)")
         }

@@ -271,7 +271,8 @@ final class ControlServer: @unchecked Sendable {
                     .failure(
                         ControlError(
                             .truncated,
-                            "the connection ended inside a message (\(session.reader.pendingByteCount) bytes of a frame)")))
+                            "the connection ended inside a message (\(session.reader.pendingByteCount) bytes of a frame)"
+                        )))
             }
             session.frameStartedAt = nil
             session.closeWhenFlushed = true

@@ -125,7 +125,8 @@ struct MountControl: ControlHandler {
             throw Self.controlError(FileSystemError(error), path: path)
         }
         let now = fileSystem.cache.status(of: status.identifier) ?? status
-        return ControlDownloadReply(item: ControlItemStatus(path: path, now), alreadyDownloaded: started == .alreadyPresent)
+        return ControlDownloadReply(
+            item: ControlItemStatus(path: path, now), alreadyDownloaded: started == .alreadyPresent)
     }
 
     func status() async -> ControlMountStatus {
@@ -188,7 +189,8 @@ extension MountCommand {
     static func makeControlServer(_ plan: Plan, fileSystem: any FileSystem) -> ControlServer? {
         guard let fileSystem = fileSystem as? ProviderFileSystem else { return nil }
         let handler = MountControl(
-            fileSystem: fileSystem, mountpoint: plan.mountpoint, source: plan.demo ? "demo (\(plan.source))" : plan.source,
+            fileSystem: fileSystem, mountpoint: plan.mountpoint,
+            source: plan.demo ? "demo (\(plan.source))" : plan.source,
             started: .now)
         return ControlServer(
             socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,
