@@ -177,8 +177,9 @@ final class ControlServer: @unchecked Sendable {
                 let revents = fds[index + 2].revents
                 if revents & Int16(POLLIN) != 0 && wantsInput(session) {
                     receive(session)
-                } else if revents & Int16(POLLHUP | POLLERR) != 0 && !wantsInput(session) {
-                    // The peer is gone and nothing more can be read: what it asked for is of no use.
+                } else if revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 {
+                    // The peer is gone (a peer that only shut down its writing side raises no
+                    // POLLHUP): what it asked for is of no use to it.
                     drop(session)
                 }
             }

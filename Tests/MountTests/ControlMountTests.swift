@@ -100,13 +100,15 @@ struct ControlMountTests {
     @Test func aSlowDownloadIsATransferWithProgressAndDownloadFollowsIt() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        // The source is itself a FUSE mount whose reads of "slow…" files wait 200 ms each (per
-        // 128 KiB request): a 1 MiB file downloads in about 1.6 s, so it is seen moving.
+        // The source is itself a FUSE mount whose reads of "slow…" files wait 200 ms each, served
+        // one at a time (--max-threads 1): a request is at most 1 MiB, so the 8 MiB file takes at
+        // least 1.6 s to download (about 4 s measured), and it is seen moving.
         let tree = scratch + "/tree"
         mkdir(tree, 0o755)
-        let bytes = patternBytes(count: 1 << 20, seed: 12)
+        let bytes = patternBytes(count: 8 << 20, seed: 12)
         writeTestFile(tree + "/slow-big.bin", bytes)
-        let slowSource = try MountedFileSystem.fixture(tree: tree, extraArguments: ["--slow-delay", "200ms"])
+        let slowSource = try MountedFileSystem.fixture(
+            tree: tree, extraArguments: ["--slow-delay", "200ms", "--max-threads", "1"])
         defer { slowSource.stop() }
         let mount = try MountedFileSystem.providerfs(
             ["--source", slowSource.mountpoint, "--cache", scratch + "/cache"],
@@ -119,16 +121,16 @@ struct ControlMountTests {
         let moving = try #require(transfers.first { $0["path"] as? String == "slow-big.bin" }, "\(busy.output)")
         #expect(moving["state"] as? String == "downloading", "\(moving)")
         let present = moving["presentBytes"] as? Int ?? 0
-        #expect(present >= 100 && present < 1 << 20, "\(moving)")
-        #expect(moving["totalBytes"] as? Int == 1 << 20)
+        #expect(present >= 100 && present < 8 << 20, "\(moving)")
+        #expect(moving["totalBytes"] as? Int == 8 << 20)
         let text = try providerfs(["status", mount.mountpoint], runtime: runtime)
         #expect(text.output.contains("slow-big.bin  downloading  "), "\(text.output)")
 
         // `download` joins the running download and follows it to the end.
         let download = try providerfs(["download", file], runtime: runtime)
         #expect(download.status == 0, "\(download)")
-        #expect(download.output.contains("slow-big.bin: downloading 1 MiB"), "\(download.output)")
-        #expect(download.output.contains("slow-big.bin: 100% (1 MiB) done"), "\(download.output)")
+        #expect(download.output.contains("slow-big.bin: downloading 8 MiB"), "\(download.output)")
+        #expect(download.output.contains("slow-big.bin: 100% (8 MiB) done"), "\(download.output)")
         let done = json(try providerfs(["status", mount.mountpoint, "--json"], runtime: runtime).output)
         #expect((done["transfers"] as? [Any])?.isEmpty == true, "\(done)")
         #expect(
