@@ -85,6 +85,8 @@ struct ServerFixture {
 /// A raw client: bytes in, frames out, with a receive deadline.
 final class RawClient {
     let fd: Int32
+    /// Bytes received and not yet returned (two replies may arrive in one recv).
+    private var reader = ControlFrameReader()
 
     init(_ path: String, timeout: Int = 5) throws {
         fd = try UnixSocket.connect(path)
@@ -107,7 +109,6 @@ final class RawClient {
     /// The next reply frame as a JSON object, `.closed` at EOF (or reset), `.timedOut` after the
     /// receive deadline.
     func receive() -> Received {
-        var reader = ControlFrameReader()
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             if let payload = try? reader.next() {
