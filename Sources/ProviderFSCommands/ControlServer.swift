@@ -400,8 +400,9 @@ final class ControlServer: @unchecked Sendable {
     private func drop(_ session: Session) {
         guard sessions[session.fd] === session else { return }
         sessions[session.fd] = nil
-        close(session.fd)
+        // Counted before the close, so that a peer that sees its connection end sees it counted.
         connectionCountValue.withLock { $0 = sessions.count }
+        close(session.fd)
     }
 }
 
