@@ -49,7 +49,8 @@ public struct ContentActivity: Sendable, Equatable {
 
 /// The bytes the cache directory uses, and what its file system has left.
 public struct ContentUsage: Sendable, Equatable {
-    /// Disk bytes the content files really use (sparse: allocated blocks, not sizes).
+    /// Disk bytes the cache directory really uses: content files (sparse: allocated blocks, not
+    /// sizes) and the metadata store.
     public var usedBytes: Int64
     /// Bytes free for an unprivileged writer on the file system of the cache directory.
     public var availableBytes: Int64
@@ -364,28 +365,35 @@ public final class ContentStore: Sendable {
         return activity
     }
 
-    /// Disk use of the content files (allocated blocks) and the space left where they live.
-    /// Reads the directory and stats each file: for `status`, not for a hot path.
+    /// Items with content in the store: an open entry or a stored record, of their current or an
+    /// older version (`ProviderCache.contentActivity()`).
+    var identifiersWithContent: Set<ItemIdentifier> {
+        state.withLock { Set($0.entries.keys.map(\.identifier)).union($0.records.keys.map(\.identifier)) }
+    }
+
+    /// Disk use of the cache directory (allocated blocks of the content files and of the metadata
+    /// store beside them) and the space left where it lives. Reads the directories and stats each
+    /// file: for `status`, not for a hot path.
     public func usage() -> ContentUsage {
         var used: Int64 = 0
         var files = 0
         let contentDirectory = directory + "/content"
-        if let handle = opendir(contentDirectory) {
+        for folder in [directory, contentDirectory] {
+            guard let handle = opendir(folder) else { continue }
             while let entry = readdir(handle) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                     String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
                 }
                 guard name != ".", name != ".." else { continue }
                 var info = stat()
-                guard stat(contentDirectory + "/" + name, &info) == 0 else { continue }
+                guard lstat(folder + "/" + name, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
                 used += Int64(info.st_blocks) * 512
-                files += 1
+                if folder == contentDirectory { files += 1 }
             }
             closedir(handle)
         }
         var space = statvfs()
-        let available =
-            statvfs(contentDirectory, &space) == 0 ? Int64(space.f_bavail) * Int64(space.f_frsize) : 0
+        let available = statvfs(directory, &space) == 0 ? Int64(space.f_bavail) * Int64(space.f_frsize) : 0
         return ContentUsage(usedBytes: used, availableBytes: available, files: files)
     }
 

@@ -1,8 +1,9 @@
-// `providerfs download PATH`: materializes a file (or every file under a directory) by reading it
-// through the mount, so the same download path, coordination and cache rules apply as for any
-// reader. A progress bar on a terminal; plain progress lines otherwise.
+// `providerfs download PATH`: materializes a file (or every file under a directory) in the mount's
+// daemon, through its control socket (docs/CONTROL.md): the daemon fetches every byte into its
+// cache, and the command polls the item's progress until it is materialized or failed. An item
+// already fully here is reported as "already downloaded". A progress bar on a terminal; plain
+// progress lines otherwise.
 
-import FUSEAdapter
 import Foundation
 import SystemSupport
 
@@ -12,8 +13,11 @@ import Glibc
 
 struct DownloadCommand: CLICommand {
     static let name = "download"
-    static let summary = "download (materialize) a file or a folder through the mount, with progress"
+    static let summary = "download (materialize) a file or a folder in the mount's cache, with progress"
     static let usage = "providerfs download PATH [--json]"
+
+    /// How often the progress of a running download is asked for.
+    static let pollInterval: Duration = .milliseconds(100)
 
     struct FileResult: Encodable {
         var path: String
@@ -21,6 +25,8 @@ struct DownloadCommand: CLICommand {
         var size: Int64
         var state: String?
         var error: String?
+        /// Every byte was already in the cache: nothing was fetched.
+        var alreadyDownloaded = false
     }
 
     static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
@@ -31,11 +37,14 @@ struct DownloadCommand: CLICommand {
             if Errno.current == .notConnected { throw CommandFailure(staleMountAdvice(mountPointPath(path))) }
             throw CommandFailure("\(path): \(Errno.current.message)")
         }
+        let (client, root) = try ControlClient.forMount(containing: path)
         let files = info.st_mode & S_IFMT == S_IFDIR ? regularFiles(under: path) : [path]
         let progress = ProgressDisplay(terminal: isatty(1) == 1 && !io.json, io: io)
         var results: [FileResult] = []
         for file in files {
-            let result = download(file, progress: progress)
+            let suffix = String(file.dropFirst(path.count)).drop { $0 == "/" }
+            let relative = root.isEmpty ? String(suffix) : suffix.isEmpty ? root : root + "/" + suffix
+            let result = await download(file, relativePath: relative, client: client, progress: progress)
             results.append(result)
             if io.json { io.emit(result) }
         }
@@ -52,36 +61,41 @@ struct DownloadCommand: CLICommand {
         return ExitStatus.success
     }
 
-    static func download(_ path: String, progress: ProgressDisplay) -> FileResult {
-        var info = stat()
-        _ = stat(path, &info)
-        let size = Int64(info.st_size)
-        var result = FileResult(path: path, bytes: 0, size: size)
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            result.error = Errno.current.description
-            progress.finish(path, bytes: 0, size: size, error: result.error)
-            return result
-        }
-        defer { close(fd) }
-        let buffer = AlignedBuffer(capacity: 1 << 20)
-        progress.start(path, size: size)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { raw in
-                retryingOnInterrupt { read(fd, raw.baseAddress, raw.count) }
+    /// Asks the daemon to download `relativePath` and follows its progress to the end.
+    static func download(
+        _ path: String, relativePath: String, client: ControlClient, progress: ProgressDisplay
+    ) async -> FileResult {
+        var result = FileResult(path: path, bytes: 0, size: 0)
+        do {
+            let reply = try await client.download(relativePath)
+            var item = reply.item
+            result.size = item.totalBytes
+            if reply.alreadyDownloaded {
+                result.bytes = item.presentBytes
+                result.state = item.state
+                result.alreadyDownloaded = true
+                progress.alreadyDownloaded(path, size: item.totalBytes)
+                return result
             }
-            if count < 0 {
-                result.error = "download failed after \(formatSize(result.bytes)): \(Errno.current.description)"
-                break
+            progress.start(path, size: item.totalBytes)
+            while true {
+                result.bytes = item.presentBytes
+                result.state = item.state
+                progress.update(path, bytes: item.presentBytes, size: item.totalBytes)
+                if item.state == "materialized" { break }
+                if item.state != "downloading" {
+                    result.error =
+                        "download failed after \(formatSize(item.presentBytes)): "
+                        + (item.error.map { "\($0.message) [\($0.errno)]" } ?? "it stopped (\(item.state))")
+                    break
+                }
+                try? await Task.sleep(for: pollInterval)
+                item = try await client.item(relativePath)
             }
-            if count == 0 { break }
-            result.bytes += Int64(count)
-            progress.update(path, bytes: result.bytes, size: size)
+        } catch {
+            result.error = error.message
         }
-        if case .success(let state) = ExtendedAttributes.value("user.providerfs.state", of: path) {
-            result.state = String(decoding: state, as: UTF8.self)
-        }
-        progress.finish(path, bytes: result.bytes, size: size, error: result.error)
+        progress.finish(path, bytes: result.bytes, size: result.size, error: result.error)
         return result
     }
 
@@ -136,7 +150,8 @@ final class ProgressDisplay: @unchecked Sendable {
         guard !io.json else { return }
         let fraction = size > 0 ? min(1, Double(bytes) / Double(size)) : 1
         if terminal {
-            guard ContinuousClock.now - lastDraw > .milliseconds(100) else { return }
+            // Redrawn at most every 100 ms, and always at 100%.
+            guard ContinuousClock.now - lastDraw > .milliseconds(100) || bytes >= size else { return }
             lastDraw = .now
             let width = 30
             let filled = Int(fraction * Double(width))
@@ -149,6 +164,11 @@ final class ProgressDisplay: @unchecked Sendable {
             lastStep = step
             io.line("\(path): \(step * 10)% (\(formatSize(bytes)) of \(formatSize(size)))")
         }
+    }
+
+    func alreadyDownloaded(_ path: String, size: Int64) {
+        guard !io.json else { return }
+        io.line("\(path): already downloaded (\(formatSize(size)))")
     }
 
     func finish(_ path: String, bytes: Int64, size: Int64, error: String?) {

@@ -188,6 +188,15 @@ struct MountCommand: CLICommand {
             mountpoint: plan.mountpoint,
             source: plan.source, demo: plan.demo, cacheDirectory: plan.cacheDirectory, logFile: plan.logFile,
             version: ProviderFSCLI.version, startedAt: Date())
+        // The control socket (docs/CONTROL.md): `providerfs status MOUNTPOINT`, `download`. Bound
+        // before the kernel mount, so a client that sees the mount finds its socket.
+        let control = makeControlServer(plan, fileSystem: fileSystem)
+        if let control {
+            do { try control.start() } catch {
+                logger.warning("cannot start the control socket \(control.socketPath): \(error.errno.message)")
+            }
+        }
+        defer { control?.stop() }
         let server = FUSEServer(fileSystem: fileSystem, mountpoint: plan.mountpoint, options: options) {
             do { try MountRegistry.write(record) } catch {
                 logger.warning("cannot write the mount registry: \(error)")

@@ -1,5 +1,7 @@
-// `providerfs status [PATH] [--json]`: with PATH, the item's state read from its xattrs (what
-// getfattr shows); without, the mounts this user runs (pid, source, cache, log).
+// `providerfs status [PATH] [--json]`: for a mount point, the mount as its daemon reports it
+// through the control socket (transfers with progress, items in error, cache space, uptime,
+// provider reachability); for a PATH inside a mount, the item's state read from its xattrs (what
+// getfattr shows); without PATH, the mounts this user runs (pid, source, cache, log).
 
 import FUSEAdapter
 import Foundation
@@ -12,7 +14,7 @@ import Glibc
 struct StatusCommand: CLICommand {
     static let name = "status"
     static let summary = "show an item's state, progress, version and last error, or list the mounts"
-    static let usage = "providerfs status [PATH] [--json]"
+    static let usage = "providerfs status [MOUNTPOINT | PATH] [--json]"
 
     static let attributes = ["state", "progress", "version", "error"]
 
@@ -39,8 +41,50 @@ struct StatusCommand: CLICommand {
     static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
         let path = arguments.positional()
         try arguments.finish()
-        if let path { return try item(path, io: io) }
+        if let path {
+            // The mount point is recognized from the mount table, without a stat of it (which a
+            // dead daemon's mount fails with ENOTCONN, and another user's with EACCES).
+            if MountTable.entry(at: mountPointPath(path))?.fileSystemType == "fuse.providerfs" {
+                return try await mount(path, io: io)
+            }
+            return try item(path, io: io)
+        }
         return mounts(io: io)
+    }
+
+    /// A running mount, through its control socket.
+    static func mount(_ path: String, io: CommandIO) async throws -> Int32 {
+        let (client, _) = try ControlClient.forMount(containing: path)
+        let status = try await client.status()
+        if io.json {
+            io.emit(status)
+            return ExitStatus.success
+        }
+        io.line("\(status.mountpoint)  [running]")
+        io.line("  source:   \(status.source)")
+        io.line("  pid:      \(status.pid)")
+        io.line("  uptime:   \(formatUptime(status.uptimeSeconds))")
+        let provider = status.provider
+        io.line(
+            "  provider: "
+                + (provider.reachable
+                    ? "reachable (answered in \(Int(provider.responseMilliseconds.rounded())) ms)"
+                    : "unreachable: \(provider.error.map { "\($0.errno): \($0.message)" } ?? "no answer")"))
+        io.line(
+            "  cache:    \(formatSize(status.cache.usedBytes)) used, \(formatSize(status.cache.freeBytes)) free "
+                + "(\(status.cache.directory))")
+        io.line("  transfers:" + (status.transfers.isEmpty ? " none" : ""))
+        for item in status.transfers {
+            let percent = item.totalBytes > 0 ? Int(Double(item.presentBytes) / Double(item.totalBytes) * 100) : 100
+            io.line(
+                "    \(item.path)  \(item.state)  \(formatSize(item.presentBytes)) of \(formatSize(item.totalBytes)) "
+                    + "(\(percent)%)")
+        }
+        io.line("  errors:" + (status.errors.isEmpty ? " none" : ""))
+        for item in status.errors {
+            io.line("    \(item.path)  \(item.error.map { "\($0.errno): \($0.message)" } ?? "failed")")
+        }
+        return ExitStatus.success
     }
 
     static func item(_ path: String, io: CommandIO) throws -> Int32 {
@@ -79,6 +123,15 @@ struct StatusCommand: CLICommand {
             io.line("  error:    \(status.error ?? "-")")
         }
         return ExitStatus.success
+    }
+
+    /// "2h 5m 3s", "4m 0s", "12s".
+    static func formatUptime(_ seconds: Double) -> String {
+        let total = max(0, Int(seconds))
+        let (hours, minutes, rest) = (total / 3600, total % 3600 / 60, total % 60)
+        if hours > 0 { return "\(hours)h \(minutes)m \(rest)s" }
+        if minutes > 0 { return "\(minutes)m \(rest)s" }
+        return "\(rest)s"
     }
 
     static func mounts(io: CommandIO) -> Int32 {

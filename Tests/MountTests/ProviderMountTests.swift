@@ -342,10 +342,15 @@ struct ProviderMountTests {
         #expect(status.output.contains("EIO"), "\(status.output)")
         #expect(try shell("cat \(m)/README.txt").output.hasPrefix("Welcome to the ProviderFS demo."))
         // On a terminal (script(1) provides one) download draws a bar; in a pipe it prints lines.
-        let binary = quoted(productsDirectory + "/providerfs")
-        let onTerminal = try shell("script -qec \(quoted("\(binary) download \(m)/Documents/Papers")) /dev/null")
+        // It asks the daemon, found (like the coordination server) through the runtime directory.
+        let binary = "PROVIDERFS_RUNTIME_DIR=\(quoted(runtime)) " + quoted(productsDirectory + "/providerfs")
+        let onTerminal = try shell("script -qec \(quoted("\(binary) download \(m)/Documents/notes")) /dev/null")
         #expect(onTerminal.status == 0, "\(onTerminal)")
         #expect(onTerminal.output.contains("] 100%") && onTerminal.output.contains("\r"), "\(onTerminal.output)")
+        // The PDFs were read whole by qpdf above: nothing left to download.
+        let papers = try shell("\(binary) download \(m)/Documents/Papers")
+        #expect(papers.status == 0, "\(papers)")
+        #expect(papers.output.contains("overview.pdf: already downloaded"), "\(papers.output)")
         let inPipe = try shell("\(binary) download \(m)/Projects | cat")
         #expect(inPipe.output.contains("leaf.txt: 100%"), "\(inPipe.output)")
         #expect(!inPipe.output.contains("\r"))

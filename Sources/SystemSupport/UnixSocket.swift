@@ -1,6 +1,5 @@
-// Unix-domain socket helpers over Glibc: the only place that builds sockaddr_un.
-
-import SystemSupport
+// Unix-domain socket helpers over Glibc: the only place that builds sockaddr_un. Used by the
+// coordination wire (FileCoordination) and the mount's control socket (ProviderFSCommands).
 
 #if canImport(Glibc)
 import Glibc
@@ -8,7 +7,7 @@ import Glibc
 import Musl
 #endif
 
-enum UnixSocket {
+public enum UnixSocket {
     static func address(_ path: String) throws(SystemCallError) -> sockaddr_un {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -25,7 +24,7 @@ enum UnixSocket {
     }
 
     /// A connected, blocking, close-on-exec stream socket.
-    static func connect(_ path: String) throws(SystemCallError) -> Int32 {
+    public static func connect(_ path: String) throws(SystemCallError) -> Int32 {
         var address = try address(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemCallError("socket") }
@@ -43,7 +42,7 @@ enum UnixSocket {
     }
 
     /// A listening, non-blocking, close-on-exec socket bound at `path` (mode 0600).
-    static func listen(_ path: String) throws(SystemCallError) -> Int32 {
+    public static func listen(_ path: String) throws(SystemCallError) -> Int32 {
         var address = try address(path)
         let fd = socket(
             AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
@@ -71,18 +70,37 @@ enum UnixSocket {
         return fd
     }
 
-    /// The peer's pid (SO_PEERCRED), or 0 when unknown.
-    static func peerPid(_ fd: Int32) -> Int32 {
+    /// The credentials of the process at the other end of a connected socket (SO_PEERCRED: the
+    /// peer's pid, uid and gid when it connected), or nil when the kernel does not say.
+    public struct PeerCredentials: Sendable, Equatable {
+        public var pid: Int32
+        public var uid: UInt32
+        public var gid: UInt32
+        public init(pid: Int32, uid: UInt32, gid: UInt32) {
+            self.pid = pid
+            self.uid = uid
+            self.gid = gid
+        }
+    }
+
+    public static func peerCredentials(_ fd: Int32) -> PeerCredentials? {
         // struct ucred { pid_t pid; uid_t uid; gid_t gid; } — not visible through the Glibc module.
         var credentials: (Int32, UInt32, UInt32) = (0, 0, 0)
         var length = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
         let soPeerCred: Int32 = 17  // SO_PEERCRED on Linux (asm-generic/socket.h)
-        guard getsockopt(fd, SOL_SOCKET, soPeerCred, &credentials, &length) == 0 else { return 0 }
-        return credentials.0
+        guard getsockopt(fd, SOL_SOCKET, soPeerCred, &credentials, &length) == 0,
+            length == socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+        else { return nil }
+        return PeerCredentials(pid: credentials.0, uid: credentials.1, gid: credentials.2)
+    }
+
+    /// The peer's pid (SO_PEERCRED), or 0 when unknown.
+    public static func peerPid(_ fd: Int32) -> Int32 {
+        peerCredentials(fd)?.pid ?? 0
     }
 
     /// Writes every byte (blocking socket), retrying on EINTR and short writes.
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(SystemCallError) {
+    public static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(SystemCallError) {
         var offset = 0
         while offset < bytes.count {
             let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }

@@ -1,0 +1,76 @@
+// What the mount's control socket asks of the cache (`providerfs status MOUNTPOINT`,
+// `providerfs download`): the items whose content is moving or failed, a probe of the provider,
+// and "download this file fully". Each needs both parts of the cache (the catalog's items, the
+// content store's entries), so they sit on the façade; `ContentStore.usage()` answers disk use.
+
+public import ProviderModel
+
+extension ProviderCache {
+    /// The status of every file whose content is downloading, partly present, or failed (not the
+    /// materialized or untouched ones), in no particular order. From the cache only.
+    public func contentActivity() -> [ItemStatus] {
+        content.identifiersWithContent.compactMap { identifier -> ItemStatus? in
+            guard let status = status(of: identifier), status.kind == .file else { return nil }
+            switch status.state {
+            case .downloading, .partial, .error: return status
+            case .dataless, .materialized: return nil
+            }
+        }
+    }
+
+    /// What a provider probe found.
+    public struct ProviderProbe: Sendable, Equatable {
+        /// The provider answered for its root item within the deadline.
+        public var reachable: Bool
+        /// How long the answer (or the failure) took.
+        public var elapsed: Duration
+        /// The failure, when it did not answer.
+        public var error: RecordedError?
+    }
+
+    /// Asks the provider for its root item (never the cached copy), bounded by `deadline`. Returns
+    /// at the deadline even when the provider call hangs.
+    public func probeProvider(deadline: Duration) async -> ProviderProbe {
+        let provider = environment.provider
+        let start = ContinuousClock.now
+        do {
+            _ = try await withDeadline(deadline, on: environment.timeline) {
+                try await provider.item(for: .root)
+            }
+            return ProviderProbe(reachable: true, elapsed: ContinuousClock.now - start, error: nil)
+        } catch {
+            let failure = CacheError.from(error)
+            return ProviderProbe(
+                reachable: false, elapsed: ContinuousClock.now - start,
+                error: RecordedError(code: failure.code, message: failure.message))
+        }
+    }
+
+    /// How a full download was asked for.
+    public enum FullDownload: Sendable, Equatable {
+        /// Every byte of the current version is already here.
+        case alreadyPresent
+        /// The download runs (started now, or joined); `status(of:)` shows its progress.
+        case started
+    }
+
+    /// Starts fetching every missing byte of the file's current version and returns at once. The
+    /// content entry stays pinned until the download ends (done or failed); progress and the last
+    /// error show in `status(of:)`. Fails for an unknown item or one that is not a file.
+    public func startFullDownload(of identifier: ItemIdentifier) async throws(CacheError) -> FullDownload {
+        let item = try await catalog.item(identifier, maximumAge: environment.options.attributeTTL)
+        let entry = try await pinContent(of: item)
+        if entry.isMaterialized {
+            content.unpin(entry)
+            return .alreadyPresent
+        }
+        // Marks the entry downloading before returning, so that a status asked right after this
+        // reply already says so.
+        entry.startBackgroundDownload()
+        Task {
+            try? await entry.ensurePresent(0..<entry.size)
+            self.content.unpin(entry)
+        }
+        return .started
+    }
+}

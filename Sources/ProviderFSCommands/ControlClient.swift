@@ -1,0 +1,148 @@
+// The CLI's side of a mount's control socket (docs/CONTROL.md): one connection per request, a
+// deadline on every send and receive, failures as one sentence for the user.
+
+import Foundation
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension MountRegistry {
+    /// The control socket of the daemon serving `mountpoint`: beside its registry file,
+    /// `<runtime dir>/mounts/<FNV-1a of the mount point>.control.sock` (mode 0600, directory 0700).
+    static func controlSocket(for mountpoint: String) -> String {
+        directory + "/\(fnv1a(mountpoint)).control.sock"
+    }
+}
+
+struct ControlClient: Sendable {
+    let socketPath: String
+    /// The mount point, for messages.
+    let mountpoint: String
+    /// How long a request may take from connect to reply.
+    var timeout: Duration = .seconds(30)
+
+    init(socketPath: String, mountpoint: String, timeout: Duration = .seconds(30)) {
+        self.socketPath = socketPath
+        self.mountpoint = mountpoint
+        self.timeout = timeout
+    }
+
+    /// The client of the ProviderFS mount that contains `path`, and `path` relative to the mount's
+    /// root ("" for the mount point itself). The mount point itself is never stat'ed.
+    static func forMount(
+        containing path: String
+    ) throws(CommandFailure) -> (client: ControlClient, relativePath: String) {
+        let absolute = mountPointPath(path)
+        guard let mount = MountTable.containing(absolute), mount.fileSystemType == "fuse.providerfs" else {
+            throw CommandFailure("\(path) is not inside a ProviderFS mount")
+        }
+        let relative =
+            absolute == mount.mountPoint ? "" : String(absolute.dropFirst(mount.mountPoint.count).drop { $0 == "/" })
+        let client = ControlClient(
+            socketPath: MountRegistry.controlSocket(for: mount.mountPoint), mountpoint: mount.mountPoint)
+        return (client, relative)
+    }
+
+    func status() async throws(CommandFailure) -> ControlMountStatus {
+        try await send(.status, as: ControlMountStatus.self)
+    }
+
+    func item(_ path: String) async throws(CommandFailure) -> ControlItemStatus {
+        try await send(.item(path: path), as: ControlItemStatus.self)
+    }
+
+    func download(_ path: String) async throws(CommandFailure) -> ControlDownloadReply {
+        try await send(.download(path: path), as: ControlDownloadReply.self)
+    }
+
+    /// One request and its decoded reply; every failure as one sentence.
+    func send<Reply: Decodable & Sendable>(
+        _ request: ControlRequest, as type: Reply.Type
+    ) async throws(CommandFailure) -> Reply {
+        let payload: [UInt8]
+        do {
+            payload = try await exchange(ControlProtocol.requestFrame(id: 1, request))
+        } catch {
+            throw sentence(for: error)
+        }
+        do {
+            return try JSONDecoder().decode(Reply.self, from: Data(payload))
+        } catch {
+            throw CommandFailure("the mount at \(mountpoint) sent a reply this version cannot read: \(error)")
+        }
+    }
+
+    /// Sends one request frame and returns the `ok` payload of its reply.
+    func exchange(_ frame: [UInt8]) async throws(ControlError) -> [UInt8] {
+        let (socketPath, timeout) = (self.socketPath, self.timeout)
+        let result = await BlockingIOPool.shared.run { () -> Result<[UInt8], ControlError> in
+            Result { () throws(ControlError) -> [UInt8] in
+                try Self.roundTrip(socketPath: socketPath, frame: frame, timeout: timeout)
+            }
+        }
+        let (_, reply) = ControlProtocol.parseResponse(try result.get())
+        return try reply.get()
+    }
+
+    /// Blocking: connect, send `frame`, read one reply frame (its payload).
+    static func roundTrip(socketPath: String, frame: [UInt8], timeout: Duration) throws(ControlError) -> [UInt8] {
+        let fd: Int32
+        do { fd = try UnixSocket.connect(socketPath) } catch {
+            throw ControlError(.unavailable, "connect \(socketPath): \(error.errno.name)")
+        }
+        defer { close(fd) }
+        var limit = timeval(tv_sec: Int(timeout.seconds.rounded(.up)), tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        // A refused peer gets its reply without the daemon reading the request: a failed send
+        // (EPIPE, ECONNRESET) still leaves that reply to read.
+        let sendError: Errno?
+        do {
+            try UnixSocket.writeAll(fd, frame)
+            sendError = nil
+        } catch {
+            sendError = error.errno
+        }
+        var reader = ControlFrameReader()
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            do {
+                if let payload = try reader.next() { return payload }
+            } catch {
+                throw ControlError(.malformed, "the daemon's reply is too large")
+            }
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count > 0 {
+                reader.append(Array(buffer[0..<count]))
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                throw ControlError(.timedOut, "no reply within \(timeout.humanReadable)")
+            }
+            let cause = count < 0 ? Errno.current : sendError
+            throw ControlError(
+                .unavailable, "the daemon closed the connection" + (cause.map { " (\($0.name))" } ?? ""))
+        }
+    }
+
+    private func sentence(for error: ControlError) -> CommandFailure {
+        switch error.code {
+        case .unavailable where error.message.contains("EACCES"):
+            CommandFailure(
+                "the control socket of the mount at \(mountpoint) belongs to another user (permission denied)")
+        case .unavailable where error.message.hasPrefix("connect"):
+            CommandFailure(
+                "the mount at \(mountpoint) is not running: no daemon answers on \(socketPath)"
+                    + "; clean up with 'providerfs unmount \(mountpoint)'")
+        case .permissionDenied:
+            CommandFailure("the mount at \(mountpoint) refused this user: \(error.message)")
+        case .timedOut:
+            CommandFailure("the mount at \(mountpoint) did not answer: \(error.message)")
+        default:
+            CommandFailure("the mount at \(mountpoint) could not answer: \(error.message)")
+        }
+    }
+}

@@ -1,0 +1,177 @@
+// The mount daemon's answers to control requests (docs/CONTROL.md): what `providerfs status
+// MOUNTPOINT` and `providerfs download` show, from the file system and its cache. The replies'
+// shapes are shared with `ControlClient`.
+
+import Diagnostics
+import Foundation
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A recorded failure as errno name, number and message (`EIO`, 5, "…").
+struct ControlItemError: Codable, Sendable, Equatable {
+    var errno: String
+    var errnoValue: Int32
+    var message: String
+
+    init(_ error: RecordedError) {
+        let number = FileSystemError(CacheError(error.code, error.message)).errno
+        self.errno = number.name
+        self.errnoValue = number.rawValue
+        self.message = error.message
+    }
+}
+
+/// One item's state, as the `item` and `download` requests answer it.
+struct ControlItemStatus: Codable, Sendable, Equatable {
+    /// Relative to the mount root.
+    var path: String
+    /// dataless, downloading, partial, materialized or error (docs/SEMANTICS.md).
+    var state: String
+    var presentBytes: Int64
+    var totalBytes: Int64
+    var version: String
+    var error: ControlItemError?
+
+    init(path: String, _ status: ItemStatus) {
+        self.path = path
+        self.state = status.state.rawValue
+        self.presentBytes = status.presentBytes
+        self.totalBytes = status.totalBytes
+        self.version = status.version.rawValue
+        self.error = status.lastError.map(ControlItemError.init)
+    }
+}
+
+/// The reply to `download`.
+struct ControlDownloadReply: Codable, Sendable, Equatable {
+    var item: ControlItemStatus
+    /// Every byte was already here: nothing was started.
+    var alreadyDownloaded: Bool
+}
+
+/// The reply to `status`.
+struct ControlMountStatus: Codable, Sendable, Equatable {
+    struct CacheSpace: Codable, Sendable, Equatable {
+        var directory: String
+        /// Bytes the cache directory's files occupy on disk (allocated blocks, so sparse content
+        /// files count what they hold).
+        var usedBytes: Int64
+        /// Bytes available to this user on the cache directory's file system.
+        var freeBytes: Int64
+    }
+    struct ProviderReachability: Codable, Sendable, Equatable {
+        /// The provider answered for its root item within `probeDeadlineSeconds`.
+        var reachable: Bool
+        var responseMilliseconds: Double
+        var probeDeadlineSeconds: Double
+        var error: ControlItemError?
+    }
+
+    var mountpoint: String
+    var source: String
+    var pid: Int32
+    var uptimeSeconds: Double
+    var cache: CacheSpace
+    var provider: ProviderReachability
+    /// Files downloading or partly present, by path.
+    var transfers: [ControlItemStatus]
+    /// Files whose last download failed (and that are not downloading again), by path.
+    var errors: [ControlItemStatus]
+}
+
+/// `ControlHandler` over a mount's `ProviderFileSystem`.
+struct MountControl: ControlHandler {
+    let fileSystem: ProviderFileSystem
+    let mountpoint: String
+    let source: String
+    let started: ContinuousClock.Instant
+    /// How long the provider has to answer the reachability probe of `status`.
+    var probeDeadline: Duration = .seconds(5)
+
+    func handle(_ request: ControlRequest, peer: UnixSocket.PeerCredentials) async -> Result<[UInt8], ControlError> {
+        switch request {
+        case .status:
+            return ControlProtocol.encode(await status())
+        case .item(let path):
+            do {
+                let status = try await fileSystem.status(ofPath: path)
+                return ControlProtocol.encode(ControlItemStatus(path: path, status))
+            } catch {
+                return .failure(Self.controlError(error, path: path))
+            }
+        case .download(let path):
+            do {
+                return ControlProtocol.encode(try await download(path))
+            } catch {
+                return .failure(error)
+            }
+        }
+    }
+
+    func download(_ path: String) async throws(ControlError) -> ControlDownloadReply {
+        let status: ItemStatus
+        do { status = try await fileSystem.status(ofPath: path) } catch { throw Self.controlError(error, path: path) }
+        guard status.kind == .file else {
+            throw ControlError(.notAFile, "\(path.isEmpty ? "the mount root" : path) is not a file")
+        }
+        let started: ProviderCache.FullDownload
+        do { started = try await fileSystem.cache.startFullDownload(of: status.identifier) } catch {
+            throw Self.controlError(FileSystemError(error), path: path)
+        }
+        let now = fileSystem.cache.status(of: status.identifier) ?? status
+        return ControlDownloadReply(
+            item: ControlItemStatus(path: path, now), alreadyDownloaded: started == .alreadyPresent)
+    }
+
+    func status() async -> ControlMountStatus {
+        let cache = fileSystem.cache
+        async let probe = cache.probeProvider(deadline: probeDeadline)
+        let directory = cache.directory
+        let usage = await BlockingIOPool.shared.run { cache.content.usage() }
+        var transfers: [ControlItemStatus] = []
+        var errors: [ControlItemStatus] = []
+        for item in cache.contentActivity() {
+            let entry = ControlItemStatus(path: cache.catalog.path(of: item.identifier) ?? "\(item.identifier)", item)
+            if item.state == .error { errors.append(entry) } else { transfers.append(entry) }
+        }
+        let found = await probe
+        return ControlMountStatus(
+            mountpoint: mountpoint, source: source, pid: getpid(),
+            uptimeSeconds: (ContinuousClock.now - started).seconds,
+            cache: .init(directory: directory, usedBytes: usage.usedBytes, freeBytes: usage.availableBytes),
+            provider: .init(
+                reachable: found.reachable, responseMilliseconds: found.elapsed.seconds * 1000,
+                probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init)),
+            transfers: transfers.sorted { $0.path < $1.path }, errors: errors.sorted { $0.path < $1.path })
+    }
+
+    static func controlError(_ error: FileSystemError, path: String) -> ControlError {
+        switch error.code {
+        case .notFound, .notADirectory:
+            ControlError(.notFound, "\(path) is not in the mount (\(error.message))")
+        default:
+            ControlError(.failed, "\(path): \(error.message) [\(error.errno.name)]")
+        }
+    }
+}
+
+extension MountCommand {
+    /// The control server of a mount (not started): nil when the file system is not a
+    /// `ProviderFileSystem` (nothing to answer from).
+    static func makeControlServer(_ plan: Plan, fileSystem: any FileSystem) -> ControlServer? {
+        guard let fileSystem = fileSystem as? ProviderFileSystem else { return nil }
+        let handler = MountControl(
+            fileSystem: fileSystem, mountpoint: plan.mountpoint,
+            source: plan.demo ? "demo (\(plan.source))" : plan.source,
+            started: .now)
+        return ControlServer(
+            socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,
+            log: { message in Logger(label: "control").notice(message) })
+    }
+}
