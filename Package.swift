@@ -56,7 +56,8 @@ let package = Package(
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
-            name: "FileCoordinationTests", dependencies: ["FileCoordination", "TestSupport", "TestScheduling"]),
+            name: "FileCoordinationTests",
+            dependencies: ["FileCoordination", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "CrossProcessTests",
             dependencies: ["FileCoordination", "TestSupport", "TestScheduling", "coordination-probe", "providerfs"]),
