@@ -69,7 +69,10 @@ let package = Package(
             dependencies: ["VirtualFileSystem", "ProviderCache", "ProviderModel", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "ProviderFSCommandsTests",
-            dependencies: ["ProviderFSCommands", "TestSupport", "TestScheduling", "providerfs"]),
+            dependencies: [
+                "ProviderFSCommands", "FileCoordination", "VirtualFileSystem", "ProviderModel", "SystemSupport",
+                "TestSupport", "TestScheduling", "providerfs",
+            ]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
         .testTarget(
             name: "MountTests",
