@@ -26,27 +26,29 @@ enum CoordinationContext {
 /// coordination servers (the standalone one, or a mount's embedded one for paths under a
 /// ProviderFS mount); `CoordinationDomain(host:)` keeps everything in this process.
 package final class CoordinationDomain: Sendable {
-    final class Ticket: @unchecked Sendable {
-        // Safe: `state` is only touched under `lock`.
+    final class Ticket: Sendable {
         enum State {
             case waiting
             case done
             case cancelledLocally
         }
+        struct Progress {
+            var state = State.waiting
+            /// Whether this ticket holds one unit of reader demand until the server's final answer.
+            var holdsDemand = false
+        }
         let local: UInt64
         let endpoint: any CoordinationEndpoint
-        let lock = Lock()
-        var state = State.waiting
-        /// Whether this ticket holds one unit of reader demand until the server's final answer.
-        var holdsDemand = false
+        let progress: Locked<Progress>
         let onResult: @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
 
         init(
-            local: UInt64, endpoint: any CoordinationEndpoint,
+            local: UInt64, endpoint: any CoordinationEndpoint, holdsDemand: Bool,
             onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
         ) {
             self.local = local
             self.endpoint = endpoint
+            self.progress = Locked(Progress(holdsDemand: holdsDemand))
             self.onResult = onResult
         }
     }
@@ -148,8 +150,7 @@ package final class CoordinationDomain: Sendable {
         let ticket = state.withLock { state in
             let local = state.nextLocal
             state.nextLocal += 1
-            let ticket = Ticket(local: local, endpoint: endpoint, onResult: onResult)
-            ticket.holdsDemand = !waitsOnThread
+            let ticket = Ticket(local: local, endpoint: endpoint, holdsDemand: !waitsOnThread, onResult: onResult)
             state.tickets[local] = ticket
             return ticket
         }
@@ -169,13 +170,13 @@ package final class CoordinationDomain: Sendable {
     /// Stops waiting for a claim: its result becomes `.cancelled` now, whatever the server does; a
     /// grant that arrives later is released at once.
     func cancel(_ ticket: Ticket) {
-        let (cancelled, addDemand) = ticket.lock.withLock { () -> (Bool, Bool) in
-            guard ticket.state == .waiting else { return (false, false) }
-            ticket.state = .cancelledLocally
+        let (cancelled, addDemand) = ticket.progress.withLock { progress -> (Bool, Bool) in
+            guard progress.state == .waiting else { return (false, false) }
+            progress.state = .cancelledLocally
             // The waiting thread stops reading now; someone must still read the server's answer
             // (a grant that raced with the cancel must be released).
-            let add = !ticket.holdsDemand
-            ticket.holdsDemand = true
+            let add = !progress.holdsDemand
+            progress.holdsDemand = true
             return (true, add)
         }
         guard cancelled else { return }
@@ -184,26 +185,25 @@ package final class CoordinationDomain: Sendable {
         ticket.onResult(ticket, .failure(CoordinationError(.cancelled, "The coordination was cancelled.")))
     }
 
+    /// The server's final answer for a ticket: whether to deliver it (the ticket still waited),
+    /// and whether the ticket held reader demand (to give back).
+    private static func finish(_ progress: inout Ticket.Progress) -> (deliver: Bool, demand: Bool) {
+        defer { progress.holdsDemand = false }
+        guard progress.state == .waiting else { return (false, progress.holdsDemand) }
+        progress.state = .done
+        return (true, progress.holdsDemand)
+    }
+
     func granted(local: UInt64, paths: [String]) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
-            defer { ticket.holdsDemand = false }
-            guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
-            ticket.state = .done
-            return (true, ticket.holdsDemand)
-        }
+        let (deliver, demand) = ticket.progress.withLock(Self.finish)
         if deliver { ticket.onResult(ticket, .success(paths)) } else { ticket.endpoint.release(local: local) }
         if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
 
     func failed(local: UInt64, error: CoordinationError) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
-            defer { ticket.holdsDemand = false }
-            guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
-            ticket.state = .done
-            return (true, ticket.holdsDemand)
-        }
+        let (deliver, demand) = ticket.progress.withLock(Self.finish)
         if deliver { ticket.onResult(ticket, .failure(error)) }
         if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
@@ -223,12 +223,7 @@ package final class CoordinationDomain: Sendable {
             return (tickets, presenters)
         }
         for ticket in tickets {
-            let (deliver, demand) = ticket.lock.withLock { () -> (Bool, Bool) in
-                defer { ticket.holdsDemand = false }
-                guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
-                ticket.state = .done
-                return (true, ticket.holdsDemand)
-            }
+            let (deliver, demand) = ticket.progress.withLock(Self.finish)
             if demand { ticket.endpoint.changeReaderDemand(by: -1) }
             if deliver {
                 ticket.onResult(
