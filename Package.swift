@@ -42,7 +42,7 @@ let package = Package(
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
         // A small child process for cross-process coordination tests and benchmarks.
-        .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination"]),
+        .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
         // SQLiteStore against raw SQLite, built -c release by Benchmarks/sqlite.sh (not run by tests).
         .executableTarget(
             name: "sqlite-bench", dependencies: ["SQLiteStore", "SystemSupport"], path: "Benchmarks/SQLiteBench"),
@@ -61,7 +61,8 @@ let package = Package(
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
-            name: "FileCoordinationTests", dependencies: ["FileCoordination", "TestSupport", "TestScheduling"]),
+            name: "FileCoordinationTests",
+            dependencies: ["FileCoordination", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "CrossProcessTests",
             dependencies: ["FileCoordination", "TestScheduling", "coordination-probe", "providerfs"]),
@@ -86,10 +87,8 @@ let package = Package(
         .testTarget(
             name: "ProviderFSCommandsTests",
             dependencies: [
-                "ProviderFSCommands", "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults",
-                "SystemSupport",
-                "TestSupport",
-                "TestScheduling", "providerfs",
+                "ProviderFSCommands", "FileCoordination", "VirtualFileSystem", "ProviderCache", "ProviderModel",
+                "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
             ]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
         .testTarget(

@@ -9,372 +9,8 @@ import Glibc  // memcmp only
 import Musl
 #endif
 
-/// A claim, named by the owner (a connection or an in-process domain) and the owner's own number,
-/// so no mapping is needed between a client's request and the arbiter's table.
-public struct ClaimID: Hashable, Sendable, Comparable, CustomStringConvertible {
-    /// The owner: a connection of the server, or an in-process domain.
-    public var owner: UInt64
-    /// The owner's number for this claim.
-    public var local: UInt64
-    /// The claim `local` of `owner`.
-    public init(owner: UInt64, local: UInt64) {
-        self.owner = owner
-        self.local = local
-    }
-    /// Orders by owner, then by the owner's number.
-    public static func < (a: ClaimID, b: ClaimID) -> Bool { (a.owner, a.local) < (b.owner, b.local) }
-    /// "owner.local", as shown in dumps and events.
-    public var description: String { "\(owner).\(local)" }
-}
-
-/// A registered presenter, named like a claim.
-public struct PresenterID: Hashable, Sendable, CustomStringConvertible {
-    /// The owner that registered the presenter.
-    public var owner: UInt64
-    /// The owner's number for this presenter.
-    public var local: UInt64
-    /// The presenter `local` of `owner`.
-    public init(owner: UInt64, local: UInt64) {
-        self.owner = owner
-        self.local = local
-    }
-    public var description: String { "\(owner).\(local)" }
-}
-
-/// Device and inode: an item's identity while it exists, stable across renames.
-public struct ItemIdentity: Hashable, Sendable {
-    /// `st_dev`.
-    public var device: UInt64
-    /// `st_ino`.
-    public var inode: UInt64
-    /// The identity (device, inode).
-    public init(device: UInt64, inode: UInt64) {
-        self.device = device
-        self.inode = inode
-    }
-}
-
-/// One item of a claim, resolved by the client: canonical path, identity, and package membership.
-public struct ClaimIntent: Sendable, Hashable {
-    /// Read or write.
-    public var kind: AccessKind
-    /// Options of a read.
-    public var readingOptions: ReadingOptions
-    /// Options of a write.
-    public var writingOptions: WritingOptions
-    /// Canonical absolute path (parent directories' symlinks resolved, no `.` or `..`).
-    public var path: String
-    /// Device and inode when the item exists.
-    public var identity: ItemIdentity?
-    /// Whether the item is a directory.
-    public var isDirectory: Bool
-    /// The outermost file package containing the item (or the item itself), if any: the whole
-    /// package then counts as one item (rules 8–9).
-    public var packageRoot: String?
-
-    /// An intent on `path`; `identity`, `isDirectory` and `packageRoot` describe the item.
-    public init(
-        kind: AccessKind, path: String, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
-        identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil
-    ) {
-        self.kind = kind
-        self.path = path
-        self.readingOptions = readingOptions
-        self.writingOptions = writingOptions
-        self.identity = identity
-        self.isDirectory = isDirectory
-        self.packageRoot = packageRoot
-    }
-
-    /// The path used for conflicts: the package root for anything inside a package.
-    var conflictPath: String { packageRoot ?? path }
-
-    /// A `prepare(…)` intent (rule 33): it messages presenters without relinquishing.
-    var isPreparing: Bool {
-        kind == .read ? readingOptions.contains(.preparing) : writingOptions.contains(.preparing)
-    }
-
-    /// A write whose claim on a directory covers everything inside it (rule 12).
-    var coversSubtree: Bool { kind == .write && !writingOptions.isDisjoint(with: .subtreeOptions) }
-
-    /// "read", "write", "write(deleting)": for dumps and logs.
-    public var kindDescription: String {
-        switch kind {
-        case .read:
-            var parts: [String] = []
-            if readingOptions.contains(.withoutChanges) { parts.append("withoutChanges") }
-            if readingOptions.contains(.resolvesSymbolicLink) { parts.append("resolvesSymbolicLink") }
-            if readingOptions.contains(.immediatelyAvailableMetadataOnly) { parts.append("metadataOnly") }
-            if readingOptions.contains(.forUploading) { parts.append("forUploading") }
-            if readingOptions.contains(.preparing) { parts.append("preparing") }
-            return parts.isEmpty ? "read" : "read(\(parts.joined(separator: ",")))"
-        case .write:
-            let names: [(WritingOptions, String)] = [
-                (.forDeleting, "deleting"), (.forMoving, "moving"), (.forMerging, "merging"),
-                (.forReplacing, "replacing"), (.contentIndependentMetadataOnly, "metadataOnly"),
-                (.forEvicting, "evicting"), (.preparing, "preparing"),
-            ]
-            let parts = names.filter { writingOptions.contains($0.0) }.map(\.1)
-            return parts.isEmpty ? "write" : "write(\(parts.joined(separator: ",")))"
-        }
-    }
-}
-
-/// Everything the arbiter needs to know about one claim request.
-public struct ClaimRequest: Sendable {
-    /// Whether any intent is a write.
-    var hasWrite: Bool { intents.contains { $0.kind == .write } }
-
-    /// The claim's name.
-    public var id: ClaimID
-    /// The process the claim is for (SO_PEERCRED for remote clients; the kernel caller for the mount).
-    public var pid: Int32
-    /// Claims with the same purpose never wait for each other (rules 4–6).
-    public var purpose: String
-    /// The items, granted together or not at all.
-    public var intents: [ClaimIntent]
-    /// Claims the caller already holds (nested coordination). A nested claim waits only for granted
-    /// claims, never for queued ones, and fails at once if it would wait for one of these.
-    public var heldByCaller: [ClaimID]
-    /// For claims taken on behalf of a kernel caller: granted claims of these processes (the caller
-    /// and its ancestors) do not block this claim — the coordinator never coordinates with itself.
-    public var actingForPids: [Int32]
-    /// When waiting ends with `.timedOut` (monotonic nanoseconds).
-    public var waitDeadline: UInt64
-    /// How long a presenter may take to answer one message before it counts as answered.
-    public var presenterTimeout: UInt64
-
-    /// A request; see the properties for the meaning of each argument.
-    public init(
-        id: ClaimID, pid: Int32, purpose: String, intents: [ClaimIntent], heldByCaller: [ClaimID] = [],
-        actingForPids: [Int32] = [], waitDeadline: UInt64, presenterTimeout: UInt64
-    ) {
-        self.id = id
-        self.pid = pid
-        self.purpose = purpose
-        self.intents = intents
-        self.heldByCaller = heldByCaller
-        self.actingForPids = actingForPids
-        self.waitDeadline = waitDeadline
-        self.presenterTimeout = presenterTimeout
-    }
-}
-
-/// Which optional presenter methods a presenter implements; messages for the others are skipped
-/// (rule 32) and package presenters without subitem methods get `didChange` instead (rule 37).
-public struct PresenterMethods: OptionSet, Sendable, Hashable {
-    /// The bits, as sent in `addPresenter`.
-    public let rawValue: UInt32
-    public init(rawValue: UInt32) { self.rawValue = rawValue }
-    /// `relinquishPresentedItem(toReader:)`.
-    public static let relinquishToReader = PresenterMethods(rawValue: 1 << 0)
-    /// `relinquishPresentedItem(toWriter:)`.
-    public static let relinquishToWriter = PresenterMethods(rawValue: 1 << 1)
-    /// `savePresentedItemChanges(completionHandler:)`.
-    public static let savePresentedItemChanges = PresenterMethods(rawValue: 1 << 2)
-    /// `accommodatePresentedItemDeletion(completionHandler:)`.
-    public static let accommodateDeletion = PresenterMethods(rawValue: 1 << 3)
-    /// `accommodatePresentedSubitemDeletion(at:completionHandler:)`.
-    public static let accommodateSubitemDeletion = PresenterMethods(rawValue: 1 << 4)
-    /// `presentedItemDidChange()`.
-    public static let didChange = PresenterMethods(rawValue: 1 << 5)
-    /// `presentedItemDidMove(to:)`.
-    public static let didMove = PresenterMethods(rawValue: 1 << 6)
-    /// `presentedSubitemDidChange(at:)`.
-    public static let subitemDidChange = PresenterMethods(rawValue: 1 << 7)
-    /// `presentedSubitem(at:didMoveTo:)`.
-    public static let subitemDidMove = PresenterMethods(rawValue: 1 << 8)
-    /// The version hooks (gain, lose, resolve; item and subitem forms).
-    public static let versionEvents = PresenterMethods(rawValue: 1 << 9)
-    /// `accommodatePresentedItemEviction(completionHandler:)` (rule 34). Not in `.all`: a presenter
-    /// that implements it says so explicitly, because one that does not vetoes every eviction.
-    public static let accommodateEviction = PresenterMethods(rawValue: 1 << 10)
-    /// Every method except `accommodateEviction` (the default of `implementedPresenterMethods`).
-    public static let all = PresenterMethods(rawValue: (1 << 10) - 1)
-    /// Every bit a peer may send (wire protocol version 2).
-    public static let known = PresenterMethods(rawValue: (1 << 11) - 1)
-}
-
-/// A presenter as the arbiter sees it.
-public struct PresenterRegistration: Sendable, Hashable {
-    /// The presenter's name.
-    public var id: PresenterID
-    /// The process presenting.
-    public var pid: Int32
-    /// The purpose of coordinators created with this presenter: their claims do not message it.
-    public var purpose: String
-    /// Canonical path of the presented item.
-    public var path: String
-    /// Device and inode when the item exists.
-    public var identity: ItemIdentity?
-    /// Whether the presented item is a directory.
-    public var isDirectory: Bool
-    /// Outermost package containing (or being) the presented item.
-    public var packageRoot: String?
-    /// Implemented optional methods.
-    public var methods: PresenterMethods
-
-    /// A registration; see the properties.
-    public init(
-        id: PresenterID, pid: Int32, purpose: String, path: String, identity: ItemIdentity? = nil,
-        isDirectory: Bool = false, packageRoot: String? = nil, methods: PresenterMethods = .all
-    ) {
-        self.id = id
-        self.pid = pid
-        self.purpose = purpose
-        self.path = path
-        self.identity = identity
-        self.isDirectory = isDirectory
-        self.packageRoot = packageRoot
-        self.methods = methods
-    }
-}
-
-/// A message to a presenter. Those that need an answer carry a message number in the action.
-public enum PresenterMessage: Sendable, Hashable {
-    /// `relinquishPresentedItem(toReader:)`.
-    case relinquishToReader
-    /// `relinquishPresentedItem(toWriter:)`.
-    case relinquishToWriter
-    /// `savePresentedItemChanges(completionHandler:)`.
-    case savePresentedItemChanges
-    /// `accommodatePresentedItemDeletion(completionHandler:)`.
-    case accommodateDeletion
-    /// `accommodatePresentedSubitemDeletion(at:completionHandler:)`.
-    case accommodateSubitemDeletion(at: String)
-    /// The claim the presenter relinquished to has ended: run the reacquirer (rule 31).
-    case reacquire
-    /// `presentedItemDidChange()`.
-    case didChange
-    /// `presentedSubitemDidChange(at:)`.
-    case subitemDidChange(at: String)
-    /// `presentedItemDidMove(to:)`.
-    case didMove(to: String)
-    /// `presentedSubitem(at:didMoveTo:)`.
-    case subitemDidMove(from: String, to: String)
-    /// A version of `item` was gained, lost or resolved; `item` is the presented item itself or
-    /// an item inside the presented directory (then the subitem hook is called).
-    case versionChanged(change: VersionChange, item: String, version: String, versionName: String)
-    /// `accommodatePresentedItemEviction(completionHandler:)` (rule 34): the presenter must remove
-    /// itself before answering, or answer with an error to veto the eviction.
-    case accommodateEviction
-
-    /// Whether the sender waits for an answer.
-    public var needsAnswer: Bool {
-        switch self {
-        case .relinquishToReader, .relinquishToWriter, .savePresentedItemChanges, .accommodateDeletion,
-            .accommodateSubitemDeletion, .accommodateEviction:
-            return true
-        default: return false
-        }
-    }
-
-    /// The method this message calls.
-    public var method: PresenterMethods {
-        switch self {
-        case .relinquishToReader: .relinquishToReader
-        case .relinquishToWriter: .relinquishToWriter
-        case .savePresentedItemChanges: .savePresentedItemChanges
-        case .accommodateDeletion: .accommodateDeletion
-        case .accommodateSubitemDeletion: .accommodateSubitemDeletion
-        case .reacquire: []
-        case .didChange: .didChange
-        case .subitemDidChange: .subitemDidChange
-        case .didMove: .didMove
-        case .subitemDidMove: .subitemDidMove
-        case .versionChanged: .versionEvents
-        case .accommodateEviction: .accommodateEviction
-        }
-    }
-
-    /// The presenter method's name, for events and dumps.
-    public var name: String {
-        switch self {
-        case .relinquishToReader: "relinquishPresentedItem(toReader:)"
-        case .relinquishToWriter: "relinquishPresentedItem(toWriter:)"
-        case .savePresentedItemChanges: "savePresentedItemChanges"
-        case .accommodateDeletion: "accommodatePresentedItemDeletion"
-        case .accommodateSubitemDeletion: "accommodatePresentedSubitemDeletion(at:)"
-        case .reacquire: "reacquirer"
-        case .didChange: "presentedItemDidChange"
-        case .subitemDidChange: "presentedSubitemDidChange(at:)"
-        case .didMove: "presentedItemDidMove(to:)"
-        case .subitemDidMove: "presentedSubitem(at:didMoveTo:)"
-        case .versionChanged(let change, _, _, _): "version \(change)"
-        case .accommodateEviction: "accommodatePresentedItemEviction"
-        }
-    }
-}
-
-/// What happened to a version of an item (the presenter version hooks).
-public enum VersionChange: UInt8, Sendable, Hashable, CustomStringConvertible {
-    /// A version was added.
-    case gained = 0
-    /// A version was removed.
-    case lost = 1
-    /// A conflict version was resolved.
-    case resolved = 2
-    /// "gained", "lost", "resolved".
-    public var description: String {
-        switch self {
-        case .gained: "gained"
-        case .lost: "lost"
-        case .resolved: "resolved"
-        }
-    }
-}
-
-/// What the arbiter's caller must do after dropping its lock.
-public enum ArbiterAction: Sendable, Equatable {
-    /// Run the claim's accessor; `paths` are the intents' current paths (moved items rewritten).
-    case grant(ClaimID, paths: [String])
-    /// The claim will never be granted.
-    case fail(ClaimID, CoordinationError)
-    /// Send `message` to a presenter. `messageID` is non-zero when an answer is awaited; `claim`
-    /// is the claim that caused it (the reacquirer is keyed by it).
-    case deliver(PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?)
-}
-
-/// A line of the claim dump's event log (e.g. a presenter that missed its deadline).
-public struct ArbiterEvent: Sendable, Hashable {
-    /// Monotonic nanoseconds.
-    public var time: UInt64
-    /// The claim concerned, if any.
-    public var claim: ClaimID?
-    /// What happened, as a sentence.
-    public var text: String
-}
-
-/// The state of one claim as shown by `providerfs claims`.
-public struct ClaimSnapshot: Sendable, Hashable {
-    /// "held", "waiting" (queued behind another claim) or "messaging" (waiting for presenters).
-    public var state: String
-    /// The claim.
-    public var id: ClaimID
-    /// The process the claim is for.
-    public var pid: Int32
-    /// The claim's purpose identifier.
-    public var purpose: String
-    /// Its items.
-    public var intents: [ClaimIntent]
-    /// Nanoseconds since the claim was requested.
-    public var age: UInt64
-    /// Events of this claim (missed presenter deadlines…).
-    public var events: [String]
-}
-
-/// A presenter as shown by `providerfs claims`.
-public struct PresenterSnapshot: Sendable, Hashable {
-    /// The presenter.
-    public var id: PresenterID
-    /// The presenting process.
-    public var pid: Int32
-    /// Canonical path of the presented item (after moves).
-    public var path: String
-}
-
 /// The arbiter state machine. Not thread-safe by itself: `ArbiterHost` keeps it behind a lock.
-public struct Arbiter: Sendable {
+package struct Arbiter: Sendable {
     enum Phase: Sendable {
         /// Behind a conflicting claim.
         case queued
@@ -420,7 +56,7 @@ public struct Arbiter: Sendable {
 
     /// Whether `request` could only meet other reads: no write claim is held or waiting and it
     /// writes nothing. Then nothing can block it, and the processes it acts for do not matter.
-    public func isReadAmongReads(_ request: ClaimRequest) -> Bool {
+    package func isReadAmongReads(_ request: ClaimRequest) -> Bool {
         writerCount == 0 && !request.hasWrite
     }
     /// Where a claim's possible blockers are, once there are many claims (D-127): nil below
@@ -440,29 +76,29 @@ public struct Arbiter: Sendable {
     private var nextSequence: UInt64 = 1
     private var nextMessage: UInt64 = 1
     /// The last events (bounded), for the claim dump.
-    public private(set) var events: [ArbiterEvent] = []
+    package private(set) var events: [ArbiterEvent] = []
     /// How many events are kept.
-    public static let eventLimit = 100
+    package static let eventLimit = 100
 
     /// An empty arbiter.
-    public init() {}
+    package init() {}
 
     /// Number of live claims (granted or waiting).
-    public var claimCount: Int { claims.count }
+    package var claimCount: Int { claims.count }
     /// Number of registered presenters.
-    public var presenterCount: Int { presenters.count }
+    package var presenterCount: Int { presenters.count }
 
     // MARK: Claims
 
     /// Adds a claim. It is granted at once when nothing conflicts and no presenter must be asked.
-    public mutating func submit(_ request: ClaimRequest, now: UInt64) -> [ArbiterAction] {
+    package mutating func submit(_ request: ClaimRequest, now: UInt64) -> [ArbiterAction] {
         submit(request, now: now, onlyIfImmediate: false) ?? []
     }
 
     /// Grants `request` if it can be granted at once: nothing blocks it, no presenter has to be
     /// asked, no eviction refused. Otherwise leaves everything as it was and returns false; the
     /// caller then submits it the ordinary way (and so waits, messages or fails there).
-    public mutating func grantIfImmediate(_ request: ClaimRequest, now: UInt64) -> Bool {
+    package mutating func grantIfImmediate(_ request: ClaimRequest, now: UInt64) -> Bool {
         submit(request, now: now, onlyIfImmediate: true) != nil
     }
 
@@ -525,7 +161,7 @@ public struct Arbiter: Sendable {
 
     /// Ends a granted claim (or abandons a waiting one): presenters get their reacquirer and, after
     /// a write, didChange (rules 31, 41); waiting claims are re-examined.
-    public mutating func release(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
+    package mutating func release(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
         guard let claim = claims.removeValue(forKey: id) else { return [] }
         var actions: [ArbiterAction] = []
         forget(claim)
@@ -536,7 +172,7 @@ public struct Arbiter: Sendable {
 
     /// Stops waiting for a claim (rule 53): it fails with `.cancelled`. A claim already granted is
     /// left alone: the grant may be in flight to a client that will release it (rule 54).
-    public mutating func cancel(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
+    package mutating func cancel(_ id: ClaimID, now: UInt64) -> [ArbiterAction] {
         guard let claim = claims[id], claim.phase != .granted else { return [] }
         var actions: [ArbiterAction] = [
             .fail(id, CoordinationError(.cancelled, "The coordination was cancelled."))
@@ -550,12 +186,12 @@ public struct Arbiter: Sendable {
     // MARK: Presenters
 
     /// Registers a presenter. It gets messages for claims that start messaging from now on.
-    public mutating func addPresenter(_ presenter: PresenterRegistration) {
+    package mutating func addPresenter(_ presenter: PresenterRegistration) {
         presenters[presenter.id] = presenter
     }
 
     /// Removes a presenter; answers it still owes count as given (rule 66: unknown ids are ignored).
-    public mutating func removePresenter(_ id: PresenterID, now: UInt64) -> [ArbiterAction] {
+    package mutating func removePresenter(_ id: PresenterID, now: UInt64) -> [ArbiterAction] {
         guard presenters.removeValue(forKey: id) != nil else { return [] }
         var actions: [ArbiterAction] = []
         let owed = messageOwner.filter { claims[$0.value]?.pending[$0.key]?.presenter == id }
@@ -569,7 +205,7 @@ public struct Arbiter: Sendable {
     /// A presenter answered message `messageID`; a non-nil error fails the claim (rule 25). With
     /// `owner`, only an answer from the owner of the asked presenter counts (a server passes the
     /// connection, so one client cannot answer for another's presenter).
-    public mutating func reply(
+    package mutating func reply(
         messageID: UInt64, error: String?, from owner: UInt64? = nil, now: UInt64
     )
         -> [ArbiterAction]
@@ -584,7 +220,7 @@ public struct Arbiter: Sendable {
 
     /// Everything of one owner goes: its claims are released, its presenters removed (a dead or
     /// disconnected client).
-    public mutating func ownerGone(_ owner: UInt64, now: UInt64) -> [ArbiterAction] {
+    package mutating func ownerGone(_ owner: UInt64, now: UInt64) -> [ArbiterAction] {
         var actions: [ArbiterAction] = []
         for id in order where id.owner == owner {
             guard let claim = claims[id] else { continue }
@@ -602,7 +238,7 @@ public struct Arbiter: Sendable {
     /// everything inside it learn their new URL (rules 35–36), presenters of containing
     /// directories get subitemDidMove (rule 37), and waiting claims follow the item except
     /// `.forReplacing` ones (rules 39–40). Same paths do nothing (rule 38).
-    public mutating func itemMoved(from: String, to: String, purpose: String, now: UInt64) -> [ArbiterAction] {
+    package mutating func itemMoved(from: String, to: String, purpose: String, now: UInt64) -> [ArbiterAction] {
         guard from != to else { return [] }
         var actions: [ArbiterAction] = []
         for id in presenters.keys.sorted(by: { ($0.owner, $0.local) < ($1.owner, $1.local) }) {
@@ -649,7 +285,7 @@ public struct Arbiter: Sendable {
 
     /// A version of the item at `path` changed: presenters of the item and of containing
     /// directories hear about it — including the writer's own presenter (rule 27).
-    public func versionChanged(
+    package func versionChanged(
         path: String, change: VersionChange, version: String, versionName: String
     )
         -> [ArbiterAction]
@@ -670,7 +306,7 @@ public struct Arbiter: Sendable {
     // MARK: Time
 
     /// The earliest deadline (claim wait or presenter answer), if any: call `tick` then.
-    public var nextDeadline: UInt64? {
+    package var nextDeadline: UInt64? {
         if grantedCount == claims.count { return nil }
         var earliest: UInt64?
         for claim in claims.values where claim.phase != .granted {
@@ -682,7 +318,7 @@ public struct Arbiter: Sendable {
 
     /// Applies every deadline that has passed: waiting claims fail with `.timedOut`, silent
     /// presenters count as having answered and the event is recorded.
-    public mutating func tick(now: UInt64) -> [ArbiterAction] {
+    package mutating func tick(now: UInt64) -> [ArbiterAction] {
         var actions: [ArbiterAction] = []
         for id in order {
             guard let claim = claims[id], claim.phase != .granted else { continue }
@@ -708,7 +344,7 @@ public struct Arbiter: Sendable {
     // MARK: Dump
 
     /// Every live claim, in arrival order.
-    public func snapshot(now: UInt64) -> [ClaimSnapshot] {
+    package func snapshot(now: UInt64) -> [ClaimSnapshot] {
         order.compactMap { id in
             guard let claim = claims[id] else { return nil }
             let state: String
@@ -725,7 +361,7 @@ public struct Arbiter: Sendable {
     }
 
     /// Every registered presenter.
-    public func presenterSnapshot() -> [PresenterSnapshot] {
+    package func presenterSnapshot() -> [PresenterSnapshot] {
         presenters.values.sorted { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) }.map {
             PresenterSnapshot(id: $0.id, pid: $0.pid, path: $0.path)
         }
@@ -734,7 +370,7 @@ public struct Arbiter: Sendable {
     // MARK: Conflicts
 
     /// True when `a` and `b` cannot be granted at the same time to different purposes (§7.1).
-    public static func conflicts(_ a: ClaimIntent, _ b: ClaimIntent) -> Bool {
+    package static func conflicts(_ a: ClaimIntent, _ b: ClaimIntent) -> Bool {
         if a.kind == .read && b.kind == .read { return false }  // rules 1, 10
         let pathA = a.conflictPath
         let pathB = b.conflictPath
@@ -755,7 +391,7 @@ public struct Arbiter: Sendable {
     }
 
     /// True when `descendant` is strictly inside directory `ancestor`.
-    public static func isAncestor(_ ancestor: String, of descendant: String) -> Bool {
+    package static func isAncestor(_ ancestor: String, of descendant: String) -> Bool {
         guard descendant.utf8.count > ancestor.utf8.count else { return false }
         // Over the bytes (`withUTF8` makes them contiguous in the rare case they are not): a claim
         // is checked against many others.

@@ -12,7 +12,7 @@ import Musl
 
 /// Receives the arbiter's actions for one owner. Called after the host's lock is dropped, on the
 /// thread that caused the action (a submit, a reply, the deadline timer).
-public protocol ArbiterSink: AnyObject, Sendable {
+package protocol ArbiterSink: AnyObject, Sendable {
     /// The claim is granted; `paths` are the intents' current paths.
     func granted(_ claim: ClaimID, paths: [String])
     /// The claim will not be granted.
@@ -22,7 +22,7 @@ public protocol ArbiterSink: AnyObject, Sendable {
 }
 
 /// Monotonic nanoseconds (CLOCK_MONOTONIC).
-public func monotonicNanoseconds() -> UInt64 {
+package func monotonicNanoseconds() -> UInt64 {
     var now = timespec()
     clock_gettime(CLOCK_MONOTONIC, &now)
     return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
@@ -30,7 +30,7 @@ public func monotonicNanoseconds() -> UInt64 {
 
 /// An `Arbiter` shared by threads: every call locks, runs the state machine, unlocks, then
 /// performs the returned actions through the owners' sinks.
-public final class ArbiterHost: @unchecked Sendable {
+package final class ArbiterHost: @unchecked Sendable {
     // Safe: `state` is a Locked; `timer` is a DispatchSource, thread-safe to schedule and cancel
     // (Dispatch does not mark the protocol Sendable); the rest is immutable.
     struct State {
@@ -46,7 +46,7 @@ public final class ArbiterHost: @unchecked Sendable {
     private let timer: any DispatchSourceTimer
 
     /// A host reading time from `clock` (monotonic nanoseconds).
-    public init(clock: @escaping @Sendable () -> UInt64 = monotonicNanoseconds) {
+    package init(clock: @escaping @Sendable () -> UInt64 = monotonicNanoseconds) {
         self.clock = clock
         timer = DispatchSource.makeTimerSource(queue: timerQueue)
         timer.schedule(deadline: .distantFuture)
@@ -59,10 +59,10 @@ public final class ArbiterHost: @unchecked Sendable {
     }
 
     /// The host's current time.
-    public var now: UInt64 { clock() }
+    package var now: UInt64 { clock() }
 
     /// Registers an owner and the sink that receives its actions; returns the owner number.
-    public func addOwner(_ sink: any ArbiterSink) -> UInt64 {
+    package func addOwner(_ sink: any ArbiterSink) -> UInt64 {
         state.withLock { state in
             let owner = state.nextOwner
             state.nextOwner += 1
@@ -72,13 +72,13 @@ public final class ArbiterHost: @unchecked Sendable {
     }
 
     /// Removes an owner: its claims are released and its presenters removed at once.
-    public func removeOwner(_ owner: UInt64) {
+    package func removeOwner(_ owner: UInt64) {
         perform { arbiter, now in arbiter.ownerGone(owner, now: now) }
         state.withLock { _ = $0.sinks.removeValue(forKey: owner) }
     }
 
     /// Submits a claim.
-    public func submit(_ request: ClaimRequest) {
+    package func submit(_ request: ClaimRequest) {
         perform { arbiter, now in arbiter.submit(request, now: now) }
     }
 
@@ -86,7 +86,7 @@ public final class ArbiterHost: @unchecked Sendable {
     /// only when some claim is held or waiting: they are only consulted against granted claims, and
     /// with none at submission the claim is granted at once. Checked under the arbiter's lock, so
     /// no claim can slip in between. A mount open usually finds no claims and skips six /proc reads.
-    public func submit(_ request: ClaimRequest, ancestry: () -> [Int32]) {
+    package func submit(_ request: ClaimRequest, ancestry: () -> [Int32]) {
         perform { arbiter, now in
             var request = request
             if arbiter.claimCount > 0 { request.actingForPids = ancestry() }
@@ -99,7 +99,7 @@ public final class ArbiterHost: @unchecked Sendable {
     /// `ancestry` as in `submit(_:ancestry:)`, and not even then for a read among reads only
     /// (many files open for reading, no writer: a read claim granted at once never waits, so
     /// whom it acts for cannot matter; that saves a /proc read per ancestor on every open).
-    public func grantIfImmediate(_ request: ClaimRequest, ancestry: () -> [Int32]) -> Bool {
+    package func grantIfImmediate(_ request: ClaimRequest, ancestry: () -> [Int32]) -> Bool {
         let now = clock()
         return state.withLock { state in
             var request = request
@@ -111,44 +111,44 @@ public final class ArbiterHost: @unchecked Sendable {
     }
 
     /// Releases a granted claim (or abandons a waiting one).
-    public func release(_ claim: ClaimID) {
+    package func release(_ claim: ClaimID) {
         perform { arbiter, now in arbiter.release(claim, now: now) }
     }
 
     /// Cancels a waiting claim (it fails with `.cancelled`) or releases a granted one.
-    public func cancel(_ claim: ClaimID) {
+    package func cancel(_ claim: ClaimID) {
         perform { arbiter, now in arbiter.cancel(claim, now: now) }
     }
 
     /// Registers a presenter.
-    public func addPresenter(_ presenter: PresenterRegistration) {
+    package func addPresenter(_ presenter: PresenterRegistration) {
         state.withLock { $0.arbiter.addPresenter(presenter) }
     }
 
     /// Removes a presenter.
-    public func removePresenter(_ presenter: PresenterID) {
+    package func removePresenter(_ presenter: PresenterID) {
         perform { arbiter, now in arbiter.removePresenter(presenter, now: now) }
     }
 
     /// A presenter's answer.
-    public func reply(messageID: UInt64, error: String?, from owner: UInt64? = nil) {
+    package func reply(messageID: UInt64, error: String?, from owner: UInt64? = nil) {
         perform { arbiter, now in arbiter.reply(messageID: messageID, error: error, from: owner, now: now) }
     }
 
     /// `item(at:didMoveTo:)`.
-    public func itemMoved(from: String, to: String, purpose: String) {
+    package func itemMoved(from: String, to: String, purpose: String) {
         perform { arbiter, now in arbiter.itemMoved(from: from, to: to, purpose: purpose, now: now) }
     }
 
     /// A version event (`FileCoordinator.item(at:didChangeVersion:…)`).
-    public func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
+    package func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
         perform { arbiter, _ in
             arbiter.versionChanged(path: path, change: change, version: version, versionName: versionName)
         }
     }
 
     /// The claim dump: claims, presenters and recent events.
-    public func dump() -> (
+    package func dump() -> (
         claims: [ClaimSnapshot], presenters: [PresenterSnapshot], events: [ArbiterEvent], now: UInt64
     ) {
         let now = clock()
@@ -158,7 +158,7 @@ public final class ArbiterHost: @unchecked Sendable {
     }
 
     /// Whether nothing is held, waiting or presented.
-    public var isIdle: Bool {
+    package var isIdle: Bool {
         state.withLock { $0.arbiter.claimCount == 0 && $0.arbiter.presenterCount == 0 }
     }
 

@@ -3,7 +3,6 @@
 // in-process arbiter (`ArbiterHost`) or a coordination server reached over a Unix socket.
 
 import Foundation
-import Synchronization
 import SystemSupport
 
 #if canImport(Glibc)
@@ -11,82 +10,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-
-/// Where claims and presenters of a domain go.
-protocol CoordinationEndpoint: AnyObject, Sendable {
-    func submit(
-        local: UInt64, purpose: String, intents: [ClaimIntent], heldByCaller: [UInt64], waitTimeout: UInt64,
-        presenterTimeout: UInt64)
-    func release(local: UInt64)
-    func cancel(local: UInt64)
-    func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods)
-    func removePresenter(local: UInt64)
-    func reply(messageID: UInt64, error: String?)
-    func itemMoved(from: String, to: String, purpose: String)
-    func versionChanged(path: String, change: VersionChange, version: String, versionName: String)
-    /// Someone needs messages from this endpoint without waiting on a thread for them (a
-    /// presenter, an async claim, a claim cancelled before its answer): +1 / -1.
-    func changeReaderDemand(by delta: Int)
-    /// Blocks until `waiter` has a result; the endpoint may read the answer on this thread.
-    func wait(for waiter: Waiter) -> Result<[String], CoordinationError>
-    /// Whether this is the coordination server of a ProviderFS mount: reads of its items get
-    /// their content before the accessor runs (rules 50–52).
-    var servesProviderMount: Bool { get }
-}
-
-/// How an endpoint reports back to its domain.
-protocol EndpointDelegate: AnyObject, Sendable {
-    func granted(local: UInt64, paths: [String])
-    func failed(local: UInt64, error: CoordinationError)
-    func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?)
-    func endpointLost(_ endpoint: any CoordinationEndpoint)
-}
-
-/// How long coordination waits. Every wait has a deadline (a ProviderFS requirement; Apple waits
-/// forever, spec §2.4). Defaults: 60 s for a claim, 10 s for each presenter answer; the
-/// environment variables `PROVIDERFS_CLAIM_TIMEOUT` and `PROVIDERFS_PRESENTER_TIMEOUT` (e.g.
-/// "500ms", "2s") change the defaults of a process.
-public struct CoordinationDeadlines: Sendable, Hashable {
-    /// How long a claim may wait for conflicting claims and presenters before failing `.timedOut`.
-    public var claimWait: Duration { didSet { claimWaitNanoseconds = claimWait.nanosecondCount } }
-    /// How long one presenter may take to answer one message before it counts as answered.
-    public var presenterAnswer: Duration {
-        didSet { presenterAnswerNanoseconds = presenterAnswer.nanosecondCount }
-    }
-    /// The same in nanoseconds, converted once (every claim carries them).
-    private(set) var claimWaitNanoseconds: UInt64
-    private(set) var presenterAnswerNanoseconds: UInt64
-
-    /// Deadlines; see the properties.
-    public init(claimWait: Duration = .seconds(60), presenterAnswer: Duration = .seconds(10)) {
-        self.claimWait = claimWait
-        self.presenterAnswer = presenterAnswer
-        claimWaitNanoseconds = claimWait.nanosecondCount
-        presenterAnswerNanoseconds = presenterAnswer.nanosecondCount
-    }
-
-    /// The process default: 60 s / 10 s unless the environment says otherwise.
-    public static let `default`: CoordinationDeadlines = {
-        var deadlines = CoordinationDeadlines()
-        let environment = ProcessInfo.processInfo.environment
-        if let text = environment["PROVIDERFS_CLAIM_TIMEOUT"], let value = try? parseDuration(text) {
-            deadlines.claimWait = value
-        }
-        if let text = environment["PROVIDERFS_PRESENTER_TIMEOUT"], let value = try? parseDuration(text) {
-            deadlines.presenterAnswer = value
-        }
-        return deadlines
-    }()
-}
-
-extension Duration {
-    var nanosecondCount: UInt64 {
-        let (seconds, attoseconds) = components
-        if seconds < 0 { return 0 }
-        let (product, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
-        return overflow ? .max : product &+ UInt64(attoseconds / 1_000_000_000)
-    }
-}
 
 /// A claim a caller holds, remembered in a task-local so nested coordination can be recognised.
 struct HeldClaim: Sendable, Hashable {
@@ -102,29 +25,30 @@ enum CoordinationContext {
 /// A set of coordinators and presenters that share one arbiter: `.shared` talks to the
 /// coordination servers (the standalone one, or a mount's embedded one for paths under a
 /// ProviderFS mount); `CoordinationDomain(host:)` keeps everything in this process.
-public final class CoordinationDomain: Sendable {
-    final class Ticket: @unchecked Sendable {
-        // Safe: `state` is only touched under `lock`.
+package final class CoordinationDomain: Sendable {
+    final class Ticket: Sendable {
         enum State {
             case waiting
             case done
             case cancelledLocally
         }
+        struct Progress {
+            var state = State.waiting
+            /// Whether this ticket holds one unit of reader demand until the server's final answer.
+            var holdsDemand = false
+        }
         let local: UInt64
         let endpoint: any CoordinationEndpoint
-        /// Inline (no allocation of its own): a ticket is made for every coordination.
-        let lock = Mutex(())
-        var state = State.waiting
-        /// Whether this ticket holds one unit of reader demand until the server's final answer.
-        var holdsDemand = false
+        let progress: Locked<Progress>
         let onResult: @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
 
         init(
-            local: UInt64, endpoint: any CoordinationEndpoint,
+            local: UInt64, endpoint: any CoordinationEndpoint, holdsDemand: Bool,
             onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
         ) {
             self.local = local
             self.endpoint = endpoint
+            self.progress = Locked(Progress(holdsDemand: holdsDemand))
             self.onResult = onResult
         }
     }
@@ -149,7 +73,7 @@ public final class CoordinationDomain: Sendable {
     /// The domain of the coordination servers (cross-process). Paths under a ProviderFS mount go
     /// to that mount's server, the rest to the standalone `providerfs coordinator`, started on
     /// demand.
-    public static let shared: CoordinationDomain = {
+    package static let shared: CoordinationDomain = {
         let router = EndpointRouter()
         let domain = CoordinationDomain { path throws(CoordinationError) in try router.endpoint(for: path) }
         router.delegate = domain.delegate
@@ -157,7 +81,7 @@ public final class CoordinationDomain: Sendable {
     }()
 
     /// An in-process domain over `host` (no server, no other process).
-    public convenience init(host: ArbiterHost) {
+    package convenience init(host: ArbiterHost) {
         let box = DelegateBox()
         let endpoint = LocalEndpoint(host: host, delegate: box)
         self.init(box: box) { _ throws(CoordinationError) in endpoint }
@@ -165,7 +89,7 @@ public final class CoordinationDomain: Sendable {
 
     /// A domain whose claims and presenters all go to the server at `socketPath` (no routing, no
     /// on-demand start): e.g. a mount's embedded server, or a server a test started.
-    public convenience init(socketPath: String) {
+    package convenience init(socketPath: String) {
         let box = DelegateBox()
         let link = Locked<ServerLink?>(nil)
         self.init(box: box) { _ throws(CoordinationError) in
@@ -226,8 +150,7 @@ public final class CoordinationDomain: Sendable {
         let ticket = state.withLock { state in
             let local = state.nextLocal
             state.nextLocal += 1
-            let ticket = Ticket(local: local, endpoint: endpoint, onResult: onResult)
-            ticket.holdsDemand = !waitsOnThread
+            let ticket = Ticket(local: local, endpoint: endpoint, holdsDemand: !waitsOnThread, onResult: onResult)
             state.tickets[local] = ticket
             return ticket
         }
@@ -247,13 +170,13 @@ public final class CoordinationDomain: Sendable {
     /// Stops waiting for a claim: its result becomes `.cancelled` now, whatever the server does; a
     /// grant that arrives later is released at once.
     func cancel(_ ticket: Ticket) {
-        let (cancelled, addDemand) = ticket.lock.withLock { _ -> (Bool, Bool) in
-            guard ticket.state == .waiting else { return (false, false) }
-            ticket.state = .cancelledLocally
+        let (cancelled, addDemand) = ticket.progress.withLock { progress -> (Bool, Bool) in
+            guard progress.state == .waiting else { return (false, false) }
+            progress.state = .cancelledLocally
             // The waiting thread stops reading now; someone must still read the server's answer
             // (a grant that raced with the cancel must be released).
-            let add = !ticket.holdsDemand
-            ticket.holdsDemand = true
+            let add = !progress.holdsDemand
+            progress.holdsDemand = true
             return (true, add)
         }
         guard cancelled else { return }
@@ -262,33 +185,32 @@ public final class CoordinationDomain: Sendable {
         ticket.onResult(ticket, .failure(CoordinationError(.cancelled, "The coordination was cancelled.")))
     }
 
-    fileprivate func granted(local: UInt64, paths: [String]) {
+    /// The server's final answer for a ticket: whether to deliver it (the ticket still waited),
+    /// and whether the ticket held reader demand (to give back).
+    private static func finish(_ progress: inout Ticket.Progress) -> (deliver: Bool, demand: Bool) {
+        defer { progress.holdsDemand = false }
+        guard progress.state == .waiting else { return (false, progress.holdsDemand) }
+        progress.state = .done
+        return (true, progress.holdsDemand)
+    }
+
+    func granted(local: UInt64, paths: [String]) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let (deliver, demand) = ticket.lock.withLock { _ -> (Bool, Bool) in
-            defer { ticket.holdsDemand = false }
-            guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
-            ticket.state = .done
-            return (true, ticket.holdsDemand)
-        }
+        let (deliver, demand) = ticket.progress.withLock(Self.finish)
         if deliver { ticket.onResult(ticket, .success(paths)) } else { ticket.endpoint.release(local: local) }
         if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
 
-    fileprivate func failed(local: UInt64, error: CoordinationError) {
+    func failed(local: UInt64, error: CoordinationError) {
         guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let (deliver, demand) = ticket.lock.withLock { _ -> (Bool, Bool) in
-            defer { ticket.holdsDemand = false }
-            guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
-            ticket.state = .done
-            return (true, ticket.holdsDemand)
-        }
+        let (deliver, demand) = ticket.progress.withLock(Self.finish)
         if deliver { ticket.onResult(ticket, .failure(error)) }
         if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
 
     /// A server connection broke: its waiting claims fail with `.connectionLost`, and its
     /// presenters are registered again (with a new server, started if needed) in the background.
-    fileprivate func endpointLost(_ endpoint: any CoordinationEndpoint) {
+    func endpointLost(_ endpoint: any CoordinationEndpoint) {
         let (tickets, presenters) = state.withLock { state -> ([Ticket], [(UInt64, any FilePresenter)]) in
             let tickets = state.tickets.values.filter { $0.endpoint === endpoint }
             for ticket in tickets { state.tickets[ticket.local] = nil }
@@ -301,12 +223,7 @@ public final class CoordinationDomain: Sendable {
             return (tickets, presenters)
         }
         for ticket in tickets {
-            let (deliver, demand) = ticket.lock.withLock { _ -> (Bool, Bool) in
-                defer { ticket.holdsDemand = false }
-                guard ticket.state == .waiting else { return (false, ticket.holdsDemand) }
-                ticket.state = .done
-                return (true, ticket.holdsDemand)
-            }
+            let (deliver, demand) = ticket.progress.withLock(Self.finish)
             if demand { ticket.endpoint.changeReaderDemand(by: -1) }
             if deliver {
                 ticket.onResult(
@@ -354,7 +271,7 @@ public final class CoordinationDomain: Sendable {
 
     /// Registers `presenter` (kept alive until removed, rule 68). A presenter with a nil URL is
     /// registered with the arbiter once a coordinator created with it finishes (rule 46).
-    public func addFilePresenter(_ presenter: any FilePresenter) {
+    package func addFilePresenter(_ presenter: any FilePresenter) {
         let key = ObjectIdentifier(presenter)
         let purpose = self.purpose(for: presenter)
         let local: UInt64? = state.withLock { state in
@@ -392,7 +309,7 @@ public final class CoordinationDomain: Sendable {
     }
 
     /// Unregisters `presenter`; doing so for one never added does nothing (rule 66).
-    public func removeFilePresenter(_ presenter: any FilePresenter) {
+    package func removeFilePresenter(_ presenter: any FilePresenter) {
         let key = ObjectIdentifier(presenter)
         let removed = state.withLock { state -> (UInt64, PresenterEntry)? in
             guard let local = state.presenterLocals.removeValue(forKey: key),
@@ -405,13 +322,13 @@ public final class CoordinationDomain: Sendable {
     }
 
     /// This process's presenters in this domain (rule 67).
-    public var filePresenters: [any FilePresenter] {
+    package var filePresenters: [any FilePresenter] {
         state.withLock { state in
             state.presenters.sorted { $0.key < $1.key }.map(\.value.presenter)
         }
     }
 
-    fileprivate func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
+    func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
         let found = state.withLock {
             state -> (any FilePresenter, (any CoordinationEndpoint)?, (@Sendable () -> Void)?)? in
             guard let entry = state.presenters[local] else { return nil }
@@ -483,71 +400,5 @@ public final class CoordinationDomain: Sendable {
                 }
             }
         }
-    }
-}
-
-/// Forwards endpoint callbacks to a domain without a reference cycle.
-final class DelegateBox: EndpointDelegate, @unchecked Sendable {
-    // Safe: `domain` is set once, right after the domain is initialised, before any endpoint can
-    // call back, and never changed.
-    weak var domain: CoordinationDomain?
-    func granted(local: UInt64, paths: [String]) { domain?.granted(local: local, paths: paths) }
-    func failed(local: UInt64, error: CoordinationError) { domain?.failed(local: local, error: error) }
-    func deliver(presenter local: UInt64, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
-        domain?.deliver(presenter: local, messageID: messageID, message: message, claim: claim)
-    }
-    func endpointLost(_ endpoint: any CoordinationEndpoint) { domain?.endpointLost(endpoint) }
-}
-
-/// An endpoint in this process: the domain is one owner of an `ArbiterHost`.
-final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendable {
-    // Safe: `owner` is set once in init before the endpoint is shared; the rest is immutable.
-    let host: ArbiterHost
-    private(set) var owner: UInt64 = 0
-    let delegate: any EndpointDelegate
-    let pid = getpid()
-
-    init(host: ArbiterHost, delegate: any EndpointDelegate) {
-        self.host = host
-        self.delegate = delegate
-        owner = host.addOwner(self)
-    }
-
-    func submit(
-        local: UInt64, purpose: String, intents: [ClaimIntent], heldByCaller: [UInt64], waitTimeout: UInt64,
-        presenterTimeout: UInt64
-    ) {
-        let now = host.now
-        host.submit(
-            ClaimRequest(
-                id: ClaimID(owner: owner, local: local), pid: pid, purpose: purpose, intents: intents,
-                heldByCaller: heldByCaller.map { ClaimID(owner: owner, local: $0) },
-                waitDeadline: now &+ waitTimeout, presenterTimeout: presenterTimeout))
-    }
-    func release(local: UInt64) { host.release(ClaimID(owner: owner, local: local)) }
-    func cancel(local: UInt64) { host.cancel(ClaimID(owner: owner, local: local)) }
-    func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods) {
-        host.addPresenter(
-            PresenterRegistration(
-                id: PresenterID(owner: owner, local: local), pid: pid, purpose: purpose, path: item.path,
-                identity: item.identity, isDirectory: item.isDirectory, packageRoot: item.packageRoot,
-                methods: methods))
-    }
-    func removePresenter(local: UInt64) { host.removePresenter(PresenterID(owner: owner, local: local)) }
-    func reply(messageID: UInt64, error: String?) { host.reply(messageID: messageID, error: error, from: owner) }
-    func itemMoved(from: String, to: String, purpose: String) {
-        host.itemMoved(from: from, to: to, purpose: purpose)
-    }
-    func versionChanged(path: String, change: VersionChange, version: String, versionName: String) {
-        host.versionChanged(path: path, change: change, version: version, versionName: versionName)
-    }
-    func changeReaderDemand(by delta: Int) {}  // actions arrive on the acting thread
-    func wait(for waiter: Waiter) -> Result<[String], CoordinationError> { waiter.wait() }
-    var servesProviderMount: Bool { false }
-
-    func granted(_ claim: ClaimID, paths: [String]) { delegate.granted(local: claim.local, paths: paths) }
-    func failed(_ claim: ClaimID, error: CoordinationError) { delegate.failed(local: claim.local, error: error) }
-    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
-        delegate.deliver(presenter: presenter.local, messageID: messageID, message: message, claim: claim)
     }
 }

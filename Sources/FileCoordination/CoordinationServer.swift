@@ -13,18 +13,18 @@ import Musl
 #endif
 
 /// A coordination server listening on a Unix socket (docs/COORDINATION-PROTOCOL.md).
-public final class CoordinationServer: @unchecked Sendable {
+package final class CoordinationServer: @unchecked Sendable {
     // Safe: `sessions`, `listenFD`, `lockFD` and `cleanupPaths` are touched only by the loop thread
     // after `start()` (or before it starts); cross-thread state is in Locked values.
 
     /// Where the server listens.
-    public let socketPath: String
+    package let socketPath: String
     /// The arbiter it serves.
-    public let host: ArbiterHost
+    package let host: ArbiterHost
     /// Exit after being idle (no connection, no claim, no presenter) this long; nil: never.
-    public let idleExit: Duration?
+    package let idleExit: Duration?
     /// A connection that has not said hello after this long is dropped.
-    public let helloTimeout: Duration
+    package let helloTimeout: Duration
 
     struct Control {
         var running = false
@@ -47,7 +47,7 @@ public final class CoordinationServer: @unchecked Sendable {
     private let mountOwner: KernelClaimOwner
 
     /// A server for `socketPath` over `host`. Nothing happens until `start()`.
-    public init(
+    package init(
         socketPath: String, host: ArbiterHost = ArbiterHost(), idleExit: Duration? = nil,
         helloTimeout: Duration = .seconds(5), log: (@Sendable (String) -> Void)? = nil
     ) {
@@ -78,7 +78,7 @@ public final class CoordinationServer: @unchecked Sendable {
     // MARK: Life cycle
 
     /// Binds the socket (replacing a stale one) and starts serving on a thread of its own.
-    public func start() throws(CoordinationError) {
+    package func start() throws(CoordinationError) {
         let directory = String(socketPath[..<(socketPath.lastIndex(of: "/") ?? socketPath.endIndex)])
         if !directory.isEmpty {
             do { try makeDirectories(directory, mode: 0o700) } catch {
@@ -99,7 +99,7 @@ public final class CoordinationServer: @unchecked Sendable {
     }
 
     /// Stops serving: closes every connection (their claims and presenters go), removes the socket.
-    public func stop() {
+    package func stop() {
         let running = control.withLock { control -> Bool in
             control.stopRequested = true
             return control.running && !control.finished
@@ -110,7 +110,7 @@ public final class CoordinationServer: @unchecked Sendable {
     }
 
     /// Blocks until the server has stopped (by `stop()` or idle exit).
-    public func waitUntilStopped() {
+    package func waitUntilStopped() {
         guard control.withLock({ $0.running }) else { return }
         finishedSignal.wait()
         finishedSignal.signal()
@@ -129,13 +129,13 @@ public final class CoordinationServer: @unchecked Sendable {
     // MARK: Standalone server
 
     /// The socket of the standalone server: `RuntimeDirectory/coordinator.sock`.
-    public static func standaloneSocketPath(environment: [String: String]? = nil) -> String {
+    package static func standaloneSocketPath(environment: [String: String]? = nil) -> String {
         RuntimeDirectory.path(environment: environment ?? currentEnvironment()) + "/coordinator.sock"
     }
 
     /// The socket a mount's embedded server uses for `mountPoint`:
     /// `RuntimeDirectory/mounts/<16 hex digits of FNV-1a(canonical mount point)>.sock`.
-    public static func socketPath(
+    package static func socketPath(
         forMountPoint mountPoint: String, environment: [String: String]? = nil
     ) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
@@ -151,7 +151,7 @@ public final class CoordinationServer: @unchecked Sendable {
     /// Starts the standalone server of this user (RuntimeDirectory), unless one is already
     /// running: the lock file `coordinator.lock` (flock) makes concurrent starts race-free, and only
     /// its holder binds the socket. Returns nil when another server holds the lock.
-    public static func startStandalone(
+    package static func startStandalone(
         idleExit: Duration?, environment: [String: String]? = nil,
         log: (@Sendable (String) -> Void)? = nil
     ) throws(CoordinationError) -> CoordinationServer? {
@@ -401,7 +401,7 @@ public final class CoordinationServer: @unchecked Sendable {
         }
     }
 
-    fileprivate func sessionHasOutput() {
+    func sessionHasOutput() {
         if !onLoopThread { wake() }
     }
 
@@ -414,7 +414,7 @@ public final class CoordinationServer: @unchecked Sendable {
     /// no file-system access, because the mount daemon must never call into its own mount. Pass
     /// what the mount knows: `identity` (st_dev of the mount, the inode it reports), whether it is
     /// a directory, and the enclosing package if any. `completion` runs once, on any thread.
-    public func claim(
+    package func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
         identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32, deadline: Duration,
@@ -435,7 +435,7 @@ public final class CoordinationServer: @unchecked Sendable {
     /// `claim(_:kind:…)` when it can be granted at once (nothing conflicting held or waiting, no
     /// presenter to ask); nil otherwise, with nothing changed: then take it with `claim`, which
     /// waits. For callers that must not wait (a FUSE thread, D-229).
-    public func claimNow(
+    package func claimNow(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
         identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32
@@ -461,7 +461,7 @@ public final class CoordinationServer: @unchecked Sendable {
     }
 
     /// Async form of `claim(_:kind:…:completion:)`.
-    public func claim(
+    package func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
         identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32, deadline: Duration
@@ -480,138 +480,5 @@ public final class CoordinationServer: @unchecked Sendable {
             }
         }
         return try box.withLock { $0! }.get()
-    }
-}
-
-/// A granted claim taken by the mount for a kernel caller. Release it when the operation ends.
-public final class KernelClaim: Sendable {
-    let host: ArbiterHost
-    let id: ClaimID
-    let released = Locked(false)
-    /// The path the claim was granted on.
-    public let path: String
-
-    init(host: ArbiterHost, id: ClaimID, path: String) {
-        self.host = host
-        self.id = id
-        self.path = path
-    }
-
-    /// Ends the claim (idempotent).
-    public func release() {
-        let first = released.withLock { done -> Bool in
-            defer { done = true }
-            return !done
-        }
-        if first { host.release(id) }
-    }
-
-    deinit { release() }
-}
-
-/// The owner of kernel-caller claims in an embedded server.
-final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
-    // Safe: `owner` is set once in init; `waiting` is a Locked.
-    let host: ArbiterHost
-    private(set) var owner: UInt64 = 0
-    private let waiting = Locked<
-        (next: UInt64, table: [UInt64: @Sendable (Result<KernelClaim, CoordinationError>) -> Void])
-    >(
-        (1, [:]))
-
-    init(host: ArbiterHost) {
-        self.host = host
-        owner = host.addOwner(self)
-    }
-
-    func submit(
-        _ intent: ClaimIntent, pid: Int32, ancestry: () -> [Int32], deadline: UInt64,
-        completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
-    ) {
-        let local = waiting.withLock { state -> UInt64 in
-            let local = state.next
-            state.next += 1
-            state.table[local] = completion
-            return local
-        }
-        host.submit(request(local, intent, pid: pid, waitDeadline: host.now &+ deadline), ancestry: ancestry)
-    }
-
-    /// A claim granted at once, or nil (nothing submitted) when it would have to wait.
-    func claimNow(_ intent: ClaimIntent, pid: Int32, ancestry: () -> [Int32]) -> KernelClaim? {
-        let local = waiting.withLock { state -> UInt64 in
-            defer { state.next += 1 }
-            return state.next
-        }
-        let request = request(local, intent, pid: pid, waitDeadline: host.now)
-        guard host.grantIfImmediate(request, ancestry: ancestry) else { return nil }
-        return KernelClaim(host: host, id: request.id, path: intent.path)
-    }
-
-    private func request(_ local: UInt64, _ intent: ClaimIntent, pid: Int32, waitDeadline: UInt64) -> ClaimRequest {
-        ClaimRequest(
-            id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)", intents: [intent],
-            waitDeadline: waitDeadline, presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount)
-    }
-
-    func granted(_ claim: ClaimID, paths: [String]) {
-        guard let completion = waiting.withLock({ $0.table.removeValue(forKey: claim.local) }) else { return }
-        completion(.success(KernelClaim(host: host, id: claim, path: paths.first ?? "")))
-    }
-
-    func failed(_ claim: ClaimID, error: CoordinationError) {
-        waiting.withLock { $0.table.removeValue(forKey: claim.local) }?(.failure(error))
-    }
-
-    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {}
-}
-
-/// `pid`, its parent, grandparent… up to init (from /proc/PID/stat).
-public func processAncestry(of pid: Int32) -> [Int32] {
-    ProcessInfoFiles.ancestry(of: pid)
-}
-
-/// One client connection of a server. The loop thread owns `input`, `unsent`, `greeted`;
-/// `outbox` receives frames from any thread.
-final class ClientSession: ArbiterSink, @unchecked Sendable {
-    // Safe: see the type comment; `owner` is set once by the loop thread right after creation,
-    // before the session is visible to the arbiter.
-    let fd: Int32
-    let pid: Int32
-    let connectedAt = monotonicNanoseconds()
-    var owner: UInt64 = 0
-    var greeted = false
-    var closed = false
-    var input = FrameBuffer()
-    var unsent: [UInt8] = []
-    private let outbox = Locked<[UInt8]>([])
-    private weak var server: CoordinationServer?
-
-    init(fd: Int32, pid: Int32, server: CoordinationServer) {
-        self.fd = fd
-        self.pid = pid
-        self.server = server
-    }
-
-    func send(_ message: WireMessage) {
-        let frame = message.frame()
-        outbox.withLock { $0 += frame }
-        server?.sessionHasOutput()
-    }
-
-    func takeOutbox() {
-        let pending = outbox.withLock { box -> [UInt8] in
-            defer { box.removeAll(keepingCapacity: true) }
-            return box
-        }
-        unsent += pending
-    }
-
-    func granted(_ claim: ClaimID, paths: [String]) { send(.granted(local: claim.local, paths: paths)) }
-    func failed(_ claim: ClaimID, error: CoordinationError) {
-        send(.failed(local: claim.local, code: error.code.rawValue, message: error.message))
-    }
-    func deliver(_ presenter: PresenterID, messageID: UInt64, message: PresenterMessage, claim: ClaimID?) {
-        send(.deliver(presenter: presenter.local, messageID: messageID, message: message, claim: claim))
     }
 }

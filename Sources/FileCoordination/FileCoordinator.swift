@@ -1,7 +1,6 @@
 // The public coordinator (Apple's NSFileCoordinator), over a `CoordinationDomain`.
 
 public import Foundation
-import Synchronization
 import SystemSupport
 
 /// Coordinates reads and writes of files with other coordinators and presenters, in this process
@@ -21,12 +20,17 @@ public final class FileCoordinator: @unchecked Sendable {
     /// (rule 26) and shares its purpose identifier (rule 6).
     public let filePresenter: (any FilePresenter)?
     /// Where claims go.
-    public let domain: CoordinationDomain
+    package let domain: CoordinationDomain
     private let state: Locked<State>
 
-    /// A coordinator. With `filePresenter`, every coordinator made with that presenter has the same
-    /// purpose identifier. `domain` defaults to the cross-process `.shared` domain.
-    public init(filePresenter: (any FilePresenter)? = nil, domain: CoordinationDomain = .shared) {
+    /// A coordinator in the cross-process shared domain. With `filePresenter`, every coordinator
+    /// made with that presenter has the same purpose identifier.
+    public convenience init(filePresenter: (any FilePresenter)? = nil) {
+        self.init(filePresenter: filePresenter, domain: .shared)
+    }
+
+    /// A coordinator whose claims go to `domain` (tests and the mount use their own domains).
+    package init(filePresenter: (any FilePresenter)? = nil, domain: CoordinationDomain) {
         self.filePresenter = filePresenter
         self.domain = domain
         let purpose = filePresenter.map { domain.purpose(for: $0) } ?? UUID().uuidString
@@ -527,57 +531,5 @@ public final class FileCoordinator: @unchecked Sendable {
             result.append(claim)
         }
         return (result, asRequested)
-    }
-}
-
-/// Blocks one thread until a claim's result arrives. Uncontended, the result is usually there
-/// before anyone waits (a local grant is delivered inside `submit`): no semaphore is made then.
-final class Waiter: Sendable {
-    private struct State {
-        var result: Result<[String], CoordinationError>?
-        /// Made by the first wait that finds no result; signalled once by `fulfil`.
-        var semaphore: DispatchSemaphore?
-    }
-    private let state = Mutex(State())
-
-    func fulfil(_ value: Result<[String], CoordinationError>) {
-        let (first, semaphore) = state.withLock { state -> (Bool, DispatchSemaphore?) in
-            guard state.result == nil else { return (false, nil) }
-            state.result = value
-            return (true, state.semaphore)
-        }
-        if first { semaphore?.signal() }
-    }
-
-    /// The semaphore to sleep on, or nil when the result has arrived.
-    private func semaphoreIfWaiting() -> DispatchSemaphore? {
-        state.withLock { state -> DispatchSemaphore? in
-            guard state.result == nil else { return nil }
-            if let semaphore = state.semaphore { return semaphore }
-            let semaphore = DispatchSemaphore(value: 0)
-            state.semaphore = semaphore
-            return semaphore
-        }
-    }
-
-    func wait() -> Result<[String], CoordinationError> {
-        if let semaphore = semaphoreIfWaiting() {
-            semaphore.wait()
-            semaphore.signal()  // keep it signalled: another waiter on this result returns at once
-        }
-        return state.withLock { $0.result! }
-    }
-
-    /// The result if it has arrived.
-    func peek() -> Result<[String], CoordinationError>? { state.withLock { $0.result } }
-
-    /// Waits at most `milliseconds` for the result.
-    func wait(milliseconds: Int) -> Result<[String], CoordinationError>? {
-        if let semaphore = semaphoreIfWaiting(),
-            semaphore.wait(timeout: .now() + .milliseconds(milliseconds)) == .success
-        {
-            semaphore.signal()
-        }
-        return peek()
     }
 }

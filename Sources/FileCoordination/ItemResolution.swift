@@ -2,7 +2,7 @@
 // Bad input is rejected here, before anything reaches a server: non-file or relative URLs, NUL
 // bytes, names over NAME_MAX, paths over PATH_MAX.
 
-public import Foundation
+package import Foundation
 import SystemSupport
 
 #if canImport(Glibc)
@@ -14,29 +14,29 @@ import Musl
 /// How ProviderFS marks a directory as a file package on Linux (Linux has no bundle bit): the
 /// directory contains an entry with this name. A package and everything inside it is coordinated
 /// as one item (rules 8–9, 19). Decision D-104.
-public let filePackageMarkerName = ".providerfs-package"
+package let filePackageMarkerName = ".providerfs-package"
 
 /// An item as the arbiter sees it.
-public struct ResolvedItem: Sendable, Hashable {
+package struct ResolvedItem: Sendable, Hashable {
     /// Canonical absolute path.
-    public var path: String
+    package var path: String
     /// Device and inode when the item exists.
-    public var identity: ItemIdentity?
+    package var identity: ItemIdentity?
     /// Whether the item is a directory.
-    public var isDirectory: Bool
+    package var isDirectory: Bool
     /// The outermost package containing (or being) the item.
-    public var packageRoot: String?
+    package var packageRoot: String?
 }
 
 /// URL validation and canonicalisation.
-public enum ItemResolver {
+package enum ItemResolver {
     /// Longest name component accepted (Linux NAME_MAX).
-    public static let nameMax = 255
+    package static let nameMax = 255
     /// Longest path accepted (Linux PATH_MAX, including the terminating NUL).
-    public static let pathMax = 4096
+    package static let pathMax = 4096
 
     /// Checks that `url` names a local file by absolute path, and returns the path.
-    public static func validatedPath(_ url: URL) throws(CoordinationError) -> String {
+    package static func validatedPath(_ url: URL) throws(CoordinationError) -> String {
         guard url.isFileURL else {
             throw CoordinationError(
                 .invalidURL, "'\(url.absoluteString)' is not a file URL; only file URLs can be coordinated.")
@@ -50,7 +50,7 @@ public enum ItemResolver {
     }
 
     /// Checks an absolute path: no NUL, no component over NAME_MAX, not over PATH_MAX.
-    public static func validatedPath(_ path: String) throws(CoordinationError) -> String {
+    package static func validatedPath(_ path: String) throws(CoordinationError) -> String {
         try validated(path, PathScan(path))
     }
 
@@ -110,7 +110,7 @@ public enum ItemResolver {
     /// Resolves `path` (already validated): symlinks in parent directories are resolved, the last
     /// component is kept as is unless `followLastSymlink`. Without `followLastSymlink`, the result
     /// comes from `ResolutionCache.shared` when nothing it depends on changed (D-111).
-    public static func resolve(
+    package static func resolve(
         _ path: String, followLastSymlink: Bool = false
     ) throws(CoordinationError)
         -> ResolvedItem

@@ -1,5 +1,4 @@
 public import Foundation
-import Synchronization
 import SystemSupport
 
 // Options, intents and errors of the coordination API: the vocabulary shared by the arbiter, the
@@ -77,12 +76,11 @@ public final class FileAccessIntent: Sendable {
     public let readingOptions: ReadingOptions
     /// Options of a writing intent (empty for a reading one).
     public let writingOptions: WritingOptions
-    /// Inline (no allocation of its own): an intent is made for every coordination.
-    private let storedURL: Mutex<URL>
+    private let storedURL: Locked<URL>
 
     private init(kind: AccessKind, url: URL, reading: ReadingOptions, writing: WritingOptions) {
         self.kind = kind
-        self.storedURL = Mutex(url)
+        self.storedURL = Locked(url)
         self.readingOptions = reading
         self.writingOptions = writing
     }

@@ -24,8 +24,8 @@ package final class ResolutionCache: @unchecked Sendable {
     private struct State {
         var notifyFD: Int32 = -1
         var mountFD: Int32 = -1
-        /// Mount points with their file-system type, deepest last; nil until read.
-        var mounts: [(point: String, type: String)]?
+        /// The mount table (mount points with their file-system type, deepest last); nil until read.
+        var mounts: [MountInfoEntry]?
         var watchPaths: [Int32: String] = [:]
         var watches: [String: Int32] = [:]
         var entries: [String: ResolvedItem] = [:]
@@ -128,10 +128,10 @@ package final class ResolutionCache: @unchecked Sendable {
 
     /// Whether every mount `path` passes through is a local file system.
     private static func isLocal(_ path: String, mounts: inout State) -> Bool {
-        if mounts.mounts == nil { mounts.mounts = readMounts(fd: mounts.mountFD) }
+        if mounts.mounts == nil { mounts.mounts = MountTable.load(from: mounts.mountFD) }
         guard let table = mounts.mounts, !table.isEmpty else { return false }
-        for (point, type) in table where point == path || Arbiter.isAncestor(point, of: path) {
-            if !SystemSupport.MountTable.localFileSystemTypes.contains(type) { return false }
+        for entry in table where entry.mountPoint == path || Arbiter.isAncestor(entry.mountPoint, of: path) {
+            if !MountTable.localFileSystemTypes.contains(entry.fileSystemType) { return false }
         }
         return true
     }
@@ -209,31 +209,5 @@ package final class ResolutionCache: @unchecked Sendable {
         state.watches.removeAll()
         state.entries.removeAll()
         state.generation &+= 1
-    }
-
-    private static func readMounts(fd: Int32) -> [(point: String, type: String)]? {
-        guard fd >= 0 else { return nil }
-        lseek(fd, 0, SEEK_SET)
-        var data: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 { return nil }
-            if count == 0 { break }
-            data += chunk[0..<count]
-        }
-        return parseMounts(String(decoding: data, as: UTF8.self))
-    }
-
-    /// Mount points and file-system types from mountinfo text.
-    static func parseMounts(_ text: String) -> [(point: String, type: String)] {
-        var result: [(point: String, type: String)] = []
-        for line in text.split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            guard let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count, fields.count > 4 else { continue }
-            result.append((MountTable.unescape(fields[4]), String(fields[dash + 1])))
-        }
-        return result
     }
 }

@@ -6,30 +6,30 @@
 import SystemSupport
 
 /// Protocol constants.
-public enum WireProtocol {
+package enum WireProtocol {
     /// The protocol version this build speaks.
-    public static let version: UInt16 = 2
+    package static let version: UInt16 = 2
     /// "PFSC" — first field of `hello`, so a stray client is recognised at once.
-    public static let magic: UInt32 = 0x5046_5343
+    package static let magic: UInt32 = 0x5046_5343
     /// Largest frame payload accepted (bytes).
-    public static let maximumFrame = 1 << 20
+    package static let maximumFrame = 1 << 20
     /// Largest string accepted (bytes): a path is at most PATH_MAX; messages are sentences.
-    public static let maximumString = 16 * 1024
+    package static let maximumString = 16 * 1024
     /// Largest array accepted (items, paths, held claims).
-    public static let maximumCount = 4096
+    package static let maximumCount = 4096
 }
 
 /// Why bytes could not be decoded as a message.
-public struct WireError: Error, Sendable, Equatable, CustomStringConvertible {
+package struct WireError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What was wrong, as a sentence.
-    public var message: String
+    package var message: String
     /// An error explained by `message`.
-    public init(_ message: String) { self.message = message }
-    public var description: String { message }
+    package init(_ message: String) { self.message = message }
+    package var description: String { message }
 }
 
 /// One message of the protocol.
-public enum WireMessage: Sendable, Equatable {
+package enum WireMessage: Sendable, Equatable {
     // Client → server.
     /// First message of a client.
     case hello(magic: UInt32, version: UInt16)
@@ -91,7 +91,7 @@ public enum WireMessage: Sendable, Equatable {
     }
 
     /// The frame: a 4-byte big-endian payload length, then the payload.
-    public func frame() -> [UInt8] {
+    package func frame() -> [UInt8] {
         var writer = WireWriter()
         writer.bytes.reserveCapacity(64)
         writer.u32(0)
@@ -171,7 +171,7 @@ public enum WireMessage: Sendable, Equatable {
     }
 
     /// Decodes one payload (without the length prefix). Throws on anything malformed.
-    public static func decode(_ payload: ArraySlice<UInt8>) throws(WireError) -> WireMessage {
+    package static func decode(_ payload: ArraySlice<UInt8>) throws(WireError) -> WireMessage {
         var reader = WireReader(bytes: payload)
         let type = try reader.u8()
         let message: WireMessage
@@ -235,15 +235,15 @@ public enum WireMessage: Sendable, Equatable {
 }
 
 /// Splits a byte stream into frames.
-public struct FrameBuffer: Sendable {
+package struct FrameBuffer: Sendable {
     private var bytes: [UInt8] = []
     private var start = 0
 
     /// An empty buffer.
-    public init() {}
+    package init() {}
 
     /// Appends received bytes.
-    public mutating func append(_ data: UnsafeRawBufferPointer) {
+    package mutating func append(_ data: UnsafeRawBufferPointer) {
         if start > 0 && start == bytes.count {
             bytes.removeAll(keepingCapacity: true)
             start = 0
@@ -252,7 +252,7 @@ public struct FrameBuffer: Sendable {
     }
 
     /// The next complete payload, nil when more bytes are needed; throws on an oversized frame.
-    public mutating func next() throws(WireError) -> ArraySlice<UInt8>? {
+    package mutating func next() throws(WireError) -> ArraySlice<UInt8>? {
         guard bytes.count - start >= 4 else { return nil }
         let length =
             Int(bytes[start]) << 24 | Int(bytes[start + 1]) << 16 | Int(bytes[start + 2]) << 8 | Int(bytes[start + 3])
@@ -271,7 +271,7 @@ public struct FrameBuffer: Sendable {
     }
 
     /// Bytes received but not yet returned as frames.
-    public var pendingCount: Int { bytes.count - start }
+    package var pendingCount: Int { bytes.count - start }
 }
 
 struct WireWriter {

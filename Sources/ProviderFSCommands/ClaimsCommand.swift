@@ -19,8 +19,8 @@ struct ClaimsCommand: CLICommand {
         var sockets = [
             mount.map { CoordinationServer.socketPath(forMountPoint: $0) } ?? CoordinationServer.standaloneSocketPath()
         ]
-        if mount == nil, let mountInfo = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) {
-            sockets += CoordinationServer.providerMountPoints(mountInfo: mountInfo).map {
+        if mount == nil {
+            sockets += CoordinationServer.providerMountPoints(in: MountTable.current()).map {
                 CoordinationServer.socketPath(forMountPoint: $0)
             }
         }

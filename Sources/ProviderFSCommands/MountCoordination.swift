@@ -5,13 +5,13 @@
 // makes new opens wait until it is done, bounded by the claim deadline; a process that holds its
 // own claim (or whose ancestor does, e.g. `providerfs coordinate --write F -- CMD`) is not blocked.
 
-import FileCoordination
+package import FileCoordination
 import Foundation
 import SystemSupport
-import VirtualFileSystem
+package import VirtualFileSystem
 
 /// `ReadClaimProvider` over a mount's embedded `CoordinationServer`.
-final class MountReadClaims: ReadClaimProvider {
+package final class MountReadClaims: ReadClaimProvider {
     let server: CoordinationServer
     /// The canonical mount point: claims are taken on `mountpoint/relativePath`, the same paths
     /// clients name when they coordinate on items of the mount.
@@ -20,13 +20,13 @@ final class MountReadClaims: ReadClaimProvider {
     let deadline: Duration
     private let held = Locked<(next: UInt64, claims: [UInt64: KernelClaim])>((1, [:]))
 
-    init(server: CoordinationServer, mountpoint: String, deadline: Duration) {
+    package init(server: CoordinationServer, mountpoint: String, deadline: Duration) {
         self.server = server
         self.mountpoint = mountpoint
         self.deadline = deadline
     }
 
-    func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
+    package func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
         let (path, pid) = target(of: request)
         let claim: KernelClaim
         do {
@@ -37,7 +37,7 @@ final class MountReadClaims: ReadClaimProvider {
         return ReadClaimToken(rawValue: hold(claim))
     }
 
-    func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? {
+    package func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? {
         let (path, pid) = target(of: request)
         guard let claim = server.claimNow(path, kind: .read, onBehalfOf: pid) else { return nil }
         return ReadClaimToken(rawValue: hold(claim))
@@ -60,12 +60,12 @@ final class MountReadClaims: ReadClaimProvider {
         }
     }
 
-    func releaseReadClaim(_ token: ReadClaimToken) {
+    package func releaseReadClaim(_ token: ReadClaimToken) {
         held.withLock { $0.claims.removeValue(forKey: token.rawValue) }?.release()
     }
 
     /// Claims still held (open handles), for tests and diagnostics.
-    var heldCount: Int { held.withLock { $0.claims.count } }
+    package var heldCount: Int { held.withLock { $0.claims.count } }
 
     /// Coordination failures as file-system errors (and so errno, through FileSystemError's table).
     static func fileSystemError(_ error: CoordinationError, path: String) -> FileSystemError {

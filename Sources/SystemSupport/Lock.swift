@@ -53,24 +53,69 @@ public final class Lock: @unchecked Sendable {
     }
 }
 
-/// State guarded by a `Lock`: the value can only be reached inside `withLock`.
+/// State guarded by a lock: the value can only be reached inside `withLock`.
 ///
 /// The pattern for shared mutable state: keep a pure state machine in `State`, mutate it inside
 /// `withLock`, return the actions to perform, and perform them after the lock is dropped.
-public final class Locked<State>: @unchecked Sendable {
-    // Safe: `state` is only read or written while `lock` is held.
-    @usableFromInline let lock = Lock()
-    @usableFromInline var state: State
+///
+/// One allocation holds both the state and its pthread mutex (a `Lock` object would add two:
+/// itself and its mutex), so a `Locked` is cheap enough for objects made on every coordination
+/// (D-123). Copies share the same state and lock.
+public struct Locked<State>: @unchecked Sendable {
+    // Safe: the state is only read or written while the storage's mutex is held.
+    @usableFromInline let storage: LockedStorage<State>
 
     public init(_ initial: State) {
-        state = initial
+        storage = LockedStorage<State>.make(initial)
     }
 
     @inlinable
     public func withLock<T, E: Error>(_ body: (inout State) throws(E) -> T) throws(E) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&state)
+        storage.lock()
+        defer { storage.unlock() }
+        return try body(&storage.header)
+    }
+}
+
+/// The storage of a `Locked`: the state as the header, then a `pthread_mutex_t` in the elements
+/// (words, for its alignment).
+@usableFromInline
+final class LockedStorage<State>: ManagedBuffer<State, UInt64> {
+    private static var words: Int { (MemoryLayout<pthread_mutex_t>.size + 7) / 8 }
+
+    @usableFromInline
+    static func make(_ initial: State) -> LockedStorage<State> {
+        let storage = unsafeDowncast(create(minimumCapacity: words) { _ in initial }, to: LockedStorage<State>.self)
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
+        let rc = pthread_mutex_init(storage.mutex, &attributes)
+        pthread_mutexattr_destroy(&attributes)
+        precondition(rc == 0, "pthread_mutex_init failed with \(rc)")
+        return storage
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+    }
+
+    /// The mutex, in this object's own allocation (stable: a class instance never moves).
+    private var mutex: UnsafeMutablePointer<pthread_mutex_t> {
+        withUnsafeMutablePointerToElements {
+            UnsafeMutableRawPointer($0).assumingMemoryBound(to: pthread_mutex_t.self)
+        }
+    }
+
+    @usableFromInline
+    func lock() {
+        let rc = pthread_mutex_lock(mutex)
+        precondition(rc == 0, "Locked.withLock failed with \(rc): re-entrant locking (EDEADLK=\(EDEADLK)) is a bug")
+    }
+
+    @usableFromInline
+    func unlock() {
+        let rc = pthread_mutex_unlock(mutex)
+        precondition(rc == 0, "Locked: unlocking failed with \(rc)")
     }
 }
 

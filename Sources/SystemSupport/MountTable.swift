@@ -38,6 +38,23 @@ public enum MountTable {
         parse(readTextFile("/proc/self/mountinfo") ?? "")
     }
 
+    /// The mounts read again from the start of `descriptor`, an open `/proc/self/mountinfo` that
+    /// the caller polls for POLLPRI (a change of the table); nil when it cannot be read.
+    public static func load(from descriptor: Int32) -> [MountInfoEntry]? {
+        guard descriptor >= 0, lseek(descriptor, 0, SEEK_SET) == 0 else { return nil }
+        var data: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { buffer in
+                retryingOnInterrupt { read(descriptor, buffer.baseAddress, buffer.count) }
+            }
+            if count < 0 { return nil }
+            if count == 0 { break }
+            data += chunk[0..<count]
+        }
+        return parse(String(decoding: data, as: UTF8.self))
+    }
+
     /// File-system types whose every change passes through this kernel, so that inotify sees it
     /// (not NFS/CIFS, changed by other machines; not FUSE, changed by its daemon). The resolution
     /// cache and the local provider's change tracking trust inotify only on these.

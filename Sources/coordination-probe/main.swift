@@ -15,6 +15,7 @@
 //       COUNT uncontended claim+release round trips; prints "median_ns N" and "claims_per_s N".
 import FileCoordination
 import Foundation
+import SystemSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -31,14 +32,13 @@ func fail(_ text: String) -> Never {
 }
 
 final class ProbePresenter: FilePresenter, @unchecked Sendable {
-    // Safe: immutable after init.
+    // Safe: immutable after init, except `pendingAnswers` (a Locked).
     let presentedItemURL: URL?
     let silent: Bool
     let evictable: Bool
     /// With `--answer-on-input`: answers are kept until a line "answer" arrives on stdin.
     let answerOnInput: Bool
-    private let heldAnswers = NSLock()
-    private var pendingAnswers: [@Sendable () -> Void] = []
+    private let pendingAnswers = Locked<[@Sendable () -> Void]>([])
     let presentedItemOperationQueue: OperationQueue = {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
@@ -56,16 +56,16 @@ final class ProbePresenter: FilePresenter, @unchecked Sendable {
     /// answer is kept for `releaseAnswers()`, and kept before the event is printed: whoever reads
     /// the event and sends "answer" finds it there.
     func respond(_ name: String, _ answer: @escaping @Sendable () -> Void) {
-        if answerOnInput && !silent { heldAnswers.withLock { pendingAnswers.append(answer) } }
+        if answerOnInput && !silent { pendingAnswers.withLock { $0.append(answer) } }
         note(name)
         if !answerOnInput && !silent { answer() }
     }
 
     /// Gives the kept answers.
     func releaseAnswers() {
-        let answers = heldAnswers.withLock { () -> [@Sendable () -> Void] in
-            defer { pendingAnswers = [] }
-            return pendingAnswers
+        let answers = pendingAnswers.withLock { answers -> [@Sendable () -> Void] in
+            defer { answers = [] }
+            return answers
         }
         for answer in answers { answer() }
     }

@@ -3,6 +3,7 @@
 import Dispatch
 import FileCoordination
 import Foundation
+import SystemSupport
 import TestScheduling
 import Testing
 
@@ -145,7 +146,7 @@ final class EvictablePresenter: FilePresenter, @unchecked Sendable {
     let domain: CoordinationDomain
     let veto: String?
     let removesItself: Bool
-    private let lock = NSLock()
+    private let lock = Lock()
     private var log: [String] = []
 
     init(_ url: URL, domain: CoordinationDomain, veto: String? = nil, removesItself: Bool = true) {

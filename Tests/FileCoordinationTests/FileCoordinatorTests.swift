@@ -3,6 +3,7 @@
 import Dispatch
 import FileCoordination
 import Foundation
+import SystemSupport
 import TestScheduling
 import Testing
 
@@ -17,7 +18,7 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     }()
     let silent: Bool
     let failWith: String?
-    private let lock = NSLock()
+    private let lock = Lock()
     private var log: [String] = []
 
     init(_ url: URL, silent: Bool = false, failWith: String? = nil) {
@@ -107,7 +108,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         let writerIn = DispatchSemaphore(value: 0)
         let finishWriter = DispatchSemaphore(value: 0)
         let readDone = DispatchSemaphore(value: 0)
-        let readValue = Locked2<String?>(nil)
+        let readValue = Locked<String?>(nil)
         DispatchQueue.global().async {
             try? FileCoordinator(domain: domain).coordinate(writingItemAt: file) { url in
                 writerIn.signal()
@@ -120,13 +121,13 @@ func eventually(_ condition: () -> Bool) -> Bool {
             let text = try? FileCoordinator(domain: domain).coordinate(readingItemAt: file) { url in
                 try String(contentsOf: url, encoding: .utf8)
             }
-            readValue.set(text)
+            readValue.withLock { $0 = text }
             readDone.signal()
         }
         #expect(eventually { host.dump().claims.map(\.state) == ["held", "waiting"] })
         finishWriter.signal()
         readDone.wait()
-        #expect(readValue.get() == "new", "rule 2: the read runs after the write")
+        #expect(readValue.value == "new", "rule 2: the read runs after the write")
     }
 
     @Test func rule06_coordinatorsOfOnePresenterSharePurposeAndDoNotExclude() throws {
@@ -194,12 +195,12 @@ func eventually(_ condition: () -> Bool) -> Bool {
         let domain = self.domain
         let holder = FileCoordinator(domain: domain)
         let waiter = FileCoordinator(domain: domain)
-        let result = Locked2<CoordinationError?>(nil)
+        let result = Locked<CoordinationError?>(nil)
         let done = DispatchSemaphore(value: 0)
         try holder.coordinate(writingItemAt: file) { _ in
             DispatchQueue.global().async {
                 do { try waiter.coordinate(readingItemAt: file) { _ in Issue.record("accessor ran") } } catch {
-                    result.set(error as? CoordinationError)
+                    result.withLock { $0 = error as? CoordinationError }
                 }
                 done.signal()
             }
@@ -207,7 +208,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
             waiter.cancel()
             done.wait()
         }
-        #expect(result.get()?.code == .cancelled)
+        #expect(result.value?.code == .cancelled)
         #expect(throws: CoordinationError(.cancelled, "The coordinator was cancelled.")) {
             try waiter.coordinate(readingItemAt: file) { _ in Issue.record("accessor ran after cancel") }
         }
@@ -327,18 +328,18 @@ func eventually(_ condition: () -> Bool) -> Bool {
         let domain = self.domain
         let waiter = FileCoordinator(domain: domain)
         waiter.deadlines = CoordinationDeadlines(claimWait: .milliseconds(50), presenterAnswer: .seconds(1))
-        let error = Locked2<CoordinationError?>(nil)
+        let error = Locked<CoordinationError?>(nil)
         try FileCoordinator(domain: domain).coordinate(writingItemAt: file) { _ in
             let done = DispatchSemaphore(value: 0)
             DispatchQueue.global().async {
                 do { try waiter.coordinate(writingItemAt: file) { _ in } } catch let failure {
-                    error.set(failure as? CoordinationError)
+                    error.withLock { $0 = failure as? CoordinationError }
                 }
                 done.signal()
             }
             done.wait()
         }
-        #expect(error.get()?.code == .timedOut)
+        #expect(error.value?.code == .timedOut)
     }
 
     @Test func rule39_intentURLFollowsAMove() throws {
@@ -350,12 +351,14 @@ func eventually(_ condition: () -> Bool) -> Bool {
         let mover = FileCoordinator(domain: domain)
         let intent = FileAccessIntent.readingIntent(with: a)
         let granted = DispatchSemaphore(value: 0)
-        let seen = Locked2<(URL, Bool)?>(nil)
+        let seen = Locked<(URL, Bool)?>(nil)
         let queue = OperationQueue()
         try mover.coordinate(writingItemAt: a, options: .forMoving, writingItemAt: b, options: .forReplacing) {
             from, to in
             FileCoordinator(domain: domain).coordinate(with: [intent], queue: queue) { error in
-                seen.set((intent.url, error == nil && FileManager.default.fileExists(atPath: intent.url.path)))
+                seen.withLock {
+                    $0 = (intent.url, error == nil && FileManager.default.fileExists(atPath: intent.url.path))
+                }
                 granted.signal()
             }
             #expect(eventually { host.dump().claims.count == 2 })
@@ -363,8 +366,8 @@ func eventually(_ condition: () -> Bool) -> Bool {
             try mover.item(at: from, didMoveTo: to)
         }
         granted.wait()
-        #expect(seen.get()?.0.lastPathComponent == "b")
-        #expect(seen.get()?.1 == true)
+        #expect(seen.value?.0.lastPathComponent == "b")
+        #expect(seen.value?.1 == true)
     }
 
     @Test func rule47_resolvesSymbolicLink() throws {
@@ -477,7 +480,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         let dir = try temporaryDirectory()
         let queue = OperationQueue()
         let done = DispatchSemaphore(value: 0)
-        let calls = Locked2<Int>(0)
+        let calls = Locked<Int>(0)
         FileCoordinator(domain: domain).coordinate(
             with: [
                 .readingIntent(with: dir.appendingPathComponent("a")),
@@ -486,12 +489,12 @@ func eventually(_ condition: () -> Bool) -> Bool {
             queue: queue
         ) { error in
             #expect(error == nil)
-            calls.set(calls.get() + 1)
+            calls.withLock { $0 += 1 }
             done.signal()
         }
         done.wait()
         queue.waitUntilAllOperationsAreFinished()
-        #expect(calls.get() == 1)
+        #expect(calls.value == 1)
         #expect(eventually { host.dump().claims.isEmpty })
     }
 
@@ -510,7 +513,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
     @Test func rule46_presenterWithoutURLIsRegisteredAfterItsCoordinatorsAccess() throws {
         final class LatePresenter: FilePresenter, @unchecked Sendable {
             // Safe: `url` is only touched under `lock`.
-            private let lock = NSLock()
+            private let lock = Lock()
             private var url: URL?
             let presentedItemOperationQueue = OperationQueue()
             var presentedItemURL: URL? {
@@ -536,7 +539,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
             // Safe: `seen` is only touched under `lock`.
             let presentedItemURL: URL?
             let presentedItemOperationQueue = OperationQueue()
-            private let lock = NSLock()
+            private let lock = Lock()
             private var seen: [String] = []
             init(_ url: URL) { presentedItemURL = url }
             var events: [String] { lock.withLock { seen } }
@@ -574,7 +577,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
             // Safe: `calls` is only touched under `lock`.
             let presentedItemURL: URL?
             let presentedItemOperationQueue = OperationQueue()
-            private let lock = NSLock()
+            private let lock = Lock()
             private var calls: [(String, Bool)] = []
             init(_ url: URL) { presentedItemURL = url }
             var log: [(String, Bool)] { lock.withLock { calls } }
@@ -617,12 +620,12 @@ func eventually(_ condition: () -> Bool) -> Bool {
         let writer = FileCoordinator(domain: domain)
         // Far beyond the polls below: a cancel that waited for the presenter would fail them.
         writer.deadlines = CoordinationDeadlines(claimWait: .seconds(300), presenterAnswer: .seconds(300))
-        let outcome = Locked2<String?>(nil)
+        let outcome = Locked<String?>(nil)
         DispatchQueue.global().async {
             do {
-                try writer.coordinate(writingItemAt: file) { _ in outcome.set("accessor ran") }
+                try writer.coordinate(writingItemAt: file) { _ in outcome.withLock { $0 = "accessor ran" } }
             } catch {
-                outcome.set((error as? CoordinationError)?.code == .cancelled ? "cancelled" : "\(error)")
+                outcome.withLock { $0 = (error as? CoordinationError)?.code == .cancelled ? "cancelled" : "\(error)" }
             }
         }
         #expect(eventually { presenter.events == ["relinquishToWriter"] })
@@ -632,8 +635,8 @@ func eventually(_ condition: () -> Bool) -> Bool {
             cancelled.signal()
         }
         #expect(cancelled.wait(timeout: .now() + 30) == .success, "cancel() returned")
-        #expect(eventually { outcome.get() != nil })
-        #expect(outcome.get() == "cancelled")
+        #expect(eventually { outcome.value != nil })
+        #expect(outcome.value == "cancelled")
         // The message was delivered and stays delivered: nothing retracts it or follows it.
         presenter.presentedItemOperationQueue.waitUntilAllOperationsAreFinished()
         #expect(presenter.events == ["relinquishToWriter"])
@@ -693,17 +696,20 @@ func eventually(_ condition: () -> Bool) -> Bool {
             try await FileCoordinator(domain: domain).coordinate(readingItemAt: file, performing: { _ in 1 })
         }
         #expect(eventually { self.host.dump().claims.map(\.state) == ["held", "waiting"] })
-        let ran = Locked2(false)
-        Task(executorPreference: oneThread) { ran.set(true) }
-        #expect(eventually { ran.get() }, "another task ran on the thread while the claim waited")
+        let ran = Locked(false)
+        Task(executorPreference: oneThread) { ran.withLock { $0 = true } }
+        #expect(eventually { ran.value }, "another task ran on the thread while the claim waited")
         #expect(host.dump().claims.map(\.state) == ["held", "waiting"])
         release.signal()
-        let done = Locked2<Int?>(nil)
+        let done = Locked<Int?>(nil)
         // Not on the cooperative pool: this blocking body waits for it, and other suites' blocking
         // bodies can hold both pool threads for longer than the deadline (TestScheduling's rule;
         // it failed that way once in CI's ThreadSanitizer run, 2026-12-01).
-        Task(executorPreference: BlockingTestExecutor.unbounded) { done.set(try? await waiting.value) }
-        #expect(eventually { done.get() == 1 })
+        Task(executorPreference: BlockingTestExecutor.unbounded) {
+            let value = try? await waiting.value
+            done.withLock { $0 = value }
+        }
+        #expect(eventually { done.value == 1 })
     }
 
     @Test func rule43_willMoveToSendsNothing() throws {
@@ -762,14 +768,4 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(domain.filePresenters.isEmpty)
         #expect(host.dump().presenters.isEmpty)
     }
-}
-
-/// A tiny lock-protected box for test bookkeeping across threads.
-final class Locked2<Value>: @unchecked Sendable {
-    // Safe: `value` is only touched under `lock`.
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func get() -> Value { lock.withLock { value } }
-    func set(_ newValue: Value) { lock.withLock { value = newValue } }
 }

@@ -3,6 +3,7 @@
 // others keep being served, and claims taken on behalf of kernel callers.
 import FileCoordination
 import Foundation
+import SystemSupport
 import TestSupport
 import Testing
 
@@ -97,7 +98,7 @@ func decodeFrame(_ frame: [UInt8]) throws -> WireMessage {
             40 22 0:35 / /mnt/cloud\\040drive rw,nosuid,nodev - fuse.providerfs providerfs rw,user_id=0
             41 22 0:36 / /mnt/other rw - fuse.sshfs host: rw
             """
-        #expect(CoordinationServer.providerMountPoints(mountInfo: text) == ["/mnt/cloud drive"])
+        #expect(CoordinationServer.providerMountPoints(in: MountTable.parse(text)) == ["/mnt/cloud drive"])
         let a = CoordinationServer.socketPath(
             forMountPoint: "/mnt/cloud drive", environment: ["PROVIDERFS_RUNTIME_DIR": "/r"])
         let b = CoordinationServer.socketPath(
@@ -289,7 +290,7 @@ final class EmbeddedServer: @unchecked Sendable {
 /// Records grants, for host-level tests.
 final class GrantRecorder: ArbiterSink, @unchecked Sendable {
     // Safe: `grants` is only touched under `lock`.
-    private let lock = NSLock()
+    private let lock = Lock()
     private var grants: [ClaimID] = []
     var grantedClaims: [ClaimID] { lock.withLock { grants } }
     func granted(_ claim: ClaimID, paths: [String]) { lock.withLock { grants.append(claim) } }
@@ -304,7 +305,7 @@ final class GrantRecorder: ArbiterSink, @unchecked Sendable {
         let host = ArbiterHost()
         let sink = GrantRecorder()
         let owner = host.addOwner(sink)
-        let lookups = Locked2(0)
+        let lookups = Locked(0)
         func request(_ local: UInt64, _ kind: AccessKind, pid: Int32) -> ClaimRequest {
             ClaimRequest(
                 id: ClaimID(owner: owner, local: local), pid: pid, purpose: "p\(local)",
@@ -312,17 +313,17 @@ final class GrantRecorder: ArbiterSink, @unchecked Sendable {
                 presenterTimeout: 1_000_000_000)
         }
         let ancestry = { () -> [Int32] in
-            lookups.set(lookups.get() + 1)
+            lookups.withLock { $0 += 1 }
             return [200, 100]
         }
         // No claim anywhere: granted without asking.
         host.submit(request(1, .read, pid: 300), ancestry: ancestry)
-        #expect(lookups.get() == 0)
+        #expect(lookups.value == 0)
         host.release(ClaimID(owner: owner, local: 1))
         // A write held by process 100; its descendant 200 asks: ancestry is read and lets it through.
         host.submit(request(2, .write, pid: 100), ancestry: { [] })
         host.submit(request(3, .read, pid: 200), ancestry: ancestry)
-        #expect(lookups.get() == 1)
+        #expect(lookups.value == 1)
         #expect(sink.grantedClaims.map(\.local) == [1, 2, 3])
         host.release(ClaimID(owner: owner, local: 2))
         host.release(ClaimID(owner: owner, local: 3))
