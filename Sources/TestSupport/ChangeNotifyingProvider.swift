@@ -1,4 +1,4 @@
-// A provider that pushes changes (ChangeNotifying) under the test's control: `report` voids the
+// A provider that pushes changes (`.changeNotifying`) under the test's control: `report` voids the
 // tokens of the directories it names (every token for nil) and hands the changes to the observer
 // on the calling thread, as a real provider's watcher would soon after the change.
 

@@ -23,7 +23,8 @@ struct CacheTwinTests {
         provider.addDirectory("d")
         let names = ["a", "b", "c", "d/e", "d/f"]
         for name in ["a", "d/e"] { provider.putFile(name, .ramp(seed: 1, size: 5_000)) }
-        // Not behind the fault plan: the wrapper is not `ImmediateMetadata`.
+        // Straight over the in-memory provider (`.immediateMetadata`); the fault wrapper's `itemNow` is
+        // checked against `item(for:)` by ImmediateMetadataTwinTests.
         let cache = try ProviderCache(
             provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
             options: fixture.options)
