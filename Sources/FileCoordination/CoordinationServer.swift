@@ -35,8 +35,8 @@ package final class CoordinationServer: @unchecked Sendable {
     private let control = Locked(Control())
     private let finishedSignal = DispatchSemaphore(value: 0)
     private var listenFD: Int32 = -1
-    private let wakeFD: Int32
-    private let wakeWriteFD: Int32
+    /// Wakes the poll loop from other threads.
+    private let wakePipe = WakePipe()
     private var sessions: [Int32: ClientSession] = [:]
     private let loopThread = Locked<pthread_t?>(nil)
     private var cleanupPaths: [String] = []
@@ -57,22 +57,10 @@ package final class CoordinationServer: @unchecked Sendable {
         self.idleExit = idleExit
         self.helloTimeout = helloTimeout
         self.logger = log
-        // A self-pipe wakes the poll loop (eventfd is not visible through the Glibc module).
-        var ends: [Int32] = [-1, -1]
-        if pipe(&ends) == 0 {
-            for end in ends {
-                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(end, F_SETFL, O_NONBLOCK)
-            }
-        }
-        wakeFD = ends[0]
-        wakeWriteFD = ends[1]
     }
 
     deinit {
         if listenFD >= 0 { close(listenFD) }
-        close(wakeFD)
-        close(wakeWriteFD)
     }
 
     // MARK: Life cycle
@@ -116,10 +104,7 @@ package final class CoordinationServer: @unchecked Sendable {
         finishedSignal.signal()
     }
 
-    private func wake() {
-        var one: UInt8 = 1
-        _ = write(wakeWriteFD, &one, 1)
-    }
+    private func wake() { wakePipe.wake() }
 
     private var onLoopThread: Bool {
         guard let loop = loopThread.withLock({ $0 }) else { return false }
@@ -213,7 +198,7 @@ package final class CoordinationServer: @unchecked Sendable {
         while !control.withLock({ $0.stopRequested }) {
             fds.removeAll(keepingCapacity: true)
             order.removeAll(keepingCapacity: true)
-            fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
+            fds.append(pollfd(fd: wakePipe.descriptor, events: Int16(POLLIN), revents: 0))
             fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
             for (fd, session) in sessions {
                 var events = Int16(POLLIN)
@@ -236,10 +221,7 @@ package final class CoordinationServer: @unchecked Sendable {
             }
             let ready = poll(&fds, nfds_t(fds.count), timeout)
             if ready < 0 && errno != EINTR { break }
-            if fds[0].revents != 0 {
-                var drain = [UInt8](repeating: 0, count: 256)
-                _ = drain.withUnsafeMutableBytes { read(wakeFD, $0.baseAddress, $0.count) }
-            }
+            if fds[0].revents != 0 { wakePipe.drain() }
             if fds[1].revents & Int16(POLLIN) != 0 { acceptAll() }
             for (index, fd) in order.enumerated() {
                 guard let session = sessions[fd] else { continue }

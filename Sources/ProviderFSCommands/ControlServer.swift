@@ -50,8 +50,8 @@ final class ControlServer: @unchecked Sendable {
     private let control = Locked(Control())
     private let finished = DispatchSemaphore(value: 0)
     private var listenFD: Int32 = -1
-    private let wakeFD: Int32
-    private let wakeWriteFD: Int32
+    /// Wakes the poll loop from other threads.
+    private let wakePipe = WakePipe()
 
     private final class Session {
         let fd: Int32
@@ -88,21 +88,10 @@ final class ControlServer: @unchecked Sendable {
         self.allowedUID = allowedUID
         self.limits = limits
         self.logger = log
-        var ends: [Int32] = [-1, -1]
-        if pipe(&ends) == 0 {
-            for end in ends {
-                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(end, F_SETFL, O_NONBLOCK)
-            }
-        }
-        wakeFD = ends[0]
-        wakeWriteFD = ends[1]
     }
 
     deinit {
         if listenFD >= 0 { close(listenFD) }
-        close(wakeFD)
-        close(wakeWriteFD)
     }
 
     // MARK: Life cycle
@@ -137,10 +126,7 @@ final class ControlServer: @unchecked Sendable {
     var connectionCount: Int { connectionCountValue.withLock { $0 } }
     private let connectionCountValue = Locked(0)
 
-    private func wake() {
-        var one: UInt8 = 1
-        _ = write(wakeWriteFD, &one, 1)
-    }
+    private func wake() { wakePipe.wake() }
 
     private func post(_ frame: [UInt8], to session: UInt64) {
         control.withLock { $0.outbox.append((session, frame)) }
@@ -155,7 +141,7 @@ final class ControlServer: @unchecked Sendable {
         while !control.withLock({ $0.stopRequested }) {
             fds.removeAll(keepingCapacity: true)
             order.removeAll(keepingCapacity: true)
-            fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
+            fds.append(pollfd(fd: wakePipe.descriptor, events: Int16(POLLIN), revents: 0))
             fds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
             for (fd, session) in sessions {
                 var events: Int16 = 0
@@ -166,10 +152,7 @@ final class ControlServer: @unchecked Sendable {
             }
             let ready = poll(&fds, nfds_t(fds.count), pollTimeout())
             if ready < 0 && errno != EINTR { break }
-            if fds[0].revents != 0 {
-                var drain = [UInt8](repeating: 0, count: 256)
-                _ = drain.withUnsafeMutableBytes { read(wakeFD, $0.baseAddress, $0.count) }
-            }
+            if fds[0].revents != 0 { wakePipe.drain() }
             deliverOutbox()
             if fds[1].revents & Int16(POLLIN) != 0 { acceptAll() }
             for (index, fd) in order.enumerated() {
