@@ -60,7 +60,7 @@ public final class Lock: @unchecked Sendable {
 ///
 /// One allocation holds both the state and its pthread mutex (a `Lock` object would add two:
 /// itself and its mutex), so a `Locked` is cheap enough for objects made on every coordination
-/// (D-123). Copies share the same state and lock.
+/// (D-123, D-007). Copies share the same state and lock.
 public struct Locked<State>: @unchecked Sendable {
     // Safe: the state is only read or written while the storage's mutex is held.
     @usableFromInline let storage: LockedStorage<State>
