@@ -90,6 +90,10 @@ let package = Package(
                 "ProviderFSCommands", "FileCoordination", "VirtualFileSystem", "ProviderCache", "ProviderModel",
                 "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
             ]),
+        // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe.
+        .testTarget(
+            name: "FUSEAdapterTests",
+            dependencies: ["FUSEAdapter", "VirtualFileSystem", "SystemSupport", "Diagnostics", "TestSupport"]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
         .testTarget(
             name: "MountTests",

@@ -24,8 +24,10 @@ final class Dispatcher: Sendable {
     /// Called once, from the INIT callback, when the kernel connection is established.
     let onInitialized: @Sendable () -> Void
 
+    /// `passthrough`: tests without /dev/fuse pass their own (fake backing files); else it is made
+    /// from `options`.
     init(
-        fileSystem: any FileSystem, options: FUSEMountOptions, logger: Logger,
+        fileSystem: any FileSystem, options: FUSEMountOptions, logger: Logger, passthrough: Passthrough? = nil,
         onInitialized: @escaping @Sendable () -> Void
     ) {
         self.fileSystem = fileSystem
@@ -33,8 +35,10 @@ final class Dispatcher: Sendable {
         self.options = options
         self.logger = logger
         self.onInitialized = onInitialized
-        passthrough = Passthrough(
-            requested: options.passthrough, logger: logger, simulatedFailure: options.simulatedBackingFailure)
+        self.passthrough =
+            passthrough
+            ?? Passthrough(
+                requested: options.passthrough, logger: logger, simulatedFailure: options.simulatedBackingFailure)
     }
 
     static func from(_ request: fuse_req_t?) -> Dispatcher {

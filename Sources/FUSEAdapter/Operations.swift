@@ -154,10 +154,7 @@ extension Dispatcher {
             dispatcher.respond(
                 request, "open",
                 work: { fs, context throws(FileSystemError) in
-                    let opened = try await fs.open(InodeNumber(inode), flags: flags, context: context)
-                    // A direct-I/O handle is never passed through (its reads are meant for us).
-                    let servedFrom = opened.directIO ? nil : opened.servedFrom
-                    return try await dispatcher.decidePassthrough(InodeNumber(inode), opened, servedFrom: servedFrom)
+                    try await dispatcher.open(fs, InodeNumber(inode), flags: flags, context: context)
                 }, reply: reply)
         }
 
@@ -375,6 +372,16 @@ extension Dispatcher {
             await fileSystem.release(inode, handle: opened.handle)
             throw FileSystemError(.busy, reason)
         }
+    }
+
+    /// The async open and its passthrough decision (what `openNow` leaves to a task).
+    func open(
+        _ fileSystem: any FileSystem, _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
+    ) async throws(FileSystemError) -> DecidedOpen {
+        let opened = try await fileSystem.open(inode, flags: flags, context: context)
+        // A direct-I/O handle is never passed through (its reads are meant for us).
+        let servedFrom = opened.directIO ? nil : opened.servedFrom
+        return try await decidePassthrough(inode, opened, servedFrom: servedFrom)
     }
 
     /// The fast path's open and its passthrough decision. A decision that cannot be made at once

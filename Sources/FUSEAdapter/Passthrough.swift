@@ -73,6 +73,23 @@ enum PassthroughDecision: Equatable, Sendable {
     case conflict(String)
 }
 
+/// The two effects of a passthrough decision on the kernel: registering a backing file
+/// (FUSE_DEV_IOC_BACKING_OPEN) and giving its id back (FUSE_DEV_IOC_BACKING_CLOSE). `kernel` is the
+/// real one; tests without /dev/fuse put their own in (FUSEAdapterTests).
+struct BackingFiles: Sendable {
+    /// Registers `path` on the session's `device`; `simulatedFailure` (tests) fails with that
+    /// errno after opening the file. Returns the backing id.
+    var register: @Sendable (_ path: String, _ device: Int32, _ simulatedFailure: Int32?) -> Result<Int32, Errno>
+    /// Gives `backingID` back on `device`; the error when the kernel refused.
+    var close: @Sendable (_ backingID: Int32, _ device: Int32) -> Errno?
+
+    static let kernel = BackingFiles(
+        register: { path, device, simulatedFailure in
+            Passthrough.registerBacking(path, device: device, simulatedFailure: simulatedFailure)
+        },
+        close: { backingID, device in Passthrough.closeBacking(backingID, device: device) })
+}
+
 /// Negotiates passthrough with the kernel and decides, per open, whether the kernel serves the
 /// handle's reads from its backing file. Thread-safe; the hooks run on libfuse threads and on
 /// whichever thread sends a reply.
@@ -81,6 +98,12 @@ final class Passthrough: Sendable {
     private let pool: BlockingIOPool
     /// Tests: registrations fail with this errno without asking the kernel.
     private let simulatedFailure: Int32?
+    /// Registers and closes backing files (`BackingFiles.kernel` outside tests).
+    private let backing: BackingFiles
+    /// How often, and how long apart, `decide` asks again after a conflict (a RELEASE may be on
+    /// its way); 5 × 20 ms outside tests.
+    private let conflictRetries: Int
+    private let conflictRetryDelay: Duration
     private let deviceFD = Atomic<Int32>(-1)
     /// The INIT request's `unique` is in `state.initUnique`; this says whether one is pending, so
     /// that other replies need no lock.
@@ -122,10 +145,16 @@ final class Passthrough: Sendable {
         var daemonOpens = 0
     }
 
-    init(requested: Bool, logger: Logger, pool: BlockingIOPool = .shared, simulatedFailure: Int32? = nil) {
+    init(
+        requested: Bool, logger: Logger, pool: BlockingIOPool = .shared, simulatedFailure: Int32? = nil,
+        backing: BackingFiles = .kernel, conflictRetries: Int = 5, conflictRetryDelay: Duration = .milliseconds(20)
+    ) {
         self.logger = logger
         self.pool = pool
         self.simulatedFailure = simulatedFailure
+        self.backing = backing
+        self.conflictRetries = conflictRetries
+        self.conflictRetryDelay = conflictRetryDelay
         if !requested {
             state.withLock { $0.availability = .unavailable("turned off for this mount (--no-passthrough)") }
         }
@@ -147,6 +176,59 @@ final class Passthrough: Sendable {
             case .unavailable(let reason):
                 return "passthrough: not used (\(reason))"
             }
+        }
+    }
+
+    // MARK: Tests without /dev/fuse
+
+    /// Puts the connection where a successful INIT negotiation puts it (`.active`: backing files
+    /// may be registered), for tests that have no /dev/fuse to negotiate on. Unlike INIT, it also
+    /// turns passthrough back on after `disable` or a registration failure turned it off, so that a
+    /// test can go back and forth.
+    func activateForTesting() { state.withLock { $0.availability = .active } }
+
+    /// The bookkeeping as plain values, for tests comparing two instances.
+    struct Bookkeeping: Equatable, CustomStringConvertible {
+        /// "awaiting INIT", "active" or "unavailable: <reason>".
+        var availability: String
+        /// Per node: "daemon ×N" or "kernel <path> #<backing id> ×N".
+        var nodes: [UInt64: String]
+        /// Node of every counted handle.
+        var handles: [UInt64: UInt64]
+        /// Backing ids waiting for their OPEN reply.
+        var replies: [UInt64: Int32]
+        /// The backing ids the nodes in passthrough mode hold (registered and not closed).
+        var backingIDs: Set<Int32>
+        var kernelOpens: Int
+        var daemonOpens: Int
+
+        var description: String {
+            "\(availability); nodes \(nodes.sorted { $0.key < $1.key }); handles \(handles.sorted { $0.key < $1.key }); "
+                + "replies \(replies.sorted { $0.key < $1.key }); opens: \(kernelOpens) kernel, \(daemonOpens) daemon"
+        }
+    }
+
+    func bookkeeping() -> Bookkeeping {
+        state.withLock { state in
+            let availability: String
+            switch state.availability {
+            case .awaitingInit: availability = "awaiting INIT"
+            case .active: availability = "active"
+            case .unavailable(let reason): availability = "unavailable: \(reason)"
+            }
+            return Bookkeeping(
+                availability: availability,
+                nodes: state.nodes.mapValues { mode in
+                    switch mode {
+                    case .daemon(let handles): "daemon ×\(handles)"
+                    case .kernel(let path, let backingID, let handles): "kernel \(path) #\(backingID) ×\(handles)"
+                    }
+                }, handles: state.handles, replies: state.replies,
+                backingIDs: Set(
+                    state.nodes.values.compactMap { mode -> Int32? in
+                        guard case .kernel(_, let backingID, _) = mode else { return nil }
+                        return backingID
+                    }), kernelOpens: state.kernelOpens, daemonOpens: state.daemonOpens)
         }
     }
 
@@ -310,9 +392,9 @@ final class Passthrough: Sendable {
         var attempt = 0
         while true {
             let decision = await decideOnce(node: node, handle: handle, servedFrom: servedFrom)
-            guard case .conflict = decision, attempt < 5 else { return decision }
+            guard case .conflict = decision, attempt < conflictRetries else { return decision }
             attempt += 1
-            do { try await Task.sleep(for: .milliseconds(20)) } catch { return decision }
+            do { try await Task.sleep(for: conflictRetryDelay) } catch { return decision }
         }
     }
 
@@ -324,8 +406,7 @@ final class Passthrough: Sendable {
         switch decisionStep(node: node, handle: handle, servedFrom: servedFrom) {
         case .decided(let decided): decision = decided
         case .register(let path):
-            let registered = Self.registerBacking(
-                path, device: deviceFD.load(ordering: .acquiring), simulatedFailure: simulatedFailure)
+            let registered = backing.register(path, deviceFD.load(ordering: .acquiring), simulatedFailure)
             decision = settle(node: node, handle: handle, path: path, registered: registered)
         }
         if case .conflict = decision { return nil }
@@ -344,9 +425,8 @@ final class Passthrough: Sendable {
         case .register(let path):
             let device = deviceFD.load(ordering: .acquiring)
             let simulated = simulatedFailure
-            let registered = await pool.run { () -> Result<Int32, Errno> in
-                Self.registerBacking(path, device: device, simulatedFailure: simulated)
-            }
+            let register = backing.register
+            let registered = await pool.run { () -> Result<Int32, Errno> in register(path, device, simulated) }
             return settle(node: node, handle: handle, path: path, registered: registered)
         }
     }
@@ -468,8 +548,9 @@ final class Passthrough: Sendable {
 
     /// Opens `path` read-only and registers it with the kernel; the kernel keeps its own reference,
     /// so the descriptor is closed at once. Returns the backing id.
-    private static func registerBacking(_ path: String, device: Int32, simulatedFailure: Int32?) -> Result<Int32, Errno>
-    {
+    fileprivate static func registerBacking(
+        _ path: String, device: Int32, simulatedFailure: Int32?
+    ) -> Result<Int32, Errno> {
         guard device >= 0 else { return .failure(.badFileDescriptor) }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return .failure(.current) }
@@ -481,11 +562,15 @@ final class Passthrough: Sendable {
         return id > 0 ? .success(id) : .failure(id < 0 ? .current : .invalidArgument)
     }
 
-    private func closeBacking(_ backingID: Int32) {
-        let device = deviceFD.load(ordering: .acquiring)
+    /// Gives a backing id back to the kernel (the node's last passthrough handle is gone).
+    fileprivate static func closeBacking(_ backingID: Int32, device: Int32) -> Errno? {
         var id = UInt32(bitPattern: backingID)
-        if ioctl(device, FUSEKernelABI.backingClose, &id) != 0 {
-            logger.warning("passthrough: closing backing id \(backingID) failed: \(Errno.current)")
+        return ioctl(device, FUSEKernelABI.backingClose, &id) != 0 ? .current : nil
+    }
+
+    private func closeBacking(_ backingID: Int32) {
+        if let error = backing.close(backingID, deviceFD.load(ordering: .acquiring)) {
+            logger.warning("passthrough: closing backing id \(backingID) failed: \(error)")
         }
     }
 
