@@ -399,7 +399,12 @@ extension Dispatcher {
             case .daemon?: return .success(DecidedOpen(opened: opened, passthrough: false))
             case .kernel?: return .success(DecidedOpen(opened: opened, passthrough: true))
             case .conflict?, nil:
-                _ = fastPath.releaseNow(inode, handle: opened.handle)
+                // Given back at once when the file system can; otherwise the async way, so a
+                // release that would wait never leaks the handle.
+                if fastPath.releaseNow(inode, handle: opened.handle) == nil {
+                    let fileSystem = self.fileSystem
+                    Task { await fileSystem.release(inode, handle: opened.handle) }
+                }
                 return nil
             }
         }

@@ -28,6 +28,34 @@ import Glibc
 
 @Suite("Fast path twins: Dispatcher.openNow is the async open")
 struct OpenTwinTests {
+    /// A refused passthrough decision gives the fast open's handle back even when the file
+    /// system's `releaseNow` declines: then the async release does it.
+    @Test("a declined openNow gives its handle back through the async release when releaseNow declines")
+    func declinedOpenReleasesAsyncWhenReleaseNowDeclines() async throws {
+        let kernel = FakeKernel()
+        let fileSystem = ScriptedFileSystem()
+        let passthrough = Passthrough(
+            requested: true, logger: Logger(label: "open-twin"), backing: kernel.backing, conflictRetries: 1,
+            conflictRetryDelay: .zero)
+        passthrough.activateForTesting()
+        let dispatcher = Dispatcher(
+            fileSystem: fileSystem, options: FUSEMountOptions(), logger: Logger(label: "open-twin"),
+            passthrough: passthrough
+        ) {}
+        let inode = InodeNumber(2)
+        fileSystem.set(inode, ScriptedFileSystem.File(servedFrom: "/cache/a"))
+        let first = dispatcher.openNow(fileSystem, inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(first.map(OpenTwinRun.Answer.init) == .success(FileHandleID(1), passthrough: true))
+        // A newer version served from another file while the first handle is passed through.
+        fileSystem.set(inode, ScriptedFileSystem.File(servedFrom: "/cache/b"))
+        fileSystem.immediateRelease = false
+        #expect(dispatcher.openNow(fileSystem, inode, flags: OpenFlags(rawValue: 0), context: .kernel) == nil)
+        // The refused open's handle (2) is given back by a task: wait for it, with a deadline.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while fileSystem.handles.count > 1 && ContinuousClock.now < deadline { await Task.yield() }
+        #expect(fileSystem.handles == [1: 2])
+    }
+
     @Test("openNow answers what the async open answers and declines only what it must")
     func openNowAgreesWithOpen() async throws {
         let baseSeed = SeededRandom.seedFromEnvironment()
@@ -227,6 +255,8 @@ final class ScriptedFileSystem: FileSystem, FileSystemFastPath {
     private struct State {
         var files: [InodeNumber: File] = [:]
         var immediate = true
+        /// Whether `releaseNow` answers (while `immediate`); false: every release goes the async way.
+        var immediateRelease = true
         var handles: [FileHandleID: InodeNumber] = [:]
     }
 
@@ -237,6 +267,10 @@ final class ScriptedFileSystem: FileSystem, FileSystemFastPath {
     var immediate: Bool {
         get { state.withLock { $0.immediate } }
         set { state.withLock { $0.immediate = newValue } }
+    }
+    var immediateRelease: Bool {
+        get { state.withLock { $0.immediateRelease } }
+        set { state.withLock { $0.immediateRelease = newValue } }
     }
     /// Open handles, by number.
     var handles: [UInt64: UInt64] {
@@ -274,7 +308,7 @@ final class ScriptedFileSystem: FileSystem, FileSystemFastPath {
     }
 
     func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>? {
-        guard immediate else { return nil }
+        guard immediate, immediateRelease else { return nil }
         releaseFile(handle)
         return .success(())
     }
