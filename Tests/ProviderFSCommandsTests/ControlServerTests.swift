@@ -82,13 +82,14 @@ struct ServerFixture {
     }
 }
 
-/// A raw client: bytes in, frames out, with a receive deadline.
+/// A raw client: bytes in, frames out, with a receive deadline (30 s by default: generous, since
+/// with four compilers on two cores a reply once took over 5 s; a passing run never waits it out).
 final class RawClient {
     let fd: Int32
     /// Bytes received and not yet returned (two replies may arrive in one recv).
     private var reader = ControlFrameReader()
 
-    init(_ path: String, timeout: Int = 5) throws {
+    init(_ path: String, timeout: Int = 30) throws {
         fd = try UnixSocket.connect(path)
         var limit = timeval(tv_sec: timeout, tv_usec: 0)
         _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
@@ -334,11 +335,11 @@ extension RawClient.Received {
         do {
             let leaving = try RawClient(fixture.socketPath)
             leaving.send(ControlProtocol.requestFrame(id: 1, .download(path: "slow")))
-            let deadline = ContinuousClock.now + .seconds(5)
+            let deadline = ContinuousClock.now + .seconds(30)
             while fixture.handler.slowStarted == 0 && ContinuousClock.now < deadline { usleep(1000) }
             #expect(fixture.handler.slowStarted == 1)
         }  // closed here, its request still running
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + .seconds(30)
         while fixture.server.connectionCount > 0 && ContinuousClock.now < deadline { usleep(1000) }
         #expect(fixture.server.connectionCount == 0, "the connection is closed while its request runs")
         fixture.handler.release()  // the reply has nowhere to go
