@@ -373,6 +373,10 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
     // Safe: the mutable `fd`, `position`, `buffer`, `window` and the two refusal flags are only
     // touched while `lock` is held.
     private let lock = Lock()
+    /// Jobs running on the pool, and whether `close` was asked meanwhile: `close` never waits for
+    /// a job (a source read can block for as long as the source hangs, and the cache calls
+    /// `close` once its deadline has passed); the last job closes the descriptor instead.
+    private let jobs = Locked<(running: Int, closeRequested: Bool)>((0, false))
     private var fd: Int32
     private var position: Int64
     /// The copy buffer of `transfer` when the source cannot be mapped (allocated once).
@@ -414,7 +418,7 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
 
     func next(maximumLength: Int) async throws -> [UInt8]? {
         try Task.checkCancellation()
-        return try await LocalIO.run { () throws -> [UInt8]? in
+        return try await runJob { () throws -> [UInt8]? in
             try self.lock.withLock { () throws -> [UInt8]? in
                 guard self.fd >= 0, self.position < self.end else { return nil }
                 try self.checkVersionLocked()
@@ -449,7 +453,7 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
         delivered: @escaping @Sendable (Int) -> Bool
     ) async throws -> Int? {
         try Task.checkCancellation()
-        return try await LocalIO.run { () throws -> Int? in
+        return try await runJob { () throws -> Int? in
             try self.lock.withLock { () throws -> Int? in
                 guard self.fd >= 0, self.position < self.end else { return nil }
                 try self.checkVersionLocked()
@@ -607,7 +611,37 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
         ProviderError(.io, "copy of \(identifier) failed: \(error.message)", errno: error.rawValue)
     }
 
+    /// Runs `body` on the provider's pool as a job of this stream (nil once the stream is closed).
+    private func runJob<T: Sendable>(_ body: @escaping @Sendable () throws -> T?) async throws -> T? {
+        try await LocalIO.run { () throws -> T? in
+            let open = self.jobs.withLock { jobs -> Bool in
+                if jobs.closeRequested { return false }
+                jobs.running += 1
+                return true
+            }
+            guard open else { return nil }
+            defer {
+                let closeNow = self.jobs.withLock { jobs -> Bool in
+                    jobs.running -= 1
+                    return jobs.running == 0 && jobs.closeRequested
+                }
+                if closeNow { self.closeDescriptor() }
+            }
+            return try body()
+        }
+    }
+
+    /// Stops the stream at once: the descriptor is closed now, or by the job still running when
+    /// that job ends (its result is then not used).
     func close() {
+        let closeNow = jobs.withLock { jobs -> Bool in
+            jobs.closeRequested = true
+            return jobs.running == 0
+        }
+        if closeNow { closeDescriptor() }
+    }
+
+    private func closeDescriptor() {
         lock.withLock {
             unmapWindow()
             if fd >= 0 {

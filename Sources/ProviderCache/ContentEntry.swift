@@ -291,7 +291,11 @@ public final class ContentEntry: Sendable {
                 // us each verified step on its own thread: the bytes are marked present and their
                 // readers resumed at once, with no thread hop per step (D-219).
                 let at = position
-                let outcome = Locked<(position: Int64, retarget: Bool)>((at, false))
+                // `abandoned`: the deadline passed (or the transfer failed) and this fetch has
+                // ended; a step the stream still finishes later (a source read that blocked past
+                // the deadline) is then not delivered: the fetch's state is gone, and its bytes
+                // are fetched again. The stream's job keeps this entry, and so its file, alive.
+                let outcome = Locked<(position: Int64, retarget: Bool, abandoned: Bool)>((at, false, false))
                 let placed: Int?
                 do {
                     placed = try await withDeadline(options.stallTimeout, on: environment.timeline) {
@@ -299,15 +303,20 @@ public final class ContentEntry: Sendable {
                             to: file.fd, at: at, firstStep: length, step: options.chunkSize,
                             maximumLength: Int(min(Int64(options.directBatchSize), target.upperBound - at))
                         ) { count in
-                            let start = outcome.withLock { $0.position }
-                            let step = start..<min(target.upperBound, start + Int64(count))
-                            let retarget = self.deliver(step, fetchStartedAt: startedAt)
-                            outcome.withLock { $0 = (step.upperBound, retarget) }
-                            return !retarget
+                            outcome.withLock { outcome -> Bool in
+                                guard !outcome.abandoned else { return false }
+                                let step = outcome.position..<min(target.upperBound, outcome.position + Int64(count))
+                                outcome.retarget = self.deliver(step, fetchStartedAt: startedAt)
+                                outcome.position = step.upperBound
+                                return !outcome.retarget
+                            }
                         }
                     }
                 } catch {
-                    let reached = outcome.withLock { $0.position }
+                    let reached = outcome.withLock { outcome -> Int64 in
+                        outcome.abandoned = true
+                        return outcome.position
+                    }
                     return .failed(file.transferFailure(error), progress: progress || reached > at)
                 }
                 let (reached, retarget) = outcome.withLock { ($0.position, $0.retarget) }

@@ -9,6 +9,7 @@ import Diagnostics
 import FUSEAdapter
 import FileCoordination
 import Foundation
+import ProviderCache
 import ProviderModel
 import SystemSupport
 import VirtualFileSystem
@@ -22,7 +23,8 @@ struct MountCommand: CLICommand {
     static let summary = "mount a provider (a directory, or the demo) as a FUSE file system"
     static let usage = """
         providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
-                         [--allow-other] [--no-passthrough] [--ready-timeout DURATION]
+                         [--allow-other] [--no-passthrough] [--stall-timeout DURATION]
+                         [--ready-timeout DURATION]
         """
 
     /// Free space the cache directory needs before we mount (SQLite, range maps, first downloads).
@@ -37,6 +39,9 @@ struct MountCommand: CLICommand {
         var allowOther: Bool
         /// Let the kernel serve reads of materialized files from the cache (FUSE passthrough).
         var passthrough = true
+        /// How long a download may deliver nothing before its readers get ETIMEDOUT (nil: the
+        /// cache's default, `CacheOptions.stallTimeout`).
+        var stallTimeout: Duration?
     }
 
     struct Output: Encodable {
@@ -56,6 +61,10 @@ struct MountCommand: CLICommand {
         let allowOther = try arguments.flag("--allow-other")
         let noPassthrough = try arguments.flag("--no-passthrough")
         let readyTimeout = try arguments.duration("--ready-timeout") ?? .seconds(60)
+        let stallTimeout = try arguments.duration("--stall-timeout")
+        if let stallTimeout, stallTimeout < .milliseconds(1) {
+            throw UsageError("providerfs mount: --stall-timeout must be at least 1ms.")
+        }
         // Internal: the write end of the readiness pipe, passed by the background parent.
         let readyFD = try arguments.option("--ready-fd").map { text throws(UsageError) -> Int32 in
             guard let fd = Int32(text), fd > 2 else { throw UsageError("providerfs mount: bad --ready-fd '\(text)'.") }
@@ -73,6 +82,7 @@ struct MountCommand: CLICommand {
                 demo: demo, source: sourceArgument, mountpoint: mountpointArgument, cache: cacheArgument,
                 log: logArgument, allowOther: allowOther)
             plan.passthrough = !noPassthrough
+            plan.stallTimeout = stallTimeout
             if foreground {
                 return try await serve(plan, reporter: reporter, io: io)
             }
@@ -81,6 +91,13 @@ struct MountCommand: CLICommand {
             reporter.fail(failure.message)
             throw failure
         }
+    }
+
+    /// `duration` as the daemon's command line gives it back to `parseDuration`: whole
+    /// milliseconds (the finest unit a duration is written in), at least 1.
+    static func durationArgument(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        return "\(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))ms"
     }
 
     /// Resolves paths and checks everything that can be checked before mounting.
@@ -169,8 +186,11 @@ struct MountCommand: CLICommand {
             server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
         let fileSystem: any FileSystem
         do {
+            var fileSystemOptions = FileSystemOptions()
+            if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
             fileSystem = try MountComposition.makeFileSystem(
-                source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, claims: claims)
+                source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
+                claims: claims)
         } catch {
             throw CommandFailure("cannot open the provider: \(error.message)")
         }
@@ -248,6 +268,9 @@ struct MountCommand: CLICommand {
         if plan.demo { arguments.removeAll { $0 == "--source=\(plan.source)" } }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }
+        if let stallTimeout = plan.stallTimeout {
+            arguments.append("--stall-timeout=" + durationArgument(stallTimeout))
+        }
 
         let pid: pid_t
         do {

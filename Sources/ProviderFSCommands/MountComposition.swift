@@ -22,16 +22,18 @@ package enum MountComposition {
     /// directory, under `UserDirectories.demoSource`) with the faults its manifest names;
     /// otherwise `source`.
     static func makeFileSystem(
-        source: String, cacheDirectory: String, demo: Bool, claims: any ReadClaimProvider = NoReadClaims()
+        source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
+        claims: any ReadClaimProvider = NoReadClaims()
     ) throws(FileSystemError)
         -> any FileSystem
     {
         if demo {
             return try makeDemo(
-                demoDirectory: UserDirectories.demoSource, cacheDirectory: cacheDirectory, claims: claims
+                demoDirectory: UserDirectories.demoSource, cacheDirectory: cacheDirectory, options: options,
+                claims: claims
             ).0
         }
-        return try makeFileSystem(source: source, cacheDirectory: cacheDirectory, claims: claims)
+        return try makeFileSystem(source: source, cacheDirectory: cacheDirectory, options: options, claims: claims)
     }
 
     /// A file system serving `source` (a local directory acting as the remote; never modified),

@@ -40,6 +40,8 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--allow-other")
         } else if option == "no_passthrough" {
             result.append("--no-passthrough")
+        } else if option.hasPrefix("stall_timeout=") {
+            result.append("--stall-timeout=" + option.dropFirst("stall_timeout=".count))
         }
     }
     result.append(mountpoint)

@@ -1,3 +1,4 @@
+import SystemSupport
 import TestScheduling
 import Testing
 
@@ -19,6 +20,19 @@ import Testing
             mountHelperArguments(["/s", "/m", "-f", "-orw,log=/tmp/l"]) == [
                 "mount", "--source=/s", "--foreground", "--log=/tmp/l", "/m",
             ])
+        #expect(
+            mountHelperArguments(["/s", "/m", "-o", "stall_timeout=2s"]) == [
+                "mount", "--source=/s", "--stall-timeout=2s", "/m",
+            ])
+    }
+
+    /// The background mount hands `--stall-timeout` to its daemon in a form the daemon parses
+    /// back to the same duration (whole milliseconds).
+    @Test func stallTimeoutReachesTheDaemonUnchanged() throws {
+        for duration in [Duration.milliseconds(1), .milliseconds(250), .seconds(2), .seconds(90), .seconds(3600)] {
+            #expect(try parseDuration(MountCommand.durationArgument(duration)) == duration)
+        }
+        #expect(MountCommand.durationArgument(.microseconds(10)) == "1ms")
     }
 
     @Test func otherArgumentListsAreNotTheHelperForm() {
