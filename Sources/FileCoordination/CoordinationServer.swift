@@ -262,14 +262,7 @@ package final class CoordinationServer: @unchecked Sendable {
     }
 
     private func acceptAll() {
-        while true {
-            let fd = accept(listenFD, nil, nil)
-            if fd < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+        UnixSocket.acceptPending(listenFD) { fd in
             let session = ClientSession(fd: fd, pid: UnixSocket.peerPid(fd), server: self)
             session.owner = host.addOwner(session)
             sessions[fd] = session

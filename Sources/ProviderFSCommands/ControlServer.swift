@@ -199,14 +199,7 @@ final class ControlServer: @unchecked Sendable {
     }
 
     private func acceptAll() {
-        while true {
-            let fd = accept(listenFD, nil, nil)
-            if fd < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+        UnixSocket.acceptPending(listenFD) { fd in
             let peer = UnixSocket.peerCredentials(fd)
             let session = Session(
                 fd: fd, serial: nextSerial, peer: peer, maximumMessageSize: limits.maximumMessageSize,
@@ -221,7 +214,7 @@ final class ControlServer: @unchecked Sendable {
                     session,
                     ControlError(
                         .permissionDenied, "this mount's control socket serves only uid \(allowedUID)"))
-                continue
+                return
             }
             if sessions.count > limits.maximumConnections {
                 logger("refused a control connection from pid \(peer.pid): \(sessions.count - 1) already open")

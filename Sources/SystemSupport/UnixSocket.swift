@@ -94,6 +94,21 @@ public enum UnixSocket {
         return PeerCredentials(pid: credentials.0, uid: credentials.1, gid: credentials.2)
     }
 
+    /// Accepts every connection waiting on the listening socket `listenFD` (non-blocking), each
+    /// made close-on-exec and non-blocking, and hands it to `body`. Returns when none is left.
+    public static func acceptPending(_ listenFD: Int32, _ body: (Int32) -> Void) {
+        while true {
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+            body(fd)
+        }
+    }
+
     /// The peer's pid (SO_PEERCRED), or 0 when unknown.
     public static func peerPid(_ fd: Int32) -> Int32 {
         peerCredentials(fd)?.pid ?? 0
