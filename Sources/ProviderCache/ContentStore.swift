@@ -17,36 +17,6 @@ import Glibc
 import Musl
 #endif
 
-/// What the content store is doing: for `providerfs status` (through the control socket).
-public struct ContentActivity: Sendable, Equatable {
-    /// One content entry's progress.
-    public struct Item: Sendable, Equatable {
-        public var identifier: ItemIdentifier
-        public var version: ContentVersion
-        public var presentBytes: Int64
-        public var totalBytes: Int64
-        public var lastError: RecordedError?
-        public init(
-            identifier: ItemIdentifier, version: ContentVersion, presentBytes: Int64, totalBytes: Int64,
-            lastError: RecordedError?
-        ) {
-            self.identifier = identifier
-            self.version = version
-            self.presentBytes = presentBytes
-            self.totalBytes = totalBytes
-            self.lastError = lastError
-        }
-    }
-    /// Open entries whose download runs now, with bytes present and total.
-    public var downloading: [Item]
-    /// Entries (open or closed) not complete whose last download failed, with that error.
-    public var failed: [Item]
-    public init(downloading: [Item], failed: [Item]) {
-        self.downloading = downloading
-        self.failed = failed
-    }
-}
-
 /// The bytes the cache directory uses, and what its file system has left.
 public struct ContentUsage: Sendable, Equatable {
     /// Disk bytes the cache directory really uses: content files (sparse: allocated blocks, not
@@ -336,33 +306,6 @@ public final class ContentStore: Sendable {
                 present: record.present.count, total: record.size, downloading: false, lastError: record.lastError)
         case nil: return nil
         }
-    }
-
-    /// What is downloading now and what failed: open entries with a download running, and
-    /// incomplete entries or records whose last download failed. From memory; no provider call.
-    public func activity() -> ContentActivity {
-        let (entries, records) = state.withLock { state in (Array(state.entries.values), Array(state.records.values)) }
-        var activity = ContentActivity(downloading: [], failed: [])
-        for entry in entries {
-            let progress = entry.progress
-            let item = ContentActivity.Item(
-                identifier: entry.identifier, version: entry.version, presentBytes: progress.present,
-                totalBytes: progress.total, lastError: progress.lastError)
-            if progress.downloading {
-                activity.downloading.append(item)
-            } else if progress.lastError != nil, progress.present < progress.total {
-                activity.failed.append(item)
-            }
-        }
-        for record in records where record.lastError != nil && record.present.count < record.size {
-            activity.failed.append(
-                ContentActivity.Item(
-                    identifier: record.identifier, version: record.version, presentBytes: record.present.count,
-                    totalBytes: record.size, lastError: record.lastError))
-        }
-        activity.downloading.sort { $0.identifier.rawValue < $1.identifier.rawValue }
-        activity.failed.sort { $0.identifier.rawValue < $1.identifier.rawValue }
-        return activity
     }
 
     /// Items with content in the store: an open entry or a stored record, of their current or an

@@ -103,19 +103,19 @@ struct CacheTwinTests {
         fixture.provider.putFile("big", .ramp(seed: 1, size: 1 << 20))
         fixture.provider.putFile("gone", .ramp(seed: 2, size: 1000))
         let cache = try fixture.makeCache()
-        #expect(cache.content.activity() == ContentActivity(downloading: [], failed: []))
+        #expect(cache.contentActivity().isEmpty)
         let empty = cache.content.usage()
         #expect(empty.files == 0)
 
         fixture.provider.hold()
         let big = try await cache.pinContent(of: try await cache.catalog.item(ItemIdentifier("big"), maximumAge: nil))
         big.startBackgroundDownload()
-        let downloading = cache.content.activity().downloading
+        let downloading = cache.contentActivity().filter { $0.state == .downloading }
         #expect(downloading.map(\.identifier) == [ItemIdentifier("big")])
         #expect(downloading.first?.totalBytes == 1 << 20)
         fixture.provider.release()
         await big.waitForDownloadForTesting()
-        #expect(cache.content.activity().downloading.isEmpty)
+        #expect(!cache.contentActivity().contains { $0.state == .downloading })
         let usage = cache.content.usage()
         #expect(usage.usedBytes - empty.usedBytes >= 1 << 20)
         #expect(usage.files == 1)
@@ -124,7 +124,7 @@ struct CacheTwinTests {
         let gone = try await cache.pinContent(of: try await cache.catalog.item(ItemIdentifier("gone"), maximumAge: nil))
         fixture.provider.remove("gone")
         await #expect(throws: CacheError.self) { _ = try await gone.read(offset: 0, count: 10) }
-        let failed = cache.content.activity().failed
+        let failed = cache.contentActivity().filter { $0.state == .error }
         #expect(failed.map(\.identifier) == [ItemIdentifier("gone")])
         #expect(failed.first?.lastError != nil)
         cache.content.unpin(gone)

@@ -121,7 +121,7 @@ private final class TwinRun: @unchecked Sendable {
     func settle() async {
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline,
-            !now.cache.content.activity().downloading.isEmpty || !slow.cache.content.activity().downloading.isEmpty
+            [now, slow].contains(where: { $0.cache.contentActivity().contains { $0.state == .downloading } })
         {
             await Task.yield()
         }
