@@ -35,7 +35,11 @@ struct CacheTwinTests {
         func note(_ what: String, _ equal: Bool, _ detail: @autoclosure () -> String) {
             if !equal { Issue.record("\(what): \(detail()) — seed \(seed) (replay with PROVIDERFS_TEST_SEED=\(seed))") }
         }
-        for step in 0..<400 {
+        // At least 400 steps, and on until every twin has answered (a seed can take a while to
+        // reach, say, a pin at once), up to 4,000.
+        let twins = ["item", "child", "child miss", "pin"]
+        for step in 0..<4_000 {
+            if step >= 400 && twins.allSatisfy({ answered[$0, default: 0] > 0 }) { break }
             let name = pick(names)
             let identifier = ItemIdentifier(name)
             let parent: ItemIdentifier = name.hasPrefix("d/") ? ItemIdentifier("d") : .root
@@ -91,8 +95,10 @@ struct CacheTwinTests {
                 cache.content.unpin(immediate)
             }
         }
-        for twin in ["item", "child", "child miss", "pin"] {
-            #expect(answered[twin, default: 0] > 0, "the immediate \(twin) never answered: the check is empty")
+        for twin in twins {
+            #expect(
+                answered[twin, default: 0] > 0,
+                "the immediate \(twin) never answered: the check is empty (seed \(seed))")
         }
         await cache.shutdown()
     }
