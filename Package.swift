@@ -16,12 +16,15 @@ let package = Package(
         // C libraries from Debian packages. Each is imported by exactly one Swift module.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev", "fuse3"])]),
         .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         // glibc headers Swift's Glibc module lacks (sys/xattr.h); headers only, part of libc6-dev.
         .systemLibrary(name: "CLinuxHeaders"),
 
         .target(name: "SystemSupport", dependencies: ["CLinuxHeaders"]),
         .target(name: "Diagnostics", dependencies: ["SystemSupport"]),
         .target(name: "SQLiteStore", dependencies: ["CSQLite3", "SystemSupport"]),
+        // Digests and constant-time comparison through OpenSSL's libcrypto.
+        .target(name: "CryptoSupport", dependencies: ["CLibCrypto"]),
         .target(name: "FileCoordination", dependencies: ["SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
@@ -58,6 +61,7 @@ let package = Package(
         .target(name: "TestScheduling", dependencies: ["SystemSupport"]),
 
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
+        .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(

@@ -153,6 +153,10 @@ public struct FaultInjectingProvider: Provider {
     public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {
         base.observeChanges(observer)
     }
+
+    public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {
+        base.downloadEnded(of: identifier, version: version, succeeded: succeeded)
+    }
 }
 
 /// A stream that delivers its base stream's bytes until the fault's offset, then misbehaves. It

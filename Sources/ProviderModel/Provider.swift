@@ -58,6 +58,13 @@ public protocol Provider: Sendable {
     /// token (`trackedChildren`). Nil: events were lost and anything may have changed. Nil
     /// observer: stop. The default never calls the observer.
     func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?)
+
+    /// The cache tells the provider that one download of `version` of `identifier` has ended:
+    /// the series of `fetchContents` calls it made for it, its own retries included, succeeded
+    /// (every byte it set out to fetch arrived) or failed for good. Called once per download, on
+    /// any thread, after the download's last fetch was closed. Providers may ignore it (the
+    /// default does); the fault wrapper counts a fault's `--times` in downloads with it.
+    func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool)
 }
 
 /// What a provider offers beyond `item`, `children` and `fetchContents`. Each capability names
@@ -112,6 +119,8 @@ extension Provider {
     public func hasChanges(since token: ListingChangeToken) -> Bool { true }
 
     public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {}
+
+    public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {}
 }
 
 /// Successive chunks of a content fetch. Not shared between tasks: one consumer drives it.
@@ -142,6 +151,12 @@ public protocol ContentStream: Sendable {
         to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,
         delivered: @escaping @Sendable (Int) -> Bool
     ) async throws -> Int?
+
+    /// `.checksummed`: the provider's checksum of every byte of the requested range, as it meant
+    /// to send them; known once `next` has returned nil at the end of the range (like an HTTP
+    /// trailer), nil before that and for streams that carry none. A checksummed stream's bytes
+    /// count as received only once the cache's own digest of them matches.
+    var checksum: ContentChecksum? { get }
 }
 
 /// What a content stream offers beyond `next` and `close` (see `ProviderCapabilities` for the
@@ -153,10 +168,15 @@ public struct ContentStreamCapabilities: OptionSet, Sendable, Hashable {
     public init(rawValue: UInt8) { self.rawValue = rawValue }
 
     public static let directTransfer = ContentStreamCapabilities(rawValue: 1 << 0)
+    /// The stream carries a `checksum` of its range (it never offers `directTransfer` too: the
+    /// cache hashes the bytes as `next` hands them over).
+    public static let checksummed = ContentStreamCapabilities(rawValue: 1 << 1)
 }
 
 extension ContentStream {
     public var capabilities: ContentStreamCapabilities { [] }
+
+    public var checksum: ContentChecksum? { nil }
 
     public func transfer(
         to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,

@@ -68,6 +68,10 @@ public final class ChangeNotifyingProvider: InMemoryProviderWrapper {
         state.withLock { $0.observer = observer }
     }
 
+    public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {
+        base.downloadEnded(of: identifier, version: version, succeeded: succeeded)
+    }
+
     /// Reports `changes` (nil: events were lost) after voiding the tokens concerned.
     public func report(_ changes: [ProviderChange]?) {
         let observer = state.withLock { state -> (@Sendable ([ProviderChange]?) -> Void)? in
