@@ -217,8 +217,14 @@ public final class ContentEntry: Sendable {
     }
 
     private func downloadLoop() async {
+        // Fetches made since the provider was last told a download ended (`downloadEnded`).
+        var fetchedInDownload = false
         while true {
             guard let target = state.withLock({ $0.machine.nextFetch() }) else {
+                if fetchedInDownload {
+                    fetchedInDownload = false
+                    environment.provider.downloadEnded(of: identifier, version: version, succeeded: true)
+                }
                 // Save the range map now, or (when a deferred saver is set) let the cache batch it
                 // shortly after: one fdatasync per small file is the main cost of opening many
                 // small files. The cache flushes pending saves at shutdown.
@@ -232,6 +238,7 @@ public final class ContentEntry: Sendable {
                 return
             }
             let end = await fetch(target)
+            fetchedInDownload = true
             switch state.withLock({ $0.machine.fetchEnded(end) }) {
             case .next:
                 continue
@@ -246,8 +253,11 @@ public final class ContentEntry: Sendable {
                     environment.logger.warning("\(identifier) @\(version): download failed: \(error)")
                 }
                 perform(actions)
+                fetchedInDownload = false
+                environment.provider.downloadEnded(of: identifier, version: version, succeeded: false)
                 await persist()
-                // Readers that came after the failure start a fresh series of attempts.
+                // Readers that came after the failure start a fresh series of attempts (a new
+                // download, as the provider counts them).
                 if finishUnlessNeeded(afterFailure: true) { continue }
                 notifyIfIdle()
                 return

@@ -40,6 +40,21 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
         public var fetchCalls = 0
         public var fetchedRanges: [Range<Int64>] = []
         public var bytesServed: Int64 = 0
+        /// `downloadEnded` calls, in order: the item and whether the download succeeded.
+        public var downloadsEnded: [DownloadEnd] = []
+    }
+
+    public struct DownloadEnd: Sendable, Equatable {
+        public var identifier: ItemIdentifier
+        public var succeeded: Bool
+        public init(_ identifier: ItemIdentifier, succeeded: Bool) {
+            self.identifier = identifier
+            self.succeeded = succeeded
+        }
+    }
+
+    public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {
+        state.withLock { $0.counters.downloadsEnded.append(DownloadEnd(identifier, succeeded: succeeded)) }
     }
 
     struct State {

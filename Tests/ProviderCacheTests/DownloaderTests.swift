@@ -31,6 +31,35 @@ struct DownloaderTests {
         cache.content.unpin(entry)
     }
 
+    @Test("the provider hears once per download that it ended, the download's own retries included")
+    func downloadEndedOncePerDownload() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("ok", .ramp(seed: 3, size: 300_000))
+        fixture.provider.putFile("bad", .ramp(seed: 4, size: 300_000))
+        let cache = try fixture.makeCache()
+        let ok = try await cache.catalog.item(ItemIdentifier("ok"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: ok)
+        _ = try await entry.read(offset: 0, count: 300_000)
+        await entry.waitForDownloadForTesting()
+        #expect(fixture.provider.counters.downloadsEnded == [.init(ItemIdentifier("ok"), succeeded: true)])
+
+        // Every fetch of "bad" fails: maximumAttempts fetches, one failed download.
+        fixture.faults.add(
+            FaultRule(identifier: ItemIdentifier("bad"), fault: .failAfter(offset: 0, errno: EIO), times: nil))
+        let bad = try await cache.catalog.item(ItemIdentifier("bad"), maximumAge: nil)
+        let failing = try await cache.pinContent(of: bad)
+        let fetchesBefore = fixture.provider.counters.fetchCalls
+        await #expect(throws: CacheError.self) { _ = try await failing.read(offset: 0, count: 10) }
+        await failing.waitForDownloadForTesting()
+        #expect(fixture.provider.counters.fetchCalls - fetchesBefore == fixture.options.maximumAttempts)
+        #expect(
+            fixture.provider.counters.downloadsEnded == [
+                .init(ItemIdentifier("ok"), succeeded: true), .init(ItemIdentifier("bad"), succeeded: false),
+            ])
+        cache.content.unpin(entry)
+        cache.content.unpin(failing)
+    }
+
     @Test("concurrent readers share one download")
     func sharedDownload() async throws {
         let fixture = try CacheFixture()
