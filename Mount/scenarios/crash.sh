@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The daemon is killed (kill -9) in the middle of a download. The reader gets an error at once,
+# `providerfs mount` onto the dead mount cleans it up and mounts again, at most the last second
+# of fetching is fetched again, and the file then reads whole and correct.
+# (rclone re-downloads from offset 0 after the same crash, rclone-under-faults.md row 6.)
+source "$(dirname "$0")/lib.sh"
+scenario_start
+
+make_file big.bin 8MiB
+mount_source
+file="$MNT/big.bin"
+providerfs fault add "$file" --slow 2MiB/s --times 0
+
+in_background python3 - "$file" "$S/out/reader" <<'PY'
+import errno, sys
+try:
+    data = open(sys.argv[1], "rb").read()
+    open(sys.argv[2], "w").write(f"read {len(data)}")
+except OSError as e:
+    open(sys.argv[2], "w").write(f"errno {errno.errorcode[e.errno]}")
+PY
+reader=$!
+present=0
+for _ in $(seq 100); do   # until 3 MiB are present (at most 10 s)
+    present="$(xattr "$file" progress)"; present="${present%/*}"
+    [[ "${present:-0}" -ge $((3 << 20)) ]] && break
+    sleep 0.1
+done
+kill -KILL "$DAEMON_PID"
+killed_at="$EPOCHREALTIME"
+say "killed the daemon (pid $DAEMON_PID) with $present bytes present"
+timeout 5 tail --pid="$reader" -f /dev/null || fail "the reader was still blocked 5 s after the daemon died"
+say "ok: the reader ended $(elapsed_since "$killed_at") s after the kill: $(cat "$S/out/reader")"
+[[ "$(cat "$S/out/reader")" == errno* ]] || fail "the reader did not get an error: $(cat "$S/out/reader")"
+
+# Mount again onto the dead mount point, with the same cache: no unmount needed first.
+DAEMON_PID=""
+mount_source
+after="$(xattr "$file" progress)"; after="${after%/*}"
+say "after the remount: $after bytes present ($(xattr "$file" state)); $present were present at the kill"
+# At most the last second of fetching (2 MiB at 2 MiB/s) is lost.
+[[ $after -ge $((present - (2 << 20))) ]] || fail "only $after of the $present bytes present at the kill survived the crash"
+
+providerfs fault clear "$file"
+expect_content cat "$file"
+expect_state "$file" materialized
+
+scenario_done

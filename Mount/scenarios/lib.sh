@@ -1,0 +1,305 @@
+# Shared helpers for the scenario scripts in this directory. A scenario sources it:
+#
+#   source "$(dirname "$0")/lib.sh"
+#   scenario_start                       # temp dir, cleanup trap (unmount, daemon stopped by pid)
+#   make_file report.pdf 4MiB            # a random file in the source (and a reference copy)
+#   mount_source --stall-timeout 1s      # providerfs mount --source … with its own cache
+#   providerfs fault add "$MNT/report.pdf" --fail-at 2MiB --times 0
+#   expect_errno cat "$MNT/report.pdf" EIO 5      # cat fails with EIO within 5 s, prefix correct
+#   expect_state "$MNT/report.pdf" error
+#   providerfs fault clear "$MNT/report.pdf"
+#   expect_content cat "$MNT/report.pdf"          # sha256 equal to the source's
+#   scenario_done
+#
+# Readers: cat, dd (bs=1M) and python (open().read()), each run under `timeout`, so a hang is a
+# failure with a clear message, never a stuck CI job. Every helper prints one line per check.
+#
+# Environment:
+#   PROVIDERFS          the providerfs binary (default: `providerfs` on PATH)
+#   READER_TIMEOUT      seconds a reader may take before it counts as hung (default 20)
+#   SCENARIO_KEEP=1     keep the temp dir (source, cache, daemon log) after the scenario
+#
+# Requires: bash 5, fuse3 (/dev/fuse), getfattr (attr), python3, sha256sum, timeout, cmp.
+
+set -eEuo pipefail
+
+PROVIDERFS="${PROVIDERFS:-providerfs}"
+READER_TIMEOUT="${READER_TIMEOUT:-20}"
+
+# `providerfs …` in a scenario runs the binary under test, so scenarios read like a user's own.
+providerfs() { "$PROVIDERFS" "$@"; }
+
+S=""            # the scenario's temp dir
+SRC=""          # the source directory (the "remote")
+MNT=""          # the mount point
+DAEMON_PID=""   # the mount's daemon
+BACKGROUND=()   # pids of background readers started with `in_background`
+SCENARIO_NAME="$(basename "${0%.sh}")"
+SCENARIO_STARTED="$EPOCHREALTIME"
+
+say() { printf '  %s\n' "$*"; }
+
+fail() {
+    printf 'FAIL (%s): %s\n' "$SCENARIO_NAME" "$*" >&2
+    if [[ -n "$S" && -f "$S/daemon.log" ]]; then
+        echo "--- last lines of the daemon log ($S/daemon.log):" >&2
+        tail -n 30 "$S/daemon.log" >&2 || true
+    fi
+    exit 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Setup and cleanup
+
+scenario_start() {
+    S="$(mktemp -d "/tmp/providerfs-scenario-$SCENARIO_NAME.XXXXXX")"
+    SRC="$S/source"
+    MNT="$S/mnt"
+    mkdir -p "$SRC" "$MNT" "$S/reference" "$S/out"
+    # The mount's registry, control socket and log live here, not in the user's runtime dir:
+    # every providerfs command of this scenario talks to this scenario's daemon only.
+    export PROVIDERFS_RUNTIME_DIR="$S/run"
+    trap scenario_cleanup EXIT
+    # A command that fails outside a helper (set -e) says which one, before the cleanup runs.
+    trap 'echo "FAIL ($SCENARIO_NAME): line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    echo "== $SCENARIO_NAME ($S)"
+}
+
+# Runs on every exit path: readers killed, the mount unmounted, the daemon stopped BY ITS PID
+# (never by name), the temp dir removed.
+scenario_cleanup() {
+    local status=$?
+    set +e
+    local pid
+    for pid in "${BACKGROUND[@]}"; do
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    if [[ -n "$MNT" ]] && grep -qs " $MNT " /proc/self/mounts; then
+        timeout -k 2 15 "$PROVIDERFS" unmount "$MNT" --timeout 10s >/dev/null 2>&1 \
+            || fusermount3 -uz "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+    fi
+    if [[ -n "$DAEMON_PID" ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -TERM "$DAEMON_PID" 2>/dev/null
+        local _
+        for _ in $(seq 50); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$DAEMON_PID" 2>/dev/null
+    fi
+    if [[ -n "$MNT" ]] && grep -qs " $MNT " /proc/self/mounts; then
+        fusermount3 -uz "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+    fi
+    if [[ -n "$S" && "${SCENARIO_KEEP:-}" != "1" ]]; then rm -rf "$S"; fi
+    if [[ -n "$S" && "${SCENARIO_KEEP:-}" == "1" ]]; then echo "kept $S" >&2; fi
+    exit "$status"
+}
+
+# size_bytes 4MiB → 4194304 (also KiB, GiB, plain bytes)
+size_bytes() {
+    local n="$1"
+    case "$n" in
+        *GiB) echo $(( ${n%GiB} << 30 )) ;;
+        *MiB) echo $(( ${n%MiB} << 20 )) ;;
+        *KiB) echo $(( ${n%KiB} << 10 )) ;;
+        *) echo $(( n )) ;;
+    esac
+}
+
+# make_file NAME SIZE: random bytes in the source, and a copy kept as the reference that partial
+# output is compared with (the source may change later in a scenario; the reference does not).
+make_file() {
+    local name="$1" size
+    size="$(size_bytes "$2")"
+    mkdir -p "$(dirname "$SRC/$name")" "$(dirname "$S/reference/$name")"
+    head -c "$size" /dev/urandom >"$SRC/$name"
+    cp "$SRC/$name" "$S/reference/$name"
+}
+
+# mount_source [MOUNT OPTIONS…]: mounts $SRC at $MNT with its own cache and log, records the
+# daemon's pid (printed by `providerfs mount --json`).
+mount_source() {
+    local out
+    out="$(providerfs mount --source "$SRC" "$MNT" --cache "$S/cache" --log "$S/daemon.log" --json "$@")" \
+        || fail "providerfs mount failed"
+    DAEMON_PID="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])' <<<"$out")"
+    [[ "$DAEMON_PID" =~ ^[0-9]+$ ]] || fail "no daemon pid in: $out"
+    say "mounted $SRC at $MNT (daemon pid $DAEMON_PID${*:+, $*})"
+}
+
+# in_background CMD…: starts CMD in the background; cleanup kills it by pid. $! is its pid.
+in_background() {
+    "$@" &
+    BACKGROUND+=("$!")
+}
+
+scenario_done() {
+    local elapsed
+    elapsed="$(elapsed_since "$SCENARIO_STARTED")"
+    echo "PASS $SCENARIO_NAME (${elapsed} s)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Readers
+
+elapsed_since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$EPOCHREALTIME"; }
+
+# errno_message EIO → "Input/output error" (what cat and dd print)
+errno_message() { python3 -c 'import errno,os,sys; print(os.strerror(getattr(errno, sys.argv[1])))' "$1"; }
+
+# read_file READER PATH: reads PATH whole with cat, dd bs=1M or python, under `timeout`.
+# Sets READ_STATUS, READ_ERROR (stderr), READ_SECONDS, READ_BYTES and READ_OUT (what it delivered;
+# python delivers nothing when read() raises, as in a real program).
+read_file() {
+    local reader="$1" path="$2" started
+    READ_OUT="$S/out/$reader.$(basename "$path")"
+    rm -f "$READ_OUT"
+    started="$EPOCHREALTIME"
+    set +e
+    case "$reader" in
+        cat) timeout -k 2 "$READER_TIMEOUT" cat "$path" >"$READ_OUT" 2>"$S/out/stderr" ;;
+        dd) timeout -k 2 "$READER_TIMEOUT" dd if="$path" of="$READ_OUT" bs=1M status=none 2>"$S/out/stderr" ;;
+        python)
+            timeout -k 2 "$READER_TIMEOUT" python3 - "$path" "$READ_OUT" 2>"$S/out/stderr" <<'EOF'
+import errno, sys
+try:
+    with open(sys.argv[1], "rb") as f:
+        data = f.read()
+except OSError as e:
+    print(f"OSError errno={errno.errorcode.get(e.errno, e.errno)}: {e.strerror}", file=sys.stderr)
+    sys.exit(1)
+with open(sys.argv[2], "wb") as out:
+    out.write(data)
+EOF
+            ;;
+        *) fail "unknown reader '$reader' (cat, dd or python)" ;;
+    esac
+    READ_STATUS=$?
+    set -e
+    READ_SECONDS="$(elapsed_since "$started")"
+    READ_ERROR="$(cat "$S/out/stderr")"
+    touch "$READ_OUT"
+    READ_BYTES="$(stat -c %s "$READ_OUT")"
+    if [[ $READ_STATUS -eq 124 || $READ_STATUS -eq 137 ]]; then
+        fail "$reader $path HUNG: killed by timeout after $READER_TIMEOUT s ($READ_BYTES bytes delivered)"
+    fi
+}
+
+# reference_of PATH: the reference copy of a file in the mount
+reference_of() { echo "$S/reference/${1#"$MNT"/}"; }
+
+# expect_prefix_correct READER PATH: the bytes the reader got are the start of the reference
+# file, and fewer than all of it (a failed read never looks complete).
+expect_prefix_correct() {
+    local reader="$1" path="$2" reference size
+    reference="$(reference_of "$path")"
+    size="$(stat -c %s "$reference")"
+    if [[ $READ_BYTES -gt 0 ]] && ! cmp -s -n "$READ_BYTES" "$READ_OUT" "$reference"; then
+        fail "$reader $path delivered WRONG BYTES: $(cmp -n "$READ_BYTES" "$READ_OUT" "$reference" 2>&1 | head -1)"
+    fi
+    if [[ $READ_BYTES -ge $size ]]; then
+        fail "$reader $path failed but delivered all $size bytes (short data dressed as complete?)"
+    fi
+}
+
+# expect_errno READER PATH ERRNO [MAX_SECONDS]: the reader fails with ERRNO (cat/dd: its message
+# on stderr and a non-zero exit; python: OSError.errno), within MAX_SECONDS, and every byte it got
+# before the error is correct.
+expect_errno() {
+    local reader="$1" path="$2" name="$3" max="${4:-}" message
+    message="$(errno_message "$name")"
+    read_file "$reader" "$path"
+    [[ $READ_STATUS -ne 0 ]] || fail "$reader $path succeeded ($READ_BYTES bytes), expected $name"
+    case "$reader" in
+        python) [[ "$READ_ERROR" == *"errno=$name:"* ]] \
+            || fail "python $path: expected OSError errno $name, got: $READ_ERROR" ;;
+        *) [[ "$READ_ERROR" == *": $message"* ]] \
+            || fail "$reader $path: expected '$message' ($name), got (exit $READ_STATUS): $READ_ERROR" ;;
+    esac
+    if [[ -n "$max" ]] && python3 -c 'import sys; sys.exit(float(sys.argv[1]) <= float(sys.argv[2]))' "$READ_SECONDS" "$max"; then
+        fail "$reader $path: $name came after $READ_SECONDS s, more than $max s"
+    fi
+    expect_prefix_correct "$reader" "$path"
+    say "ok: $reader → $name ($message), exit $READ_STATUS after $READ_SECONDS s, $READ_BYTES correct bytes before it"
+}
+
+# expect_content READER PATH [REFERENCE]: the reader succeeds and its sha256 is the source file's
+# (or REFERENCE's).
+expect_content() {
+    local reader="$1" path="$2" reference="${3:-$SRC/${2#"$MNT"/}}" want got
+    read_file "$reader" "$path"
+    [[ $READ_STATUS -eq 0 ]] || fail "$reader $path failed (exit $READ_STATUS): $READ_ERROR"
+    want="$(sha256sum <"$reference" | cut -d' ' -f1)"
+    got="$(sha256sum <"$READ_OUT" | cut -d' ' -f1)"
+    [[ "$got" == "$want" ]] || fail "$reader $path: sha256 $got, expected $want ($READ_BYTES bytes)"
+    say "ok: $reader → sha256 ${got:0:16}… equal to the source's, $READ_BYTES bytes in $READ_SECONDS s"
+}
+
+# ---------------------------------------------------------------------------------------------
+# State as ordinary tools and `providerfs status` show it
+
+xattr() { getfattr --only-values -n "user.providerfs.$2" "$1" 2>/dev/null; }
+
+# expect_state PATH STATE: user.providerfs.state
+expect_state() {
+    local got
+    got="$(xattr "$1" state)" || fail "getfattr -n user.providerfs.state $1 failed"
+    [[ "$got" == "$2" ]] || fail "$1: user.providerfs.state is '$got', expected '$2' (progress $(xattr "$1" progress))"
+    say "ok: user.providerfs.state = $got (progress $(xattr "$1" progress))"
+}
+
+# expect_error_xattr PATH ERRNO [TEXT]: user.providerfs.error starts with "ERRNO:" (and contains TEXT)
+expect_error_xattr() {
+    local got
+    got="$(xattr "$1" error)" || fail "$1 has no user.providerfs.error (expected $2)"
+    [[ "$got" == "$2:"* ]] || fail "$1: user.providerfs.error is '$got', expected $2"
+    [[ -z "${3:-}" || "$got" == *"$3"* ]] || fail "$1: user.providerfs.error '$got' does not say '$3'"
+    say "ok: user.providerfs.error = $got"
+}
+
+expect_no_error_xattr() {
+    local got
+    if got="$(xattr "$1" error)"; then fail "$1 still has user.providerfs.error = '$got'"; fi
+    say "ok: no user.providerfs.error"
+}
+
+# status_json: `providerfs status MOUNTPOINT --json`, the daemon's view of the mount
+status_json() { timeout -k 2 10 "$PROVIDERFS" status "$MNT" --json; }
+
+# expect_status_error PATH ERRNO: `providerfs status` lists PATH among the errors, with ERRNO
+expect_status_error() {
+    local relative="${1#"$MNT"/}" json got
+    json="$(status_json)" || fail "providerfs status $MNT failed"
+    got="$(python3 -c '
+import json, sys
+status = json.loads(sys.argv[1])
+for item in status.get("errors", []):
+    if item["path"] == sys.argv[2]:
+        print(item["error"]["errno"], item["error"]["message"])
+' "$json" "$relative")"
+    [[ "$got" == "$2 "* ]] || fail "providerfs status: expected $relative in errors with $2, got '${got:-nothing}': $json"
+    say "ok: providerfs status lists $relative: $got"
+}
+
+# expect_status_clean PATH: `providerfs status` no longer lists PATH among the errors
+expect_status_clean() {
+    local relative="${1#"$MNT"/}" json
+    json="$(status_json)" || fail "providerfs status $MNT failed"
+    if python3 -c '
+import json, sys
+sys.exit(0 if any(i["path"] == sys.argv[2] for i in json.loads(sys.argv[1]).get("errors", [])) else 1)
+' "$json" "$relative"; then
+        fail "providerfs status still lists $relative in errors: $json"
+    fi
+    say "ok: providerfs status lists no error for $relative"
+}
+
+# expect_fast SECONDS CMD…: CMD succeeds within SECONDS (e.g. `ls` while another item is stalled)
+expect_fast() {
+    local max="$1" started elapsed
+    shift
+    started="$EPOCHREALTIME"
+    timeout -k 1 "$max" "$@" >/dev/null || fail "'$*' failed or took more than $max s"
+    elapsed="$(elapsed_since "$started")"
+    say "ok: '$*' in $elapsed s"
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A provider that stops sending (a dead connection that stays open). With the mount's stall
+# deadline set short (--stall-timeout 1s; the default is 30 s) every reader gets ETIMEDOUT one
+# deadline after the last byte arrived, while every other item and every listing stays fast.
+# (rclone: EIO after ~60 min at its defaults, reference/rclone-under-faults.md row 3c.)
+source "$(dirname "$0")/lib.sh"
+scenario_start
+
+make_file stuck.bin 2MiB
+make_file other.bin 1MiB
+mkdir -p "$SRC/folder" && echo hello >"$SRC/folder/hello.txt"
+mount_source --stall-timeout 1s
+file="$MNT/stuck.bin"
+
+providerfs fault add "$file" --stall --at 1MiB --times 0   # stops at 1 MiB until cleared
+for reader in cat dd python; do
+    expect_errno "$reader" "$file" ETIMEDOUT 4
+done
+expect_state "$file" error
+expect_error_xattr "$file" ETIMEDOUT
+expect_status_error "$file" ETIMEDOUT
+
+# While a reader waits on the stalled item, everything else answers at once.
+in_background timeout -k 1 10 cat "$file" >/dev/null 2>&1
+expect_fast 0.5 ls -l "$MNT"
+expect_fast 0.5 stat "$file"
+expect_fast 0.5 ls "$MNT/folder"
+expect_content cat "$MNT/other.bin"
+expect_content cat "$MNT/folder/hello.txt"
+
+# A stall shorter than the deadline is only slow: no error.
+providerfs fault clear "$file"
+providerfs fault add "$file" --stall 300ms --at 1536KiB
+expect_content dd "$file"
+expect_state "$file" materialized
+expect_status_clean "$file"
+
+scenario_done
