@@ -11,25 +11,14 @@ mount_source
 file="$MNT/big.bin"
 providerfs fault add "$file" --slow 2MiB/s --times 0
 
-in_background python3 - "$file" "$S/out/reader" <<'PY'
-import errno, sys
-try:
-    data = open(sys.argv[1], "rb").read()
-    open(sys.argv[2], "w").write(f"read {len(data)}")
-except OSError as e:
-    open(sys.argv[2], "w").write(f"errno {errno.errorcode[e.errno]}")
-PY
+background_read "$file" "$S/out/reader"
 reader=$!
-present=0
-for _ in $(seq 100); do   # until 3 MiB are present (at most 10 s)
-    present="$(xattr "$file" progress)"; present="${present%/*}"
-    [[ "${present:-0}" -ge $((3 << 20)) ]] && break
-    sleep 0.1
-done
+wait_for_progress "$file" $((3 << 20))
+present=$PRESENT
 kill -KILL "$DAEMON_PID"
 killed_at="$EPOCHREALTIME"
 say "killed the daemon (pid $DAEMON_PID) with $present bytes present"
-timeout 5 tail --pid="$reader" -f /dev/null || fail "the reader was still blocked 5 s after the daemon died"
+wait_for_pid "$reader" 5 || fail "the reader was still blocked 5 s after the daemon died"
 say "ok: the reader ended $(elapsed_since "$killed_at") s after the kill: $(cat "$S/out/reader")"
 [[ "$(cat "$S/out/reader")" == errno* ]] || fail "the reader did not get an error: $(cat "$S/out/reader")"
 

@@ -8,7 +8,6 @@ scenario_start
 make_file first.bin 2MiB    # fails at byte 0
 make_file middle.bin 2MiB   # fails at 1 MiB
 make_file last.bin 2MiB     # fails at the last byte
-make_file once.bin 2MiB     # fails at 1 MiB, for one download only
 mount_source
 
 size=$(size_bytes 2MiB)
@@ -33,12 +32,5 @@ for case in "first.bin 0" "middle.bin $((size / 2))" "last.bin $((size - 1))"; d
     expect_no_error_xattr "$file"
     expect_status_clean "$file"
 done
-
-# --times 1 (the default): the next download fails, mount retries included, and the one after
-# that succeeds without clearing anything.
-echo "-- once.bin: --fail-at 1MiB, once"
-providerfs fault add "$MNT/once.bin" --fail-at 1MiB
-expect_errno cat "$MNT/once.bin" EIO 5
-expect_content cat "$MNT/once.bin"
 
 scenario_done

@@ -18,6 +18,7 @@
 #   PROVIDERFS          the providerfs binary (default: `providerfs` on PATH)
 #   READER_TIMEOUT      seconds a reader may take before it counts as hung (default 20)
 #   SCENARIO_KEEP=1     keep the temp dir (source, cache, daemon log) after the scenario
+#   SCENARIO_TRACE=1    trace every command with a timestamp (set -x)
 #
 # Requires: bash 5, fuse3 (/dev/fuse), getfattr (attr), python3, sha256sum, timeout, cmp.
 
@@ -25,6 +26,10 @@ set -eEuo pipefail
 
 PROVIDERFS="${PROVIDERFS:-providerfs}"
 READER_TIMEOUT="${READER_TIMEOUT:-20}"
+if [[ "${SCENARIO_TRACE:-}" == "1" ]]; then
+    PS4='+ ${EPOCHREALTIME} '
+    set -x
+fi
 
 # `providerfs …` in a scenario runs the binary under test, so scenarios read like a user's own.
 providerfs() { "$PROVIDERFS" "$@"; }
@@ -40,6 +45,7 @@ SCENARIO_STARTED="$EPOCHREALTIME"
 say() { printf '  %s\n' "$*"; }
 
 fail() {
+    trap - ERR
     printf 'FAIL (%s): %s\n' "$SCENARIO_NAME" "$*" >&2
     if [[ -n "$S" && -f "$S/daemon.log" ]]; then
         echo "--- last lines of the daemon log ($S/daemon.log):" >&2
@@ -71,6 +77,7 @@ scenario_start() {
 # (never by name), the temp dir removed.
 scenario_cleanup() {
     local status=$?
+    trap - ERR
     set +e
     local pid
     for pid in "${BACKGROUND[@]}"; do
@@ -122,7 +129,7 @@ mount_source() {
     local out
     out="$(providerfs mount --source "$SRC" "$MNT" --cache "$S/cache" --log "$S/daemon.log" --json "$@")" \
         || fail "providerfs mount failed"
-    DAEMON_PID="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])' <<<"$out")"
+    DAEMON_PID="$(sed -n 's/.*"pid" *: *\([0-9]*\).*/\1/p' <<<"$out")"
     [[ "$DAEMON_PID" =~ ^[0-9]+$ ]] || fail "no daemon pid in: $out"
     say "mounted $SRC at $MNT (daemon pid $DAEMON_PID${*:+, $*})"
 }
@@ -131,6 +138,38 @@ mount_source() {
 in_background() {
     "$@" &
     BACKGROUND+=("$!")
+}
+
+# background_read PATH RESULT: a python reader of PATH in the background (pid in $!, killed by the
+# cleanup) that writes "read BYTES" or "errno NAME" to RESULT when it ends.
+background_read() {
+    in_background python3 -c '
+import errno, sys
+try:
+    with open(sys.argv[1], "rb") as f:
+        data = f.read()
+    result = f"read {len(data)}"
+except OSError as e:
+    result = f"errno {errno.errorcode.get(e.errno, e.errno)}"
+with open(sys.argv[2], "w") as out:
+    out.write(result)
+' "$1" "$2"
+}
+
+# wait_for_pid PID SECONDS: waits for a process that is not our child (or is), at most SECONDS
+wait_for_pid() { timeout "$2" tail --pid="$1" -f /dev/null; }
+
+# wait_for_progress PATH BYTES [SECONDS]: until at least BYTES of PATH are present (default 10 s);
+# sets PRESENT to the bytes present then.
+wait_for_progress() {
+    local deadline=$(( $(micros) + $(seconds_to_micros "${3:-10}") ))
+    while :; do
+        PRESENT="$(xattr "$1" progress || echo 0/0)"
+        PRESENT="${PRESENT%/*}"
+        (( PRESENT >= $2 )) && return 0
+        (( $(micros) < deadline )) || fail "$1: only $PRESENT bytes present after ${3:-10} s, waited for $2"
+        sleep 0.05
+    done
 }
 
 scenario_done() {
@@ -142,10 +181,35 @@ scenario_done() {
 # ---------------------------------------------------------------------------------------------
 # Readers
 
-elapsed_since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$EPOCHREALTIME"; }
+# Times in microseconds from bash itself (starting python for arithmetic costs ~0.5 s on a busy
+# machine). elapsed_since STARTED → "1.23" seconds since $EPOCHREALTIME was STARTED.
+micros() { local t="${1:-$EPOCHREALTIME}"; echo $(( 10#${t%.*} * 1000000 + 10#${t#*.} )); }
+elapsed_since() {
+    local us=$(( $(micros) - $(micros "$1") ))
+    printf '%d.%02d' $(( us / 1000000 )) $(( us % 1000000 / 10000 ))
+}
+# seconds_to_micros 1.5 → 1500000
+seconds_to_micros() {
+    local whole="${1%.*}" fraction=""
+    [[ "$1" == *.* ]] && fraction="${1#*.}"
+    fraction="${fraction}000000"
+    echo $(( 10#${whole:-0} * 1000000 + 10#${fraction:0:6} ))
+}
 
-# errno_message EIO → "Input/output error" (what cat and dd print)
-errno_message() { python3 -c 'import errno,os,sys; print(os.strerror(getattr(errno, sys.argv[1])))' "$1"; }
+# errno_message EIO → "Input/output error" (what cat and dd print, strerror)
+errno_message() {
+    case "$1" in
+        EIO) echo "Input/output error" ;;
+        ETIMEDOUT) echo "Connection timed out" ;;
+        ESTALE) echo "Stale file handle" ;;
+        ENETUNREACH) echo "Network is unreachable" ;;
+        EACCES) echo "Permission denied" ;;
+        ENOENT) echo "No such file or directory" ;;
+        ENOTCONN) echo "Transport endpoint is not connected" ;;
+        ECONNABORTED) echo "Software caused connection abort" ;;
+        *) python3 -c 'import errno,os,sys; print(os.strerror(getattr(errno, sys.argv[1])))' "$1" ;;
+    esac
+}
 
 # read_file READER PATH: reads PATH whole with cat, dd bs=1M or python, under `timeout`.
 # Sets READ_STATUS, READ_ERROR (stderr), READ_SECONDS, READ_BYTES and READ_OUT (what it delivered;
@@ -155,12 +219,13 @@ read_file() {
     READ_OUT="$S/out/$reader.$(basename "$path")"
     rm -f "$READ_OUT"
     started="$EPOCHREALTIME"
-    set +e
+    READ_STATUS=0
     case "$reader" in
-        cat) timeout -k 2 "$READER_TIMEOUT" cat "$path" >"$READ_OUT" 2>"$S/out/stderr" ;;
-        dd) timeout -k 2 "$READER_TIMEOUT" dd if="$path" of="$READ_OUT" bs=1M status=none 2>"$S/out/stderr" ;;
+        cat) timeout -k 2 "$READER_TIMEOUT" cat "$path" >"$READ_OUT" 2>"$S/out/stderr" || READ_STATUS=$? ;;
+        dd) timeout -k 2 "$READER_TIMEOUT" dd if="$path" of="$READ_OUT" bs=1M status=none 2>"$S/out/stderr" \
+            || READ_STATUS=$? ;;
         python)
-            timeout -k 2 "$READER_TIMEOUT" python3 - "$path" "$READ_OUT" 2>"$S/out/stderr" <<'EOF'
+            timeout -k 2 "$READER_TIMEOUT" python3 - "$path" "$READ_OUT" 2>"$S/out/stderr" <<'EOF' || READ_STATUS=$?
 import errno, sys
 try:
     with open(sys.argv[1], "rb") as f:
@@ -174,8 +239,6 @@ EOF
             ;;
         *) fail "unknown reader '$reader' (cat, dd or python)" ;;
     esac
-    READ_STATUS=$?
-    set -e
     READ_SECONDS="$(elapsed_since "$started")"
     READ_ERROR="$(cat "$S/out/stderr")"
     touch "$READ_OUT"
@@ -216,7 +279,7 @@ expect_errno() {
         *) [[ "$READ_ERROR" == *": $message"* ]] \
             || fail "$reader $path: expected '$message' ($name), got (exit $READ_STATUS): $READ_ERROR" ;;
     esac
-    if [[ -n "$max" ]] && python3 -c 'import sys; sys.exit(float(sys.argv[1]) <= float(sys.argv[2]))' "$READ_SECONDS" "$max"; then
+    if [[ -n "$max" ]] && (( $(seconds_to_micros "$READ_SECONDS") > $(seconds_to_micros "$max") )); then
         fail "$reader $path: $name came after $READ_SECONDS s, more than $max s"
     fi
     expect_prefix_correct "$reader" "$path"
@@ -292,6 +355,19 @@ sys.exit(0 if any(i["path"] == sys.argv[2] for i in json.loads(sys.argv[1]).get(
         fail "providerfs status still lists $relative in errors: $json"
     fi
     say "ok: providerfs status lists no error for $relative"
+}
+
+# expect_failure ERRNO SECONDS CMD…: CMD (ls, stat, …) fails within SECONDS, printing ERRNO's message
+expect_failure() {
+    local name="$1" max="$2" message started out status=0
+    shift 2
+    message="$(errno_message "$name")"
+    started="$EPOCHREALTIME"
+    out="$(timeout -k 1 "$max" "$@" 2>&1 >/dev/null)" || status=$?
+    [[ $status -ne 124 && $status -ne 137 ]] || fail "'$*' HUNG: still running after $max s"
+    [[ $status -ne 0 ]] || fail "'$*' succeeded, expected $name"
+    [[ "$out" == *"$message"* ]] || fail "'$*': expected '$message' ($name), got (exit $status): $out"
+    say "ok: '$*' → $name ($message), exit $status after $(elapsed_since "$started") s"
 }
 
 # expect_fast SECONDS CMD…: CMD succeeds within SECONDS (e.g. `ls` while another item is stalled)

@@ -23,23 +23,12 @@ expect_content cat "$file"
 # 2. A real change: the source file is rewritten in place while a slow reader is at ~1 MiB.
 file="$MNT/draft.bin"
 providerfs fault add "$file" --slow 1MiB/s --times 0
-in_background python3 - "$file" "$S/out/reader" <<'PY'
-import errno, sys
-try:
-    data = open(sys.argv[1], "rb").read()
-    open(sys.argv[2], "w").write(f"read {len(data)}")
-except OSError as e:
-    open(sys.argv[2], "w").write(f"errno {errno.errorcode[e.errno]}")
-PY
+background_read "$file" "$S/out/reader"
 reader=$!
-for _ in $(seq 100); do   # until 1 MiB is present (at most 10 s)
-    present="$(xattr "$file" progress)"; present="${present%/*}"
-    [[ "${present:-0}" -ge $((1 << 20)) ]] && break
-    sleep 0.1
-done
+wait_for_progress "$file" $((1 << 20))
 head -c $((4 << 20)) /dev/urandom | dd of="$SRC/draft.bin" conv=notrunc status=none   # same size, new bytes
-say "rewrote $SRC/draft.bin in place while ${present:-0} bytes were present"
-timeout 20 tail --pid="$reader" -f /dev/null || fail "the reader did not finish within 20 s"
+say "rewrote $SRC/draft.bin in place while $PRESENT bytes were present"
+wait_for_pid "$reader" 20 || fail "the reader did not finish within 20 s"
 result="$(cat "$S/out/reader")"
 [[ "$result" == "errno ESTALE" ]] || fail "reader during the change: '$result', expected errno ESTALE"
 say "ok: python reader during the change → OSError ESTALE"
