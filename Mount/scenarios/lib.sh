@@ -38,6 +38,8 @@ S=""            # the scenario's temp dir
 SRC=""          # the source directory (the "remote")
 MNT=""          # the mount point
 DAEMON_PID=""   # the mount's daemon
+FAILED=""       # set once a check failed (and said so)
+LAST_FAILURE="" # the last command that failed, for a scenario that set -e ends
 BACKGROUND=()   # pids of background readers started with `in_background`
 SCENARIO_NAME="$(basename "${0%.sh}")"
 SCENARIO_STARTED="$EPOCHREALTIME"
@@ -46,6 +48,7 @@ say() { printf '  %s\n' "$*"; }
 
 fail() {
     trap - ERR
+    FAILED=1
     printf 'FAIL (%s): %s\n' "$SCENARIO_NAME" "$*" >&2
     if [[ -n "$S" && -f "$S/daemon.log" ]]; then
         echo "--- last lines of the daemon log ($S/daemon.log):" >&2
@@ -66,8 +69,9 @@ scenario_start() {
     # every providerfs command of this scenario talks to this scenario's daemon only.
     export PROVIDERFS_RUNTIME_DIR="$S/run"
     trap scenario_cleanup EXIT
-    # A command that fails outside a helper (set -e) says which one, before the cleanup runs.
-    trap 'echo "FAIL ($SCENARIO_NAME): line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
+    # Remember the last command that failed: when set -e ends the scenario on it (not a check,
+    # which says FAIL itself), the cleanup names it.
+    trap 'LAST_FAILURE="line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
     trap 'exit 130' INT
     trap 'exit 143' TERM
     echo "== $SCENARIO_NAME ($S)"
@@ -79,6 +83,9 @@ scenario_cleanup() {
     local status=$?
     trap - ERR
     set +e
+    if [[ $status -ne 0 && -z "$FAILED" ]]; then
+        printf 'FAIL (%s): %s\n' "$SCENARIO_NAME" "${LAST_FAILURE:-exit status $status}" >&2
+    fi
     local pid
     for pid in "${BACKGROUND[@]}"; do
         kill -KILL "$pid" 2>/dev/null
