@@ -164,7 +164,7 @@ with open(sys.argv[2], "w") as out:
 }
 
 # wait_for_pid PID SECONDS: waits for a process that is not our child (or is), at most SECONDS
-wait_for_pid() { timeout "$2" tail --pid="$1" -f /dev/null; }
+wait_for_pid() { timeout "$2" tail -s 0.02 --pid="$1" -f /dev/null; }
 
 # wait_for_progress PATH BYTES [SECONDS]: until at least BYTES of PATH are present (default 10 s);
 # sets PRESENT to the bytes present then.

@@ -21,7 +21,7 @@ for _ in $(seq 50); do
     kill -0 "$reader" 2>/dev/null || break
     sleep 0.1
 done
-timeout 20 tail --pid="$reader" -f /dev/null || fail "cat of a slow item did not finish within 20 s"
+wait_for_pid "$reader" 20 || fail "cat of a slow item did not finish within 20 s"
 wait "$reader" || fail "cat of a slow item failed: $(cat "$S/out/song.err")"
 cmp -s "$S/out/song" "$SRC/song.bin" || fail "cat of a slow item delivered wrong bytes"
 [[ $(wc -w <<<"$seen") -ge 2 ]] || fail "user.providerfs.state was 'downloading' in fewer than 2 samples:$seen"
