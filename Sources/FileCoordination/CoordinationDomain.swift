@@ -15,6 +15,8 @@ import Musl
 struct HeldClaim: Sendable, Hashable {
     var endpoint: ObjectIdentifier
     var local: UInt64
+    /// The socket of the connection that holds the claim; nil for an in-process endpoint.
+    var descriptor: Int32?
 }
 
 enum CoordinationContext {

@@ -30,6 +30,9 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     /// Whether this is the coordination server of a ProviderFS mount: reads of its items get
     /// their content before the accessor runs (rules 50–52).
     var servesProviderMount: Bool { get }
+    /// The descriptor whose last close ends this endpoint's claims (the server sees EOF), or nil
+    /// when claims live in this process. A child that inherits it keeps the claims alive (D-136).
+    var claimDescriptor: Int32? { get }
 }
 
 /// How an endpoint reports back to its domain.
@@ -98,6 +101,7 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
     func changeReaderDemand(by delta: Int) {}  // actions arrive on the acting thread
     func wait(for waiter: Waiter) -> Result<[String], CoordinationError> { waiter.wait() }
     var servesProviderMount: Bool { false }
+    var claimDescriptor: Int32? { nil }
 
     func granted(_ claim: ClaimID, paths: [String]) { delegate.granted(local: claim.local, paths: paths) }
     func failed(_ claim: ClaimID, error: CoordinationError) { delegate.failed(local: claim.local, error: error) }

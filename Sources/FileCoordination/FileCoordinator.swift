@@ -52,6 +52,19 @@ public final class FileCoordinator: @unchecked Sendable {
     /// This process's presenters in the shared domain (rule 67).
     public static var filePresenters: [any FilePresenter] { CoordinationDomain.shared.filePresenters }
 
+    /// Inside an accessor: the sockets of the server connections that hold the caller's claims
+    /// (none for an in-process domain). The server releases a connection's claims when the last
+    /// copy of its socket is closed, so a child process that inherits these descriptors keeps the
+    /// claims alive after this process dies, as flock(1)'s command keeps its lock
+    /// (`providerfs coordinate -- CMD`, D-136). Each descriptor is close-on-exec here.
+    package static var heldClaimDescriptors: [Int32] {
+        var descriptors: [Int32] = []
+        for held in CoordinationContext.held {
+            if let descriptor = held.descriptor, !descriptors.contains(descriptor) { descriptors.append(descriptor) }
+        }
+        return descriptors
+    }
+
     // MARK: Identity and deadlines
 
     /// Claims with the same purpose never wait for each other, even across processes (rule 5).
@@ -439,7 +452,10 @@ public final class FileCoordinator: @unchecked Sendable {
 
     private static func held(ticket: CoordinationDomain.Ticket) -> [HeldClaim] {
         var held = CoordinationContext.held
-        held.append(HeldClaim(endpoint: ObjectIdentifier(ticket.endpoint), local: ticket.local))
+        held.append(
+            HeldClaim(
+                endpoint: ObjectIdentifier(ticket.endpoint), local: ticket.local,
+                descriptor: ticket.endpoint.claimDescriptor))
         return held
     }
 

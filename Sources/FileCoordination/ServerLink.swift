@@ -41,6 +41,9 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
 
     var isDead: Bool { readState.withLock { $0.dead } }
 
+    /// The socket: the server releases this connection's claims when its last copy is closed.
+    var claimDescriptor: Int32? { isDead ? nil : fd }
+
     private init(fd: Int32, socketPath: String, serverPid: Int32, owner: UInt64, buffer: FrameBuffer) {
         self.fd = fd
         self.socketPath = socketPath

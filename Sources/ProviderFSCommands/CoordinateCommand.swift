@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import SystemSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -50,7 +51,7 @@ struct CoordinateCommand: CLICommand {
             return try await coordinator.coordinate(
                 with: [intent],
                 performing: { _ in
-                    try await runChild(command)
+                    try await runChild(command, claimDescriptors: FileCoordinator.heldClaimDescriptors)
                 })
         } catch let error as CoordinationError where error.code == .timedOut {
             throw CommandFailure(error.message, status: ExitStatus.timeout)
@@ -59,25 +60,49 @@ struct CoordinateCommand: CLICommand {
         }
     }
 
-    /// Runs CMD with our stdin/stdout/stderr; its exit status, or 128+signal.
-    static func runChild(_ command: [String]) async throws -> Int32 {
-        let process = Process()
+    /// Runs CMD and returns its exit status, or 128+signal. CMD gets our stdin, stdout and stderr,
+    /// and `claimDescriptors` (the sockets of the server connections that hold the claim,
+    /// close-on-exec here): the server releases a claim when the last copy of its socket is
+    /// closed, so CMD keeps the claim alive if this process is killed, and the claim ends at once
+    /// when both are gone (D-136). No other descriptor reaches CMD, as before (Foundation's
+    /// Process closed them too): a caller's Process, for one, detects our exit by the end of a
+    /// socket we inherited, and would otherwise wait for CMD as well. CMD stays in our process
+    /// group, so Ctrl-C reaches both. When CMD ends, the caller releases the claim explicitly, at
+    /// once, even if something CMD left running still holds a copy of the socket.
+    static func runChild(_ command: [String], claimDescriptors: [Int32]) async throws -> Int32 {
         let executable = command[0]
-        if executable.contains("/") {
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = Array(command.dropFirst())
-        } else {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = command
+        // Without a slash, /usr/bin/env looks CMD up in PATH (and exits 127 when it is not found).
+        let path = executable.contains("/") ? executable : "/usr/bin/env"
+        let arguments = executable.contains("/") ? command : [path] + command
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        // Close every other descriptor above stderr: those open now (a close of one that is gone
+        // by the spawn fails with EBADF, which posix_spawn ignores); any opened later by another
+        // thread of ours is close-on-exec.
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
+            if !claimDescriptors.contains(descriptor) { posix_spawn_file_actions_addclose(&actions, descriptor) }
         }
-        return try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { finished in
-                let status = finished.terminationStatus
-                continuation.resume(returning: finished.terminationReason == .uncaughtSignal ? 128 + status : status)
-            }
-            do { try process.run() } catch {
-                process.terminationHandler = nil
-                continuation.resume(throwing: CommandFailure("cannot run \(executable): \(error.localizedDescription)"))
+        for descriptor in claimDescriptors {
+            // dup2 onto itself clears FD_CLOEXEC in the child only (POSIX 2024; glibc ≥ 2.29, musl).
+            posix_spawn_file_actions_adddup2(&actions, descriptor, descriptor)
+        }
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = withCleanSpawnAttributes(newSession: false) {
+            posix_spawn(&pid, path, &actions, $0, argv, environ)
+        }
+        guard rc == 0 else { throw CommandFailure("cannot run \(executable): \(Errno(rc).message)") }
+        let child = pid
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+            Thread.detachNewThread {
+                var status: Int32 = 0
+                while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+                // WIFSIGNALED / WTERMSIG / WEXITSTATUS are macros Swift does not import.
+                let signal = status & 0x7f
+                continuation.resume(returning: signal != 0 ? 128 + signal : (status >> 8) & 0xff)
             }
         }
     }
