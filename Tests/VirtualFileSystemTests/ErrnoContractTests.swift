@@ -328,16 +328,29 @@ struct ErrnoContractTests {
         }
     }
 
-    /// Deleted on the provider while a handle is open and still needs bytes.
+    /// Deleted on the provider while a handle is open and still needs bytes: found by the fetch,
+    /// and found first by a listing of its directory (D-280). The same answer either way.
     static let deletedUnderAHandle: ErrnoSituation.Scenario = {
         let fixture = try makeFixture()
         fixture.provider.putFile("going", .ramp(seed: 10, size: 300_000))
+        fixture.provider.putFile("listed", .ramp(seed: 12, size: 300_000))
         let fileSystem = try fixture.makeFileSystem()
         let (inode, handle) = try await openFile(fileSystem, "going")
+        let (listed, listedHandle) = try await openFile(fileSystem, "listed")
         fixture.provider.remove("going")
-        return await failure { () async throws(FileSystemError) in
+        fixture.provider.remove("listed")
+        let fetched = await failure { () async throws(FileSystemError) in
             _ = try await fileSystem.read(inode, handle: handle, offset: 200_000, count: 10, context: .kernel)
         }
+        fixture.clock.advance(by: fixture.options.cache.directoryTTL + .seconds(1))
+        #expect(try await listAll(fileSystem, .root).map(\.name) == [".", ".."])
+        let foundByListing = await failure { () async throws(FileSystemError) in
+            _ = try await fileSystem.read(listed, handle: listedHandle, offset: 200_000, count: 10, context: .kernel)
+        }
+        #expect(
+            foundByListing?.errno == fetched?.errno,
+            "a deletion found by a listing: \(String(describing: foundByListing))")
+        return fetched
     }
 
     static let claimRefused: ErrnoSituation.Scenario = {
