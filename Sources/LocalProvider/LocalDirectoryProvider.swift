@@ -388,9 +388,9 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
     private let end: Int64
     private let identifier: ItemIdentifier
     private let version: ContentVersion
-    /// Test hook (LocalDirectoryProviderTests, same-size rewrite): runs after each read of `next`
-    /// and each copy step of `transfer`, before the version check that follows it, with `lock`
-    /// held. Always nil outside tests.
+    /// Test hook (SameSizeRewriteTests): runs after each read of `next` and each copy step of
+    /// `transfer`, before the version check that follows it, with `lock` held. Always nil outside
+    /// tests.
     private var afterReadBeforeCheck: (@Sendable () -> Void)?
 
     init(fd: Int32, identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>) {

@@ -121,15 +121,16 @@ final class UnmountedSession: @unchecked Sendable {
         defer { free(buffer.mem) }
         guard received > 0 else { throw TestSupportError("fuse_session_receive_buf: \(received)") }
         fuse_session_process_buf(session, &buffer)
-        // The reply comes at once (answered on this thread) or from a task: wait, bounded.
-        let deadline = ContinuousClock.now + .seconds(10)
+        // The reply comes at once (answered on this thread) or from a task: wait, bounded (with
+        // room for a task queued behind a loaded run's other tests).
+        let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             var reply = [UInt8](repeating: 0, count: 4096)
             let count = reply.withUnsafeMutableBytes { recv(kernel, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if count > 0 { return Array(reply[0..<count]) }
             try await Task.sleep(for: .milliseconds(1))
         }
-        throw TestSupportError("no reply within 10 s")
+        throw TestSupportError("no reply within 30 s")
     }
 
     func nextUnique() -> UInt64 {

@@ -101,7 +101,7 @@ struct DownloaderTests {
         let head = try await entry.read(offset: 0, count: 1000)
         #expect(head.bytes == expectedBytes(fixture.provider, "half", 0..<1000))
         let error = await #expect(throws: CacheError.self) {
-            _ = try await withDeadline(.seconds(10), "a read past a permanent failure") {
+            _ = try await withDeadline(.seconds(30), "a read past a permanent failure") {
                 try await entry.read(offset: 200_000, count: 1000)
             }
         }
@@ -161,7 +161,7 @@ struct DownloaderTests {
             rounds += 1
         }
         #expect(done.value)
-        let result = try await withDeadline(.seconds(10), "the stalled reader") { await reader.result }
+        let result = try await withDeadline(.seconds(30), "the stalled reader") { await reader.result }
         #expect(throws: CacheError(.timedOut, "no data from the provider for 5s")) { try result.get() }
         #expect(cache.status(of: item.identifier)?.lastError?.code == .timedOut)
         #expect(entry.presentRanges.count <= 64 << 10)
@@ -178,7 +178,7 @@ struct DownloaderTests {
         let entry = try await cache.pinContent(of: item)
         // A short stream counted as complete made the download refetch forever: bounded.
         let error = await #expect(throws: CacheError.self) {
-            _ = try await withDeadline(.seconds(10), "a read of a stream that ends early") {
+            _ = try await withDeadline(.seconds(30), "a read of a stream that ends early") {
                 try await entry.read(offset: 200_000, count: 10)
             }
         }
@@ -202,7 +202,7 @@ struct DownloaderTests {
         #expect(head.bytes == expectedBytes(fixture.provider, "doc", 0..<1000))
         fixture.provider.putFile("doc", .ramp(seed: 8, size: 300_000))
         let error = await #expect(throws: CacheError.self) {
-            _ = try await withDeadline(.seconds(10), "a read of a changed version") {
+            _ = try await withDeadline(.seconds(30), "a read of a changed version") {
                 try await entry.read(offset: 200_000, count: 1000)
             }
         }
@@ -227,7 +227,7 @@ struct DownloaderTests {
         let cache = try fixture.makeCache()
         let entry = try await cache.pinContent(of: try await cache.catalog.item(ItemIdentifier("v"), maximumAge: nil))
         let error = await #expect(throws: CacheError.self) {
-            _ = try await withDeadline(.seconds(10), "a read meeting an injected version change") {
+            _ = try await withDeadline(.seconds(30), "a read meeting an injected version change") {
                 try await entry.read(offset: 100_000, count: 10)
             }
         }
@@ -250,10 +250,10 @@ struct DownloaderTests {
             waited += 1
         }
         cancelled.cancel()
-        let cancelledResult = try await withDeadline(.seconds(10), "the cancelled reader") { await cancelled.result }
+        let cancelledResult = try await withDeadline(.seconds(30), "the cancelled reader") { await cancelled.result }
         #expect(throws: CacheError.self) { try cancelledResult.get() }
         fixture.provider.release()
-        let bytes = try await withDeadline(.seconds(10), "the reader that was not cancelled") {
+        let bytes = try await withDeadline(.seconds(30), "the reader that was not cancelled") {
             try await patient.value.bytes
         }
         #expect(bytes == expectedBytes(fixture.provider, "f", 50_000..<50_100))
@@ -406,7 +406,7 @@ struct MetadataDeadlineTests {
             try await Task.sleep(for: .milliseconds(1))
             rounds += 1
         }
-        let item = try await withDeadline(.seconds(10), "a lookup over a hung metadata call") { try await lookup.value }
+        let item = try await withDeadline(.seconds(30), "a lookup over a hung metadata call") { try await lookup.value }
         #expect(item.size == 3)
     }
 }

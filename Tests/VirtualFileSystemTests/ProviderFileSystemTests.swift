@@ -246,7 +246,7 @@ struct ProviderFileSystemTests {
         }
         fixture.provider.release()
         do {
-            _ = try await withDeadline(.seconds(10), "a read of a deleted item") {
+            _ = try await withDeadline(.seconds(30), "a read of a deleted item") {
                 try await fileSystem.read(
                     going.inode, handle: opened.handle, offset: 200_000, count: 10, context: .kernel)
             }

@@ -287,7 +287,7 @@ private struct ModelRun {
                     try now.get()
                 } else {
                     // Never a hang: a read that neither answers nor fails is a failure of the run.
-                    try await withDeadline(.seconds(20), "read \(handle.path) @\(offset) +\(count)") {
+                    try await withDeadline(.seconds(30), "read \(handle.path) @\(offset) +\(count)") {
                         [fileSystem] in
                         try await fileSystem.read(
                             handle.inode, handle: handle.handle, offset: offset, count: count, context: .kernel)
