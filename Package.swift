@@ -94,10 +94,10 @@ let package = Package(
                 "ProviderFSCommands", "FileCoordination", "VirtualFileSystem", "ProviderCache", "ProviderModel",
                 "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
             ]),
-        // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe.
+        // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe or a socket pair.
         .testTarget(
             name: "FUSEAdapterTests",
-            dependencies: ["FUSEAdapter", "VirtualFileSystem", "SystemSupport", "Diagnostics", "TestSupport"]),
+            dependencies: ["CFuse3", "FUSEAdapter", "VirtualFileSystem", "SystemSupport", "Diagnostics", "TestSupport"]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
         .testTarget(
             name: "MountTests",
