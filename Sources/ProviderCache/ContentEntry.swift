@@ -378,9 +378,10 @@ public final class ContentEntry: Sendable {
     /// One fetch of a `.checksummed` stream: every byte is hashed as it arrives and written to the
     /// file, but none counts as present (none is served, none is saved in the range map) until
     /// the stream has ended and its checksum matches the digest of exactly the bytes received
-    /// for `target`; then all of them are delivered at once. A mismatch, a stream that ends early
-    /// or sends more than the range, or one that ends without a checksum fails the fetch with
-    /// `.corrupt` (retried like a failed download), and its bytes are left as if never fetched:
+    /// for `target`; then all of them are delivered at once. A mismatch, a stream that sends more
+    /// than the range, or one that ends without a checksum fails the fetch with `.corrupt`
+    /// (retried like a failed download; one that ends early fails as any short stream does,
+    /// `.downloadFailed`), and its bytes are left as if never fetched:
     /// they are written only into missing ranges, which a later fetch overwrites. So the unit of
     /// verification is one fetch, and a reader of such a stream waits for the fetch's end.
     private func fetchVerified(_ stream: any ContentStream, _ target: Range<Int64>) async -> DownloadMachine.FetchEnd {
