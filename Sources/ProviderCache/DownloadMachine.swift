@@ -7,12 +7,13 @@
 // Events: a read requested for a range (`beginRead`, then `register` once its continuation
 // exists), a reader cancelled (`cancel`), a background download requested, the version retired
 // (superseded, deleted, shut down), the download loop asking what to fetch (`nextFetch`), a fetch
-// started, bytes delivered (written to the file), a fetch ended (completed, retargeted, failed —
-// a stall is a failure with `.timedOut`), the loop asking whether it may end (`finishUnlessNeeded`),
-// and a range-map save taken and saved.
+// started, bytes delivered (written to the file; for a checksummed stream, verified), a fetch
+// ended (completed — checked against the range it started with —, retargeted, failed — a stall
+// is a failure with `.timedOut`, a checksum mismatch one with `.corrupt`), the loop asking
+// whether it may end (`finishUnlessNeeded`), and a range-map save taken, saved or failed.
 // Actions: start the download, cancel it, complete a waiter (with success or an error), start a
 // range-map save beside the download; the loop's own questions answer with a range to fetch, a
-// chunk length, "retarget", "retry after the delay" or "fail".
+// chunk length, "save first" (`mustSave`), "retarget", "retry after the delay" or "fail".
 
 /// What the host must do after an event, in order, with its lock dropped.
 enum DownloadAction: Equatable, Sendable {
