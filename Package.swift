@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "ProviderFaults", dependencies: ["ProviderModel", "SystemSupport"]),
         .target(
             name: "ProviderCache",
-            dependencies: ["ProviderModel", "SQLiteStore", "SystemSupport", "Diagnostics"]),
+            dependencies: ["ProviderModel", "SQLiteStore", "CryptoSupport", "SystemSupport", "Diagnostics"]),
         .target(
             name: "VirtualFileSystem",
             dependencies: ["ProviderCache", "ProviderModel", "SystemSupport", "Diagnostics"]),
@@ -80,6 +80,7 @@ let package = Package(
             name: "ProviderCacheTests",
             dependencies: [
                 "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport",
+                "CryptoSupport", "SQLiteStore",
             ]),
         .testTarget(
             name: "VirtualFileSystemTests",

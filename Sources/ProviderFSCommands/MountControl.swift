@@ -13,17 +13,26 @@ import VirtualFileSystem
 import Glibc
 #endif
 
-/// A recorded failure as errno name, number and message (`EIO`, 5, "…").
+/// A recorded failure as errno name, number, message and the byte where it happened (`EIO`, 5,
+/// "…", 4194304; no offset for a failure at no byte, or one recorded before offsets were kept).
 struct ControlItemError: Codable, Sendable, Equatable {
     var errno: String
     var errnoValue: Int32
     var message: String
+    var offset: Int64?
 
     init(_ error: RecordedError) {
         let number = FileSystemError(CacheError(error.code, error.message)).errno
         self.errno = number.name
         self.errnoValue = number.rawValue
         self.message = error.message
+        self.offset = error.offset
+    }
+
+    /// "EIO: at byte 4194304: message", as `user.providerfs.error` shows it.
+    var text: String {
+        guard let offset else { return "\(errno): \(message)" }
+        return "\(errno): at byte \(offset): \(message)"
     }
 }
 

@@ -146,7 +146,8 @@ struct ProviderFileSystemTests {
             #expect(error.errno == .ioError)
         }
         #expect(try await xattr(fileSystem, bad.inode, "user.providerfs.state") == "error")
-        #expect(try await xattr(fileSystem, bad.inode, "user.providerfs.error").hasPrefix("EIO: "))
+        // The errno readers got, then the byte where the download failed, then the message.
+        #expect(try await xattr(fileSystem, bad.inode, "user.providerfs.error").hasPrefix("EIO: at byte 50000: "))
         #expect(
             try await fileSystem.listExtendedAttributes(bad.inode, context: .kernel).contains("user.providerfs.error"))
     }
