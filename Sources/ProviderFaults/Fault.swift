@@ -146,6 +146,12 @@ public struct FaultRuleState: Sendable, Hashable {
     /// Downloads of it still running (they go on being faulted until they end).
     public var running: Int
 
+    public init(rule: FaultRule, used: Int, running: Int) {
+        self.rule = rule
+        self.used = used
+        self.running = running
+    }
+
     /// Downloads or fetches still to come; nil: until cleared.
     public var remaining: Int? {
         switch rule.times {
