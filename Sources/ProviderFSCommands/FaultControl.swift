@@ -104,7 +104,10 @@ struct FaultRequest: Sendable, Equatable {
         func integer(_ name: String, in range: ClosedRange<Int64>) -> Result<Int64?, ControlError> {
             guard let raw = arguments[name] else { return .success(nil) }
             guard let value = ControlProtocol.integer(raw) else {
-                return .failure(ControlError(.invalidArguments, "\"\(name)\" must be an integer"))
+                return .failure(
+                    ControlError(
+                        .invalidArguments,
+                        "\"\(name)\" must be an integer between \(range.lowerBound) and \(range.upperBound)"))
             }
             guard range.contains(value) else {
                 return .failure(
