@@ -86,10 +86,12 @@ public enum Fault: Sendable, Hashable, CustomStringConvertible {
 
 /// How long a rule holds.
 public enum FaultTimes: Sendable, Hashable, CustomStringConvertible {
-    /// The next N downloads of the item (N ≥ 1). A download is what the cache tells the provider
-    /// about through `Provider.downloadEnded`: its first fetch, its own retries, until it ends.
-    /// Every fetch of a download the rule caught is faulted; the rule goes once its downloads are
-    /// used up and none of them runs any more. (`providerfs fault add … --times N`.)
+    /// The next N downloads of the item that the fault strikes (N ≥ 1). A download is what the
+    /// cache tells the provider about through `Provider.downloadEnded`: its first fetch, its own
+    /// retries, until it ends. Every fetch of a download the rule caught is faulted; a download
+    /// that ended without the fault striking (it stopped before the fault's byte) gives its use
+    /// back. The rule goes once its downloads are used up and none of them runs any more.
+    /// (`providerfs fault add … --times N`.)
     case downloads(Int)
     /// The next N fetches (`fetchContents` calls) of the item, whatever download they belong to:
     /// for unit tests of retry logic ("the first attempt fails, the retry succeeds").

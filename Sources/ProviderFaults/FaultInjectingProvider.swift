@@ -106,11 +106,14 @@ public struct FaultInjectingProvider: Provider {
         if fault == .offline { throw Self.offlineError }
         let stream = try await base.fetchContents(of: identifier, version: version, range: range)
         guard let fault else { return stream }
-        return FaultyStream(base: stream, fault: fault, range: range, clock: clock)
+        let plan = self.plan
+        return FaultyStream(base: stream, fault: fault, range: range, clock: clock) {
+            plan.struck(identifier, version: version)
+        }
     }
 
     public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {
-        if !plan.isEmpty { plan.downloadEnded(of: identifier, version: version) }
+        if !plan.isEmpty { plan.downloadEnded(of: identifier, version: version, succeeded: succeeded) }
         base.downloadEnded(of: identifier, version: version, succeeded: succeeded)
     }
 
@@ -239,6 +242,9 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
     private let fault: Fault
     private let clock: any Clock<Duration>
     private let range: Range<Int64>
+    /// Called each time the fault strikes (the stream misbehaves), so that a download it never
+    /// struck is not counted.
+    private let onStrike: @Sendable () -> Void
     private struct State {
         var position: Int64
         var stalled = false
@@ -247,7 +253,11 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
     }
     private var state: State
 
-    init(base: any ContentStream, fault: Fault, range: Range<Int64>, clock: any Clock<Duration>) {
+    init(
+        base: any ContentStream, fault: Fault, range: Range<Int64>, clock: any Clock<Duration>,
+        onStrike: @escaping @Sendable () -> Void = {}
+    ) {
+        self.onStrike = onStrike
         self.base = base
         self.fault = fault
         self.clock = clock
@@ -265,21 +275,27 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
         switch fault {
         case .failAfter(let offset, let code):
             if position >= offset {
+                onStrike()
                 throw Fault.error(errno: code, "transfer failed at byte \(position) (injected fault)")
             }
             allowed = min(allowed, offset - position)
         case .stall(let offset, let duration):
             if position >= offset, !lock.withLock({ state.stalled }) {
+                onStrike()
                 try await stall(duration, clock: clock)
                 lock.withLock { state.stalled = true }
             } else if position < offset {
                 allowed = min(allowed, offset - position)
             }
         case .truncate(let offset):
-            if position >= offset { return nil }
+            if position >= offset {
+                if position < range.upperBound { onStrike() }
+                return nil
+            }
             allowed = min(allowed, offset - position)
         case .changeVersion(let offset):
             if position >= offset {
+                onStrike()
                 throw ProviderError(.versionChanged, "item changed on the provider (injected fault)")
             }
             allowed = min(allowed, offset - position)
@@ -294,6 +310,7 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
             return nil
         }
         if case .slow(let rate) = fault {
+            onStrike()
             try await clock.sleep(for: .nanoseconds(Int64(chunk.count) * 1_000_000_000 / max(1, rate)))
         }
         if case .corrupt(let offset) = fault {
@@ -301,6 +318,7 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
             let end = offset + Fault.corruptLength
             let chunkEnd = position + Int64(chunk.count)
             if position < end && chunkEnd > offset {
+                onStrike()
                 for index in Int(max(offset, position) - position)..<Int(min(end, chunkEnd) - position) {
                     chunk[index] ^= 0xFF
                 }

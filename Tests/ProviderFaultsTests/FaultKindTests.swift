@@ -293,6 +293,43 @@ struct FaultScopeTests {
         #expect(try await fetchAll(provider, base, "top").bytes.count == Int(fileSize))
     }
 
+    @Test("a download that ends before the fault's byte is not counted: the next one meets the fault")
+    func unstruckDownloadsAreNotCounted() async throws {
+        let base = makeBase()
+        let plan = FaultPlan([
+            FaultRule(
+                identifier: ItemIdentifier("top"), fault: .failAfter(offset: 200_000, errno: EIO), times: .downloads(1))
+        ])
+        let provider = FaultInjectingProvider(wrapping: base, plan: plan)
+        let top = ItemIdentifier("top")
+        let stream = try await provider.fetchContents(of: top, version: version(base, "top"), range: 0..<100_000)
+        #expect(await drain(stream).error == nil)
+        provider.downloadEnded(of: top, version: version(base, "top"), succeeded: true)
+        #expect(plan.states.first?.remaining == 1)
+        #expect(try await fetchAll(provider, base, "top").error?.code == .io)
+        provider.downloadEnded(of: top, version: version(base, "top"), succeeded: false)
+        #expect(plan.isEmpty)
+    }
+
+    @Test("followUpsPerFailure: the download after a failed one meets the fault uncounted (the kernel's retry)")
+    func followUps() async throws {
+        let base = makeBase()
+        let plan = FaultPlan(
+            [
+                FaultRule(
+                    identifier: ItemIdentifier("top"), fault: .failAfter(offset: 10, errno: EIO), times: .downloads(1))
+            ],
+            followUpsPerFailure: 1)
+        let provider = FaultInjectingProvider(wrapping: base, plan: plan)
+        let top = ItemIdentifier("top")
+        for attempt in 1...2 {
+            #expect(try await fetchAll(provider, base, "top").error?.code == .io, "download \(attempt)")
+            provider.downloadEnded(of: top, version: version(base, "top"), succeeded: false)
+            #expect(plan.isEmpty == (attempt == 2))
+        }
+        #expect(try await fetchAll(provider, base, "top").error == nil)
+    }
+
     @Test(".fetches(N) counts single fetches; .untilCleared holds until cleared")
     func fetchesAndUntilCleared() async throws {
         let base = makeBase()
