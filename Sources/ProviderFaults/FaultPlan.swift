@@ -61,6 +61,7 @@ public final class FaultPlan: @unchecked Sendable {
     /// without being counted. 0 in memory: "the next N downloads" exactly. A mount's stored plan
     /// says 1: the kernel retries a failed page read once, as a new read that would start a new
     /// download, and the reader should meet the fault it already met (a plain `cat` sees EIO).
+    /// Not after a version change: the cache gives that version up and answers the retry itself.
     public let followUpsPerFailure: Int
 
     public init(_ rules: [FaultRule] = [], followUpsPerFailure: Int = 0) {
@@ -224,7 +225,7 @@ public final class FaultPlan: @unchecked Sendable {
                 // A download the fault never struck (it ended before the fault's byte) is not
                 // one of the rule's times: the next download gets it.
                 if !struck { state.entries[index].used -= 1 }
-                if struck && !succeeded && followUpsPerFailure > 0 {
+                if struck && !succeeded && followUpsPerFailure > 0 && !state.entries[index].rule.fault.retiresVersion {
                     state.followUps[key] = (serial, followUpsPerFailure)
                 }
             }

@@ -328,6 +328,12 @@ struct FaultScopeTests {
             #expect(plan.isEmpty == (attempt == 2))
         }
         #expect(try await fetchAll(provider, base, "top").error == nil)
+
+        // Not after a version change: the cache gives that version up and never asks again.
+        plan.add(FaultRule(identifier: top, fault: .changeVersion(offset: 10), times: .downloads(1)))
+        #expect(try await fetchAll(provider, base, "top").error?.code == .versionChanged)
+        provider.downloadEnded(of: top, version: version(base, "top"), succeeded: false)
+        #expect(plan.isEmpty)
     }
 
     @Test(".fetches(N) counts single fetches; .untilCleared holds until cleared")
