@@ -29,7 +29,7 @@ let package = Package(
         // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
         .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
-        .target(name: "ProviderFaults", dependencies: ["ProviderModel", "SystemSupport"]),
+        .target(name: "ProviderFaults", dependencies: ["CryptoSupport", "ProviderModel", "SystemSupport"]),
         .target(
             name: "ProviderCache",
             dependencies: ["ProviderModel", "SQLiteStore", "CryptoSupport", "SystemSupport", "Diagnostics"]),
@@ -75,7 +75,7 @@ let package = Package(
             dependencies: ["LocalProvider", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "ProviderFaultsTests",
-            dependencies: ["ProviderFaults", "ProviderModel", "SystemSupport"]),
+            dependencies: ["CryptoSupport", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "ProviderCacheTests",
             dependencies: [

@@ -45,7 +45,8 @@ struct DownloaderTests {
 
         // Every fetch of "bad" fails: maximumAttempts fetches, one failed download.
         fixture.faults.add(
-            FaultRule(identifier: ItemIdentifier("bad"), fault: .failAfter(offset: 0, errno: EIO), times: nil))
+            FaultRule(identifier: ItemIdentifier("bad"), fault: .failAfter(offset: 0, errno: EIO), times: .untilCleared)
+        )
         let bad = try await cache.catalog.item(ItemIdentifier("bad"), maximumAge: nil)
         let failing = try await cache.pinContent(of: bad)
         let fetchesBefore = fixture.provider.counters.fetchCalls
@@ -124,7 +125,8 @@ struct DownloaderTests {
         let fixture = try CacheFixture()
         fixture.provider.putFile("f", .ramp(seed: 4, size: 300_000))
         fixture.faults.add(
-            FaultRule(identifier: ItemIdentifier("f"), fault: .failAfter(offset: 100_000, errno: EIO), times: 1))
+            FaultRule(
+                identifier: ItemIdentifier("f"), fault: .failAfter(offset: 100_000, errno: EIO), times: .fetches(1)))
         let cache = try fixture.makeCache()
         let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)

@@ -381,7 +381,7 @@ private struct ModelRun {
         let offset = Int64.random(in: 0..<item.size, using: &random)
         log.append("fault-once \(item.identifier) fail-after \(offset)")
         fixture.faults.add(
-            FaultRule(identifier: item.identifier, fault: .failAfter(offset: offset, errno: EIO), times: 1))
+            FaultRule(identifier: item.identifier, fault: .failAfter(offset: offset, errno: EIO), times: .fetches(1)))
         return nil
     }
 }
