@@ -29,10 +29,10 @@ let package = Package(
         // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
         .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
-        .target(name: "ProviderFaults", dependencies: ["ProviderModel", "SystemSupport"]),
+        .target(name: "ProviderFaults", dependencies: ["CryptoSupport", "ProviderModel", "SystemSupport"]),
         .target(
             name: "ProviderCache",
-            dependencies: ["ProviderModel", "SQLiteStore", "SystemSupport", "Diagnostics"]),
+            dependencies: ["ProviderModel", "SQLiteStore", "CryptoSupport", "SystemSupport", "Diagnostics"]),
         .target(
             name: "VirtualFileSystem",
             dependencies: ["ProviderCache", "ProviderModel", "SystemSupport", "Diagnostics"]),
@@ -75,11 +75,12 @@ let package = Package(
             dependencies: ["LocalProvider", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "ProviderFaultsTests",
-            dependencies: ["ProviderFaults", "ProviderModel", "SystemSupport"]),
+            dependencies: ["CryptoSupport", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "ProviderCacheTests",
             dependencies: [
                 "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport",
+                "CryptoSupport", "SQLiteStore",
             ]),
         .testTarget(
             name: "VirtualFileSystemTests",
@@ -94,10 +95,10 @@ let package = Package(
                 "ProviderFSCommands", "FileCoordination", "VirtualFileSystem", "ProviderCache", "ProviderModel",
                 "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
             ]),
-        // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe.
+        // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe or a socket pair.
         .testTarget(
             name: "FUSEAdapterTests",
-            dependencies: ["FUSEAdapter", "VirtualFileSystem", "SystemSupport", "Diagnostics", "TestSupport"]),
+            dependencies: ["CFuse3", "FUSEAdapter", "VirtualFileSystem", "SystemSupport", "Diagnostics", "TestSupport"]),
         // Real mounts through /dev/fuse. Never skipped silently: see docs/TESTING.md.
         .testTarget(
             name: "MountTests",

@@ -388,6 +388,10 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
     private let end: Int64
     private let identifier: ItemIdentifier
     private let version: ContentVersion
+    /// Test hook (SameSizeRewriteTests): runs after each read of `next` and each copy step of
+    /// `transfer`, before the version check that follows it, with `lock` held. Always nil outside
+    /// tests.
+    private var afterReadBeforeCheck: (@Sendable () -> Void)?
 
     init(fd: Int32, identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>) {
         self.fd = fd
@@ -404,6 +408,11 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
 
     func checkVersion() throws {
         try lock.withLock { try checkVersionLocked() }
+    }
+
+    /// Sets the test hook `afterReadBeforeCheck`.
+    func setAfterReadBeforeCheck(_ hook: (@Sendable () -> Void)?) {
+        lock.withLock { afterReadBeforeCheck = hook }
     }
 
     private func checkVersionLocked() throws {
@@ -436,6 +445,7 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
                     throw ProviderError(.io, "read \(self.identifier): \(String(cString: strerror(code)))", errno: code)
                 }
                 if got == 0 { return nil }
+                self.afterReadBeforeCheck?()
                 // A read that raced with a rewrite must not be delivered: check again after it.
                 try self.checkVersionLocked()
                 self.position += Int64(got)
@@ -472,6 +482,7 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
                     let placed = try self.transferStep(
                         maximumLength: max(1, length), to: descriptor, at: offset + Int64(total))
                     if placed == 0 { break }  // shorter than its version says: the caller sees it
+                    self.afterReadBeforeCheck?()
                     // A copy that raced with a rewrite must not be used: check again after it.
                     try self.checkVersionLocked()
                     self.position += Int64(placed)

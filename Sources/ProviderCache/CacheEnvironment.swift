@@ -10,4 +10,6 @@ struct CacheEnvironment: Sendable {
     let options: CacheOptions
     let pool: BlockingIOPool
     let logger: Logger
+    /// How cache files are synced before a range-map save (fdatasync; a seam for tests).
+    var fileSync: FileSync = fileDataSync
 }

@@ -28,6 +28,10 @@ public struct CacheError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidName
         /// A local I/O error on a cache file or the metadata store.
         case io
+        /// The bytes of a checksummed fetch do not match the provider's checksum (or the stream
+        /// ended without one): none of them became present. Retried like `downloadFailed`, and
+        /// read as it (EIO).
+        case corrupt
     }
 
     public var code: Code

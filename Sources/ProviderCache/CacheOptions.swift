@@ -25,10 +25,11 @@ public struct CacheOptions: Sendable {
     /// A download saves its range map (fdatasync, then SQLite) once this many bytes are unsynced,
     /// or once `persistPeriod` has passed since its last save with any byte unsynced, whichever
     /// comes first; and when it ends. The save runs beside the download, which does not wait for
-    /// it. So a crash loses at most about `persistPeriod` of download progress (the bytes are
-    /// fetched again), and a short download is never slowed by a sync.
-    public var persistInterval: Int64 = 1 << 30
-    public var persistPeriod: Duration = .seconds(5)
+    /// it. So a kill -9 loses at most about `persistPeriod` of download progress and at most
+    /// about `persistInterval` bytes (they are fetched again), and a short download is never
+    /// slowed by a sync (issue 11: at most the last second and 256 MiB, D-277).
+    public var persistInterval: Int64 = 256 << 20
+    public var persistPeriod: Duration = .seconds(1)
     /// A download's final range-map save (fdatasync + SQLite) is batched with others this long
     /// after it ends (flushed at shutdown in any case).
     public var persistDelay: Duration = .seconds(1)

@@ -134,7 +134,15 @@ extension Catalog {
         }
         save(toSave)
         tell(told)
-        finish(superseded, error: CacheError(.stale, "the item changed or was deleted on the provider"))
+        // A child gone from the listing is a deletion (EIO for a handle that still needs bytes),
+        // as when a fetch or an item call finds it gone; only a new version is ESTALE (D-280).
+        for content in superseded {
+            let error =
+                content.current == nil
+                ? CacheError(.deletedRemotely, "\(content.identifier) was deleted on the provider")
+                : CacheError(.stale, "\(content.identifier) changed on the provider")
+            finish([content], error: error)
+        }
     }
 
     /// `identifier` as the catalog stores it. The name index, the item table and the node table

@@ -6,6 +6,7 @@
 // continuations resumed, tasks started or cancelled, range maps saved — are carried out only
 // after the lock is dropped; files are written and streams read without the lock.
 
+import CryptoSupport
 import Diagnostics
 public import ProviderModel
 public import SystemSupport
@@ -285,6 +286,9 @@ public final class ContentEntry: Sendable {
         // A stream that can write into our file itself (the local source) does;
         // others hand us chunks that we write.
         let direct = stream.capabilities.contains(.directTransfer) ? stream : nil
+        if direct == nil && stream.capabilities.contains(.checksummed) {
+            return await fetchVerified(stream, target)
+        }
         let startedAt = environment.timeline.now
         let file = self.file
         var position = target.lowerBound
@@ -296,6 +300,11 @@ public final class ContentEntry: Sendable {
                 state.machine.chunkLength(at: position, end: target.upperBound, previous: previousChunk)
             }
             previousChunk = length
+            // A save beside the download that has not kept up: save (and wait) before fetching
+            // more, so a crash never refetches more than `persistInterval` (D-277).
+            let batch =
+                direct == nil ? Int64(length) : min(Int64(options.directBatchSize), target.upperBound - position)
+            if state.withLock({ $0.machine.mustSave(before: batch) }) { await persist() }
             if let direct {
                 // The stream writes into our file itself, in steps of at most chunkSize, and tells
                 // us each verified step on its own thread: the bytes are marked present and their
@@ -366,6 +375,82 @@ public final class ContentEntry: Sendable {
         return .completed(progress: progress)
     }
 
+    /// One fetch of a `.checksummed` stream: every byte is hashed as it arrives and written to the
+    /// file, but none counts as present (none is served, none is saved in the range map) until
+    /// the stream has ended and its checksum matches the digest of exactly the bytes received
+    /// for `target`; then all of them are delivered at once. A mismatch, a stream that sends more
+    /// than the range, or one that ends without a checksum fails the fetch with `.corrupt`
+    /// (retried like a failed download; one that ends early fails as any short stream does,
+    /// `.downloadFailed`), and its bytes are left as if never fetched:
+    /// they are written only into missing ranges, which a later fetch overwrites. So the unit of
+    /// verification is one fetch, and a reader of such a stream waits for the fetch's end.
+    private func fetchVerified(_ stream: any ContentStream, _ target: Range<Int64>) async -> DownloadMachine.FetchEnd {
+        let options = environment.options
+        let timeline = environment.timeline
+        let startedAt = timeline.now
+        var hasher = SHA256()
+        var position = target.lowerBound
+        var previousChunk: Int?
+        while position < target.upperBound {
+            if Task.isCancelled { return .failed(CacheError(.cancelled, "download cancelled"), progress: false) }
+            let length = state.withLock { state in
+                state.machine.chunkLength(at: position, end: target.upperBound, previous: previousChunk)
+            }
+            previousChunk = length
+            let chunk: [UInt8]?
+            do {
+                chunk = try await withDeadline(options.stallTimeout, on: timeline) {
+                    try await stream.next(maximumLength: length)
+                }
+            } catch {
+                return .failed(CacheError.from(error), progress: false)
+            }
+            guard let bytes = chunk, !bytes.isEmpty else {
+                return .failed(Self.endedEarly(at: position, of: target), progress: false)
+            }
+            if Int64(bytes.count) > target.upperBound - position {
+                return .failed(
+                    CacheError(
+                        .corrupt,
+                        "bytes \(target.lowerBound)..<\(target.upperBound): the provider sent more bytes than the range"
+                    ), progress: false)
+            }
+            hasher.update(bytes)
+            do {
+                try await file.write(bytes, at: position)
+            } catch {
+                return .failed(error, progress: false)
+            }
+            position += Int64(bytes.count)
+        }
+        // The checksum comes after the last byte (like an HTTP trailer): the stream must end here.
+        let rest: [UInt8]?
+        do {
+            rest = try await withDeadline(options.stallTimeout, on: timeline) {
+                try await stream.next(maximumLength: 1)
+            }
+        } catch {
+            return .failed(CacheError.from(error), progress: false)
+        }
+        let range = "bytes \(target.lowerBound)..<\(target.upperBound)"
+        if let rest, !rest.isEmpty {
+            return .failed(
+                CacheError(.corrupt, "\(range): the provider sent more bytes than the range"), progress: false)
+        }
+        let received = ContentChecksum(.sha256, digest: hasher.finalize())
+        guard let expected = stream.checksum else {
+            return .failed(CacheError(.corrupt, "\(range): the provider sent no checksum"), progress: false)
+        }
+        guard expected.algorithm == received.algorithm, constantTimeEquals(expected.digest, received.digest) else {
+            return .failed(
+                CacheError(.corrupt, "\(range) do not match their checksum: expected \(expected), got \(received)"),
+                progress: false)
+        }
+        // Verified: only now do the bytes count as present, and their readers resume.
+        _ = deliver(target, fetchStartedAt: startedAt)
+        return .completed(progress: true)
+    }
+
     /// `written` is in the file: the machine marks it present; its actions (readers resumed, a
     /// save beside the download) are carried out; true when the fetch should stop to retarget.
     /// Callable from any thread.
@@ -403,6 +488,7 @@ public final class ContentEntry: Sendable {
             try await file.sync()
         } catch {
             environment.logger.warning("\(identifier): \(error); range map not saved")
+            state.withLock { $0.machine.persistFailed() }
             return
         }
         let record = ContentRecord(
@@ -414,6 +500,7 @@ public final class ContentEntry: Sendable {
             state.withLock { $0.machine.persisted(snapshot, lastError: lastError) }
         } catch {
             environment.logger.warning("\(identifier): cannot save range map: \(error)")
+            state.withLock { $0.machine.persistFailed() }
         }
     }
 }

@@ -1,13 +1,24 @@
 // One sparse cache file. Blocking calls run on the BlockingIOPool, never on the cooperative pool.
 
 import ProviderModel
-import SystemSupport
+public import SystemSupport
 
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+
+/// How a cache file's written bytes are made durable before its range map is saved: given the
+/// file's descriptor, nil when they are, else the error. `fileDataSync` (fdatasync) in production;
+/// tests inject one to record the sync points or to fail them (`ProviderCache.init(fileSync:)`).
+/// Called on a `BlockingIOPool` thread.
+public typealias FileSync = @Sendable (_ descriptor: Int32) -> Errno?
+
+/// fdatasync, retried on EINTR.
+public let fileDataSync: FileSync = { descriptor in
+    retryingOnInterrupt({ fdatasync(descriptor) }) == 0 ? nil : Errno.current
+}
 
 /// A sparse file holding (some of) the bytes of one content version, at their own offsets.
 final class ContentFile: MappedFileRanges {
@@ -16,10 +27,12 @@ final class ContentFile: MappedFileRanges {
     /// The file's length (set at open: a placeholder's file is sparse up to it).
     let size: Int64
     let pool: BlockingIOPool
+    /// Makes the written bytes durable (`sync()`).
+    let syncData: FileSync
 
     /// Opens (creating if needed) the file and sets its length to `size`, so unfetched parts are
     /// holes that use no disk space.
-    init(path: String, size: Int64, pool: BlockingIOPool) throws(CacheError) {
+    init(path: String, size: Int64, pool: BlockingIOPool, sync: @escaping FileSync = fileDataSync) throws(CacheError) {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             throw CacheError(.io, "cannot open cache file \(path): \(Errno.current.message)")
@@ -34,6 +47,7 @@ final class ContentFile: MappedFileRanges {
         self.fd = fd
         self.size = size
         self.pool = pool
+        self.syncData = sync
     }
 
     /// The whole file mapped read-only (address bits; 0: not mapped yet), made at the first
@@ -101,13 +115,15 @@ final class ContentFile: MappedFileRanges {
         return CacheError.from(error)
     }
 
-    /// `fdatasync`: the bytes written so far survive a power cut (run before persisting ranges).
+    /// `fdatasync` (through `syncData`): the bytes written so far survive a power cut (run before
+    /// persisting ranges).
     func sync() async throws(CacheError) {
         let fd = self.fd
         let path = self.path
+        let syncData = self.syncData
         try await pool.run { () throws(CacheError) -> Void in
-            if retryingOnInterrupt({ fdatasync(fd) }) != 0 {
-                throw CacheError(.io, "cannot sync cache file \(path): \(Errno.current.message)")
+            if let error = syncData(fd) {
+                throw CacheError(.io, "cannot sync cache file \(path): \(error.message)")
             }
         }
     }

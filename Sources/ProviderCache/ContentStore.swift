@@ -185,7 +185,9 @@ public final class ContentStore: Sendable {
             // first open).
             record = found
         }
-        let file = try ContentFile(path: contentPath(record.fileNumber), size: record.size, pool: environment.pool)
+        let file = try ContentFile(
+            path: contentPath(record.fileNumber), size: record.size, pool: environment.pool,
+            sync: environment.fileSync)
         let entry = ContentEntry(record: record, file: file, environment: environment)
         entry.pin()
         entry.setDeferredPersist { [weak self] entry in self?.schedulePersist(entry) }

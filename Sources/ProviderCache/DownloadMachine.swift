@@ -7,12 +7,13 @@
 // Events: a read requested for a range (`beginRead`, then `register` once its continuation
 // exists), a reader cancelled (`cancel`), a background download requested, the version retired
 // (superseded, deleted, shut down), the download loop asking what to fetch (`nextFetch`), a fetch
-// started, bytes delivered (written to the file), a fetch ended (completed, retargeted, failed —
-// a stall is a failure with `.timedOut`), the loop asking whether it may end (`finishUnlessNeeded`),
-// and a range-map save taken and saved.
+// started, bytes delivered (written to the file; for a checksummed stream, verified), a fetch
+// ended (completed — checked against the range it started with —, retargeted, failed — a stall
+// is a failure with `.timedOut`, a checksum mismatch one with `.corrupt`), the loop asking
+// whether it may end (`finishUnlessNeeded`), and a range-map save taken, saved or failed.
 // Actions: start the download, cancel it, complete a waiter (with success or an error), start a
 // range-map save beside the download; the loop's own questions answer with a range to fetch, a
-// chunk length, "retarget", "retry after the delay" or "fail".
+// chunk length, "save first" (`mustSave`), "retarget", "retry after the delay" or "fail".
 
 /// What the host must do after an event, in order, with its lock dropped.
 enum DownloadAction: Equatable, Sendable {
@@ -61,14 +62,26 @@ struct DownloadMachine: Sendable {
     private var backgroundPersist = false
     /// What the store holds (nil: nothing saved in this session).
     private var saved: (ByteRanges, RecordedError?)?
+    /// Present bytes the store knows of: loaded at start, then those of the last snapshot saved.
+    private var savedCount: Int64
+    /// The last save failed (its sync or its write): no save is forced before more is fetched
+    /// (`mustSave`) until one succeeds again.
+    private var saveFailing = false
     private(set) var pins = 0
     private(set) var fetchCount = 0
     /// Failed fetches in a row without progress (the retry budget).
     private var failuresInARow = 0
+    /// A background download was requested while the loop ran and after its last failure: the
+    /// loop goes on instead of ending.
+    private var restartRequested = false
+    /// The range the running fetch set out to bring (nil between fetches): a fetch that ends
+    /// "completed" without all of it ended early.
+    private(set) var fetchTarget: Range<Int64>?
 
     init(size: Int64, present: ByteRanges, lastError: RecordedError?, options: CacheOptions, identifier: String) {
         self.size = size
         self.present = present
+        self.savedCount = present.count
         self.lastError = lastError
         self.options = options
         self.identifier = identifier
@@ -127,11 +140,18 @@ struct DownloadMachine: Sendable {
         return []
     }
 
-    /// Download without a reader; nothing when complete, retired or already running.
+    /// Download without a reader; nothing when complete or retired. While the loop runs, it goes
+    /// on: a request that comes while a failed (or finished) download is still saving its range
+    /// map makes it go on instead of ending (`finishUnlessNeeded`), and shows as downloading at
+    /// once, so `providerfs download` of an item in `error` retries it.
     mutating func requestBackgroundDownload() -> [DownloadAction] {
-        guard !loopRunning, retiredError == nil, !isComplete else { return [] }
-        loopRunning = true
+        guard retiredError == nil, !isComplete else { return [] }
         downloading = true
+        if loopRunning {
+            restartRequested = true
+            return []
+        }
+        loopRunning = true
         return [.startDownload]
     }
 
@@ -147,7 +167,8 @@ struct DownloadMachine: Sendable {
     // MARK: The download loop
 
     /// What to fetch next (nil: nothing; the loop saves the range map and asks
-    /// `finishUnlessNeeded`): the oldest waiter's first missing gap; else (background) the next
+    /// `finishUnlessNeeded`): the oldest waiter's first missing gap (ranges only: up to the
+    /// read-ahead window after the waiter's range); else (background) the next
     /// gap after the stream position, wrapping to the start; else (ranges only) the read-ahead
     /// window.
     mutating func nextFetch() -> Range<Int64>? {
@@ -161,7 +182,16 @@ struct DownloadMachine: Sendable {
         if isComplete { return nil }
         for waiter in waiters {
             if let missing = present.firstMissing(in: waiter.range) {
-                return present.gap(startingAt: missing, limit: size)
+                // Ranges only: the reader's bytes and the read-ahead window after them (at least
+                // one first chunk), so that a stream which cannot be cut short (a checksummed one
+                // is verified only at its end) does not fetch the rest of the file.
+                let limit =
+                    options.backgroundCompletion
+                    ? size
+                    : min(
+                        size,
+                        max(waiter.range.upperBound + options.readAheadWindow, missing + Int64(options.firstChunkSize)))
+                return present.gap(startingAt: missing, limit: limit)
             }
         }
         if options.backgroundCompletion {
@@ -182,6 +212,7 @@ struct DownloadMachine: Sendable {
     mutating func fetchStarted(_ target: Range<Int64>) {
         fetchCount += 1
         position = target.lowerBound
+        fetchTarget = target
     }
 
     /// The next chunk. The first of a fetch, when a reader waits at `position`, is just what it
@@ -201,8 +232,10 @@ struct DownloadMachine: Sendable {
     }
 
     /// `written` is in the file (its write returned): marked present, the readers it completes
-    /// are resumed, a range-map save starts beside the download when one is due (by bytes since
-    /// the last, or by time on `now`), and `retarget` tells whether the fetch should stop (a
+    /// are resumed, a range-map save starts beside the download when one is due (half of
+    /// `persistInterval` or half of `persistPeriod` since the last one started, so that the next
+    /// starts while the bytes and time unsaved are still within the bounds; D-277), and
+    /// `retarget` tells whether the fetch should stop (a
     /// waiter needs bytes behind or far ahead of the stream; in ranges-only mode nobody waits and
     /// the read-ahead window is covered; the version was retired).
     mutating func delivered(
@@ -228,8 +261,8 @@ struct DownloadMachine: Sendable {
         }
         if retiredError != nil { retarget = true }
         let due =
-            unsyncedBytes >= options.persistInterval
-            || now - (lastPersistAt ?? fetchStartedAt) >= options.persistPeriod
+            unsyncedBytes >= options.persistInterval / 2
+            || now - (lastPersistAt ?? fetchStartedAt) >= options.persistPeriod / 2
         if due && !backgroundPersist {
             backgroundPersist = true
             actions.append(.persistBeside)
@@ -256,8 +289,21 @@ struct DownloadMachine: Sendable {
     }
 
     /// A fetch ended: transient failures are retried up to `maximumAttempts` in a row without
-    /// progress; others, and the last attempt, fail every waiter.
+    /// progress; others, and the last attempt, fail every waiter. A fetch reported completed that
+    /// did not bring every byte of its range (a stream that ended early, taken at its word) is a
+    /// failure too: the machine checks the range itself, so a short stream can never make the
+    /// loop fetch the same gap forever.
     mutating func fetchEnded(_ end: FetchEnd) -> AfterFetch {
+        var end = end
+        if case .completed(let progress) = end, let target = fetchTarget, retiredError == nil,
+            let missing = present.firstMissing(in: target)
+        {
+            end = .failed(
+                CacheError(
+                    .downloadFailed, "the provider ended the transfer at byte \(missing) of \(target.upperBound)"),
+                progress: progress)
+        }
+        fetchTarget = nil
         switch end {
         case .completed(let progress):
             if progress { failuresInARow = 0 }
@@ -270,7 +316,7 @@ struct DownloadMachine: Sendable {
             failuresInARow += 1
             let fatal: Bool
             switch error.code {
-            case .downloadFailed, .unreachable, .io: fatal = failuresInARow >= options.maximumAttempts
+            case .downloadFailed, .unreachable, .io, .corrupt: fatal = failuresInARow >= options.maximumAttempts
             default: fatal = true
             }
             if !fatal { return .retryAfterDelay(attempt: failuresInARow) }
@@ -279,26 +325,35 @@ struct DownloadMachine: Sendable {
     }
 
     /// Ends the download with `error`: every waiter gets it (a version gone from the provider
-    /// as `.deletedRemotely`), it is recorded for the xattrs, and a stale or deleted version is
-    /// retired.
+    /// as `.deletedRemotely`), it is recorded for the xattrs as the waiters got it, with the
+    /// stream position where it happened (for a checksum mismatch, where the bad fetch began:
+    /// none of its bytes were delivered), and a stale or deleted version is retired.
     private mutating func failed(_ error: CacheError) -> [DownloadAction] {
-        if error.code != .cancelled { lastError = RecordedError(code: error.code, message: error.message) }
         let deleted = CacheError(.deletedRemotely, "\(identifier) was deleted on the provider")
+        let delivered = error.code == .notFound ? deleted : error
+        if error.code != .cancelled {
+            lastError = RecordedError(code: delivered.code, message: delivered.message, offset: position)
+        }
         if error.code == .stale || error.code == .notFound || error.code == .deletedRemotely {
             if retiredError == nil { retiredError = error.code == .stale ? error : deleted }
         }
         downloading = false
-        let delivered = error.code == .notFound ? deleted : error
+        // A request made during the download that failed ends with it.
+        restartRequested = false
         let failed = waiters.map { DownloadAction.complete(waiter: $0.id, error: delivered) }
         waiters = []
         return failed
     }
 
     /// The loop found nothing to fetch (or failed): it ends unless a reader waits for bytes this
-    /// version can still get. True: go on (after a failure, with a fresh retry budget).
+    /// version can still get, or a background download was asked for meanwhile. True: go on
+    /// (after a failure, with a fresh retry budget).
     mutating func finishUnlessNeeded(afterFailure: Bool) -> Bool {
-        if retiredError == nil, !waiters.isEmpty, nextTarget() != nil {
+        let requested = restartRequested
+        restartRequested = false
+        if retiredError == nil, requested || !waiters.isEmpty, nextTarget() != nil {
             if afterFailure { failuresInARow = 0 }
+            downloading = true
             return true
         }
         downloading = false
@@ -321,6 +376,23 @@ struct DownloadMachine: Sendable {
     /// The snapshot is in the store.
     mutating func persisted(_ snapshot: ByteRanges, lastError: RecordedError?) {
         saved = (snapshot, lastError)
+        savedCount = snapshot.count
+        saveFailing = false
+    }
+
+    /// A save failed (the file's sync or the store's write): the store keeps what it had.
+    mutating func persistFailed() { saveFailing = true }
+
+    /// Present bytes the store does not know of yet: what a crash now would fetch again.
+    var unsavedBytes: Int64 { present.count - savedCount }
+
+    /// Before `length` more bytes are fetched: true when they would take the bytes the store
+    /// does not know of past `persistInterval`, so the host saves first and waits for it (a save
+    /// beside the download that did not finish in time; the bound on what a crash refetches
+    /// holds whatever the speed of the sync). False while saves fail (nothing to wait for).
+    func mustSave(before length: Int64) -> Bool {
+        !saveFailing && retiredError == nil && unsavedBytes > 0
+            && unsavedBytes + length > options.persistInterval
     }
 
     /// A save started by `.persistBeside` ended.

@@ -18,12 +18,18 @@ public struct StoredItem: Sendable, Equatable {
 
 /// The last failure of an item's download, as shown by `user.providerfs.error`.
 public struct RecordedError: Sendable, Equatable, CustomStringConvertible {
-    /// What kind of failure (VirtualFileSystem turns it into the errno readers got).
+    /// The failure its waiting readers got (VirtualFileSystem turns it into their errno, through
+    /// the one table).
     public var code: CacheError.Code
     public var message: String
-    public init(code: CacheError.Code, message: String) {
+    /// The byte where it happened: the stream position at the failure (for a checksum mismatch,
+    /// the start of the fetch whose bytes did not match). Nil for a failure recorded before the
+    /// offset was kept, or one that happened at no byte (a provider probe).
+    public var offset: Int64?
+    public init(code: CacheError.Code, message: String, offset: Int64? = nil) {
         self.code = code
         self.message = message
+        self.offset = offset
     }
     public var description: String { message }
 }

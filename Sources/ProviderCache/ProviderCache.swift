@@ -36,15 +36,18 @@ public final class ProviderCache: Sendable {
     let environment: CacheEnvironment
 
     /// Opens the cache in `directory` (created if needed), loading the items and range maps the
-    /// store kept from earlier sessions.
+    /// store kept from earlier sessions. `fileSync` makes a cache file's bytes durable before its
+    /// range map is saved (fdatasync; tests record or fail it).
     public init(
         provider: any Provider, directory: String, store: any MetadataStore,
         clock: any Clock<Duration> = ContinuousClock(), options: CacheOptions = CacheOptions(),
-        pool: BlockingIOPool = .shared, logger: Logger = Logger(label: "providerfs.cache")
+        pool: BlockingIOPool = .shared, logger: Logger = Logger(label: "providerfs.cache"),
+        fileSync: @escaping FileSync = fileDataSync
     ) throws(CacheError) {
         self.directory = directory
         let environment = CacheEnvironment(
-            provider: provider, store: store, timeline: Timeline(clock), options: options, pool: pool, logger: logger)
+            provider: provider, store: store, timeline: Timeline(clock), options: options, pool: pool, logger: logger,
+            fileSync: fileSync)
         self.environment = environment
         do {
             try makeDirectories(directory + "/content", mode: 0o700)

@@ -5,7 +5,7 @@ import SQLiteStore
 
 /// `MetadataStore` over SQLite. Two tables: `items` (the provider's namespace as last seen) and
 /// `contents` (one row per sparse content file: item, version, size, file number, present ranges
-/// in ByteRanges' text form, last error). WAL with synchronous=NORMAL (SQLiteStore's defaults): a
+/// in ByteRanges' text form, last error: code, message and byte offset). WAL with synchronous=NORMAL (SQLiteStore's defaults): a
 /// committed row survives a process crash; a power cut may lose the last commits, which only makes
 /// the cache forget ranges (they are fetched again), never claim bytes it does not have.
 public final class SQLiteMetadataStore: MetadataStore {
@@ -43,6 +43,11 @@ public final class SQLiteMetadataStore: MetadataStore {
                     PRIMARY KEY (identifier, version)
                 )
                 """)
+        }
+        // The byte where the last failure happened (issue 11). Rows of older databases keep NULL:
+        // their error shows without an offset.
+        migrator.registerMigration("provider cache v2: error offset") { db in
+            try db.execute("ALTER TABLE contents ADD COLUMN error_offset INTEGER")
         }
         return migrator
     }
@@ -116,6 +121,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             try db.forEachRow("SELECT * FROM contents") { row in
                 let errorCode: String? = try row["error_code"]
                 let errorMessage: String? = try row["error_message"]
+                let errorOffset: Int64? = try row["error_offset"]
                 let present: String = try row["present"]
                 result.append(
                     ContentRecord(
@@ -125,7 +131,7 @@ public final class SQLiteMetadataStore: MetadataStore {
                         // A damaged range map counts as nothing present: bytes are fetched again.
                         present: ByteRanges(parsing: present) ?? ByteRanges(),
                         lastError: errorCode.flatMap(CacheError.Code.init(rawValue:)).map {
-                            RecordedError(code: $0, message: errorMessage ?? "")
+                            RecordedError(code: $0, message: errorMessage ?? "", offset: errorOffset)
                         }))
             }
             return result
@@ -136,15 +142,18 @@ public final class SQLiteMetadataStore: MetadataStore {
         try queue.write { db in
             try db.execute(
                 """
-                INSERT INTO contents (identifier, version, size, file_number, present, error_code, error_message)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO contents (identifier, version, size, file_number, present, error_code, error_message,
+                    error_offset)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (identifier, version) DO UPDATE SET size = excluded.size,
                     file_number = excluded.file_number, present = excluded.present,
-                    error_code = excluded.error_code, error_message = excluded.error_message
+                    error_code = excluded.error_code, error_message = excluded.error_message,
+                    error_offset = excluded.error_offset
                 """,
                 [
                     record.identifier.rawValue, record.version.rawValue, record.size, record.fileNumber,
                     record.present.description, record.lastError?.code.rawValue, record.lastError?.message,
+                    record.lastError?.offset,
                 ])
         }
     }

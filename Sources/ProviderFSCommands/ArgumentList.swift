@@ -61,6 +61,19 @@ public struct ArgumentList: Sendable {
         return ""
     }
 
+    /// `--name` alone, `--name=VALUE`, or `--name VALUE` when the next argument is one (`accepts`
+    /// says so; otherwise it stays, e.g. as an operand): nil when absent, "" when bare.
+    public mutating func optionalValueFlag(_ name: String, valueIf accepts: (String) -> Bool) -> String? {
+        if let index = items.firstIndex(of: name), index + 1 < items.count, !items[index + 1].hasPrefix("--"),
+            accepts(items[index + 1])
+        {
+            let value = items[index + 1]
+            items.removeSubrange(index...(index + 1))
+            return value
+        }
+        return optionalValueFlag(name)
+    }
+
     public mutating func duration(_ name: String) throws(UsageError) -> Duration? {
         guard let text = try option(name) else { return nil }
         do { return try parseDuration(text) } catch { throw UsageError("\(commandName): \(name): \(error).") }

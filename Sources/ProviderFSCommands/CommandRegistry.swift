@@ -6,6 +6,7 @@ enum CommandRegistry {
         UnmountCommand.self,
         StatusCommand.self,
         DownloadCommand.self,
+        FaultCommand.self,
         CoordinateCommand.self,
         PresentCommand.self,
         ClaimsCommand.self,

@@ -8,6 +8,7 @@
 // not be read far enough to find it). Parsing never traps: bad input becomes a `ControlError`.
 
 import Foundation
+import ProviderFaults
 
 enum ControlProtocol {
     /// The protocol version this build speaks; a request with another version is refused.
@@ -227,21 +228,32 @@ enum ControlRequest: Sendable, Equatable {
     case item(path: String)
     /// Start downloading every byte of a file; answers at once with its state (poll `item`).
     case download(path: String)
+    /// Add a fault on an item (or a folder and everything inside it).
+    case faultAdd(FaultRequest)
+    /// The mount's faults.
+    case faultList
+    /// Remove the faults on `path` (nil: every fault).
+    case faultClear(path: String?)
 
-    static let kinds = ["status", "item", "download"]
+    static let kinds = ["status", "item", "download", "faultAdd", "faultList", "faultClear"]
 
     var kind: String {
         switch self {
         case .status: "status"
         case .item: "item"
         case .download: "download"
+        case .faultAdd: "faultAdd"
+        case .faultList: "faultList"
+        case .faultClear: "faultClear"
         }
     }
 
     var arguments: [String: Any] {
         switch self {
-        case .status: [:]
+        case .status, .faultList: [:]
         case .item(let path), .download(let path): ["path": path]
+        case .faultAdd(let request): request.arguments
+        case .faultClear(let path): path.map { ["path": $0] } ?? ["all": true]
         }
     }
 
@@ -258,6 +270,15 @@ enum ControlRequest: Sendable, Equatable {
                     ControlError(.invalidArguments, "\"path\" must be relative to the mount root, without '..'"))
             }
             return .success(kind == "item" ? .item(path: normalized) : .download(path: normalized))
+        case "faultAdd":
+            return FaultRequest.parse(arguments).map { .faultAdd($0) }
+        case "faultList":
+            if let unknown = arguments.keys.sorted().first {
+                return .failure(ControlError(.invalidArguments, "\"faultList\" takes no argument (got \"\(unknown)\")"))
+            }
+            return .success(.faultList)
+        case "faultClear":
+            return FaultRequest.parseClear(arguments).map { .faultClear(path: $0) }
         default:
             return .failure(
                 ControlError(

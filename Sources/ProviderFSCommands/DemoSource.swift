@@ -21,9 +21,9 @@ import Musl
 ///
 /// The failing item is `Faults/fails-halfway.bin` (8 MiB): every fetch that reaches byte 4 MiB
 /// fails with EIO, so a `cat` returns the first 4 MiB then EIO, and the item's state becomes
-/// `error` with `user.providerfs.error` = "EIO: …". Apply the faults by wrapping the provider:
-/// `FaultInjectingProvider(wrapping: LocalDirectoryProvider(root: demo.sourceDirectory), plan: demo.faultPlan())`
-/// (`MountComposition.makeDemo` does).
+/// `error` with `user.providerfs.error` = "EIO: …". The fault is an ordinary stored fault of the
+/// mount (`providerfs fault list` shows it; `fault clear` removes it for good):
+/// `MountComposition.makeDemo` seeds the mount's fault store with `faults`.
 public struct DemoSource: Sendable {
     /// Bumped whenever the generated tree changes; an older tree is regenerated.
     public static let formatVersion = 1
@@ -32,10 +32,11 @@ public struct DemoSource: Sendable {
     public let directory: String
     /// The directory to serve as the provider.
     public var sourceDirectory: String { directory + "/source" }
-    /// The injected faults, by item.
+    /// The injected faults, by item: the seed of a demo mount's stored faults (written to its
+    /// cache's `faults.json` when that is first created; `providerfs fault clear` then sticks).
     public let faults: [FaultRule]
 
-    /// A fresh fault plan holding `faults` (one per mount; `providerfs fault` may change it).
+    /// A fresh in-memory fault plan holding `faults` (for tests; a mount stores its plan).
     public func faultPlan() -> FaultPlan { FaultPlan(faults) }
 
     /// `$XDG_DATA_HOME/providerfs/demo`, else `$HOME/.local/share/providerfs/demo`.
@@ -95,7 +96,9 @@ public struct DemoSource: Sendable {
             FileManager.default.fileExists(atPath: directory + "/source/" + failingItem)
         else { throw DemoSourceError("demo at \(directory) is outdated") }
         let faults = manifest.faults.map {
-            FaultRule(identifier: ItemIdentifier($0.path), fault: .failAfter(offset: $0.failAfter, errno: $0.errno))
+            FaultRule(
+                identifier: ItemIdentifier($0.path), path: $0.path,
+                fault: .failAfter(offset: $0.failAfter, errno: $0.errno), times: .untilCleared)
         }
         return DemoSource(directory: directory, faults: faults)
     }

@@ -86,7 +86,9 @@ struct DownloadCommand: CLICommand {
                 if item.state != "downloading" {
                     result.error =
                         "download failed after \(formatSize(item.presentBytes)): "
-                        + (item.error.map { "\($0.message) [\($0.errno)]" } ?? "it stopped (\(item.state))")
+                        + (item.error.map { error in
+                            "\(error.message)\(error.offset.map { " (at byte \($0))" } ?? "") [\(error.errno)]"
+                        } ?? "it stopped (\(item.state))")
                     break
                 }
                 try? await Task.sleep(for: pollInterval)

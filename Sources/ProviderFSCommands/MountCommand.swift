@@ -10,6 +10,7 @@ import FUSEAdapter
 import FileCoordination
 import Foundation
 import ProviderCache
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import VirtualFileSystem
@@ -185,10 +186,11 @@ struct MountCommand: CLICommand {
         let claims = MountReadClaims(
             server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
         let fileSystem: any FileSystem
+        let faults: FaultPlan
         do {
             var fileSystemOptions = FileSystemOptions()
             if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
-            fileSystem = try MountComposition.makeFileSystem(
+            (fileSystem, faults) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: claims)
         } catch {
@@ -210,7 +212,7 @@ struct MountCommand: CLICommand {
             version: ProviderFSCLI.version, startedAt: Date())
         // The control socket (docs/CONTROL.md): `providerfs status MOUNTPOINT`, `download`. Bound
         // before the kernel mount, so a client that sees the mount finds its socket.
-        let control = makeControlServer(plan, fileSystem: fileSystem)
+        let control = makeControlServer(plan, fileSystem: fileSystem, faults: faults)
         if let control {
             do { try control.start() } catch {
                 logger.warning("cannot start the control socket \(control.socketPath): \(error.errno.message)")

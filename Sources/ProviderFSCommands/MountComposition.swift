@@ -4,6 +4,7 @@
 // `MetadataStore`, `ReadClaimProvider`); a new provider (WebDAV) or wrapper (access tokens) is
 // added here.
 
+import Diagnostics
 import LocalProvider
 package import ProviderCache
 package import ProviderFaults
@@ -18,30 +19,51 @@ import Musl
 #endif
 
 package enum MountComposition {
-    /// The file system a mount serves: for the demo, the generated demo source (its `source/`
-    /// directory, under `UserDirectories.demoSource`) with the faults its manifest names;
-    /// otherwise `source`.
-    static func makeFileSystem(
+    /// The file system a mount serves, and its faults: for the demo, the generated demo source
+    /// (its `source/` directory, under `UserDirectories.demoSource`); otherwise `source`. The
+    /// faults are stored in `<cacheDirectory>/faults.json` (`providerfs fault`), seeded for the
+    /// demo with its failing item when that file is first created.
+    static func makeMount(
         source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
         claims: any ReadClaimProvider = NoReadClaims()
-    ) throws(FileSystemError)
-        -> any FileSystem
-    {
+    ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan) {
         if demo {
-            return try makeDemo(
+            let (fileSystem, _, faults) = try makeDemoMount(
                 demoDirectory: UserDirectories.demoSource, cacheDirectory: cacheDirectory, options: options,
-                claims: claims
-            ).0
+                claims: claims)
+            return (fileSystem, faults)
         }
-        return try makeFileSystem(source: source, cacheDirectory: cacheDirectory, options: options, claims: claims)
+        let faults = try storedFaults(in: cacheDirectory)
+        let fileSystem = try makeFileSystem(
+            source: source, cacheDirectory: cacheDirectory, options: options, faults: faults, claims: claims)
+        return (fileSystem, faults)
     }
+
+    /// The fault plan of the mount caching in `cacheDirectory` (created if needed):
+    /// `faults.json` there, created holding `seed` when missing.
+    package static func storedFaults(
+        in cacheDirectory: String, seed: [FaultRule] = []
+    ) throws(FileSystemError) -> FaultPlan {
+        do {
+            try makeDirectories(cacheDirectory, mode: 0o700)
+        } catch {
+            throw FileSystemError(.io, "cannot create the cache directory \(cacheDirectory): \(error.errno.message)")
+        }
+        return FaultPlan.stored(
+            at: cacheDirectory + "/" + faultStoreName, seed: seed, followUpsPerFailure: 1,
+            log: { message in Logger(label: "faults").warning(message) })
+    }
+
+    /// The name of a mount's fault store in its cache directory.
+    package static let faultStoreName = "faults.json"
 
     /// A file system serving `source` (a local directory acting as the remote; never modified),
     /// caching in `cacheDirectory` (created if needed): `metadata.sqlite` there holds items and range
     /// maps, `content/` the sparse files. Reopening the same cache directory finds everything again.
     ///
     /// - Parameters:
-    ///   - faults: faults to inject into provider calls (the demo's failing item, `providerfs fault`).
+    ///   - faults: the faults to inject into provider calls; nil: the plan stored in the cache
+    ///     directory (every mount's provider is wrapped in `FaultInjectingProvider`).
     ///   - claims: the coordination hook every open-for-read goes through.
     /// - Throws: `.notFound` / `.notADirectory` for a bad source, `.io` for a cache directory that
     ///   cannot be created or a metadata store that cannot be opened; the message says which.
@@ -50,7 +72,9 @@ package enum MountComposition {
         faults: FaultPlan? = nil, claims: any ReadClaimProvider = NoReadClaims(),
         clock: any Clock<Duration> = ContinuousClock()
     ) throws(FileSystemError) -> ProviderFileSystem {
-        let provider = try makeProvider(source: source, faults: faults)
+        let plan: FaultPlan
+        if let faults { plan = faults } else { plan = try storedFaults(in: cacheDirectory) }
+        let provider = try makeProvider(source: source, faults: plan, clock: clock)
         let store = try openMetadataStore(in: cacheDirectory)
         do {
             let cache = try ProviderCache(
@@ -63,27 +87,39 @@ package enum MountComposition {
 
     /// The demo: ensures the demo source under `demoDirectory` (default
     /// `DemoSource.defaultDirectory()`, created on first use) and serves it with its faults (the
-    /// item that fails halfway). Returns the file system and the demo (for messages: where the
-    /// source lives, which item fails).
+    /// item that fails halfway, a stored fault seeded when the cache's fault store is created).
+    /// Returns the file system and the demo (for messages: where the source lives, which item fails).
     package static func makeDemo(
         demoDirectory: String? = nil, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
         claims: any ReadClaimProvider = NoReadClaims()
     ) throws(FileSystemError) -> (ProviderFileSystem, DemoSource) {
+        let (fileSystem, demo, _) = try makeDemoMount(
+            demoDirectory: demoDirectory, cacheDirectory: cacheDirectory, options: options, claims: claims)
+        return (fileSystem, demo)
+    }
+
+    static func makeDemoMount(
+        demoDirectory: String?, cacheDirectory: String, options: FileSystemOptions, claims: any ReadClaimProvider
+    ) throws(FileSystemError) -> (ProviderFileSystem, DemoSource, FaultPlan) {
         let demo: DemoSource
         do {
             demo = try DemoSource.ensure(at: demoDirectory ?? DemoSource.defaultDirectory())
         } catch {
             throw FileSystemError(.io, "cannot create the demo source: \(error)")
         }
+        let faults = try storedFaults(in: cacheDirectory, seed: demo.faults)
         let fileSystem = try makeFileSystem(
-            source: demo.sourceDirectory, cacheDirectory: cacheDirectory, options: options, faults: demo.faultPlan(),
+            source: demo.sourceDirectory, cacheDirectory: cacheDirectory, options: options, faults: faults,
             claims: claims)
-        return (fileSystem, demo)
+        return (fileSystem, demo, faults)
     }
 
     /// The provider for `source`: a local directory, wrapped in `faults` when given (the wrapper
-    /// keeps every capability of the local provider: lookups, tracking, pushes, immediate metadata).
-    package static func makeProvider(source: String, faults: FaultPlan? = nil) throws(FileSystemError) -> any Provider {
+    /// keeps every capability of the local provider: lookups, tracking, pushes, immediate metadata;
+    /// with no rule it hands out the local streams untouched).
+    package static func makeProvider(
+        source: String, faults: FaultPlan? = nil, clock: any Clock<Duration> = ContinuousClock()
+    ) throws(FileSystemError) -> any Provider {
         var info = stat()
         guard stat(source, &info) == 0 else {
             throw FileSystemError(.notFound, "the source directory \(source) does not exist")
@@ -93,7 +129,7 @@ package enum MountComposition {
         }
         let local = LocalDirectoryProvider(root: source)
         guard let faults else { return local }
-        return FaultInjectingProvider(wrapping: local, plan: faults)
+        return FaultInjectingProvider(wrapping: local, plan: faults, clock: clock)
     }
 
     /// The store kept in `<cacheDirectory>/metadata.sqlite`.

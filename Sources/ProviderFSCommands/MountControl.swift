@@ -5,6 +5,7 @@
 import Diagnostics
 import Foundation
 import ProviderCache
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import VirtualFileSystem
@@ -13,17 +14,26 @@ import VirtualFileSystem
 import Glibc
 #endif
 
-/// A recorded failure as errno name, number and message (`EIO`, 5, "…").
+/// A recorded failure as errno name, number, message and the byte where it happened (`EIO`, 5,
+/// "…", 4194304; no offset for a failure at no byte, or one recorded before offsets were kept).
 struct ControlItemError: Codable, Sendable, Equatable {
     var errno: String
     var errnoValue: Int32
     var message: String
+    var offset: Int64?
 
     init(_ error: RecordedError) {
         let number = FileSystemError(CacheError(error.code, error.message)).errno
         self.errno = number.name
         self.errnoValue = number.rawValue
         self.message = error.message
+        self.offset = error.offset
+    }
+
+    /// "EIO: at byte 4194304: message", as `user.providerfs.error` shows it.
+    var text: String {
+        guard let offset else { return "\(errno): \(message)" }
+        return "\(errno): at byte \(offset): \(message)"
     }
 }
 
@@ -93,9 +103,14 @@ struct MountControl: ControlHandler {
     let started: ContinuousClock.Instant
     /// How long the provider has to answer the reachability probe of `status`.
     var probeDeadline: Duration = .seconds(5)
+    /// The mount's faults (`faultAdd`, `faultList`, `faultClear`); nil: none can be set.
+    var faults: MountFaults?
 
     func handle(_ request: ControlRequest, peer: UnixSocket.PeerCredentials) async -> Result<[UInt8], ControlError> {
         switch request {
+        case .faultAdd, .faultList, .faultClear:
+            guard let faults else { return .failure(ControlError(.failed, "this mount takes no faults")) }
+            return await faults.handle(request) ?? .failure(ControlError(.failed, "not a fault request"))
         case .status:
             return ControlProtocol.encode(await status())
         case .item(let path):
@@ -164,12 +179,12 @@ struct MountControl: ControlHandler {
 extension MountCommand {
     /// The control server of a mount (not started): nil when the file system is not a
     /// `ProviderFileSystem` (nothing to answer from).
-    static func makeControlServer(_ plan: Plan, fileSystem: any FileSystem) -> ControlServer? {
+    static func makeControlServer(_ plan: Plan, fileSystem: any FileSystem, faults: FaultPlan?) -> ControlServer? {
         guard let fileSystem = fileSystem as? ProviderFileSystem else { return nil }
         let handler = MountControl(
             fileSystem: fileSystem, mountpoint: plan.mountpoint,
             source: plan.demo ? "demo (\(plan.source))" : plan.source,
-            started: .now)
+            started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) })
         return ControlServer(
             socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,
             log: { message in Logger(label: "control").notice(message) })

@@ -82,7 +82,7 @@ struct StatusCommand: CLICommand {
         }
         io.line("  errors:" + (status.errors.isEmpty ? " none" : ""))
         for item in status.errors {
-            io.line("    \(item.path)  \(item.error.map { "\($0.errno): \($0.message)" } ?? "failed")")
+            io.line("    \(item.path)  \(item.error?.text ?? "failed")")
         }
         return ExitStatus.success
     }

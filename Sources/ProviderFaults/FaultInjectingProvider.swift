@@ -1,139 +1,76 @@
-// Faults on cue: a wrapper that makes a real provider fail the way networks and servers do. Used by
-// the demo (one item that always fails halfway), by tests, and later by `providerfs fault`.
+// Faults on cue: a wrapper that makes a real provider fail the way networks and servers do. Every
+// mount wraps its provider in it (`providerfs fault`, the demo's failing item); unit tests use it
+// with an injected clock.
 
+import CryptoSupport
 public import ProviderModel
 import SystemSupport
 
-/// One injected fault. Offsets are absolute positions in the item's content, so a fault "at 50%"
-/// hits every fetch that crosses that point, whatever range it started at.
-public enum Fault: Sendable, Equatable, CustomStringConvertible {
-    /// The stream throws `.io` (with `errno`, EIO by default) when it reaches `offset`.
-    case failAfter(offset: Int64, errno: Int32)
-    /// The stream stops delivering at `offset` and waits until cancelled (a dead connection).
-    case stall(offset: Int64)
-    /// The stream ends cleanly at `offset`, short of the requested range (a lying server).
-    case truncate(offset: Int64)
-    /// The stream throws `.versionChanged` at `offset` (the item changed on the server).
-    case changeVersion(offset: Int64)
-    /// Every call about this item throws `.unreachable` (and for the root: every call at all).
-    case offline
-
-    public var description: String {
-        switch self {
-        case .failAfter(let offset, let errno): "fail-after \(offset) errno \(errno)"
-        case .stall(let offset): "stall at \(offset)"
-        case .truncate(let offset): "truncate at \(offset)"
-        case .changeVersion(let offset): "change-version at \(offset)"
-        case .offline: "offline"
-        }
-    }
-}
-
-/// A fault on one item, for a number of fetches (`times == nil`: every fetch).
-public struct FaultRule: Sendable, Equatable {
-    public var identifier: ItemIdentifier
-    public var fault: Fault
-    public var times: Int?
-    public init(identifier: ItemIdentifier, fault: Fault, times: Int? = nil) {
-        self.identifier = identifier
-        self.fault = fault
-        self.times = times
-    }
-}
-
-/// The mutable set of fault rules a `FaultInjectingProvider` consults on every call.
-public final class FaultPlan: @unchecked Sendable {
-    // Safe: `rules` is only read or written while `lock` is held.
-    private let lock = Lock()
-    private var rules: [FaultRule]
-
-    public init(_ rules: [FaultRule] = []) { self.rules = rules }
-
-    public func add(_ rule: FaultRule) { lock.withLock { rules.append(rule) } }
-    public func clear(_ identifier: ItemIdentifier? = nil) {
-        lock.withLock { rules.removeAll { identifier == nil || $0.identifier == identifier } }
-    }
-    public var all: [FaultRule] { lock.withLock { rules } }
-
-    /// The first fault for `identifier`, consuming one of its `times`.
-    func take(for identifier: ItemIdentifier, offline: Bool) -> Fault? {
-        lock.withLock {
-            guard
-                let index = rules.firstIndex(where: {
-                    ($0.identifier == identifier || ($0.identifier == .root && $0.fault == .offline))
-                        && (($0.fault == .offline) == offline)
-                })
-            else { return nil }
-            let fault = rules[index].fault
-            if let times = rules[index].times {
-                if times <= 1 { rules.remove(at: index) } else { rules[index].times = times - 1 }
-            }
-            return fault
-        }
-    }
-
-    /// Whether any item (or the whole provider) is offline.
-    var anyOffline: Bool { lock.withLock { rules.contains { $0.fault == .offline } } }
-
-    func isOffline(_ identifier: ItemIdentifier) -> Bool {
-        lock.withLock {
-            rules.contains { $0.fault == .offline && ($0.identifier == identifier || $0.identifier == .root) }
-        }
-    }
-}
-
-/// Wraps a provider and applies a `FaultPlan` to its calls. One wrapper for every base: it
-/// forwards each call and the base's `capabilities` (so a local directory wrapped for the demo
-/// still looks names up, tracks and pushes changes and answers metadata at once, D-229), and
-/// offline faults win over all of it: an offline item is not answered at once, and while
-/// anything is offline no listing counts as unchanged, so the cache asks (and meets the fault)
-/// as it would without tracking.
+/// Wraps a provider and applies a `FaultPlan` to its calls.
+///
+/// - **Content**: a fetch meets the first rule (in the order added) about the item or one of its
+///   ancestors; the stream it returns misbehaves as the `Fault` says. A fetch that meets no rule
+///   gets the base's stream untouched (its direct transfer kept); with no rules at all the check
+///   is one flag read.
+/// - **Downloads**: a `.downloads(N)` rule is consumed by the first fetch of a download and strikes
+///   every fetch of that download (the cache's retries) until the cache calls `downloadEnded`
+///   (call it yourself when driving `fetchContents` by hand).
+/// - **Metadata**: offline rules, and rules with `metadata`, make `item`, `children`, `child`,
+///   `trackedChildren` fail (or stall) for the item and everything inside it, `itemNow` decline,
+///   and `hasChanges` say "unsure", so the cache asks and meets the fault.
+/// - **Directories**: the wrapper learns each item's parent from the items it passes on (and asks
+///   the base, `itemNow` else `item`, for one it has not seen), so a rule on a directory strikes
+///   everything inside it, and a rule on the root everything.
+///
+/// One wrapper for every base: it forwards each call and the base's `capabilities` (D-229).
 public struct FaultInjectingProvider: Provider {
     public let base: any Provider
     public let plan: FaultPlan
+    /// Stall durations and pacing (`.stall(…, duration:)`, `.slow`) sleep on this clock.
+    public let clock: any Clock<Duration>
     /// The base's, read once (opens ask on every call).
     public let capabilities: ProviderCapabilities
+    private let lineage = Lineage()
 
-    public init(wrapping base: any Provider, plan: FaultPlan) {
+    public init(wrapping base: any Provider, plan: FaultPlan, clock: any Clock<Duration> = ContinuousClock()) {
         self.base = base
         self.plan = plan
+        self.clock = clock
         capabilities = base.capabilities
     }
 
-    func checkOffline(_ identifier: ItemIdentifier) throws {
-        if plan.isOffline(identifier) {
-            throw ProviderError(.unreachable, "provider is offline (injected fault)")
-        }
-    }
+    // MARK: Metadata
 
     public func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
-        try checkOffline(identifier)
-        return try await base.item(for: identifier)
+        try await strikeMetadata(identifier)
+        return record(try await base.item(for: identifier))
     }
 
     public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
-        try checkOffline(identifier)
-        return try await base.children(of: identifier)
-    }
-
-    public func fetchContents(
-        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
-    ) async throws -> any ContentStream {
-        try checkOffline(identifier)
-        let stream = try await base.fetchContents(of: identifier, version: version, range: range)
-        guard let fault = plan.take(for: identifier, offline: false) else { return stream }
-        return FaultyStream(base: stream, fault: fault, position: range.lowerBound)
+        try await strikeMetadata(identifier)
+        return record(try await base.children(of: identifier))
     }
 
     public func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
-        try checkOffline(directory)
-        return try await base.child(named: name, of: directory)
+        try await strikeMetadata(directory)
+        guard let found = try await base.child(named: name, of: directory) else { return nil }
+        // A lookup of an item is a call about it too.
+        if !plan.isEmpty { try await strikeMetadata(record(found).identifier) }
+        return found
     }
 
-    /// Declines (nil) for an offline item: the slow path meets the fault.
+    /// Declines (nil) for an item a metadata rule strikes, or whose ancestors cannot be told at
+    /// once while such rules exist: the slow path meets the fault.
     public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? {
-        guard !plan.isOffline(identifier) else { return nil }
-        return try base.itemNow(for: identifier)
+        guard plan.hasMetadataRules else {
+            let found = try base.itemNow(for: identifier)
+            if let found, !plan.isEmpty { _ = record(found) }
+            return found
+        }
+        guard let ancestors = lineage.ancestorsNow(of: identifier, base: base),
+            plan.metadataFault(for: identifier, lineage: ancestors) == nil
+        else { return nil }
+        return try base.itemNow(for: identifier).map(record)
     }
 
     public func trackedChildren(
@@ -141,70 +78,283 @@ public struct FaultInjectingProvider: Provider {
     ) async throws -> (
         children: [ProviderItem], token: ListingChangeToken?
     ) {
-        try checkOffline(identifier)
-        return try await base.trackedChildren(of: identifier)
+        try await strikeMetadata(identifier)
+        let (children, token) = try await base.trackedChildren(of: identifier)
+        return (record(children), token)
     }
 
-    /// Unsure (true) while anything is offline.
+    /// Unsure (true) while any rule strikes metadata.
     public func hasChanges(since token: ListingChangeToken) -> Bool {
-        plan.anyOffline || base.hasChanges(since: token)
+        plan.hasMetadataRules || base.hasChanges(since: token)
     }
 
     public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {
         base.observeChanges(observer)
     }
 
+    // MARK: Content
+
+    public func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        guard !plan.isEmpty else {
+            return try await base.fetchContents(of: identifier, version: version, range: range)
+        }
+        let ancestors = await lineage.ancestors(of: identifier, base: base)
+        // Offline rules too: one counted like the others when it has `times`.
+        let fault = plan.fault(forFetchOf: identifier, version: version, lineage: ancestors)
+        if fault == .offline { throw Self.offlineError }
+        let stream = try await base.fetchContents(of: identifier, version: version, range: range)
+        guard let fault else { return stream }
+        let plan = self.plan
+        return FaultyStream(base: stream, fault: fault, range: range, clock: clock) {
+            plan.struck(identifier, version: version)
+        }
+    }
+
     public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {
+        if !plan.isEmpty { plan.downloadEnded(of: identifier, version: version, succeeded: succeeded) }
         base.downloadEnded(of: identifier, version: version, succeeded: succeeded)
+    }
+
+    // MARK: Helpers
+
+    static let offlineError = ProviderError(.unreachable, "provider is offline (injected fault)")
+
+    /// Throws (or stalls) when a metadata rule strikes `identifier`.
+    private func strikeMetadata(_ identifier: ItemIdentifier) async throws {
+        guard plan.hasMetadataRules else { return }
+        let ancestors = await lineage.ancestors(of: identifier, base: base)
+        guard let fault = plan.metadataFault(for: identifier, lineage: ancestors) else { return }
+        switch fault {
+        case .offline:
+            throw Self.offlineError
+        case .failAfter(_, let errno):
+            throw Fault.error(errno: errno, "\(identifier): metadata call failed (injected fault)")
+        case .stall(_, let duration):
+            try await stall(duration, clock: clock)
+        default:
+            return
+        }
+    }
+
+    private func record(_ item: ProviderItem) -> ProviderItem {
+        if !plan.isEmpty { lineage.record(item) }
+        return item
+    }
+
+    private func record(_ items: [ProviderItem]) -> [ProviderItem] {
+        if !plan.isEmpty { lineage.record(items) }
+        return items
     }
 }
 
-/// A stream that delivers its base stream's bytes until the fault's offset, then misbehaves. It
-/// offers no direct transfer (whatever its base offers): every byte goes through `next`, where
-/// the fault is applied.
+/// Sleeps `duration` on `clock`, or (nil) until cancelled.
+func stall(_ duration: Duration?, clock: any Clock<Duration>) async throws {
+    if let duration {
+        try await clock.sleep(for: duration)
+    } else {
+        // A dead connection: nothing arrives until someone gives up on us.
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+}
+
+/// What the wrapper knows of each item's parent (learned from the items it passes on while rules
+/// exist). Bounded: past `capacity` entries it starts again (the base is asked for what is missing).
+final class Lineage: Sendable {
+    private let parents = Locked<[ItemIdentifier: ItemIdentifier]>([:])
+    static let capacity = 200_000
+    /// Ancestors deeper than this are not followed (a cycle in a broken provider ends here).
+    static let maximumDepth = 256
+
+    func record(_ item: ProviderItem) {
+        guard item.identifier != .root else { return }
+        parents.withLock { parents in
+            if parents.count >= Self.capacity { parents.removeAll(keepingCapacity: true) }
+            parents[item.identifier] = item.parent
+        }
+    }
+
+    func record(_ items: [ProviderItem]) {
+        guard !items.isEmpty else { return }
+        parents.withLock { parents in
+            if parents.count + items.count > Self.capacity { parents.removeAll(keepingCapacity: true) }
+            for item in items where item.identifier != .root { parents[item.identifier] = item.parent }
+        }
+    }
+
+    /// `identifier`'s ancestors, nearest first, ending with the root; an ancestor the base cannot
+    /// tell ends the list there (the root is always included).
+    func ancestors(of identifier: ItemIdentifier, base: any Provider) async -> [ItemIdentifier] {
+        var result: [ItemIdentifier] = []
+        var current = identifier
+        while current != .root && result.count < Self.maximumDepth {
+            var parent = parents.withLock { $0[current] }
+            if parent == nil {
+                let found: ProviderItem?
+                if let now = try? base.itemNow(for: current) {
+                    found = now
+                } else {
+                    found = try? await base.item(for: current)
+                }
+                if let found {
+                    record(found)
+                    parent = found.parent
+                }
+            }
+            guard let parent, parent != current else { break }
+            result.append(parent)
+            current = parent
+        }
+        if result.last != .root { result.append(.root) }
+        return result
+    }
+
+    /// The same, without waiting: nil when an ancestor is unknown and the base cannot tell it at once.
+    func ancestorsNow(of identifier: ItemIdentifier, base: any Provider) -> [ItemIdentifier]? {
+        var result: [ItemIdentifier] = []
+        var current = identifier
+        while current != .root && result.count < Self.maximumDepth {
+            var parent = parents.withLock { $0[current] }
+            if parent == nil {
+                guard let found = try? base.itemNow(for: current) else { return nil }
+                record(found)
+                parent = found.parent
+            }
+            guard let parent, parent != current else { break }
+            result.append(parent)
+            current = parent
+        }
+        if result.last != .root { result.append(.root) }
+        return result
+    }
+}
+
+/// A stream that delivers its base stream's bytes and misbehaves as its fault says. It offers no
+/// direct transfer (whatever its base offers): every byte goes through `next`, where the fault is
+/// applied. A `.corrupt` stream is `.checksummed`: its checksum is the SHA-256 of the bytes its
+/// base delivered (the unmodified bytes), known once `next` has returned nil.
 final class FaultyStream: ContentStream, @unchecked Sendable {
-    // Safe: `position` is only touched while `lock` is held; `base` is Sendable.
+    // Safe: one consumer drives a stream (ContentStream's contract); `state` is only touched while
+    // `lock` is held, and `next` runs one call at a time.
     private let lock = Lock()
     private let base: any ContentStream
     private let fault: Fault
-    private var position: Int64
+    private let clock: any Clock<Duration>
+    private let range: Range<Int64>
+    /// Called each time the fault strikes (the stream misbehaves), so that a download it never
+    /// struck is not counted.
+    private let onStrike: @Sendable () -> Void
+    private struct State {
+        var position: Int64
+        var stalled = false
+        var hasher: SHA256Box?
+        var checksum: ContentChecksum?
+    }
+    private var state: State
 
-    init(base: any ContentStream, fault: Fault, position: Int64) {
+    init(
+        base: any ContentStream, fault: Fault, range: Range<Int64>, clock: any Clock<Duration>,
+        onStrike: @escaping @Sendable () -> Void = {}
+    ) {
+        self.onStrike = onStrike
         self.base = base
         self.fault = fault
-        self.position = position
+        self.clock = clock
+        self.range = range
+        state = State(position: range.lowerBound, hasher: fault.isCorrupt ? SHA256Box() : nil)
     }
 
-    private var faultOffset: Int64 {
-        switch fault {
-        case .failAfter(let offset, _), .stall(let offset), .truncate(let offset), .changeVersion(let offset): offset
-        case .offline: 0
-        }
-    }
+    var capabilities: ContentStreamCapabilities { fault.isCorrupt ? .checksummed : [] }
+
+    var checksum: ContentChecksum? { lock.withLock { state.checksum } }
 
     func next(maximumLength: Int) async throws -> [UInt8]? {
-        let position = lock.withLock { self.position }
-        let limit = faultOffset
-        if position >= limit {
-            switch fault {
-            case .failAfter(_, let code):
-                throw ProviderError(.io, "transfer failed at byte \(position) (injected fault)", errno: code)
-            case .stall:
-                // A dead connection: nothing arrives until someone gives up on us.
-                while true { try await Task.sleep(for: .seconds(3600)) }
-            case .truncate:
+        let position = lock.withLock { state.position }
+        var allowed = Int64(max(1, maximumLength))
+        switch fault {
+        case .failAfter(let offset, let code):
+            if position >= offset {
+                onStrike()
+                throw Fault.error(errno: code, "transfer failed at byte \(position) (injected fault)")
+            }
+            allowed = min(allowed, offset - position)
+        case .stall(let offset, let duration):
+            if position >= offset, !lock.withLock({ state.stalled }) {
+                onStrike()
+                try await stall(duration, clock: clock)
+                lock.withLock { state.stalled = true }
+            } else if position < offset {
+                allowed = min(allowed, offset - position)
+            }
+        case .truncate(let offset):
+            if position >= offset {
+                if position < range.upperBound { onStrike() }
                 return nil
-            case .changeVersion:
+            }
+            allowed = min(allowed, offset - position)
+        case .changeVersion(let offset):
+            if position >= offset {
+                onStrike()
                 throw ProviderError(.versionChanged, "item changed on the provider (injected fault)")
-            case .offline:
-                throw ProviderError(.unreachable, "provider is offline (injected fault)")
+            }
+            allowed = min(allowed, offset - position)
+        case .slow(let rate):
+            // A tenth of a second's worth at most, and the time it takes at `rate` slept first.
+            allowed = min(allowed, max(1, rate / 10))
+        case .corrupt, .offline:
+            break
+        }
+        guard var chunk = try await base.next(maximumLength: Int(allowed)) else {
+            finishChecksum()
+            return nil
+        }
+        if case .slow(let rate) = fault {
+            onStrike()
+            try await clock.sleep(for: .nanoseconds(Int64(chunk.count) * 1_000_000_000 / max(1, rate)))
+        }
+        if case .corrupt(let offset) = fault {
+            lock.withLock { state.hasher?.update(chunk) }
+            let end = offset + Fault.corruptLength
+            let chunkEnd = position + Int64(chunk.count)
+            if position < end && chunkEnd > offset {
+                onStrike()
+                for index in Int(max(offset, position) - position)..<Int(min(end, chunkEnd) - position) {
+                    chunk[index] ^= 0xFF
+                }
             }
         }
-        let allowed = Int(min(Int64(maximumLength), limit - position))
-        guard let chunk = try await base.next(maximumLength: allowed) else { return nil }
-        lock.withLock { self.position += Int64(chunk.count) }
+        lock.withLock { state.position += Int64(chunk.count) }
         return chunk
     }
 
+    private func finishChecksum() {
+        lock.withLock {
+            guard let hasher = state.hasher else { return }
+            state.hasher = nil
+            state.checksum = ContentChecksum(.sha256, digest: hasher.finalize())
+        }
+    }
+
     func close() { base.close() }
+}
+
+extension Fault {
+    var isCorrupt: Bool {
+        if case .corrupt = self { return true }
+        return false
+    }
+}
+
+/// A copyable handle on a streaming SHA-256 (the hasher itself is non-copyable).
+final class SHA256Box: @unchecked Sendable {
+    // Safe: used under the owning stream's lock only.
+    private var hasher: SHA256? = SHA256()
+
+    func update(_ bytes: [UInt8]) { hasher?.update(bytes) }
+
+    func finalize() -> [UInt8] {
+        guard let hasher = hasher.take() else { return [] }
+        return hasher.finalize()
+    }
 }

@@ -433,9 +433,13 @@ public final class ProviderFileSystem: FileSystem {
         return Array(value.utf8)
     }
 
-    /// "EIO: message", as `user.providerfs.error` and `providerfs status` show a recorded failure.
+    /// "EIO: at byte 4194304: message" (or "EIO: message" when no byte was recorded), as
+    /// `user.providerfs.error` and `providerfs status` show a recorded failure: the errno its
+    /// readers got first, so "ERRNO: " stays the prefix readers parse (D-276).
     public static func describe(_ error: RecordedError) -> String {
-        "\(FileSystemError(CacheError(error.code, error.message)).errno.name): \(error.message)"
+        let errno = FileSystemError(CacheError(error.code, error.message)).errno.name
+        guard let offset = error.offset else { return "\(errno): \(error.message)" }
+        return "\(errno): at byte \(offset): \(error.message)"
     }
 
     public func listExtendedAttributes(
@@ -625,6 +629,8 @@ extension FileSystemError {
         case .cancelled: code = .interrupted
         case .invalidName: code = .invalidArgument
         case .io: code = .io
+        // Bytes that did not match their checksum were never delivered: a failed download (EIO).
+        case .corrupt: code = .downloadFailed
         }
         self.init(code, error.message, cause: error)
     }

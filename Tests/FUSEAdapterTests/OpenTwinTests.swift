@@ -246,9 +246,11 @@ final class ScriptedFileSystem: FileSystem, FileSystemFastPath {
         var servedFrom: String?
         var directIO = false
         var failure: FileSystemError.Code?
+        /// The open's keep-cache answer (OpenReplyTests checks it reaches the kernel).
+        var keepCache = true
         var description: String {
             (failure.map { "failing with \($0)" } ?? "served from \(servedFrom ?? "nothing")")
-                + (directIO ? ", direct I/O" : "")
+                + (directIO ? ", direct I/O" : "") + (keepCache ? "" : ", no keep-cache")
         }
     }
 
@@ -286,7 +288,7 @@ final class ScriptedFileSystem: FileSystem, FileSystemFastPath {
             state.handles[FileHandleID(number)] = inode
             return .success(
                 OpenedFile(
-                    handle: FileHandleID(number), keepCache: true, directIO: file.directIO,
+                    handle: FileHandleID(number), keepCache: file.keepCache, directIO: file.directIO,
                     servedFrom: file.servedFrom))
         }
     }

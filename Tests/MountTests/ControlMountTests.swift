@@ -81,12 +81,14 @@ struct ControlMountTests {
         #expect(error["errno"] as? String == "EIO", "\(failed)")
         #expect(error["errnoValue"] as? Int == Int(EIO))
         #expect(!(error["message"] as? String ?? "").isEmpty)
+        // The byte where it failed: the demo item fails at 4 MiB.
+        #expect(error["offset"] as? Int == 4 << 20, "\(failed)")
         #expect((failed["presentBytes"] as? Int ?? 0) > 0 && (failed["presentBytes"] as? Int ?? 0) < 8 << 20)
 
         let text = try providerfs(["status", mount.mountpoint], runtime: runtime)
         #expect(text.status == 0)
         #expect(text.output.contains("provider: reachable"), "\(text.output)")
-        #expect(text.output.contains("Faults/fails-halfway.bin  EIO: "), "\(text.output)")
+        #expect(text.output.contains("Faults/fails-halfway.bin  EIO: at byte 4194304: "), "\(text.output)")
 
         // Downloading the failing item fails as a command (exit 1, errno in the sentence).
         let download = try providerfs(["download", mount.path("Faults/fails-halfway.bin")], runtime: runtime)

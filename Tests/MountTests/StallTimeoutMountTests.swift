@@ -41,7 +41,9 @@ struct StallTimeoutMountTests {
         defer { mount.stop() }
 
         let start = ContinuousClock.now
-        let stalled = try shell("cat \(quoted(mount.path("slow-stalled.bin"))) > /dev/null")
+        // Bounded well below the source's own delay times a few retries: a read that waits for
+        // the source instead of failing at the deadline is killed and fails the test at once.
+        let stalled = try shell("cat \(quoted(mount.path("slow-stalled.bin"))) > /dev/null", timeout: .seconds(10))
         let elapsed = ContinuousClock.now - start
         #expect(stalled.status != 0, "\(stalled)")
         #expect(stalled.error.contains("Connection timed out"), "\(stalled)")

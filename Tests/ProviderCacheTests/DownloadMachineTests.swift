@@ -147,7 +147,7 @@ struct DownloadMachineRuleTests {
         }
         harness.apply(actions)
         #expect(harness.error(of: id) == .some(failure))
-        #expect(harness.machine.lastError == RecordedError(code: .unreachable, message: "down"))
+        #expect(harness.machine.lastError == RecordedError(code: .unreachable, message: "down", offset: 0))
         // Progress resets the budget.
         let second = harness.read(0..<10)
         let again = try #require(second)
@@ -178,17 +178,17 @@ struct DownloadMachineRuleTests {
     func persistenceIsDue() {
         var harness = DownloadHarness()
         _ = harness.machine.requestBackgroundDownload()
-        harness.deliver(0..<(256 << 10))
+        harness.deliver(0..<(128 << 10))
         #expect(harness.persistsBeside == 0)
-        harness.deliver((256 << 10)..<(512 << 10))
-        #expect(harness.persistsBeside == 1, "persistInterval reached")
-        harness.deliver((512 << 10)..<(768 << 10))
+        harness.deliver((128 << 10)..<(256 << 10))
+        #expect(harness.persistsBeside == 1, "half of persistInterval reached")
+        harness.deliver((256 << 10)..<(768 << 10))
         #expect(harness.persistsBeside == 1, "one save at a time")
         harness.machine.backgroundPersistEnded()
         #expect(harness.machine.persistSnapshot(now: harness.now) != nil)
-        harness.now = .seconds(6)
+        harness.now = .seconds(3)
         harness.deliver((768 << 10)..<(769 << 10))
-        #expect(harness.persistsBeside == 2, "persistPeriod passed since the last save")
+        #expect(harness.persistsBeside == 2, "half of persistPeriod passed since the last save started")
         // Nothing new since a save: nothing to save.
         let snapshot = harness.machine.persistSnapshot(now: harness.now)
         #expect(snapshot != nil)
@@ -196,14 +196,144 @@ struct DownloadMachineRuleTests {
         #expect(harness.machine.persistSnapshot(now: harness.now) == nil)
     }
 
+    @Test(
+        "a fetch reported completed without its whole range fails: a short stream taken at its word ends the download")
+    func completedButShortIsAFailure() throws {
+        var harness = DownloadHarness(size: 1000)
+        let read = harness.read(0..<1000)
+        let id = try #require(read)
+        // A host that counts a truncated stream as completed, at most 100 times: the machine
+        // must end it within the retry budget (it used to ask for the same gap forever).
+        var fetches: [Range<Int64>] = []
+        var outcome: DownloadMachine.AfterFetch?
+        for _ in 0..<100 {
+            guard let target = harness.machine.nextFetch() else { break }
+            fetches.append(target)
+            harness.machine.fetchStarted(target)
+            if target.lowerBound < 500 { harness.deliver(target.lowerBound..<500) }
+            let after = harness.machine.fetchEnded(.completed(progress: target.lowerBound < 500))
+            if case .fail(let actions) = after {
+                harness.apply(actions)
+                outcome = after
+                break
+            }
+        }
+        #expect(fetches == [0..<1000, 500..<1000, 500..<1000])
+        #expect(outcome != nil)
+        #expect(harness.error(of: id)??.code == .downloadFailed)
+        #expect(
+            harness.machine.lastError
+                == RecordedError(
+                    code: .downloadFailed, message: "the provider ended the transfer at byte 500 of 1000", offset: 500))
+        #expect(harness.machine.present == ByteRanges([0..<500]))
+    }
+
+    @Test("a corrupt fetch delivers nothing, is retried within the budget, and is recorded at the fetch's start")
+    func corruptFetch() throws {
+        var harness = DownloadHarness(size: 1000, present: ByteRanges([0..<100]))
+        let read = harness.read(0..<1000)
+        let id = try #require(read)
+        let corrupt = CacheError(.corrupt, "bytes 100..<1000 do not match their checksum")
+        for attempt in 1...3 {
+            let next = harness.machine.nextFetch()
+            let target = try #require(next)
+            #expect(target == 100..<1000, "only the missing range, every time")
+            harness.machine.fetchStarted(target)
+            let after = harness.machine.fetchEnded(.failed(corrupt, progress: false))
+            if attempt < 3 {
+                #expect(after == .retryAfterDelay(attempt: attempt))
+            } else if case .fail(let actions) = after {
+                harness.apply(actions)
+            } else {
+                Issue.record("the third corrupt fetch in a row is fatal")
+            }
+        }
+        #expect(harness.error(of: id) == .some(corrupt))
+        #expect(harness.machine.lastError == RecordedError(code: .corrupt, message: corrupt.message, offset: 100))
+        #expect(harness.machine.present == ByteRanges([0..<100]))
+    }
+
+    @Test("the failure recorded is the one readers got: a version gone reads as deleted (EIO), not as not found")
+    func recordedAsDelivered() throws {
+        var harness = DownloadHarness()
+        _ = harness.read(8192..<9000)
+        harness.machine.fetchStarted(0..<(1 << 20))
+        harness.deliver(0..<4096)
+        guard
+            case .fail(let actions) = harness.machine.fetchEnded(.failed(CacheError(.notFound, "gone"), progress: true))
+        else {
+            Issue.record("notFound is fatal at once")
+            return
+        }
+        harness.apply(actions)
+        #expect(harness.completed.first?.error?.code == .deletedRemotely)
+        #expect(harness.machine.lastError?.code == .deletedRemotely)
+        #expect(harness.machine.lastError?.offset == 4096)
+    }
+
+    @Test("a background download asked for while a failed download winds down goes on, shown as downloading")
+    func downloadRequestedAfterAFailure() throws {
+        var harness = DownloadHarness()
+        let read = harness.read(0..<10)
+        _ = try #require(read)
+        let failure = CacheError(.downloadFailed, "broken")
+        var after = DownloadMachine.AfterFetch.next
+        for _ in 0..<3 {
+            let next = harness.machine.nextFetch()
+            harness.machine.fetchStarted(try #require(next))
+            after = harness.machine.fetchEnded(.failed(failure, progress: false))
+        }
+        guard case .fail(let actions) = after else {
+            Issue.record("three failures in a row are fatal")
+            return
+        }
+        harness.apply(actions)
+        #expect(!harness.machine.downloading, "error")
+        // `providerfs download` while the loop still saves the range map.
+        #expect(harness.machine.requestBackgroundDownload() == [])
+        #expect(harness.machine.downloading, "shown as downloading at once")
+        let goesOn = harness.machine.finishUnlessNeeded(afterFailure: true)
+        #expect(goesOn)
+        #expect(harness.machine.nextFetch() == 0..<(1 << 20))
+        // With a fresh budget.
+        #expect(harness.machine.fetchEnded(.failed(failure, progress: false)) == .retryAfterDelay(attempt: 1))
+    }
+
+    @Test(
+        "more is fetched only after a save when the bytes the store lacks would pass persistInterval; not while saves fail"
+    )
+    func saveBeforeFetchingMore() {
+        var harness = DownloadHarness()
+        _ = harness.machine.requestBackgroundDownload()
+        #expect(!harness.machine.mustSave(before: 1 << 20), "nothing unsaved yet")
+        harness.deliver(0..<(448 << 10))
+        #expect(harness.machine.unsavedBytes == 448 << 10)
+        #expect(!harness.machine.mustSave(before: 64 << 10), "448 + 64 KiB is within 512 KiB")
+        #expect(harness.machine.mustSave(before: (64 << 10) + 1))
+        // A save taken now: until it is in the store, the bytes still count as unsaved.
+        let snapshot = harness.machine.persistSnapshot(now: harness.now)
+        #expect(harness.machine.mustSave(before: 128 << 10))
+        harness.machine.persisted(snapshot!.0, lastError: snapshot!.1)
+        #expect(harness.machine.unsavedBytes == 0)
+        #expect(!harness.machine.mustSave(before: 512 << 10))
+        // A failing save: the host is not made to wait for saves that cannot happen.
+        harness.deliver((448 << 10)..<(960 << 10))
+        _ = harness.machine.persistSnapshot(now: harness.now)
+        harness.machine.persistFailed()
+        #expect(!harness.machine.mustSave(before: 64 << 10))
+    }
+
     @Test("ranges only: the read-ahead window after the last request bounds the download")
     func readAheadWindow() throws {
         var harness = DownloadHarness(options: DownloadHarness.options(background: false))
         let read = harness.read(0..<1000)
         _ = try #require(read)
-        // A waiter's gap is fetched to its end; the window bounds what is read ahead of it.
-        #expect(harness.machine.nextFetch() == 0..<(1 << 20))
-        harness.machine.fetchStarted(0..<(1 << 20))
+        // A waiter's gap is fetched up to the window after it; the window bounds what is read
+        // ahead of it.
+        let window: Range<Int64> = 0..<(1000 + (256 << 10))
+        let target = harness.machine.nextFetch()
+        #expect(target == window)
+        harness.machine.fetchStarted(window)
         let early = harness.deliver(0..<1000)
         #expect(!early)
         let covered = harness.deliver(1000..<(1000 + (256 << 10)))

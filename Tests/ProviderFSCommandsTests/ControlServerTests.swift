@@ -40,6 +40,8 @@ final class StubHandler: ControlHandler, @unchecked Sendable {
             }
             if path == "missing" { return .failure(ControlError(.notFound, "missing is not in the mount")) }
             return ControlProtocol.encode(["path": path])
+        case .faultAdd, .faultList, .faultClear:
+            return ControlProtocol.encode(["kind": request.kind])
         }
     }
 

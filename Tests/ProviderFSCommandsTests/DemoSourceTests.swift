@@ -24,8 +24,8 @@ struct DemoSourceTests {
         #expect(
             demo.faults == [
                 FaultRule(
-                    identifier: ItemIdentifier("Faults/fails-halfway.bin"),
-                    fault: .failAfter(offset: 4 << 20, errno: EIO))
+                    identifier: ItemIdentifier("Faults/fails-halfway.bin"), path: "Faults/fails-halfway.bin",
+                    fault: .failAfter(offset: 4 << 20, errno: EIO), times: .untilCleared)
             ])
         var info = stat()
         #expect(stat(demo.sourceDirectory + "/Large/sparse-1GiB.bin", &info) == 0)

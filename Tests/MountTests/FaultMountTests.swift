@@ -1,0 +1,125 @@
+// `providerfs fault` on a real `--source` mount: a fault added from the shell makes the next
+// download fail (cat sees EIO), counts in downloads (a plain retry after a one-download fault
+// reads the right bytes), `fault list` shows it, `fault clear` removes it, and a stored fault
+// survives a remount.
+
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+import TestScheduling
+#endif
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
+struct FaultMountTests {
+    let scratch: String
+    let source: String
+    let runtime: String
+    let cache: String
+
+    init() throws {
+        scratch = try makeTemporaryDirectory(prefix: "fault-mount")
+        source = scratch + "/source"
+        runtime = scratch + "/run"
+        cache = scratch + "/cache"
+        mkdir(source, 0o755)
+        mkdir(source + "/docs", 0o755)
+        writeTestFile(source + "/once.bin", patternBytes(count: 3 << 20, seed: 21))
+        writeTestFile(source + "/docs/kept.bin", patternBytes(count: 2 << 20, seed: 22))
+    }
+
+    func cleanup() { removeTreeWithinFileSystem(scratch) }
+
+    func mount() throws -> MountedFileSystem {
+        try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    }
+
+    /// The errno name a Python read of the whole file ends with ("OK" when it reads it all).
+    func readErrno(_ path: String) throws -> String {
+        let script = """
+            import errno, sys
+            try:
+                with open(sys.argv[1], 'rb') as f:
+                    while f.read(1 << 20): pass
+                print('OK')
+            except OSError as e:
+                print(errno.errorcode.get(e.errno, str(e.errno)))
+            """
+        return try shell("python3 -c \(quoted(script)) \(quoted(path))").output.trimmingCharacters(
+            in: .whitespacesAndNewlines)
+    }
+
+    func sha256(_ path: String) throws -> String {
+        try shell("sha256sum < \(quoted(path))").output
+    }
+
+    func listed(_ mountpoint: String) throws -> [[String: Any]] {
+        let result = try providerfs(["fault", "list", mountpoint, "--json"], runtime: runtime)
+        #expect(result.status == 0, "\(result)")
+        return result.output.split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        }
+    }
+
+    @Test func aFaultFromTheShellFailsTheNextDownloadAndIsStored() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        var first: MountedFileSystem? = try mount()
+        defer { first?.stop() }
+        let mounted = try #require(first)
+
+        // One download (the default): cat meets EIO, the mount's own retries included; then the
+        // fault is used up and a plain retry reads the right bytes.
+        let once = mounted.path("once.bin")
+        let add = try providerfs(["fault", "add", once, "--fail-at", "1MiB"], runtime: runtime)
+        #expect(add.status == 0, "\(add)")
+        #expect(add.output.contains("fail at 1048576 with EIO, 1 download left"), "\(add.output)")
+        let cat = try shell("cat \(quoted(once)) > /dev/null")
+        #expect(cat.status != 0)
+        #expect(cat.error.contains("Input/output error"), "\(cat.error)")
+        #expect(try listed(mounted.mountpoint).isEmpty, "a one-download fault is gone once its download ended")
+        #expect(try readErrno(once) == "OK")
+        #expect(try sha256(once) == (try sha256(source + "/once.bin")))
+
+        // Until cleared, on a folder: everything inside it fails, and the fault is listed.
+        let add2 = try providerfs(
+            ["fault", "add", mounted.path("docs"), "--fail-at", "100", "--errno", "ECONNRESET", "--times", "0"],
+            runtime: runtime)
+        #expect(add2.status == 0, "\(add2)")
+        let kept = mounted.path("docs/kept.bin")
+        #expect(try readErrno(kept) == "EIO")
+        let faults = try listed(mounted.mountpoint)
+        #expect(faults.count == 1, "\(faults)")
+        #expect(faults.first?["path"] as? String == "docs")
+        #expect(faults.first?["fault"] as? String == "failAt")
+        #expect(faults.first?["errno"] as? String == "ECONNRESET")
+        #expect(faults.first?["mountpoint"] as? String == mounted.mountpoint)
+        #expect(faults.first?["timesLeft"] == nil, "until cleared")
+        let text = try providerfs(["fault", "list", mounted.mountpoint], runtime: runtime)
+        #expect(text.output.contains(mounted.path("docs") + "  fail at 100 with ECONNRESET, until cleared"), "\(text)")
+
+        // Stored: it survives a remount on the same cache.
+        mounted.stop()
+        first = nil
+        let second = try mount()
+        defer { second.stop() }
+        #expect(try listed(second.mountpoint).map { $0["path"] as? String } == ["docs"])
+        #expect(try readErrno(second.path("docs/kept.bin")) == "EIO")
+
+        // Cleared: the right bytes.
+        let clear = try providerfs(["fault", "clear", second.path("docs")], runtime: runtime)
+        #expect(clear.status == 0, "\(clear)")
+        #expect(clear.output.contains("1 fault cleared."), "\(clear.output)")
+        #expect(try readErrno(second.path("docs/kept.bin")) == "OK")
+        #expect(try sha256(second.path("docs/kept.bin")) == (try sha256(source + "/docs/kept.bin")))
+        let again = try providerfs(["fault", "clear", second.path("docs")], runtime: runtime)
+        #expect(again.status == 1 && again.error.contains("there is no fault on docs"), "\(again)")
+        // A path outside any mount is refused in one sentence.
+        let outside = try providerfs(["fault", "add", source + "/once.bin", "--offline"], runtime: runtime)
+        #expect(outside.status == 1 && outside.error.contains("is not inside a ProviderFS mount"), "\(outside)")
+    }
+}

@@ -1,0 +1,41 @@
+// The metadata store's schema moves forward without losing what older versions saved.
+
+import ProviderModel
+import SQLiteStore
+import TestSupport
+import Testing
+
+@testable import ProviderCache
+
+@Suite("SQLite metadata store: migrations")
+struct SQLiteMetadataStoreTests {
+    @Test("a content row saved before error offsets were kept loads with its error and no offset; new rows keep theirs")
+    func errorOffsetMigration() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")
+        defer { directory.remove() }
+        let path = directory.path + "/metadata.sqlite"
+        do {
+            // A database as the first schema left it.
+            let old = try DatabaseQueue(path: path, migrator: SQLiteMetadataStore.migrator.prefix(1))
+            try old.write { db in
+                try db.execute(
+                    """
+                    INSERT INTO contents (identifier, version, size, file_number, present, error_code, error_message)
+                    VALUES ('a', 'v1', 1000, 1, '0-500', 'downloadFailed', 'broken')
+                    """)
+            }
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        let loaded = try store.loadContents()
+        #expect(loaded.count == 1)
+        #expect(loaded.first?.present == ByteRanges([0..<500]))
+        #expect(loaded.first?.lastError == RecordedError(code: .downloadFailed, message: "broken", offset: nil))
+
+        let record = ContentRecord(
+            identifier: ItemIdentifier("b"), version: ContentVersion("v2"), size: 300, fileNumber: 2,
+            present: ByteRanges([0..<100]), lastError: RecordedError(code: .corrupt, message: "mismatch", offset: 100))
+        try store.saveContent(record)
+        let reopened = try SQLiteMetadataStore(path: path)
+        #expect(try reopened.loadContents().first { $0.identifier == ItemIdentifier("b") } == record)
+    }
+}
