@@ -15,7 +15,7 @@ for reader in cat dd python; do
     expect_errno "$reader" "$file" EIO 5
 done
 expect_state "$file" error
-expect_error_xattr "$file" EIO
+expect_error_xattr "$file" EIO "do not match their checksum"
 expect_status_error "$file" EIO
 
 # The item is not materialized, also after the daemon restarts on the same cache.

@@ -22,7 +22,7 @@ for case in "first.bin 0" "middle.bin $((size / 2))" "last.bin $((size - 1))"; d
     done
     expect_state "$file" error
     expect_error_xattr "$file" EIO "$at"
-    expect_status_error "$file" EIO
+    expect_status_error "$file" EIO "$at"
     present="$(xattr "$file" progress)"
     [[ "${present%/*}" -le "$at" ]] || fail "$name: $present present, but the download failed at byte $at"
 

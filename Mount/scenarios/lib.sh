@@ -336,7 +336,8 @@ expect_no_error_xattr() {
 # status_json: `providerfs status MOUNTPOINT --json`, the daemon's view of the mount
 status_json() { timeout -k 2 10 "$PROVIDERFS" status "$MNT" --json; }
 
-# expect_status_error PATH ERRNO: `providerfs status` lists PATH among the errors, with ERRNO
+# expect_status_error PATH ERRNO [BYTE]: `providerfs status` lists PATH among the errors, with
+# ERRNO (and the byte where it happened)
 expect_status_error() {
     local relative="${1#"$MNT"/}" json got
     json="$(status_json)" || fail "providerfs status $MNT failed"
@@ -345,9 +346,11 @@ import json, sys
 status = json.loads(sys.argv[1])
 for item in status.get("errors", []):
     if item["path"] == sys.argv[2]:
-        print(item["error"]["errno"], item["error"]["message"])
+        error = item["error"]
+        print(error["errno"], "at byte", error.get("offset"), "-", error["message"])
 ' "$json" "$relative")"
     [[ "$got" == "$2 "* ]] || fail "providerfs status: expected $relative in errors with $2, got '${got:-nothing}': $json"
+    [[ -z "${3:-}" || "$got" == "$2 at byte $3 -"* ]] || fail "providerfs status: expected the error at byte $3, got '$got'"
     say "ok: providerfs status lists $relative: $got"
 }
 

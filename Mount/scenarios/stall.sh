@@ -18,7 +18,7 @@ for reader in cat dd python; do
 done
 expect_state "$file" error
 expect_error_xattr "$file" ETIMEDOUT
-expect_status_error "$file" ETIMEDOUT
+expect_status_error "$file" ETIMEDOUT $(size_bytes 1MiB)
 
 # While a reader waits on the stalled item, everything else answers at once.
 in_background timeout -k 1 10 cat "$file" >/dev/null 2>&1

@@ -16,7 +16,7 @@ for reader in cat dd python; do
 done
 expect_state "$file" error
 expect_error_xattr "$file" EIO
-expect_status_error "$file" EIO
+expect_status_error "$file" EIO $(size_bytes 1MiB)
 present="$(xattr "$file" progress)"
 [[ "${present%/*}" -le $(size_bytes 1MiB) ]] || fail "$present present, but every stream stopped at 1 MiB"
 

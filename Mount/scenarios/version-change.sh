@@ -16,7 +16,7 @@ for reader in cat dd python; do
     expect_errno "$reader" "$file" ESTALE 5
 done
 expect_error_xattr "$file" ESTALE
-expect_status_error "$file" ESTALE
+expect_status_error "$file" ESTALE $(size_bytes 1MiB)
 providerfs fault clear "$file"
 expect_content cat "$file"
 
