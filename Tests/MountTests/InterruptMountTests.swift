@@ -15,7 +15,8 @@ import TestScheduling
 #endif
 
 /// A reader that calls libc pread() once through ctypes (so EINTR is seen, not retried by
-/// Python), with a SIGUSR1 handler installed without SA_RESTART. Prints READING before the read,
+/// Python), with a SIGUSR1 handler installed without SA_RESTART and a SIGWINCH handler with it
+/// (a terminal resize: a notification). Prints READING before the read,
 /// then `RESULT <count> <errno>` and `DIFF <first differing offset against EXPECTED, -1 if none>`.
 /// Arguments: PATH OFFSET COUNT (buffered|direct) EXPECTED.
 private let readerScript = """
@@ -27,6 +28,8 @@ private let readerScript = """
     libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
     signal.signal(signal.SIGUSR1, lambda number, frame: None)
     signal.siginterrupt(signal.SIGUSR1, True)
+    signal.signal(signal.SIGWINCH, lambda number, frame: None)
+    signal.siginterrupt(signal.SIGWINCH, False)
     path, offset, count, mode, expected = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if mode == "direct" else 0))
     buffer = libc.aligned_alloc(4096, count)
@@ -55,6 +58,7 @@ struct InterruptMountTests {
         mkdir(tree, 0o755)
         mkdir(tree + "/sub", 0o755)
         writeTestFile(tree + "/slow-stalled.bin", patternBytes(count: 4 << 20, seed: 11))
+        writeTestFile(tree + "/slow-second.bin", patternBytes(count: 4 << 20, seed: 13))
         writeTestFile(tree + "/other.bin", patternBytes(count: 300 << 10, seed: 12))
         writeTestFile(tree + "/quick.txt", Array("quick\n".utf8))
         writeTestFile(tree + "/sub/inner.txt", Array("inner\n".utf8))
@@ -78,10 +82,17 @@ struct InterruptMountTests {
     }
 
     /// Starts the reader script and waits (up to 20 s) until it is about to read.
-    func startReader(_ path: String, offset: Int, count: Int, direct: Bool = false) throws -> ChildProcess {
+    func startReader(
+        _ path: String, offset: Int, count: Int, direct: Bool = false, expected: String = "slow-stalled.bin"
+    ) throws -> ChildProcess {
         let reader = try ChildProcess(
             "/usr/bin/python3",
-            [script, path, "\(offset)", "\(count)", direct ? "direct" : "buffered", tree + "/slow-stalled.bin"])
+            [script, path, "\(offset)", "\(count)", direct ? "direct" : "buffered", tree + "/" + expected])
+        return try waitUntilReading(reader)
+    }
+
+    /// Waits (up to 20 s) until `reader` is about to read.
+    func waitUntilReading(_ reader: ChildProcess) throws -> ChildProcess {
         let deadline = ContinuousClock.now + .seconds(20)
         while !reader.standardOutput.contains("READING") && reader.isRunning && ContinuousClock.now < deadline {
             usleep(5_000)
@@ -141,6 +152,54 @@ struct InterruptMountTests {
         #expect(waiting.wait(timeout: .seconds(30)) == 0, "\(waiting.standardError)")
         #expect(waiting.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(waiting.standardOutput)")
         #expect(waiting.standardOutput.contains("DIFF -1\n"), "\(waiting.standardOutput)")
+    }
+
+    @Test func aNotificationSignalLeavesTheReadWaitingAndAStopSignalAfterItStillEndsIt() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        // 10 s per source read: every reader below is blocked when it is signalled.
+        let (source, mount) = try mountOverStallingSource(delay: "10s")
+        defer {
+            source.stop()
+            mount.stop()
+        }
+        func reader(_ file: String, offset: Int) throws -> ChildProcess {
+            try ChildProcess(
+                "/usr/bin/python3",
+                [script, mount.path(file), "\(offset)", "\(64 << 10)", "buffered", tree + "/" + file])
+        }
+        // Started together: Python's start-up is slow on a loaded machine.
+        let patient = try reader("slow-stalled.bin", offset: 0)
+        let interrupted = try reader("slow-second.bin", offset: 0)
+        let killed = try reader("slow-second.bin", offset: 2 << 20)
+        let readers = [patient, interrupted, killed]
+        defer { readers.forEach(stopReader) }
+        for reader in readers {
+            _ = try waitUntilReading(reader)
+            #expect(isBlockedInTheMount(reader))
+        }
+        // A terminal resize (SIGWINCH, handled with SA_RESTART) interrupts none of them.
+        for reader in readers { reader.signal(SIGWINCH) }
+        usleep(300_000)
+        for reader in readers {
+            #expect(reader.isRunning, "still reading after SIGWINCH: \(reader.standardOutput)")
+        }
+        // A signal that stops still ends the wait, though the kernel sent its one interrupt.
+        var start = ContinuousClock.now
+        interrupted.signal(SIGUSR1)
+        #expect(interrupted.wait(timeout: .seconds(10)) == 0, "\(interrupted.standardError)")
+        var elapsed = ContinuousClock.now - start
+        #expect(interrupted.standardOutput.contains("RESULT -1 \(EINTR)\n"), "\(interrupted.standardOutput)")
+        #expect(elapsed < .seconds(1), "EINTR came \(elapsed) after SIGUSR1")
+        start = ContinuousClock.now
+        killed.signal(SIGKILL)
+        #expect(killed.wait(timeout: .seconds(10)) == 128 + SIGKILL)
+        elapsed = ContinuousClock.now - start
+        #expect(elapsed < .seconds(1), "the reader took \(elapsed) to end after SIGKILL")
+        // The one that only had SIGWINCH gets its bytes, right.
+        #expect(patient.wait(timeout: .seconds(40)) == 0, "\(patient.standardError)")
+        #expect(patient.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(patient.standardOutput)")
+        #expect(patient.standardOutput.contains("DIFF -1\n"), "\(patient.standardOutput)")
     }
 
     @Test func sigkillEndsEveryBlockedReaderOfAStalledFileAtOnce() throws {
