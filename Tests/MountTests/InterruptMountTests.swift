@@ -121,8 +121,9 @@ struct InterruptMountTests {
     @Test func aSignalGivesEINTRAtOnceWhileTheDownloadGoesOnForTheOtherReader() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        // Each source read waits 3 s: the first bytes arrive 3 s or more after the first reader.
-        let (source, mount) = try mountOverStallingSource(delay: "3s")
+        // Each source read waits 8 s: the first bytes arrive 8 s or more after the first reader
+        // (Python's start-up takes seconds on a loaded machine).
+        let (source, mount) = try mountOverStallingSource(delay: "8s")
         defer {
             // The source first: its pending reads end (EIO), so the mount's download ends too.
             source.stop()
@@ -149,7 +150,7 @@ struct InterruptMountTests {
         #expect(waiting.isRunning, "the other reader still waits: \(waiting.standardOutput)")
 
         // The download was not cancelled: the other reader gets its bytes, and they are right.
-        #expect(waiting.wait(timeout: .seconds(30)) == 0, "\(waiting.standardError)")
+        #expect(waiting.wait(timeout: .seconds(45)) == 0, "\(waiting.standardError)")
         #expect(waiting.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(waiting.standardOutput)")
         #expect(waiting.standardOutput.contains("DIFF -1\n"), "\(waiting.standardOutput)")
     }
@@ -157,8 +158,9 @@ struct InterruptMountTests {
     @Test func aNotificationSignalLeavesTheReadWaitingAndAStopSignalAfterItStillEndsIt() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        // 10 s per source read: every reader below is blocked when it is signalled.
-        let (source, mount) = try mountOverStallingSource(delay: "10s")
+        // 20 s per source read: every reader below is still blocked when it is signalled, even
+        // when Python starts slowly on a loaded machine (the whole suite in parallel).
+        let (source, mount) = try mountOverStallingSource(delay: "20s")
         defer {
             source.stop()
             mount.stop()
@@ -197,7 +199,7 @@ struct InterruptMountTests {
         elapsed = ContinuousClock.now - start
         #expect(elapsed < .seconds(1), "the reader took \(elapsed) to end after SIGKILL")
         // The one that only had SIGWINCH gets its bytes, right.
-        #expect(patient.wait(timeout: .seconds(40)) == 0, "\(patient.standardError)")
+        #expect(patient.wait(timeout: .seconds(60)) == 0, "\(patient.standardError)")
         #expect(patient.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(patient.standardOutput)")
         #expect(patient.standardOutput.contains("DIFF -1\n"), "\(patient.standardOutput)")
     }
