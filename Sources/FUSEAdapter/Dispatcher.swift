@@ -150,7 +150,63 @@ final class Dispatcher: Sendable {
 
 /// FUSE_INTERRUPT for a registered request: `data` carries the pending-reply id.
 private let interruptTrampoline: fuse_interrupt_func_t = { request, data in
-    Dispatcher.from(request).pending.interrupt(UInt(bitPattern: data))
+    guard let request else { return }
+    let thread = fuse_req_ctx(request)?.pointee.pid ?? 0
+    Dispatcher.from(request).interrupted(UInt(bitPattern: data), thread: thread)
+}
+
+extension Dispatcher {
+    /// The kernel interrupted request `id` of `thread` because a signal is pending for it. A
+    /// signal a program takes as a notification (SIGCHLD, SIGWINCH, …; `InterruptSignals`) does
+    /// not end the wait: its handler usually counts on SA_RESTART, and the kernel would hand it
+    /// our EINTR anyway. The kernel sends one interrupt per request, so the thread's pending
+    /// signals are then watched until the request is answered, and a later signal that does stop
+    /// (Ctrl-C, SIGTERM, SIGKILL…) still ends it (D-287).
+    func interrupted(_ id: UInt, thread: Int32) {
+        let pendingSignals = ProcessInfoFiles.pendingSignals(ofThread: thread)
+        if InterruptSignals.endsWait(pendingSignals, atInterrupt: true) {
+            pending.interrupt(id)
+            return
+        }
+        logger.debug("interrupt of request \(id) (thread \(thread)) by a notification signal: the request goes on")
+        let pending = self.pending
+        Task.detached {
+            while pending.isWaiting(id) {
+                try? await Task.sleep(for: InterruptSignals.watchInterval)
+                if InterruptSignals.endsWait(ProcessInfoFiles.pendingSignals(ofThread: thread), atInterrupt: false) {
+                    pending.interrupt(id)
+                    return
+                }
+            }
+        }
+    }
+}
+
+/// Which pending signals end a request's wait (D-287).
+enum InterruptSignals {
+    /// Signals programs install handlers for to be told of something, counting on SA_RESTART:
+    /// SIGCHLD, SIGWINCH, SIGURG, SIGALRM, SIGVTALRM, SIGPROF, SIGCONT, SIGIO, and 32–64 (glibc's
+    /// own thread signals and the real-time signals, used for timers and AIO).
+    static let notifications: UInt64 = {
+        var mask: UInt64 = 0
+        for signal in [SIGCHLD, SIGWINCH, SIGURG, SIGALRM, SIGVTALRM, SIGPROF, SIGCONT, SIGIO] {
+            mask |= 1 << UInt64(signal - 1)
+        }
+        for signal in 32...64 { mask |= 1 << UInt64(signal - 1) }
+        return mask
+    }()
+
+    /// How often an ignored interrupt's thread is looked at again.
+    static let watchInterval = Duration.milliseconds(50)
+
+    /// True when `pending` (nil: the thread is gone) holds a signal that is not a notification.
+    /// At the interrupt itself, also when no signal is seen at all (it was taken already, or the
+    /// kernel had another reason): the interrupt is honoured as before.
+    static func endsWait(_ pending: UInt64?, atInterrupt: Bool) -> Bool {
+        guard let pending else { return true }
+        if pending & ~notifications != 0 { return true }
+        return atInterrupt && pending == 0
+    }
 }
 
 // MARK: - Conversions between kernel structs and the FileSystem vocabulary

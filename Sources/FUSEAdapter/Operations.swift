@@ -19,8 +19,11 @@ extension Dispatcher {
         ops.`init` = { userdata, connection in
             let dispatcher = Unmanaged<Dispatcher>.fromOpaque(userdata!).takeUnretainedValue()
             if let connection {
-                // Readers of one file may be served in parallel (the default, made explicit).
-                connection.pointee.want |= UInt32(FUSE_CAP_ASYNC_READ) & connection.pointee.capable
+                // Without async reads, the kernel sends buffered reads and read-ahead as
+                // synchronous requests in the reader's context: a signal reaches us as
+                // FUSE_INTERRUPT, so a reader waiting on a stalled download gets EINTR (or dies
+                // on SIGKILL) at once instead of waiting for the download (D-285).
+                connection.pointee.want &= ~UInt32(FUSE_CAP_ASYNC_READ)
                 // Without async DIO an O_DIRECT read is a synchronous request in the caller's
                 // context, so a signal reaches us as FUSE_INTERRUPT (and cancels the work) instead
                 // of leaving the caller in uninterruptible sleep until the download ends.

@@ -70,6 +70,9 @@ final class PendingReplies: Sendable {
         task?.cancel()
     }
 
+    /// Whether `id` is still waiting for its answer.
+    func isWaiting(_ id: UInt) -> Bool { state.withLock { $0.entries[id] != nil } }
+
     /// Answers `id` with `reply` unless it was already answered (by shutdown). The reply runs
     /// outside the lock.
     func complete(_ id: UInt, _ reply: (FUSERequest) -> Void) {

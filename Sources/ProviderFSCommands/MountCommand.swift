@@ -38,6 +38,8 @@ struct MountCommand: CLICommand {
         var cacheDirectory: String
         var logFile: String
         var allowOther: Bool
+        /// How many stale ProviderFS mounts at the mount point `prepare` cleaned up.
+        var cleanedStaleMounts = 0
         /// Let the kernel serve reads of materialized files from the cache (FUSE passthrough).
         var passthrough = true
         /// How long a download may deliver nothing before its readers get ETIMEDOUT (nil: the
@@ -84,6 +86,9 @@ struct MountCommand: CLICommand {
                 log: logArgument, allowOther: allowOther)
             plan.passthrough = !noPassthrough
             plan.stallTimeout = stallTimeout
+            if plan.cleanedStaleMounts > 0 {
+                io.error("providerfs mount: cleaned up the stale mount at \(plan.mountpoint) (its daemon was gone)")
+            }
             if foreground {
                 return try await serve(plan, reporter: reporter, io: io)
             }
@@ -124,7 +129,16 @@ struct MountCommand: CLICommand {
         sourcePath = canonicalPath(sourcePath) ?? sourcePath
 
         let mountpointPath = mountPointPath(mountpoint)
-        switch inspectMountPoint(mountpoint) {
+        var state = inspectMountPoint(mountpoint)
+        // A stale ProviderFS mount (its daemon crashed) is cleaned and the mount point checked
+        // again (a stack of them, one at a time); any other stale mount is refused (D-286).
+        var cleaned = 0
+        while state == .stale, cleaned < 8 {
+            try cleanStaleProviderFSMount(mountpoint)
+            cleaned += 1
+            state = inspectMountPoint(mountpoint)
+        }
+        switch state {
         case .usable: break
         case .missing:
             throw CommandFailure(
@@ -166,7 +180,7 @@ struct MountCommand: CLICommand {
         return Plan(
             source: sourcePath, demo: demo, mountpoint: mountpointPath, cacheDirectory: cacheDirectory,
             logFile: logFile,
-            allowOther: allowOther)
+            allowOther: allowOther, cleanedStaleMounts: cleaned)
     }
 
     // MARK: Foreground: the daemon itself

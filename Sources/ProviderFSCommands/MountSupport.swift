@@ -153,7 +153,18 @@ func inspectMountPoint(_ path: String) -> MountPointState {
             return .inaccessible(error)
         }
     }
-    if let entry = MountTable.entry(at: mountPointPath(path)) { return .mounted(type: entry.fileSystemType) }
+    if let entry = MountTable.entry(at: mountPointPath(path)) {
+        // Just after its daemon died, a FUSE mount's root may still stat from the kernel's
+        // attribute cache; statvfs always asks the daemon, so a dead connection shows (ENOTCONN).
+        if entry.fileSystemType.hasPrefix("fuse") {
+            var space = statvfs()
+            if statvfs(path, &space) != 0 {
+                let error = Errno.current
+                if error == .notConnected || error == Errno(ECONNABORTED) { return .stale }
+            }
+        }
+        return .mounted(type: entry.fileSystemType)
+    }
     guard info.st_mode & S_IFMT == S_IFDIR else { return .notADirectory }
     guard let stream = opendir(path) else { return .inaccessible(.current) }
     defer { closedir(stream) }
@@ -165,6 +176,38 @@ func inspectMountPoint(_ path: String) -> MountPointState {
         if !isDot { return .notEmpty }
     }
     return .usable
+}
+
+/// Detaches the stale ProviderFS mount at `mountpoint` (its daemon is gone) and removes the
+/// dead daemon's registry record, so that a new mount can take the mount point (D-286). Lazily:
+/// processes that still hold files there keep their (dead) handles and nothing waits for them.
+/// Root detaches with umount2(MNT_DETACH); others, or when that is refused, with `fusermount3
+/// -uz`, which checks that the mount is theirs. Refused (nothing changed) when the mount point
+/// holds another file system, or a ProviderFS mount whose recorded daemon still runs.
+func cleanStaleProviderFSMount(_ mountpoint: String) throws(CommandFailure) {
+    let path = mountPointPath(mountpoint)
+    guard let entry = MountTable.entry(at: path) else {
+        throw CommandFailure(
+            "\(mountpoint) does not answer (Transport endpoint is not connected) but is not in the mount table")
+    }
+    guard entry.fileSystemType == "fuse.providerfs" else {
+        throw CommandFailure(
+            "\(mountpoint) is a stale mount of another file system (\(entry.fileSystemType)); "
+                + "it is not ProviderFS's to clean: unmount it with 'fusermount3 -uz \(mountpoint)' or 'umount -l \(mountpoint)'"
+        )
+    }
+    if let record = MountRegistry.record(for: path), ProcessInfoReader.isAlive(record) {
+        throw CommandFailure(
+            "\(mountpoint) does not answer but its daemon (pid \(record.pid)) is still running; "
+                + "stop it or run 'providerfs unmount --lazy \(mountpoint)'")
+    }
+    if geteuid() != 0 || umount2(path, Int32(MNT_DETACH)) != 0 {
+        let result = runHelper(fusermountPath, ["-uz", path])
+        guard result.status == 0 else {
+            throw CommandFailure("cannot clean the stale mount \(mountpoint): \(result.error)")
+        }
+    }
+    MountRegistry.remove(mountpoint: path)
 }
 
 /// The one sentence telling the user how to clean a stale mount.

@@ -57,6 +57,42 @@ public enum ProcessInfoFiles {
         return chain
     }
 
+    /// The signals pending for thread `tid`, its own (`SigPnd:`) and its process's (`ShdPnd:`)
+    /// from /proc/<tid>/status: bit n-1 for signal n. Nil when the thread is gone.
+    public static func pendingSignals(ofThread tid: Int32) -> UInt64? {
+        guard tid > 0 else { return nil }
+        return withContents(of: "/proc/\(tid)/status") { bytes in
+            guard let own = parseHexField(Array("\nSigPnd:".utf8), in: bytes),
+                let shared = parseHexField(Array("\nShdPnd:".utf8), in: bytes)
+            else { return nil }
+            return own | shared
+        }
+    }
+
+    /// The hexadecimal number after `key`, after spaces and tabs; nil if there is none.
+    private static func parseHexField(_ key: [UInt8], in bytes: UnsafeBufferPointer<UInt8>) -> UInt64? {
+        guard let start = find(key, in: bytes) else { return nil }
+        var index = start + key.count
+        while index < bytes.count, bytes[index] == UInt8(ascii: " ") || bytes[index] == UInt8(ascii: "\t") {
+            index += 1
+        }
+        var value: UInt64 = 0
+        var digits = 0
+        while index < bytes.count, digits < 16 {
+            let byte = bytes[index]
+            let digit: UInt64
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt64(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt64(byte - UInt8(ascii: "a") + 10)
+            default: return digits > 0 ? value : nil
+            }
+            value = value << 4 | digit
+            digits += 1
+            index += 1
+        }
+        return digits > 0 ? value : nil
+    }
+
     /// Runs `body` over the first 4 KiB of `path` (enough for the lines read here).
     private static func withContents<T>(of path: String, _ body: (UnsafeBufferPointer<UInt8>) -> T?) -> T? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)

@@ -156,22 +156,81 @@ struct CommandEdgeTests {
         var info = stat()
         #expect(stat(mount.mountpoint, &info) == -1 && errno == ENOTCONN)
 
-        let again = try providerfs(
-            ["mount", "--source", source, mount.mountpoint, "--cache", scratch + "/cache"], runtime: runtime)
-        #expect(again.status == 1)
-        #expect(again.error.contains("stale ProviderFS mount"), "\(again.error)")
-        #expect(again.error.contains("providerfs unmount \(mount.mountpoint)"))
-        #expect(again.error.contains("fusermount3 -uz"))
-
         let status = try providerfs(["status", mount.mountpoint + "/x"], runtime: runtime)
         #expect(status.status == 1)
         #expect(status.error.contains("stale ProviderFS mount"), "\(status.error)")
+        #expect(status.error.contains("providerfs unmount \(mount.mountpoint)"))
+        #expect(status.error.contains("fusermount3 -uz"))
 
         let unmount = try providerfs(["unmount", mount.mountpoint], runtime: runtime)
         #expect(unmount.status == 0, "\(unmount)")
         #expect(unmount.output.contains("stale"))
         #expect(MountTable.entry(at: mount.mountpoint) == nil)
         #expect(stat(mount.mountpoint, &info) == 0)
+    }
+
+    @Test func mountOntoAStaleProviderFSMountCleansItAndMounts() throws {
+        // A real crash: the providerfs daemon is killed with SIGKILL, then `providerfs mount`
+        // runs again on the same mount point, as an fstab `mount` or a systemd restart would.
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let runtime = scratch + "/run"
+        let mountpoint = scratch + "/mnt"
+        mkdir(mountpoint, 0o755)
+        let arguments = ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache"]
+        defer {
+            _ = try? providerfs(["unmount", mountpoint], runtime: runtime)
+            if MountTable.entry(at: mountpoint) != nil { _ = try? shell("fusermount3 -uz \(quoted(mountpoint))") }
+        }
+        let first = try providerfs(arguments + ["--json"], runtime: runtime)
+        #expect(first.status == 0, "\(first)")
+        #expect(try String(contentsOfFile: mountpoint + "/a.txt", encoding: .utf8) == "a\n")
+        guard let pidText = first.output.split(separator: "\"pid\":").last?.prefix(while: \.isNumber),
+            let pid = Int32(pidText)
+        else {
+            Issue.record("no daemon pid in \(first.output)")
+            return
+        }
+        #expect(kill(pid, SIGKILL) == 0)
+        // Mount again as soon as the daemon is gone (its /dev/fuse closed: the connection is
+        // dead), while the kernel may still answer a stat of the root from its attribute cache.
+        let deadline = ContinuousClock.now + .seconds(10)
+        func gone() -> Bool {
+            guard let text = readTextFile("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return true }
+            return text[text.index(after: close)...].hasPrefix(" Z")
+        }
+        while !gone() && ContinuousClock.now < deadline { usleep(1_000) }
+        #expect(gone(), "the daemon ended")
+        #expect(MountTable.entry(at: mountpoint)?.fileSystemType == "fuse.providerfs")
+        #expect(readTextFile(mountpoint + "/a.txt") == nil, "the mount is stale")
+
+        let again = try providerfs(arguments, runtime: runtime)
+        #expect(again.status == 0, "\(again)")
+        #expect(again.error.contains("cleaned up the stale mount"), "\(again.error)")
+        #expect(try String(contentsOfFile: mountpoint + "/a.txt", encoding: .utf8) == "a\n")
+        // One mount at the mount point, not the dead one under the new one.
+        #expect(MountTable.current().filter { $0.mountPoint == mountpoint }.count == 1)
+        let status = try providerfs(["status", mountpoint, "--json"], runtime: runtime)
+        #expect(status.status == 0, "\(status)")
+    }
+
+    @Test func aStaleMountOfAnotherFileSystemIsStillRefused() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        // A dead FUSE daemon that is not ProviderFS (type fuse.fuse-fixture).
+        let mount = try MountedFileSystem.fixture()
+        defer { mount.stop() }
+        mount.child.signal(SIGKILL)
+        mount.child.wait(timeout: .seconds(5))
+        var info = stat()
+        #expect(stat(mount.mountpoint, &info) == -1 && errno == ENOTCONN)
+        let result = try providerfs(
+            ["mount", "--source", source, mount.mountpoint, "--cache", scratch + "/cache"], runtime: scratch + "/run")
+        #expect(result.status == 1, "\(result)")
+        #expect(result.error.contains("stale mount of another file system (fuse.fuse-fixture)"), "\(result.error)")
+        #expect(result.error.split(separator: "\n").count == 1, "one sentence: \(result.error)")
+        // Untouched: still there, still stale.
+        #expect(MountTable.entry(at: mount.mountpoint)?.fileSystemType == "fuse.fuse-fixture")
     }
 
     @Test func unmountOfABusyMountSaysWhyAndLazyDetaches() throws {

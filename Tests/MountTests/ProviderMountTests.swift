@@ -402,7 +402,8 @@ struct ProviderMountTests {
     @Test func theSystemdUnitsCommandsMountAndStopAsSystemdRunsThem() throws {
         // What `systemctl --user start providerfs@test` runs, run the same way: the instance's
         // EnvironmentFile read, %h/%i and ${VAR} expanded, ExecStartPre in order ("-" may fail),
-        // ExecStart in the foreground; then the stop: KillSignal, within TimeoutStopSec.
+        // ExecStart in the foreground; a crash (SIGKILL) and the restart on the stale mount
+        // point; then the stop: KillSignal, within TimeoutStopSec.
         guard requireFUSE() else { return }
         defer { cleanup() }
         let unit = try shell("cat \(quoted(packageRoot + "/Mount/providerfs@.service"))").output
@@ -430,17 +431,42 @@ struct ProviderMountTests {
             environment[parts[0]] = parts[1]
         }
         let runtime = ["PROVIDERFS_RUNTIME_DIR": self.runtime]
-        for pre in values("ExecStartPre") {
-            let mayFail = pre.hasPrefix("-")
-            let argv = expand(mayFail ? String(pre.dropFirst()) : pre)
-            let result = try ChildProcess.run(argv[0], Array(argv.dropFirst()), environment: runtime)
-            #expect(mayFail || result.status == 0, "\(argv): \(result)")
+        /// ExecStartPre in order, then ExecStart; returns the daemon once it has mounted.
+        func start() throws -> ChildProcess {
+            for pre in values("ExecStartPre") {
+                let mayFail = pre.hasPrefix("-")
+                let argv = expand(mayFail ? String(pre.dropFirst()) : pre)
+                let result = try ChildProcess.run(argv[0], Array(argv.dropFirst()), environment: runtime)
+                #expect(mayFail || result.status == 0, "\(argv): \(result)")
+            }
+            let start = values("ExecStart")
+            #expect(start.count == 1)
+            let argv = expand(start[0])
+            #expect(argv.last == "--foreground", "systemd's Type=simple needs the foreground form")
+            let daemon = try ChildProcess(argv[0], Array(argv.dropFirst()), environment: runtime)
+            // Served: the file reads (not the stale mount's ENOTCONN, which `access` can miss
+            // while the kernel's attributes are cached, nor the empty directory under it between
+            // the cleanup and the new mount).
+            let deadline = ContinuousClock.now + .seconds(30)
+            while readTextFile(mountpoint + "/hello.txt") == nil && daemon.isRunning && ContinuousClock.now < deadline {
+                usleep(10_000)
+            }
+            return daemon
         }
-        let start = values("ExecStart")
-        #expect(start.count == 1)
-        let argv = expand(start[0])
-        #expect(argv.last == "--foreground", "systemd's Type=simple needs the foreground form")
-        let daemon = try ChildProcess(argv[0], Array(argv.dropFirst()), environment: runtime)
+        let crashed = try start()
+        defer {
+            if crashed.isRunning {
+                crashed.signal(SIGKILL)
+                _ = crashed.wait(timeout: .seconds(10))
+            }
+        }
+        #expect(MountTable.entry(at: mountpoint) != nil, "mounted: \(crashed.standardError)")
+        #expect(try shell("cat \(quoted(mountpoint + "/hello.txt"))").output == "hello, provider\n")
+        // A crash, then what Restart=on-failure runs: the same commands on the stale mount point.
+        crashed.signal(SIGKILL)
+        #expect(crashed.wait(timeout: .seconds(10)) != nil)
+        #expect(values("Restart") == ["on-failure"])
+        let daemon = try start()
         defer {
             if daemon.isRunning {
                 daemon.signal(SIGKILL)
@@ -448,12 +474,11 @@ struct ProviderMountTests {
             }
             if MountTable.entry(at: mountpoint) != nil { _ = try? shell("fusermount3 -uz \(quoted(mountpoint))") }
         }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while MountTable.entry(at: mountpoint) == nil && daemon.isRunning && ContinuousClock.now < deadline {
-            usleep(10_000)
-        }
-        #expect(MountTable.entry(at: mountpoint) != nil, "mounted: \(daemon.standardError)")
-        #expect(try shell("cat \(quoted(mountpoint + "/hello.txt"))").output == "hello, provider\n")
+        #expect(daemon.isRunning, "restarted after the crash: \(daemon.standardError)")
+        #expect(
+            try shell("cat \(quoted(mountpoint + "/hello.txt"))").output == "hello, provider\n",
+            "\(daemon.standardError)")
+        #expect(MountTable.current().filter { $0.mountPoint == mountpoint }.count == 1, "the stale mount is gone")
         #expect(values("KillSignal") == ["SIGTERM"])
         let stopTimeout = Int(values("TimeoutStopSec").first ?? "") ?? 90
         daemon.signal(SIGTERM)

@@ -63,6 +63,32 @@ struct ProcessInfoFilesTests {
         #expect(ProcessInfoFiles.threadGroup(ofThread: pid) == pid)
     }
 
+    @Test("pending signals: a signal this thread blocks shows until it is taken")
+    func pendingSignals() {
+        var block = sigset_t()
+        sigemptyset(&block)
+        sigaddset(&block, SIGUSR2)
+        var previous = sigset_t()
+        pthread_sigmask(SIG_BLOCK, &block, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        // This thread's id: /proc/thread-self links to "<pid>/task/<tid>".
+        var link = [CChar](repeating: 0, count: 64)
+        let length = readlink("/proc/thread-self", &link, link.count - 1)
+        let target = String(decoding: link[0..<max(0, length)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let thread = target.split(separator: "/").last.flatMap({ Int32($0) }) else {
+            Issue.record("no thread id in /proc/thread-self: \(target)")
+            return
+        }
+        let bit = UInt64(1) << UInt64(SIGUSR2 - 1)
+        #expect((ProcessInfoFiles.pendingSignals(ofThread: thread) ?? bit) & bit == 0)
+        pthread_kill(pthread_self(), SIGUSR2)
+        #expect((ProcessInfoFiles.pendingSignals(ofThread: thread) ?? 0) & bit == bit)
+        var taken: Int32 = 0
+        #expect(sigwait(&block, &taken) == 0 && taken == SIGUSR2)
+        #expect((ProcessInfoFiles.pendingSignals(ofThread: thread) ?? bit) & bit == 0)
+        #expect(ProcessInfoFiles.pendingSignals(ofThread: Int32.max) == nil)
+    }
+
     @Test("a process that does not exist has no parent and no thread group")
     func missing() {
         #expect(ProcessInfoFiles.parentProcess(of: Int32.max) == nil)

@@ -81,6 +81,7 @@ struct ErrnoContractTests {
     static let situations: [ErrnoSituation] = [
         ErrnoSituation(key: "download failure", code: .downloadFailed, scenario: downloadFails),
         ErrnoSituation(key: "delivers nothing for `stallTimeout`", code: .timedOut, scenario: stall),
+        ErrnoSituation(key: "checksummed fetch do not match", code: .downloadFailed, scenario: corrupt),
         ErrnoSituation(key: "provider unreachable", code: .providerUnreachable, scenario: offline),
         ErrnoSituation(key: "content version changed", code: .stale, scenario: versionChange),
         ErrnoSituation(key: "token expired", code: .accessDenied, scenario: accessDenied),
@@ -225,6 +226,19 @@ struct ErrnoContractTests {
         }
         #expect(truncated?.errno == failed?.errno, "a truncated stream: \(String(describing: truncated))")
         return failed
+    }
+
+    /// Every fetch of a checksummed stream carries flipped bytes (past the retry budget): EIO, and
+    /// the bytes are never served.
+    static let corrupt: ErrnoSituation.Scenario = {
+        let fixture = try makeFixture()
+        fixture.provider.putFile("bent", .ramp(seed: 9, size: 100_000))
+        fixture.faults.add(FaultRule(identifier: ItemIdentifier("bent"), fault: .corrupt(offset: 10_000)))
+        let fileSystem = try fixture.makeFileSystem()
+        let (inode, handle) = try await openFile(fileSystem, "bent")
+        return await failure { () async throws(FileSystemError) in
+            _ = try await fileSystem.read(inode, handle: handle, offset: 0, count: 1000, context: .kernel)
+        }
     }
 
     /// A download that stalls at byte 0: the reader fails at one `stallTimeout` of the manual
