@@ -95,7 +95,8 @@ scenario_cleanup() {
         timeout -k 2 15 "$PROVIDERFS" unmount "$MNT" --timeout 10s >/dev/null 2>&1 \
             || fusermount3 -uz "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
     fi
-    if [[ -n "$DAEMON_PID" ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+    # Only while that pid is still a providerfs mount daemon (not a reused pid).
+    if [[ -n "$DAEMON_PID" ]] && tr '\0' ' ' <"/proc/$DAEMON_PID/cmdline" 2>/dev/null | grep -q "providerfs.* mount "; then
         kill -TERM "$DAEMON_PID" 2>/dev/null
         local _
         for _ in $(seq 50); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
