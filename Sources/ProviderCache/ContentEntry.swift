@@ -253,9 +253,11 @@ public final class ContentEntry: Sendable {
                 if case .failed(let error, _) = end, error.code != .cancelled {
                     environment.logger.warning("\(identifier) @\(version): download failed: \(error)")
                 }
-                perform(actions)
+                // The provider hears of the end before the readers do: a reader that retries at
+                // once starts a new download as the provider counts them.
                 fetchedInDownload = false
                 environment.provider.downloadEnded(of: identifier, version: version, succeeded: false)
+                perform(actions)
                 await persist()
                 // Readers that came after the failure start a fresh series of attempts (a new
                 // download, as the provider counts them).

@@ -50,7 +50,7 @@ package enum MountComposition {
             throw FileSystemError(.io, "cannot create the cache directory \(cacheDirectory): \(error.errno.message)")
         }
         return FaultPlan.stored(
-            at: cacheDirectory + "/" + faultStoreName, seed: seed, followUpsPerFailure: 1,
+            at: cacheDirectory + "/" + faultStoreName, seed: seed,
             log: { message in Logger(label: "faults").warning(message) })
     }
 

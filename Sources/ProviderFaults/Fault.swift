@@ -59,16 +59,6 @@ public enum Fault: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// Whether the fault says the item's version changed: the cache then gives the version up
-    /// and answers later reads of it (the kernel's retry included) without a new download.
-    var retiresVersion: Bool {
-        switch self {
-        case .changeVersion: true
-        case .failAfter(_, let errno): errno == ESTALE
-        default: false
-        }
-    }
-
     public var description: String {
         switch self {
         case .failAfter(let offset, let errno): "fail at \(offset) with \(Errno(errno).name)"

@@ -42,10 +42,6 @@ public final class FaultPlan: @unchecked Sendable {
         var downloads: [DownloadKey: UInt64] = [:]
         /// Those of them the fault struck (a stream misbehaved); the others are not counted.
         var struck: Set<DownloadKey> = []
-        /// Failed downloads whose next downloads inherit their fault (`followUpsPerFailure`).
-        var followUps: [DownloadKey: (serial: UInt64, left: Int)] = [:]
-        /// Downloads running as such a follow-up (not counted).
-        var followUpDownloads: Set<DownloadKey> = []
         /// Bumped on every change, so that the store never writes an older state over a newer one.
         var generation: UInt64 = 0
     }
@@ -57,23 +53,14 @@ public final class FaultPlan: @unchecked Sendable {
         var metadata = false
     }
 
-    /// How many downloads after a failed one (that a `.downloads` rule struck) inherit its fault
-    /// without being counted. 0 in memory: "the next N downloads" exactly. A mount's stored plan
-    /// says 1: the kernel retries a failed page read once, as a new read that would start a new
-    /// download, and the reader should meet the fault it already met (a plain `cat` sees EIO).
-    /// Not after a version change: the cache gives that version up and answers the retry itself.
-    public let followUpsPerFailure: Int
-
-    public init(_ rules: [FaultRule] = [], followUpsPerFailure: Int = 0) {
+    public init(_ rules: [FaultRule] = []) {
         store = nil
-        self.followUpsPerFailure = followUpsPerFailure
         for rule in rules { state.entries.append(Entry(serial: nextSerial(), rule: rule)) }
         flags.withLock { $0 = Self.flags(of: state.entries) }
     }
 
-    private init(store: FaultStore, entries: [(FaultRule, Int)], followUpsPerFailure: Int) {
+    private init(store: FaultStore, entries: [(FaultRule, Int)]) {
         self.store = store
-        self.followUpsPerFailure = followUpsPerFailure
         for (rule, used) in entries { state.entries.append(Entry(serial: nextSerial(), rule: rule, used: used)) }
         flags.withLock { $0 = Self.flags(of: state.entries) }
     }
@@ -89,20 +76,19 @@ public final class FaultPlan: @unchecked Sendable {
     /// seed sticks. A file that cannot be read as a fault store is logged, moved aside (renamed
     /// `<path>.bad-<unix time>`) and replaced by an empty plan: a bad file never stops a mount.
     public static func stored(
-        at path: String, seed: [FaultRule] = [], followUpsPerFailure: Int = 0,
+        at path: String, seed: [FaultRule] = [],
         log: @escaping @Sendable (String) -> Void = { _ in }
     ) -> FaultPlan {
         let store = FaultStore(path: path, log: log)
         switch store.load() {
         case .loaded(let entries):
-            return FaultPlan(store: store, entries: entries, followUpsPerFailure: followUpsPerFailure)
+            return FaultPlan(store: store, entries: entries)
         case .missing:
-            let plan = FaultPlan(
-                store: store, entries: seed.map { ($0, 0) }, followUpsPerFailure: followUpsPerFailure)
+            let plan = FaultPlan(store: store, entries: seed.map { ($0, 0) })
             plan.save()
             return plan
         case .malformed:
-            let plan = FaultPlan(store: store, entries: [], followUpsPerFailure: followUpsPerFailure)
+            let plan = FaultPlan(store: store, entries: [])
             plan.save()
             return plan
         }
@@ -167,16 +153,6 @@ public final class FaultPlan: @unchecked Sendable {
                 if let entry = state.entries.first(where: { $0.serial == serial }) { return (entry.rule.fault, false) }
                 state.downloads[key] = nil  // its rule was cleared
             }
-            if let follow = state.followUps.removeValue(forKey: key),
-                let index = state.entries.firstIndex(where: { $0.serial == follow.serial })
-            {
-                // The retry of a failed download: it meets the same fault, uncounted.
-                if follow.left > 1 { state.followUps[key] = (follow.serial, follow.left - 1) }
-                state.downloads[key] = follow.serial
-                state.followUpDownloads.insert(key)
-                state.entries[index].running += 1
-                return (state.entries[index].rule.fault, false)
-            }
             guard
                 let index = state.entries.firstIndex(where: { entry in
                     !entry.exhausted && (entry.rule.identifier == identifier || lineage.contains(entry.rule.identifier))
@@ -216,22 +192,14 @@ public final class FaultPlan: @unchecked Sendable {
         let key = DownloadKey(identifier: identifier, version: version)
         let changed = lock.withLock { () -> Bool in
             let struck = state.struck.remove(key) != nil
-            let followUp = state.followUpDownloads.remove(key) != nil
             guard let serial = state.downloads.removeValue(forKey: key),
                 let index = state.entries.firstIndex(where: { $0.serial == serial })
             else { return false }
             state.entries[index].running -= 1
-            if !followUp {
-                // A download the fault never struck (it ended before the fault's byte) is not
-                // one of the rule's times: the next download gets it.
-                if !struck { state.entries[index].used -= 1 }
-                if struck && !succeeded && followUpsPerFailure > 0 && !state.entries[index].rule.fault.retiresVersion {
-                    state.followUps[key] = (serial, followUpsPerFailure)
-                }
-            }
-            if state.entries[index].exhausted && state.entries[index].running <= 0
-                && !state.followUps.values.contains(where: { $0.serial == serial })
-            {
+            // A download the fault never struck (it ended before the fault's byte) is not one of
+            // the rule's times: the next download gets it.
+            if !struck { state.entries[index].used -= 1 }
+            if state.entries[index].exhausted && state.entries[index].running <= 0 {
                 state.entries.remove(at: index)
             }
             state.generation += 1

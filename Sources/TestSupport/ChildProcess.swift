@@ -134,7 +134,27 @@ public func makeTemporaryDirectory(prefix: String) throws(SystemCallError) -> St
 
 /// `rm -rf path` for test cleanup; never follows symbolic links out of the tree and never crosses
 /// into a mount (a still-mounted directory is left alone rather than emptied through FUSE).
+/// FUSE mounts a failed test left under `path` are detached first (lazily), so their daemons end
+/// with their sessions: a test that fails half-way leaves no mount and no daemon behind.
 public func removeTreeWithinFileSystem(_ path: String) {
+    detachFUSEMounts(under: path)
+    removeTreeStayingOnThisSide(path)
+}
+
+/// Detaches every FUSE mount at or under `path` (umount2 MNT_DETACH as root, else
+/// `fusermount3 -u -z`), deepest first.
+public func detachFUSEMounts(under path: String) {
+    let mounts = MountTable.current().filter { entry in
+        entry.fileSystemType.hasPrefix("fuse") && (entry.mountPoint == path || entry.mountPoint.hasPrefix(path + "/"))
+    }
+    for entry in mounts.sorted(by: { $0.mountPoint.count > $1.mountPoint.count }) {
+        if umount2(entry.mountPoint, Int32(MNT_DETACH)) != 0 {
+            _ = try? ChildProcess.run("/bin/fusermount3", ["-u", "-z", entry.mountPoint], timeout: .seconds(10))
+        }
+    }
+}
+
+private func removeTreeStayingOnThisSide(_ path: String) {
     var info = stat()
     guard lstat(path, &info) == 0 else { return }
     if info.st_mode & S_IFMT == S_IFDIR {
@@ -148,7 +168,7 @@ public func removeTreeWithinFileSystem(_ path: String) {
                 if name != "." && name != ".." { names.append(name) }
             }
             closedir(stream)
-            for name in names { removeTreeWithinFileSystem(path + "/" + name) }
+            for name in names { removeTreeStayingOnThisSide(path + "/" + name) }
         }
         rmdir(path)
     } else {

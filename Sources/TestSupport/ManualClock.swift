@@ -83,7 +83,7 @@ public final class ManualClock: Clock, @unchecked Sendable {
 
     /// Waits (polling, with a real-time limit) until at least `count` tasks sleep on this clock.
     /// Returns false if that did not happen within `limit`.
-    public func waitForSleepers(atLeast count: Int, limit: Duration = .seconds(10)) async -> Bool {
+    public func waitForSleepers(atLeast count: Int, limit: Duration = .seconds(30)) async -> Bool {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: limit)
         while sleeperCount < count {

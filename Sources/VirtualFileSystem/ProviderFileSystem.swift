@@ -53,6 +53,10 @@ public final class ProviderFileSystem: FileSystem {
         var identifier: ItemIdentifier
         var entry: ContentEntry
         var claim: ReadClaimToken
+        /// The download failure a read of this handle met (D-288): later reads of bytes that are
+        /// still missing fail with it at once, without a new download, until the handle is closed.
+        /// Present bytes are still served. Not an interrupt (that was the reader's, not the file's).
+        var failure: CacheError?
     }
 
     private struct OpenDirectory {
@@ -323,9 +327,20 @@ public final class ProviderFileSystem: FileSystem {
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
+        if let failure = open.failure {
+            if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
+            throw FileSystemError(failure)
+        }
         do {
             return try await open.entry.read(offset: offset, count: count)
         } catch {
+            if error.code != .cancelled {
+                state.withLock { state in
+                    if state.files[handle] != nil, state.files[handle]!.failure == nil {
+                        state.files[handle]!.failure = error
+                    }
+                }
+            }
             throw FileSystemError(error)
         }
     }

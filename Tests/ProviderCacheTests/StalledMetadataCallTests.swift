@@ -115,14 +115,14 @@ final class MetadataStallingProvider: Provider, Sendable {
         }
         // The call reached the provider and its deadline timer sleeps on the clock.
         #expect(await clock.waitForSleepers(atLeast: sleepersBefore + 1))
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + .seconds(30)
         while provider.stalledCalls == stalledBefore && ContinuousClock.now < deadline { await Task.yield() }
         #expect(provider.stalledCalls > stalledBefore, "the call reached the provider")
         clock.advance(by: options.stallTimeout - .milliseconds(1))
         #expect(!ended.withLock { $0 }, "ended before the deadline")
         clock.advance(by: .milliseconds(1))
         // Bounded: a call that ignores its deadline is reported, then let go (not a hung test).
-        let limit = ContinuousClock.now + .seconds(10)
+        let limit = ContinuousClock.now + .seconds(30)
         while !ended.withLock({ $0 }) && ContinuousClock.now < limit { try? await Task.sleep(for: .milliseconds(1)) }
         #expect(ended.withLock { $0 }, "the call did not end at its deadline")
         provider.release()

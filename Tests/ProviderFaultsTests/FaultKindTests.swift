@@ -311,31 +311,6 @@ struct FaultScopeTests {
         #expect(plan.isEmpty)
     }
 
-    @Test("followUpsPerFailure: the download after a failed one meets the fault uncounted (the kernel's retry)")
-    func followUps() async throws {
-        let base = makeBase()
-        let plan = FaultPlan(
-            [
-                FaultRule(
-                    identifier: ItemIdentifier("top"), fault: .failAfter(offset: 10, errno: EIO), times: .downloads(1))
-            ],
-            followUpsPerFailure: 1)
-        let provider = FaultInjectingProvider(wrapping: base, plan: plan)
-        let top = ItemIdentifier("top")
-        for attempt in 1...2 {
-            #expect(try await fetchAll(provider, base, "top").error?.code == .io, "download \(attempt)")
-            provider.downloadEnded(of: top, version: version(base, "top"), succeeded: false)
-            #expect(plan.isEmpty == (attempt == 2))
-        }
-        #expect(try await fetchAll(provider, base, "top").error == nil)
-
-        // Not after a version change: the cache gives that version up and never asks again.
-        plan.add(FaultRule(identifier: top, fault: .changeVersion(offset: 10), times: .downloads(1)))
-        #expect(try await fetchAll(provider, base, "top").error?.code == .versionChanged)
-        provider.downloadEnded(of: top, version: version(base, "top"), succeeded: false)
-        #expect(plan.isEmpty)
-    }
-
     @Test(".fetches(N) counts single fetches; .untilCleared holds until cleared")
     func fetchesAndUntilCleared() async throws {
         let base = makeBase()

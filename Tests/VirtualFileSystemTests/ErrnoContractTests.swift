@@ -93,6 +93,9 @@ struct ErrnoContractTests {
         ErrnoSituation(
             key: "through passthrough", code: .busy, scenario: nil,
             elsewhere: "the adapter's decision: OpenTwinTests, PassthroughMountTests"),
+        ErrnoSituation(
+            key: "metadata call (item, listing, name lookup) that does not answer", code: .timedOut, scenario: nil,
+            elsewhere: "a hung metadata call on a manual clock: StalledMetadataCallTests (ProviderCacheTests)"),
         ErrnoSituation(key: "any write, create", code: .readOnlyFileSystem, scenario: readOnly),
         ErrnoSituation(key: "deleted on the provider, at lookup", code: .notFound, scenario: deletedAtOpen),
         ErrnoSituation(
