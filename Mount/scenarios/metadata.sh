@@ -20,7 +20,7 @@ expect_fast 2 ls "$MNT/known"                 # the listing held from before the
 expect_errno cat "$MNT/known/seen.bin" EIO 5  # the open's revalidation meets the fault
 expect_errno python "$MNT/known/seen.bin" EIO 5
 
-providerfs fault clear --all
+providerfs fault clear --all "$MNT"
 expect_content cat "$MNT/known/seen.bin"
 expect_content cat "$MNT/unknown/new.bin"
 scenario_done

@@ -24,7 +24,9 @@ expect_state "$MNT/cached.bin" materialized
 for reader in cat dd python; do
     expect_errno "$reader" "$MNT/uncached.bin" ENETUNREACH 5
 done
-say "uncached.bin: state $(xattr "$MNT/uncached.bin" state), error '$(xattr "$MNT/uncached.bin" error || true)'"
+expect_state "$MNT/uncached.bin" error
+expect_error_xattr "$MNT/uncached.bin" ENETUNREACH
+expect_status_error "$MNT/uncached.bin" ENETUNREACH
 # Metadata from the cache, fast.
 expect_fast 3 ls -l "$MNT"
 expect_fast 3 stat "$MNT/uncached.bin"
@@ -42,7 +44,7 @@ expect_content cat "$MNT/cached.bin"
 expect_errno cat "$MNT/uncached.bin" ENETUNREACH 5
 
 # Back online: the uncached item reads whole.
-providerfs fault clear --all
+providerfs fault clear --all "$MNT"
 expect_content cat "$MNT/uncached.bin"
 expect_state "$MNT/uncached.bin" materialized
 

@@ -41,5 +41,5 @@ say "ok: providerfs download drew $updates progress updates in $took s: $(tr '\r
 expect_state "$MNT/video.bin" materialized
 expect_content dd "$MNT/video.bin"
 
-providerfs fault clear --all
+providerfs fault clear --all "$MNT"
 scenario_done
