@@ -358,6 +358,7 @@ struct MountCommand: CLICommand {
             ("getfattr -d \(m)/README.txt", "the same state as extended attributes"),
             ("providerfs download \(m)/Documents", "materializes a folder, with progress"),
             ("cat \(m)/Faults/fails-halfway.bin", "fails halfway with 'Input/output error'"),
+            ("providerfs fault add \(m)/Projects --stall 5s", "the provider stalls on cue; fault clear --all"),
         ]
     }
 

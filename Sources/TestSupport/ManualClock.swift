@@ -81,6 +81,21 @@ public final class ManualClock: Clock, @unchecked Sendable {
         for sleeper in due { sleeper.continuation.resume() }
     }
 
+    /// The deadlines of the tasks sleeping on this clock now.
+    public var sleeperDeadlines: [Instant] { state.withLock { $0.sleepers.map(\.deadline) } }
+
+    /// Waits (polling, with a real-time limit) until a task sleeps on this clock until exactly
+    /// `deadline` (a timer armed at a known instant, whatever else sleeps). False after `limit`.
+    public func waitForSleeper(until deadline: Instant, limit: Duration = .seconds(120)) async -> Bool {
+        let clock = ContinuousClock()
+        let end = clock.now.advanced(by: limit)
+        while !sleeperDeadlines.contains(where: { $0 == deadline }) {
+            if clock.now >= end { return false }
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+        return true
+    }
+
     /// Waits (polling, with a real-time limit) until at least `count` tasks sleep on this clock.
     /// Returns false if that did not happen within `limit`.
     public func waitForSleepers(atLeast count: Int, limit: Duration = .seconds(30)) async -> Bool {

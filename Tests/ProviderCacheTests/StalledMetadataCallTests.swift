@@ -105,7 +105,9 @@ final class MetadataStallingProvider: Provider, Sendable {
     func outcomeAtTheDeadline<T: Sendable>(
         _ call: @escaping @Sendable () async throws(CacheError) -> T
     ) async -> Result<T, CacheError>? {
-        let sleepersBefore = clock.sleeperCount
+        // The call's deadline timer sleeps until exactly now + stallTimeout (the clock does not
+        // move until it is armed), whatever else of the cache sleeps on the clock.
+        let timerDeadline = clock.now.advanced(by: options.stallTimeout)
         let stalledBefore = provider.stalledCalls
         provider.stall()
         let ended = Locked(false)
@@ -114,15 +116,16 @@ final class MetadataStallingProvider: Provider, Sendable {
             do throws(CacheError) { return .success(try await call()) } catch { return .failure(error) }
         }
         // The call reached the provider and its deadline timer sleeps on the clock.
-        #expect(await clock.waitForSleepers(atLeast: sleepersBefore + 1))
-        let deadline = ContinuousClock.now + .seconds(30)
+        // Generous: under ThreadSanitizer in the full module run, tasks wait long for a thread.
+        #expect(await clock.waitForSleeper(until: timerDeadline), "sleepers: \(clock.sleeperDeadlines)")
+        let deadline = ContinuousClock.now + .seconds(120)
         while provider.stalledCalls == stalledBefore && ContinuousClock.now < deadline { await Task.yield() }
         #expect(provider.stalledCalls > stalledBefore, "the call reached the provider")
         clock.advance(by: options.stallTimeout - .milliseconds(1))
         #expect(!ended.withLock { $0 }, "ended before the deadline")
         clock.advance(by: .milliseconds(1))
         // Bounded: a call that ignores its deadline is reported, then let go (not a hung test).
-        let limit = ContinuousClock.now + .seconds(30)
+        let limit = ContinuousClock.now + .seconds(120)
         while !ended.withLock({ $0 }) && ContinuousClock.now < limit { try? await Task.sleep(for: .milliseconds(1)) }
         #expect(ended.withLock { $0 }, "the call did not end at its deadline")
         provider.release()
