@@ -21,7 +21,7 @@ for case in "first.bin 0" "middle.bin $((size / 2))" "last.bin $((size - 1))"; d
         expect_errno "$reader" "$file" EIO 5
     done
     expect_state "$file" error
-    expect_error_xattr "$file" EIO "$at"
+    expect_error_xattr "$file" EIO "transfer failed at byte"
     expect_status_error "$file" EIO "$at"
     present="$(xattr "$file" progress)"
     [[ "${present%/*}" -le "$at" ]] || fail "$name: $present present, but the download failed at byte $at"
