@@ -102,12 +102,14 @@ public struct FaultInjectingProvider: Provider {
         }
         let ancestors = await lineage.ancestors(of: identifier, base: base)
         // Offline rules too: one counted like the others when it has `times`.
-        let fault = plan.fault(forFetchOf: identifier, version: version, lineage: ancestors)
-        if fault == .offline { throw Self.offlineError }
+        let matched = plan.fault(forFetchOf: identifier, version: version, lineage: ancestors)
+        if matched?.fault == .offline { throw Self.offlineError }
         let stream = try await base.fetchContents(of: identifier, version: version, range: range)
-        guard let fault else { return stream }
+        guard let (fault, serial) = matched else { return stream }
         let plan = self.plan
-        return FaultyStream(base: stream, fault: fault, range: range, clock: clock) {
+        return FaultyStream(
+            base: stream, fault: fault, range: range, clock: clock, active: { plan.isActive(serial) }
+        ) {
             plan.struck(identifier, version: version)
         }
     }
@@ -149,15 +151,29 @@ public struct FaultInjectingProvider: Provider {
     }
 }
 
-/// Sleeps `duration` on `clock`, or (nil) until cancelled.
-func stall(_ duration: Duration?, clock: any Clock<Duration>) async throws {
-    if let duration {
-        try await clock.sleep(for: duration)
-    } else {
-        // A dead connection: nothing arrives until someone gives up on us.
-        while true { try await Task.sleep(for: .seconds(3600)) }
+/// Sleeps `duration` on `clock`, or (nil) until cancelled — a dead connection: nothing arrives
+/// until someone gives up on us. Ends early once `active()` is false (the fault was cleared),
+/// looked at every `stallCheck` of the clock.
+func stall(
+    _ duration: Duration?, clock: any Clock<Duration>, while active: @Sendable () -> Bool = { true }
+) async throws {
+    try await stall(duration, on: clock, while: active)
+}
+
+private func stall<C: Clock<Duration>>(
+    _ duration: Duration?, on clock: C, while active: @Sendable () -> Bool
+) async throws {
+    let end = duration.map { clock.now.advanced(by: $0) }
+    while active() {
+        let now = clock.now
+        if let end, now >= end { return }
+        let check = now.advanced(by: stallCheck)
+        try await clock.sleep(until: end.map { min($0, check) } ?? check, tolerance: nil)
     }
 }
+
+/// How often a stalled stream looks whether its fault was cleared.
+let stallCheck: Duration = .milliseconds(50)
 
 /// What the wrapper knows of each item's parent (learned from the items it passes on while rules
 /// exist). Bounded: past `capacity` entries it starts again (the base is asked for what is missing).
@@ -245,6 +261,8 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
     /// Called each time the fault strikes (the stream misbehaves), so that a download it never
     /// struck is not counted.
     private let onStrike: @Sendable () -> Void
+    /// Whether the rule behind the fault still exists (a stall ends when it is cleared).
+    private let active: @Sendable () -> Bool
     private struct State {
         var position: Int64
         var stalled = false
@@ -255,9 +273,10 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
 
     init(
         base: any ContentStream, fault: Fault, range: Range<Int64>, clock: any Clock<Duration>,
-        onStrike: @escaping @Sendable () -> Void = {}
+        active: @escaping @Sendable () -> Bool = { true }, onStrike: @escaping @Sendable () -> Void = {}
     ) {
         self.onStrike = onStrike
+        self.active = active
         self.base = base
         self.fault = fault
         self.clock = clock
@@ -282,7 +301,7 @@ final class FaultyStream: ContentStream, @unchecked Sendable {
         case .stall(let offset, let duration):
             if position >= offset, !lock.withLock({ state.stalled }) {
                 onStrike()
-                try await stall(duration, clock: clock)
+                try await stall(duration, clock: clock, while: active)
                 lock.withLock { state.stalled = true }
             } else if position < offset {
                 allowed = min(allowed, offset - position)

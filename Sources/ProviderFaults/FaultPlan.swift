@@ -146,11 +146,15 @@ public final class FaultPlan: @unchecked Sendable {
 
     /// The fault a fetch of `identifier` (whose ancestors, nearest first, are `lineage`) meets, if
     /// any, consuming one of a rule's times when it starts a new download.
-    func fault(forFetchOf identifier: ItemIdentifier, version: ContentVersion, lineage: [ItemIdentifier]) -> Fault? {
+    func fault(
+        forFetchOf identifier: ItemIdentifier, version: ContentVersion, lineage: [ItemIdentifier]
+    ) -> (fault: Fault, serial: UInt64)? {
         let key = DownloadKey(identifier: identifier, version: version)
-        let (fault, changed) = lock.withLock { () -> (Fault?, Bool) in
+        let (fault, changed) = lock.withLock { () -> ((fault: Fault, serial: UInt64)?, Bool) in
             if let serial = state.downloads[key] {
-                if let entry = state.entries.first(where: { $0.serial == serial }) { return (entry.rule.fault, false) }
+                if let entry = state.entries.first(where: { $0.serial == serial }) {
+                    return ((entry.rule.fault, serial), false)
+                }
                 state.downloads[key] = nil  // its rule was cleared
             }
             guard
@@ -169,13 +173,19 @@ public final class FaultPlan: @unchecked Sendable {
                 entry.used += 1
                 if entry.exhausted { state.entries.remove(at: index) } else { state.entries[index] = entry }
             case .untilCleared:
-                return (entry.rule.fault, false)
+                return ((entry.rule.fault, entry.serial), false)
             }
             state.generation += 1
-            return (entry.rule.fault, true)
+            return ((entry.rule.fault, entry.serial), true)
         }
         if changed { publish() }
         return fault
+    }
+
+    /// Whether the rule `serial` still exists (a stall of one of its streams ends once it is
+    /// cleared, so that a read after `fault clear` is not held by a download stalled before).
+    func isActive(_ serial: UInt64) -> Bool {
+        lock.withLock { state.entries.contains { $0.serial == serial } }
     }
 
     /// The fault of a download's stream struck (the stream misbehaved).

@@ -127,6 +127,26 @@ struct FaultKindTests {
         #expect(throws: CancellationError.self) { try result.get() }
     }
 
+    @Test("a stalled stream goes on once its fault is cleared (a read after `fault clear` is not held)")
+    func stallEndsWhenCleared() async throws {
+        let base = makeBase()
+        let clock = ManualClock()
+        let plan = FaultPlan([FaultRule(identifier: ItemIdentifier("top"), fault: .stall(offset: 5000))])
+        let provider = FaultInjectingProvider(wrapping: base, plan: plan, clock: clock)
+        let reader = Task { try await fetchAll(provider, base, "top") }
+        #expect(await clock.waitForSleepers(atLeast: 1))
+        // Still stalled however long it waits while the fault is there.
+        for _ in 0..<10 {
+            clock.advance(by: .seconds(60))
+            #expect(await clock.waitForSleepers(atLeast: 1))
+        }
+        #expect(plan.clear() == 1)
+        clock.advance(by: .milliseconds(50))
+        let (bytes, error) = try await withDeadline(.seconds(30), "the stream after clear") { try await reader.value }
+        #expect(error == nil)
+        #expect(firstDifference(bytes, expected(base, "top", 0..<fileSize)) == nil)
+    }
+
     @Test("--stall 2s: stops at the offset for 2 s of the injected clock, then goes on")
     func stallForADuration() async throws {
         let base = makeBase()
@@ -138,7 +158,8 @@ struct FaultKindTests {
         let reader = Task { try await fetchAll(provider, base, "top") }
         #expect(await clock.waitForSleepers(atLeast: 1))
         clock.advance(by: .milliseconds(1999))
-        #expect(clock.sleeperCount == 1)
+        // Still stalled: it sleeps again (the stall looks every 50 ms whether it was cleared).
+        #expect(await clock.waitForSleepers(atLeast: 1))
         clock.advance(by: .milliseconds(1))
         let (bytes, error) = try await reader.value
         #expect(error == nil)
