@@ -81,6 +81,21 @@ struct InterruptMountTests {
         }
     }
 
+    /// A providerfs mount of the tree itself whose two "slow…" files stall until `fault clear`,
+    /// under a stall deadline far beyond the test: readers stay blocked however slowly they start
+    /// (a fixed source delay ran out on a loaded CI machine before the signals were sent).
+    func mountWithStalledFiles() throws -> MountedFileSystem {
+        let mount = try MountedFileSystem.providerfs(
+            ["--source", tree, "--cache", scratch + "/cache", "--stall-timeout", "10m"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
+        for file in ["slow-stalled.bin", "slow-second.bin"] {
+            let added = try providerfs(
+                ["fault", "add", mount.path(file), "--stall", "--times", "0"], runtime: scratch + "/run")
+            #expect(added.status == 0, "\(added)")
+        }
+        return mount
+    }
+
     /// Starts the reader script and waits (up to 20 s) until it is about to read.
     func startReader(
         _ path: String, offset: Int, count: Int, direct: Bool = false, expected: String = "slow-stalled.bin"
@@ -121,14 +136,9 @@ struct InterruptMountTests {
     @Test func aSignalGivesEINTRAtOnceWhileTheDownloadGoesOnForTheOtherReader() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        // Each source read waits 8 s: the first bytes arrive 8 s or more after the first reader
-        // (Python's start-up takes seconds on a loaded machine).
-        let (source, mount) = try mountOverStallingSource(delay: "8s")
-        defer {
-            // The source first: its pending reads end (EIO), so the mount's download ends too.
-            source.stop()
-            mount.stop()
-        }
+        // Stalled until cleared, however long Python takes to start on a loaded machine.
+        let mount = try mountWithStalledFiles()
+        defer { mount.stop() }
         let path = mount.path("slow-stalled.bin")
         // The waiting reader reads with O_DIRECT, so it waits in its own request on the same bytes
         // (a buffered reader of the same pages would wait on the first one's page lock instead).
@@ -149,7 +159,10 @@ struct InterruptMountTests {
         #expect(elapsed < .seconds(1), "EINTR came \(elapsed) after the signal")
         #expect(waiting.isRunning, "the other reader still waits: \(waiting.standardOutput)")
 
-        // The download was not cancelled: the other reader gets its bytes, and they are right.
+        // The download was not cancelled: once the stall is cleared, the other reader gets its
+        // bytes from it, and they are right.
+        let cleared = try providerfs(["fault", "clear", mount.path("slow-stalled.bin")], runtime: scratch + "/run")
+        #expect(cleared.status == 0, "\(cleared)")
         #expect(waiting.wait(timeout: .seconds(45)) == 0, "\(waiting.standardError)")
         #expect(waiting.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(waiting.standardOutput)")
         #expect(waiting.standardOutput.contains("DIFF -1\n"), "\(waiting.standardOutput)")
@@ -158,13 +171,10 @@ struct InterruptMountTests {
     @Test func aNotificationSignalLeavesTheReadWaitingAndAStopSignalAfterItStillEndsIt() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        // 20 s per source read: every reader below is still blocked when it is signalled, even
-        // when Python starts slowly on a loaded machine (the whole suite in parallel).
-        let (source, mount) = try mountOverStallingSource(delay: "20s")
-        defer {
-            source.stop()
-            mount.stop()
-        }
+        // Stalled until cleared: every reader below is still blocked when it is signalled, however
+        // slowly Python starts on a loaded machine (the whole suite in parallel).
+        let mount = try mountWithStalledFiles()
+        defer { mount.stop() }
         func reader(_ file: String, offset: Int) throws -> ChildProcess {
             try ChildProcess(
                 "/usr/bin/python3",
@@ -198,7 +208,9 @@ struct InterruptMountTests {
         #expect(killed.wait(timeout: .seconds(10)) == 128 + SIGKILL)
         elapsed = ContinuousClock.now - start
         #expect(elapsed < .seconds(1), "the reader took \(elapsed) to end after SIGKILL")
-        // The one that only had SIGWINCH gets its bytes, right.
+        // The one that only had SIGWINCH gets its bytes, right, once the stall is cleared.
+        let cleared = try providerfs(["fault", "clear", mount.path("slow-stalled.bin")], runtime: scratch + "/run")
+        #expect(cleared.status == 0, "\(cleared)")
         #expect(patient.wait(timeout: .seconds(60)) == 0, "\(patient.standardError)")
         #expect(patient.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(patient.standardOutput)")
         #expect(patient.standardOutput.contains("DIFF -1\n"), "\(patient.standardOutput)")
