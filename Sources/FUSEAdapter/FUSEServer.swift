@@ -251,7 +251,7 @@ private func installPassthroughHooks(session: OpaquePointer, passthrough: Passth
 }
 
 /// read(2) of one request; `userdata` is the session's, the Dispatcher.
-private let passthroughReadHook:
+let passthroughReadHook:
     @convention(c) (Int32, UnsafeMutableRawPointer?, Int, UnsafeMutableRawPointer?) -> Int = {
         fd, buffer, length, userdata in
         let count = read(fd, buffer, length)
@@ -264,7 +264,7 @@ private let passthroughReadHook:
     }
 
 /// writev(2) of one reply, possibly rewritten; keeps writev's errno for libfuse.
-private let passthroughWritevHook:
+let passthroughWritevHook:
     @convention(c) (Int32, UnsafeMutablePointer<iovec>?, Int32, UnsafeMutableRawPointer?) -> Int = {
         fd, iov, count, userdata in
         guard let iov, let userdata else { return writev(fd, iov, count) }

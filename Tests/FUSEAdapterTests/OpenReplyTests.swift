@@ -100,8 +100,9 @@ final class UnmountedSession: @unchecked Sendable {
         }
         session = made
         var io = fuse_custom_io()
-        io.read = sessionReadHook
-        io.writev = sessionWritevHook
+        // The mount's own hooks (FUSEServer): replies pass through Passthrough as a mount's do.
+        io.read = passthroughReadHook
+        io.writev = passthroughWritevHook
         let rc = fuse_session_custom_io(session, &io, fds[1])
         guard rc == 0 else { throw TestSupportError("fuse_session_custom_io: \(Errno(-rc))") }
     }
@@ -181,21 +182,3 @@ final class UnmountedSession: @unchecked Sendable {
         return (0, flags)
     }
 }
-
-/// The session's reads and writes, through the dispatcher's Passthrough as a mount's are.
-private let sessionReadHook: @convention(c) (Int32, UnsafeMutableRawPointer?, Int, UnsafeMutableRawPointer?) -> Int = {
-    fd, buffer, length, userdata in
-    let count = read(fd, buffer, length)
-    if count > 0, let buffer, let userdata {
-        Unmanaged<Dispatcher>.fromOpaque(userdata).takeUnretainedValue().passthrough.received(
-            UnsafeRawPointer(buffer), count: count)
-    }
-    return count
-}
-
-private let sessionWritevHook:
-    @convention(c) (Int32, UnsafeMutablePointer<iovec>?, Int32, UnsafeMutableRawPointer?) -> Int = {
-        fd, iov, count, userdata in
-        guard let iov, let userdata else { return writev(fd, iov, count) }
-        return Unmanaged<Dispatcher>.fromOpaque(userdata).takeUnretainedValue().passthrough.send(fd, iov, count)
-    }
