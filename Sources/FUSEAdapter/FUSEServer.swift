@@ -251,17 +251,16 @@ private func installPassthroughHooks(session: OpaquePointer, passthrough: Passth
 }
 
 /// read(2) of one request; `userdata` is the session's, the Dispatcher.
-let passthroughReadHook:
-    @convention(c) (Int32, UnsafeMutableRawPointer?, Int, UnsafeMutableRawPointer?) -> Int = {
-        fd, buffer, length, userdata in
-        let count = read(fd, buffer, length)
-        if count > 0, let buffer, let userdata {
-            // errno is only read by libfuse when count is -1, so the bookkeeping may touch it.
-            Unmanaged<Dispatcher>.fromOpaque(userdata).takeUnretainedValue().passthrough.received(
-                UnsafeRawPointer(buffer), count: count)
-        }
-        return count
+let passthroughReadHook: @convention(c) (Int32, UnsafeMutableRawPointer?, Int, UnsafeMutableRawPointer?) -> Int = {
+    fd, buffer, length, userdata in
+    let count = read(fd, buffer, length)
+    if count > 0, let buffer, let userdata {
+        // errno is only read by libfuse when count is -1, so the bookkeeping may touch it.
+        Unmanaged<Dispatcher>.fromOpaque(userdata).takeUnretainedValue().passthrough.received(
+            UnsafeRawPointer(buffer), count: count)
     }
+    return count
+}
 
 /// writev(2) of one reply, possibly rewritten; keeps writev's errno for libfuse.
 let passthroughWritevHook:
