@@ -1,0 +1,3 @@
+import AccessTokens
+import SystemSupport
+import TestSupport
