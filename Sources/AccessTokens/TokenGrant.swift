@@ -5,4 +5,10 @@ public struct TokenGrant: Sendable, Hashable {
     public var id: String
     public var scope: TokenScope
     public var mode: TokenMode
+
+    public init(id: String, scope: TokenScope, mode: TokenMode) {
+        self.id = id
+        self.scope = scope
+        self.mode = mode
+    }
 }

@@ -1,3 +1,0 @@
-import AccessTokens
-import SystemSupport
-import TestSupport
