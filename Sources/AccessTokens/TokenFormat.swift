@@ -61,7 +61,7 @@ struct TokenFormat: Sendable {
             }
             if !fits { return .denied(.malformed) }
         }
-        if bytes.count > separator, Array(bytes[tagStart..<separator]) != tag { return .denied(.foreignMount) }
+        if bytes.count >= separator, Array(bytes[tagStart..<separator]) != tag { return .denied(.foreignMount) }
         if bytes.count < Self.length {
             // A complete tag of another mount is foreign (above); a cut-short tag that does not
             // start like ours cannot be told apart from another mount's, and is truncated too.

@@ -72,7 +72,7 @@ final class TokenStore: Sendable {
 
     /// Moves a damaged file aside for a person to look at.
     func setAside(_ path: String, _ reason: String) -> Loaded {
-        let aside = path + ".bad-\(time(nil))-\(getpid())"
+        let aside = path + ".bad-\(time(nil))-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
         if rename(path, aside) == 0 {
             let message = "\(path) is unreadable (\(reason)); kept as \(aside)"
             log(message)

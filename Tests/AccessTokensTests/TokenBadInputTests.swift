@@ -29,7 +29,8 @@ struct TokenBadInputTests {
         #expect(authority.check(" " + token, caller: me) == .denied(.malformed))
         #expect(authority.check(String(token.dropLast()) + "1", caller: me) == .denied(.malformed))
         #expect(authority.check(String(token.dropLast()) + "é", caller: me) == .denied(.malformed))
-        #expect(authority.check("pfs_" + tag + "_" + String(repeating: "😀", count: 8), caller: me) == .denied(.malformed))
+        #expect(
+            authority.check("pfs_" + tag + "_" + String(repeating: "😀", count: 8), caller: me) == .denied(.malformed))
         #expect(authority.check(String(repeating: "a", count: 1 << 20), caller: me) == .denied(.malformed))
         #expect(authority.check(token + String(repeating: "a", count: 100_000), caller: me) == .denied(.malformed))
         #expect(authority.check(String(token.dropLast()) + "\u{0}", caller: me) == .denied(.malformed))
@@ -40,13 +41,14 @@ struct TokenBadInputTests {
         #expect(other.authority.mountTag != tag)
         #expect(authority.check(foreign, caller: me) == .denied(.foreignMount))
         #expect(authority.check(String(foreign.prefix(20)), caller: me) == .denied(.foreignMount))
+        #expect(authority.check(String(foreign.prefix(12)), caller: me) == .denied(.foreignMount))
         // This mount's shape, never granted: one character changed.
         let last = token.last == "a" ? "b" : "a"
         #expect(authority.check(String(token.dropLast()) + last, caller: me) == .denied(.unknown))
         // The real one still works, and every denial is in the log with its reason.
         #expect(authority.check(token, caller: me).grant != nil)
         let reasons = authority.auditLog().compactMap(\.reason)
-        #expect(reasons.count == 24)
+        #expect(reasons.count == 25)
         #expect(Set(reasons) == [.malformed, .truncated, .foreignMount, .unknown])
     }
 
@@ -62,7 +64,8 @@ struct TokenBadInputTests {
             var bytes: [UInt8]
             switch round % 4 {
             case 0:
-                bytes = (0..<Int.random(in: 0...64, using: &random)).map { _ in alphabet.randomElement(using: &random)! }
+                bytes = (0..<Int.random(in: 0...64, using: &random)).map { _ in alphabet.randomElement(using: &random)!
+                }
             case 1:
                 bytes = token
                 let index = Int.random(in: 0..<bytes.count, using: &random)
@@ -73,7 +76,9 @@ struct TokenBadInputTests {
                 bytes = Array("pfs_\(fixture.authority.mountTag)_".utf8)
                 bytes += (0..<32).map { _ in alphabet[Int.random(in: 0..<32, using: &random)] }
             default:
-                bytes = (0..<Int.random(in: 0...200, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                bytes = (0..<Int.random(in: 0...200, using: &random)).map { _ in
+                    UInt8.random(in: 0...255, using: &random)
+                }
             }
             let text = String(decoding: bytes, as: UTF8.self)
             if text == issued.token { continue }

@@ -64,7 +64,10 @@ struct TokenCheckTests {
             try fixture.authority.revoke(id: "000000000000")
         }
         #expect(fixture.authority.list().isEmpty)
-        #expect(fixture.authority.list(includeEnded: true).map(\.state).sorted { $0.rawValue < $1.rawValue } == [.expired, .revoked])
+        #expect(
+            fixture.authority.list(includeEnded: true).map(\.state).sorted { $0.rawValue < $1.rawValue } == [
+                .expired, .revoked,
+            ])
         let events = fixture.authority.auditLog().map(\.event)
         #expect(events == [.grant, .grant, .revocation, .expiry, .denial, .denial])
     }
@@ -112,7 +115,9 @@ struct TokenCheckTests {
         let issued = try fixture.authority.grant(scope: scope, mode: .read, pid: me.pid)
         #expect(fixture.authority.info(id: issued.id)?.boundPID == me.pid)
         #expect(fixture.authority.check(issued.token, caller: me).grant != nil)
-        #expect(fixture.authority.check(issued.token, caller: TokenCaller(pid: me.pid + 1, uid: me.uid)) == .denied(.wrongProcess))
+        #expect(
+            fixture.authority.check(issued.token, caller: TokenCaller(pid: me.pid + 1, uid: me.uid))
+                == .denied(.wrongProcess))
         // The process ends and its pid is reused by a later one.
         fixture.processes.set(me.pid, startedAt: 9999)
         #expect(fixture.authority.check(issued.token, caller: me) == .denied(.processReused))
@@ -126,6 +131,7 @@ struct TokenCheckTests {
         let authority = TokenAuthority(storeDirectory: nil, clock: ContinuousClock())
         let issued = try authority.grant(scope: scope, mode: .read, pid: getpid())
         #expect(authority.check(issued.token, caller: TokenCaller(pid: getpid(), uid: getuid())).grant != nil)
-        #expect(authority.check(issued.token, caller: TokenCaller(pid: getppid(), uid: getuid())) == .denied(.wrongProcess))
+        #expect(
+            authority.check(issued.token, caller: TokenCaller(pid: getppid(), uid: getuid())) == .denied(.wrongProcess))
     }
 }

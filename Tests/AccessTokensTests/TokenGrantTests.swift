@@ -44,7 +44,9 @@ struct TokenGrantTests {
     func badGrants() {
         let fixture = TokenFixture()
         let authority = fixture.authority
-        #expect(throws: TokenGrantError.nonPositiveTTL(.zero)) { try authority.grant(scope: scope, mode: .read, ttl: .zero) }
+        #expect(throws: TokenGrantError.nonPositiveTTL(.zero)) {
+            try authority.grant(scope: scope, mode: .read, ttl: .zero)
+        }
         #expect(throws: TokenGrantError.nonPositiveTTL(.seconds(-5))) {
             try authority.grant(scope: scope, mode: .read, ttl: .seconds(-5))
         }
@@ -56,7 +58,9 @@ struct TokenGrantTests {
             try authority.grant(scope: scope, mode: .read, ttl: .seconds(Int64.max))
         }
         #expect(throws: TokenGrantError.nonPositiveUses(0)) { try authority.grant(scope: scope, mode: .read, uses: 0) }
-        #expect(throws: TokenGrantError.nonPositiveUses(-1)) { try authority.grant(scope: scope, mode: .read, uses: -1) }
+        #expect(throws: TokenGrantError.nonPositiveUses(-1)) {
+            try authority.grant(scope: scope, mode: .read, uses: -1)
+        }
         #expect(throws: TokenGrantError.invalidPID(0)) { try authority.grant(scope: scope, mode: .read, pid: 0) }
         #expect(throws: TokenGrantError.invalidPID(-3)) { try authority.grant(scope: scope, mode: .read, pid: -3) }
         #expect(throws: TokenGrantError.noSuchProcess(777)) { try authority.grant(scope: scope, mode: .read, pid: 777) }

@@ -13,7 +13,8 @@ struct TokenScaleTests {
         var tokens: [String] = []
         tokens.reserveCapacity(count)
         for index in 0..<count {
-            tokens.append(try fixture.authority.grant(scope: scope, mode: .read, ttl: .seconds(Int64(60 + index))).token)
+            tokens.append(
+                try fixture.authority.grant(scope: scope, mode: .read, ttl: .seconds(Int64(60 + index))).token)
         }
         let other = TokenCaller(pid: 1, uid: 2000)
         for token in tokens {
