@@ -76,11 +76,11 @@ public final class TokenAuthority: Sendable {
         format = TokenFormat(tag: tag)
         mountTag = String(decoding: tag, as: UTF8.self)
         salt = restored?.salt ?? randomBytes(32)
-        state.noticeExpiries(now: now, wallNow: wallNow)
         state.generation = 1
+        state.savedGeneration = restored == nil ? 0 : 1
+        state.noticeExpiries(now: now, wallNow: wallNow)
         self.state = Locked(state)
-        if store != nil && (restored == nil || problem != nil) { _ = persist() }
-        flushAudit()
+        saveIfChanged()
     }
 
     // MARK: Grant
@@ -177,15 +177,11 @@ public final class TokenAuthority: Sendable {
                     id, caller: caller, now: now, wallNow: wallNow, consume: consume, processChecked: true)
             }
         }
+        saveIfChanged()
         switch admission {
-        case .allowed(let grant, let usesChanged):
-            if usesChanged { _ = persist() } else if consume { flushAudit() }
-            return .allowed(grant)
-        case .denied(let reason):
-            flushAudit()
-            return .denied(reason)
-        case .verifyProcess:
-            return .denied(.processReused)
+        case .allowed(let grant): return .allowed(grant)
+        case .denied(let reason): return .denied(reason)
+        case .verifyProcess: return .denied(.processReused)
         }
     }
 
@@ -214,7 +210,7 @@ public final class TokenAuthority: Sendable {
                 detail: ending == .revoked ? "revoked by command" : "expired by command")
         }
         // The change holds in memory even if the file cannot be written (that is logged).
-        _ = persist()
+        saveIfChanged()
     }
 
     // MARK: Inspection
@@ -229,7 +225,7 @@ public final class TokenAuthority: Sendable {
             return state.records.values.filter { includeEnded || $0.state == .live }
                 .map { $0.info(now: now, wallNow: wallNow) }
         }
-        flushAudit()
+        saveIfChanged()
         return rows.sorted { ($0.grantedAt, $0.id) < ($1.grantedAt, $1.id) }
     }
 
@@ -241,7 +237,7 @@ public final class TokenAuthority: Sendable {
             state.noticeExpiry(of: id, now: now, wallNow: wallNow)
             return state.records[id]?.info(now: now, wallNow: wallNow)
         }
-        flushAudit()
+        saveIfChanged()
         return row
     }
 
@@ -254,7 +250,7 @@ public final class TokenAuthority: Sendable {
             state.endBursts(now: now, wallNow: wallNow)
             return state.auditSnapshot.filter { $0.sequence > sequence }
         }
-        flushAudit()
+        saveIfChanged()
         return entries
     }
 
@@ -272,13 +268,17 @@ public final class TokenAuthority: Sendable {
     @discardableResult
     private func persist() -> String? {
         guard let store else {
-            state.withLock { _ = $0.takePendingAudit() }
+            state.withLock { state in
+                state.savedGeneration = state.generation
+                _ = state.takePendingAudit()
+            }
             return nil
         }
         let now = time.elapsed()
         let wallNow = wallClock()
         let (stored, generation) = state.withLock { state in
-            (Self.stored(state, tag: mountTag, salt: salt, now: now, wallNow: wallNow), state.generation)
+            state.savedGeneration = state.generation
+            return (Self.stored(state, tag: mountTag, salt: salt, now: now, wallNow: wallNow), state.generation)
         }
         let failure = store.save(stored, generation: generation)
         if let failure {
@@ -286,6 +286,12 @@ public final class TokenAuthority: Sendable {
         }
         flushAudit()
         return failure
+    }
+
+    /// Every call that changed a token (an expiry noticed included) saves before it returns;
+    /// otherwise only the new audit entries are appended.
+    private func saveIfChanged() {
+        if state.withLock({ $0.hasUnsavedChanges }) { persist() } else { flushAudit() }
     }
 
     /// Appends the audit entries not yet written.

@@ -16,8 +16,11 @@ struct TokenAuthorityState {
     /// Entries not yet appended to the audit file.
     var pendingAudit: [TokenAuditEntry] = []
     var nextSequence: UInt64 = 1
-    /// Changes not yet saved: the store writes only newer generations.
+    /// Counts changes to the records; the store writes only newer generations.
     var generation: UInt64 = 0
+    /// The generation of the last snapshot taken for the store.
+    var savedGeneration: UInt64 = 0
+    var hasUnsavedChanges: Bool { generation != savedGeneration }
     var limiter: [UInt32: DenialWindow] = [:]
     let limits: TokenLimits
 
@@ -178,7 +181,7 @@ struct TokenAuthorityState {
 
 extension TokenAuthorityState {
     enum Admission {
-        case allowed(TokenGrant, usesChanged: Bool)
+        case allowed(TokenGrant)
         case denied(TokenDenialReason)
         /// The token is bound to the caller's pid: its start time must be read (outside the lock)
         /// and compared with this one before `admit` is asked again with `processChecked`.
@@ -221,12 +224,11 @@ extension TokenAuthorityState {
             if !processChecked { return .verifyProcess(id: id, startTime: bound.startTime) }
         }
         let grant = TokenGrant(id: id, scope: record.scope, mode: record.mode)
-        guard consume else { return .allowed(grant, usesChanged: false) }
+        guard consume else { return .allowed(grant) }
         record.lastUse = wallNow
-        var usesChanged = false
         if let uses = record.usesLeft {
+            // Saved before the open is answered; the last-use time alone is not (no write per open).
             record.usesLeft = uses - 1
-            usesChanged = true
             generation += 1
         }
         records[id] = record
@@ -234,6 +236,6 @@ extension TokenAuthorityState {
             .use, time: wallNow, tokenID: id, caller: caller,
             detail: record.usesLeft.map { "\($0) uses left" })
         if record.usesLeft == 0 { end(id, as: .usedUp, wallNow: wallNow) }
-        return .allowed(grant, usesChanged: usesChanged)
+        return .allowed(grant)
     }
 }

@@ -85,6 +85,22 @@ struct TokenPersistenceTests {
         #expect(last.authority.auditLog().contains { $0.event == .expiry && $0.tokenID == issued.id })
     }
 
+    @Test("an expiry noticed is saved: after a restart it is still expired, and logged once")
+    func expirySaved() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let first = TokenFixture(directory: directory.path)
+        let issued = try first.authority.grant(scope: scope, mode: .read, ttl: .seconds(10))
+        first.clock.advance(by: .seconds(10))
+        #expect(first.authority.list().isEmpty)
+        // The wall clock set back: the saved state, not the deadline, says it ended.
+        first.wall.jump(by: -3600)
+        let second = first.restarted(directory: directory.path)
+        #expect(second.authority.info(id: issued.id)?.state == .expired)
+        #expect(second.authority.check(issued.token, caller: me) == .denied(.expired))
+        #expect(second.authority.auditLog().filter { $0.event == .expiry }.count == 1)
+    }
+
     @Test("a damaged token file is set aside and logged, never a crash; the mount starts with no tokens")
     func damaged() throws {
         let directory = try TemporaryDirectory()
