@@ -53,6 +53,8 @@ public final class TokenAuthority: Sendable {
             for entry in audit.entries { state.append(entry) }
             state.nextSequence = (audit.entries.last?.sequence ?? 0) + 1
             if audit.badLines > 0 {
+                // Rewritten without them, so the next start does not report them again.
+                store.rewriteAudit(audit.entries)
                 state.log(.storeProblem, time: wallNow, detail: "\(audit.badLines) unreadable audit lines skipped")
             }
             switch store.loadTokens() {
