@@ -1,5 +1,5 @@
 // Digests through OpenSSL's libcrypto (never hand-written cryptography): content checksums of the
-// cache and the fault wrapper, and (later) token hashes.
+// cache and the fault wrapper, and the access tokens' salted hashes (AccessTokens).
 
 import CLibCrypto
 

@@ -45,6 +45,39 @@ public enum ProcessInfoFiles {
         }
     }
 
+    /// When process `pid` started, in clock ticks after boot: the 22nd field of /proc/<pid>/stat,
+    /// counted after the command name's closing parenthesis. With the pid it names one process
+    /// for the life of the system (a reused pid has a later start). Nil when the process is gone.
+    public static func startTime(of pid: Int32) -> UInt64? {
+        guard pid > 0 else { return nil }
+        return withContents(of: "/proc/\(pid)/stat") { bytes in
+            guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+            // Fields after ")" start with the 3rd (state); the 22nd is 19 spaces further.
+            var index = close + 1
+            var field = 2
+            while index < bytes.count {
+                if bytes[index] == UInt8(ascii: " ") {
+                    field += 1
+                    if field == 22 { break }
+                }
+                index += 1
+            }
+            guard field == 22 else { return nil }
+            index += 1
+            var value: UInt64 = 0
+            var digits = 0
+            while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+                let (times, overflowed) = value.multipliedReportingOverflow(by: 10)
+                let (sum, overflowedSum) = times.addingReportingOverflow(UInt64(bytes[index] - UInt8(ascii: "0")))
+                if overflowed || overflowedSum { return nil }
+                value = sum
+                digits += 1
+                index += 1
+            }
+            return digits > 0 ? value : nil
+        }
+    }
+
     /// `pid`, its parent, grandparent… up to init (at most 64 entries, stopping at a loop).
     public static func ancestry(of pid: Int32) -> [Int32] {
         var chain: [Int32] = []

@@ -61,6 +61,22 @@ struct ProcessInfoFilesTests {
         }
         #expect(ProcessInfoFiles.parentProcess(of: pid) == getpid())
         #expect(ProcessInfoFiles.threadGroup(ofThread: pid) == pid)
+        // The child started after this process, and its start time is read past the awkward name.
+        let child = try #require(ProcessInfoFiles.startTime(of: pid))
+        let own = try #require(ProcessInfoFiles.startTime(of: getpid()))
+        #expect(child >= own)
+    }
+
+    @Test("start time: field 22 of /proc/PID/stat, nil for a process that is gone")
+    func startTime() throws {
+        let text = try String(contentsOfFile: "/proc/self/stat", encoding: .utf8)
+        let afterName = text[text.index(after: try #require(text.lastIndex(of: ")")))...]
+        let fields = afterName.split(separator: " ")
+        // fields[0] is the 3rd field (state), so the 22nd is fields[19].
+        #expect(ProcessInfoFiles.startTime(of: getpid()) == UInt64(fields[19]))
+        #expect(ProcessInfoFiles.startTime(of: 0) == nil)
+        #expect(ProcessInfoFiles.startTime(of: -1) == nil)
+        #expect(ProcessInfoFiles.startTime(of: Int32.max) == nil)
     }
 
     @Test("pending signals: a signal this thread blocks shows until it is taken")

@@ -1,0 +1,391 @@
+// The mount's access tokens: grant, check, use, revoke, expire, list and the audit log, kept in
+// the mount's cache directory. What it guarantees and how enforcement uses it: docs/TOKENS.md.
+
+import CryptoSupport
+public import Foundation
+import SystemSupport
+
+/// Owns a mount's tokens. Thread-safe; every call is synchronous and short (a check is a hash,
+/// one dictionary lookup and, for a pid-bound token, one read of /proc). Calls that change a
+/// token (grant, a counted use, revoke, expire) write the token file before they return.
+public final class TokenAuthority: Sendable {
+    public let limits: TokenLimits
+    /// The 8 characters after `pfs_` in this mount's tokens.
+    public let mountTag: String
+
+    private let state: Locked<TokenAuthorityState>
+    private let format: TokenFormat
+    /// Random, per mount, kept with the hashes: each hash is SHA-256(salt ‖ token).
+    private let salt: [UInt8]
+    private let time: MonotonicTime
+    private let wallClock: @Sendable () -> Date
+    private let processStartTime: @Sendable (Int32) -> UInt64?
+    private let store: TokenStore?
+
+    /// - Parameters:
+    ///   - storeDirectory: the mount's cache directory, or nil to keep nothing on disk.
+    ///   - clock: the monotonic clock expiry is measured on (ContinuousClock in the daemon).
+    ///   - wallClock: for display and for carrying deadlines across a restart only.
+    ///   - processStartTime: a process's start time; nil reads /proc/PID/stat field 22 (tests
+    ///     substitute a fake).
+    ///   - log: one line per problem with the files (never contains a token).
+    public init(
+        storeDirectory: String?,
+        clock: any Clock<Duration>,
+        wallClock: @escaping @Sendable () -> Date = { Date() },
+        processStartTime: (@Sendable (Int32) -> UInt64?)? = nil,
+        limits: TokenLimits = TokenLimits(),
+        log: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
+        self.limits = limits
+        self.time = MonotonicTime(clock)
+        self.wallClock = wallClock
+        self.processStartTime = processStartTime ?? { ProcessInfoFiles.startTime(of: $0) }
+        let store = storeDirectory.map { TokenStore(directory: $0, log: log) }
+        self.store = store
+        var state = TokenAuthorityState(limits: limits)
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        var restored: (tag: [UInt8], salt: [UInt8])?
+        var problem: String?
+        if let store {
+            let audit = store.loadAudit(limit: limits.auditEntries)
+            for entry in audit.entries { state.append(entry) }
+            state.nextSequence = (audit.entries.last?.sequence ?? 0) + 1
+            if audit.badLines > 0 {
+                // Rewritten without them, so the next start does not report them again.
+                store.rewriteAudit(audit.entries)
+                state.log(.storeProblem, time: wallNow, detail: "\(audit.badLines) unreadable audit lines skipped")
+            }
+            switch store.loadTokens() {
+            case .missing: break
+            case .setAside(let why): problem = why
+            case .loaded(let stored):
+                if let records = Self.restore(stored, now: now, wallNow: wallNow) {
+                    restored = (Array(stored.mountTag.utf8), Self.bytes(hex: stored.salt)!)
+                    for record in records { state.insert(record) }
+                } else {
+                    if case .setAside(let why) = store.setAside(store.tokensPath, "a token in it is not valid") {
+                        problem = why
+                    }
+                }
+            }
+        }
+        if let problem {
+            state.log(.storeProblem, time: wallNow, detail: problem + "; starting with no tokens")
+        }
+        let tag = restored?.tag ?? TokenFormat.randomTag()
+        format = TokenFormat(tag: tag)
+        mountTag = String(decoding: tag, as: UTF8.self)
+        salt = restored?.salt ?? randomBytes(32)
+        state.generation = 1
+        state.savedGeneration = restored == nil ? 0 : 1
+        state.noticeExpiries(now: now, wallNow: wallNow)
+        self.state = Locked(state)
+        saveIfChanged()
+    }
+
+    // MARK: Grant
+
+    /// Grants access to `scope`. Returns the token (its only copy) and its row of the list.
+    public func grant(
+        scope: TokenScope, mode: TokenMode, ttl: Duration? = nil, pid: Int32? = nil, uses: Int? = nil,
+        by caller: TokenCaller? = nil
+    ) throws(TokenGrantError) -> IssuedToken {
+        guard !scope.identifier.isEmpty else { throw .emptyIdentifier }
+        if let ttl {
+            guard ttl > .zero else { throw .nonPositiveTTL(ttl) }
+            guard ttl <= limits.maximumTTL else { throw .ttlTooLong(ttl, maximum: limits.maximumTTL) }
+        }
+        if let uses, uses < 1 { throw .nonPositiveUses(uses) }
+        var bound: TokenRecord.BoundProcess?
+        if let pid {
+            guard pid > 0 else { throw .invalidPID(pid) }
+            guard let start = processStartTime(pid) else { throw .noSuchProcess(pid) }
+            bound = TokenRecord.BoundProcess(pid: pid, startTime: start)
+        }
+        let token = format.newToken()
+        let hash = hash(Array(token.utf8))
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        let record = state.withLock { state -> TokenRecord in
+            var id = hexString(randomBytes(6))
+            while state.records[id] != nil { id = hexString(randomBytes(6)) }
+            let record = TokenRecord(
+                id: id, hash: hash, scope: scope, mode: mode, grantedAt: wallNow, deadline: ttl.map { now + $0 },
+                boundProcess: bound, usesLeft: uses)
+            state.insert(record)
+            state.generation += 1
+            var terms = [mode.rawValue]
+            if let ttl { terms.append("ttl \(ttl)") }
+            if let pid { terms.append("pid \(pid)") }
+            if let uses { terms.append("\(uses) uses") }
+            state.log(
+                .grant, time: wallNow, tokenID: id, caller: caller,
+                detail: "\(scope.path) (\(scope.identifier)): " + terms.joined(separator: ", "))
+            return record
+        }
+        if let failure = persist() {
+            state.withLock { state in
+                state.remove(record.id)
+                state.generation += 1
+                state.log(.storeProblem, time: wallNow, tokenID: record.id, detail: "grant withdrawn: \(failure)")
+            }
+            flushAudit()
+            throw .storeFailed(failure)
+        }
+        return IssuedToken(token: token, info: record.info(now: now, wallNow: wallNow))
+    }
+
+    // MARK: Check and use
+
+    /// Whether `token` gives `caller` access now (every lookup, open and read asks this). Logs
+    /// denials, not allowed checks.
+    public func check(_ token: String, caller: TokenCaller) -> TokenDecision {
+        decide(token, caller: caller, consume: false)
+    }
+
+    /// `check`, and if allowed, takes one use: an open through the token. The use that takes
+    /// the last of a `uses` token is allowed; later checks are denied `usedUp`.
+    public func recordUse(_ token: String, caller: TokenCaller) -> TokenDecision {
+        decide(token, caller: caller, consume: true)
+    }
+
+    private func decide(_ token: String, caller: TokenCaller, consume: Bool) -> TokenDecision {
+        let parsed = format.parse(token)
+        var presented: [UInt8]?
+        if case .token(let bytes) = parsed { presented = hash(bytes) }
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        var admission = state.withLock { state -> TokenAuthorityState.Admission in
+            if state.isThrottled(caller, now: now, wallNow: wallNow) { return .denied(.rateLimited) }
+            guard let presented else {
+                guard case .denied(let reason) = parsed else { return .denied(.malformed) }
+                return state.deny(reason, caller: caller, now: now, wallNow: wallNow)
+            }
+            guard let id = state.find(hash: presented) else {
+                return state.deny(.unknown, caller: caller, now: now, wallNow: wallNow)
+            }
+            return state.admit(id, caller: caller, now: now, wallNow: wallNow, consume: consume, processChecked: false)
+        }
+        if case .verifyProcess(let id, let startTime) = admission {
+            // A pid's start time changes only when the pid is reused (or the process is gone).
+            let current = processStartTime(caller.pid)
+            admission = state.withLock { state in
+                guard current == startTime else {
+                    return state.deny(.processReused, tokenID: id, caller: caller, now: now, wallNow: wallNow)
+                }
+                return state.admit(
+                    id, caller: caller, now: now, wallNow: wallNow, consume: consume, processChecked: true)
+            }
+        }
+        saveIfChanged()
+        switch admission {
+        case .allowed(let grant): return .allowed(grant)
+        case .denied(let reason): return .denied(reason)
+        case .verifyProcess: return .denied(.processReused)
+        }
+    }
+
+    // MARK: Revoke, expire
+
+    /// Ends a live token now; checks then answer `revoked`.
+    public func revoke(id: String, by caller: TokenCaller? = nil) throws(TokenCommandError) {
+        try end(id: id, as: .revoked, by: caller)
+    }
+
+    /// Ends a live token now as if its TTL had run out; checks then answer `expired`.
+    public func expire(id: String, by caller: TokenCaller? = nil) throws(TokenCommandError) {
+        try end(id: id, as: .expired, by: caller)
+    }
+
+    private func end(id: String, as ending: TokenState, by caller: TokenCaller?) throws(TokenCommandError) {
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        try state.withLock { (state) throws(TokenCommandError) in
+            state.noticeExpiry(of: id, now: now, wallNow: wallNow)
+            guard let record = state.records[id] else { throw .unknownID(id) }
+            guard record.state == .live else { throw .alreadyEnded(id: id, record.state) }
+            state.end(id, as: ending, wallNow: wallNow)
+            state.log(
+                ending == .revoked ? .revocation : .expiry, time: wallNow, tokenID: id, caller: caller,
+                detail: ending == .revoked ? "revoked by command" : "expired by command")
+        }
+        // The change holds in memory even if the file cannot be written (that is logged).
+        saveIfChanged()
+    }
+
+    // MARK: Inspection
+
+    /// The tokens (live ones; with `includeEnded`, also the remembered ended ones), oldest first.
+    public func list(includeEnded: Bool = false) -> [TokenInfo] {
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        let rows = state.withLock { state -> [TokenInfo] in
+            state.noticeExpiries(now: now, wallNow: wallNow)
+            state.endBursts(now: now, wallNow: wallNow)
+            return state.records.values.filter { includeEnded || $0.state == .live }
+                .map { $0.info(now: now, wallNow: wallNow) }
+        }
+        saveIfChanged()
+        return rows.sorted { ($0.grantedAt, $0.id) < ($1.grantedAt, $1.id) }
+    }
+
+    /// One token's row, ended or not, while it is remembered.
+    public func info(id: String) -> TokenInfo? {
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        let row = state.withLock { state -> TokenInfo? in
+            state.noticeExpiry(of: id, now: now, wallNow: wallNow)
+            return state.records[id]?.info(now: now, wallNow: wallNow)
+        }
+        saveIfChanged()
+        return row
+    }
+
+    /// The audit log (the newest `limits.auditEntries`), oldest first; entries after `sequence`.
+    public func auditLog(after sequence: UInt64 = 0) -> [TokenAuditEntry] {
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        let entries = state.withLock { state -> [TokenAuditEntry] in
+            state.noticeExpiries(now: now, wallNow: wallNow)
+            state.endBursts(now: now, wallNow: wallNow)
+            return state.auditSnapshot.filter { $0.sequence > sequence }
+        }
+        saveIfChanged()
+        return entries
+    }
+
+    // MARK: Files
+
+    private func hash(_ token: [UInt8]) -> [UInt8] {
+        var hasher = SHA256()
+        hasher.update(salt)
+        hasher.update(token)
+        return hasher.finalize()
+    }
+
+    /// Saves the token file (and appends the pending audit entries). Returns why the token file
+    /// could not be written, or nil (also without a store).
+    @discardableResult
+    private func persist() -> String? {
+        guard let store else {
+            state.withLock { state in
+                state.savedGeneration = state.generation
+                _ = state.takePendingAudit()
+            }
+            return nil
+        }
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        let (stored, generation) = state.withLock { state in
+            state.savedGeneration = state.generation
+            return (Self.stored(state, tag: mountTag, salt: salt, now: now, wallNow: wallNow), state.generation)
+        }
+        let failure = store.save(stored, generation: generation)
+        if let failure {
+            state.withLock { $0.log(.storeProblem, time: wallNow, detail: "cannot write the tokens: \(failure)") }
+        }
+        flushAudit()
+        return failure
+    }
+
+    /// Every call that changed a token (an expiry noticed included) saves before it returns;
+    /// otherwise only the new audit entries are appended.
+    private func saveIfChanged() {
+        if state.withLock({ $0.hasUnsavedChanges }) { persist() } else { flushAudit() }
+    }
+
+    /// Appends the audit entries not yet written.
+    private func flushAudit() {
+        let pending = state.withLock { $0.takePendingAudit() }
+        guard let store, !pending.isEmpty else { return }
+        if store.appendAudit(pending, compactAbove: 2 * limits.auditEntries) {
+            store.rewriteAudit(state.withLock { $0.auditSnapshot })
+        }
+    }
+
+    private static func stored(
+        _ state: TokenAuthorityState, tag: String, salt: [UInt8], now: Duration, wallNow: Date
+    ) -> StoredTokens {
+        let tokens = state.records.values.sorted { $0.id < $1.id }.map { record -> StoredTokens.Token in
+            var remaining: Duration?
+            if let deadline = record.deadline { remaining = max(.zero, deadline - now) }
+            return StoredTokens.Token(
+                id: record.id, hash: hexString(record.hash), identifier: record.scope.identifier,
+                path: record.scope.path, mode: record.mode, grantedAt: record.grantedAt,
+                remainingNanoseconds: remaining.map(nanoseconds),
+                wallDeadline: remaining.map { wallNow.addingTimeInterval(TokenRecord.seconds($0)) },
+                boundPID: record.boundProcess?.pid, boundStartTime: record.boundProcess?.startTime,
+                usesLeft: record.usesLeft, lastUse: record.lastUse, state: record.state, endedAt: record.endedAt)
+        }
+        return StoredTokens(version: StoredTokens.formatVersion, mountTag: tag, salt: hexString(salt), tokens: tokens)
+    }
+
+    /// The records of a token file, with deadlines on this run's monotonic clock (D-302): the
+    /// time left continues from the wall clock but never beyond what was left at the save. Nil
+    /// if anything in it is not valid.
+    static func restore(_ stored: StoredTokens, now: Duration, wallNow: Date) -> [TokenRecord]? {
+        let tag = Array(stored.mountTag.utf8)
+        guard tag.count == TokenFormat.tagLength, tag.allSatisfy(TokenFormat.isBase32),
+            let salt = bytes(hex: stored.salt), salt.count == 32
+        else { return nil }
+        var records: [TokenRecord] = []
+        var ids: Set<String> = []
+        for token in stored.tokens {
+            guard !token.id.isEmpty, ids.insert(token.id).inserted, !token.identifier.isEmpty,
+                let hash = bytes(hex: token.hash), hash.count == 32,
+                (token.boundPID == nil) == (token.boundStartTime == nil),
+                token.usesLeft.map({ $0 >= 0 }) ?? true,
+                token.remainingNanoseconds.map({ $0 >= 0 }) ?? true
+            else { return nil }
+            var deadline: Duration?
+            if let remaining = token.remainingNanoseconds {
+                var left = Duration.nanoseconds(remaining)
+                if let wallDeadline = token.wallDeadline {
+                    let wallLeft = wallDeadline.timeIntervalSince(wallNow)
+                    left = min(left, wallLeft <= 0 ? .zero : .nanoseconds(Int64(min(wallLeft, 1e15) * 1e9)))
+                }
+                deadline = now + left
+            }
+            var state = token.state
+            if state == .live, token.usesLeft == 0 { state = .usedUp }
+            records.append(
+                TokenRecord(
+                    id: token.id, hash: hash, scope: TokenScope(identifier: token.identifier, path: token.path),
+                    mode: token.mode, grantedAt: token.grantedAt, deadline: deadline,
+                    boundProcess: token.boundPID.map {
+                        TokenRecord.BoundProcess(pid: $0, startTime: token.boundStartTime ?? 0)
+                    },
+                    usesLeft: token.usesLeft, lastUse: token.lastUse, state: state, endedAt: token.endedAt))
+        }
+        return records
+    }
+
+    static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+    }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        var index = 0
+        while index < digits.count {
+            guard let high = nibble(digits[index]), let low = nibble(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        return bytes
+    }
+
+    private static func nibble(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
+}

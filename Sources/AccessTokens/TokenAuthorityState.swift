@@ -1,0 +1,241 @@
+// The authority's state machine: records, their index, the audit log and the denial limiter.
+// Pure (no clocks, no system calls): the authority passes the time in and performs what comes out
+// (audit lines to append, a store to save) after dropping its lock.
+
+import CryptoSupport
+import Foundation
+
+struct TokenAuthorityState {
+    var records: [String: TokenRecord] = [:]
+    /// First 8 bytes of a record's hash → ids (a collision of 64 random bits is possible, only
+    /// unlikely: each candidate's full hash is compared in constant time).
+    var index: [UInt64: [String]] = [:]
+    /// Ended ids, oldest first, for forgetting beyond `limits.endedTokens`.
+    var endedOrder: [String] = []
+    var audit: [TokenAuditEntry] = []
+    /// Entries not yet appended to the audit file.
+    var pendingAudit: [TokenAuditEntry] = []
+    var nextSequence: UInt64 = 1
+    /// Counts changes to the records; the store writes only newer generations.
+    var generation: UInt64 = 0
+    /// The generation of the last snapshot taken for the store.
+    var savedGeneration: UInt64 = 0
+    var hasUnsavedChanges: Bool { generation != savedGeneration }
+    var limiter: [UInt32: DenialWindow] = [:]
+    let limits: TokenLimits
+
+    struct DenialWindow {
+        var windowStart: Duration
+        var count = 0
+        /// While set and in the future, checks from this user are refused unread.
+        var throttledUntil: Duration?
+        var burstStart: Date?
+        var refused = 0
+    }
+
+    init(limits: TokenLimits) { self.limits = limits }
+
+    // MARK: Records
+
+    mutating func insert(_ record: TokenRecord) {
+        records[record.id] = record
+        index[record.indexKey, default: []].append(record.id)
+        if record.state != .live { endedOrder.append(record.id) }
+    }
+
+    mutating func remove(_ id: String) {
+        guard let record = records.removeValue(forKey: id) else { return }
+        let key = record.indexKey
+        index[key]?.removeAll { $0 == id }
+        if index[key]?.isEmpty == true { index[key] = nil }
+    }
+
+    /// The id of the record whose hash is `hash`, compared in constant time.
+    func find(hash: [UInt8]) -> String? {
+        var found: String?
+        for id in index[TokenRecord.indexKey(hash)] ?? [] {
+            if let record = records[id], constantTimeEquals(record.hash, hash) { found = id }
+        }
+        return found
+    }
+
+    /// Marks `id` expired if its deadline has passed; logs the expiry once.
+    mutating func noticeExpiry(of id: String, now: Duration, wallNow: Date) {
+        guard var record = records[id], record.state == .live, let deadline = record.deadline, deadline <= now
+        else { return }
+        let late = TokenRecord.seconds(now - deadline)
+        record.state = .expired
+        record.endedAt = wallNow.addingTimeInterval(-late)
+        records[id] = record
+        noteEnded(id)
+        log(.expiry, time: record.endedAt ?? wallNow, tokenID: id, detail: "its TTL ran out")
+    }
+
+    /// Notices every passed deadline (list, log and save do this; a check notices its own).
+    mutating func noticeExpiries(now: Duration, wallNow: Date) {
+        let due = records.values.filter { $0.state == .live && ($0.deadline.map { $0 <= now } ?? false) }
+        for record in due.sorted(by: { $0.deadline! < $1.deadline! }) {
+            noticeExpiry(of: record.id, now: now, wallNow: wallNow)
+        }
+    }
+
+    mutating func end(_ id: String, as state: TokenState, wallNow: Date) {
+        guard var record = records[id], record.state == .live else { return }
+        record.state = state
+        record.endedAt = wallNow
+        records[id] = record
+        noteEnded(id)
+    }
+
+    private mutating func noteEnded(_ id: String) {
+        generation += 1
+        endedOrder.append(id)
+        let excess = endedOrder.count - limits.endedTokens
+        if excess > limits.endedTokens / 4 || (excess > 0 && limits.endedTokens < 4) {
+            for old in endedOrder.prefix(excess) { remove(old) }
+            endedOrder.removeFirst(excess)
+        }
+    }
+
+    // MARK: Audit
+
+    mutating func log(
+        _ event: TokenAuditEntry.Event, time: Date, tokenID: String? = nil, caller: TokenCaller? = nil,
+        uid: UInt32? = nil, reason: TokenDenialReason? = nil, count: Int? = nil, detail: String? = nil
+    ) {
+        let entry = TokenAuditEntry(
+            sequence: nextSequence, time: time, event: event, tokenID: tokenID, uid: caller?.uid ?? uid,
+            pid: caller?.pid,
+            reason: reason, count: count, detail: detail)
+        nextSequence += 1
+        append(entry)
+        pendingAudit.append(entry)
+    }
+
+    /// Adds an entry to the bounded in-memory log (also used when loading the file).
+    mutating func append(_ entry: TokenAuditEntry) {
+        audit.append(entry)
+        let excess = audit.count - limits.auditEntries
+        if excess > limits.auditEntries / 4 || (excess > 0 && limits.auditEntries < 4) { audit.removeFirst(excess) }
+    }
+
+    mutating func takePendingAudit() -> [TokenAuditEntry] {
+        defer { pendingAudit = [] }
+        return pendingAudit
+    }
+
+    var auditSnapshot: [TokenAuditEntry] { Array(audit.suffix(limits.auditEntries)) }
+
+    // MARK: Denial limiter
+
+    /// True if checks from `caller`'s user are being refused unread. A burst lasts while refused
+    /// checks keep coming less than a window apart; its one summary entry is written when it ends.
+    mutating func isThrottled(_ caller: TokenCaller, now: Duration, wallNow: Date) -> Bool {
+        guard var window = limiter[caller.uid], let until = window.throttledUntil else { return false }
+        if now < until {
+            window.refused += 1
+            window.throttledUntil = now + limits.denialWindow
+            limiter[caller.uid] = window
+            return true
+        }
+        endBursts(now: now, wallNow: wallNow)
+        return false
+    }
+
+    /// Counts a denial for `caller`'s user; past the limit, the user's checks are throttled.
+    mutating func countDenial(_ caller: TokenCaller, now: Duration, wallNow: Date) {
+        var window = limiter[caller.uid] ?? DenialWindow(windowStart: now)
+        if now - window.windowStart >= limits.denialWindow {
+            window.windowStart = now
+            window.count = 0
+        }
+        window.count += 1
+        if window.count > limits.deniedPerWindow && window.throttledUntil == nil {
+            window.throttledUntil = now + limits.denialWindow
+            window.burstStart = wallNow
+            window.refused = 0
+        }
+        limiter[caller.uid] = window
+    }
+
+    /// Writes the summary of every burst that has ended, and forgets quiet users.
+    mutating func endBursts(now: Duration, wallNow: Date) {
+        for (uid, window) in limiter {
+            if let until = window.throttledUntil {
+                guard now >= until else { continue }
+                log(
+                    .rateLimited, time: wallNow, uid: uid, count: window.refused,
+                    detail:
+                        "more than \(limits.deniedPerWindow) denials within \(limits.denialWindow); "
+                        + "\(window.refused) further checks refused unread from "
+                        + "\(window.burstStart.map { "\($0)" } ?? "?") until the guesses stopped")
+                limiter[uid] = nil
+            } else if now - window.windowStart >= limits.denialWindow {
+                limiter[uid] = nil
+            }
+        }
+    }
+}
+
+// MARK: Checks
+
+extension TokenAuthorityState {
+    enum Admission {
+        case allowed(TokenGrant)
+        case denied(TokenDenialReason)
+        /// The token is bound to the caller's pid: its start time must be read (outside the lock)
+        /// and compared with this one before `admit` is asked again with `processChecked`.
+        case verifyProcess(id: String, startTime: UInt64)
+    }
+
+    /// Guessing-like reasons count towards the rate limit; the others show the token was real.
+    static func countsAsGuess(_ reason: TokenDenialReason) -> Bool {
+        switch reason {
+        case .malformed, .truncated, .foreignMount, .unknown: true
+        case .rateLimited, .expired, .revoked, .usedUp, .wrongProcess, .processReused: false
+        }
+    }
+
+    mutating func deny(
+        _ reason: TokenDenialReason, tokenID: String? = nil, caller: TokenCaller, now: Duration, wallNow: Date
+    ) -> Admission {
+        log(.denial, time: wallNow, tokenID: tokenID, caller: caller, reason: reason)
+        if Self.countsAsGuess(reason) { countDenial(caller, now: now, wallNow: wallNow) }
+        return .denied(reason)
+    }
+
+    /// Whether the token `id` gives `caller` access now; with `consume`, takes one use (an open)
+    /// and logs it.
+    mutating func admit(
+        _ id: String, caller: TokenCaller, now: Duration, wallNow: Date, consume: Bool, processChecked: Bool
+    ) -> Admission {
+        noticeExpiry(of: id, now: now, wallNow: wallNow)
+        guard var record = records[id] else { return deny(.unknown, caller: caller, now: now, wallNow: wallNow) }
+        switch record.state {
+        case .live: break
+        case .expired: return deny(.expired, tokenID: id, caller: caller, now: now, wallNow: wallNow)
+        case .revoked: return deny(.revoked, tokenID: id, caller: caller, now: now, wallNow: wallNow)
+        case .usedUp: return deny(.usedUp, tokenID: id, caller: caller, now: now, wallNow: wallNow)
+        }
+        if let bound = record.boundProcess {
+            guard bound.pid == caller.pid else {
+                return deny(.wrongProcess, tokenID: id, caller: caller, now: now, wallNow: wallNow)
+            }
+            if !processChecked { return .verifyProcess(id: id, startTime: bound.startTime) }
+        }
+        let grant = TokenGrant(id: id, scope: record.scope, mode: record.mode)
+        guard consume else { return .allowed(grant) }
+        record.lastUse = wallNow
+        if let uses = record.usesLeft {
+            // Saved before the open is answered; the last-use time alone is not (no write per open).
+            record.usesLeft = uses - 1
+            generation += 1
+        }
+        records[id] = record
+        log(
+            .use, time: wallNow, tokenID: id, caller: caller,
+            detail: record.usesLeft.map { "\($0) uses left" })
+        if record.usesLeft == 0 { end(id, as: .usedUp, wallNow: wallNow) }
+        return .allowed(grant)
+    }
+}

@@ -1,0 +1,50 @@
+// One granted token as the authority keeps it: a salted hash, never the token.
+
+import Foundation
+
+struct TokenRecord: Sendable {
+    struct BoundProcess: Sendable, Hashable {
+        var pid: Int32
+        /// /proc/PID/stat field 22 when the grant was made.
+        var startTime: UInt64
+    }
+
+    var id: String
+    /// SHA-256 of the authority's salt followed by the token's bytes.
+    var hash: [UInt8]
+    var scope: TokenScope
+    var mode: TokenMode
+    var grantedAt: Date
+    /// Monotonic deadline (time since the authority began); nil without a TTL.
+    var deadline: Duration?
+    var boundProcess: BoundProcess?
+    var usesLeft: Int?
+    var lastUse: Date?
+    var state: TokenState = .live
+    var endedAt: Date?
+
+    var indexKey: UInt64 { Self.indexKey(hash) }
+
+    /// The first 8 bytes of a hash: the dictionary key a lookup starts from.
+    static func indexKey(_ hash: [UInt8]) -> UInt64 {
+        hash.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
+    }
+
+    func info(now: Duration, wallNow: Date) -> TokenInfo {
+        var timeLeft: Duration?
+        var expiresAt: Date?
+        if let deadline {
+            let left = state == .live ? max(.zero, deadline - now) : .zero
+            timeLeft = left
+            expiresAt = state == .live ? wallNow.addingTimeInterval(Self.seconds(left)) : endedAt
+        }
+        return TokenInfo(
+            id: id, scope: scope, mode: mode, state: state, grantedAt: grantedAt, expiresAt: expiresAt,
+            timeLeft: timeLeft, usesLeft: usesLeft, lastUse: lastUse, boundPID: boundProcess?.pid, endedAt: endedAt)
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

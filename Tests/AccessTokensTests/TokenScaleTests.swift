@@ -1,0 +1,51 @@
+import AccessTokens
+import Foundation
+import Testing
+
+@Suite("Token scale")
+struct TokenScaleTests {
+    /// Seconds taken to grant `count` tokens and check each of them twice (plus one unknown
+    /// check per token), and to list them.
+    static func cost(_ count: Int) throws -> (grantAndCheck: Double, list: Double) {
+        let fixture = TokenFixture()
+        let clock = ContinuousClock()
+        let start = clock.now
+        var tokens: [String] = []
+        tokens.reserveCapacity(count)
+        for index in 0..<count {
+            tokens.append(
+                try fixture.authority.grant(scope: scope, mode: .read, ttl: .seconds(Int64(60 + index))).token)
+        }
+        let other = TokenCaller(pid: 1, uid: 2000)
+        for token in tokens {
+            guard fixture.authority.check(token, caller: me).grant != nil else { throw TokenGrantError.emptyIdentifier }
+            _ = fixture.authority.recordUse(token, caller: me)
+            _ = fixture.authority.check(String(token.dropLast()) + (token.hasSuffix("a") ? "b" : "a"), caller: other)
+        }
+        let middle = clock.now
+        let rows = fixture.authority.list()
+        let end = clock.now
+        #expect(rows.count == count)
+        return (Self.seconds(middle - start), Self.seconds(end - middle))
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    @Test("10,000 live tokens: per-token grant and check cost within 3× of 100 tokens'; list far below quadratic")
+    func tenThousand() throws {
+        _ = try Self.cost(100)  // warm up
+        let small = try Self.cost(100)
+        // The better of two runs, so a burst of load from elsewhere does not decide the ratio.
+        let first = try Self.cost(10_000)
+        let large = first.grantAndCheck < 3 * small.grantAndCheck * 100 ? first : try Self.cost(10_000)
+        let ratio = (large.grantAndCheck / 10_000) / (small.grantAndCheck / 100)
+        print(
+            "tokens: 100 → \(small.grantAndCheck * 1e6 / 100) µs per token, 10,000 → \(large.grantAndCheck * 1e6 / 10_000) µs per token (ratio \(ratio)); list 100: \(small.list * 1e3) ms, 10,000: \(large.list * 1e3) ms"
+        )
+        #expect(ratio < 3, "per-token cost grew \(ratio)× from 100 to 10,000 tokens")
+        // Linear is 100×, a quadratic list would be 10,000×.
+        #expect(large.list / max(small.list, 1e-6) < 1000, "listing 100× the tokens cost more than 1000×")
+    }
+}
