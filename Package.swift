@@ -43,7 +43,7 @@ let package = Package(
             name: "ProviderFSCommands",
             dependencies: [
                 "FUSEAdapter", "VirtualFileSystem", "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults",
-                "FileCoordination", "SystemSupport", "Diagnostics",
+                "AccessTokens", "FileCoordination", "SystemSupport", "Diagnostics",
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
         // A small child process for cross-process coordination tests and benchmarks.

@@ -5,6 +5,7 @@
 // caller's terminal, pipe or CI step open; then waits on a readiness pipe until the daemon says
 // READY (mounted, INIT done, registry written) or ERROR <sentence>, and returns.
 
+import AccessTokens
 import Diagnostics
 import FUSEAdapter
 import FileCoordination
@@ -201,10 +202,11 @@ struct MountCommand: CLICommand {
             server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
         let fileSystem: any FileSystem
         let faults: FaultPlan
+        let tokens: TokenAuthority
         do {
             var fileSystemOptions = FileSystemOptions()
             if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
-            (fileSystem, faults) = try MountComposition.makeMount(
+            (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: claims)
         } catch {
@@ -226,7 +228,7 @@ struct MountCommand: CLICommand {
             version: ProviderFSCLI.version, startedAt: Date())
         // The control socket (docs/CONTROL.md): `providerfs status MOUNTPOINT`, `download`. Bound
         // before the kernel mount, so a client that sees the mount finds its socket.
-        let control = makeControlServer(plan, fileSystem: fileSystem, faults: faults)
+        let control = makeControlServer(plan, fileSystem: fileSystem, faults: faults, tokens: tokens)
         if let control {
             do { try control.start() } catch {
                 logger.warning("cannot start the control socket \(control.socketPath): \(error.errno.message)")

@@ -5,6 +5,7 @@
 // added here.
 
 import Diagnostics
+package import AccessTokens
 import LocalProvider
 package import ProviderCache
 package import ProviderFaults
@@ -26,17 +27,26 @@ package enum MountComposition {
     static func makeMount(
         source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
         claims: any ReadClaimProvider = NoReadClaims()
-    ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan) {
+    ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan, tokens: TokenAuthority) {
         if demo {
             let (fileSystem, _, faults) = try makeDemoMount(
                 demoDirectory: UserDirectories.demoSource, cacheDirectory: cacheDirectory, options: options,
                 claims: claims)
-            return (fileSystem, faults)
+            return (fileSystem, faults, openTokenAuthority(in: cacheDirectory))
         }
         let faults = try storedFaults(in: cacheDirectory)
         let fileSystem = try makeFileSystem(
             source: source, cacheDirectory: cacheDirectory, options: options, faults: faults, claims: claims)
-        return (fileSystem, faults)
+        return (fileSystem, faults, openTokenAuthority(in: cacheDirectory))
+    }
+
+    /// The mount's scoped access tokens (docs/TOKENS.md), kept hashed in `<cacheDirectory>`
+    /// (`tokens.json`, `tokens-audit.jsonl`), on the monotonic clock. The cache directory exists
+    /// (the fault store made it).
+    package static func openTokenAuthority(in cacheDirectory: String) -> TokenAuthority {
+        TokenAuthority(
+            storeDirectory: cacheDirectory, clock: ContinuousClock(),
+            log: { message in Logger(label: "tokens").warning(message) })
     }
 
     /// The fault plan of the mount caching in `cacheDirectory` (created if needed):

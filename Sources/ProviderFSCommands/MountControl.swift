@@ -2,6 +2,7 @@
 // MOUNTPOINT` and `providerfs download` show, from the file system and its cache. The replies'
 // shapes are shared with `ControlClient`.
 
+import AccessTokens
 import Diagnostics
 import Foundation
 import ProviderCache
@@ -105,6 +106,8 @@ struct MountControl: ControlHandler {
     var probeDeadline: Duration = .seconds(5)
     /// The mount's faults (`faultAdd`, `faultList`, `faultClear`); nil: none can be set.
     var faults: MountFaults?
+    /// The mount's scoped access tokens (docs/TOKENS.md); nil: this mount hands out none.
+    var tokens: TokenAuthority?
 
     func handle(_ request: ControlRequest, peer: UnixSocket.PeerCredentials) async -> Result<[UInt8], ControlError> {
         switch request {
@@ -179,12 +182,14 @@ struct MountControl: ControlHandler {
 extension MountCommand {
     /// The control server of a mount (not started): nil when the file system is not a
     /// `ProviderFileSystem` (nothing to answer from).
-    static func makeControlServer(_ plan: Plan, fileSystem: any FileSystem, faults: FaultPlan?) -> ControlServer? {
+    static func makeControlServer(
+        _ plan: Plan, fileSystem: any FileSystem, faults: FaultPlan?, tokens: TokenAuthority? = nil
+    ) -> ControlServer? {
         guard let fileSystem = fileSystem as? ProviderFileSystem else { return nil }
         let handler = MountControl(
             fileSystem: fileSystem, mountpoint: plan.mountpoint,
             source: plan.demo ? "demo (\(plan.source))" : plan.source,
-            started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) })
+            started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) }, tokens: tokens)
         return ControlServer(
             socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,
             log: { message in Logger(label: "control").notice(message) })
