@@ -4,8 +4,8 @@
 // `MetadataStore`, `ReadClaimProvider`); a new provider (WebDAV) or wrapper (access tokens) is
 // added here.
 
-import Diagnostics
 package import AccessTokens
+import Diagnostics
 import LocalProvider
 package import ProviderCache
 package import ProviderFaults
