@@ -28,21 +28,27 @@ package enum MountComposition {
         source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
         claims: any ReadClaimProvider = NoReadClaims()
     ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan, tokens: TokenAuthority) {
+        // One authority: the control handler's token commands and the file system's access paths
+        // (`MountScopedAccess`) see the same tokens.
+        try ensureCacheDirectory(cacheDirectory)
+        let tokens = openTokenAuthority(in: cacheDirectory)
+        let scopedAccess = MountScopedAccess(authority: tokens)
         if demo {
             let (fileSystem, _, faults) = try makeDemoMount(
                 demoDirectory: UserDirectories.demoSource, cacheDirectory: cacheDirectory, options: options,
-                claims: claims)
-            return (fileSystem, faults, openTokenAuthority(in: cacheDirectory))
+                claims: claims, scopedAccess: scopedAccess)
+            return (fileSystem, faults, tokens)
         }
         let faults = try storedFaults(in: cacheDirectory)
         let fileSystem = try makeFileSystem(
-            source: source, cacheDirectory: cacheDirectory, options: options, faults: faults, claims: claims)
-        return (fileSystem, faults, openTokenAuthority(in: cacheDirectory))
+            source: source, cacheDirectory: cacheDirectory, options: options, faults: faults, claims: claims,
+            scopedAccess: scopedAccess)
+        return (fileSystem, faults, tokens)
     }
 
     /// The mount's scoped access tokens (docs/TOKENS.md), kept hashed in `<cacheDirectory>`
     /// (`tokens.json`, `tokens-audit.jsonl`), on the monotonic clock. The cache directory exists
-    /// (the fault store made it).
+    /// (`ensureCacheDirectory`).
     package static func openTokenAuthority(in cacheDirectory: String) -> TokenAuthority {
         TokenAuthority(
             storeDirectory: cacheDirectory, clock: ContinuousClock(),
@@ -54,14 +60,19 @@ package enum MountComposition {
     package static func storedFaults(
         in cacheDirectory: String, seed: [FaultRule] = []
     ) throws(FileSystemError) -> FaultPlan {
+        try ensureCacheDirectory(cacheDirectory)
+        return FaultPlan.stored(
+            at: cacheDirectory + "/" + faultStoreName, seed: seed,
+            log: { message in Logger(label: "faults").warning(message) })
+    }
+
+    /// Creates the cache directory (mode 0700) if needed.
+    package static func ensureCacheDirectory(_ cacheDirectory: String) throws(FileSystemError) {
         do {
             try makeDirectories(cacheDirectory, mode: 0o700)
         } catch {
             throw FileSystemError(.io, "cannot create the cache directory \(cacheDirectory): \(error.errno.message)")
         }
-        return FaultPlan.stored(
-            at: cacheDirectory + "/" + faultStoreName, seed: seed,
-            log: { message in Logger(label: "faults").warning(message) })
     }
 
     /// The name of a mount's fault store in its cache directory.
@@ -75,12 +86,13 @@ package enum MountComposition {
     ///   - faults: the faults to inject into provider calls; nil: the plan stored in the cache
     ///     directory (every mount's provider is wrapped in `FaultInjectingProvider`).
     ///   - claims: the coordination hook every open-for-read goes through.
+    ///   - scopedAccess: checks access paths (`.scoped/<token>/…`); nil: the mount has none.
     /// - Throws: `.notFound` / `.notADirectory` for a bad source, `.io` for a cache directory that
     ///   cannot be created or a metadata store that cannot be opened; the message says which.
     package static func makeFileSystem(
         source: String, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
         faults: FaultPlan? = nil, claims: any ReadClaimProvider = NoReadClaims(),
-        clock: any Clock<Duration> = ContinuousClock()
+        clock: any Clock<Duration> = ContinuousClock(), scopedAccess: (any ScopedAccessProvider)? = nil
     ) throws(FileSystemError) -> ProviderFileSystem {
         let plan: FaultPlan
         if let faults { plan = faults } else { plan = try storedFaults(in: cacheDirectory) }
@@ -89,7 +101,7 @@ package enum MountComposition {
         do {
             let cache = try ProviderCache(
                 provider: provider, directory: cacheDirectory, store: store, clock: clock, options: options.cache)
-            return ProviderFileSystem(cache: cache, options: options, claims: claims)
+            return ProviderFileSystem(cache: cache, options: options, claims: claims, scopedAccess: scopedAccess)
         } catch {
             throw FileSystemError(error)
         }
@@ -109,7 +121,8 @@ package enum MountComposition {
     }
 
     static func makeDemoMount(
-        demoDirectory: String?, cacheDirectory: String, options: FileSystemOptions, claims: any ReadClaimProvider
+        demoDirectory: String?, cacheDirectory: String, options: FileSystemOptions, claims: any ReadClaimProvider,
+        scopedAccess: (any ScopedAccessProvider)? = nil
     ) throws(FileSystemError) -> (ProviderFileSystem, DemoSource, FaultPlan) {
         let demo: DemoSource
         do {
@@ -120,7 +133,7 @@ package enum MountComposition {
         let faults = try storedFaults(in: cacheDirectory, seed: demo.faults)
         let fileSystem = try makeFileSystem(
             source: demo.sourceDirectory, cacheDirectory: cacheDirectory, options: options, faults: faults,
-            claims: claims)
+            claims: claims, scopedAccess: scopedAccess)
         return (fileSystem, demo, faults)
     }
 

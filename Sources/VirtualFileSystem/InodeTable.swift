@@ -37,6 +37,12 @@ struct InodeTable {
         return read(&nodes.values[index])
     }
 
+    /// A fresh number that no item node will get (access-path nodes, kept by ProviderFileSystem).
+    mutating func reserve() -> InodeNumber {
+        defer { nextInode += 1 }
+        return InodeNumber(nextInode)
+    }
+
     /// The node of `identifier`, made if needed. A node whose kind no longer matches is detached
     /// and replaced, so the kernel never sees a file turn into a directory under one number.
     /// `generation` counts how often the identifier was bound in this mount.

@@ -41,54 +41,91 @@ public final class ProviderFileSystem: FileSystem {
     public let cache: ProviderCache
     public let options: FileSystemOptions
     let claims: any ReadClaimProvider
+    /// Checks the tokens of access paths; nil: the mount has no `.scoped` directory.
+    let scopedAccess: (any ScopedAccessProvider)?
     let logger = Logger(label: "providerfs.vfs")
-    private let state = Locked(State())
+    let state = Locked(State())
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
     /// read on every lookup without a lock.
     private let kernelInvalidation = Locked<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
     private let kernelTold = Atomic<Bool>(false)
 
-    private struct OpenFile {
+    struct OpenFile {
         var inode: InodeNumber
         var identifier: ItemIdentifier
         var entry: ContentEntry
         var claim: ReadClaimToken
+        /// Opened through an access path: every read re-checks this token and scope (D-305).
+        var scoped: ScopedNode?
         /// The download failure a read of this handle met (D-288): later reads of bytes that are
         /// still missing fail with it at once, without a new download, until the handle is closed.
         /// Present bytes are still served. Not an interrupt (that was the reader's, not the file's).
         var failure: CacheError?
     }
 
-    private struct OpenDirectory {
+    struct OpenDirectory {
         var inode: InodeNumber
         var identifier: ItemIdentifier
         var snapshot: [DirectoryEntry]?
+        /// Opened through an access path: every readdir re-checks it.
+        var scoped: ScopedNode?
     }
 
-    private struct State {
+    /// A node reached through an access path (`.scoped/<token>/…`), separate from the item's
+    /// plain node so that every operation on it knows its token (D-305). Never in `inodes`.
+    struct ScopedNode: Sendable {
+        enum Role: Hashable, Sendable {
+            /// `.scoped/<token>`: a directory holding just the granted item.
+            case token
+            /// The granted item or an item inside it.
+            case item(ItemIdentifier)
+        }
+        var token: String
+        var role: Role
+        var kind: ItemKind
+        var lookupCount: UInt64
+    }
+
+    struct ScopedKey: Hashable {
+        var token: String
+        var role: ScopedNode.Role
+    }
+
+    struct State {
         var inodes = InodeTable()
         var files: [FileHandleID: OpenFile] = [:]
         var directories: [FileHandleID: OpenDirectory] = [:]
         var nextHandle: UInt64 = 1
+        /// The `.scoped` directory's number (nil without a `ScopedAccessProvider`).
+        var scopedDirectory: InodeNumber?
+        var scoped: [InodeNumber: ScopedNode] = [:]
+        var scopedByKey: [ScopedKey: InodeNumber] = [:]
         mutating func allocateHandle() -> FileHandleID {
             defer { nextHandle += 1 }
             return FileHandleID(nextHandle)
         }
     }
 
-    /// A file system over `cache`; every open takes a read claim from `claims`.
+    /// A file system over `cache`; every open takes a read claim from `claims`. With
+    /// `scopedAccess`, the root has the hidden `.scoped` directory of access paths
+    /// (docs/SEMANTICS.md, "Scoped access paths").
     public init(
         cache: ProviderCache, options: FileSystemOptions = FileSystemOptions(),
-        claims: any ReadClaimProvider = NoReadClaims()
+        claims: any ReadClaimProvider = NoReadClaims(), scopedAccess: (any ScopedAccessProvider)? = nil
     ) {
         self.cache = cache
         self.options = options
         self.claims = claims
+        self.scopedAccess = scopedAccess
+        if scopedAccess != nil { state.withLock { $0.scopedDirectory = $0.inodes.reserve() } }
     }
+
+    /// The name of the root's hidden directory of access paths.
+    public static let scopedDirectoryName = ".scoped"
 
     // MARK: Nodes
 
-    private func node(_ inode: InodeNumber) throws(FileSystemError) -> InodeTable.Node {
+    func node(_ inode: InodeNumber) throws(FileSystemError) -> InodeTable.Node {
         guard let node = state.withLock({ $0.inodes[inode] }) else {
             throw FileSystemError(.notFound, "node \(inode) is not known (forgotten or never looked up)")
         }
@@ -96,7 +133,7 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     /// The item behind a node, refreshed per the attribute TTL; a removed item detaches the node.
-    private func item(of node: InodeTable.Node, maximumAge: Duration?) async throws(FileSystemError) -> ProviderItem {
+    func item(of node: InodeTable.Node, maximumAge: Duration?) async throws(FileSystemError) -> ProviderItem {
         do throws(CacheError) {
             let item = try await cache.catalog.item(node.identifier, maximumAge: maximumAge)
             guard item.kind == node.kind || node.identifier == .root else {
@@ -110,12 +147,12 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     /// The kernel's cache timeout for an item the cache calls `tracked` (nil: the default one).
-    private func trackedTimeout(_ tracked: Bool) -> Duration? {
+    func trackedTimeout(_ tracked: Bool) -> Duration? {
         tracked && kernelTold.load(ordering: .relaxed) ? options.trackedTimeout : nil
     }
 
     /// `presentBytes`: how much of the item's current version is stored locally (st_blocks).
-    private func attributes(
+    func attributes(
         of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false
     ) -> NodeAttributes {
         let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
@@ -143,7 +180,7 @@ public final class ProviderFileSystem: FileSystem {
         return attributes
     }
 
-    private func entry(for item: ProviderItem, presentBytes: Int64, tracked: Bool) -> Entry {
+    func entry(for item: ProviderItem, presentBytes: Int64, tracked: Bool) -> Entry {
         let (inode, generation) = state.withLock { $0.inodes.bindLookedUp(item.identifier, kind: item.kind) }
         let timeout = trackedTimeout(tracked)
         return Entry(
@@ -154,7 +191,7 @@ public final class ProviderFileSystem: FileSystem {
 
     /// The child named `name` (compared byte for byte, as POSIX does) of a directory item, per the
     /// catalog's lookup policy (`Catalog.child(named:of:)`: listing TTL, then a recheck of a miss).
-    private func child(named name: String, of directory: ItemIdentifier) async throws(FileSystemError) -> ProviderItem {
+    func child(named name: String, of directory: ItemIdentifier) async throws(FileSystemError) -> ProviderItem {
         guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
         guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
             throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
@@ -170,6 +207,7 @@ public final class ProviderFileSystem: FileSystem {
     public func lookup(
         parent: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
+        if let target = scopedTarget(parent) { return try await scopedLookup(target, name: name, context: context) }
         let parentNode = try node(parent)
         guard parentNode.kind == .directory else {
             throw FileSystemError(.notADirectory, "\(parentNode.identifier) is not a directory")
@@ -177,18 +215,31 @@ public final class ProviderFileSystem: FileSystem {
         if name == "." || name == ".." {
             throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
         }
+        if parent == .root, name == Self.scopedDirectoryName, let directory = scopedDirectoryInode {
+            return Entry(
+                attributes: scopedDirectoryAttributes(directory), generation: 1,
+                attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
+        }
         let item = try await child(named: name, of: parentNode.identifier)
         return entry(
             for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
     }
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
-        state.withLock { $0.inodes.forget(inode, count: count) }
+        state.withLock { state in
+            guard var node = state.scoped[inode] else { return state.inodes.forget(inode, count: count) }
+            node.lookupCount -= min(count, node.lookupCount)
+            if node.lookupCount > 0 { return state.scoped[inode] = node }
+            state.scoped[inode] = nil
+            let key = ScopedKey(token: node.token, role: node.role)
+            if state.scopedByKey[key] == inode { state.scopedByKey[key] = nil }
+        }
     }
 
     public func getAttributes(
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
+        if let target = scopedTarget(inode) { return try await scopedAttributes(inode, target, context: context) }
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         return attributes(
@@ -204,6 +255,7 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     public func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String {
+        if let target = scopedTarget(inode) { return try await scopedReadLink(target, context: context) }
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         guard let target = item.symbolicLinkTarget else {
@@ -217,6 +269,9 @@ public final class ProviderFileSystem: FileSystem {
     public func openDirectory(
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> FileHandleID {
+        if let target = scopedTarget(inode) {
+            return try await scopedOpenDirectory(inode, target, context: context)
+        }
         let node = try node(inode)
         guard node.kind == .directory else {
             throw FileSystemError(.notADirectory, "\(node.identifier) is not a directory")
@@ -233,6 +288,9 @@ public final class ProviderFileSystem: FileSystem {
     ) async throws(FileSystemError) -> [DirectoryEntry] {
         guard let open = state.withLock({ $0.directories[handle] }) else {
             throw FileSystemError(.badHandle, "directory handle \(handle) is not open")
+        }
+        if let scoped = open.scoped {
+            return try await scopedReadDirectory(open, scoped, handle: handle, after: cookie, limit: limit, context: context)
         }
         var snapshot = open.snapshot
         // A listing is taken when reading starts (cookie 0) and kept for the handle, so cookies
@@ -253,6 +311,10 @@ public final class ProviderFileSystem: FileSystem {
                         name: "..", inode: open.identifier == .root ? .root : parentInode, type: .directory, cookie: 2),
                 ]
                 for child in children {
+                    // A provider item named `.scoped` at the root is hidden by the access paths.
+                    if open.identifier == .root, child.name == Self.scopedDirectoryName, state.scopedDirectory != nil {
+                        continue
+                    }
                     let inode = state.inodes.bind(child.identifier, kind: child.kind).0
                     entries.append(
                         DirectoryEntry(
@@ -277,7 +339,15 @@ public final class ProviderFileSystem: FileSystem {
     public func open(
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) async throws(FileSystemError) -> OpenedFile {
-        let node = try node(inode)
+        var scoped: ScopedNode?
+        let node: InodeTable.Node
+        if let target = scopedTarget(inode) {
+            let (checked, identifier) = try scopedOpen(target, flags: flags, context: context)
+            scoped = checked
+            node = InodeTable.Node(identifier: identifier, kind: checked.kind, lookupCount: 0, generation: 0)
+        } else {
+            node = try self.node(inode)
+        }
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
         if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
         let path = cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue
@@ -300,16 +370,18 @@ public final class ProviderFileSystem: FileSystem {
             claims.releaseReadClaim(claim)
             throw error
         }
-        return opened(inode, node, item: item, entry: entry, claim: claim)
+        return opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped)
     }
 
     /// The handle of an open whose claim is held and whose content version is pinned.
-    private func opened(
-        _ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem, entry: ContentEntry, claim: ReadClaimToken
+    func opened(
+        _ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem, entry: ContentEntry, claim: ReadClaimToken,
+        scoped: ScopedNode? = nil
     ) -> OpenedFile {
         let (handle, keepCache) = state.withLock { state -> (FileHandleID, Bool) in
             let handle = state.allocateHandle()
-            state.files[handle] = OpenFile(inode: inode, identifier: node.identifier, entry: entry, claim: claim)
+            state.files[handle] = OpenFile(
+                inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped)
             let keepCache = state.inodes[inode]?.lastOpenedVersion == item.contentVersion
             state.inodes[inode]?.lastOpenedVersion = item.contentVersion
             return (handle, keepCache)
@@ -317,6 +389,9 @@ public final class ProviderFileSystem: FileSystem {
         // Complete at open: the pinned version's cache file is the content, and stays so while the
         // handle pins the entry (ContentEntry.materializedFilePath), so the kernel may read it
         // directly. A partial file never qualifies: its holes would read as zeros.
+        // Through an access path: never passed through, never in the page cache, so that every
+        // read reaches `read` and its token check (D-306).
+        if scoped != nil { return OpenedFile(handle: handle, keepCache: false, directIO: true, servedFrom: nil) }
         return OpenedFile(handle: handle, keepCache: keepCache, servedFrom: entry.materializedFilePath)
     }
 
@@ -327,6 +402,7 @@ public final class ProviderFileSystem: FileSystem {
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
+        if let scoped = open.scoped { _ = try enforce(scoped, context: context, operation: "read") }
         if let failure = open.failure {
             if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
             throw FileSystemError(failure)
@@ -364,7 +440,7 @@ public final class ProviderFileSystem: FileSystem {
 
     /// Ends a handle: unpins its content (a superseded version's file goes with the last pin)
     /// and ends its read claim. Never waits.
-    private func releaseHandle(_ handle: FileHandleID) {
+    func releaseHandle(_ handle: FileHandleID) {
         guard let open = state.withLock({ $0.files.removeValue(forKey: handle) }) else { return }
         cache.content.unpin(open.entry)
         claims.releaseReadClaim(open.claim)
@@ -372,7 +448,7 @@ public final class ProviderFileSystem: FileSystem {
 
     // MARK: Mutations (read-only for now)
 
-    private func readOnly(_ operation: String) -> FileSystemError {
+    func readOnly(_ operation: String) -> FileSystemError {
         FileSystemError(.readOnlyFileSystem, "\(operation): the provider mount is read-only")
     }
 
@@ -421,7 +497,7 @@ public final class ProviderFileSystem: FileSystem {
         public static let error = "user.providerfs.error"
     }
 
-    private func status(of node: InodeTable.Node) throws(FileSystemError) -> ItemStatus {
+    func status(of node: InodeTable.Node) throws(FileSystemError) -> ItemStatus {
         guard let status = cache.status(of: node.identifier) else {
             throw FileSystemError(.notFound, "\(node.identifier) is no longer on the provider")
         }
@@ -543,7 +619,8 @@ extension ProviderFileSystem: FileSystemFastPath {
     ) -> Result<Entry, FileSystemError>? {
         guard let parentNode = state.withLock({ $0.inodes.identity(of: parent) }), parentNode.kind == .directory,
             !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
-            !name.utf8.contains(UInt8(ascii: "/"))
+            !name.utf8.contains(UInt8(ascii: "/")),
+            parent != .root || name != Self.scopedDirectoryName || scopedAccess == nil
         else { return nil }
         switch cache.catalog.childNow(named: name, of: parentNode.identifier) {
         case .found(let item, let tracked):
@@ -609,9 +686,16 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func readNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) -> Result<ReadData, FileSystemError>? {
-        guard offset >= 0, count >= 0, let open = state.withLock({ $0.files[handle] }),
-            let data = open.entry.readIfPresent(offset: offset, count: count)
-        else { return nil }
+        guard offset >= 0, count >= 0, let open = state.withLock({ $0.files[handle] }) else { return nil }
+        // Through an access path: the same check as `read`, before any byte.
+        if let scoped = open.scoped {
+            do throws(FileSystemError) {
+                _ = try enforce(scoped, context: context, operation: "read")
+            } catch {
+                return .failure(error)
+            }
+        }
+        guard let data = open.entry.readIfPresent(offset: offset, count: count) else { return nil }
         return .success(data)
     }
 }

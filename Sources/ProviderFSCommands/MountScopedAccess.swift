@@ -1,0 +1,46 @@
+// Access paths through the mount (issue 12): the VirtualFileSystem's `ScopedAccessProvider` port
+// over the daemon's `TokenAuthority` (docs/TOKENS.md). The file system passes the FUSE caller's
+// thread id; tokens bound to a process compare process ids, so the thread is mapped to its
+// thread group (its process) here.
+
+package import AccessTokens
+import SystemSupport
+package import VirtualFileSystem
+
+/// `ScopedAccessProvider` over a mount's `TokenAuthority`.
+package struct MountScopedAccess: ScopedAccessProvider {
+    package let authority: TokenAuthority
+    /// Maps a thread id to its process id (tests substitute one).
+    let processOfThread: @Sendable (Int32) -> Int32?
+
+    package init(
+        authority: TokenAuthority,
+        processOfThread: @escaping @Sendable (Int32) -> Int32? = { ProcessInfoFiles.threadGroup(ofThread: $0) }
+    ) {
+        self.authority = authority
+        self.processOfThread = processOfThread
+    }
+
+    /// The caller as the authority knows callers. A thread whose process cannot be found (it
+    /// ended) keeps its thread id, which a pid-bound token then refuses.
+    package func caller(_ context: RequestContext) -> TokenCaller {
+        TokenCaller(pid: processOfThread(context.threadID) ?? context.threadID, uid: context.uid)
+    }
+
+    package func check(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        Self.decision(authority.check(token, caller: caller(context)))
+    }
+
+    package func recordUse(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        Self.decision(authority.recordUse(token, caller: caller(context)))
+    }
+
+    package static func decision(_ decision: TokenDecision) -> ScopedAccessDecision {
+        switch decision {
+        case .allowed(let grant):
+            .allowed(scope: grant.scope.identifier, writable: grant.mode.allows(.readWrite), id: grant.id)
+        case .denied(let reason):
+            .denied(reason: reason.explanation)
+        }
+    }
+}

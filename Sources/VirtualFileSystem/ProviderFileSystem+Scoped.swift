@@ -1,0 +1,306 @@
+// Access paths: `MOUNTPOINT/.scoped/<token>/<name>/…` (docs/SEMANTICS.md, "Scoped access paths";
+// D-305..D-309). The `.scoped` directory cannot be listed; `.scoped/<token>` is a directory that
+// holds just the granted item under its current name; everything below is resolved inside that
+// item only. Every operation on such a node asks the `ScopedAccessProvider` again (opens take a
+// use), and answers are never cached by the kernel (zero timeouts, direct I/O, no passthrough).
+
+import Diagnostics
+import ProviderCache
+import ProviderModel
+import SystemSupport
+
+extension ProviderFileSystem {
+    enum ScopedTarget {
+        /// `.scoped` itself.
+        case directory(InodeNumber)
+        case node(ScopedNode)
+    }
+
+    var scopedDirectoryInode: InodeNumber? {
+        scopedAccess == nil ? nil : state.withLock { $0.scopedDirectory }
+    }
+
+    /// The access-path node `inode` is, or nil for a plain node.
+    func scopedTarget(_ inode: InodeNumber) -> ScopedTarget? {
+        guard scopedAccess != nil else { return nil }
+        return state.withLock { state -> ScopedTarget? in
+            if inode == state.scopedDirectory { return .directory(inode) }
+            return state.scoped[inode].map { .node($0) }
+        }
+    }
+
+    // MARK: Checks
+
+    /// The token asked again (a use taken when `use`); denied → EACCES with the reason, logged.
+    func checkToken(
+        _ token: String, context: RequestContext, use: Bool = false, operation: String
+    ) throws(FileSystemError) -> ItemIdentifier {
+        guard let scopedAccess else { throw FileSystemError(.notFound, "the mount has no access paths") }
+        let decision = use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
+        switch decision {
+        case .allowed(let scope, _, _):
+            return ItemIdentifier(scope)
+        case .denied(let reason):
+            // Never the token: the authority logs it by id (or not at all for a guess).
+            logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")
+            throw FileSystemError(.accessDenied, "access path refused: \(reason)")
+        }
+    }
+
+    /// How many levels `identifier` is below `scope` (0: the scope item itself), by the catalog's
+    /// known parents; nil when it is not inside (or its ancestry is not known: refused, D-307).
+    func depth(of identifier: ItemIdentifier, below scope: ItemIdentifier) -> Int? {
+        var current = identifier
+        var depth = 0
+        while depth < 4096 {
+            if current == scope { return depth }
+            if current == .root { return nil }
+            guard let item = cache.catalog.knownItem(current) else { return nil }
+            current = item.parent
+            depth += 1
+        }
+        return nil
+    }
+
+    /// The token re-checked and the node's item checked inside its scope. Returns the scope and,
+    /// for an item node, its depth below the scope item.
+    @discardableResult
+    func enforce(
+        _ node: ScopedNode, context: RequestContext, use: Bool = false, operation: String
+    ) throws(FileSystemError) -> (scope: ItemIdentifier, depth: Int?) {
+        let scope = try checkToken(node.token, context: context, use: use, operation: operation)
+        guard case .item(let identifier) = node.role else { return (scope, nil) }
+        guard let depth = depth(of: identifier, below: scope) else {
+            logger.notice("\(operation) through an access path refused: \(identifier) is outside the token's scope")
+            throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
+        }
+        return (scope, depth)
+    }
+
+    // MARK: Nodes and attributes
+
+    /// The node for `key`, made if needed, with `references` more kernel references.
+    func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64) -> InodeNumber {
+        state.withLock { state in
+            if let inode = state.scopedByKey[key], var node = state.scoped[inode], node.kind == kind {
+                node.lookupCount += references
+                state.scoped[inode] = node
+                return inode
+            }
+            let inode = state.inodes.reserve()
+            state.scoped[inode] = ScopedNode(token: key.token, role: key.role, kind: kind, lookupCount: references)
+            state.scopedByKey[key] = inode
+            return inode
+        }
+    }
+
+    /// `.scoped`: search permission only (it cannot be listed).
+    func scopedDirectoryAttributes(_ inode: InodeNumber) -> NodeAttributes {
+        NodeAttributes(
+            inode: inode, type: .directory, permissions: 0o111, linkCount: 1, uid: options.uid, gid: options.gid,
+            size: 0, blocks: 0, accessTime: Timestamp(seconds: 0), modificationTime: Timestamp(seconds: 0),
+            changeTime: Timestamp(seconds: 0))
+    }
+
+    /// `.scoped/<token>`: a read-only directory with the granted item's times.
+    func tokenDirectoryAttributes(_ inode: InodeNumber, scopeItem: ProviderItem) -> NodeAttributes {
+        var attributes = attributes(of: scopeItem, presentBytes: 0, inode: inode)
+        attributes.type = .directory
+        attributes.permissions = 0o555
+        attributes.size = 0
+        attributes.blocks = 0
+        attributes.validFor = .zero
+        return attributes
+    }
+
+    func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem) -> NodeAttributes {
+        var attributes = attributes(of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode)
+        attributes.validFor = .zero
+        return attributes
+    }
+
+    /// Zero timeouts: the kernel asks again on every path walk and stat (D-306).
+    func scopedEntry(_ attributes: NodeAttributes) -> Entry {
+        Entry(attributes: attributes, generation: 1, attributeTimeout: .zero, entryTimeout: .zero)
+    }
+
+    /// The item a token grants, fresh per the attribute TTL.
+    func scopeItem(_ scope: ItemIdentifier) async throws(FileSystemError) -> ProviderItem {
+        do throws(CacheError) {
+            return try await cache.catalog.item(scope, maximumAge: options.cache.attributeTTL)
+        } catch {
+            throw FileSystemError(error)
+        }
+    }
+
+    func scopedItem(_ node: ScopedNode) async throws(FileSystemError) -> ProviderItem {
+        guard case .item(let identifier) = node.role else {
+            throw FileSystemError(.invalidArgument, "not an item node")
+        }
+        return try await item(
+            of: InodeTable.Node(identifier: identifier, kind: node.kind, lookupCount: 0, generation: 0),
+            maximumAge: options.cache.attributeTTL)
+    }
+
+    // MARK: Operations
+
+    func scopedLookup(
+        _ target: ScopedTarget, name: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        if name == "." || name == ".." {
+            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
+        }
+        switch target {
+        case .directory:
+            // The name is the token.
+            let scope = try checkToken(name, context: context, operation: "lookup")
+            let item = try await scopeItem(scope)
+            let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1)
+            return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item))
+        case .node(let node):
+            guard node.kind == .directory else {
+                throw FileSystemError(.notADirectory, "not a directory")
+            }
+            let found: ProviderItem
+            switch node.role {
+            case .token:
+                let scope = try checkToken(node.token, context: context, operation: "lookup")
+                let item = try await scopeItem(scope)
+                guard item.name == name else {
+                    throw FileSystemError(.notFound, "the access path holds only the granted item")
+                }
+                found = item
+            case .item(let identifier):
+                try enforce(node, context: context, operation: "lookup")
+                found = try await child(named: name, of: identifier)
+            }
+            let inode = bindScoped(
+                ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1)
+            return scopedEntry(scopedItemAttributes(inode, item: found))
+        }
+    }
+
+    func scopedAttributes(
+        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+    ) async throws(FileSystemError) -> NodeAttributes {
+        switch target {
+        case .directory(let inode):
+            var attributes = scopedDirectoryAttributes(inode)
+            attributes.validFor = options.attributeTimeout
+            return attributes
+        case .node(let node):
+            let (scope, _) = try enforce(node, context: context, operation: "getattr")
+            if node.role == .token { return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(scope)) }
+            return scopedItemAttributes(inode, item: try await scopedItem(node))
+        }
+    }
+
+    /// A link's target, if following it stays inside the granted item: absolute targets, and
+    /// relative ones whose `..` climb above the granted item, are refused (EACCES).
+    func scopedReadLink(_ target: ScopedTarget, context: RequestContext) async throws(FileSystemError) -> String {
+        guard case .node(let node) = target, case .item = node.role else {
+            throw FileSystemError(.invalidArgument, "not a symbolic link")
+        }
+        let (_, depth) = try enforce(node, context: context, operation: "readlink")
+        let item = try await scopedItem(node)
+        guard let link = item.symbolicLinkTarget else {
+            throw FileSystemError(.invalidArgument, "\(item.identifier) is not a symbolic link")
+        }
+        // Levels below the token directory: the link's directory is at `depth` (the granted
+        // item is at 1). The kernel resolves each `..` through the parent it knows.
+        var level = depth ?? 0
+        var leaves = link.hasPrefix("/") || level < 1
+        for component in link.split(separator: "/", omittingEmptySubsequences: true) where !leaves {
+            switch component {
+            case ".": continue
+            case "..":
+                level -= 1
+                if level < 1 { leaves = true }
+            default: level += 1
+            }
+        }
+        if leaves {
+            logger.notice("readlink through an access path refused: \(item.identifier)'s target leaves the scope")
+            throw FileSystemError(.accessDenied, "access path refused: the symbolic link leads out of the token's scope")
+        }
+        return link
+    }
+
+    func scopedOpenDirectory(
+        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+    ) async throws(FileSystemError) -> FileHandleID {
+        guard case .node(let node) = target else {
+            logger.notice("listing \(Self.scopedDirectoryName) refused (uid \(context.uid))")
+            throw FileSystemError(.accessDenied, "\(Self.scopedDirectoryName) cannot be listed")
+        }
+        guard node.kind == .directory else { throw FileSystemError(.notADirectory, "not a directory") }
+        let (scope, _) = try enforce(node, context: context, operation: "opendir")
+        let identifier: ItemIdentifier
+        if case .item(let item) = node.role { identifier = item } else { identifier = scope }
+        return state.withLock { state in
+            let handle = state.allocateHandle()
+            state.directories[handle] = OpenDirectory(
+                inode: inode, identifier: identifier, snapshot: nil, scoped: node)
+            return handle
+        }
+    }
+
+    func scopedReadDirectory(
+        _ open: OpenDirectory, _ node: ScopedNode, handle: FileHandleID, after cookie: UInt64, limit: Int,
+        context: RequestContext
+    ) async throws(FileSystemError) -> [DirectoryEntry] {
+        let (scope, _) = try enforce(node, context: context, operation: "readdir")
+        var snapshot = open.snapshot
+        if snapshot == nil || cookie == 0 {
+            var children: [ProviderItem]
+            let parentInode: InodeNumber
+            if node.role == .token {
+                children = [try await scopeItem(scope)]
+                parentInode = scopedDirectoryInode ?? .root
+            } else {
+                do {
+                    children = try await cache.catalog.children(
+                        of: open.identifier, maximumAge: options.cache.directoryTTL)
+                } catch {
+                    throw FileSystemError(error)
+                }
+                let parent = cache.catalog.knownItem(open.identifier)?.parent ?? .root
+                parentInode =
+                    open.identifier == scope
+                    ? bindScoped(ScopedKey(token: node.token, role: .token), kind: .directory, references: 0)
+                    : bindScoped(ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0)
+            }
+            var entries = [
+                DirectoryEntry(name: ".", inode: open.inode, type: .directory, cookie: 1),
+                DirectoryEntry(name: "..", inode: parentInode, type: .directory, cookie: 2),
+            ]
+            for child in children {
+                let inode = bindScoped(
+                    ScopedKey(token: node.token, role: .item(child.identifier)), kind: child.kind, references: 0)
+                entries.append(
+                    DirectoryEntry(
+                        name: child.name, inode: inode, type: NodeType(child.kind), cookie: UInt64(entries.count + 1)))
+            }
+            let built = entries
+            state.withLock { $0.directories[handle]?.snapshot = built }
+            snapshot = built
+        }
+        guard let snapshot, cookie < UInt64(snapshot.count) else { return [] }
+        return Array(snapshot[Int(cookie)..<min(snapshot.count, Int(cookie) + max(0, limit))])
+    }
+
+    /// The checks of an open through an access path: the token and scope first (EACCES, no use
+    /// taken), then writes (EROFS), then one use taken (D-308).
+    func scopedOpen(
+        _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
+    ) throws(FileSystemError) -> (ScopedNode, ItemIdentifier) {
+        guard case .node(let node) = target, case .item(let identifier) = node.role else {
+            throw FileSystemError(.isADirectory, "an access-path directory")
+        }
+        try enforce(node, context: context, operation: "open")
+        if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
+        if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
+        try enforce(node, context: context, use: true, operation: "open")
+        return (node, identifier)
+    }
+}
