@@ -89,7 +89,7 @@ let package = Package(
             name: "VirtualFileSystemTests",
             dependencies: [
                 "VirtualFileSystem", "ProviderCache", "ProviderModel", "ProviderFaults", "ProviderFSCommands",
-                "SystemSupport",
+                "SystemSupport", "AccessTokens",
                 "TestSupport",
             ]),
         .testTarget(

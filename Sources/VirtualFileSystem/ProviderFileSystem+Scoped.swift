@@ -36,7 +36,8 @@ extension ProviderFileSystem {
         _ token: String, context: RequestContext, use: Bool = false, operation: String
     ) throws(FileSystemError) -> ItemIdentifier {
         guard let scopedAccess else { throw FileSystemError(.notFound, "the mount has no access paths") }
-        let decision = use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
+        let decision =
+            use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
         case .allowed(let scope, _, _):
             return ItemIdentifier(scope)
@@ -221,7 +222,8 @@ extension ProviderFileSystem {
         }
         if leaves {
             logger.notice("readlink through an access path refused: \(item.identifier)'s target leaves the scope")
-            throw FileSystemError(.accessDenied, "access path refused: the symbolic link leads out of the token's scope")
+            throw FileSystemError(
+                .accessDenied, "access path refused: the symbolic link leads out of the token's scope")
         }
         return link
     }

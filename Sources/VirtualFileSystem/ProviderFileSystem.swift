@@ -290,7 +290,8 @@ public final class ProviderFileSystem: FileSystem {
             throw FileSystemError(.badHandle, "directory handle \(handle) is not open")
         }
         if let scoped = open.scoped {
-            return try await scopedReadDirectory(open, scoped, handle: handle, after: cookie, limit: limit, context: context)
+            return try await scopedReadDirectory(
+                open, scoped, handle: handle, after: cookie, limit: limit, context: context)
         }
         var snapshot = open.snapshot
         // A listing is taken when reading starts (cookie 0) and kept for the handle, so cookies

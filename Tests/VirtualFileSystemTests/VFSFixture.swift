@@ -33,12 +33,13 @@ final class VFSFixture: Sendable {
     }
 
     func makeFileSystem(
-        claims: any ReadClaimProvider = NoReadClaims(), provider wrapped: (any Provider)? = nil
+        claims: any ReadClaimProvider = NoReadClaims(), provider wrapped: (any Provider)? = nil,
+        scopedAccess: (any ScopedAccessProvider)? = nil
     ) throws -> ProviderFileSystem {
         let cache = try ProviderCache(
             provider: wrapped ?? FaultInjectingProvider(wrapping: provider, plan: faults), directory: directory.path,
             store: store, clock: clock, options: options.cache)
-        return ProviderFileSystem(cache: cache, options: options, claims: claims)
+        return ProviderFileSystem(cache: cache, options: options, claims: claims, scopedAccess: scopedAccess)
     }
 
     deinit { directory.remove() }

@@ -1,0 +1,409 @@
+import AccessTokens
+import ProviderCache
+import ProviderFSCommands
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real `TokenAuthority` on its own manual clock, behind the daemon's adapter (the caller's
+/// thread is its process here), and a file system over the fixture's in-memory provider.
+private struct ScopedFixture {
+    let fixture: VFSFixture
+    let tokenClock = ManualClock()
+    let authority: TokenAuthority
+    let fileSystem: ProviderFileSystem
+
+    init() throws {
+        fixture = try VFSFixture()
+        authority = TokenAuthority(storeDirectory: nil, clock: tokenClock)
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/x", .ramp(seed: 1, size: 300_000))
+        fixture.provider.addDirectory("d/sub")
+        fixture.provider.putFile("d/sub/y", .bytes(Array("why\n".utf8)))
+        fixture.provider.addDirectory("e")
+        fixture.provider.putFile("e/secret", .bytes(Array("secret\n".utf8)))
+        fixture.provider.putFile("top.txt", .bytes(Array("top\n".utf8)))
+        fileSystem = try fixture.makeFileSystem(
+            scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
+    }
+
+    func grant(_ path: String, ttl: Duration? = .seconds(60), uses: Int? = nil) throws -> IssuedToken {
+        try authority.grant(scope: TokenScope(identifier: path, path: path), mode: .read, ttl: ttl, uses: uses)
+    }
+
+    /// `.scoped/<token>/<path>` walked with lookups.
+    func resolve(_ token: String, _ path: String = "") async throws -> Entry {
+        let scoped = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        var entry = try await fileSystem.lookup(parent: scoped.inode, name: token, context: .kernel)
+        for component in path.split(separator: "/") {
+            entry = try await fileSystem.lookup(parent: entry.inode, name: String(component), context: .kernel)
+        }
+        return entry
+    }
+}
+
+/// `body` fails with EACCES (FileSystemError.accessDenied); returns its message.
+@discardableResult
+private func expectDenied(
+    _ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () async throws -> Void
+) async -> String {
+    do {
+        try await body()
+        Issue.record("\(what) was not refused", sourceLocation: sourceLocation)
+    } catch let error as FileSystemError {
+        #expect(error.code == .accessDenied, "\(what): \(error)", sourceLocation: sourceLocation)
+        #expect(error.errno == .permissionDenied, sourceLocation: sourceLocation)
+        return error.message
+    } catch {
+        Issue.record("\(what): \(error)", sourceLocation: sourceLocation)
+    }
+    return ""
+}
+
+private func expectCode(
+    _ code: FileSystemError.Code, _ what: String, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> Void
+) async {
+    do {
+        try await body()
+        Issue.record("\(what) did not fail", sourceLocation: sourceLocation)
+    } catch let error as FileSystemError {
+        #expect(error.code == code, "\(what): \(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("\(what): \(error)", sourceLocation: sourceLocation)
+    }
+}
+
+@Suite("Scoped access paths (.scoped/<token>/…)", .timeLimit(.minutes(1)))
+struct ScopedAccessTests {
+    @Test("the root does not list .scoped; lookup finds it; listing it is refused; without a port it does not exist")
+    func hiddenDirectory() async throws {
+        let scoped = try ScopedFixture()
+        let names = try await listAll(scoped.fileSystem, .root).map(\.name)
+        #expect(names == [".", "..", "d", "e", "top.txt"])
+        let directory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        #expect(directory.attributes.type == .directory)
+        #expect(directory.attributes.permissions == 0o111)
+        // The fast path leaves `.scoped` to the async path (never a fast ENOENT).
+        #expect(scoped.fileSystem.lookupNow(parent: .root, name: ".scoped", context: .kernel) == nil)
+        await expectDenied("opendir .scoped") {
+            _ = try await scoped.fileSystem.openDirectory(directory.inode, context: .kernel)
+        }
+        let plain = try scoped.fixture.makeFileSystem()
+        await expectCode(.notFound, "lookup .scoped without a port") {
+            _ = try await plain.lookup(parent: .root, name: ".scoped", context: .kernel)
+        }
+    }
+
+    @Test("malformed, truncated and unknown tokens are refused with EACCES and the reason")
+    func badTokens() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d")
+        let message = await expectDenied("malformed") { _ = try await scoped.resolve("garbage") }
+        #expect(message.contains("not an access token"))
+        await expectDenied("truncated") { _ = try await scoped.resolve(String(issued.token.dropLast(3))) }
+        var other = Array(issued.token)
+        other[other.count - 1] = other.last == "a" ? "b" : "a"
+        await expectDenied("unknown") { _ = try await scoped.resolve(String(other)) }
+    }
+
+    @Test("a file grant: .scoped/<token>/ holds just the file; reads give its bytes, direct I/O, no caches")
+    func fileGrant() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d/x")
+        let tokenDirectory = try await scoped.resolve(issued.token)
+        #expect(tokenDirectory.attributes.type == .directory)
+        #expect(tokenDirectory.entryTimeout == .zero && tokenDirectory.attributeTimeout == .zero)
+        #expect(try await listAll(scoped.fileSystem, tokenDirectory.inode).map(\.name) == [".", "..", "x"])
+        await expectCode(.notFound, "a sibling of the granted file") {
+            _ = try await scoped.fileSystem.lookup(parent: tokenDirectory.inode, name: "sub", context: .kernel)
+        }
+        let file = try await scoped.resolve(issued.token, "x")
+        #expect(file.entryTimeout == .zero && file.attributeTimeout == .zero)
+        #expect(file.attributes.size == 300_000)
+        let plain = try await resolve(scoped.fileSystem, "d/x")
+        #expect(file.inode != plain.inode)
+        #expect(try await scoped.fileSystem.getAttributes(file.inode, context: .kernel).validFor == .zero)
+        // Not even the fast paths answer for it from memory.
+        #expect(scoped.fileSystem.getAttributesNow(file.inode, context: .kernel) == nil)
+        #expect(scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel) == nil)
+
+        let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(opened.directIO && !opened.keepCache && opened.servedFrom == nil)
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+        let bytes = try await readAll(scoped.fileSystem, file.inode, chunk: 64 << 10)
+        let expected = try await readAll(scoped.fileSystem, plain.inode)
+        #expect(bytes.count == 300_000)
+        #expect(expected.count == 300_000)
+        #expect(bytes.indices.first(where: { bytes[$0] != expected[$0] }) == nil)
+        // Two opens took two uses.
+        #expect(scoped.authority.info(id: issued.id)?.lastUse != nil)
+    }
+
+    @Test("a directory grant covers everything inside, including an item created later")
+    func directoryGrant() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d")
+        let tokenDirectory = try await scoped.resolve(issued.token)
+        #expect(try await listAll(scoped.fileSystem, tokenDirectory.inode).map(\.name) == [".", "..", "d"])
+        let directory = try await scoped.resolve(issued.token, "d")
+        #expect(Set(try await listAll(scoped.fileSystem, directory.inode).map(\.name)) == [".", "..", "x", "sub"])
+        let deep = try await scoped.resolve(issued.token, "d/sub/y")
+        #expect(try await readAll(scoped.fileSystem, deep.inode) == Array("why\n".utf8))
+        await expectCode(.notFound, "the scope's name with another item's") {
+            _ = try await scoped.resolve(issued.token, "e")
+        }
+        scoped.fixture.provider.putFile("d/sub/later", .bytes(Array("later\n".utf8)))
+        scoped.fixture.clock.advance(by: .seconds(10))
+        let later = try await scoped.resolve(issued.token, "d/sub/later")
+        #expect(try await readAll(scoped.fileSystem, later.inode) == Array("later\n".utf8))
+    }
+
+    @Test("expiry mid-read: the next read of the open handle, getattr, lookup and readdir fail with EACCES")
+    func expiryMidRead() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d", ttl: .seconds(2))
+        let directory = try await scoped.resolve(issued.token, "d")
+        let file = try await scoped.resolve(issued.token, "d/x")
+        let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        let first = try await scoped.fileSystem.read(
+            file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
+        #expect(first.count == 4096)
+        // Bytes now present: the fast path serves them while the token is valid.
+        if case .success(let data)? = scoped.fileSystem.readNow(
+            file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
+        {
+            #expect(data.bytes == first.bytes)
+        } else {
+            Issue.record("readNow of present bytes with a valid token did not answer")
+        }
+        scoped.tokenClock.advance(by: .milliseconds(1999))
+        _ = try await scoped.fileSystem.read(
+            file.inode, handle: opened.handle, offset: 4096, count: 4096, context: .kernel)
+        scoped.tokenClock.advance(by: .milliseconds(1))
+        let message = await expectDenied("read after expiry") {
+            _ = try await scoped.fileSystem.read(
+                file.inode, handle: opened.handle, offset: 8192, count: 4096, context: .kernel)
+        }
+        #expect(message.contains("expired"))
+        guard
+            case .failure(let error)? = scoped.fileSystem.readNow(
+                file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
+        else {
+            Issue.record("readNow after expiry did not refuse")
+            return
+        }
+        #expect(error.code == .accessDenied)
+        await expectDenied("getattr") { _ = try await scoped.fileSystem.getAttributes(file.inode, context: .kernel) }
+        await expectDenied("lookup") {
+            _ = try await scoped.fileSystem.lookup(parent: directory.inode, name: "x", context: .kernel)
+        }
+        await expectDenied("opendir") {
+            _ = try await scoped.fileSystem.openDirectory(directory.inode, context: .kernel)
+        }
+        await expectDenied("open") {
+            _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        }
+        await expectDenied("a new path") { _ = try await scoped.resolve(issued.token) }
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+        #expect(scoped.fileSystem.openFileCount == 0)
+    }
+
+    @Test("revocation during a read: the next read fails with EACCES; an open directory handle too")
+    func revocationMidRead() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d")
+        let directory = try await scoped.resolve(issued.token, "d")
+        let listing = try await scoped.fileSystem.openDirectory(directory.inode, context: .kernel)
+        let file = try await scoped.resolve(issued.token, "d/x")
+        let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        _ = try await scoped.fileSystem.read(
+            file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
+        try scoped.authority.revoke(id: issued.id)
+        let message = await expectDenied("read after revoke") {
+            _ = try await scoped.fileSystem.read(
+                file.inode, handle: opened.handle, offset: 4096, count: 4096, context: .kernel)
+        }
+        #expect(message.contains("revoked"))
+        await expectDenied("readdir after revoke") {
+            _ = try await scoped.fileSystem.readDirectory(
+                directory.inode, handle: listing, after: 0, limit: 100, context: .kernel)
+        }
+        scoped.fileSystem.releaseDirectory(directory.inode, handle: listing)
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+        // The plain path is untouched.
+        #expect(try await readAll(scoped.fileSystem, try await resolve(scoped.fileSystem, "e/secret").inode).count == 7)
+    }
+
+    @Test("opens take uses: the last use opens, the next open is refused; writes stay EROFS")
+    func usesAndWrites() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d/x", uses: 1)
+        let file = try await scoped.resolve(issued.token, "x")
+        await expectCode(.readOnlyFileSystem, "open for writing") {
+            _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
+        }
+        let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        await expectDenied("second open") {
+            _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        }
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+    }
+
+    @Test("an item whose identifier is not inside the token's scope is refused on every operation")
+    func outOfScopeIdentifier() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/x", .bytes([1, 2, 3]))
+        fixture.provider.addDirectory("e")
+        fixture.provider.putFile("e/secret", .bytes([4]))
+        let port = SwitchingScopePort(scope: "d")
+        let fileSystem = try fixture.makeFileSystem(scopedAccess: port)
+        let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        let tokenDirectory = try await fileSystem.lookup(parent: scopedDirectory.inode, name: "t", context: .kernel)
+        let directory = try await fileSystem.lookup(parent: tokenDirectory.inode, name: "d", context: .kernel)
+        let file = try await fileSystem.lookup(parent: directory.inode, name: "x", context: .kernel)
+        let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        // The same token now grants another item: the nodes under "d" are outside it.
+        port.scope.withLock { $0 = "e" }
+        await expectDenied("read") {
+            _ = try await fileSystem.read(file.inode, handle: opened.handle, offset: 0, count: 3, context: .kernel)
+        }
+        await expectDenied("getattr") { _ = try await fileSystem.getAttributes(file.inode, context: .kernel) }
+        await expectDenied("lookup") {
+            _ = try await fileSystem.lookup(parent: directory.inode, name: "x", context: .kernel)
+        }
+        await expectDenied("open") {
+            _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        }
+        await expectCode(.invalidArgument, "..") {
+            _ = try await fileSystem.lookup(parent: directory.inode, name: "..", context: .kernel)
+        }
+        await fileSystem.release(file.inode, handle: opened.handle)
+        #expect(port.uses.withLock { $0 } == 1)
+    }
+
+    @Test("symbolic links: inside the scope they resolve; absolute or climbing out they are refused")
+    func symbolicLinks() async throws {
+        let source = try TemporaryDirectory()
+        let cacheDirectory = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cacheDirectory.remove()
+        }
+        #expect(mkdir(source.path + "/d", 0o755) == 0)
+        #expect(mkdir(source.path + "/d/sub", 0o755) == 0)
+        #expect(FileManagerLite.write(source.path + "/d/x", "x\n"))
+        #expect(symlink("../x", source.path + "/d/sub/inside") == 0)
+        #expect(symlink("../../top", source.path + "/d/sub/outside") == 0)
+        #expect(symlink("/etc/passwd", source.path + "/d/sub/absolute") == 0)
+        let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock())
+        let fileSystem = try MountComposition.makeFileSystem(
+            source: source.path, cacheDirectory: cacheDirectory.path,
+            scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
+        let plainDirectory = try await resolve(fileSystem, "d")
+        let identifier = fileSystem.cache.catalog.knownItem(
+            try await fileSystem.cache.catalog.child(named: "d", of: .root)!.identifier)!.identifier
+        #expect(plainDirectory.attributes.type == .directory)
+        let issued = try authority.grant(
+            scope: TokenScope(identifier: identifier.rawValue, path: "d"), mode: .read, ttl: .seconds(60))
+        let walked = try await resolve(fileSystem, ".scoped/\(issued.token)/d/sub")
+        let inside = try await fileSystem.lookup(parent: walked.inode, name: "inside", context: .kernel)
+        #expect(try await fileSystem.readLink(inside.inode, context: .kernel) == "../x")
+        for name in ["outside", "absolute"] {
+            let link = try await fileSystem.lookup(parent: walked.inode, name: name, context: .kernel)
+            let message = await expectDenied("readlink \(name)") {
+                _ = try await fileSystem.readLink(link.inode, context: .kernel)
+            }
+            #expect(message.contains("out of the token's scope"))
+        }
+        await fileSystem.shutdown()
+    }
+
+    @Test("access ends within 100 ms of expiry on the real monotonic clock")
+    func accessEndsWithin100ms() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("f", .ramp(seed: 3, size: 64 << 10))
+        let authority = TokenAuthority(storeDirectory: nil, clock: ContinuousClock())
+        let fileSystem = try fixture.makeFileSystem(
+            scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
+        let ttl = Duration.milliseconds(300)
+        let clock = ContinuousClock()
+        let granted = clock.now
+        let issued = try authority.grant(scope: TokenScope(identifier: "f", path: "f"), mode: .read, ttl: ttl)
+        let directory = try await fileSystem.lookup(
+            parent: try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel).inode,
+            name: issued.token, context: .kernel)
+        let file = try await fileSystem.lookup(parent: directory.inode, name: "f", context: .kernel)
+        let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        var refusedAt: ContinuousClock.Instant?
+        var reads = 0
+        while refusedAt == nil, clock.now - granted < .seconds(5) {
+            do {
+                _ = try await fileSystem.read(
+                    file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
+                reads += 1
+            } catch {
+                #expect(error.code == .accessDenied)
+                refusedAt = clock.now
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        await fileSystem.release(file.inode, handle: opened.handle)
+        let refused = try #require(refusedAt)
+        // Granted just after `granted`: the deadline is at least granted + ttl.
+        let late = refused - (granted + ttl)
+        #expect(reads > 0)
+        #expect(late < .milliseconds(100), "access ended \(late) after the expiry")
+    }
+
+    @Test("the adapter maps the caller's thread to its process and explains denials")
+    func adapter() throws {
+        let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock(), processStartTime: { _ in 7 })
+        let issued = try authority.grant(
+            scope: TokenScope(identifier: "d", path: "d"), mode: .read, ttl: .seconds(60), pid: 42)
+        let access = MountScopedAccess(authority: authority, processOfThread: { $0 == 4242 ? 42 : $0 })
+        let ownThread = RequestContext(threadID: 4242, uid: 1000, gid: 1000)
+        #expect(access.check(issued.token, context: ownThread) == .allowed(scope: "d", writable: false, id: issued.id))
+        let other = RequestContext(threadID: 99, uid: 1000, gid: 1000)
+        guard case .denied(let reason) = access.check(issued.token, context: other) else {
+            Issue.record("another process was allowed")
+            return
+        }
+        #expect(reason == TokenDenialReason.wrongProcess.explanation)
+        #expect(
+            access.recordUse("nope", context: ownThread) == .denied(reason: TokenDenialReason.malformed.explanation))
+        let real = MountScopedAccess(authority: authority)
+        #expect(real.caller(RequestContext(threadID: getpid(), uid: 1, gid: 1)).pid == getpid())
+    }
+}
+
+/// A port that allows token "t" for a scope the test changes, and counts uses.
+private final class SwitchingScopePort: ScopedAccessProvider, Sendable {
+    let scope: Locked<String>
+    let uses = Locked(0)
+    init(scope: String) { self.scope = Locked(scope) }
+    func check(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        token == "t" ? .allowed(scope: scope.withLock { $0 }, writable: false, id: "id") : .denied(reason: "unknown")
+    }
+    func recordUse(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        uses.withLock { $0 += 1 }
+        return check(token, context: context)
+    }
+}
+
+private enum FileManagerLite {
+    static func write(_ path: String, _ text: String) -> Bool {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        let bytes = Array(text.utf8)
+        return bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == bytes.count
+    }
+}
