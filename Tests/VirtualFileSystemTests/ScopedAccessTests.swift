@@ -333,7 +333,7 @@ struct ScopedAccessTests {
         let authority = TokenAuthority(storeDirectory: nil, clock: ContinuousClock())
         let fileSystem = try fixture.makeFileSystem(
             scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
-        let ttl = Duration.milliseconds(300)
+        let ttl = Duration.seconds(2)
         let clock = ContinuousClock()
         let granted = clock.now
         let issued = try authority.grant(scope: TokenScope(identifier: "f", path: "f"), mode: .read, ttl: ttl)
