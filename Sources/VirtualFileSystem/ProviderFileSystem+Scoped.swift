@@ -78,6 +78,19 @@ extension ProviderFileSystem {
         return (scope, depth)
     }
 
+    /// The node behind `inode` for the operations that only name it (setattr, xattrs): a plain
+    /// node, or an access-path item node after its checks; nil for `.scoped` and a token
+    /// directory (no item of their own).
+    func anyNode(
+        _ inode: InodeNumber, context: RequestContext, operation: String
+    ) throws(FileSystemError) -> InodeTable.Node? {
+        guard let target = scopedTarget(inode) else { return try node(inode) }
+        guard case .node(let node) = target else { return nil }
+        try enforce(node, context: context, operation: operation)
+        guard case .item(let identifier) = node.role else { return nil }
+        return InodeTable.Node(identifier: identifier, kind: node.kind, lookupCount: 0, generation: 0)
+    }
+
     // MARK: Nodes and attributes
 
     /// The node for `key`, made if needed, with `references` more kernel references.

@@ -250,7 +250,7 @@ public final class ProviderFileSystem: FileSystem {
     public func setAttributes(
         _ inode: InodeNumber, changes: AttributeChanges, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        _ = try node(inode)
+        _ = try anyNode(inode, context: context, operation: "setattr")
         throw readOnly("setattr")
     }
 
@@ -510,7 +510,10 @@ public final class ProviderFileSystem: FileSystem {
     public func getExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) -> [UInt8] {
-        let status = try status(of: try node(inode))
+        guard let node = try anyNode(inode, context: context, operation: "getxattr") else {
+            throw FileSystemError(.noAttribute, "no attribute \(name)")
+        }
+        let status = try status(of: node)
         let value: String
         switch name {
         case AttributeName.state: value = status.state.rawValue
@@ -537,7 +540,8 @@ public final class ProviderFileSystem: FileSystem {
     public func listExtendedAttributes(
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> [String] {
-        let status = try status(of: try node(inode))
+        guard let node = try anyNode(inode, context: context, operation: "listxattr") else { return [] }
+        let status = try status(of: node)
         var names = [AttributeName.state, AttributeName.progress, AttributeName.version]
         if status.lastError != nil { names.append(AttributeName.error) }
         return names
@@ -546,14 +550,14 @@ public final class ProviderFileSystem: FileSystem {
     public func setExtendedAttribute(
         _ inode: InodeNumber, name: String, value: [UInt8], flags: Int32, context: RequestContext
     ) async throws(FileSystemError) {
-        _ = try node(inode)
+        _ = try anyNode(inode, context: context, operation: "setxattr")
         throw readOnly("setxattr")
     }
 
     public func removeExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) {
-        _ = try node(inode)
+        _ = try anyNode(inode, context: context, operation: "removexattr")
         throw readOnly("removexattr")
     }
 

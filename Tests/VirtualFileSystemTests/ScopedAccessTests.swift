@@ -211,6 +211,7 @@ struct ScopedAccessTests {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         }
         await expectDenied("a new path") { _ = try await scoped.resolve(issued.token) }
+        await expectDenied("getxattr") { _ = try await xattr(scoped.fileSystem, file.inode, "user.providerfs.state") }
         await scoped.fileSystem.release(file.inode, handle: opened.handle)
         #expect(scoped.fileSystem.openFileCount == 0)
     }
@@ -246,6 +247,11 @@ struct ScopedAccessTests {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d/x", uses: 1)
         let file = try await scoped.resolve(issued.token, "x")
+        #expect(try await xattr(scoped.fileSystem, file.inode, "user.providerfs.state") == "dataless")
+        await expectCode(.readOnlyFileSystem, "setattr") {
+            _ = try await scoped.fileSystem.setAttributes(
+                file.inode, changes: AttributeChanges(size: 0), handle: nil, context: .kernel)
+        }
         await expectCode(.readOnlyFileSystem, "open for writing") {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
         }
