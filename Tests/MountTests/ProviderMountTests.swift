@@ -70,6 +70,25 @@ struct ProviderMountTests {
         #expect(try shell("stat -c %b \(m)/big.bin").output == "0\n", "a placeholder has no local blocks")
     }
 
+    /// The access-path namespace through the kernel (docs/SEMANTICS.md, "Scoped access paths"):
+    /// the daemon's file system has it; no token can be granted here (that needs `token grant`).
+    @Test func scopedDirectoryIsHiddenUnlistableAndRefusesBadTokens() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount()
+        defer { mount.stop() }
+        let m = quoted(mount.mountpoint)
+        let listing = try shell("ls -a \(m)")
+        #expect(listing.status == 0 && listing.output.contains("hello.txt"))
+        #expect(!listing.output.contains(".scoped"))
+        #expect(try shell("stat -c %F:%a \(m)/.scoped").output == "directory:111\n")
+        let list = try shell("ls \(m)/.scoped 2>&1")
+        #expect(list.status != 0 && list.output.contains("Permission denied"), "\(list.output)")
+        let bad = try shell("cat \(m)/.scoped/pfs_notatoken/hello.txt 2>&1")
+        #expect(bad.status != 0 && bad.output.contains("Permission denied"), "\(bad.output)")
+        #expect(try shell("cat \(m)/hello.txt").output == "hello, provider\n")
+    }
+
     @Test func ftsBasedWalksSeeEverySubdirectory() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
