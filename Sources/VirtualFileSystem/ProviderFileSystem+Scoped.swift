@@ -40,6 +40,11 @@ extension ProviderFileSystem {
             use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
         case .allowed(let scope, _, _):
+            // The root has no name to stand under `.scoped/<token>/` (D-305).
+            guard !scope.isEmpty else {
+                logger.notice("\(operation) through an access path refused: a grant of the mount's root")
+                throw FileSystemError(.accessDenied, "access path refused: the mount's root cannot be granted")
+            }
             return ItemIdentifier(scope)
         case .denied(let reason):
             // Never the token: the authority logs it by id (or not at all for a guess).

@@ -293,6 +293,12 @@ struct ScopedAccessTests {
         }
         await fileSystem.release(file.inode, handle: opened.handle)
         #expect(port.uses.withLock { $0 } == 1)
+        // A grant of the root (the library refuses to make one) has no name to stand under.
+        port.scope.withLock { $0 = "" }
+        let message = await expectDenied("a root scope") {
+            _ = try await fileSystem.lookup(parent: scopedDirectory.inode, name: "t", context: .kernel)
+        }
+        #expect(message.contains("root cannot be granted"))
     }
 
     @Test("symbolic links: inside the scope they resolve; absolute or climbing out they are refused")
