@@ -116,8 +116,9 @@ struct ScopedAccessTests {
     @Test("a file grant: .scoped/<token>/ holds just the file; reads give its bytes, direct I/O, no caches")
     func fileGrant() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d/x")
+        let issued = try scoped.grant("d/x", uses: 5)
         let tokenDirectory = try await scoped.resolve(issued.token)
+        #expect(scoped.fileSystem.lookupNow(parent: tokenDirectory.inode, name: "x", context: .kernel) == nil)
         #expect(tokenDirectory.attributes.type == .directory)
         #expect(tokenDirectory.entryTimeout == .zero && tokenDirectory.attributeTimeout == .zero)
         #expect(try await listAll(scoped.fileSystem, tokenDirectory.inode).map(\.name) == [".", "..", "x"])
@@ -142,8 +143,8 @@ struct ScopedAccessTests {
         #expect(bytes.count == 300_000)
         #expect(expected.count == 300_000)
         #expect(bytes.indices.first(where: { bytes[$0] != expected[$0] }) == nil)
-        // Two opens took two uses.
-        #expect(scoped.authority.info(id: issued.id)?.lastUse != nil)
+        // Two opens took two uses; lookups, getattrs and reads took none.
+        #expect(scoped.authority.info(id: issued.id)?.usesLeft == 3)
     }
 
     @Test("a directory grant covers everything inside, including an item created later")
