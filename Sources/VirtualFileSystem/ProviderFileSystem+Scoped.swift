@@ -1,7 +1,7 @@
-// Access paths: `MOUNTPOINT/.scoped/<token>/<name>/…` (docs/SEMANTICS.md, "Scoped access paths";
-// D-305..D-309). The `.scoped` directory cannot be listed; `.scoped/<token>` is a directory that
-// holds just the granted item under its current name; everything below is resolved inside that
-// item only. Every operation on such a node asks the `ScopedAccessProvider` again (opens take a
+// Access paths: `MOUNTPOINT/.scoped/<token>/…` (docs/SEMANTICS.md, "Scoped access paths";
+// D-305..D-309). The `.scoped` directory cannot be listed; `.scoped/<token>` is the granted
+// directory itself, or for a granted file a directory holding just that file under its current
+// name; everything below is resolved inside the granted item only. Every operation on such a node asks the `ScopedAccessProvider` again (opens take a
 // use), and answers are never cached by the kernel (zero timeouts, direct I/O, no passthrough).
 
 import Diagnostics
@@ -174,6 +174,11 @@ extension ProviderFileSystem {
             // The name is the token.
             let scope = try checkToken(name, context: context, operation: "lookup")
             let item = try await scopeItem(scope)
+            // A granted directory is the token's node itself (D-305).
+            if item.kind == .directory {
+                let inode = bindScoped(ScopedKey(token: name, role: .item(scope)), kind: .directory, references: 1)
+                return scopedEntry(scopedItemAttributes(inode, item: item))
+            }
             let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1)
             return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item))
         case .node(let node):
@@ -225,16 +230,17 @@ extension ProviderFileSystem {
         guard let link = item.symbolicLinkTarget else {
             throw FileSystemError(.invalidArgument, "\(item.identifier) is not a symbolic link")
         }
-        // Levels below the token directory: the link's directory is at `depth` (the granted
-        // item is at 1). The kernel resolves each `..` through the parent it knows.
-        var level = depth ?? 0
-        var leaves = link.hasPrefix("/") || level < 1
+        // Levels of the link's directory below the granted directory (0: `.scoped/<token>`
+        // itself). The kernel resolves each `..` through the parent it knows; above level 0 is
+        // `.scoped`. A granted link itself (depth 0) has no directory inside the scope.
+        var level = (depth ?? 0) - 1
+        var leaves = link.hasPrefix("/") || level < 0
         for component in link.split(separator: "/", omittingEmptySubsequences: true) where !leaves {
             switch component {
             case ".": continue
             case "..":
                 level -= 1
-                if level < 1 { leaves = true }
+                if level < 0 { leaves = true }
             default: level += 1
             }
         }
@@ -285,9 +291,10 @@ extension ProviderFileSystem {
                     throw FileSystemError(error)
                 }
                 let parent = cache.catalog.knownItem(open.identifier)?.parent ?? .root
+                // A granted directory is `.scoped/<token>`: its parent is `.scoped`.
                 parentInode =
                     open.identifier == scope
-                    ? bindScoped(ScopedKey(token: node.token, role: .token), kind: .directory, references: 0)
+                    ? (scopedDirectoryInode ?? .root)
                     : bindScoped(ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0)
             }
             var entries = [

@@ -75,7 +75,7 @@ public final class ProviderFileSystem: FileSystem {
     /// plain node so that every operation on it knows its token (D-305). Never in `inodes`.
     struct ScopedNode: Sendable {
         enum Role: Hashable, Sendable {
-            /// `.scoped/<token>`: a directory holding just the granted item.
+            /// `.scoped/<token>` of a file grant: a directory holding just the granted file.
             case token
             /// The granted item or an item inside it.
             case item(ItemIdentifier)

@@ -147,22 +147,25 @@ struct ScopedAccessTests {
         #expect(scoped.authority.info(id: issued.id)?.usesLeft == 3)
     }
 
-    @Test("a directory grant covers everything inside, including an item created later")
+    @Test("a directory grant: .scoped/<token> is the directory; it covers everything inside, also items created later")
     func directoryGrant() async throws {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d")
-        let tokenDirectory = try await scoped.resolve(issued.token)
-        #expect(try await listAll(scoped.fileSystem, tokenDirectory.inode).map(\.name) == [".", "..", "d"])
-        let directory = try await scoped.resolve(issued.token, "d")
-        #expect(Set(try await listAll(scoped.fileSystem, directory.inode).map(\.name)) == [".", "..", "x", "sub"])
-        let deep = try await scoped.resolve(issued.token, "d/sub/y")
+        let directory = try await scoped.resolve(issued.token)
+        #expect(directory.attributes.type == .directory)
+        #expect(directory.entryTimeout == .zero && directory.attributeTimeout == .zero)
+        let entries = try await listAll(scoped.fileSystem, directory.inode)
+        #expect(Set(entries.map(\.name)) == [".", "..", "x", "sub"])
+        let scopedDirectory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        #expect(entries.first(where: { $0.name == ".." })?.inode == scopedDirectory.inode)
+        let deep = try await scoped.resolve(issued.token, "sub/y")
         #expect(try await readAll(scoped.fileSystem, deep.inode) == Array("why\n".utf8))
-        await expectCode(.notFound, "the scope's name with another item's") {
+        await expectCode(.notFound, "a sibling of the granted directory") {
             _ = try await scoped.resolve(issued.token, "e")
         }
         scoped.fixture.provider.putFile("d/sub/later", .bytes(Array("later\n".utf8)))
         scoped.fixture.clock.advance(by: .seconds(10))
-        let later = try await scoped.resolve(issued.token, "d/sub/later")
+        let later = try await scoped.resolve(issued.token, "sub/later")
         #expect(try await readAll(scoped.fileSystem, later.inode) == Array("later\n".utf8))
     }
 
@@ -170,8 +173,8 @@ struct ScopedAccessTests {
     func expiryMidRead() async throws {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d", ttl: .seconds(2))
-        let directory = try await scoped.resolve(issued.token, "d")
-        let file = try await scoped.resolve(issued.token, "d/x")
+        let directory = try await scoped.resolve(issued.token)
+        let file = try await scoped.resolve(issued.token, "x")
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         let first = try await scoped.fileSystem.read(
             file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
@@ -221,9 +224,9 @@ struct ScopedAccessTests {
     func revocationMidRead() async throws {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d")
-        let directory = try await scoped.resolve(issued.token, "d")
+        let directory = try await scoped.resolve(issued.token)
         let listing = try await scoped.fileSystem.openDirectory(directory.inode, context: .kernel)
-        let file = try await scoped.resolve(issued.token, "d/x")
+        let file = try await scoped.resolve(issued.token, "x")
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         _ = try await scoped.fileSystem.read(
             file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
@@ -273,8 +276,7 @@ struct ScopedAccessTests {
         let port = SwitchingScopePort(scope: "d")
         let fileSystem = try fixture.makeFileSystem(scopedAccess: port)
         let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
-        let tokenDirectory = try await fileSystem.lookup(parent: scopedDirectory.inode, name: "t", context: .kernel)
-        let directory = try await fileSystem.lookup(parent: tokenDirectory.inode, name: "d", context: .kernel)
+        let directory = try await fileSystem.lookup(parent: scopedDirectory.inode, name: "t", context: .kernel)
         let file = try await fileSystem.lookup(parent: directory.inode, name: "x", context: .kernel)
         let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         // The same token now grants another item: the nodes under "d" are outside it.
@@ -326,7 +328,7 @@ struct ScopedAccessTests {
         #expect(plainDirectory.attributes.type == .directory)
         let issued = try authority.grant(
             scope: TokenScope(identifier: identifier.rawValue, path: "d"), mode: .read, ttl: .seconds(60))
-        let walked = try await resolve(fileSystem, ".scoped/\(issued.token)/d/sub")
+        let walked = try await resolve(fileSystem, ".scoped/\(issued.token)/sub")
         let inside = try await fileSystem.lookup(parent: walked.inode, name: "inside", context: .kernel)
         #expect(try await fileSystem.readLink(inside.inode, context: .kernel) == "../x")
         for name in ["outside", "absolute"] {
