@@ -131,7 +131,7 @@ struct ControlClient: Sendable {
         }
     }
 
-    private func sentence(for error: ControlError) -> CommandFailure {
+    func sentence(for error: ControlError) -> CommandFailure {
         switch error.code {
         case .unavailable where error.message.contains("EACCES"):
             CommandFailure(

@@ -76,7 +76,7 @@ struct TokenCommand: CLICommand {
         try arguments.finish()
         let (client, relative) = try ControlClient.forMount(containing: path)
         request.path = relative
-        let granted = try await client.send(.tokenGrant(request), as: ControlTokenGrant.self)
+        let granted = try await send(client, .tokenGrant(request), as: ControlTokenGrant.self)
         let access = accessPath(mountpoint: client.mountpoint, token: granted.token, granted: granted)
         if io.json {
             io.emit(GrantOutput(accessPath: access, id: granted.info.id, expiry: granted.info.expiresAt))
@@ -121,7 +121,7 @@ struct TokenCommand: CLICommand {
         let mountpoint = arguments.positional()
         try arguments.finish()
         let client = try self.client(mountpoint)
-        let reply = try await client.send(.tokenList(includeEnded: all), as: ControlTokenList.self)
+        let reply = try await send(client, .tokenList(includeEnded: all), as: ControlTokenList.self)
         if io.json {
             for token in reply.tokens { io.emit(ListedToken(mountpoint: client.mountpoint, token: token)) }
         } else if reply.tokens.isEmpty {
@@ -203,7 +203,8 @@ struct TokenCommand: CLICommand {
             throw UsageError("\(command): '\(text.prefix(80))' is not a token id (hex digits, as token list shows).")
         }
         let client = try self.client(mountpoint)
-        let ended = try await client.send(
+        let ended = try await send(
+            client,
             action == "revoke" ? .tokenRevoke(id: id) : .tokenExpire(id: id), as: ControlToken.self)
         if io.json {
             io.emit(ListedToken(mountpoint: client.mountpoint, token: ended))
@@ -221,7 +222,7 @@ struct TokenCommand: CLICommand {
         let mountpoint = arguments.positional()
         try arguments.finish()
         let client = try self.client(mountpoint)
-        let reply = try await client.send(.tokenLog(after: 0), as: ControlTokenLog.self)
+        let reply = try await send(client, .tokenLog(after: 0), as: ControlTokenLog.self)
         if io.json {
             for entry in reply.entries { io.emit(entry) }
         } else if reply.entries.isEmpty {
@@ -245,6 +246,29 @@ struct TokenCommand: CLICommand {
     }
 
     // MARK: Helpers
+
+    /// `client.send`, with the daemon's refusals (an unknown id, a token already ended, an item
+    /// not in the mount, a pid not running) as the daemon's own sentence and the mount.
+    static func send<Reply: Decodable & Sendable>(
+        _ client: ControlClient, _ request: ControlRequest, as type: Reply.Type
+    ) async throws(CommandFailure) -> Reply {
+        let payload: [UInt8]
+        do {
+            payload = try await client.exchange(ControlProtocol.requestFrame(id: 1, request))
+        } catch {
+            switch error.code {
+            case .invalidArguments, .notFound, .notAFile, .failed:
+                throw CommandFailure("\(error.message) (the mount at \(client.mountpoint))")
+            default:
+                throw client.sentence(for: error)
+            }
+        }
+        do {
+            return try JSONDecoder().decode(Reply.self, from: Data(payload))
+        } catch {
+            throw CommandFailure("the mount at \(client.mountpoint) sent a reply this version cannot read: \(error)")
+        }
+    }
 
     /// The mount containing `mountpoint`, or the single running ProviderFS mount of this user.
     static func client(_ mountpoint: String?) throws -> ControlClient {
