@@ -105,6 +105,18 @@ struct TokenMountTests {
         #expect(events.contains("grant \(id)") && events.contains("revocation \(id)"), "\(events)")
         #expect(!mounted.child.standardError.contains(token) && !mounted.child.standardOutput.contains(token))
 
+        // With a second mount running, a command without MOUNTPOINT asks for one (ids are per mount).
+        let other = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", scratch + "/cache2"], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { other.stop() }  // stopping twice is safe
+        let ambiguous = try providerfs(["token", "list"], runtime: runtime)
+        other.stop()
+        #expect(ambiguous.status == 64, "\(ambiguous)")
+        #expect(
+            ambiguous.error.contains("2 ProviderFS mounts are running")
+                && ambiguous.error.contains("name the MOUNTPOINT"),
+            "\(ambiguous)")
+
         // A remount on the same cache: the live token is still there, the ended one too (--all).
         mounted.stop()
         first = nil
