@@ -224,6 +224,29 @@ struct TokenControlRequestTests {
                 }
             }
         }
+        // Random ids for revoke and expire: only a live token's own id ends it, nothing else.
+        let liveIDs = Set(fixture.authority.list().map(\.id))
+        let idValues: [Any] = [
+            "", "0", "zz", "../x", String(repeating: "f", count: 12), String(repeating: "a", count: 65), 7, NSNull(),
+            liveIDs.first ?? "", (liveIDs.first ?? "").uppercased(), "pfs_abc",
+        ]
+        for index in 0..<200 {
+            let kind = index % 2 == 0 ? "tokenRevoke" : "tokenExpire"
+            let raw = idValues[Int.random(in: 0..<idValues.count, using: &random)]
+            let before = Set(fixture.authority.list().map(\.id))
+            switch parsed(kind, ["id": raw]) {
+            case .failure(let error): #expect(error.code == .invalidArguments, "\(raw): \(error)")
+            case .success(let request):
+                let result = await fixture.reply(request)
+                let ended = before.subtracting(fixture.authority.list().map(\.id))
+                if case .success = result, let id = (raw as? String)?.lowercased() {
+                    #expect(ended == [id], "\(raw)")
+                } else {
+                    #expect(ended.isEmpty, "\(raw) failed yet ended \(ended)")
+                }
+            }
+        }
+        await fixture.fileSystem.shutdown()
     }
 }
 
