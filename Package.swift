@@ -95,7 +95,8 @@ let package = Package(
         .testTarget(
             name: "ProviderFSCommandsTests",
             dependencies: [
-                "ProviderFSCommands", "FileCoordination", "VirtualFileSystem", "ProviderCache", "ProviderModel",
+                "ProviderFSCommands", "AccessTokens", "FileCoordination", "VirtualFileSystem", "ProviderCache",
+                "ProviderModel",
                 "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
             ]),
         // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe or a socket pair.

@@ -9,36 +9,9 @@ import Musl
 #endif
 
 enum AtomicFile {
-    /// Temporary file beside `path` (mode 0600), fsync, rename over `path`, fsync of the
-    /// directory. Returns why it failed, or nil.
+    /// SystemSupport's `replaceFileAtomically`: temporary file, fsync, rename, directory fsync.
     static func replace(_ path: String, with bytes: [UInt8]) -> String? {
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return "open \(temporary): \(Errno.current.message)" }
-        if let failure = writeAll(fd, bytes) {
-            close(fd)
-            unlink(temporary)
-            return "write \(temporary): \(failure)"
-        }
-        guard fsync(fd) == 0 else {
-            let error = Errno.current
-            close(fd)
-            unlink(temporary)
-            return "fsync \(temporary): \(error.message)"
-        }
-        close(fd)
-        guard rename(temporary, path) == 0 else {
-            let error = Errno.current
-            unlink(temporary)
-            return "rename to \(path): \(error.message)"
-        }
-        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        let directoryFD = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryFD >= 0 {
-            fsync(directoryFD)
-            close(directoryFD)
-        }
-        return nil
+        replaceFileAtomically(path, with: bytes)
     }
 
     /// Appends `bytes` to `path` (created at mode 0600). Returns why it failed, or nil.

@@ -7,6 +7,7 @@ enum CommandRegistry {
         StatusCommand.self,
         DownloadCommand.self,
         FaultCommand.self,
+        TokenCommand.self,
         CoordinateCommand.self,
         PresentCommand.self,
         ClaimsCommand.self,

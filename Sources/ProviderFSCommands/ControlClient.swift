@@ -20,6 +20,8 @@ struct ControlClient: Sendable {
     let socketPath: String
     /// The mount point, for messages.
     let mountpoint: String
+    /// The largest reply the client reads (requests stay within `ControlProtocol.maximumMessageSize`).
+    static let maximumReplySize = 64 << 20
     /// How long a request may take from connect to reply.
     var timeout: Duration = .seconds(30)
 
@@ -105,7 +107,8 @@ struct ControlClient: Sendable {
         } catch {
             sendError = error.errno
         }
-        var reader = ControlFrameReader()
+        // Replies may be larger than requests: `tokenList` of 10,000 tokens, a full `tokenLog`.
+        var reader = ControlFrameReader(maximumMessageSize: maximumReplySize)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
             do {
@@ -128,7 +131,7 @@ struct ControlClient: Sendable {
         }
     }
 
-    private func sentence(for error: ControlError) -> CommandFailure {
+    func sentence(for error: ControlError) -> CommandFailure {
         switch error.code {
         case .unavailable where error.message.contains("EACCES"):
             CommandFailure(

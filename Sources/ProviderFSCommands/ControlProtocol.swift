@@ -234,8 +234,21 @@ enum ControlRequest: Sendable, Equatable {
     case faultList
     /// Remove the faults on `path` (nil: every fault).
     case faultClear(path: String?)
+    /// Grant a scoped access token on an item; the reply carries the token, once.
+    case tokenGrant(TokenGrantRequest)
+    /// The mount's tokens (ids, never tokens); ended ones too when `includeEnded`.
+    case tokenList(includeEnded: Bool)
+    /// End a live token now, as revoked.
+    case tokenRevoke(id: String)
+    /// End a live token now, as expired.
+    case tokenExpire(id: String)
+    /// The token audit log after a sequence number (0: all of it).
+    case tokenLog(after: UInt64)
 
-    static let kinds = ["status", "item", "download", "faultAdd", "faultList", "faultClear"]
+    static let kinds = [
+        "status", "item", "download", "faultAdd", "faultList", "faultClear", "tokenGrant", "tokenList",
+        "tokenRevoke", "tokenExpire", "tokenLog",
+    ]
 
     var kind: String {
         switch self {
@@ -245,6 +258,11 @@ enum ControlRequest: Sendable, Equatable {
         case .faultAdd: "faultAdd"
         case .faultList: "faultList"
         case .faultClear: "faultClear"
+        case .tokenGrant: "tokenGrant"
+        case .tokenList: "tokenList"
+        case .tokenRevoke: "tokenRevoke"
+        case .tokenExpire: "tokenExpire"
+        case .tokenLog: "tokenLog"
         }
     }
 
@@ -254,6 +272,10 @@ enum ControlRequest: Sendable, Equatable {
         case .item(let path), .download(let path): ["path": path]
         case .faultAdd(let request): request.arguments
         case .faultClear(let path): path.map { ["path": $0] } ?? ["all": true]
+        case .tokenGrant(let request): request.arguments
+        case .tokenList(let includeEnded): includeEnded ? ["includeEnded": true] : [:]
+        case .tokenRevoke(let id), .tokenExpire(let id): ["id": id]
+        case .tokenLog(let after): after == 0 ? [:] : ["after": Int64(clamping: after)]
         }
     }
 
@@ -279,6 +301,16 @@ enum ControlRequest: Sendable, Equatable {
             return .success(.faultList)
         case "faultClear":
             return FaultRequest.parseClear(arguments).map { .faultClear(path: $0) }
+        case "tokenGrant":
+            return TokenGrantRequest.parse(arguments).map { .tokenGrant($0) }
+        case "tokenList":
+            return TokenGrantRequest.parseList(arguments).map { .tokenList(includeEnded: $0) }
+        case "tokenRevoke":
+            return TokenGrantRequest.parseID(kind, arguments).map { .tokenRevoke(id: $0) }
+        case "tokenExpire":
+            return TokenGrantRequest.parseID(kind, arguments).map { .tokenExpire(id: $0) }
+        case "tokenLog":
+            return TokenGrantRequest.parseLog(arguments).map { .tokenLog(after: $0) }
         default:
             return .failure(
                 ControlError(

@@ -114,6 +114,10 @@ struct MountControl: ControlHandler {
         case .faultAdd, .faultList, .faultClear:
             guard let faults else { return .failure(ControlError(.failed, "this mount takes no faults")) }
             return await faults.handle(request) ?? .failure(ControlError(.failed, "not a fault request"))
+        case .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire, .tokenLog:
+            guard let tokens else { return .failure(ControlError(.failed, "this mount hands out no tokens")) }
+            return await MountTokens(authority: tokens, fileSystem: fileSystem).handle(request, peer: peer)
+                ?? .failure(ControlError(.failed, "not a token request"))
         case .status:
             return ControlProtocol.encode(await status())
         case .item(let path):

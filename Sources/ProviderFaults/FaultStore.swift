@@ -108,36 +108,7 @@ final class FaultStore: @unchecked Sendable {
     /// Temporary file beside `path`, fsync, rename over `path`, fsync of the directory. Returns
     /// why it failed, or nil.
     static func writeAtomically(_ bytes: [UInt8], to path: String) -> String? {
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return "open \(temporary): \(Errno.current.message)" }
-        let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
-            writeFully(fd, from: raw.baseAddress!, count: raw.count, at: 0)
-        }
-        if case .failure(let error) = written {
-            close(fd)
-            unlink(temporary)
-            return "write \(temporary): \(error.message)"
-        }
-        guard fsync(fd) == 0 else {
-            let error = Errno.current
-            close(fd)
-            unlink(temporary)
-            return "fsync \(temporary): \(error.message)"
-        }
-        close(fd)
-        guard rename(temporary, path) == 0 else {
-            let error = Errno.current
-            unlink(temporary)
-            return "rename to \(path): \(error.message)"
-        }
-        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        let directoryFD = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryFD >= 0 {
-            fsync(directoryFD)
-            close(directoryFD)
-        }
-        return nil
+        replaceFileAtomically(path, with: bytes)
     }
 
     // MARK: Rules ⇄ stored form

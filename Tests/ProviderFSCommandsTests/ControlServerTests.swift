@@ -40,7 +40,7 @@ final class StubHandler: ControlHandler, @unchecked Sendable {
             }
             if path == "missing" { return .failure(ControlError(.notFound, "missing is not in the mount")) }
             return ControlProtocol.encode(["path": path])
-        case .faultAdd, .faultList, .faultClear:
+        case .faultAdd, .faultList, .faultClear, .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire, .tokenLog:
             return ControlProtocol.encode(["kind": request.kind])
         }
     }
