@@ -55,7 +55,7 @@ public final class ProviderFileSystem: FileSystem {
         var identifier: ItemIdentifier
         var entry: ContentEntry
         var claim: ReadClaimToken
-        /// Opened through an access path: every read re-checks this token and scope (D-305).
+        /// Opened through an access path: every read re-checks this token and scope (D-307).
         var scoped: ScopedNode?
         /// The download failure a read of this handle met (D-288): later reads of bytes that are
         /// still missing fail with it at once, without a new download, until the handle is closed.
