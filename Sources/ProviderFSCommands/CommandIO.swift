@@ -24,3 +24,18 @@ public struct CommandIO: Sendable {
         FileHandle.standardOutput.write(data + Data("\n".utf8))
     }
 }
+
+/// One `--json` line of a command that speaks to several mounts (`fault list`, `token list`): the
+/// value's own fields, plus `mountpoint`.
+struct OnMount<Value: Encodable>: Encodable {
+    var mountpoint: String
+    var value: Value
+
+    enum Keys: String, CodingKey { case mountpoint }
+
+    func encode(to encoder: any Encoder) throws {
+        try value.encode(to: encoder)
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(mountpoint, forKey: .mountpoint)
+    }
+}

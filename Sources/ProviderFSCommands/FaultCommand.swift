@@ -131,7 +131,7 @@ struct FaultCommand: CLICommand {
         request.path = relative
         let added = try await client.send(.faultAdd(request), as: ControlFault.self)
         if io.json {
-            io.emit(ListedFault(mountpoint: client.mountpoint, fault: added))
+            io.emit(OnMount(mountpoint: client.mountpoint, value: added))
         } else {
             io.line("\(path): \(describe(added))")
         }
@@ -143,10 +143,10 @@ struct FaultCommand: CLICommand {
     static func list(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
         let path = arguments.positional()
         try arguments.finish()
-        var listed: [ListedFault] = []
+        var listed: [OnMount<ControlFault>] = []
         for client in try clients(path) {
             let reply = try await client.send(.faultList, as: ControlFaultList.self)
-            listed += reply.faults.map { ListedFault(mountpoint: client.mountpoint, fault: $0) }
+            listed += reply.faults.map { OnMount(mountpoint: client.mountpoint, value: $0) }
         }
         if io.json {
             for fault in listed { io.emit(fault) }
@@ -154,7 +154,7 @@ struct FaultCommand: CLICommand {
             io.line("No faults.")
         } else {
             for fault in listed {
-                io.line(absolute(fault.mountpoint, fault.fault.path) + "  " + describe(fault.fault))
+                io.line(absolute(fault.mountpoint, fault.value.path) + "  " + describe(fault.value))
             }
         }
         return ExitStatus.success
@@ -212,19 +212,5 @@ struct FaultCommand: CLICommand {
         }
         if fault.metadata { text += ", metadata too" }
         return text
-    }
-
-    /// One line of `fault list --json`: the fault and its mount.
-    struct ListedFault: Encodable {
-        var mountpoint: String
-        var fault: ControlFault
-
-        enum Keys: String, CodingKey { case mountpoint }
-
-        func encode(to encoder: any Encoder) throws {
-            try fault.encode(to: encoder)
-            var container = encoder.container(keyedBy: Keys.self)
-            try container.encode(mountpoint, forKey: .mountpoint)
-        }
     }
 }

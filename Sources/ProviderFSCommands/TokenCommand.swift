@@ -123,7 +123,7 @@ struct TokenCommand: CLICommand {
         let client = try self.client(mountpoint)
         let reply = try await send(client, .tokenList(includeEnded: all), as: ControlTokenList.self)
         if io.json {
-            for token in reply.tokens { io.emit(ListedToken(mountpoint: client.mountpoint, token: token)) }
+            for token in reply.tokens { io.emit(OnMount(mountpoint: client.mountpoint, value: token)) }
         } else if reply.tokens.isEmpty {
             io.line(all ? "No tokens." : "No live tokens.")
         } else {
@@ -178,20 +178,6 @@ struct TokenCommand: CLICommand {
         return String(format: "%04d-%02d-%02d ", time.year ?? 0, time.month ?? 0, time.day ?? 0) + clock
     }
 
-    /// One line of `token list --json`: the token and its mount.
-    struct ListedToken: Encodable {
-        var mountpoint: String
-        var token: ControlToken
-
-        enum Keys: String, CodingKey { case mountpoint }
-
-        func encode(to encoder: any Encoder) throws {
-            try token.encode(to: encoder)
-            var container = encoder.container(keyedBy: Keys.self)
-            try container.encode(mountpoint, forKey: .mountpoint)
-        }
-    }
-
     // MARK: revoke, expire
 
     static func end(_ action: String, _ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
@@ -207,7 +193,7 @@ struct TokenCommand: CLICommand {
             client,
             action == "revoke" ? .tokenRevoke(id: id) : .tokenExpire(id: id), as: ControlToken.self)
         if io.json {
-            io.emit(ListedToken(mountpoint: client.mountpoint, token: ended))
+            io.emit(OnMount(mountpoint: client.mountpoint, value: ended))
         } else {
             io.line(
                 "Token \(ended.id) (\(ended.path.isEmpty ? "/" : ended.path)) \(action == "revoke" ? "revoked" : "expired")."
