@@ -145,10 +145,29 @@ public final class TokenAuthority: Sendable {
         decide(token, caller: caller, consume: false)
     }
 
-    /// `check`, and if allowed, takes one use: an open through the token. The use that takes
-    /// the last of a `uses` token is allowed; later checks are denied `usedUp`.
+    /// `check`, and if allowed, takes one use: an open through the token. A use lasts until
+    /// `endUse` (the handle is closed). Once the last use of a `uses` token is taken, further
+    /// uses are denied `usedUp` while checks still pass, so the handles holding uses read on;
+    /// when the last of those ends the token ends `usedUp` (D-315). Expiry and revocation end
+    /// it at once, whatever uses are open.
     public func recordUse(_ token: String, caller: TokenCaller) -> TokenDecision {
         decide(token, caller: caller, consume: true)
+    }
+
+    /// Ends a use that `recordUse` allowed for the token `id` (the grant's id): its handle was
+    /// closed, or the open failed after the use was taken. Call once per allowed use.
+    public func endUse(id: String) {
+        let wallNow = wallClock()
+        state.withLock { $0.endUse(id, wallNow: wallNow) }
+        saveIfChanged()
+    }
+
+    /// Gives back a use that `recordUse` allowed for the token `id` when the open it was taken
+    /// for failed afterwards (it opened nothing). Instead of `endUse`, not as well.
+    public func returnUse(id: String) {
+        let wallNow = wallClock()
+        state.withLock { $0.returnUse(id, wallNow: wallNow) }
+        saveIfChanged()
     }
 
     private func decide(_ token: String, caller: TokenCaller, consume: Bool) -> TokenDecision {

@@ -225,17 +225,41 @@ extension TokenAuthorityState {
         }
         let grant = TokenGrant(id: id, scope: record.scope, mode: record.mode)
         guard consume else { return .allowed(grant) }
+        // The last use taken: no more opens, while the handles holding uses read on (D-315).
+        if record.usesLeft == 0 { return deny(.usedUp, tokenID: id, caller: caller, now: now, wallNow: wallNow) }
         record.lastUse = wallNow
         if let uses = record.usesLeft {
             // Saved before the open is answered; the last-use time alone is not (no write per open).
             record.usesLeft = uses - 1
+            record.openUses += 1
             generation += 1
         }
         records[id] = record
         log(
             .use, time: wallNow, tokenID: id, caller: caller,
             detail: record.usesLeft.map { "\($0) uses left" })
-        if record.usesLeft == 0 { end(id, as: .usedUp, wallNow: wallNow) }
         return .allowed(grant)
+    }
+
+    /// A use taken by `admit(consume:)` has ended (its handle closed). A `uses` token whose last
+    /// use has been taken ends `usedUp` when its last open use ends (D-315).
+    mutating func endUse(_ id: String, wallNow: Date) {
+        guard var record = records[id], record.state == .live, let usesLeft = record.usesLeft else { return }
+        record.openUses = max(0, record.openUses - 1)
+        records[id] = record
+        guard usesLeft == 0, record.openUses == 0 else { return }
+        end(id, as: .usedUp, wallNow: wallNow)
+        log(.usedUp, time: wallNow, tokenID: id, detail: "its last use ended")
+    }
+
+    /// A use taken by `admit(consume:)` is given back: the open failed after the token allowed
+    /// it (a claim refused, a download that could not start), so it opened nothing.
+    mutating func returnUse(_ id: String, wallNow: Date) {
+        guard var record = records[id], record.state == .live, let usesLeft = record.usesLeft else { return }
+        record.openUses = max(0, record.openUses - 1)
+        record.usesLeft = usesLeft + 1
+        records[id] = record
+        generation += 1
+        log(.useReturned, time: wallNow, tokenID: id, detail: "\(usesLeft + 1) uses left")
     }
 }

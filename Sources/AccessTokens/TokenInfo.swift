@@ -15,6 +15,8 @@ public struct TokenInfo: Sendable, Hashable, Codable {
     /// Monotonic time until it expires; nil without a TTL; zero once ended.
     public var timeLeft: Duration?
     public var usesLeft: Int?
+    /// Uses in progress: handles opened through a `uses` token and not yet closed (D-315).
+    public var openUses: Int = 0
     public var lastUse: Date?
     public var boundPID: Int32?
     /// When it ended (expired, revoked or used up), by the wall clock.

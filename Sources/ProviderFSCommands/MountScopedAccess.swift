@@ -35,6 +35,14 @@ package struct MountScopedAccess: ScopedAccessProvider {
         Self.decision(authority.recordUse(token, caller: caller(context)))
     }
 
+    package func endUse(id: String) {
+        authority.endUse(id: id)
+    }
+
+    package func returnUse(id: String) {
+        authority.returnUse(id: id)
+    }
+
     package static func decision(_ decision: TokenDecision) -> ScopedAccessDecision {
         switch decision {
         case .allowed(let grant):

@@ -155,6 +155,8 @@ struct ControlToken: Codable, Sendable, Equatable {
     /// Monotonic time left (authoritative); nil without a TTL, 0 once ended.
     var timeLeftMilliseconds: Int64?
     var usesLeft: Int?
+    /// Handles opened through a `uses` token and not yet closed (each holds one use, D-315).
+    var openUses: Int?
     var lastUse: Date?
     var boundPID: Int32?
     var endedAt: Date?
@@ -169,6 +171,7 @@ struct ControlToken: Codable, Sendable, Equatable {
         expiresAt = info.expiresAt
         timeLeftMilliseconds = info.timeLeft.map(Self.milliseconds)
         usesLeft = info.usesLeft
+        openUses = info.usesLeft == nil ? nil : info.openUses
         lastUse = info.lastUse
         boundPID = info.boundPID
         endedAt = info.endedAt

@@ -35,17 +35,26 @@ extension ProviderFileSystem {
     func checkToken(
         _ token: String, context: RequestContext, use: Bool = false, operation: String
     ) throws(FileSystemError) -> ItemIdentifier {
+        try decideToken(token, context: context, use: use, operation: operation).scope
+    }
+
+    /// `checkToken`, with the token's id. A use taken (`use`) lasts until `endUse(id)`; it is
+    /// ended here if the answer is a refusal after all (the root, D-305).
+    func decideToken(
+        _ token: String, context: RequestContext, use: Bool, operation: String
+    ) throws(FileSystemError) -> (scope: ItemIdentifier, id: String) {
         guard let scopedAccess else { throw FileSystemError(.notFound, "the mount has no access paths") }
         let decision =
             use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
-        case .allowed(let scope, _, _):
+        case .allowed(let scope, _, let id):
             // The root has no name to stand under `.scoped/<token>/` (D-305).
             guard !scope.isEmpty else {
+                if use { scopedAccess.returnUse(id: id) }
                 logger.notice("\(operation) through an access path refused: a grant of the mount's root")
                 throw FileSystemError(.accessDenied, "access path refused: the mount's root cannot be granted")
             }
-            return ItemIdentifier(scope)
+            return (ItemIdentifier(scope), id)
         case .denied(let reason):
             // Never the token: the authority logs it by id (or not at all for a guess).
             logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")
@@ -317,17 +326,36 @@ extension ProviderFileSystem {
     }
 
     /// The checks of an open through an access path: the token and scope first (EACCES, no use
-    /// taken), then writes (EROFS), then one use taken (D-308).
+    /// taken), then writes (EROFS), then one use taken (D-308), which the caller must end with
+    /// `endScopedUse` when the handle is released, or give back with `returnScopedUse` when the
+    /// open fails (D-315).
     func scopedOpen(
         _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
-    ) throws(FileSystemError) -> (ScopedNode, ItemIdentifier) {
+    ) throws(FileSystemError) -> (node: ScopedNode, identifier: ItemIdentifier, use: String) {
         guard case .node(let node) = target, case .item(let identifier) = node.role else {
             throw FileSystemError(.isADirectory, "an access-path directory")
         }
         try enforce(node, context: context, operation: "open")
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
         if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
-        try enforce(node, context: context, use: true, operation: "open")
-        return (node, identifier)
+        let (scope, use) = try decideToken(node.token, context: context, use: true, operation: "open")
+        guard depth(of: identifier, below: scope) != nil else {
+            returnScopedUse(use)
+            logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
+            throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
+        }
+        return (node, identifier, use)
+    }
+
+    /// Ends a use an open took: its handle was released.
+    func endScopedUse(_ id: String?) {
+        guard let id else { return }
+        scopedAccess?.endUse(id: id)
+    }
+
+    /// Gives back a use an open took: the open failed after it.
+    func returnScopedUse(_ id: String?) {
+        guard let id else { return }
+        scopedAccess?.returnUse(id: id)
     }
 }

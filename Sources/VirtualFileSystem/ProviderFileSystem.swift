@@ -57,6 +57,8 @@ public final class ProviderFileSystem: FileSystem {
         var claim: ReadClaimToken
         /// Opened through an access path: every read re-checks this token and scope (D-307).
         var scoped: ScopedNode?
+        /// The token id whose use this handle holds, ended when it is released (D-315).
+        var scopedUse: String?
         /// The download failure a read of this handle met (D-288): later reads of bytes that are
         /// still missing fail with it at once, without a new download, until the handle is closed.
         /// Present bytes are still served. Not an interrupt (that was the reader's, not the file's).
@@ -341,19 +343,28 @@ public final class ProviderFileSystem: FileSystem {
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) async throws(FileSystemError) -> OpenedFile {
         var scoped: ScopedNode?
+        var use: String?
         let node: InodeTable.Node
         if let target = scopedTarget(inode) {
-            let (checked, identifier) = try scopedOpen(target, flags: flags, context: context)
-            scoped = checked
-            node = InodeTable.Node(identifier: identifier, kind: checked.kind, lookupCount: 0, generation: 0)
+            let checked = try scopedOpen(target, flags: flags, context: context)
+            scoped = checked.node
+            use = checked.use
+            node = InodeTable.Node(
+                identifier: checked.identifier, kind: checked.node.kind, lookupCount: 0, generation: 0)
         } else {
             node = try self.node(inode)
+            if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
+            if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
         }
-        if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
-        if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
         let path = cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue
-        let claim = try await claims.acquireReadClaim(
-            ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+        let claim: ReadClaimToken
+        do throws(FileSystemError) {
+            claim = try await claims.acquireReadClaim(
+                ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+        } catch {
+            returnScopedUse(use)
+            throw error
+        }
         let entry: ContentEntry
         let item: ProviderItem
         do throws(FileSystemError) {
@@ -369,20 +380,22 @@ public final class ProviderFileSystem: FileSystem {
             }
         } catch {
             claims.releaseReadClaim(claim)
+            returnScopedUse(use)
             throw error
         }
-        return opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped)
+        return opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
     }
 
     /// The handle of an open whose claim is held and whose content version is pinned.
     func opened(
         _ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem, entry: ContentEntry, claim: ReadClaimToken,
-        scoped: ScopedNode? = nil
+        scoped: ScopedNode? = nil, use: String? = nil
     ) -> OpenedFile {
         let (handle, keepCache) = state.withLock { state -> (FileHandleID, Bool) in
             let handle = state.allocateHandle()
             state.files[handle] = OpenFile(
-                inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped)
+                inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
+                scopedUse: use)
             let keepCache = state.inodes[inode]?.lastOpenedVersion == item.contentVersion
             state.inodes[inode]?.lastOpenedVersion = item.contentVersion
             return (handle, keepCache)
@@ -445,6 +458,7 @@ public final class ProviderFileSystem: FileSystem {
         guard let open = state.withLock({ $0.files.removeValue(forKey: handle) }) else { return }
         cache.content.unpin(open.entry)
         claims.releaseReadClaim(open.claim)
+        endScopedUse(open.scopedUse)
     }
 
     // MARK: Mutations (read-only for now)

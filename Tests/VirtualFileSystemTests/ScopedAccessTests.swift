@@ -246,7 +246,7 @@ struct ScopedAccessTests {
         #expect(try await readAll(scoped.fileSystem, try await resolve(scoped.fileSystem, "e/secret").inode).count == 7)
     }
 
-    @Test("opens take uses: the last use opens, the next open is refused; writes stay EROFS")
+    @Test("opens take uses: the last use opens and reads to its close, then the token is used up; writes stay EROFS")
     func usesAndWrites() async throws {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d/x", uses: 1)
@@ -259,11 +259,53 @@ struct ScopedAccessTests {
         await expectCode(.readOnlyFileSystem, "open for writing") {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
         }
+        #expect(scoped.authority.info(id: issued.id)?.usesLeft == 1)
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         await expectDenied("second open") {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         }
+        // The handle holding the last use reads the whole file (what `cat` of a 1-use path needs).
+        var bytes: [UInt8] = []
+        while true {
+            let data = try await scoped.fileSystem.read(
+                file.inode, handle: opened.handle, offset: Int64(bytes.count), count: 128 << 10, context: .kernel)
+            if data.bytes.isEmpty { break }
+            bytes += data.bytes
+        }
+        #expect(bytes == InMemoryContent.ramp(seed: 1, size: 300_000).slice(0..<300_000))
+        _ = try await scoped.fileSystem.getAttributes(file.inode, context: .kernel)
         await scoped.fileSystem.release(file.inode, handle: opened.handle)
+        // Its close ends the last use: the token is used up, lookups are refused.
+        #expect(scoped.authority.info(id: issued.id)?.state == .usedUp)
+        await expectDenied("lookup after the last use ended") { _ = try await scoped.resolve(issued.token, "x") }
+    }
+
+    @Test("an open that fails after its use was taken gives the use back")
+    func failedOpenReturnsUse() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/x", .bytes([1, 2, 3]))
+        let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock())
+        let claims = RefusingClaims()
+        let fileSystem = try fixture.makeFileSystem(
+            claims: claims, scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
+        let issued = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, uses: 1)
+        let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        let directory = try await fileSystem.lookup(parent: scopedDirectory.inode, name: issued.token, context: .kernel)
+        let file = try await fileSystem.lookup(parent: directory.inode, name: "x", context: .kernel)
+        claims.refusing.withLock { $0 = true }
+        await expectCode(.timedOut, "open while the claim is refused") {
+            _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        }
+        #expect(authority.info(id: issued.id)?.usesLeft == 1)
+        #expect(authority.info(id: issued.id)?.state == .live)
+        claims.refusing.withLock { $0 = false }
+        let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(
+            try await fileSystem.read(file.inode, handle: opened.handle, offset: 0, count: 3, context: .kernel).bytes
+                == [1, 2, 3])
+        await fileSystem.release(file.inode, handle: opened.handle)
+        #expect(authority.info(id: issued.id)?.state == .usedUp)
     }
 
     @Test("an item whose identifier is not inside the token's scope is refused on every operation")
@@ -426,6 +468,18 @@ private final class SwitchingScopePort: ScopedAccessProvider, Sendable {
         uses.withLock { $0 += 1 }
         return check(token, context: context)
     }
+    func endUse(id: String) {}
+    func returnUse(id: String) {}
+}
+
+/// Read claims that time out while `refusing` is set.
+private final class RefusingClaims: ReadClaimProvider, Sendable {
+    let refusing = Locked(false)
+    func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
+        if refusing.withLock({ $0 }) { throw FileSystemError(.timedOut, "the claim was refused (test)") }
+        return ReadClaimToken(rawValue: 0)
+    }
+    func releaseReadClaim(_ token: ReadClaimToken) {}
 }
 
 private enum FileManagerLite {
