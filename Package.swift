@@ -17,6 +17,7 @@ let package = Package(
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev", "fuse3"])]),
         .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CQPDF", pkgConfig: "libqpdf", providers: [.apt(["libqpdf-dev"])]),
         // glibc headers Swift's Glibc module lacks (sys/xattr.h); headers only, part of libc6-dev.
         .systemLibrary(name: "CLinuxHeaders"),
 
@@ -26,6 +27,8 @@ let package = Package(
         // Digests and constant-time comparison through OpenSSL's libcrypto.
         .target(name: "CryptoSupport", dependencies: ["CLibCrypto"]),
         .target(name: "FileCoordination", dependencies: ["SystemSupport"]),
+        // PDF validation with a real parser (libqpdf): pages, a full check, every page's content.
+        .target(name: "PDFValidation", dependencies: ["CQPDF"]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
         .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.
@@ -64,6 +67,7 @@ let package = Package(
 
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
         .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
+        .testTarget(name: "PDFValidationTests", dependencies: ["PDFValidation", "TestSupport"]),
         .testTarget(name: "AccessTokensTests", dependencies: ["AccessTokens", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
