@@ -29,6 +29,10 @@ let package = Package(
         .target(name: "FileCoordination", dependencies: ["SystemSupport"]),
         // PDF validation with a real parser (libqpdf): pages, a full check, every page's content.
         .target(name: "PDFValidation", dependencies: ["CQPDF"]),
+        // The reading-list app (issue 13): imports documents the careful way; its CLI is `reading-list`.
+        .target(
+            name: "ReadingList",
+            dependencies: ["PDFValidation", "SQLiteStore", "FileCoordination", "CryptoSupport", "SystemSupport"]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
         .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.
@@ -49,6 +53,7 @@ let package = Package(
                 "AccessTokens", "FileCoordination", "SystemSupport", "Diagnostics",
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
+        .executableTarget(name: "reading-list", dependencies: ["ReadingList", "SystemSupport"]),
         // A small child process for cross-process coordination tests and benchmarks.
         .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
         // SQLiteStore against raw SQLite, built -c release by Benchmarks/sqlite.sh (not run by tests).
@@ -68,6 +73,8 @@ let package = Package(
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
         .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
         .testTarget(name: "PDFValidationTests", dependencies: ["PDFValidation", "TestSupport"]),
+        .testTarget(
+            name: "ReadingListTests", dependencies: ["ReadingList", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(name: "AccessTokensTests", dependencies: ["AccessTokens", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),

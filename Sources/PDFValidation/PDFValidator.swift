@@ -6,6 +6,7 @@
 // refuses it. docs/PDF-VALIDATION.md.
 
 import CQPDF
+import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -19,10 +20,14 @@ public struct PDFValidationOptions: Sendable, Equatable {
     public var password: String?
     /// Refuse a file qpdf had to repair or warned about (`PDFValidationError.repaired`).
     public var strict: Bool
+    /// The name messages use for the file instead of its path (a staging copy's path means
+    /// nothing to a person).
+    public var displayName: String?
 
-    public init(password: String? = nil, strict: Bool = false) {
+    public init(password: String? = nil, strict: Bool = false, displayName: String? = nil) {
         self.password = password
         self.strict = strict
+        self.displayName = displayName
     }
 }
 
@@ -116,28 +121,28 @@ public enum PDFValidator {
         // Warnings are collected, not printed; errors are read through the API, not printed.
         qpdf_set_suppress_warnings(qpdf, QPDF_TRUE)
         qpdf_silence_errors(qpdf)
-        var warnings = Warnings()
+        var warnings = Warnings(path: path, displayName: options.displayName)
 
         let status = qpdf_read(qpdf, path, options.password ?? "")
         warnings.collect(qpdf)
         if status & QPDF_ERRORS != 0 {
             let (code, message) = lastError(qpdf)
             if code == qpdf_e_password { throw options.password == nil ? .passwordRequired : .wrongPassword }
-            if code == qpdf_e_system { throw .unreadable(errno: EIO, message) }
-            throw .damaged(message)
+            if code == qpdf_e_system { throw .unreadable(errno: EIO, warnings.named(message)) }
+            throw .damaged(warnings.named(message))
         }
         let encrypted = qpdf_is_encrypted(qpdf) != QPDF_FALSE
         let version = String(cString: qpdf_get_pdf_version(qpdf))
 
         let pages = qpdf_get_num_pages(qpdf)
         warnings.collect(qpdf)
-        guard pages >= 0 else { throw .damaged(lastError(qpdf).message) }
+        guard pages >= 0 else { throw .damaged(warnings.named(lastError(qpdf).message)) }
         guard pages > 0 else { throw .noPages }
 
         // Every object and stream read and decoded, as `qpdf --check` does.
         let check = qpdf_check_pdf(qpdf)
         warnings.collect(qpdf)
-        if check & QPDF_ERRORS != 0 { throw .damaged(lastError(qpdf).message) }
+        if check & QPDF_ERRORS != 0 { throw .damaged(warnings.named(lastError(qpdf).message)) }
 
         // Every page is a page, and its content streams decode.
         for index in 0..<Int(pages) {
@@ -145,7 +150,7 @@ public enum PDFValidator {
             defer { qpdf_oh_release(qpdf, page) }
             warnings.collect(qpdf)
             if qpdf_has_error(qpdf) != QPDF_FALSE {
-                throw .pageContent(page: index + 1, lastError(qpdf).message)
+                throw .pageContent(page: index + 1, warnings.named(lastError(qpdf).message))
             }
             guard qpdf_oh_is_dictionary(qpdf, page) != QPDF_FALSE else {
                 throw .pageContent(page: index + 1, "the page object is not a dictionary")
@@ -156,7 +161,7 @@ public enum PDFValidator {
             free(buffer)
             warnings.collect(qpdf)
             if content & QPDF_ERRORS != 0 {
-                throw .pageContent(page: index + 1, lastError(qpdf).message)
+                throw .pageContent(page: index + 1, warnings.named(lastError(qpdf).message))
             }
         }
         qpdf_oh_release_all(qpdf)
@@ -209,8 +214,21 @@ public enum PDFValidator {
     }
 
     struct Warnings {
+        let path: String
+        let displayName: String?
         private var kept: [String] = []
         private var dropped = 0
+
+        init(path: String, displayName: String?) {
+            self.path = path
+            self.displayName = displayName
+        }
+
+        /// `message` with the file's path replaced by its display name, if one was given.
+        func named(_ message: String) -> String {
+            guard let displayName else { return message }
+            return message.replacingOccurrences(of: path, with: displayName)
+        }
 
         /// The warnings in order; past the limit, a last line saying how many more there were.
         var list: [String] { dropped == 0 ? kept : kept + ["… and \(dropped) more warnings"] }
@@ -219,7 +237,7 @@ public enum PDFValidator {
             while qpdf_more_warnings(qpdf) != QPDF_FALSE {
                 guard let warning = qpdf_next_warning(qpdf) else { break }
                 if kept.count < PDFValidator.maximumWarnings - 1 {
-                    kept.append(String(cString: qpdf_get_error_full_text(qpdf, warning)))
+                    kept.append(named(String(cString: qpdf_get_error_full_text(qpdf, warning))))
                 } else {
                     dropped += 1
                 }

@@ -1,19 +1,31 @@
-// Small PDF files built byte by byte for the validator's tests: a correct cross-reference table
-// unless a test asks for a broken one.
+// Small PDF files built byte by byte for tests (the validator's, the reading-list app's): a
+// correct cross-reference table unless a test asks for a broken one.
 
-import Foundation
-
-struct TestPDF {
+/// A PDF to build.
+public struct TestPDF: Sendable {
     /// Pages to make; each shows "page N".
-    var pages = 1
+    public var pages = 1
     /// Write xref offsets that point at the wrong bytes (qpdf reconstructs the table: a repair).
-    var wrongOffsets = false
+    public var wrongOffsets = false
     /// Replace the first page's content stream with bytes that claim FlateDecode but are not.
-    var brokenContent = false
+    public var brokenContent = false
     /// The header's version.
-    var version = "1.7"
+    public var version = "1.7"
+    /// Bytes added to every page's content stream (as a comment), to make big files.
+    public var padding = 0
 
-    func bytes() -> [UInt8] {
+    public init(
+        pages: Int = 1, wrongOffsets: Bool = false, brokenContent: Bool = false, version: String = "1.7",
+        padding: Int = 0
+    ) {
+        self.pages = pages
+        self.wrongOffsets = wrongOffsets
+        self.brokenContent = brokenContent
+        self.version = version
+        self.padding = padding
+    }
+
+    public func bytes() -> [UInt8] {
         var objects: [String] = []
         objects.append("<< /Type /Catalog /Pages 2 0 R >>")
         let pageIDs = (0..<pages).map { 4 + 2 * $0 }
@@ -30,7 +42,8 @@ struct TestPDF {
                 objects.append(
                     "<< /Length \(garbage.utf8.count) /Filter /FlateDecode >>\nstream\n\(garbage)\nendstream")
             } else {
-                let content = "BT /F1 24 Tf 72 700 Td (page \(index + 1)) Tj ET"
+                var content = "BT /F1 24 Tf 72 700 Td (page \(index + 1)) Tj ET"
+                if padding > 0 { content += "\n%" + String(repeating: "x", count: padding) }
                 objects.append("<< /Length \(content.utf8.count) >>\nstream\n\(content)\nendstream")
             }
         }
@@ -52,7 +65,7 @@ struct TestPDF {
     }
 
     /// A PDF with no pages at all (a valid file, an empty document).
-    static func withoutPages() -> [UInt8] {
+    public static func withoutPages() -> [UInt8] {
         let objects = ["<< /Type /Catalog /Pages 2 0 R >>", "<< /Type /Pages /Kids [] /Count 0 >>"]
         var out = Array("%PDF-1.7\n".utf8)
         var offsets: [Int] = []
