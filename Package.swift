@@ -120,6 +120,7 @@ let package = Package(
             dependencies: [
                 "TestSupport", "TestScheduling", "SystemSupport", "FUSEAdapter", "ProviderModel", "LocalProvider",
                 "providerfs",
+                "reading-list",
                 "fuse-fixture",
                 "coordination-probe",
             ]),

@@ -64,6 +64,25 @@ public final class ImportCancellation: Sendable {
     }
 }
 
+/// Points in an import where tests can stop it.
+public enum ImportCheckpoint: Sendable, Equatable {
+    /// Before a stage starts (read, validate, store, record).
+    case before(ImportStage)
+    /// The pending record exists; the staged file is not moved yet.
+    case pendingRecordCreated
+
+    /// "read", "validate", "store", "record", or "pending-record".
+    public init?(name: String) {
+        if name == "pending-record" {
+            self = .pendingRecordCreated
+        } else if let stage = ImportStage(rawValue: name) {
+            self = .before(stage)
+        } else {
+            return nil
+        }
+    }
+}
+
 /// The result of one import.
 public struct ImportOutcome: Sendable {
     public var attempt: ImportAttempt
@@ -79,12 +98,12 @@ public final class Importer: Sendable {
     public let location: LibraryLocation
     public let store: RecordStore
     let access: any DocumentAccess
-    /// Test seam: called between stages (the kill -9 and cancel tests stop an import there).
-    let checkpoint: @Sendable (ImportStage) -> Void
+    /// Test seam: called at each checkpoint (the kill -9 and cancel tests stop an import there).
+    let checkpoint: @Sendable (ImportCheckpoint) -> Void
 
     public init(
         location: LibraryLocation, store: RecordStore, access: any DocumentAccess = ScopedDocumentAccess(),
-        checkpoint: @escaping @Sendable (ImportStage) -> Void = { _ in }
+        checkpoint: @escaping @Sendable (ImportCheckpoint) -> Void = { _ in }
     ) {
         self.location = location
         self.store = store
@@ -110,7 +129,7 @@ public final class Importer: Sendable {
         let inspection = SourceInspection.inspect(absolute)
         let me = getpid()
         var attempt = ImportAttempt(
-            id: UUID().uuidString.lowercased(), startedAt: Date(), sourcePath: absolute,
+            id: UUID().uuidString.lowercased(), startedAt: Date(), sourcePath: SourceInspection.redacted(absolute),
             sourceCategory: inspection.category, fileType: inspection.fileType, result: .running, failedStage: nil,
             error: nil, documentID: nil, stages: [], versions: inspection.versions, ownerPID: me,
             ownerStartTime: ProcessInfoFiles.startTime(of: me))
@@ -124,8 +143,16 @@ public final class Importer: Sendable {
             document = nil
             failure = error
         }
+        if var redacted = failure {
+            redacted.message = SourceInspection.redacted(redacted.message)
+            failure = redacted
+        }
         run.cleanUp(succeeded: failure == nil)
-        attempt.stages = run.stages
+        attempt.stages = run.stages.map { stage in
+            var stage = stage
+            stage.detail = stage.detail.map(SourceInspection.redacted)
+            return stage
+        }
         attempt.ownerPID = nil
         attempt.ownerStartTime = nil
         if let failure {
@@ -218,7 +245,8 @@ struct ImportRun {
         let record = DocumentRecord(
             id: id, displayName: Self.displayName(path), state: .pending, size: copied.size, sha256: copied.sha256,
             pageCount: validation.pageCount, repaired: validation.repaired, warnings: validation.warnings,
-            encrypted: validation.encrypted, sourcePath: path, sourceCategory: category, importedAt: Date(),
+            encrypted: validation.encrypted, sourcePath: SourceInspection.redacted(path), sourceCategory: category,
+            importedAt: Date(),
             ownerPID: me, ownerStartTime: ProcessInfoFiles.startTime(of: me))
         let (stored, storeRow) = Self.measure(.store) { () throws(ImportFailure) -> (Void, String?) in
             do throws(ReadingListError) {
@@ -227,7 +255,7 @@ struct ImportRun {
                 throw ImportFailure(.store, error.message)
             }
             pendingID = id
-            importer.checkpoint(.store)
+            importer.checkpoint(.pendingRecordCreated)
             let destination = location.documentPath(id)
             guard rename(stagingPath!, destination) == 0 else {
                 throw ImportFailure(.store, "cannot move the copy into the library: \(Errno.current.message)")
@@ -287,7 +315,7 @@ struct ImportRun {
 
     /// Throws a `cancelled` failure at `stage` if the import was cancelled; runs the checkpoint.
     mutating func stop(at stage: ImportStage) throws(ImportFailure) {
-        importer.checkpoint(stage)
+        importer.checkpoint(.before(stage))
         if cancellation.isCancelled {
             stages.append(StageResult(stage: stage, outcome: .cancelled, milliseconds: 0, detail: "cancelled"))
             throw ImportFailure(stage, "cancelled", cancelled: true)

@@ -42,6 +42,13 @@ public struct SourceInspection: Sendable, Equatable {
                 app: "reading-list \(appVersion); libqpdf \(PDFValidator.libraryVersion)"))
     }
 
+    /// `text` with every access token (`pfs_…`, as in `…/.scoped/pfs_…/…`) replaced by `<token>`:
+    /// what records, reports and messages show. A token is a secret (docs/TOKENS.md).
+    public static func redacted(_ text: String) -> String {
+        guard text.contains("pfs_") else { return text }
+        return text.replacing(/pfs_[A-Za-z0-9_]+/, with: "<token>")
+    }
+
     /// "pdf", "empty", "zip", "text", "unknown", or "unreadable", from the first bytes. Reads at
     /// most 8 bytes (for a placeholder, the mount downloads only the first block).
     static func fileType(_ path: String) -> String {

@@ -316,7 +316,7 @@ func importAll(
     _ arguments: Arguments, location: LibraryLocation, store: RecordStore, options: ImportOptions
 ) async -> Int32 {
     let signals = SignalCancellation()
-    let importer = Importer(location: location, store: store)
+    let importer = Importer(location: location, store: store, checkpoint: pauseHook())
     var status = Exit.success
     for path in arguments.operands {
         let outcome = await importer.importDocument(at: path, options: options, cancellation: signals.cancellation)
@@ -345,6 +345,21 @@ func importAll(
         if let number = signals.received.withLock({ $0 }) { return 128 + number }
     }
     return status
+}
+
+/// Test hook (docs/TESTING.md): with READING_LIST_PAUSE_AT=POINT (read, validate, store, record:
+/// before that stage; pending-record: the pending record made, the file not yet moved), an import
+/// stops there, says so on stderr, and waits to be killed, so that tests can kill -9 it at a
+/// known point.
+func pauseHook() -> @Sendable (ImportCheckpoint) -> Void {
+    guard let name = ProcessInfo.processInfo.environment["READING_LIST_PAUSE_AT"],
+        let point = ImportCheckpoint(name: name)
+    else { return { _ in } }
+    return { reached in
+        guard reached == point else { return }
+        FileHandle.standardError.write(Data("reading-list: paused at \(name) (pid \(getpid()))\n".utf8))
+        while true { pause() }
+    }
 }
 
 exit(await run())

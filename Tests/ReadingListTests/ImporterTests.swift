@@ -33,7 +33,7 @@ struct LibraryFixture {
 
     func importer(
         access: any DocumentAccess = ScopedDocumentAccess(),
-        checkpoint: @escaping @Sendable (ImportStage) -> Void = { _ in }
+        checkpoint: @escaping @Sendable (ImportCheckpoint) -> Void = { _ in }
     ) -> Importer {
         Importer(location: location, store: store, access: access, checkpoint: checkpoint)
     }
@@ -83,7 +83,10 @@ struct ImporterTests {
         #expect(document.size == Int64(bytes.count))
         #expect(UUID(uuidString: document.id) != nil)
         #expect(try readFile(fixture.location.documentPath(document.id)) == bytes)
-        #expect(try fixture.store.documents(state: .available) == [document])
+        let stored = try #require(try fixture.store.documents(state: .available).first)
+        #expect(stored.id == document.id && stored.sha256 == document.sha256 && stored.size == document.size)
+        #expect(abs(stored.importedAt.timeIntervalSince(document.importedAt)) < 0.001)
+        #expect(stored.sha256.count == 64)
         #expect(outcome.attempt.result == .imported)
         #expect(outcome.attempt.stages.map(\.stage) == ImportStage.allCases)
         #expect(outcome.attempt.stages.allSatisfy { $0.outcome == .ok })
@@ -162,21 +165,25 @@ struct ImporterTests {
         #expect(attempts.allSatisfy { $0.stages.map(\.stage) == ImportStage.allCases })
     }
 
-    @Test("a cancel at any stage boundary creates no record and leaves no staged file")
+    @Test(
+        "a cancel at any stage boundary, or with the pending record made, creates no record and leaves no staged file")
     func cancelAtEveryStage() async throws {
-        for stage in [ImportStage.read, .validate, .store, .record] {
+        let points: [ImportCheckpoint] = [
+            .before(.read), .before(.validate), .before(.store), .pendingRecordCreated, .before(.record),
+        ]
+        for point in points {
             let fixture = try LibraryFixture()
             let path = try fixture.source("doc.pdf", TestPDF(pages: 2).bytes())
             let cancellation = ImportCancellation()
             let access = RecordingAccess()
             let importer = fixture.importer(access: access) { reached in
-                if reached == stage { cancellation.cancel() }
+                if reached == point { cancellation.cancel() }
             }
             let outcome = await importer.importDocument(at: path, cancellation: cancellation)
-            #expect(outcome.failure?.cancelled == true, "cancel at \(stage): \(String(describing: outcome.failure))")
+            #expect(outcome.failure?.cancelled == true, "cancel at \(point): \(String(describing: outcome.failure))")
             #expect(outcome.attempt.result == .cancelled)
             #expect(access.events.withLock { $0 } == ["start", "stop"])
-            #expect(try fixture.store.documents().isEmpty, "cancel at \(stage) left a record")
+            #expect(try fixture.store.documents().isEmpty, "cancel at \(point) left a record")
             try fixture.expectConsistent()
         }
     }
@@ -224,5 +231,16 @@ struct ImporterTests {
         #expect(outcomes.allSatisfy { $0.document != nil }, "\(outcomes.compactMap(\.failure))")
         #expect(Set(outcomes.compactMap { $0.document?.pageCount }) == Set(1...6))
         try fixture.expectConsistent()
+    }
+
+    @Test("tokens never reach records, reports or messages")
+    func redaction() {
+        #expect(
+            SourceInspection.redacted("/mnt/.scoped/pfs_abcdefgh_k3j4h5g6f7d8s9a2q3w4e5r6t7y8u9i2/doc.pdf")
+                == "/mnt/.scoped/<token>/doc.pdf")
+        #expect(
+            SourceInspection.redacted("cannot reach /m/.scoped/pfs_x_y: Permission denied")
+                == "cannot reach /m/.scoped/<token>: Permission denied")
+        #expect(SourceInspection.redacted("/home/me/paper.pdf") == "/home/me/paper.pdf")
     }
 }
