@@ -32,7 +32,9 @@ let package = Package(
         // The reading-list app (issue 13): imports documents the careful way; its CLI is `reading-list`.
         .target(
             name: "ReadingList",
-            dependencies: ["PDFValidation", "SQLiteStore", "FileCoordination", "CryptoSupport", "SystemSupport"]),
+            dependencies: [
+                "AccessTokens", "PDFValidation", "SQLiteStore", "FileCoordination", "CryptoSupport", "SystemSupport",
+            ]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
         .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.

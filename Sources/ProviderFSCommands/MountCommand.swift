@@ -193,7 +193,9 @@ struct MountCommand: CLICommand {
         // `providerfs coordinate`, `providerfs claims`) find it from the mount point.
         let coordination = CoordinationServer(
             socketPath: CoordinationServer.socketPath(forMountPoint: plan.mountpoint),
-            log: { message in Logger(label: "coordination").info(message) })
+            log: { message in Logger(label: "coordination").info(TokenRedaction.redacted(message)) },
+            // Claims on access paths name tokens: `providerfs claims` shows `<token>` (D-318).
+            redactPaths: TokenRedaction.redacted)
         do { try coordination.start() } catch {
             throw CommandFailure("cannot start the mount's coordination server: \(error.message)")
         }

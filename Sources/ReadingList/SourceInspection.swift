@@ -2,6 +2,7 @@
 // a plain path in a ProviderFS mount, a local file), what its first bytes are, and the versions
 // of everything involved.
 
+import AccessTokens
 import Foundation
 import PDFValidation
 import SystemSupport
@@ -42,12 +43,9 @@ public struct SourceInspection: Sendable, Equatable {
                 app: "reading-list \(appVersion); libqpdf \(PDFValidator.libraryVersion)"))
     }
 
-    /// `text` with every access token (`pfs_…`, as in `…/.scoped/pfs_…/…`) replaced by `<token>`:
-    /// what records, reports and messages show. A token is a secret (docs/TOKENS.md).
-    public static func redacted(_ text: String) -> String {
-        guard text.contains("pfs_") else { return text }
-        return text.replacing(/pfs_[A-Za-z0-9_]+/, with: "<token>")
-    }
+    /// `text` with every access token (`pfs_…`) replaced by `<token>`: what records, reports and
+    /// messages show (a token is a secret, docs/TOKENS.md).
+    public static func redacted(_ text: String) -> String { TokenRedaction.redacted(text) }
 
     /// "pdf", "empty", "zip", "text", "unknown", or "unreadable", from the first bytes. Reads at
     /// most 8 bytes (for a placeholder, the mount downloads only the first block).

@@ -124,4 +124,32 @@ struct ScopedAccessMountTests {
         let log = try providerfs(["token", "log", "--json"], runtime: runtime)
         #expect(log.output.contains("\"usedUp\""), "\(log.output)")
     }
+
+    @Test func claimsOnAnAccessPathShowNoToken() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mounted.stop() }
+        let file = try grant(mounted.path("docs/report.txt"))
+        let holder = try ChildProcess(
+            productsDirectory + "/providerfs", ["coordinate", "--read", file.accessPath, "--", "sleep", "60"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer {
+            holder.signal(SIGKILL)
+            _ = holder.wait(timeout: .seconds(10))
+        }
+        // Polled until the claim is held (bounded).
+        let deadline = ContinuousClock.now + .seconds(30)
+        var dump = ""
+        while ContinuousClock.now < deadline {
+            dump = try providerfs(["claims", "--mount", mounted.mountpoint, "--json"], runtime: runtime).output
+            if dump.contains("report.txt") { break }
+            usleep(20_000)
+        }
+        #expect(dump.contains(".scoped/<token>/report.txt"), "\(dump)")
+        #expect(!dump.contains("pfs_"), "a token in `providerfs claims`: \(dump)")
+        let text = try providerfs(["claims", "--mount", mounted.mountpoint], runtime: runtime).output
+        #expect(!text.contains("pfs_") && text.contains("<token>"), "\(text)")
+    }
 }
