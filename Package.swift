@@ -10,6 +10,7 @@ let package = Package(
     products: [
         .library(name: "FileCoordination", targets: ["FileCoordination"]),
         .library(name: "ProviderModel", targets: ["ProviderModel"]),
+        .library(name: "ScopedAccess", targets: ["ScopedAccess"]),
         .executable(name: "providerfs", targets: ["providerfs"]),
     ],
     targets: [
@@ -37,6 +38,11 @@ let package = Package(
             ]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
         .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SystemSupport"]),
+        // The control socket's wire layer (framing, envelope, errors, one exchange): the CLI, the
+        // daemon and apps (ScopedAccess) speak it; nothing of the file system.
+        .target(name: "ControlWire", dependencies: ["SystemSupport"]),
+        // For apps: security-scoped URLs (start/stop, bookmarks) over a mount's access paths.
+        .target(name: "ScopedAccess", dependencies: ["ControlWire", "SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
         .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
@@ -52,7 +58,7 @@ let package = Package(
             name: "ProviderFSCommands",
             dependencies: [
                 "FUSEAdapter", "VirtualFileSystem", "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults",
-                "AccessTokens", "FileCoordination", "SystemSupport", "Diagnostics",
+                "AccessTokens", "FileCoordination", "ControlWire", "SystemSupport", "Diagnostics",
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
         .executableTarget(name: "reading-list", dependencies: ["ReadingList", "SystemSupport"]),
@@ -77,6 +83,7 @@ let package = Package(
         .testTarget(name: "PDFValidationTests", dependencies: ["PDFValidation", "TestSupport"]),
         .testTarget(
             name: "ReadingListTests", dependencies: ["ReadingList", "SystemSupport", "TestSupport", "TestScheduling"]),
+        .testTarget(name: "ScopedAccessTests", dependencies: ["ScopedAccess"]),
         .testTarget(name: "AccessTokensTests", dependencies: ["AccessTokens", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
@@ -108,8 +115,8 @@ let package = Package(
         .testTarget(
             name: "ProviderFSCommandsTests",
             dependencies: [
-                "ProviderFSCommands", "AccessTokens", "FileCoordination", "VirtualFileSystem", "ProviderCache",
-                "ProviderModel",
+                "ProviderFSCommands", "AccessTokens", "ControlWire", "FileCoordination", "VirtualFileSystem",
+                "ProviderCache", "ProviderModel",
                 "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
             ]),
         // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe or a socket pair.
@@ -121,7 +128,7 @@ let package = Package(
             name: "MountTests",
             dependencies: [
                 "TestSupport", "TestScheduling", "SystemSupport", "FUSEAdapter", "ProviderModel", "LocalProvider",
-                "providerfs",
+                "ScopedAccess", "providerfs",
                 "reading-list",
                 "fuse-fixture",
                 "coordination-probe",

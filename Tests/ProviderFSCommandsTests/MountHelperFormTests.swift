@@ -1,3 +1,4 @@
+import ControlWire
 import SystemSupport
 import TestScheduling
 import Testing
