@@ -13,13 +13,13 @@ public final class TokenAuthority: Sendable {
     /// The 8 characters after `pfs_` in this mount's tokens.
     public let mountTag: String
 
-    private let state: Locked<TokenAuthorityState>
-    private let format: TokenFormat
+    let state: Locked<TokenAuthorityState>
+    let format: TokenFormat
     /// Random, per mount, kept with the hashes: each hash is SHA-256(salt ‖ token).
     private let salt: [UInt8]
-    private let time: MonotonicTime
-    private let wallClock: @Sendable () -> Date
-    private let processStartTime: @Sendable (Int32) -> UInt64?
+    let time: MonotonicTime
+    let wallClock: @Sendable () -> Date
+    let processStartTime: @Sendable (Int32) -> UInt64?
     private let store: TokenStore?
 
     /// - Parameters:
@@ -277,7 +277,7 @@ public final class TokenAuthority: Sendable {
 
     // MARK: Files
 
-    private func hash(_ token: [UInt8]) -> [UInt8] {
+    func hash(_ token: [UInt8]) -> [UInt8] {
         var hasher = SHA256()
         hasher.update(salt)
         hasher.update(token)
@@ -287,7 +287,7 @@ public final class TokenAuthority: Sendable {
     /// Saves the token file (and appends the pending audit entries). Returns why the token file
     /// could not be written, or nil (also without a store).
     @discardableResult
-    private func persist() -> String? {
+    func persist() -> String? {
         guard let store else {
             state.withLock { state in
                 state.savedGeneration = state.generation
@@ -311,7 +311,7 @@ public final class TokenAuthority: Sendable {
 
     /// Every call that changed a token (an expiry noticed included) saves before it returns;
     /// otherwise only the new audit entries are appended.
-    private func saveIfChanged() {
+    func saveIfChanged() {
         if state.withLock({ $0.hasUnsavedChanges }) { persist() } else { flushAudit() }
     }
 
@@ -336,7 +336,8 @@ public final class TokenAuthority: Sendable {
                 remainingNanoseconds: remaining.map(nanoseconds),
                 wallDeadline: remaining.map { wallNow.addingTimeInterval(TokenRecord.seconds($0)) },
                 boundPID: record.boundProcess?.pid, boundStartTime: record.boundProcess?.startTime,
-                usesLeft: record.usesLeft, lastUse: record.lastUse, state: record.state, endedAt: record.endedAt)
+                usesLeft: record.usesLeft, lastUse: record.lastUse, state: record.state, endedAt: record.endedAt,
+                parentID: record.parentID)
         }
         return StoredTokens(version: StoredTokens.formatVersion, mountTag: tag, salt: hexString(salt), tokens: tokens)
     }
@@ -376,7 +377,8 @@ public final class TokenAuthority: Sendable {
                     boundProcess: token.boundPID.map {
                         TokenRecord.BoundProcess(pid: $0, startTime: token.boundStartTime ?? 0)
                     },
-                    usesLeft: token.usesLeft, lastUse: token.lastUse, state: state, endedAt: token.endedAt))
+                    usesLeft: token.usesLeft, lastUse: token.lastUse, state: state, endedAt: token.endedAt,
+                    parentID: token.parentID))
         }
         return records
     }

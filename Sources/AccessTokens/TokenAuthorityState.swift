@@ -22,6 +22,8 @@ struct TokenAuthorityState {
     var savedGeneration: UInt64 = 0
     var hasUnsavedChanges: Bool { generation != savedGeneration }
     var limiter: [UInt32: DenialWindow] = [:]
+    /// Parent id → the ids of the tokens derived from it (every remembered one).
+    var children: [String: Set<String>] = [:]
     let limits: TokenLimits
 
     struct DenialWindow {
@@ -40,6 +42,7 @@ struct TokenAuthorityState {
     mutating func insert(_ record: TokenRecord) {
         records[record.id] = record
         index[record.indexKey, default: []].append(record.id)
+        if let parent = record.parentID { children[parent, default: []].insert(record.id) }
         if record.state != .live { endedOrder.append(record.id) }
     }
 
@@ -48,6 +51,10 @@ struct TokenAuthorityState {
         let key = record.indexKey
         index[key]?.removeAll { $0 == id }
         if index[key]?.isEmpty == true { index[key] = nil }
+        if let parent = record.parentID {
+            children[parent]?.remove(id)
+            if children[parent]?.isEmpty == true { children[parent] = nil }
+        }
     }
 
     /// The id of the record whose hash is `hash`, compared in constant time.
@@ -69,6 +76,7 @@ struct TokenAuthorityState {
         records[id] = record
         noteEnded(id)
         log(.expiry, time: record.endedAt ?? wallNow, tokenID: id, detail: "its TTL ran out")
+        endChildren(of: id, as: .expired, wallNow: record.endedAt ?? wallNow)
     }
 
     /// Notices every passed deadline (list, log and save do this; a check notices its own).
@@ -85,6 +93,20 @@ struct TokenAuthorityState {
         record.endedAt = wallNow
         records[id] = record
         noteEnded(id)
+        endChildren(of: id, as: state, wallNow: wallNow)
+    }
+
+    /// Ends the live tokens derived from `id` with it (revoked with a revoked parent, expired
+    /// with an expired one; a used-up parent's children count as revoked), each logged.
+    mutating func endChildren(of id: String, as state: TokenState, wallNow: Date) {
+        guard let derived = children[id] else { return }
+        let ending: TokenState = state == .expired ? .expired : .revoked
+        for child in derived.sorted() where records[child]?.state == .live {
+            end(child, as: ending, wallNow: wallNow)
+            log(
+                ending == .expired ? .expiry : .revocation, time: wallNow, tokenID: child,
+                detail: "its parent \(id) ended (\(state.rawValue))")
+        }
     }
 
     private mutating func noteEnded(_ id: String) {
@@ -211,6 +233,19 @@ extension TokenAuthorityState {
     ) -> Admission {
         noticeExpiry(of: id, now: now, wallNow: wallNow)
         guard var record = records[id] else { return deny(.unknown, caller: caller, now: now, wallNow: wallNow) }
+        if record.state == .live, let parent = record.parentID {
+            // Ended with its parent (already, unless the parent was forgotten or ended in a run
+            // that did not end its children).
+            noticeExpiry(of: parent, now: now, wallNow: wallNow)
+            if records[parent]?.state != .live {
+                let ending: TokenState = records[parent]?.state == .expired ? .expired : .revoked
+                end(id, as: ending, wallNow: wallNow)
+                log(
+                    ending == .expired ? .expiry : .revocation, time: wallNow, tokenID: id,
+                    detail: "its parent \(parent) has ended")
+                record = records[id] ?? record
+            }
+        }
         switch record.state {
         case .live: break
         case .expired: return deny(.expired, tokenID: id, caller: caller, now: now, wallNow: wallNow)

@@ -21,4 +21,7 @@ public struct TokenInfo: Sendable, Hashable, Codable {
     public var boundPID: Int32?
     /// When it ended (expired, revoked or used up), by the wall clock.
     public var endedAt: Date?
+    /// For a derived token (one process's start of a grant, `TokenAuthority.derive`): the id of
+    /// the token it was derived from. Nil for a granted token.
+    public var parentID: String? = nil
 }

@@ -25,6 +25,8 @@ struct TokenRecord: Sendable {
     var lastUse: Date?
     var state: TokenState = .live
     var endedAt: Date?
+    /// A derived token's parent (`TokenAuthority.derive`): it ends when the parent ends.
+    var parentID: String?
 
     var indexKey: UInt64 { Self.indexKey(hash) }
 
@@ -44,7 +46,7 @@ struct TokenRecord: Sendable {
         return TokenInfo(
             id: id, scope: scope, mode: mode, state: state, grantedAt: grantedAt, expiresAt: expiresAt,
             timeLeft: timeLeft, usesLeft: usesLeft, openUses: openUses, lastUse: lastUse, boundPID: boundProcess?.pid,
-            endedAt: endedAt)
+            endedAt: endedAt, parentID: parentID)
     }
 
     static func seconds(_ duration: Duration) -> Double {
