@@ -3,6 +3,7 @@
 // shapes are shared with `ControlClient`.
 
 import AccessTokens
+import ControlWire
 import Diagnostics
 import Foundation
 import ProviderCache
@@ -114,6 +115,8 @@ struct MountControl: ControlHandler {
         case .faultAdd, .faultList, .faultClear:
             guard let faults else { return .failure(ControlError(.failed, "this mount takes no faults")) }
             return await faults.handle(request) ?? .failure(ControlError(.failed, "not a fault request"))
+        case .tokenDerive, .tokenRelease, .identifyItem, .resolveItem:
+            return await MountItemAccess(authority: tokens, fileSystem: fileSystem).handle(request, peer: peer)
         case .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire, .tokenLog:
             guard let tokens else { return .failure(ControlError(.failed, "this mount hands out no tokens")) }
             return await MountTokens(authority: tokens, fileSystem: fileSystem).handle(request, peer: peer)

@@ -4,6 +4,7 @@
 // logged, and `list` and `log` show ids only.
 
 import AccessTokens
+import ControlWire
 import Foundation
 import SystemSupport
 
@@ -145,6 +146,7 @@ struct TokenCommand: CLICommand {
         terms.append(uses)
         terms.append(token.lastUse.map { "last use \(clockTime($0, now: now))" } ?? "never used")
         terms.append(token.boundPID.map { "pid \($0)" } ?? "any process")
+        if let parent = token.parentID { terms.append("derived from \(parent)") }
         return terms.joined(separator: "  ")
     }
 

@@ -4,6 +4,7 @@
 // on top is TokenCommand.swift.
 
 import AccessTokens
+import ControlWire
 import Foundation
 import ProviderCache
 import ProviderModel
@@ -160,6 +161,8 @@ struct ControlToken: Codable, Sendable, Equatable {
     var lastUse: Date?
     var boundPID: Int32?
     var endedAt: Date?
+    /// A derived token's parent (a process's start of that grant, docs/SCOPED-ACCESS.md).
+    var parentID: String?
 
     init(_ info: TokenInfo) {
         id = info.id
@@ -175,6 +178,7 @@ struct ControlToken: Codable, Sendable, Equatable {
         lastUse = info.lastUse
         boundPID = info.boundPID
         endedAt = info.endedAt
+        parentID = info.parentID
     }
 
     /// Rounded up, so that a token with any time left never shows 0.
