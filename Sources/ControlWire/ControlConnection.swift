@@ -14,8 +14,9 @@ package enum ControlConnection {
 
     /// The control socket of the daemon serving `mountpoint`: beside its registry file,
     /// `<runtime dir>/mounts/<FNV-1a of the mount point>.control.sock` (mode 0600, directory 0700).
-    package static func socketPath(forMountpoint mountpoint: String) -> String {
-        mountsDirectory + "/\(fnv1a(mountpoint)).control.sock"
+    /// `directory`: another mounts directory than this process's (tests).
+    package static func socketPath(forMountpoint mountpoint: String, in directory: String? = nil) -> String {
+        (directory ?? mountsDirectory) + "/\(fnv1a(mountpoint)).control.sock"
     }
 
     /// The ProviderFS mount containing `path` (its mount point as mountinfo shows it) and `path`

@@ -41,8 +41,13 @@ package protocol ScopedAccessBackend: Sendable {
 /// The real backend: the mount's control socket.
 package struct ControlSocketBackend: ScopedAccessBackend {
     package var timeout: Duration = .seconds(10)
+    /// Where the mounts' control sockets are; nil: the runtime directory's (`PROVIDERFS_RUNTIME_DIR`,
+    /// else `$XDG_RUNTIME_DIR/providerfs`), as the daemon chose it.
+    package var mountsDirectory: String?
 
-    package init() {}
+    package init(mountsDirectory: String? = nil) {
+        self.mountsDirectory = mountsDirectory
+    }
 
     private struct DeriveReply: Decodable {
         struct Info: Decodable { var id: String }
@@ -84,7 +89,7 @@ package struct ControlSocketBackend: ScopedAccessBackend {
         let payload: [UInt8]
         do {
             payload = try ControlConnection.request(
-                socketPath: ControlConnection.socketPath(forMountpoint: mountpoint), kind: kind,
+                socketPath: ControlConnection.socketPath(forMountpoint: mountpoint, in: mountsDirectory), kind: kind,
                 arguments: arguments, timeout: timeout)
         } catch {
             throw Self.scopedError(error, mountpoint: mountpoint)

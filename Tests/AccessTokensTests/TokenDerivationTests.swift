@@ -93,6 +93,7 @@ struct TokenDerivationTests {
     @Test("derived tokens and their parents survive a restart; the parent's end still ends them")
     func persistence() throws {
         let directory = try TemporaryDirectory()
+        defer { directory.remove() }
         let fixture = TokenFixture(directory: directory.path)
         fixture.processes.set(5151, startedAt: 77)
         let parent = try fixture.authority.grant(scope: scope, mode: .read)
