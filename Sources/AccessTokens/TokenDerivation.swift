@@ -41,6 +41,7 @@ extension TokenAuthority {
     /// of the parent (logged as a use); the use stays open until the child ends.
     public func derive(from token: String, by caller: TokenCaller) throws(TokenDerivationError) -> IssuedToken {
         guard let startTime = processStartTime(caller.pid) else { throw .noSuchProcess(caller.pid) }
+        endOrphanedDerivedTokens()
         let parentGrant: TokenGrant
         switch recordUse(token, caller: caller) {
         case .denied(let reason): throw .denied(reason)
@@ -58,8 +59,8 @@ extension TokenAuthority {
             case .live: break
             case .expired: return .failure(.denied(.expired))
             case .revoked: return .failure(.denied(.revoked))
-            // The use just taken was its last and it ended at once (the library before open uses).
-            case .usedUp: break
+            // Not while the use just taken is open (D-315).
+            case .usedUp: return .failure(.denied(.usedUp))
             }
             var id = hexString(randomBytes(6))
             while state.records[id] != nil { id = hexString(randomBytes(6)) }
@@ -79,8 +80,7 @@ extension TokenAuthority {
         let record: TokenRecord
         switch made {
         case .failure(let error):
-            endParentUse(parentGrant.id)
-            saveIfChanged()
+            returnUse(id: parentGrant.id)
             throw error
         case .success(let made): record = made
         }
@@ -91,8 +91,7 @@ extension TokenAuthority {
                 state.log(
                     .storeProblem, time: wallNow, tokenID: record.id, detail: "derived token withdrawn: \(failure)")
             }
-            endParentUse(parentGrant.id)
-            saveIfChanged()
+            returnUse(id: parentGrant.id)
             throw .storeFailed(failure)
         }
         return IssuedToken(token: childToken, info: record.info(now: now, wallNow: wallNow))
@@ -139,9 +138,35 @@ extension TokenAuthority {
 }
 
 extension TokenAuthority {
-    /// Ends the use of `parentID` that a derive took (its child has ended).
+    /// Ends the use of `parentID` that a derive took (its child has ended): D-315's `endUse`, so
+    /// a `uses` parent whose last use was a derive ends used up when the child ends.
     func endParentUse(_ parentID: String) {
-        // Until `endUse(id:)` lands (open uses): the use was counted when derived, nothing to end.
-        _ = parentID
+        endUse(id: parentID)
+    }
+
+    /// Ends the live derived tokens whose process has ended (its start time is gone or another):
+    /// nobody can use them, and they hold a use of their parent. Reads /proc once per live
+    /// derived token; called before each derive.
+    func endOrphanedDerivedTokens() {
+        let bound = state.withLock { state in
+            state.children.values.flatMap { $0 }.compactMap { id -> (String, TokenRecord.BoundProcess)? in
+                guard let record = state.records[id], record.state == .live, let process = record.boundProcess
+                else { return nil }
+                return (id, process)
+            }
+        }
+        let orphans = bound.filter { processStartTime($0.1.pid) != $0.1.startTime }.map(\.0)
+        guard !orphans.isEmpty else { return }
+        let wallNow = wallClock()
+        let parents = state.withLock { state -> [String] in
+            orphans.compactMap { id -> String? in
+                guard let record = state.records[id], record.state == .live else { return nil }
+                state.end(id, as: .revoked, wallNow: wallNow)
+                state.log(.revocation, time: wallNow, tokenID: id, detail: "its process ended without a stop")
+                return record.parentID
+            }
+        }
+        for parent in parents { endUse(id: parent) }
+        saveIfChanged()
     }
 }

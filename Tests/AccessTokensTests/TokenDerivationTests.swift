@@ -90,6 +90,34 @@ struct TokenDerivationTests {
         }
     }
 
+    @Test("a derive is an open use of a --uses parent: the parent ends used up when the derived token ends")
+    func usesParent() throws {
+        let fixture = fixture()
+        let parent = try fixture.authority.grant(scope: scope, mode: .read, uses: 1)
+        let child = try fixture.authority.derive(from: parent.token, by: app)
+        #expect(fixture.authority.info(id: parent.id)?.openUses == 1)
+        #expect(throws: TokenDerivationError.denied(.usedUp)) {
+            try fixture.authority.derive(from: parent.token, by: other)
+        }
+        #expect(fixture.authority.info(id: parent.id)?.state == .live)
+        try fixture.authority.release(child.token, by: app)
+        #expect(fixture.authority.info(id: parent.id)?.state == .usedUp)
+        #expect(fixture.authority.check(parent.token, caller: app) == .denied(.usedUp))
+    }
+
+    @Test("a derived token whose process ended without a stop is ended at the next derive, and gives its use back")
+    func orphans() throws {
+        let fixture = fixture()
+        let parent = try fixture.authority.grant(scope: scope, mode: .read, uses: 2)
+        let orphan = try fixture.authority.derive(from: parent.token, by: other)
+        fixture.processes.set(6161, startedAt: nil)
+        _ = try fixture.authority.derive(from: parent.token, by: app)
+        #expect(fixture.authority.info(id: orphan.id)?.state == .revoked)
+        #expect(fixture.authority.info(id: parent.id)?.openUses == 1)
+        let entry = try #require(fixture.authority.auditLog().last { $0.tokenID == orphan.id })
+        #expect(entry.event == .revocation && entry.detail?.contains("process ended") == true)
+    }
+
     @Test("derived tokens and their parents survive a restart; the parent's end still ends them")
     func persistence() throws {
         let directory = try TemporaryDirectory()
