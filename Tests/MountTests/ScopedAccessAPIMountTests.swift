@@ -139,6 +139,29 @@ struct ScopedAccessAPIMountTests {
         #expect(reason.contains("revoked"), "\(reason)")
     }
 
+    @Test func aStartIsOneUseOfAUsesGrantThatEndsUsedUpAtTheLastStop() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+
+        let once = try grant(mounted.path("docs/report.txt"), ["--uses", "1"])
+        let url = SecurityScopedURL(path: once.accessPath, registry: registry)
+        #expect(url.startAccessingSecurityScopedResource(), "\(String(describing: url.lastError))")
+        #expect(url.startAccessingSecurityScopedResource())
+        #expect(readHere(url.path) == .success("quarterly"))
+        #expect(readHere(url.path) == .success("quarterly"), "opens through the derived token take no use")
+        let other = try shell("cat \(quoted(once.accessPath)) 2>&1")
+        #expect(other.status != 0 && other.output.contains("Permission denied"), "the grant's one use is the start's")
+        url.stopAccessingSecurityScopedResource()
+        url.stopAccessingSecurityScopedResource()
+        let list = try providerfs(["token", "list", "--all"], runtime: runtime)
+        let row = try #require(list.output.split(separator: "\n").first { $0.hasPrefix(once.id) })
+        #expect(row.contains("used up"), "\(list.output)")
+        #expect(!url.startAccessingSecurityScopedResource())
+        #expect(url.lastError.map { "\($0)" }?.contains("used up") == true, "\(String(describing: url.lastError))")
+    }
+
     @Test func bookmarksResolveAfterARenameInTheSourceAndRefuseGoneItemsAndEndedGrants() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
