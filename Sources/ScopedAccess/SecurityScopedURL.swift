@@ -33,16 +33,25 @@ public struct SecurityScopedURL: Sendable, Hashable, CustomStringConvertible {
 
     package init(path: String, registry: ScopedAccessRegistry) {
         self.registry = registry
-        guard let mount = ControlConnection.mount(containing: path) else {
+        // Resolved up to `.scoped` only: resolving the token's directory would be a lookup
+        // through the mount (a check of the token, and an audit entry when it has ended).
+        var located = path
+        var rest = ""
+        if let range = path.range(of: "/.scoped/") {
+            located = String(path[..<range.lowerBound]) + "/.scoped"
+            rest = String(path[range.upperBound...])
+        }
+        guard let mount = ControlConnection.mount(containing: located) else {
             (mountpoint, token, inside) = (nil, nil, path)
             return
         }
-        let components = mount.relativePath.split(separator: "/", omittingEmptySubsequences: true)
+        let relative = rest.isEmpty ? mount.relativePath : mount.relativePath + "/" + rest
+        let components = relative.split(separator: "/", omittingEmptySubsequences: true)
         if components.count >= 2, components[0] == ".scoped" {
             (mountpoint, token) = (mount.mountpoint, String(components[1]))
             inside = components.dropFirst(2).joined(separator: "/")
         } else {
-            (mountpoint, token, inside) = (mount.mountpoint, nil, mount.relativePath)
+            (mountpoint, token, inside) = (mount.mountpoint, nil, components.joined(separator: "/"))
         }
     }
 

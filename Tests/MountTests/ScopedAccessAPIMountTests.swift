@@ -118,6 +118,15 @@ struct ScopedAccessAPIMountTests {
         #expect(try shell("cat \(quoted(folder.accessPath))/report.txt").output == "quarterly", "the grant remains")
         let log = try providerfs(["token", "log"], runtime: runtime)
         #expect(log.output.contains("released by its process"), "\(log.output)")
+        // Neither the grant's token nor the derived one is in the list, the log or the daemon's output.
+        let derivedToken = String(started.split(separator: "/").dropLast().last ?? "")
+        let grantToken = String(folder.accessPath.split(separator: "/").last ?? "")
+        #expect(derivedToken.hasPrefix("pfs_") && grantToken.hasPrefix("pfs_") && derivedToken != grantToken)
+        let listed = try providerfs(["token", "list", "--all", "--json"], runtime: runtime).output
+        for secret in [derivedToken, grantToken] {
+            #expect(!log.output.contains(secret) && !listed.contains(secret))
+            #expect(!mounted.child.standardError.contains(secret) && !mounted.child.standardOutput.contains(secret))
+        }
 
         // A new start derives again; revoking the parent ends the started token at once.
         #expect(url.startAccessingSecurityScopedResource())
