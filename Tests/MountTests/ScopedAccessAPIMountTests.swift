@@ -171,6 +171,35 @@ struct ScopedAccessAPIMountTests {
         #expect(url.lastError.map { "\($0)" }?.contains("used up") == true, "\(String(describing: url.lastError))")
     }
 
+    @Test func aStartedGrantExpiresWithItsGrantAndThenStartIsFalse() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+
+        let granted = ContinuousClock.now
+        let short = try grant(mounted.path("docs/inner"), ["--ttl", "1s"])
+        let url = SecurityScopedURL(path: short.accessPath + "/notes.txt", registry: registry)
+        #expect(url.startAccessingSecurityScopedResource(), "\(String(describing: url.lastError))")
+        #expect(readHere(url.path) == .success("notes\n"))
+        // The derived token's deadline is the grant's: the started path stops with it (polled, bounded).
+        var refused = false
+        while !refused, ContinuousClock.now - granted < .seconds(10) {
+            refused = readHere(url.path) == .failure(Errno(EACCES))
+            if !refused { usleep(20_000) }
+        }
+        #expect(refused && ContinuousClock.now - granted >= .seconds(1), "the started path outlived its grant")
+        // A start while started only counts (no daemon round trip): true, though access has ended.
+        let second = SecurityScopedURL(path: short.accessPath, registry: registry)
+        #expect(second.startAccessingSecurityScopedResource() && readHere(url.path) == .failure(Errno(EACCES)))
+        second.stopAccessingSecurityScopedResource()
+        url.stopAccessingSecurityScopedResource()
+        // The next first start asks the daemon, and is refused with the reason.
+        #expect(!second.startAccessingSecurityScopedResource())
+        #expect(
+            second.lastError.map { "\($0)" }?.contains("expired") == true, "\(String(describing: second.lastError))")
+    }
+
     @Test func bookmarksResolveAfterARenameInTheSourceAndRefuseGoneItemsAndEndedGrants() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
