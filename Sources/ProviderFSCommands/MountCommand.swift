@@ -256,7 +256,8 @@ struct MountCommand: CLICommand {
             }
             logger.notice(
                 "ready: \(plan.source) mounted at \(plan.mountpoint), cache \(plan.cacheDirectory)"
-                    + (plan.requireToken ? "; require-token mode: plain paths only for this user's providerfs commands" : ""))
+                    + (plan.requireToken
+                        ? "; require-token mode: plain paths only for this user's providerfs commands" : ""))
             reporter.ready()
         }
         defer { MountRegistry.remove(mountpoint: plan.mountpoint) }
