@@ -231,7 +231,7 @@ public final class ProviderFileSystem: FileSystem {
                 attributes: scopedDirectoryAttributes(directory), generation: 1,
                 attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
         }
-        try checkPlainPath("lookup", context: context)
+        try checkPlainPath("lookup of '\(name)'", context: context)
         let item = try await child(named: name, of: parentNode.identifier)
         return entry(
             for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
@@ -679,7 +679,9 @@ extension ProviderFileSystem: FileSystemFastPath {
             !name.utf8.contains(UInt8(ascii: "/")),
             parent != .root || name != Self.scopedDirectoryName || scopedAccess == nil
         else { return nil }
-        if requiresToken, let refusal = plainPathRefusal("lookup", context: context) { return .failure(refusal) }
+        if requiresToken, let refusal = plainPathRefusal("lookup of '\(name)'", context: context) {
+            return .failure(refusal)
+        }
         switch cache.catalog.childNow(named: name, of: parentNode.identifier) {
         case .found(let item, let tracked):
             return .success(entry(for: item, presentBytes: cache.content.presentBytes(of: item), tracked: tracked))
