@@ -35,10 +35,10 @@ extension ProviderFileSystem {
         guard requiresToken, let policy = options.plainPaths else { return nil }
         guard case .refused(let reason) = policy.decide(context) else { return nil }
         let what = operation()
-        logger.notice("\(what) of a plain path refused (require-token mode): \(reason)")
+        logger.notice("plain-path \(what) refused (require-token mode): \(reason)")
         return FileSystemError(
             .accessDenied,
-            "require-token mode: \(what) of a plain path refused: \(reason); "
+            "require-token mode: plain-path \(what) refused: \(reason); "
                 + "only access paths (\(Self.scopedDirectoryName)/<token>/…) are open to it")
     }
 
