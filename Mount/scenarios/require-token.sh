@@ -24,14 +24,18 @@ expect_failure EACCES 5 stat "$MNT/docs/report.pdf"
 expect_failure EACCES 5 getfattr -n user.providerfs.state "$MNT/docs/report.pdf"
 expect_errno python "$MNT/docs/report.pdf" EACCES 5
 
-# This user's providerfs commands: the mode shows, and plain paths work for them.
-status_json | grep -q '"requireToken":true' || fail "providerfs status --json does not show require-token mode"
-providerfs status "$MNT" | grep -q "require-token" || fail "providerfs status does not show require-token mode"
+# This user's providerfs commands: the mode shows, and plain paths work for them. (Outputs are
+# taken whole before they are searched: `grep -q` ending a pipe early would be a SIGPIPE.)
+out="$(status_json)" || fail "providerfs status --json failed"
+[[ "$out" == *'"requireToken":true'* ]] || fail "providerfs status --json does not show require-token mode: $out"
+out="$(providerfs status "$MNT")" || fail "providerfs status failed"
+[[ "$out" == *"access:   require-token"* ]] || fail "providerfs status does not show require-token mode: $out"
 say "ok: providerfs status shows require-token mode"
-providerfs status "$MNT/docs/report.pdf" | grep -q "state: *dataless" \
-    || fail "providerfs status of a plain path: $(providerfs status "$MNT/docs/report.pdf" 2>&1)"
+out="$(providerfs status "$MNT/docs/report.pdf")" || fail "providerfs status of a plain path failed"
+[[ "$out" =~ state:\ +dataless ]] || fail "providerfs status of a plain path: $out"
 providerfs download "$MNT/docs" >/dev/null || fail "providerfs download of a plain folder failed"
-providerfs status "$MNT/docs/report.pdf" | grep -q "state: *materialized" || fail "not downloaded"
+out="$(providerfs status "$MNT/docs/report.pdf")" || fail "providerfs status of a plain path failed"
+[[ "$out" =~ state:\ +materialized ]] || fail "not downloaded: $out"
 say "ok: providerfs status and download work on plain paths"
 
 # What those commands looked up lets nobody else in: every walk asks the daemon again.
@@ -56,6 +60,7 @@ providerfs unmount "$MNT" >/dev/null || fail "unmount failed"
 mount_source
 expect_content cat "$MNT/secret.bin"
 expect_content cat "$access/report.pdf" "$SRC/docs/report.pdf"
-providerfs status "$MNT" | grep -q "plain paths open" || fail "providerfs status still shows require-token mode"
+out="$(providerfs status "$MNT")" || fail "providerfs status failed"
+[[ "$out" == *"access:   plain paths open"* ]] || fail "providerfs status still shows require-token mode: $out"
 
 scenario_done

@@ -11,24 +11,14 @@
 // attributes is open.
 //
 // The kernel must ask every time, so in this mode plain nodes are cached by nothing: zero entry
-// and attribute timeouts (a dentry another process looked up is revalidated with LOOKUP from the
-// new caller), and plain handles are direct I/O without keep_cache or passthrough (every read
-// reaches `read`, and so the policy).
+// and attribute timeouts (`trackedTimeout`: a dentry another process looked up is revalidated
+// with LOOKUP from the new caller), and plain handles are direct I/O without keep_cache or
+// passthrough (every read reaches `read`, and so the policy). The root's attributes and `.scoped`,
+// open to everyone, keep the mount's usual timeouts.
 
 import Diagnostics
 
 extension ProviderFileSystem {
-    /// `options` as require-token mode needs them: with a `plainPaths` policy, every timeout the
-    /// kernel may cache a plain answer for is zero.
-    static func sandboxed(_ options: FileSystemOptions) -> FileSystemOptions {
-        guard options.plainPaths != nil else { return options }
-        var options = options
-        options.attributeTimeout = .zero
-        options.entryTimeout = .zero
-        options.trackedTimeout = .zero
-        return options
-    }
-
     /// The policy's refusal of the caller as the error to answer with (logged), or nil when the
     /// caller may use plain paths (or the mount does not require tokens).
     func plainPathRefusal(_ operation: @autoclosure () -> String, context: RequestContext) -> FileSystemError? {
@@ -40,6 +30,13 @@ extension ProviderFileSystem {
             .accessDenied,
             "require-token mode: plain-path \(what) refused: \(reason); "
                 + "only access paths (\(Self.scopedDirectoryName)/<token>/…) are open to it")
+    }
+
+    /// Whether the caller may use plain paths, asked without logging (statfs, which answers
+    /// everyone, only leaves out the item count for a refused caller).
+    func mayUsePlainPaths(_ context: RequestContext) -> Bool {
+        guard requiresToken, let policy = options.plainPaths else { return true }
+        return policy.decide(context) == .allowed
     }
 
     /// Throws `plainPathRefusal` for an operation on a plain node.

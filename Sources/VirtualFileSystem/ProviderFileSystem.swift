@@ -122,7 +122,7 @@ public final class ProviderFileSystem: FileSystem {
         claims: any ReadClaimProvider = NoReadClaims(), scopedAccess: (any ScopedAccessProvider)? = nil
     ) {
         self.cache = cache
-        self.options = Self.sandboxed(options)
+        self.options = options
         self.requiresToken = options.plainPaths != nil
         self.claims = claims
         self.scopedAccess = scopedAccess
@@ -157,7 +157,8 @@ public final class ProviderFileSystem: FileSystem {
 
     /// The kernel's cache timeout for an item the cache calls `tracked` (nil: the default one).
     func trackedTimeout(_ tracked: Bool) -> Duration? {
-        // Require-token mode: the kernel asks again every time, and so the policy decides (D-331).
+        // Require-token mode: the kernel asks again every time, so the policy decides (D-331).
+        // (The root's attributes and `.scoped`, open to everyone, keep the usual timeouts.)
         if requiresToken { return .zero }
         return tracked && kernelTold.load(ordering: .relaxed) ? options.trackedTimeout : nil
     }
@@ -187,7 +188,8 @@ public final class ProviderFileSystem: FileSystem {
             uid: options.uid, gid: options.gid,
             size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
-        attributes.validFor = trackedTimeout(tracked)
+        // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
+        attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
         return attributes
     }
 
@@ -623,7 +625,7 @@ public final class ProviderFileSystem: FileSystem {
         return FileSystemStatistics(
             blockSize: UInt64(info.f_frsize), totalBlocks: UInt64(info.f_blocks), freeBlocks: UInt64(info.f_bfree),
             availableBlocks: UInt64(info.f_bavail),
-            totalFiles: plainPathRefusal("statfs", context: context) == nil ? UInt64(cache.catalog.itemCount) : 0,
+            totalFiles: mayUsePlainPaths(context) ? UInt64(cache.catalog.itemCount) : 0,
             freeFiles: 0,
             maximumNameLength: 255)
     }
