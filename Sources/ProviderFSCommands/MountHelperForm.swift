@@ -44,7 +44,8 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
         } else if option == "no_passthrough" {
             result.append("--no-passthrough")
         } else if option == "require_token" {
-            result.append("--require-token")
+            // Once, however often fstab repeats it.
+            if !result.contains("--require-token") { result.append("--require-token") }
         } else if option.lowercased().contains("require") {
             result.append("--unknown-mount-option=" + option)
         } else if option.hasPrefix("stall_timeout=") {

@@ -30,7 +30,7 @@ import Testing
     /// refused by `mount` (never ignored like mount(8)'s own options, D-333).
     @Test func requireTokenOptionAndItsMisspellings() async throws {
         #expect(
-            mountHelperArguments(["/s", "/m", "-o", "rw,require_token"]) == [
+            mountHelperArguments(["/s", "/m", "-o", "rw,require_token", "-o", "require_token"]) == [
                 "mount", "--source=/s", "--require-token", "/m",
             ])
         for misspelled in ["require-token", "require_token=yes", "requiretoken", "Require_Tokens"] {

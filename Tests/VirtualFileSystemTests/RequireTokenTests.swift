@@ -316,11 +316,10 @@ private func xattr(
     String(decoding: try await fileSystem.getExtendedAttribute(inode, name: name, context: context), as: UTF8.self)
 }
 
-/// Fake /proc: processes by pid with a start time, a name and an executable; threads map to
-/// their process; every look at an executable is counted.
+/// Fake /proc: processes by pid with a name and an executable; threads map to their process;
+/// every look at an executable is counted.
 private final class FakeProcesses: Sendable {
     struct Process: Sendable {
-        var startTime: UInt64
         var name: String
         var executable: FileIdentity?
     }
@@ -328,15 +327,22 @@ private final class FakeProcesses: Sendable {
     let threads = Locked<[Int32: Int32]>([:])
     let executableLooks = Locked(0)
 
+    func process(ofThread tid: Int32) -> Int32? {
+        threads.withLock { $0[tid] } ?? (processes.withLock { $0[tid] } != nil ? tid : nil)
+    }
+
     var facts: MountPlainPaths.ProcessFacts {
         MountPlainPaths.ProcessFacts(
-            processOfThread: { [self] tid in
-                threads.withLock { $0[tid] } ?? (processes.withLock { $0[tid] } != nil ? tid : nil)
-            },
-            identity: { [self] pid in processes.withLock { $0[pid] }.map { ($0.startTime, $0.name) } },
-            executable: { [self] pid in
+            executableOfThread: { [self] tid in
                 executableLooks.withLock { $0 += 1 }
+                guard let pid = process(ofThread: tid) else { return nil }
                 return processes.withLock { $0[pid]?.executable }
+            },
+            describeThread: { [self] tid in
+                guard let pid = process(ofThread: tid), let name = processes.withLock({ $0[pid]?.name }) else {
+                    return nil
+                }
+                return (pid, name)
             })
     }
 }
@@ -352,9 +358,9 @@ struct MountPlainPathsTests {
     func decisions() {
         let fake = FakeProcesses()
         fake.processes.withLock {
-            $0[100] = .init(startTime: 5, name: "providerfs", executable: Self.providerfs)
-            $0[200] = .init(startTime: 6, name: "providerfs", executable: Self.cat)  // a copy named providerfs
-            $0[300] = .init(startTime: 7, name: "cat", executable: Self.cat)
+            $0[100] = .init(name: "providerfs", executable: Self.providerfs)
+            $0[200] = .init(name: "providerfs", executable: Self.cat)  // a copy of cat named providerfs
+            $0[300] = .init(name: "cat", executable: Self.cat)
         }
         fake.threads.withLock { $0[101] = 100 }  // a worker thread of the command
         let policy = MountPlainPaths(ownerUID: 1000, executable: Self.providerfs, facts: fake.facts)
@@ -369,7 +375,7 @@ struct MountPlainPathsTests {
             Issue.record("a file named providerfs that is not the daemon's was allowed")
             return
         }
-        #expect(impostor.contains("pid 200"))
+        #expect(impostor.contains("providerfs (pid 200)"))
         guard case .refused(let cat) = policy.decide(RequestContext(threadID: 300, uid: 1000, gid: 1000)) else {
             Issue.record("cat was allowed")
             return
@@ -381,41 +387,51 @@ struct MountPlainPathsTests {
         #expect(blind.decide(RequestContext(threadID: 100, uid: 1000, gid: 1000)) != .allowed)
     }
 
-    @Test(
-        "kept per (pid, start time, name): one look at the executable per process; a reused pid or an exec is decided afresh"
-    )
-    func cachePerProcess() {
+    @Test("decided on every request, from the executable now: a reused pid, an exec either way, nothing inherited")
+    func nothingKept() {
         let fake = FakeProcesses()
-        fake.processes.withLock { $0[100] = .init(startTime: 5, name: "providerfs", executable: Self.providerfs) }
+        fake.processes.withLock { $0[100] = .init(name: "providerfs", executable: Self.providerfs) }
         let policy = MountPlainPaths(ownerUID: 1000, executable: Self.providerfs, facts: fake.facts)
         let context = RequestContext(threadID: 100, uid: 1000, gid: 1000)
-        for _ in 0..<100 { #expect(policy.decide(context) == .allowed) }
-        #expect(fake.executableLooks.withLock { $0 } == 1)
+        for _ in 0..<10 { #expect(policy.decide(context) == .allowed) }
+        #expect(fake.executableLooks.withLock { $0 } == 10, "one look per request")
         // The command ended and its pid went to cat: not inherited.
-        fake.processes.withLock { $0[100] = .init(startTime: 9, name: "cat", executable: Self.cat) }
+        fake.processes.withLock { $0[100] = .init(name: "cat", executable: Self.cat) }
         #expect(policy.decide(context) != .allowed)
-        // A shell refused before, which then execs providerfs (same pid and start, new name).
-        fake.processes.withLock { $0[300] = .init(startTime: 7, name: "bash", executable: Self.cat) }
+        // A refused shell that then execs providerfs (same pid): allowed from then on; and back.
+        fake.processes.withLock { $0[300] = .init(name: "bash", executable: Self.cat) }
         let shell = RequestContext(threadID: 300, uid: 1000, gid: 1000)
         #expect(policy.decide(shell) != .allowed)
-        fake.processes.withLock { $0[300] = .init(startTime: 7, name: "providerfs", executable: Self.providerfs) }
+        fake.processes.withLock { $0[300] = .init(name: "providerfs", executable: Self.providerfs) }
         #expect(policy.decide(shell) == .allowed)
-        #expect(fake.executableLooks.withLock { $0 } == 4)
-        #expect(policy.cachedDecisions == 4)
+        fake.processes.withLock { $0[300] = .init(name: "providerfs", executable: Self.cat) }
+        #expect(policy.decide(shell) != .allowed, "a providerfs process that exec'd another file under the same name")
     }
 
-    @Test("the real /proc: this test process is not the providerfs executable")
-    func realProcess() {
-        let own = FileIdentity.ownExecutable()
-        #expect(own != nil)
+    @Test("the real /proc: this test process, and a thread of it, against its own file and another")
+    func realProcess() async throws {
+        let own = try #require(FileIdentity.ownExecutable())
         #expect(FileIdentity.executable(of: getpid()) == own)
         let identity = ProcessInfoFiles.identity(of: getpid())
         #expect(identity?.startTime == ProcessInfoFiles.startTime(of: getpid()))
         #expect(identity?.name.isEmpty == false)
-        let providerfsFile = FileIdentity(device: 0, inode: 0)
-        let policy = MountPlainPaths(ownerUID: getuid(), executable: providerfsFile)
-        #expect(policy.decide(RequestContext(threadID: getpid(), uid: getuid(), gid: getgid())) != .allowed)
         let same = MountPlainPaths(ownerUID: getuid(), executable: own)
         #expect(same.decide(RequestContext(threadID: getpid(), uid: getuid(), gid: getgid())) == .allowed)
+        // A thread that is not the main one: its /proc/<tid>/exe is the process's file.
+        var link = [UInt8](repeating: 0, count: 64)
+        let length = link.withUnsafeMutableBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { readlink("/proc/thread-self", $0.baseAddress!, 63) }
+        }  // "<pid>/task/<tid>"
+        #expect(length > 0)
+        let path = String(decoding: link.prefix(max(0, length)), as: UTF8.self)
+        let tid = try #require(Int32(path.split(separator: "/").last.map(String.init) ?? ""))
+        #expect(same.decide(RequestContext(threadID: tid, uid: getuid(), gid: getgid())) == .allowed)
+        let other = MountPlainPaths(ownerUID: getuid(), executable: FileIdentity(device: 0, inode: 0))
+        guard case .refused(let reason) = other.decide(RequestContext(threadID: tid, uid: getuid(), gid: getgid()))
+        else {
+            Issue.record("another file was allowed")
+            return
+        }
+        #expect(reason.contains("(pid \(getpid()))"), "\(reason)")
     }
 }
