@@ -90,6 +90,24 @@ struct RequireTokenMountTests {
         let coordinate = try cli(["coordinate", "--read", mounted.path("docs/report.txt"), "--", "true"])
         #expect(coordinate.status == 0, "\(coordinate)")
         #expect(try cli(["claims", "--mount", mounted.mountpoint]).status == 0)
+        // `present` registers inside a coordinated read of the plain path, then waits for a signal.
+        let presenter = try ChildProcess(
+            productsDirectory + "/providerfs", ["present", mounted.path("docs/report.txt")],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer {
+            if presenter.isRunning {
+                presenter.signal(SIGKILL)
+                _ = presenter.wait(timeout: .seconds(5))
+            }
+        }
+        let ready = ContinuousClock.now + .seconds(20)
+        while !presenter.standardOutput.contains("\"ready\""), presenter.isRunning, ContinuousClock.now < ready {
+            usleep(20_000)
+        }
+        #expect(presenter.standardOutput.contains("\"ready\""), "\(presenter.standardError)")
+        presenter.signal(SIGINT)
+        #expect(presenter.wait(timeout: .seconds(10)) == 0, "\(presenter.standardError)")
+        #expect(presenter.standardOutput.contains("\"stopped\""))
 
         // What those commands looked up is no way in for anyone else: every walk asks again.
         try expectRefused("cat \(m)/docs/report.txt")
