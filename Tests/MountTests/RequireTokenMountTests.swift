@@ -133,4 +133,30 @@ struct RequireTokenMountTests {
         let log = mounted.child.standardError
         #expect(log.contains("require-token mode") && log.contains("cat (pid"), "\(log.suffix(2000))")
     }
+
+    /// Another user, let in by `--allow-other`: refused by uid on plain paths, and the reason
+    /// says so; a token's access path works for it like for anyone.
+    @Test(.enabled(if: getuid() == 0, "runs a command as nobody with setpriv, which needs root"))
+    func anotherUserIsRefusedByUidButAnAccessPathWorks() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache, "--require-token", "--allow-other"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mounted.stop() }
+        chmod(mounted.directory, 0o755)  // nobody must reach the mount point
+        let m = quoted(mounted.mountpoint)
+        let deadline = ContinuousClock.now + .seconds(20)
+        while try shell("stat \(m) >/dev/null 2>&1").status != 0, ContinuousClock.now < deadline { usleep(20_000) }
+        let asNobody = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+        #expect(try shell(asNobody + "stat -c %F \(m)").output == "directory\n", "the mount point stats for anyone")
+        try expectRefused(asNobody + "cat \(m)/private.txt")
+        try expectRefused(asNobody + "ls \(m)")
+        let grant = try cli(["token", "grant", mounted.path("docs/report.txt")])
+        #expect(grant.status == 0, "\(grant)")
+        let accessPath = try #require(grant.output.split(separator: "\n").first.map(String.init))
+        #expect(try shell(asNobody + "cat \(quoted(accessPath))").output == "quarterly")
+        let log = mounted.child.standardError
+        #expect(log.contains("uid 65534 is not the mount's owner (uid 0)"), "\(log.suffix(2000))")
+    }
 }
