@@ -95,6 +95,9 @@ struct ControlMountStatus: Codable, Sendable, Equatable {
     var transfers: [ControlItemStatus]
     /// Files whose last download failed (and that are not downloading again), by path.
     var errors: [ControlItemStatus]
+    /// Require-token mode: plain paths only for the owner's providerfs commands (nil from a
+    /// daemon of an older version: not in it).
+    var requireToken: Bool? = nil
 }
 
 /// `ControlHandler` over a mount's `ProviderFileSystem`.
@@ -173,7 +176,8 @@ struct MountControl: ControlHandler {
             provider: .init(
                 reachable: found.reachable, responseMilliseconds: found.elapsed.seconds * 1000,
                 probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init)),
-            transfers: transfers.sorted { $0.path < $1.path }, errors: errors.sorted { $0.path < $1.path })
+            transfers: transfers.sorted { $0.path < $1.path }, errors: errors.sorted { $0.path < $1.path },
+            requireToken: fileSystem.options.plainPaths != nil)
     }
 
     static func controlError(_ error: FileSystemError, path: String) -> ControlError {

@@ -50,6 +50,8 @@ struct MountRecord: Codable, Equatable {
     var logFile: String
     var version: String
     var startedAt: Date
+    /// Require-token mode (`--require-token`); nil in records of older versions (not in it).
+    var requireToken: Bool? = nil
 }
 
 /// One JSON file per mount under `<runtime dir>/mounts/`, written by the daemon once it is ready
