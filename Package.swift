@@ -34,7 +34,8 @@ let package = Package(
         .target(
             name: "ReadingList",
             dependencies: [
-                "AccessTokens", "PDFValidation", "SQLiteStore", "FileCoordination", "CryptoSupport", "SystemSupport",
+                "AccessTokens", "ScopedAccess", "PDFValidation", "SQLiteStore", "FileCoordination", "CryptoSupport",
+                "SystemSupport",
             ]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
         .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SystemSupport"]),

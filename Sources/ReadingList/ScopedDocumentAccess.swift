@@ -1,24 +1,23 @@
-// The app's access stage. Until the ScopedAccess module's start/stop is wired in (issue 12's
-// Swift API), an access path is checked by asking the mount about it: a token that has ended
-// answers EACCES, which fails the import at `access`.
+// The app's access stage over the ScopedAccess module: an access path (`MOUNTPOINT/.scoped/<token>/…`)
+// is started as a security-scoped URL (the mount derives a token bound to this process) and read
+// through the path that start gives; the stop, on every exit path, ends this process's access at
+// once. Other paths carry no scope: nothing to start, as Apple's start returns false for them.
 
-import SystemSupport
+import AccessTokens
+import ScopedAccess
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
-/// Access for ordinary sources: token access paths are checked, other paths need nothing.
+/// Access through `SecurityScopedURL` for token access paths; nothing to start for other paths.
 public struct ScopedDocumentAccess: DocumentAccess {
     public init() {}
 
     public func start(_ path: String, category: SourceCategory) throws(ImportFailure) -> AccessSession {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            let error = Errno.current
-            let why = error.rawValue == EACCES ? " (the access token is not valid)" : ""
-            throw ImportFailure(.access, "cannot reach \(path): \(error.message)\(why)")
+        let url = SecurityScopedURL(path: path)
+        guard url.hasSecurityScope else { return AccessSession(readPath: path, scoped: false, stop: {}) }
+        do {
+            try url.startAccessing()
+        } catch {
+            throw ImportFailure(.access, "scoped access could not start: \(TokenRedaction.redacted(error.description))")
         }
-        return AccessSession(readPath: path, scoped: false, stop: {})
+        return AccessSession(readPath: url.path, scoped: true, stop: { url.stopAccessingSecurityScopedResource() })
     }
 }

@@ -116,6 +116,10 @@ struct ReadingListMountTests {
         let token = try imported(try grant(mounted.path("other/paper.pdf"), ["--ttl", "10m"]))
         #expect(token["result"] as? String == "imported", "\(token)")
         #expect(token["pages"] as? Int == 5)
+        // The token path was started through ScopedAccess: a token derived for reading-list's
+        // process, released by its stop when the import ended.
+        let log = try providerfs(["token", "log"], runtime: runtime).output
+        #expect(log.contains("released by its process (stop)"), "\(log)")
         let first = try #require(plain["documentID"] as? String)
         let second = try #require(token["documentID"] as? String)
         #expect(first != second, "same display name, two documents")
