@@ -143,6 +143,59 @@ struct ReadingListMountTests {
         let path = try readingList(["open", String(first.prefix(8))]).output.trimmingCharacters(in: .newlines)
         #expect(path == data + "/library/" + first + ".pdf")
         try expectNothingLeft()
+
+        // remove: the record and the file go; the other document stays.
+        let removed = try readingList(["remove", first])
+        #expect(removed.status == 0, "\(removed)")
+        #expect(try documents().compactMap { $0["id"] as? String } == [second])
+        #expect(access(data + "/library/" + first + ".pdf", F_OK) != 0)
+        #expect(try readingList(["open", first]).status == 1, "a removed id is unknown")
+        try expectNothingLeft()
+    }
+
+    @Test func anEndedGrantFailsAtAccess() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let grant = try providerfs(["token", "grant", mounted.path("docs/paper.pdf"), "--json"], runtime: runtime)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(grant.output.utf8)) as? [String: Any])
+        let accessPath = try #require(object["accessPath"] as? String)
+        let id = try #require(object["id"] as? String)
+        #expect(try providerfs(["token", "revoke", id], runtime: runtime).status == 0)
+        let outcome = try imported(accessPath)
+        #expect(outcome["result"] as? String == "failed")
+        #expect(outcome["stage"] as? String == "access", "\(outcome)")
+        #expect((outcome["error"] as? String)?.contains("revoked") == true, "\(outcome)")
+        #expect(!(outcome["error"] as? String ?? "").contains("pfs_"))
+        try expectNothingLeft()
+    }
+
+    @Test func anEncryptedPDFNeedsItsPasswordFile() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let plain = source + "/docs/plain.pdf"
+        writeTestFile(plain, TestPDF(pages: 2).bytes())
+        let encrypt = try ChildProcess.run(
+            "/usr/bin/qpdf", ["--encrypt", "user-pw", "owner-pw", "256", "--", plain, source + "/docs/locked.pdf"],
+            timeout: .seconds(60))
+        #expect(encrypt.status == 0, "\(encrypt)")
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let locked = mounted.path("docs/locked.pdf")
+        let without = try imported(locked)
+        #expect(without["stage"] as? String == "validate")
+        #expect((without["error"] as? String)?.contains("password") == true, "\(without)")
+        writeTestFile(scratch + "/wrong", Array("nope\n".utf8))
+        #expect(try imported(locked, ["--password-file", scratch + "/wrong"])["stage"] as? String == "validate")
+        writeTestFile(scratch + "/password", Array("user-pw\n".utf8))
+        let with = try imported(locked, ["--password-file", scratch + "/password"])
+        #expect(with["result"] as? String == "imported", "\(with)")
+        #expect(with["pages"] as? Int == 2)
+        // The next start's reconcile keeps it (it cannot check an encrypted file without its password,
+        // but its bytes are the ones validated).
+        #expect(try documents().count == 1)
+        try expectNothingLeft()
     }
 
     @Test func corruptFailsAtValidateAndRepairedIsFlagged() throws {
@@ -206,6 +259,12 @@ struct ReadingListMountTests {
         defer { mounted.stop() }
         let big = mounted.path("docs/big.pdf")
         #expect(try providerfs(["fault", "add", big, "--slow", "1MiB", "--times", "0"], runtime: runtime).status == 0)
+        // SIGTERM first, then SIGINT: both cancel.
+        let terminated = try startReadingList(["import", big])
+        #expect(waitUntil { !names(data + "/staging").isEmpty || !terminated.isRunning }, "no staging file appeared")
+        terminated.signal(SIGTERM)
+        #expect(terminated.wait(timeout: .seconds(30)) == 143, "\(terminated.standardError)")
+        #expect(names(data + "/staging").isEmpty)
         let child = try startReadingList(["import", big])
         // The import has begun once its staging file exists.
         #expect(waitUntil { !names(data + "/staging").isEmpty || !child.isRunning }, "no staging file appeared")
