@@ -447,8 +447,9 @@ public final class ProviderFileSystem: FileSystem {
             if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
             throw FileSystemError(failure)
         }
+        let data: ReadData
         do {
-            return try await open.entry.read(offset: offset, count: count)
+            data = try await open.entry.read(offset: offset, count: count)
         } catch {
             if error.code != .cancelled {
                 state.withLock { state in
@@ -459,6 +460,10 @@ public final class ProviderFileSystem: FileSystem {
             }
             throw FileSystemError(error)
         }
+        // Through an access path the read may have waited for a download: asked again, so no byte
+        // is handed out after the token ended during the wait (D-343).
+        if let scoped = open.scoped { _ = try enforce(scoped, context: context, operation: "read") }
+        return data
     }
 
     public func write(

@@ -466,6 +466,43 @@ struct ScopedAccessTests {
         #expect(real.caller(RequestContext(threadID: getpid(), uid: 1, gid: 1)).pid == getpid())
     }
 
+    @Test(
+        "a read that waited for its bytes is checked again: a revoke during the wait refuses it (no byte after the end)"
+    )
+    func revokedWhileWaitingForBytes() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d")
+        let file = try await scoped.resolve(issued.token, "x")
+        let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        scoped.fixture.provider.hold()
+        let fileSystem = scoped.fileSystem
+        let reader = Task { () -> Result<Int, FileSystemError> in
+            do throws(FileSystemError) {
+                return .success(
+                    try await fileSystem.read(
+                        file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel
+                    )
+                    .count)
+            } catch {
+                return .failure(error)
+            }
+        }
+        // The read passed its check and waits at the provider's gate.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while scoped.fixture.provider.heldCount == 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(scoped.fixture.provider.heldCount > 0, "the read never waited for its download")
+        try scoped.authority.revoke(id: issued.id)
+        scoped.fixture.provider.release()
+        guard case .failure(let error) = await reader.value else {
+            Issue.record("the read that waited across the revoke delivered bytes")
+            return
+        }
+        #expect(error.code == .accessDenied)
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+    }
+
     @Test("a check of a token bound to no process looks no process up; a pid-bound token, a use and a denial do")
     func processLookedUpOnlyWhenNeeded() throws {
         let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock(), processStartTime: { _ in 7 })
