@@ -285,6 +285,9 @@ def main():
                 return 64
             rows = [row for row in rows if row.key in wanted]
         bench.add_peers(rows)
+        # Peers that no selected row measures are not started (e.g. bindfs and rclone for the
+        # access-path rows).
+        bench.peers = [peer for peer in bench.peers if any(row.measures(peer) for row in rows)]
         log(f"== data set in {bench.source}")
         for row in rows:
             row.create_data(bench)
@@ -323,6 +326,16 @@ def main():
     return 0
 
 
+def paired_samples(results, row, names):
+    """Each peer's values of a row by iteration, where every peer has one per iteration (a failed
+    measurement leaves the lists unaligned: then {}), for ratios within one iteration."""
+    lists = {name: results.get((row.key, name)) for name in names}
+    lists = {name: values for name, values in lists.items() if values}
+    if len({len(values) for values in lists.values()}) != 1:
+        return {}
+    return lists
+
+
 def medians_of(results, row, names):
     medians = {}
     for name in names:
@@ -350,7 +363,7 @@ def print_table(bench, rows, results):
         print("| " + " | ".join(cells) + " |")
     print()
     for row in rows:
-        for line in row.notes(medians_of(results, row, names)):
+        for line in row.notes(medians_of(results, row, names), paired_samples(results, row, names)):
             print(line)
     print("Ratios are 'providerfs relative to the peer' with higher = better for ProviderFS "
           "(throughput: ours/theirs; times: theirs/ours). Medians of "

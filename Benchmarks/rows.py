@@ -2,7 +2,7 @@
 ROWS. `measure(bench, peer)` returns one number (or None to skip that peer); `higher_is_better`
 decides how ratios are computed; `target` (optional) is checked against the medians.
 """
-import os, subprocess, time
+import os, statistics, subprocess, time
 
 
 
@@ -42,8 +42,9 @@ class Row:
     def measures(self, peer):
         return not peer.is_access_path
 
-    def notes(self, medians):
-        """Lines printed under the table (e.g. ratios the ratio columns do not show)."""
+    def notes(self, medians, paired):
+        """Lines printed under the table (e.g. ratios the ratio columns do not show). `paired`:
+        each peer's values by iteration (bench.paired_samples)."""
         return []
 
     def iterations(self, default):
@@ -343,19 +344,36 @@ class AccessPathRow(Row):
             return target, "–"
         return f"{target}: {ratio:.2f}×", "yes" if ratio >= self.target_ratio else "no"
 
-    def notes(self, medians):
+    def paired_ratio(self, paired, ours, theirs):
+        """The median of the ratios within each iteration (both measured moments apart, so the
+        machine's drift between iterations cancels), or None."""
+        if ours not in paired or theirs not in paired:
+            return None
+        ratios = [self.ratio_of({"a": a, "b": b}, "a", "b") for a, b in zip(paired[ours], paired[theirs])]
+        ratios = [ratio for ratio in ratios if ratio is not None]
+        return statistics.median(ratios) if ratios else None
+
+    def notes(self, medians, paired):
         lines = []
+
+        def cell(ours, theirs):
+            ratio = self.ratio_of(medians, ours, theirs)
+            within = self.paired_ratio(paired, ours, theirs)
+            if ratio is None:
+                return None
+            text = f"{ratio:.2f}× {theirs}"
+            return text + (f" (median of per-iteration ratios {within:.2f}×)" if within is not None else "")
+
         for token in [name for name in medians if name.endswith("-token")]:
             mount = token[: -len("-token")]
-            pairs = [(plain, self.ratio_of(medians, token, plain))
-                     for plain in (mount, "providerfs-nopt") if plain in medians]
-            cells = ", ".join(f"{ratio:.3f}× {plain}" for plain, ratio in pairs if ratio is not None)
+            cells = [cell(token, plain) for plain in dict.fromkeys((mount, "providerfs-nopt")) if plain in medians]
+            cells = [text for text in cells if text]
             if cells:
-                lines.append(f"{self.title}: access path ({token}) relative to the plain path: {cells}")
+                lines.append(f"- {self.key}: access path {token} relative to the plain path: " + "; ".join(cells))
         if "providerfs-base-token" in medians:
-            ratio = self.ratio_of(medians, "providerfs-token", "providerfs-base-token")
-            if ratio is not None:
-                lines.append(f"{self.title}: A/B providerfs-token / providerfs-base-token: {ratio:.3f}×")
+            text = cell("providerfs-token", "providerfs-base-token")
+            if text:
+                lines.append(f"- {self.key}: A/B providerfs-token relative to {text}")
         return lines
 
 

@@ -148,7 +148,7 @@ public final class TokenAuthority: Sendable {
     /// `check` for a caller whose process id is worked out only when the answer needs it (a
     /// pid-bound token, a denial or anything else that is logged): enforcement maps a FUSE
     /// thread to its process with a /proc read, which a token bound to no process does not need
-    /// (D-340). Same answers as `check(_:caller:)` with `TokenCaller(pid: pid(), uid: uid)`.
+    /// (D-344). Same answers as `check(_:caller:)` with `TokenCaller(pid: pid(), uid: uid)`.
     public func check(_ token: String, uid: UInt32, pid: () -> Int32) -> TokenDecision {
         if case .token(let bytes) = format.parse(token) {
             let presented = hash(bytes)

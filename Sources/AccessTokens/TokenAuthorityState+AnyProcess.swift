@@ -1,4 +1,4 @@
-// The check that needs no caller pid (D-340): a live, unexpired token bound to no process, from a
+// The check that needs no caller pid (D-344): a live, unexpired token bound to no process, from a
 // user who is not being throttled, is allowed by `admit` without consuming, logging or changing
 // anything, so its caller's process never has to be looked up (a /proc read per check).
 

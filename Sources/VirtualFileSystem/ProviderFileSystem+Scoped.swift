@@ -137,19 +137,28 @@ extension ProviderFileSystem {
         attributes.permissions = 0o555
         attributes.size = 0
         attributes.blocks = 0
-        attributes.validFor = .zero
+        attributes.validFor = Self.scopedAttributeTimeout
         return attributes
     }
 
     func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem) -> NodeAttributes {
         var attributes = attributes(of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode)
-        attributes.validFor = .zero
+        attributes.validFor = Self.scopedAttributeTimeout
         return attributes
     }
 
-    /// Zero timeouts: the kernel asks again on every path walk and stat (D-306).
+    /// How long the kernel may keep an access-path node's attributes (D-342): long enough that the
+    /// permission checks of a path walk and an open, and an app's fstat right after, use the
+    /// attributes the LOOKUP just returned instead of a GETATTR each; short against the 100 ms
+    /// within which access must end. Attributes give no access: the entry timeout stays zero, so
+    /// every path walk still asks the daemon (LOOKUP), and opens and reads always reach it.
+    static var scopedAttributeTimeout: Duration { .milliseconds(50) }
+
+    /// Entry timeout zero: the kernel asks again on every path walk (D-306); attributes for
+    /// `scopedAttributeTimeout` (D-342).
     func scopedEntry(_ attributes: NodeAttributes) -> Entry {
-        Entry(attributes: attributes, generation: 1, attributeTimeout: .zero, entryTimeout: .zero)
+        Entry(
+            attributes: attributes, generation: 1, attributeTimeout: Self.scopedAttributeTimeout, entryTimeout: .zero)
     }
 
     /// The item a token grants, fresh per the attribute TTL.

@@ -126,25 +126,26 @@ struct ScopedAccessTests {
             Issue.record("lookupNow through the access path did not answer from memory")
             return
         }
-        #expect(fast.entryTimeout == .zero && fast.attributeTimeout == .zero && fast.attributes.size == 300_000)
+        #expect(
+            fast.entryTimeout == .zero && fast.attributeTimeout == .milliseconds(50) && fast.attributes.size == 300_000)
         #expect(tokenDirectory.attributes.type == .directory)
-        #expect(tokenDirectory.entryTimeout == .zero && tokenDirectory.attributeTimeout == .zero)
+        #expect(tokenDirectory.entryTimeout == .zero && tokenDirectory.attributeTimeout == .milliseconds(50))
         #expect(try await listAll(scoped.fileSystem, tokenDirectory.inode).map(\.name) == [".", "..", "x"])
         await expectCode(.notFound, "a sibling of the granted file") {
             _ = try await scoped.fileSystem.lookup(parent: tokenDirectory.inode, name: "sub", context: .kernel)
         }
         let file = try await scoped.resolve(issued.token, "x")
-        #expect(file.entryTimeout == .zero && file.attributeTimeout == .zero)
+        #expect(file.entryTimeout == .zero && file.attributeTimeout == .milliseconds(50))
         #expect(file.attributes.size == 300_000)
         let plain = try await resolve(scoped.fileSystem, "d/x")
         #expect(file.inode != plain.inode)
-        #expect(try await scoped.fileSystem.getAttributes(file.inode, context: .kernel).validFor == .zero)
+        #expect(try await scoped.fileSystem.getAttributes(file.inode, context: .kernel).validFor == .milliseconds(50))
         // The fast path's getattr: after the same check, never cached by the kernel.
         guard case .success(let attributes)? = scoped.fileSystem.getAttributesNow(file.inode, context: .kernel) else {
             Issue.record("getAttributesNow through the access path did not answer from memory")
             return
         }
-        #expect(attributes.validFor == .zero && attributes.size == 300_000)
+        #expect(attributes.validFor == .milliseconds(50) && attributes.size == 300_000)
 
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         #expect(opened.directIO && !opened.keepCache && opened.servedFrom == nil)
@@ -164,7 +165,7 @@ struct ScopedAccessTests {
         let issued = try scoped.grant("d")
         let directory = try await scoped.resolve(issued.token)
         #expect(directory.attributes.type == .directory)
-        #expect(directory.entryTimeout == .zero && directory.attributeTimeout == .zero)
+        #expect(directory.entryTimeout == .zero && directory.attributeTimeout == .milliseconds(50))
         let entries = try await listAll(scoped.fileSystem, directory.inode)
         #expect(Set(entries.map(\.name)) == [".", "..", "x", "sub"])
         let scopedDirectory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
