@@ -365,9 +365,11 @@ def print_table(bench, rows, results):
     for row in rows:
         for line in row.notes(medians_of(results, row, names), paired_samples(results, row, names)):
             print(line)
+    counts = sorted({len(values) for values in results.values()})
     print("Ratios are 'providerfs relative to the peer' with higher = better for ProviderFS "
           "(throughput: ours/theirs; times: theirs/ours). Medians of "
-          f"{3 if bench.quick else 5} interleaved runs.")
+          f"{' or '.join(str(count) for count in counts) or 0} interleaved runs per cell "
+          "(Benchmarks/README.md: which rows run three times as many).")
     if not bench.can_drop_caches:
         print("NOTE: could not drop the page cache (not root): cold rows are not cold.")
     for note in bench.notes:
