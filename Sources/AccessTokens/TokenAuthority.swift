@@ -145,6 +145,21 @@ public final class TokenAuthority: Sendable {
         decide(token, caller: caller, consume: false)
     }
 
+    /// `check` for a caller whose process id is worked out only when the answer needs it (a
+    /// pid-bound token, a denial or anything else that is logged): enforcement maps a FUSE
+    /// thread to its process with a /proc read, which a token bound to no process does not need
+    /// (D-344). Same answers as `check(_:caller:)` with `TokenCaller(pid: pid(), uid: uid)`.
+    public func check(_ token: String, uid: UInt32, pid: () -> Int32) -> TokenDecision {
+        if case .token(let bytes) = format.parse(token) {
+            let presented = hash(bytes)
+            let now = time.elapsed()
+            if let grant = state.withLock({ $0.allowedForAnyProcess(hash: presented, uid: uid, now: now) }) {
+                return .allowed(grant)
+            }
+        }
+        return decide(token, caller: TokenCaller(pid: pid(), uid: uid), consume: false)
+    }
+
     /// `check`, and if allowed, takes one use: an open through the token. A use lasts until
     /// `endUse` (the handle is closed). Once the last use of a `uses` token is taken, further
     /// uses are denied `usedUp` while checks still pass, so the handles holding uses read on;

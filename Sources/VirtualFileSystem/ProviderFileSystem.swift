@@ -447,8 +447,9 @@ public final class ProviderFileSystem: FileSystem {
             if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
             throw FileSystemError(failure)
         }
+        let data: ReadData
         do {
-            return try await open.entry.read(offset: offset, count: count)
+            data = try await open.entry.read(offset: offset, count: count)
         } catch {
             if error.code != .cancelled {
                 state.withLock { state in
@@ -459,6 +460,10 @@ public final class ProviderFileSystem: FileSystem {
             }
             throw FileSystemError(error)
         }
+        // Through an access path the read may have waited for a download: asked again, so no byte
+        // is handed out after the token ended during the wait (D-343).
+        if let scoped = open.scoped { _ = try enforce(scoped, context: context, operation: "read") }
+        return data
     }
 
     public func write(
@@ -676,7 +681,11 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func lookupNow(
         parent: InodeNumber, name: String, context: RequestContext
     ) -> Result<Entry, FileSystemError>? {
-        guard let parentNode = state.withLock({ $0.inodes.identity(of: parent) }), parentNode.kind == .directory,
+        guard let parentNode = state.withLock({ $0.inodes.identity(of: parent) }) else {
+            // Not a plain node: an access path's, or unknown (the async path words it).
+            return scopedTarget(parent).flatMap { scopedLookupNow($0, name: name, context: context) }
+        }
+        guard parentNode.kind == .directory,
             !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
             !name.utf8.contains(UInt8(ascii: "/")),
             parent != .root || name != Self.scopedDirectoryName || scopedAccess == nil
@@ -703,7 +712,10 @@ extension ProviderFileSystem: FileSystemFastPath {
             return .failure(refusal)
         }
         // From memory only: a stale item is revalidated by the async path, off the FUSE thread.
-        guard let node = state.withLock({ $0.inodes[inode] }),
+        guard let node = state.withLock({ $0.inodes[inode] }) else {
+            return scopedTarget(inode).flatMap { scopedAttributesNow(inode, $0, context: context) }
+        }
+        guard
             let item = cache.catalog.itemNow(
                 node.identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
             item.kind == node.kind || node.identifier == .root
@@ -722,9 +734,12 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func openNow(
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
-        // Require-token mode: every open is the async path's, which asks the policy.
+        guard let node = state.withLock({ $0.inodes[inode] }) else {
+            return scopedTarget(inode).flatMap { scopedOpenNow(inode, $0, flags: flags, context: context) }
+        }
+        // Require-token mode: every open of a plain node is the async path's, which asks the policy.
         guard !requiresToken else { return nil }
-        guard !flags.wantsWrite, !flags.truncates, let node = state.withLock({ $0.inodes[inode] }), node.kind == .file,
+        guard !flags.wantsWrite, !flags.truncates, node.kind == .file,
             let path = cache.catalog.path(of: node.identifier),
             let claim = claims.acquireReadClaimNow(
                 ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
