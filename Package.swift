@@ -27,7 +27,7 @@ let package = Package(
         .target(name: "CryptoSupport", dependencies: ["CLibCrypto"]),
         .target(name: "FileCoordination", dependencies: ["SystemSupport"]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
-        .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SystemSupport"]),
+        .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SQLiteStore", "SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
         .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
@@ -64,7 +64,8 @@ let package = Package(
 
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
         .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
-        .testTarget(name: "AccessTokensTests", dependencies: ["AccessTokens", "SystemSupport", "TestSupport"]),
+        .testTarget(
+            name: "AccessTokensTests", dependencies: ["AccessTokens", "SQLiteStore", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
