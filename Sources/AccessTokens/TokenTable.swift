@@ -40,3 +40,8 @@ struct TokenTable {
     /// Forgets the changes (records just loaded from the store are not changes).
     mutating func forgetChanges() { changed = [] }
 }
+
+extension TokenTable: Sequence {
+    /// `(key: id, value: record)` pairs, as a dictionary's.
+    func makeIterator() -> Dictionary<String, TokenRecord>.Iterator { byID.makeIterator() }
+}
