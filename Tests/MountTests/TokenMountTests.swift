@@ -315,4 +315,70 @@ struct TokenScaleMountTests {
         let after = try providerfs(["token", "list", second.mountpoint], runtime: runtime)
         #expect(after.output.split(separator: "\n").count == 10_400, "\(after.error)")
     }
+
+    @Test func killedMidGrantKeepsEveryGrantItAnswered() throws {
+        guard requireFUSE() else { return }
+        let scratch = try makeTemporaryDirectory(prefix: "token-kill")
+        defer { removeTreeWithinFileSystem(scratch) }
+        let (source, runtime, cache) = (scratch + "/source", scratch + "/run", scratch + "/cache")
+        mkdir(source, 0o755)
+        writeTestFile(source + "/a.txt", Array("a".utf8))
+        func mount() throws -> MountedFileSystem {
+            try MountedFileSystem.providerfs(
+                ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        }
+        let first = try mount()
+        defer { first.stop() }
+        let sockets = try FileManager.default.contentsOfDirectory(atPath: runtime + "/mounts")
+            .filter { $0.hasSuffix(".control.sock") }
+        let socket = try #require(sockets.count == 1 ? runtime + "/mounts/" + sockets[0] : nil, "\(sockets)")
+
+        // 4 connections grant as fast as they can; the daemon is killed (-9) once 300 are
+        // answered, with grants in flight. Every grant answered must survive: it was on disk
+        // before its reply was sent.
+        let answered = Locked<[String]>([])
+        let finished = DispatchSemaphore(value: 0)
+        // Threads of their own: each loops until the daemon dies (concurrentPerform would run
+        // only as many at once as there are cores).
+        for worker in 0..<4 {
+            Thread {
+                defer { finished.signal() }
+                guard let fd = try? UnixSocket.connect(socket) else { return }
+                defer { close(fd) }
+                var index = 0
+                while true {
+                    index += 1
+                    guard
+                        let reply = try? controlRequest(
+                            fd, id: index, "tokenGrant", ["path": "a.txt", "uses": worker + 1]),
+                        let id = (reply["ok"] as? [String: Any]).flatMap({ $0["info"] as? [String: Any] })?["id"]
+                            as? String
+                    else { return }
+                    answered.withLock { $0.append(id) }
+                }
+            }.start()
+        }
+        let deadline = ContinuousClock.now + .seconds(120)
+        while answered.value.count < 300 && ContinuousClock.now < deadline { usleep(1000) }
+        first.child.signal(SIGKILL)
+        for _ in 0..<4 {
+            #expect(finished.wait(timeout: .now() + 30) == .success, "a worker still waits on a dead daemon")
+        }
+        #expect(first.child.wait(timeout: .seconds(10)) != nil, "the daemon did not die")
+        first.stop()
+        let granted = Set(answered.value)
+        #expect(granted.count >= 300)
+
+        let second = try mount()
+        defer { second.stop() }
+        let list = try providerfs(["token", "list", second.mountpoint, "--json"], runtime: runtime)
+        #expect(list.status == 0, "\(list.error)")
+        let listed = Set(
+            list.output.split(separator: "\n").compactMap {
+                ((try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any])?["id"] as? String
+            })
+        let lost = granted.subtracting(listed)
+        #expect(lost.isEmpty, "\(lost.count) of \(granted.count) answered grants lost by a kill -9")
+        print("token kill: \(granted.count) grants answered before the kill -9, \(listed.count) listed after")
+    }
 }
