@@ -7,7 +7,8 @@ import SystemSupport
 
 /// Owns a mount's tokens. Thread-safe; every call is synchronous and short (a check is a hash,
 /// one dictionary lookup and, for a pid-bound token, one read of /proc). Calls that change a
-/// token (grant, a counted use, revoke, expire) write the token file before they return.
+/// token (grant, a counted use, revoke, expire) write that token's row of tokens.db (fsynced)
+/// before they return; the cost does not grow with the number of tokens (D-335, D-339).
 public final class TokenAuthority: Sendable {
     public let limits: TokenLimits
     /// The 8 characters after `pfs_` in this mount's tokens.
