@@ -10,6 +10,7 @@ let package = Package(
     products: [
         .library(name: "FileCoordination", targets: ["FileCoordination"]),
         .library(name: "ProviderModel", targets: ["ProviderModel"]),
+        .library(name: "ScopedAccess", targets: ["ScopedAccess"]),
         .executable(name: "providerfs", targets: ["providerfs"]),
     ],
     targets: [
@@ -17,6 +18,7 @@ let package = Package(
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev", "fuse3"])]),
         .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CQPDF", pkgConfig: "libqpdf", providers: [.apt(["libqpdf-dev"])]),
         // glibc headers Swift's Glibc module lacks (sys/xattr.h); headers only, part of libc6-dev.
         .systemLibrary(name: "CLinuxHeaders"),
 
@@ -26,8 +28,22 @@ let package = Package(
         // Digests and constant-time comparison through OpenSSL's libcrypto.
         .target(name: "CryptoSupport", dependencies: ["CLibCrypto"]),
         .target(name: "FileCoordination", dependencies: ["SystemSupport"]),
+        // PDF validation with a real parser (libqpdf): pages, a full check, every page's content.
+        .target(name: "PDFValidation", dependencies: ["CQPDF"]),
+        // The reading-list app (issue 13): imports documents the careful way; its CLI is `reading-list`.
+        .target(
+            name: "ReadingList",
+            dependencies: [
+                "AccessTokens", "ScopedAccess", "PDFValidation", "SQLiteStore", "FileCoordination", "CryptoSupport",
+                "SystemSupport",
+            ]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
         .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SQLiteStore", "SystemSupport"]),
+        // The control socket's wire layer (framing, envelope, errors, one exchange): the CLI, the
+        // daemon and apps (ScopedAccess) speak it; nothing of the file system.
+        .target(name: "ControlWire", dependencies: ["SystemSupport"]),
+        // For apps: security-scoped URLs (start/stop, bookmarks) over a mount's access paths.
+        .target(name: "ScopedAccess", dependencies: ["ControlWire", "SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
         .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
@@ -43,9 +59,10 @@ let package = Package(
             name: "ProviderFSCommands",
             dependencies: [
                 "FUSEAdapter", "VirtualFileSystem", "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults",
-                "AccessTokens", "FileCoordination", "SystemSupport", "Diagnostics",
+                "AccessTokens", "FileCoordination", "ControlWire", "SystemSupport", "Diagnostics",
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
+        .executableTarget(name: "reading-list", dependencies: ["ReadingList", "SystemSupport"]),
         // A small child process for cross-process coordination tests and benchmarks.
         .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
         // SQLiteStore against raw SQLite, built -c release by Benchmarks/sqlite.sh (not run by tests).
@@ -64,6 +81,10 @@ let package = Package(
 
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
         .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
+        .testTarget(name: "PDFValidationTests", dependencies: ["PDFValidation", "TestSupport"]),
+        .testTarget(
+            name: "ReadingListTests", dependencies: ["ReadingList", "SystemSupport", "TestSupport", "TestScheduling"]),
+        .testTarget(name: "ScopedAccessTests", dependencies: ["ScopedAccess"]),
         .testTarget(
             name: "AccessTokensTests", dependencies: ["AccessTokens", "SQLiteStore", "SystemSupport", "TestSupport"]),
         .testTarget(
@@ -96,8 +117,8 @@ let package = Package(
         .testTarget(
             name: "ProviderFSCommandsTests",
             dependencies: [
-                "ProviderFSCommands", "AccessTokens", "FileCoordination", "VirtualFileSystem", "ProviderCache",
-                "ProviderModel",
+                "ProviderFSCommands", "AccessTokens", "ControlWire", "FileCoordination", "VirtualFileSystem",
+                "ProviderCache", "ProviderModel",
                 "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
             ]),
         // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe or a socket pair.
@@ -109,7 +130,8 @@ let package = Package(
             name: "MountTests",
             dependencies: [
                 "TestSupport", "TestScheduling", "SystemSupport", "FUSEAdapter", "ProviderModel", "LocalProvider",
-                "providerfs",
+                "ScopedAccess", "providerfs",
+                "reading-list",
                 "fuse-fixture",
                 "coordination-probe",
             ]),

@@ -3,7 +3,7 @@
 Run through Benchmarks/run. Rows are in rows.py; peers here. Everything started is recorded in
 `Bench.cleanups` and undone in reverse order in a finally block (also on SIGINT/SIGTERM).
 """
-import argparse, os, shutil, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rows as row_definitions  # noqa: E402
@@ -52,6 +52,7 @@ class Peer:
 
     name = "?"
     cold_needs_remount = False
+    is_access_path = False
 
     def __init__(self, bench):
         self.bench = bench
@@ -66,6 +67,10 @@ class Peer:
     def remount(self):
         self.stop()
         self.start()
+
+    def access_base(self):
+        """The data set's `access` folder as this peer shows it (rows.AccessPathRow)."""
+        return os.path.join(self.root, "access")
 
 
 class Native(Peer):
@@ -170,6 +175,35 @@ class ProviderFSBaseline(ProviderFS):
         return command
 
 
+class AccessPathView(Peer):
+    """An access path (`MOUNTPOINT/.scoped/<token>`, issue 12) through another ProviderFS peer's
+    mount: no mount of its own. Its token is granted on the data set's `access` folder, so
+    `access_base()` is the same folder as the plain peers' `root/access`. Only rows that say
+    `access_paths = True` measure it (the other rows' paths are not inside the grant)."""
+    is_access_path = True
+
+    def __init__(self, bench, mount):
+        super().__init__(bench)
+        self.mount = mount
+        self.name = mount.name + "-token"
+        self.base = None
+
+    def start(self):
+        folder = os.path.join(self.mount.root, "access")
+        result = subprocess.run([self.bench.providerfs, "token", "grant", folder, "--json"], capture_output=True,
+                                text=True, timeout=30)
+        if result.returncode != 0:
+            raise RuntimeError(f"token grant failed: {result.stderr.strip()}")
+        self.base = json.loads(result.stdout)["accessPath"]
+        self.root = self.base
+
+    def access_base(self):
+        return self.base
+
+    def remount(self):
+        raise RuntimeError("an access path is not remounted (its mount's peer is)")
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -183,7 +217,7 @@ class Bench:
         self.peers = []
         self.notes = []
 
-    def add_peers(self):
+    def add_peers(self, rows):
         self.peers.append(Native(self))
         if shutil.which("bindfs"):
             self.peers.append(Bindfs(self))
@@ -194,10 +228,18 @@ class Bench:
         else:
             self.notes.append("rclone not installed: column empty")
         self.peers.append(ProviderFS(self))
-        if self.args.with_no_passthrough:
+        access_rows = any(row.access_paths for row in rows)
+        # The access-path rows compare with the plain path with passthrough off too (their target
+        # is about reads that reach the daemon, D-340).
+        if self.args.with_no_passthrough or access_rows:
             self.peers.append(ProviderFSNoPassthrough(self))
         if self.args.baseline:
             self.peers.append(ProviderFSBaseline(self))
+        if access_rows:
+            # After the mounts they read through (peers start in order).
+            for mount in [peer for peer in self.peers if isinstance(peer, ProviderFS)]:
+                if not isinstance(mount, ProviderFSNoPassthrough):  # access paths never pass through
+                    self.peers.append(AccessPathView(self, mount))
 
     def cleanup(self):
         for peer in self.peers:
@@ -234,11 +276,18 @@ def main():
 
     bench = Bench(args)
     try:
-        bench.add_peers()
         rows = row_definitions.ROWS
         if args.rows:
             wanted = set(args.rows.split(","))
+            unknown = wanted - {row.key for row in rows}
+            if unknown:
+                log(f"unknown rows: {', '.join(sorted(unknown))} (known: {', '.join(row.key for row in rows)})")
+                return 64
             rows = [row for row in rows if row.key in wanted]
+        bench.add_peers(rows)
+        # Peers that no selected row measures are not started (e.g. bindfs and rclone for the
+        # access-path rows).
+        bench.peers = [peer for peer in bench.peers if any(row.measures(peer) for row in rows)]
         log(f"== data set in {bench.source}")
         for row in rows:
             row.create_data(bench)
@@ -258,6 +307,8 @@ def main():
             for iteration in range(row.iterations(iterations)):
                 # Interleaved: every peer once per iteration, so drift hits all of them alike.
                 for peer in bench.peers:
+                    if not row.measures(peer):
+                        continue
                     try:
                         value = row.measure(bench, peer)
                     except Exception as error:
@@ -275,6 +326,24 @@ def main():
     return 0
 
 
+def paired_samples(results, row, names):
+    """Each peer's values of a row by iteration, where every peer has one per iteration (a failed
+    measurement leaves the lists unaligned: then {}), for ratios within one iteration."""
+    lists = {name: results.get((row.key, name)) for name in names}
+    lists = {name: values for name, values in lists.items() if values}
+    if len({len(values) for values in lists.values()}) != 1:
+        return {}
+    return lists
+
+
+def medians_of(results, row, names):
+    medians = {}
+    for name in names:
+        values = results.get((row.key, name))
+        medians[name] = statistics.median(values) if values else None
+    return medians
+
+
 def print_table(bench, rows, results):
     names = [peer.name for peer in bench.peers]
     others = [name for name in names if name != "providerfs"]
@@ -283,10 +352,7 @@ def print_table(bench, rows, results):
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
-        medians = {}
-        for name in names:
-            values = results.get((row.key, name))
-            medians[name] = statistics.median(values) if values else None
+        medians = medians_of(results, row, names)
         cells = [row.title]
         cells += [row.format(medians[name]) if medians[name] is not None else "–" for name in names]
         for name in others:
@@ -296,9 +362,14 @@ def print_table(bench, rows, results):
         cells += [target, met]
         print("| " + " | ".join(cells) + " |")
     print()
+    for row in rows:
+        for line in row.notes(medians_of(results, row, names), paired_samples(results, row, names)):
+            print(line)
+    counts = sorted({len(values) for values in results.values()})
     print("Ratios are 'providerfs relative to the peer' with higher = better for ProviderFS "
           "(throughput: ours/theirs; times: theirs/ours). Medians of "
-          f"{3 if bench.quick else 5} interleaved runs.")
+          f"{' or '.join(str(count) for count in counts) or 0} interleaved runs per cell "
+          "(Benchmarks/README.md: which rows run three times as many).")
     if not bench.can_drop_caches:
         print("NOTE: could not drop the page cache (not root): cold rows are not cold.")
     for note in bench.notes:

@@ -44,12 +44,14 @@ BACKGROUND=()   # pids of background readers started with `in_background`
 SCENARIO_NAME="$(basename "${0%.sh}")"
 SCENARIO_STARTED="$EPOCHREALTIME"
 
-say() { printf '  %s\n' "$*"; }
+# Tokens in access paths are masked in every line a scenario prints (logs never show a token).
+mask_tokens() { sed 's#\.scoped/pfs_[a-z0-9_]*#.scoped/<token>#g'; }
+say() { printf '  %s\n' "$*" | mask_tokens; }
 
 fail() {
     trap - ERR
     FAILED=1
-    printf 'FAIL (%s): %s\n' "$SCENARIO_NAME" "$*" >&2
+    printf 'FAIL (%s): %s\n' "$SCENARIO_NAME" "$*" | mask_tokens >&2
     if [[ -n "$S" && -f "$S/daemon.log" ]]; then
         echo "--- last lines of the daemon log ($S/daemon.log):" >&2
         tail -n 30 "$S/daemon.log" >&2 || true
@@ -256,8 +258,18 @@ EOF
     fi
 }
 
-# reference_of PATH: the reference copy of a file in the mount
-reference_of() { echo "$S/reference/${1#"$MNT"/}"; }
+# reference_of PATH: the reference copy of a file in the mount (also through an access path that
+# grant_token printed)
+reference_of() {
+    local access
+    for access in "${!ACCESS_ITEM[@]}"; do
+        if [[ "$1" == "$access" || "$1" == "$access/"* ]]; then
+            echo "$S/reference/${ACCESS_ITEM[$access]}${1#"$access"}"
+            return
+        fi
+    done
+    echo "$S/reference/${1#"$MNT"/}"
+}
 
 # expect_prefix_correct READER PATH: the bytes the reader got are the start of the reference
 # file, and fewer than all of it (a failed read never looks complete).
@@ -304,6 +316,59 @@ expect_content() {
     got="$(sha256sum <"$READ_OUT" | cut -d' ' -f1)"
     [[ "$got" == "$want" ]] || fail "$reader $path: sha256 $got, expected $want ($READ_BYTES bytes)"
     say "ok: $reader → sha256 ${got:0:16}… equal to the source's, $READ_BYTES bytes in $READ_SECONDS s"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Access tokens (issue 12)
+
+declare -A ACCESS_ITEM=()   # access path → the item's path relative to the mount (reference_of)
+
+# grant_token PATH [GRANT OPTIONS…]: `providerfs token grant PATH … --json`; sets ACCESS (the access
+# path) and TOKEN_ID. The token itself is in ACCESS only: never printed by a check.
+grant_token() {
+    local path="$1" out
+    out="$(providerfs token grant "$@" --json)" || fail "providerfs token grant $* failed"
+    ACCESS="$(sed -n 's/.*"accessPath":"\([^"]*\)".*/\1/p' <<<"$out")"
+    TOKEN_ID="$(sed -n 's/.*"id":"\([0-9a-f]*\)".*/\1/p' <<<"$out")"
+    [[ "$ACCESS" == "$MNT/.scoped/"* && -n "$TOKEN_ID" ]] \
+        || fail "token grant $*: no access path or id in its output (withheld: it holds the token)"
+    ACCESS_ITEM["$ACCESS"]="${path#"$MNT"/}"
+    say "granted token $TOKEN_ID on ${path#"$MNT"/}${2:+ (${*:2})}"
+}
+
+# token_events ID: the events of token ID in `providerfs token log --json`, oldest first, one per
+# line ("grant", "use", "denial expired", …: a denial with its reason).
+token_events() {
+    local line log event
+    log="$(timeout -k 2 10 "$PROVIDERFS" token log "$MNT" --json)" || fail "providerfs token log failed"
+    while IFS= read -r line; do
+        [[ "$line" == *"\"tokenID\":\"$1\""* && "$line" =~ \"event\":\"([a-zA-Z]+)\" ]] || continue
+        event="${BASH_REMATCH[1]}"
+        [[ "$line" =~ \"reason\":\"([a-zA-Z]+)\" ]] && event="$event ${BASH_REMATCH[1]}"
+        echo "$event"
+    done <<<"$log"
+}
+
+# expect_token_events ID EVENT…: token ID's log holds each EVENT ("grant", "denial expired", …)
+expect_token_events() {
+    local id="$1" events wanted
+    shift
+    events="$(token_events "$id")"
+    for wanted in "$@"; do
+        grep -qx "$wanted" <<<"$events" \
+            || fail "token log of $id has no '$wanted' entry; it has: $(tr '\n' ',' <<<"$events")"
+    done
+    say "ok: token log of $id has $(printf "'%s' " "$@")(all: $(sort <<<"$events" | uniq -c | awk '{ $1 = $1 "×"; print }' | paste -sd, -))"
+}
+
+# expect_token_state ID STATE: `providerfs token list --all` shows token ID as STATE (live shows
+# its expiry: "expires …", "no expiry"; ended: "expired …", "revoked …", "used up …")
+expect_token_state() {
+    local line
+    line="$(timeout -k 2 10 "$PROVIDERFS" token list "$MNT" --all | grep "^$1 ")" \
+        || fail "token list --all does not show token $1"
+    [[ "$line" == *"  $2"* ]] || fail "token list --all shows '$line', expected '$2'"
+    say "ok: token list --all: $line"
 }
 
 # ---------------------------------------------------------------------------------------------

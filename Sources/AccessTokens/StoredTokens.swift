@@ -29,6 +29,8 @@ struct StoredTokens: Codable {
         var lastUse: Date?
         var state: TokenState
         var endedAt: Date?
+        /// A derived token's parent (absent in files written before derived tokens).
+        var parentID: String?
     }
 
     var version: Int

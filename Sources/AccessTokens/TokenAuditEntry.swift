@@ -11,6 +11,10 @@ public struct TokenAuditEntry: Codable, Sendable, Hashable {
         case denial
         case expiry
         case revocation
+        /// A use given back: the open it was taken for failed after the token allowed it.
+        case useReturned
+        /// A `uses` token's last use ended (the handle of its last open was closed).
+        case usedUp
         /// One entry per burst of refused guesses from one user: `count` checks refused unread.
         case rateLimited
         /// The token store could not be read or written (`detail` says what happened).

@@ -14,13 +14,13 @@ public final class TokenAuthority: Sendable {
     /// The 8 characters after `pfs_` in this mount's tokens.
     public let mountTag: String
 
-    private let state: Locked<TokenAuthorityState>
-    private let format: TokenFormat
+    let state: Locked<TokenAuthorityState>
+    let format: TokenFormat
     /// Random, per mount, kept with the hashes: each hash is SHA-256(salt ‖ token).
     private let salt: [UInt8]
-    private let time: MonotonicTime
-    private let wallClock: @Sendable () -> Date
-    private let processStartTime: @Sendable (Int32) -> UInt64?
+    let time: MonotonicTime
+    let wallClock: @Sendable () -> Date
+    let processStartTime: @Sendable (Int32) -> UInt64?
     private let store: TokenStore?
     /// The store clock (D-336) at this authority's monotonic zero: store time = origin + elapsed.
     private let clockOrigin: Duration
@@ -177,10 +177,44 @@ public final class TokenAuthority: Sendable {
         decide(token, caller: caller, consume: false)
     }
 
-    /// `check`, and if allowed, takes one use: an open through the token. The use that takes
-    /// the last of a `uses` token is allowed; later checks are denied `usedUp`.
+    /// `check` for a caller whose process id is worked out only when the answer needs it (a
+    /// pid-bound token, a denial or anything else that is logged): enforcement maps a FUSE
+    /// thread to its process with a /proc read, which a token bound to no process does not need
+    /// (D-344). Same answers as `check(_:caller:)` with `TokenCaller(pid: pid(), uid: uid)`.
+    public func check(_ token: String, uid: UInt32, pid: () -> Int32) -> TokenDecision {
+        if case .token(let bytes) = format.parse(token) {
+            let presented = hash(bytes)
+            let now = time.elapsed()
+            if let grant = state.withLock({ $0.allowedForAnyProcess(hash: presented, uid: uid, now: now) }) {
+                return .allowed(grant)
+            }
+        }
+        return decide(token, caller: TokenCaller(pid: pid(), uid: uid), consume: false)
+    }
+
+    /// `check`, and if allowed, takes one use: an open through the token. A use lasts until
+    /// `endUse` (the handle is closed). Once the last use of a `uses` token is taken, further
+    /// uses are denied `usedUp` while checks still pass, so the handles holding uses read on;
+    /// when the last of those ends the token ends `usedUp` (D-315). Expiry and revocation end
+    /// it at once, whatever uses are open.
     public func recordUse(_ token: String, caller: TokenCaller) -> TokenDecision {
         decide(token, caller: caller, consume: true)
+    }
+
+    /// Ends a use that `recordUse` allowed for the token `id` (the grant's id): its handle was
+    /// closed, or the open failed after the use was taken. Call once per allowed use.
+    public func endUse(id: String) {
+        let wallNow = wallClock()
+        state.withLock { $0.endUse(id, wallNow: wallNow) }
+        saveIfChanged()
+    }
+
+    /// Gives back a use that `recordUse` allowed for the token `id` when the open it was taken
+    /// for failed afterwards (it opened nothing). Instead of `endUse`, not as well.
+    public func returnUse(id: String) {
+        let wallNow = wallClock()
+        state.withLock { $0.returnUse(id, wallNow: wallNow) }
+        saveIfChanged()
     }
 
     private func decide(_ token: String, caller: TokenCaller, consume: Bool) -> TokenDecision {
@@ -302,7 +336,7 @@ public final class TokenAuthority: Sendable {
 
     // MARK: Files
 
-    private func hash(_ token: [UInt8]) -> [UInt8] {
+    func hash(_ token: [UInt8]) -> [UInt8] {
         var hasher = SHA256()
         hasher.update(salt)
         hasher.update(token)
@@ -313,7 +347,7 @@ public final class TokenAuthority: Sendable {
     /// not be written, or nil (also without a store). When it returns nil, every change made
     /// before the call is on disk: written by this call, or by the one whose batch took it.
     @discardableResult
-    private func persist(force: Bool = false) -> String? {
+    func persist(force: Bool = false) -> String? {
         guard let store else {
             state.withLock { state in
                 state.savedGeneration = state.generation
@@ -356,7 +390,7 @@ public final class TokenAuthority: Sendable {
 
     /// Every call that changed a token (an expiry noticed included) saves before it returns;
     /// otherwise only the new audit entries are appended.
-    private func saveIfChanged() {
+    func saveIfChanged() {
         if state.withLock({ $0.hasUnsavedChanges }) { persist() } else { flushAudit() }
     }
 
@@ -382,7 +416,8 @@ public final class TokenAuthority: Sendable {
             wallDeadline: remaining.map { wallNow.addingTimeInterval(TokenRecord.seconds($0)) },
             deadlineNanoseconds: record.deadline.map { nanoseconds(clockOrigin + $0) },
             boundPID: record.boundProcess?.pid, boundStartTime: record.boundProcess?.startTime,
-            usesLeft: record.usesLeft, lastUse: record.lastUse, state: record.state, endedAt: record.endedAt)
+            usesLeft: record.usesLeft, lastUse: record.lastUse, state: record.state, endedAt: record.endedAt,
+            parentID: record.parentID)
     }
 
     /// The store clock now (D-336): where it stood at the last write, plus the wall-clock time
@@ -467,7 +502,8 @@ public final class TokenAuthority: Sendable {
             boundProcess: token.boundPID.map {
                 TokenRecord.BoundProcess(pid: $0, startTime: token.boundStartTime ?? 0)
             },
-            usesLeft: token.usesLeft, lastUse: token.lastUse, state: state, endedAt: token.endedAt)
+            usesLeft: token.usesLeft, lastUse: token.lastUse, state: state, endedAt: token.endedAt,
+            parentID: token.parentID)
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {

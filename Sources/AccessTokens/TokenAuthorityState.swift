@@ -23,6 +23,8 @@ struct TokenAuthorityState {
     var savedGeneration: UInt64 = 0
     var hasUnsavedChanges: Bool { generation != savedGeneration }
     var limiter: [UInt32: DenialWindow] = [:]
+    /// Parent id → the ids of the tokens derived from it (every remembered one).
+    var children: [String: Set<String>] = [:]
     let limits: TokenLimits
 
     struct DenialWindow {
@@ -41,6 +43,7 @@ struct TokenAuthorityState {
     mutating func insert(_ record: TokenRecord) {
         records[record.id] = record
         index[record.indexKey, default: []].append(record.id)
+        if let parent = record.parentID { children[parent, default: []].insert(record.id) }
         if record.state != .live { endedOrder.append(record.id) }
     }
 
@@ -49,6 +52,10 @@ struct TokenAuthorityState {
         let key = record.indexKey
         index[key]?.removeAll { $0 == id }
         if index[key]?.isEmpty == true { index[key] = nil }
+        if let parent = record.parentID {
+            children[parent]?.remove(id)
+            if children[parent]?.isEmpty == true { children[parent] = nil }
+        }
     }
 
     /// The id of the record whose hash is `hash`, compared in constant time.
@@ -70,6 +77,7 @@ struct TokenAuthorityState {
         records[id] = record
         noteEnded(id)
         log(.expiry, time: record.endedAt ?? wallNow, tokenID: id, detail: "its TTL ran out")
+        endChildren(of: id, as: .expired, wallNow: record.endedAt ?? wallNow)
     }
 
     /// Notices every passed deadline (list, log and save do this; a check notices its own).
@@ -86,6 +94,20 @@ struct TokenAuthorityState {
         record.endedAt = wallNow
         records[id] = record
         noteEnded(id)
+        endChildren(of: id, as: state, wallNow: wallNow)
+    }
+
+    /// Ends the live tokens derived from `id` with it (revoked with a revoked parent, expired
+    /// with an expired one; a used-up parent's children count as revoked), each logged.
+    mutating func endChildren(of id: String, as state: TokenState, wallNow: Date) {
+        guard let derived = children[id] else { return }
+        let ending: TokenState = state == .expired ? .expired : .revoked
+        for child in derived.sorted() where records[child]?.state == .live {
+            end(child, as: ending, wallNow: wallNow)
+            log(
+                ending == .expired ? .expiry : .revocation, time: wallNow, tokenID: child,
+                detail: "its parent \(id) ended (\(state.rawValue))")
+        }
     }
 
     private mutating func noteEnded(_ id: String) {
@@ -212,6 +234,19 @@ extension TokenAuthorityState {
     ) -> Admission {
         noticeExpiry(of: id, now: now, wallNow: wallNow)
         guard var record = records[id] else { return deny(.unknown, caller: caller, now: now, wallNow: wallNow) }
+        if record.state == .live, let parent = record.parentID {
+            // Ended with its parent (already, unless the parent was forgotten or ended in a run
+            // that did not end its children).
+            noticeExpiry(of: parent, now: now, wallNow: wallNow)
+            if records[parent]?.state != .live {
+                let ending: TokenState = records[parent]?.state == .expired ? .expired : .revoked
+                end(id, as: ending, wallNow: wallNow)
+                log(
+                    ending == .expired ? .expiry : .revocation, time: wallNow, tokenID: id,
+                    detail: "its parent \(parent) has ended")
+                record = records[id] ?? record
+            }
+        }
         switch record.state {
         case .live: break
         case .expired: return deny(.expired, tokenID: id, caller: caller, now: now, wallNow: wallNow)
@@ -226,17 +261,41 @@ extension TokenAuthorityState {
         }
         let grant = TokenGrant(id: id, scope: record.scope, mode: record.mode)
         guard consume else { return .allowed(grant) }
+        // The last use taken: no more opens, while the handles holding uses read on (D-315).
+        if record.usesLeft == 0 { return deny(.usedUp, tokenID: id, caller: caller, now: now, wallNow: wallNow) }
         record.lastUse = wallNow
         if let uses = record.usesLeft {
             // Saved before the open is answered; the last-use time alone is not (no write per open).
             record.usesLeft = uses - 1
+            record.openUses += 1
             generation += 1
         }
         records[id] = record
         log(
             .use, time: wallNow, tokenID: id, caller: caller,
             detail: record.usesLeft.map { "\($0) uses left" })
-        if record.usesLeft == 0 { end(id, as: .usedUp, wallNow: wallNow) }
         return .allowed(grant)
+    }
+
+    /// A use taken by `admit(consume:)` has ended (its handle closed). A `uses` token whose last
+    /// use has been taken ends `usedUp` when its last open use ends (D-315).
+    mutating func endUse(_ id: String, wallNow: Date) {
+        guard var record = records[id], record.state == .live, let usesLeft = record.usesLeft else { return }
+        record.openUses = max(0, record.openUses - 1)
+        records[id] = record
+        guard usesLeft == 0, record.openUses == 0 else { return }
+        end(id, as: .usedUp, wallNow: wallNow)
+        log(.usedUp, time: wallNow, tokenID: id, detail: "its last use ended")
+    }
+
+    /// A use taken by `admit(consume:)` is given back: the open failed after the token allowed
+    /// it (a claim refused, a download that could not start), so it opened nothing.
+    mutating func returnUse(_ id: String, wallNow: Date) {
+        guard var record = records[id], record.state == .live, let usesLeft = record.usesLeft else { return }
+        record.openUses = max(0, record.openUses - 1)
+        record.usesLeft = usesLeft + 1
+        records[id] = record
+        generation += 1
+        log(.useReturned, time: wallNow, tokenID: id, detail: "\(usesLeft + 1) uses left")
     }
 }

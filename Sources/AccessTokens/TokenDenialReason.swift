@@ -14,7 +14,7 @@ public enum TokenDenialReason: String, Codable, Sendable, Hashable, CaseIterable
     case unknown
     case expired
     case revoked
-    /// A `uses` token whose last use was taken.
+    /// A `uses` token whose last use was taken: no more opens (D-315).
     case usedUp
     /// A token bound to another process.
     case wrongProcess

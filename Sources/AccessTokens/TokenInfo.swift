@@ -15,8 +15,13 @@ public struct TokenInfo: Sendable, Hashable, Codable {
     /// Monotonic time until it expires; nil without a TTL; zero once ended.
     public var timeLeft: Duration?
     public var usesLeft: Int?
+    /// Uses in progress: handles opened through a `uses` token and not yet closed (D-315).
+    public var openUses: Int = 0
     public var lastUse: Date?
     public var boundPID: Int32?
     /// When it ended (expired, revoked or used up), by the wall clock.
     public var endedAt: Date?
+    /// For a derived token (one process's start of a grant, `TokenAuthority.derive`): the id of
+    /// the token it was derived from. Nil for a granted token.
+    public var parentID: String? = nil
 }

@@ -19,9 +19,14 @@ struct TokenRecord: Sendable {
     var deadline: Duration?
     var boundProcess: BoundProcess?
     var usesLeft: Int?
+    /// Uses taken and not yet ended (`endUse`): opens whose handles are still open, for a
+    /// `uses` token. Not kept across restarts (no handle survives one).
+    var openUses = 0
     var lastUse: Date?
     var state: TokenState = .live
     var endedAt: Date?
+    /// A derived token's parent (`TokenAuthority.derive`): it ends when the parent ends.
+    var parentID: String?
 
     var indexKey: UInt64 { Self.indexKey(hash) }
 
@@ -40,7 +45,8 @@ struct TokenRecord: Sendable {
         }
         return TokenInfo(
             id: id, scope: scope, mode: mode, state: state, grantedAt: grantedAt, expiresAt: expiresAt,
-            timeLeft: timeLeft, usesLeft: usesLeft, lastUse: lastUse, boundPID: boundProcess?.pid, endedAt: endedAt)
+            timeLeft: timeLeft, usesLeft: usesLeft, openUses: openUses, lastUse: lastUse, boundPID: boundProcess?.pid,
+            endedAt: endedAt, parentID: parentID)
     }
 
     static func seconds(_ duration: Duration) -> Double {

@@ -1,6 +1,7 @@
 // Where a token is in its life.
 
-/// A token is live until it expires, is revoked, or its last use is taken; then it stays ended.
+/// A token is live until it expires, is revoked, or its last use has ended (its handle closed,
+/// D-315); then it stays ended.
 public enum TokenState: String, Codable, Sendable, Hashable {
     case live
     case expired

@@ -3,6 +3,11 @@
 
 import CLibCrypto
 
+/// SHA-256 fetched from the default provider once: `EVP_sha256()` makes every `EVP_DigestInit_ex`
+/// fetch it again (OpenSSL 3's implicit fetch, a lock and a lookup per hash; access-path checks
+/// hash on every request). Never freed: it lives as long as the process.
+nonisolated(unsafe) private let sha256Algorithm: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
+
 /// A streaming SHA-256: `update` with successive pieces, `finalize` once. Not shared between
 /// threads (one owner feeds it), but may move between them.
 public struct SHA256: ~Copyable, @unchecked Sendable {
@@ -10,7 +15,7 @@ public struct SHA256: ~Copyable, @unchecked Sendable {
     private let context: OpaquePointer
 
     public init() {
-        guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else {
+        guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, sha256Algorithm, nil) == 1 else {
             fatalError("libcrypto cannot create a SHA-256 context")
         }
         self.context = context

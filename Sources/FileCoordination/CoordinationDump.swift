@@ -65,21 +65,23 @@ public struct CoordinationDump: Codable, Sendable, Equatable {
         self.events = events
     }
 
-    static func make(host: ArbiterHost) -> CoordinationDump {
+    /// The dump of `host`, with `redact` applied to every path and event text (a mount hides the
+    /// tokens of access paths, D-318).
+    static func make(host: ArbiterHost, redact: @Sendable (String) -> String = { $0 }) -> CoordinationDump {
         let (claims, presenters, events, now) = host.dump()
         return CoordinationDump(
             serverPid: getpid(),
             claims: claims.map { claim in
                 Claim(
                     state: claim.state, id: claim.id.description, pid: claim.pid, purpose: claim.purpose,
-                    items: claim.intents.map { Item(path: $0.path, kind: $0.kindDescription) },
-                    ageMilliseconds: Double(claim.age) / 1e6, events: claim.events)
+                    items: claim.intents.map { Item(path: redact($0.path), kind: $0.kindDescription) },
+                    ageMilliseconds: Double(claim.age) / 1e6, events: claim.events.map(redact))
             },
-            presenters: presenters.map { Presenter(id: $0.id.description, pid: $0.pid, path: $0.path) },
+            presenters: presenters.map { Presenter(id: $0.id.description, pid: $0.pid, path: redact($0.path)) },
             events: events.map {
                 Event(
                     ageMilliseconds: Double(now >= $0.time ? now - $0.time : 0) / 1e6, claim: $0.claim?.description,
-                    text: $0.text)
+                    text: redact($0.text))
             })
     }
 

@@ -42,6 +42,8 @@ package final class CoordinationServer: @unchecked Sendable {
     private var cleanupPaths: [String] = []
     private var lockFD: Int32 = -1
     private let logger: (@Sendable (String) -> Void)?
+    /// Applied to every path and event text a dump shows (`providerfs claims`).
+    private let redact: @Sendable (String) -> String
     /// Owns the claims taken for kernel callers. Created in init: a `lazy var` here raced when two
     /// mount threads made the first claims at once (TSan, CI).
     private let mountOwner: KernelClaimOwner
@@ -49,8 +51,10 @@ package final class CoordinationServer: @unchecked Sendable {
     /// A server for `socketPath` over `host`. Nothing happens until `start()`.
     package init(
         socketPath: String, host: ArbiterHost = ArbiterHost(), idleExit: Duration? = nil,
-        helloTimeout: Duration = .seconds(5), log: (@Sendable (String) -> Void)? = nil
+        helloTimeout: Duration = .seconds(5), log: (@Sendable (String) -> Void)? = nil,
+        redactPaths: @escaping @Sendable (String) -> String = { $0 }
     ) {
+        self.redact = redactPaths
         self.socketPath = socketPath
         self.host = host
         self.mountOwner = KernelClaimOwner(host: host)
@@ -341,7 +345,7 @@ package final class CoordinationServer: @unchecked Sendable {
                 host.versionChanged(path: path, change: change, version: version, versionName: versionName)
             }
         case .dumpRequest(let requestID):
-            session.send(.dump(requestID: requestID, json: CoordinationDump.make(host: host).json()))
+            session.send(.dump(requestID: requestID, json: CoordinationDump.make(host: host, redact: redact).json()))
         case .hello, .welcome, .granted, .failed, .deliver, .dump, .fatal:
             drop(session, reason: "Unexpected message from a client.")
             return false

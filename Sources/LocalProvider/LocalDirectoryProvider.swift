@@ -288,6 +288,19 @@ public struct LocalDirectoryProvider: Provider {
         func items() -> [ProviderItem] { slots.compactMap { $0 } }
     }
 
+    /// The inode of the item's version (`i<inode>`): it survives a rename or a move within the
+    /// source's file system, and two existing files never share it. A file replaced by another
+    /// (an editor's save by rename) has another inode: not found again by fingerprint.
+    public func fingerprint(of item: ProviderItem) -> String? {
+        let version = item.contentVersion.rawValue
+        guard let marker = version.range(of: "-i", options: .backwards) else { return nil }
+        let inode = version[marker.upperBound...]
+        guard !inode.isEmpty, inode.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+            return nil
+        }
+        return "i" + inode
+    }
+
     static func version(of info: stat) -> ContentVersion {
         // "s<size>-m<mtime ns>-i<inode>", formatted by hand: a listing makes one per child, and
         // string interpolation cost more than the fstatat. An mtime too far from 1970 for

@@ -72,6 +72,9 @@ public final class ProviderCache: Sendable {
         catalog.startObservingProvider()
     }
 
+    /// The provider's fingerprint of `item` (`Provider.fingerprint(of:)`), nil when it has none.
+    public func fingerprint(of item: ProviderItem) -> String? { environment.provider.fingerprint(of: item) }
+
     // MARK: Both parts
 
     /// The content entry of `item`'s version, pinned (call `content.unpin` when done). Its file

@@ -1,18 +1,15 @@
 // The CLI's side of a mount's control socket (docs/CONTROL.md): one connection per request, a
 // deadline on every send and receive, failures as one sentence for the user.
 
+import ControlWire
 import Foundation
 import SystemSupport
-
-#if canImport(Glibc)
-import Glibc
-#endif
 
 extension MountRegistry {
     /// The control socket of the daemon serving `mountpoint`: beside its registry file,
     /// `<runtime dir>/mounts/<FNV-1a of the mount point>.control.sock` (mode 0600, directory 0700).
     static func controlSocket(for mountpoint: String) -> String {
-        directory + "/\(fnv1a(mountpoint)).control.sock"
+        ControlConnection.socketPath(forMountpoint: mountpoint)
     }
 }
 
@@ -36,15 +33,12 @@ struct ControlClient: Sendable {
     static func forMount(
         containing path: String
     ) throws(CommandFailure) -> (client: ControlClient, relativePath: String) {
-        let absolute = mountPointPath(path)
-        guard let mount = MountTable.containing(absolute), mount.fileSystemType == "fuse.providerfs" else {
+        guard let mount = ControlConnection.mount(containing: path) else {
             throw CommandFailure("\(path) is not inside a ProviderFS mount")
         }
-        let relative =
-            absolute == mount.mountPoint ? "" : String(absolute.dropFirst(mount.mountPoint.count).drop { $0 == "/" })
         let client = ControlClient(
-            socketPath: MountRegistry.controlSocket(for: mount.mountPoint), mountpoint: mount.mountPoint)
-        return (client, relative)
+            socketPath: MountRegistry.controlSocket(for: mount.mountpoint), mountpoint: mount.mountpoint)
+        return (client, mount.relativePath)
     }
 
     func status() async throws(CommandFailure) -> ControlMountStatus {
@@ -96,45 +90,8 @@ struct ControlClient: Sendable {
 
     /// Blocking: connect, send `frame`, read one reply frame (its payload).
     static func roundTrip(socketPath: String, frame: [UInt8], timeout: Duration) throws(ControlError) -> [UInt8] {
-        let fd: Int32
-        do { fd = try UnixSocket.connect(socketPath) } catch {
-            throw ControlError(.unavailable, "connect \(socketPath): \(error.errno.name)")
-        }
-        defer { close(fd) }
-        var limit = timeval(tv_sec: Int(timeout.seconds.rounded(.up)), tv_usec: 0)
-        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        // A refused peer gets its reply without the daemon reading the request: a failed send
-        // (EPIPE, ECONNRESET) still leaves that reply to read.
-        let sendError: Errno?
-        do {
-            try UnixSocket.writeAll(fd, frame)
-            sendError = nil
-        } catch {
-            sendError = error.errno
-        }
-        // Replies may be larger than requests: `tokenList` of 10,000 tokens, a full `tokenLog`.
-        var reader = ControlFrameReader(maximumMessageSize: maximumReplySize)
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            do {
-                if let payload = try reader.next() { return payload }
-            } catch {
-                throw ControlError(.malformed, "the daemon's reply is too large")
-            }
-            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if count > 0 {
-                reader.append(Array(buffer[0..<count]))
-                continue
-            }
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                throw ControlError(.timedOut, "no reply within \(timeout.humanReadable)")
-            }
-            let cause = count < 0 ? Errno.current : sendError
-            throw ControlError(
-                .unavailable, "the daemon closed the connection" + (cause.map { " (\($0.name))" } ?? ""))
-        }
+        try ControlConnection.roundTrip(
+            socketPath: socketPath, frame: frame, timeout: timeout, maximumReplySize: maximumReplySize)
     }
 
     func sentence(for error: ControlError) -> CommandFailure {

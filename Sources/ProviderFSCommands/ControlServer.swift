@@ -4,6 +4,7 @@
 // answered by a `ControlHandler` on Swift tasks; their replies come back to the loop through an
 // outbox. Every connection's peer is checked with SO_PEERCRED: only `allowedUID` is served.
 
+import ControlWire
 import Foundation
 import SystemSupport
 

@@ -2,6 +2,7 @@
 // `faultClear` requests — their arguments, checked strictly, and the daemon's answers over the
 // mount's stored FaultPlan. The CLI on top is FaultCommand.swift.
 
+import ControlWire
 import Foundation
 import ProviderCache
 import ProviderFaults

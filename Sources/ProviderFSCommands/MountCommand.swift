@@ -25,8 +25,8 @@ struct MountCommand: CLICommand {
     static let summary = "mount a provider (a directory, or the demo) as a FUSE file system"
     static let usage = """
         providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
-                         [--allow-other] [--no-passthrough] [--stall-timeout DURATION]
-                         [--ready-timeout DURATION]
+                         [--allow-other] [--no-passthrough] [--require-token]
+                         [--stall-timeout DURATION] [--ready-timeout DURATION]
         """
 
     /// Free space the cache directory needs before we mount (SQLite, range maps, first downloads).
@@ -46,6 +46,9 @@ struct MountCommand: CLICommand {
         /// How long a download may deliver nothing before its readers get ETIMEDOUT (nil: the
         /// cache's default, `CacheOptions.stallTimeout`).
         var stallTimeout: Duration?
+        /// Require-token mode: plain paths only for this user's own providerfs commands; apps get
+        /// in through access paths only (docs/SEMANTICS.md, "Require-token mode").
+        var requireToken = false
     }
 
     struct Output: Encodable {
@@ -64,6 +67,14 @@ struct MountCommand: CLICommand {
         let logArgument = try arguments.option("--log")
         let allowOther = try arguments.flag("--allow-other")
         let noPassthrough = try arguments.flag("--no-passthrough")
+        let requireToken = try arguments.flag("--require-token")
+        // Internal: an `-o` option of the mount-helper form that this version does not know and
+        // that looks like a misspelled security option (MountHelperForm.swift).
+        if let unknown = try arguments.option("--unknown-mount-option") {
+            throw UsageError(
+                "providerfs mount: unknown mount option '\(unknown)'"
+                    + (unknown.lowercased().contains("token") ? " (require-token mode is '-o require_token')." : "."))
+        }
         let readyTimeout = try arguments.duration("--ready-timeout") ?? .seconds(60)
         let stallTimeout = try arguments.duration("--stall-timeout")
         if let stallTimeout, stallTimeout < .milliseconds(1) {
@@ -86,6 +97,7 @@ struct MountCommand: CLICommand {
                 demo: demo, source: sourceArgument, mountpoint: mountpointArgument, cache: cacheArgument,
                 log: logArgument, allowOther: allowOther)
             plan.passthrough = !noPassthrough
+            plan.requireToken = requireToken
             plan.stallTimeout = stallTimeout
             if plan.cleanedStaleMounts > 0 {
                 io.error("providerfs mount: cleaned up the stale mount at \(plan.mountpoint) (its daemon was gone)")
@@ -193,7 +205,9 @@ struct MountCommand: CLICommand {
         // `providerfs coordinate`, `providerfs claims`) find it from the mount point.
         let coordination = CoordinationServer(
             socketPath: CoordinationServer.socketPath(forMountPoint: plan.mountpoint),
-            log: { message in Logger(label: "coordination").info(message) })
+            log: { message in Logger(label: "coordination").info(TokenRedaction.redacted(message)) },
+            // Claims on access paths name tokens: `providerfs claims` shows `<token>` (D-318).
+            redactPaths: TokenRedaction.redacted)
         do { try coordination.start() } catch {
             throw CommandFailure("cannot start the mount's coordination server: \(error.message)")
         }
@@ -206,6 +220,7 @@ struct MountCommand: CLICommand {
         do {
             var fileSystemOptions = FileSystemOptions()
             if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
+            if plan.requireToken { fileSystemOptions.plainPaths = MountPlainPaths() }
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: claims)
@@ -225,7 +240,7 @@ struct MountCommand: CLICommand {
             pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,
             mountpoint: plan.mountpoint,
             source: plan.source, demo: plan.demo, cacheDirectory: plan.cacheDirectory, logFile: plan.logFile,
-            version: ProviderFSCLI.version, startedAt: Date())
+            version: ProviderFSCLI.version, startedAt: Date(), requireToken: plan.requireToken)
         // The control socket (docs/CONTROL.md): `providerfs status MOUNTPOINT`, `download`. Bound
         // before the kernel mount, so a client that sees the mount finds its socket.
         let control = makeControlServer(plan, fileSystem: fileSystem, faults: faults, tokens: tokens)
@@ -239,7 +254,10 @@ struct MountCommand: CLICommand {
             do { try MountRegistry.write(record) } catch {
                 logger.warning("cannot write the mount registry: \(error)")
             }
-            logger.notice("ready: \(plan.source) mounted at \(plan.mountpoint), cache \(plan.cacheDirectory)")
+            logger.notice(
+                "ready: \(plan.source) mounted at \(plan.mountpoint), cache \(plan.cacheDirectory)"
+                    + (plan.requireToken
+                        ? "; require-token mode: plain paths only for this user's providerfs commands" : ""))
             reporter.ready()
         }
         defer { MountRegistry.remove(mountpoint: plan.mountpoint) }
@@ -286,6 +304,7 @@ struct MountCommand: CLICommand {
         if plan.demo { arguments.removeAll { $0 == "--source=\(plan.source)" } }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }
+        if plan.requireToken { arguments.append("--require-token") }
         if let stallTimeout = plan.stallTimeout {
             arguments.append("--stall-timeout=" + durationArgument(stallTimeout))
         }
@@ -344,6 +363,14 @@ struct MountCommand: CLICommand {
     /// What to try right after mounting (concrete items for the demo).
     static func suggestions(_ plan: Plan) -> [(String, String)] {
         let m = plan.mountpoint.contains(" ") ? "'\(plan.mountpoint)'" : plan.mountpoint
+        if plan.requireToken {
+            // Other programs get EACCES on plain paths: the way in is a token's access path.
+            return [
+                ("providerfs token grant \(m)/\(plan.demo ? "README.txt" : "FILE")", "prints the path apps may open"),
+                ("cat \(m)/\(plan.demo ? "README.txt" : "FILE")", "refused (EACCES): plain paths need a token"),
+                ("providerfs status \(m)", "the mount, in require-token mode"),
+            ]
+        }
         guard plan.demo else {
             return [
                 ("ls -l \(m)", "placeholders: real sizes, nothing downloaded"),

@@ -3,6 +3,7 @@
 // shapes are shared with `ControlClient`.
 
 import AccessTokens
+import ControlWire
 import Diagnostics
 import Foundation
 import ProviderCache
@@ -94,6 +95,9 @@ struct ControlMountStatus: Codable, Sendable, Equatable {
     var transfers: [ControlItemStatus]
     /// Files whose last download failed (and that are not downloading again), by path.
     var errors: [ControlItemStatus]
+    /// Require-token mode: plain paths only for the owner's providerfs commands (nil from a
+    /// daemon of an older version: not in it).
+    var requireToken: Bool? = nil
 }
 
 /// `ControlHandler` over a mount's `ProviderFileSystem`.
@@ -114,6 +118,8 @@ struct MountControl: ControlHandler {
         case .faultAdd, .faultList, .faultClear:
             guard let faults else { return .failure(ControlError(.failed, "this mount takes no faults")) }
             return await faults.handle(request) ?? .failure(ControlError(.failed, "not a fault request"))
+        case .tokenDerive, .tokenRelease, .identifyItem, .resolveItem:
+            return await MountItemAccess(authority: tokens, fileSystem: fileSystem).handle(request, peer: peer)
         case .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire, .tokenLog:
             guard let tokens else { return .failure(ControlError(.failed, "this mount hands out no tokens")) }
             return await MountTokens(authority: tokens, fileSystem: fileSystem).handle(request, peer: peer)
@@ -170,7 +176,8 @@ struct MountControl: ControlHandler {
             provider: .init(
                 reachable: found.reachable, responseMilliseconds: found.elapsed.seconds * 1000,
                 probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init)),
-            transfers: transfers.sorted { $0.path < $1.path }, errors: errors.sorted { $0.path < $1.path })
+            transfers: transfers.sorted { $0.path < $1.path }, errors: errors.sorted { $0.path < $1.path },
+            requireToken: fileSystem.options.plainPaths != nil)
     }
 
     static func controlError(_ error: FileSystemError, path: String) -> ControlError {

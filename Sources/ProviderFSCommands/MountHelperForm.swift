@@ -6,8 +6,11 @@
 /// not in that form (then the CLI reports an unknown command as usual).
 ///
 /// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
-/// `log=FILE`, `allow_other`, `no_passthrough`; `-f` runs in the foreground. Generic mount options (rw, ro,
-/// defaults, noauto, nofail, _netdev, user, x-systemd.*, …) are mount(8)'s business and ignored.
+/// `log=FILE`, `allow_other`, `no_passthrough`, `require_token`, `stall_timeout=D`; `-f` runs in the
+/// foreground. Generic mount options (rw, ro, defaults, noauto, nofail, _netdev, user, x-systemd.*,
+/// …) are mount(8)'s business and ignored, except one that looks like a misspelled
+/// `require_token` (`require-token`, `require_token=yes`, …): that is refused, never ignored, so
+/// that a mount meant to be locked down does not come up open (D-333).
 func mountHelperArguments(_ arguments: [String]) -> [String]? {
     guard let source = arguments.first, source == "demo" || source.hasPrefix("/") else { return nil }
     var rest = Array(arguments.dropFirst())
@@ -40,6 +43,11 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--allow-other")
         } else if option == "no_passthrough" {
             result.append("--no-passthrough")
+        } else if option == "require_token" {
+            // Once, however often fstab repeats it.
+            if !result.contains("--require-token") { result.append("--require-token") }
+        } else if option.lowercased().contains("require") {
+            result.append("--unknown-mount-option=" + option)
         } else if option.hasPrefix("stall_timeout=") {
             result.append("--stall-timeout=" + option.dropFirst("stall_timeout=".count))
         }

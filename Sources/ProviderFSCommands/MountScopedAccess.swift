@@ -1,7 +1,7 @@
 // Access paths through the mount (issue 12): the VirtualFileSystem's `ScopedAccessProvider` port
 // over the daemon's `TokenAuthority` (docs/TOKENS.md). The file system passes the FUSE caller's
 // thread id; tokens bound to a process compare process ids, so the thread is mapped to its
-// thread group (its process) here.
+// thread group (its process) here, when the answer needs it (D-344).
 
 package import AccessTokens
 import SystemSupport
@@ -27,12 +27,23 @@ package struct MountScopedAccess: ScopedAccessProvider {
         TokenCaller(pid: processOfThread(context.threadID) ?? context.threadID, uid: context.uid)
     }
 
+    /// The process is looked up only when the authority needs it (a pid-bound token, a denial):
+    /// lookups, getattrs and reads through a token bound to no process read no /proc (D-344).
     package func check(_ token: String, context: RequestContext) -> ScopedAccessDecision {
-        Self.decision(authority.check(token, caller: caller(context)))
+        Self.decision(
+            authority.check(token, uid: context.uid) { processOfThread(context.threadID) ?? context.threadID })
     }
 
     package func recordUse(_ token: String, context: RequestContext) -> ScopedAccessDecision {
         Self.decision(authority.recordUse(token, caller: caller(context)))
+    }
+
+    package func endUse(id: String) {
+        authority.endUse(id: id)
+    }
+
+    package func returnUse(id: String) {
+        authority.returnUse(id: id)
     }
 
     package static func decision(_ decision: TokenDecision) -> ScopedAccessDecision {

@@ -1,6 +1,7 @@
 // What mount, unmount, status and download share: user directories, the mount registry, mount
 // point checks (stale, busy, not empty…), and process helpers.
 
+import ControlWire
 import Foundation
 import SystemSupport
 
@@ -37,17 +38,6 @@ enum UserDirectories {
     }
 }
 
-/// FNV-1a 64-bit of the UTF-8 bytes, as 16 hex digits: stable names for paths.
-func fnv1a(_ text: String) -> String {
-    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-    for byte in text.utf8 {
-        hash ^= UInt64(byte)
-        hash = hash &* 0x100_0000_01b3
-    }
-    let hex = String(hash, radix: 16)
-    return String(repeating: "0", count: 16 - hex.count) + hex
-}
-
 /// One running (or crashed) mount, as the daemon recorded it.
 struct MountRecord: Codable, Equatable {
     var pid: Int32
@@ -60,12 +50,14 @@ struct MountRecord: Codable, Equatable {
     var logFile: String
     var version: String
     var startedAt: Date
+    /// Require-token mode (`--require-token`); nil in records of older versions (not in it).
+    var requireToken: Bool? = nil
 }
 
 /// One JSON file per mount under `<runtime dir>/mounts/`, written by the daemon once it is ready
 /// and removed when it exits (or by `providerfs unmount` after a crash).
 enum MountRegistry {
-    static var directory: String { RuntimeDirectory.path() + "/mounts" }
+    static var directory: String { ControlConnection.mountsDirectory }
 
     static func file(for mountpoint: String) -> String { directory + "/\(fnv1a(mountpoint)).json" }
 

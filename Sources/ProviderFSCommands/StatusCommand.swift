@@ -36,6 +36,7 @@ struct StatusCommand: CLICommand {
         var logFile: String
         var version: String
         var startedAt: Date
+        var requireToken: Bool
     }
 
     static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
@@ -63,6 +64,11 @@ struct StatusCommand: CLICommand {
         io.line("\(status.mountpoint)  [running]")
         io.line("  source:   \(status.source)")
         io.line("  pid:      \(status.pid)")
+        io.line(
+            "  access:   "
+                + (status.requireToken == true
+                    ? "require-token (plain paths only for this user's providerfs commands; apps use access paths)"
+                    : "plain paths open"))
         io.line("  uptime:   \(formatUptime(status.uptimeSeconds))")
         let provider = status.provider
         io.line(
@@ -143,7 +149,7 @@ struct StatusCommand: CLICommand {
             return MountStatus(
                 mountpoint: record.mountpoint, state: state, pid: record.pid, source: record.source, demo: record.demo,
                 cacheDirectory: record.cacheDirectory, logFile: record.logFile, version: record.version,
-                startedAt: record.startedAt)
+                startedAt: record.startedAt, requireToken: record.requireToken ?? false)
         }
         if io.json {
             io.emit(statuses)
@@ -159,6 +165,7 @@ struct StatusCommand: CLICommand {
             io.line("  source: \(status.demo ? "demo (\(status.source))" : status.source)")
             io.line("  cache:  \(status.cacheDirectory)")
             io.line("  log:    \(status.logFile)")
+            if status.requireToken { io.line("  access: require-token") }
             if status.state != "running" {
                 io.line("  the daemon is gone; clean up with 'providerfs unmount \(status.mountpoint)'")
             }

@@ -4,6 +4,7 @@
 // logged, and `list` and `log` show ids only.
 
 import AccessTokens
+import ControlWire
 import Foundation
 import SystemSupport
 
@@ -144,9 +145,12 @@ struct TokenCommand: CLICommand {
             token.id, token.path.isEmpty ? "/" : token.path, token.mode == "readWrite" ? "read-write" : "read",
             expiry(token, now: now),
         ]
-        terms.append(token.usesLeft.map { "\($0) use\($0 == 1 ? "" : "s") left" } ?? "unlimited uses")
+        var uses = token.usesLeft.map { "\($0) use\($0 == 1 ? "" : "s") left" } ?? "unlimited uses"
+        if let open = token.openUses, open > 0, token.state == "live" { uses += " (\(open) open)" }
+        terms.append(uses)
         terms.append(token.lastUse.map { "last use \(clockTime($0, now: now))" } ?? "never used")
         terms.append(token.boundPID.map { "pid \($0)" } ?? "any process")
+        if let parent = token.parentID { terms.append("derived from \(parent)") }
         return terms.joined(separator: "  ")
     }
 

@@ -4,6 +4,7 @@
 // on top is TokenCommand.swift.
 
 import AccessTokens
+import ControlWire
 import Foundation
 import ProviderCache
 import ProviderModel
@@ -155,9 +156,13 @@ struct ControlToken: Codable, Sendable, Equatable {
     /// Monotonic time left (authoritative); nil without a TTL, 0 once ended.
     var timeLeftMilliseconds: Int64?
     var usesLeft: Int?
+    /// Handles opened through a `uses` token and not yet closed (each holds one use, D-315).
+    var openUses: Int?
     var lastUse: Date?
     var boundPID: Int32?
     var endedAt: Date?
+    /// A derived token's parent (a process's start of that grant, docs/SCOPED-ACCESS.md).
+    var parentID: String?
 
     init(_ info: TokenInfo) {
         id = info.id
@@ -169,9 +174,11 @@ struct ControlToken: Codable, Sendable, Equatable {
         expiresAt = info.expiresAt
         timeLeftMilliseconds = info.timeLeft.map(Self.milliseconds)
         usesLeft = info.usesLeft
+        openUses = info.usesLeft == nil ? nil : info.openUses
         lastUse = info.lastUse
         boundPID = info.boundPID
         endedAt = info.endedAt
+        parentID = info.parentID
     }
 
     /// Rounded up, so that a token with any time left never shows 0.

@@ -119,6 +119,8 @@ public struct FaultInjectingProvider: Provider {
         base.downloadEnded(of: identifier, version: version, succeeded: succeeded)
     }
 
+    public func fingerprint(of item: ProviderItem) -> String? { base.fingerprint(of: item) }
+
     // MARK: Helpers
 
     static let offlineError = ProviderError(.unreachable, "provider is offline (injected fault)")

@@ -65,6 +65,13 @@ public protocol Provider: Sendable {
     /// any thread, after the download's last fetch was closed. Providers may ignore it (the
     /// default does); the fault wrapper counts a fault's `--times` in downloads with it.
     func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool)
+
+    /// A short text that stays the same for the item across moves and renames (when the provider
+    /// can tell), and differs between two items existing at once; nil when the provider has none.
+    /// Finding a moved item again when its identifier changed with its path (a bookmark, docs/
+    /// SCOPED-ACCESS.md) compares it. No call to the provider: from the item's metadata only.
+    /// The default has none.
+    func fingerprint(of item: ProviderItem) -> String?
 }
 
 /// What a provider offers beyond `item`, `children` and `fetchContents`. Each capability names
@@ -121,6 +128,8 @@ extension Provider {
     public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {}
 
     public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {}
+
+    public func fingerprint(of item: ProviderItem) -> String? { nil }
 }
 
 /// Successive chunks of a content fetch. Not shared between tasks: one consumer drives it.

@@ -50,31 +50,48 @@ public enum ProcessInfoFiles {
     /// for the life of the system (a reused pid has a later start). Nil when the process is gone.
     public static func startTime(of pid: Int32) -> UInt64? {
         guard pid > 0 else { return nil }
-        return withContents(of: "/proc/\(pid)/stat") { bytes in
-            guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
-            // Fields after ")" start with the 3rd (state); the 22nd is 19 spaces further.
-            var index = close + 1
-            var field = 2
-            while index < bytes.count {
-                if bytes[index] == UInt8(ascii: " ") {
-                    field += 1
-                    if field == 22 { break }
-                }
-                index += 1
+        return withContents(of: "/proc/\(pid)/stat") { startTime(in: $0) }
+    }
+
+    /// The 22nd field of a /proc/<pid>/stat text.
+    private static func startTime(in bytes: UnsafeBufferPointer<UInt8>) -> UInt64? {
+        guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        // Fields after ")" start with the 3rd (state); the 22nd is 19 spaces further.
+        var index = close + 1
+        var field = 2
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: " ") {
+                field += 1
+                if field == 22 { break }
             }
-            guard field == 22 else { return nil }
             index += 1
-            var value: UInt64 = 0
-            var digits = 0
-            while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
-                let (times, overflowed) = value.multipliedReportingOverflow(by: 10)
-                let (sum, overflowedSum) = times.addingReportingOverflow(UInt64(bytes[index] - UInt8(ascii: "0")))
-                if overflowed || overflowedSum { return nil }
-                value = sum
-                digits += 1
-                index += 1
-            }
-            return digits > 0 ? value : nil
+        }
+        guard field == 22 else { return nil }
+        index += 1
+        var value: UInt64 = 0
+        var digits = 0
+        while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+            let (times, overflowed) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflowedSum) = times.addingReportingOverflow(UInt64(bytes[index] - UInt8(ascii: "0")))
+            if overflowed || overflowedSum { return nil }
+            value = sum
+            digits += 1
+            index += 1
+        }
+        return digits > 0 ? value : nil
+    }
+
+    /// Process `pid` as one process for the life of the system: its start time (as `startTime`)
+    /// and its command name (the `comm` field, which exec changes), from one read of
+    /// /proc/<pid>/stat. Nil when the process is gone.
+    public static func identity(of pid: Int32) -> (startTime: UInt64, name: String)? {
+        guard pid > 0 else { return nil }
+        return withContents(of: "/proc/\(pid)/stat") { bytes -> (UInt64, String)? in
+            guard let open = bytes.firstIndex(of: UInt8(ascii: "(")),
+                let close = bytes.lastIndex(of: UInt8(ascii: ")")), open < close,
+                let start = startTime(in: bytes)
+            else { return nil }
+            return (start, String(decoding: UnsafeBufferPointer(rebasing: bytes[(open + 1)..<close]), as: UTF8.self))
         }
     }
 

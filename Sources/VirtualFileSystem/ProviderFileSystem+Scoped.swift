@@ -35,17 +35,26 @@ extension ProviderFileSystem {
     func checkToken(
         _ token: String, context: RequestContext, use: Bool = false, operation: String
     ) throws(FileSystemError) -> ItemIdentifier {
+        try decideToken(token, context: context, use: use, operation: operation).scope
+    }
+
+    /// `checkToken`, with the token's id. A use taken (`use`) lasts until `endUse(id)`; it is
+    /// ended here if the answer is a refusal after all (the root, D-305).
+    func decideToken(
+        _ token: String, context: RequestContext, use: Bool, operation: String
+    ) throws(FileSystemError) -> (scope: ItemIdentifier, id: String) {
         guard let scopedAccess else { throw FileSystemError(.notFound, "the mount has no access paths") }
         let decision =
             use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
-        case .allowed(let scope, _, _):
+        case .allowed(let scope, _, let id):
             // The root has no name to stand under `.scoped/<token>/` (D-305).
             guard !scope.isEmpty else {
+                if use { scopedAccess.returnUse(id: id) }
                 logger.notice("\(operation) through an access path refused: a grant of the mount's root")
                 throw FileSystemError(.accessDenied, "access path refused: the mount's root cannot be granted")
             }
-            return ItemIdentifier(scope)
+            return (ItemIdentifier(scope), id)
         case .denied(let reason):
             // Never the token: the authority logs it by id (or not at all for a guess).
             logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")
@@ -128,19 +137,28 @@ extension ProviderFileSystem {
         attributes.permissions = 0o555
         attributes.size = 0
         attributes.blocks = 0
-        attributes.validFor = .zero
+        attributes.validFor = Self.scopedAttributeTimeout
         return attributes
     }
 
     func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem) -> NodeAttributes {
         var attributes = attributes(of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode)
-        attributes.validFor = .zero
+        attributes.validFor = Self.scopedAttributeTimeout
         return attributes
     }
 
-    /// Zero timeouts: the kernel asks again on every path walk and stat (D-306).
+    /// How long the kernel may keep an access-path node's attributes (D-342): long enough that the
+    /// permission checks of a path walk and an open, and an app's fstat right after, use the
+    /// attributes the LOOKUP just returned instead of a GETATTR each; short against the 100 ms
+    /// within which access must end. Attributes give no access: the entry timeout stays zero, so
+    /// every path walk still asks the daemon (LOOKUP), and opens and reads always reach it.
+    static var scopedAttributeTimeout: Duration { .milliseconds(50) }
+
+    /// Entry timeout zero: the kernel asks again on every path walk (D-306); attributes for
+    /// `scopedAttributeTimeout` (D-342).
     func scopedEntry(_ attributes: NodeAttributes) -> Entry {
-        Entry(attributes: attributes, generation: 1, attributeTimeout: .zero, entryTimeout: .zero)
+        Entry(
+            attributes: attributes, generation: 1, attributeTimeout: Self.scopedAttributeTimeout, entryTimeout: .zero)
     }
 
     /// The item a token grants, fresh per the attribute TTL.
@@ -317,17 +335,157 @@ extension ProviderFileSystem {
     }
 
     /// The checks of an open through an access path: the token and scope first (EACCES, no use
-    /// taken), then writes (EROFS), then one use taken (D-308).
+    /// taken), then writes (EROFS), then one use taken (D-308), which the caller must end with
+    /// `endScopedUse` when the handle is released, or give back with `returnScopedUse` when the
+    /// open fails (D-315).
     func scopedOpen(
         _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
-    ) throws(FileSystemError) -> (ScopedNode, ItemIdentifier) {
+    ) throws(FileSystemError) -> (node: ScopedNode, identifier: ItemIdentifier, use: String) {
         guard case .node(let node) = target, case .item(let identifier) = node.role else {
             throw FileSystemError(.isADirectory, "an access-path directory")
         }
         try enforce(node, context: context, operation: "open")
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
         if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
-        try enforce(node, context: context, use: true, operation: "open")
-        return (node, identifier)
+        let (scope, use) = try decideToken(node.token, context: context, use: true, operation: "open")
+        guard depth(of: identifier, below: scope) != nil else {
+            returnScopedUse(use)
+            logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
+            throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
+        }
+        return (node, identifier, use)
+    }
+
+    /// Ends a use an open took: its handle was released.
+    func endScopedUse(_ id: String?) {
+        guard let id else { return }
+        scopedAccess?.endUse(id: id)
+    }
+
+    /// Gives back a use an open took: the open failed after it.
+    func returnScopedUse(_ id: String?) {
+        guard let id else { return }
+        scopedAccess?.returnUse(id: id)
+    }
+}
+
+// MARK: - Answers without waiting
+
+// The fast path's half for access paths (D-341): lookups, getattrs and opens answered on the FUSE
+// thread when the catalog has the items in memory, with the same checks as the async operations
+// above. A token check that allows changes nothing, so when an answer is left to the async path
+// (nil) that path may check again; a denial is the answer (EACCES). An open takes its use last,
+// after its claim and pin were had at once, so an open left to `open` has taken nothing.
+extension ProviderFileSystem {
+    /// The item a token grants, from memory (nil: the async path fetches it).
+    func scopeItemNow(_ scope: ItemIdentifier) -> ProviderItem? {
+        cache.catalog.itemNow(scope, maximumAge: options.cache.attributeTTL, askingProvider: false)
+    }
+
+    func scopedLookupNow(
+        _ target: ScopedTarget, name: String, context: RequestContext
+    ) -> Result<Entry, FileSystemError>? {
+        guard !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255, !name.utf8.contains(UInt8(ascii: "/"))
+        else { return nil }
+        do throws(FileSystemError) {
+            switch target {
+            case .directory:
+                let scope = try checkToken(name, context: context, operation: "lookup")
+                guard let item = scopeItemNow(scope) else { return nil }
+                if item.kind == .directory {
+                    let inode = bindScoped(ScopedKey(token: name, role: .item(scope)), kind: .directory, references: 1)
+                    return .success(scopedEntry(scopedItemAttributes(inode, item: item)))
+                }
+                let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1)
+                return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item)))
+            case .node(let node):
+                guard node.kind == .directory else { return nil }
+                let found: ProviderItem
+                switch node.role {
+                case .token:
+                    let scope = try checkToken(node.token, context: context, operation: "lookup")
+                    guard let item = scopeItemNow(scope), item.name == name else { return nil }
+                    found = item
+                case .item(let identifier):
+                    try enforce(node, context: context, operation: "lookup")
+                    guard case .found(let item, _) = cache.catalog.childNow(named: name, of: identifier) else {
+                        return nil
+                    }
+                    found = item
+                }
+                let inode = bindScoped(
+                    ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1)
+                return .success(scopedEntry(scopedItemAttributes(inode, item: found)))
+            }
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    func scopedAttributesNow(
+        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+    ) -> Result<NodeAttributes, FileSystemError>? {
+        guard case .node(let node) = target else { return nil }
+        do throws(FileSystemError) {
+            let (scope, _) = try enforce(node, context: context, operation: "getattr")
+            switch node.role {
+            case .token:
+                guard let item = scopeItemNow(scope) else { return nil }
+                return .success(tokenDirectoryAttributes(inode, scopeItem: item))
+            case .item(let identifier):
+                guard
+                    let item = cache.catalog.itemNow(
+                        identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
+                    item.kind == node.kind
+                else { return nil }
+                return .success(scopedItemAttributes(inode, item: item))
+            }
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// `scopedOpen` and `open` for a file to read: the token and scope first (EACCES), then the
+    /// claim, revalidation and pin as `openNow` has them, then the use. Directories, writes and
+    /// everything not at hand are left to `open` (nil), with nothing held or taken.
+    func scopedOpenNow(
+        _ inode: InodeNumber, _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
+    ) -> Result<OpenedFile, FileSystemError>? {
+        guard case .node(let node) = target, case .item(let identifier) = node.role, node.kind == .file,
+            !flags.wantsWrite, !flags.truncates
+        else { return nil }
+        do throws(FileSystemError) {
+            try enforce(node, context: context, operation: "open")
+        } catch {
+            return .failure(error)
+        }
+        guard let path = cache.catalog.path(of: identifier),
+            let claim = claims.acquireReadClaimNow(
+                ReadClaimRequest(relativePath: path, identifier: identifier, context: context))
+        else { return nil }
+        let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
+        guard let item = cache.catalog.itemNow(identifier, maximumAge: maximumAge), item.kind == .file,
+            let entry = cache.pinContentNow(of: item)
+        else {
+            claims.releaseReadClaim(claim)
+            return nil
+        }
+        // The use, held by the handle until its release (D-315), or given back if refused here.
+        let use: String
+        do throws(FileSystemError) {
+            let (scope, id) = try decideToken(node.token, context: context, use: true, operation: "open")
+            guard depth(of: identifier, below: scope) != nil else {
+                returnScopedUse(id)
+                logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
+                throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
+            }
+            use = id
+        } catch {
+            cache.content.unpin(entry)
+            claims.releaseReadClaim(claim)
+            return .failure(error)
+        }
+        let plain = InodeTable.Node(identifier: identifier, kind: .file, lookupCount: 0, generation: 0)
+        return .success(opened(inode, plain, item: item, entry: entry, claim: claim, scoped: node, use: use))
     }
 }

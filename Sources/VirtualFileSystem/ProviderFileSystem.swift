@@ -32,6 +32,10 @@ public struct FileSystemOptions: Sendable {
     /// Owner shown for every node (default: the mounting user).
     public var uid: UInt32 = getuid()
     public var gid: UInt32 = getgid()
+    /// Require-token mode (`--require-token`): plain paths only for the callers this policy
+    /// allows, every kernel cache of plain nodes off (ProviderFileSystem+Sandbox.swift). Nil:
+    /// plain paths are open to every caller the kernel lets in.
+    public var plainPaths: (any PlainPathPolicy)?
     public init() {}
 }
 
@@ -43,6 +47,8 @@ public final class ProviderFileSystem: FileSystem {
     let claims: any ReadClaimProvider
     /// Checks the tokens of access paths; nil: the mount has no `.scoped` directory.
     let scopedAccess: (any ScopedAccessProvider)?
+    /// Require-token mode: `options.plainPaths` is set (read on every lookup, without unwrapping it).
+    let requiresToken: Bool
     let logger = Logger(label: "providerfs.vfs")
     let state = Locked(State())
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
@@ -57,6 +63,8 @@ public final class ProviderFileSystem: FileSystem {
         var claim: ReadClaimToken
         /// Opened through an access path: every read re-checks this token and scope (D-307).
         var scoped: ScopedNode?
+        /// The token id whose use this handle holds, ended when it is released (D-315).
+        var scopedUse: String?
         /// The download failure a read of this handle met (D-288): later reads of bytes that are
         /// still missing fail with it at once, without a new download, until the handle is closed.
         /// Present bytes are still served. Not an interrupt (that was the reader's, not the file's).
@@ -115,6 +123,7 @@ public final class ProviderFileSystem: FileSystem {
     ) {
         self.cache = cache
         self.options = options
+        self.requiresToken = options.plainPaths != nil
         self.claims = claims
         self.scopedAccess = scopedAccess
         if scopedAccess != nil { state.withLock { $0.scopedDirectory = $0.inodes.reserve() } }
@@ -148,7 +157,10 @@ public final class ProviderFileSystem: FileSystem {
 
     /// The kernel's cache timeout for an item the cache calls `tracked` (nil: the default one).
     func trackedTimeout(_ tracked: Bool) -> Duration? {
-        tracked && kernelTold.load(ordering: .relaxed) ? options.trackedTimeout : nil
+        // Require-token mode: the kernel asks again every time, so the policy decides (D-331).
+        // (The root's attributes and `.scoped`, open to everyone, keep the usual timeouts.)
+        if requiresToken { return .zero }
+        return tracked && kernelTold.load(ordering: .relaxed) ? options.trackedTimeout : nil
     }
 
     /// `presentBytes`: how much of the item's current version is stored locally (st_blocks).
@@ -176,7 +188,8 @@ public final class ProviderFileSystem: FileSystem {
             uid: options.uid, gid: options.gid,
             size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
-        attributes.validFor = trackedTimeout(tracked)
+        // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
+        attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
         return attributes
     }
 
@@ -220,6 +233,7 @@ public final class ProviderFileSystem: FileSystem {
                 attributes: scopedDirectoryAttributes(directory), generation: 1,
                 attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
         }
+        try checkPlainPath("lookup of '\(name)'", context: context)
         let item = try await child(named: name, of: parentNode.identifier)
         return entry(
             for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
@@ -240,6 +254,8 @@ public final class ProviderFileSystem: FileSystem {
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
         if let target = scopedTarget(inode) { return try await scopedAttributes(inode, target, context: context) }
+        // The root's attributes stay open in require-token mode (the mount point must stat).
+        if inode != .root { try checkPlainPath("getattr", context: context) }
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         return attributes(
@@ -250,12 +266,14 @@ public final class ProviderFileSystem: FileSystem {
     public func setAttributes(
         _ inode: InodeNumber, changes: AttributeChanges, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
+        try checkPlainNode(inode, "setattr", context: context)
         _ = try anyNode(inode, context: context, operation: "setattr")
         throw readOnly("setattr")
     }
 
     public func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String {
         if let target = scopedTarget(inode) { return try await scopedReadLink(target, context: context) }
+        try checkPlainPath("readlink", context: context)
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         guard let target = item.symbolicLinkTarget else {
@@ -272,6 +290,7 @@ public final class ProviderFileSystem: FileSystem {
         if let target = scopedTarget(inode) {
             return try await scopedOpenDirectory(inode, target, context: context)
         }
+        try checkPlainPath("opendir", context: context)
         let node = try node(inode)
         guard node.kind == .directory else {
             throw FileSystemError(.notADirectory, "\(node.identifier) is not a directory")
@@ -293,6 +312,7 @@ public final class ProviderFileSystem: FileSystem {
             return try await scopedReadDirectory(
                 open, scoped, handle: handle, after: cookie, limit: limit, context: context)
         }
+        try checkPlainPath("readdir", context: context)
         var snapshot = open.snapshot
         // A listing is taken when reading starts (cookie 0) and kept for the handle, so cookies
         // stay valid while the directory changes on the provider (rewinddir takes a new one).
@@ -341,19 +361,29 @@ public final class ProviderFileSystem: FileSystem {
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) async throws(FileSystemError) -> OpenedFile {
         var scoped: ScopedNode?
+        var use: String?
         let node: InodeTable.Node
         if let target = scopedTarget(inode) {
-            let (checked, identifier) = try scopedOpen(target, flags: flags, context: context)
-            scoped = checked
-            node = InodeTable.Node(identifier: identifier, kind: checked.kind, lookupCount: 0, generation: 0)
+            let checked = try scopedOpen(target, flags: flags, context: context)
+            scoped = checked.node
+            use = checked.use
+            node = InodeTable.Node(
+                identifier: checked.identifier, kind: checked.node.kind, lookupCount: 0, generation: 0)
         } else {
+            try checkPlainPath("open", context: context)
             node = try self.node(inode)
+            if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
+            if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
         }
-        if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
-        if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
         let path = cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue
-        let claim = try await claims.acquireReadClaim(
-            ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+        let claim: ReadClaimToken
+        do throws(FileSystemError) {
+            claim = try await claims.acquireReadClaim(
+                ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+        } catch {
+            returnScopedUse(use)
+            throw error
+        }
         let entry: ContentEntry
         let item: ProviderItem
         do throws(FileSystemError) {
@@ -369,20 +399,22 @@ public final class ProviderFileSystem: FileSystem {
             }
         } catch {
             claims.releaseReadClaim(claim)
+            returnScopedUse(use)
             throw error
         }
-        return opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped)
+        return opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
     }
 
     /// The handle of an open whose claim is held and whose content version is pinned.
     func opened(
         _ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem, entry: ContentEntry, claim: ReadClaimToken,
-        scoped: ScopedNode? = nil
+        scoped: ScopedNode? = nil, use: String? = nil
     ) -> OpenedFile {
         let (handle, keepCache) = state.withLock { state -> (FileHandleID, Bool) in
             let handle = state.allocateHandle()
             state.files[handle] = OpenFile(
-                inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped)
+                inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
+                scopedUse: use)
             let keepCache = state.inodes[inode]?.lastOpenedVersion == item.contentVersion
             state.inodes[inode]?.lastOpenedVersion = item.contentVersion
             return (handle, keepCache)
@@ -392,7 +424,10 @@ public final class ProviderFileSystem: FileSystem {
         // directly. A partial file never qualifies: its holes would read as zeros.
         // Through an access path: never passed through, never in the page cache, so that every
         // read reaches `read` and its token check (D-306).
-        if scoped != nil { return OpenedFile(handle: handle, keepCache: false, directIO: true, servedFrom: nil) }
+        // Require-token mode: the same for plain handles, so that every read asks the policy (D-331).
+        if scoped != nil || requiresToken {
+            return OpenedFile(handle: handle, keepCache: false, directIO: true, servedFrom: nil)
+        }
         return OpenedFile(handle: handle, keepCache: keepCache, servedFrom: entry.materializedFilePath)
     }
 
@@ -403,13 +438,18 @@ public final class ProviderFileSystem: FileSystem {
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
-        if let scoped = open.scoped { _ = try enforce(scoped, context: context, operation: "read") }
+        if let scoped = open.scoped {
+            _ = try enforce(scoped, context: context, operation: "read")
+        } else {
+            try checkPlainPath("read", context: context)
+        }
         if let failure = open.failure {
             if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
             throw FileSystemError(failure)
         }
+        let data: ReadData
         do {
-            return try await open.entry.read(offset: offset, count: count)
+            data = try await open.entry.read(offset: offset, count: count)
         } catch {
             if error.code != .cancelled {
                 state.withLock { state in
@@ -420,6 +460,10 @@ public final class ProviderFileSystem: FileSystem {
             }
             throw FileSystemError(error)
         }
+        // Through an access path the read may have waited for a download: asked again, so no byte
+        // is handed out after the token ended during the wait (D-343).
+        if let scoped = open.scoped { _ = try enforce(scoped, context: context, operation: "read") }
+        return data
     }
 
     public func write(
@@ -445,6 +489,7 @@ public final class ProviderFileSystem: FileSystem {
         guard let open = state.withLock({ $0.files.removeValue(forKey: handle) }) else { return }
         cache.content.unpin(open.entry)
         claims.releaseReadClaim(open.claim)
+        endScopedUse(open.scopedUse)
     }
 
     // MARK: Mutations (read-only for now)
@@ -456,28 +501,33 @@ public final class ProviderFileSystem: FileSystem {
     public func create(
         parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
     ) async throws(FileSystemError) -> (Entry, OpenedFile) {
+        try checkPlainNode(parent, "create", context: context)
         throw readOnly("create")
     }
 
     public func makeDirectory(
         parent: InodeNumber, name: String, permissions: UInt16, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
+        try checkPlainNode(parent, "mkdir", context: context)
         throw readOnly("mkdir")
     }
 
     public func makeSymbolicLink(
         parent: InodeNumber, name: String, target: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
+        try checkPlainNode(parent, "symlink", context: context)
         throw readOnly("symlink")
     }
 
     public func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) {
+        try checkPlainNode(parent, "unlink", context: context)
         throw readOnly("unlink")
     }
 
     public func removeDirectory(
         parent: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) {
+        try checkPlainNode(parent, "rmdir", context: context)
         throw readOnly("rmdir")
     }
 
@@ -485,6 +535,8 @@ public final class ProviderFileSystem: FileSystem {
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
         context: RequestContext
     ) async throws(FileSystemError) {
+        try checkPlainNode(parent, "rename", context: context)
+        try checkPlainNode(newParent, "rename", context: context)
         throw readOnly("rename")
     }
 
@@ -510,6 +562,7 @@ public final class ProviderFileSystem: FileSystem {
     public func getExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) -> [UInt8] {
+        try checkPlainNode(inode, "getxattr", context: context)
         guard let node = try anyNode(inode, context: context, operation: "getxattr") else {
             throw FileSystemError(.noAttribute, "no attribute \(name)")
         }
@@ -540,6 +593,7 @@ public final class ProviderFileSystem: FileSystem {
     public func listExtendedAttributes(
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> [String] {
+        try checkPlainNode(inode, "listxattr", context: context)
         guard let node = try anyNode(inode, context: context, operation: "listxattr") else { return [] }
         let status = try status(of: node)
         var names = [AttributeName.state, AttributeName.progress, AttributeName.version]
@@ -550,6 +604,7 @@ public final class ProviderFileSystem: FileSystem {
     public func setExtendedAttribute(
         _ inode: InodeNumber, name: String, value: [UInt8], flags: Int32, context: RequestContext
     ) async throws(FileSystemError) {
+        try checkPlainNode(inode, "setxattr", context: context)
         _ = try anyNode(inode, context: context, operation: "setxattr")
         throw readOnly("setxattr")
     }
@@ -557,6 +612,7 @@ public final class ProviderFileSystem: FileSystem {
     public func removeExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) {
+        try checkPlainNode(inode, "removexattr", context: context)
         _ = try anyNode(inode, context: context, operation: "removexattr")
         throw readOnly("removexattr")
     }
@@ -564,7 +620,8 @@ public final class ProviderFileSystem: FileSystem {
     // MARK: File system
 
     /// Space figures of the cache directory's file system (where downloads land); file counts are
-    /// the items known.
+    /// the items known (0 for a caller require-token mode refuses: statfs stays open to everyone,
+    /// for `df` of the mount point, but tells it nothing about the items).
     public func statistics(context: RequestContext) async throws(FileSystemError) -> FileSystemStatistics {
         var info = statvfs()
         guard statvfs(cache.directory, &info) == 0 else {
@@ -572,7 +629,9 @@ public final class ProviderFileSystem: FileSystem {
         }
         return FileSystemStatistics(
             blockSize: UInt64(info.f_frsize), totalBlocks: UInt64(info.f_blocks), freeBlocks: UInt64(info.f_bfree),
-            availableBlocks: UInt64(info.f_bavail), totalFiles: UInt64(cache.catalog.itemCount), freeFiles: 0,
+            availableBlocks: UInt64(info.f_bavail),
+            totalFiles: mayUsePlainPaths(context) ? UInt64(cache.catalog.itemCount) : 0,
+            freeFiles: 0,
             maximumNameLength: 255)
     }
 
@@ -622,11 +681,18 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func lookupNow(
         parent: InodeNumber, name: String, context: RequestContext
     ) -> Result<Entry, FileSystemError>? {
-        guard let parentNode = state.withLock({ $0.inodes.identity(of: parent) }), parentNode.kind == .directory,
+        guard let parentNode = state.withLock({ $0.inodes.identity(of: parent) }) else {
+            // Not a plain node: an access path's, or unknown (the async path words it).
+            return scopedTarget(parent).flatMap { scopedLookupNow($0, name: name, context: context) }
+        }
+        guard parentNode.kind == .directory,
             !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
             !name.utf8.contains(UInt8(ascii: "/")),
             parent != .root || name != Self.scopedDirectoryName || scopedAccess == nil
         else { return nil }
+        if requiresToken, let refusal = plainPathRefusal("lookup of '\(name)'", context: context) {
+            return .failure(refusal)
+        }
         switch cache.catalog.childNow(named: name, of: parentNode.identifier) {
         case .found(let item, let tracked):
             return .success(entry(for: item, presentBytes: cache.content.presentBytes(of: item), tracked: tracked))
@@ -640,8 +706,16 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func getAttributesNow(
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
+        if requiresToken, inode != .root, scopedTarget(inode) == nil,
+            let refusal = plainPathRefusal("getattr", context: context)
+        {
+            return .failure(refusal)
+        }
         // From memory only: a stale item is revalidated by the async path, off the FUSE thread.
-        guard let node = state.withLock({ $0.inodes[inode] }),
+        guard let node = state.withLock({ $0.inodes[inode] }) else {
+            return scopedTarget(inode).flatMap { scopedAttributesNow(inode, $0, context: context) }
+        }
+        guard
             let item = cache.catalog.itemNow(
                 node.identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
             item.kind == node.kind || node.identifier == .root
@@ -660,7 +734,12 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func openNow(
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard !flags.wantsWrite, !flags.truncates, let node = state.withLock({ $0.inodes[inode] }), node.kind == .file,
+        guard let node = state.withLock({ $0.inodes[inode] }) else {
+            return scopedTarget(inode).flatMap { scopedOpenNow(inode, $0, flags: flags, context: context) }
+        }
+        // Require-token mode: every open of a plain node is the async path's, which asks the policy.
+        guard !requiresToken else { return nil }
+        guard !flags.wantsWrite, !flags.truncates, node.kind == .file,
             let path = cache.catalog.path(of: node.identifier),
             let claim = claims.acquireReadClaimNow(
                 ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
@@ -699,6 +778,8 @@ extension ProviderFileSystem: FileSystemFastPath {
             } catch {
                 return .failure(error)
             }
+        } else if requiresToken, let refusal = plainPathRefusal("read", context: context) {
+            return .failure(refusal)
         }
         guard let data = open.entry.readIfPresent(offset: offset, count: count) else { return nil }
         return .success(data)

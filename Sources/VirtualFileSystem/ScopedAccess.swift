@@ -17,6 +17,13 @@ public enum ScopedAccessDecision: Sendable, Equatable {
 public protocol ScopedAccessProvider: Sendable {
     /// Whether `token` is valid for the caller of `context` now (takes no use).
     func check(_ token: String, context: RequestContext) -> ScopedAccessDecision
-    /// `check`, and if allowed takes one use (every open through an access path).
+    /// `check`, and if allowed takes one use (every open through an access path). The use lasts
+    /// until `endUse` with the decision's id.
     func recordUse(_ token: String, context: RequestContext) -> ScopedAccessDecision
+    /// A use `recordUse` allowed has ended: its handle was released, or the open failed after
+    /// the use was taken. Called exactly once per allowed use (D-315).
+    func endUse(id: String)
+    /// A use `recordUse` allowed is given back: the open failed after it (it opened nothing).
+    /// Instead of `endUse`.
+    func returnUse(id: String)
 }

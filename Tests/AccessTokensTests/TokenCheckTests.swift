@@ -72,7 +72,7 @@ struct TokenCheckTests {
         #expect(events == [.grant, .grant, .revocation, .expiry, .denial, .denial])
     }
 
-    @Test("uses: each recorded use takes one, the last is allowed, then used up; checks take none")
+    @Test("uses: each open takes one; after the last, opens are refused and the open handles read on until they end")
     func uses() throws {
         let fixture = TokenFixture()
         let issued = try fixture.authority.grant(scope: scope, mode: .read, uses: 2)
@@ -82,11 +82,52 @@ struct TokenCheckTests {
         #expect(fixture.authority.info(id: issued.id)?.usesLeft == 1)
         #expect(fixture.authority.info(id: issued.id)?.lastUse == fixture.wall.now)
         #expect(fixture.authority.recordUse(issued.token, caller: me).grant != nil)
+        // The last use is taken: no more opens, but checks (the open handles' reads) still pass.
+        #expect(fixture.authority.recordUse(issued.token, caller: me) == .denied(.usedUp))
+        #expect(fixture.authority.check(issued.token, caller: me).grant != nil)
+        #expect(fixture.authority.info(id: issued.id)?.state == .live)
+        #expect(fixture.authority.info(id: issued.id)?.openUses == 2)
+        fixture.authority.endUse(id: issued.id)
+        #expect(fixture.authority.check(issued.token, caller: me).grant != nil)
+        #expect(fixture.authority.info(id: issued.id)?.state == .live)
+        // The last open use ends: the token ends used up, and every check is refused.
+        fixture.authority.endUse(id: issued.id)
+        #expect(fixture.authority.info(id: issued.id)?.state == .usedUp)
         #expect(fixture.authority.check(issued.token, caller: me) == .denied(.usedUp))
         #expect(fixture.authority.recordUse(issued.token, caller: me) == .denied(.usedUp))
+        // Further ends (a confused caller) change nothing.
+        fixture.authority.endUse(id: issued.id)
         #expect(fixture.authority.info(id: issued.id)?.state == .usedUp)
         let events = fixture.authority.auditLog().map(\.event)
-        #expect(events == [.grant, .use, .use, .denial, .denial])
+        #expect(events == [.grant, .use, .use, .denial, .usedUp, .denial, .denial])
+    }
+
+    @Test("a use given back (the open failed) can be taken again; revoke and expiry end a token with open uses")
+    func returnedUsesAndEndings() throws {
+        let fixture = TokenFixture()
+        let issued = try fixture.authority.grant(scope: scope, mode: .read, uses: 1)
+        #expect(fixture.authority.recordUse(issued.token, caller: me).grant != nil)
+        fixture.authority.returnUse(id: issued.id)
+        #expect(fixture.authority.info(id: issued.id)?.usesLeft == 1)
+        #expect(fixture.authority.info(id: issued.id)?.openUses == 0)
+        #expect(fixture.authority.recordUse(issued.token, caller: me).grant != nil)
+        // Revoked while its last use is open: refused at once, the open handle included.
+        try fixture.authority.revoke(id: issued.id)
+        #expect(fixture.authority.check(issued.token, caller: me) == .denied(.revoked))
+        fixture.authority.endUse(id: issued.id)
+        #expect(fixture.authority.info(id: issued.id)?.state == .revoked)
+
+        let timed = try fixture.authority.grant(scope: scope, mode: .read, ttl: .seconds(2), uses: 1)
+        #expect(fixture.authority.recordUse(timed.token, caller: me).grant != nil)
+        fixture.clock.advance(by: .seconds(2))
+        #expect(fixture.authority.check(timed.token, caller: me) == .denied(.expired))
+        fixture.authority.endUse(id: timed.id)
+        #expect(fixture.authority.info(id: timed.id)?.state == .expired)
+        let events = fixture.authority.auditLog().map(\.event)
+        #expect(
+            events == [
+                .grant, .use, .useReturned, .use, .revocation, .denial, .grant, .use, .expiry, .denial,
+            ])
     }
 
     @Test("concurrent uses of a 100-use token: exactly 100 allowed")

@@ -433,7 +433,11 @@ struct ProviderMountTests {
         func expand(_ line: String) -> [String] {
             var text = line.replacingOccurrences(of: "%h", with: home).replacingOccurrences(of: "%i", with: "test")
             for (name, value) in environment { text = text.replacingOccurrences(of: "${\(name)}", with: value) }
-            return text.split(separator: " ").map(String.init).map {
+            // An unbraced `$NAME` word is split at spaces, and is no word at all when unset.
+            return text.split(separator: " ").flatMap { word -> [String] in
+                guard word.hasPrefix("$") else { return [String(word)] }
+                return (environment[String(word.dropFirst())] ?? "").split(separator: " ").map(String.init)
+            }.map {
                 $0 == "/usr/local/bin/providerfs" ? productsDirectory + "/providerfs" : $0
             }
         }

@@ -101,4 +101,55 @@ struct ScopedAccessMountTests {
         #expect(ContinuousClock.now - granted >= .seconds(2), "refused before its TTL")
         #expect(try shell("cat \(quoted(mounted.path("private.txt")))").output == "private\n", "plain paths unchanged")
     }
+
+    @Test func aOneUseTokenCatsOnceThenIsUsedUp() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mounted.stop() }
+        // The use is the open and its handle (D-315): cat reads the whole file with one use.
+        let once = try grant(mounted.path("docs/report.txt"), ["--uses", "1"])
+        #expect(try shell("cat \(quoted(once.accessPath))").output == "quarterly")
+        let again = try shell("cat \(quoted(once.accessPath)) 2>&1")
+        #expect(again.status != 0 && again.output.contains("Permission denied"), "\(again.output)")
+        // The kernel sends the release after cat's close returns: polled, bounded.
+        let deadline = ContinuousClock.now + .seconds(10)
+        var list = try providerfs(["token", "list", "--all"], runtime: runtime)
+        while !list.output.contains("used up"), ContinuousClock.now < deadline {
+            usleep(20_000)
+            list = try providerfs(["token", "list", "--all"], runtime: runtime)
+        }
+        #expect(list.output.contains("\(once.id)") && list.output.contains("used up"), "\(list.output)")
+        let log = try providerfs(["token", "log", "--json"], runtime: runtime)
+        #expect(log.output.contains("\"usedUp\""), "\(log.output)")
+    }
+
+    @Test func claimsOnAnAccessPathShowNoToken() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mounted.stop() }
+        let file = try grant(mounted.path("docs/report.txt"))
+        let holder = try ChildProcess(
+            productsDirectory + "/providerfs", ["coordinate", "--read", file.accessPath, "--", "sleep", "60"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer {
+            holder.signal(SIGKILL)
+            _ = holder.wait(timeout: .seconds(10))
+        }
+        // Polled until the claim is held (bounded).
+        let deadline = ContinuousClock.now + .seconds(30)
+        var dump = ""
+        while ContinuousClock.now < deadline {
+            dump = try providerfs(["claims", "--mount", mounted.mountpoint, "--json"], runtime: runtime).output
+            if dump.contains("report.txt") { break }
+            usleep(20_000)
+        }
+        #expect(dump.contains(".scoped/<token>/report.txt"), "\(dump)")
+        #expect(!dump.contains("pfs_"), "a token in `providerfs claims`: \(dump)")
+        let text = try providerfs(["claims", "--mount", mounted.mountpoint], runtime: runtime).output
+        #expect(!text.contains("pfs_") && text.contains("<token>"), "\(text)")
+    }
 }

@@ -4,6 +4,7 @@
 // being served, a client that leaves mid-request, many clients at once, and refused peers (an
 // injected allowed uid, and a real process of another uid).
 
+import ControlWire
 import Foundation
 import SystemSupport
 import TestSupport
@@ -40,7 +41,8 @@ final class StubHandler: ControlHandler, @unchecked Sendable {
             }
             if path == "missing" { return .failure(ControlError(.notFound, "missing is not in the mount")) }
             return ControlProtocol.encode(["path": path])
-        case .faultAdd, .faultList, .faultClear, .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire, .tokenLog:
+        case .faultAdd, .faultList, .faultClear, .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire, .tokenLog,
+            .tokenDerive, .tokenRelease, .identifyItem, .resolveItem:
             return ControlProtocol.encode(["kind": request.kind])
         }
     }

@@ -2,6 +2,7 @@
 // the control requests (strict arguments, a seeded fuzz), and the daemon's side over a real
 // ProviderFileSystem (a path resolved to its identifier, list, clear, a stored plan).
 
+import ControlWire
 import Foundation
 import ProviderFaults
 import ProviderModel

@@ -1,3 +1,4 @@
+import ControlWire
 import SystemSupport
 import TestScheduling
 import Testing
@@ -24,6 +25,34 @@ import Testing
             mountHelperArguments(["/s", "/m", "-o", "stall_timeout=2s"]) == [
                 "mount", "--source=/s", "--stall-timeout=2s", "/m",
             ])
+    }
+
+    /// `-o require_token` locks the mount down; anything that looks like a misspelling of it is
+    /// refused by `mount` (never ignored like mount(8)'s own options, D-333).
+    @Test func requireTokenOptionAndItsMisspellings() async throws {
+        #expect(
+            mountHelperArguments(["/s", "/m", "-o", "rw,require_token", "-o", "require_token"]) == [
+                "mount", "--source=/s", "--require-token", "/m",
+            ])
+        for misspelled in ["require-token", "require_token=yes", "requiretoken", "Require_Tokens"] {
+            let translated = try #require(mountHelperArguments(["/s", "/m", "-o", misspelled]))
+            #expect(translated.contains("--unknown-mount-option=" + misspelled))
+            var arguments = ArgumentList(Array(translated.dropFirst()), commandName: "providerfs mount")
+            do {
+                _ = try await MountCommand.run(&arguments, io: CommandIO(json: false))
+                Issue.record("-o \(misspelled) was accepted")
+            } catch let error as UsageError {
+                #expect(error.message.contains("unknown mount option '\(misspelled)'"), "\(error.message)")
+                #expect(error.message.contains("-o require_token"), "\(error.message)")
+            }
+        }
+        var flagWithValue = ArgumentList(["--demo", "--require-token=yes", "/m"], commandName: "providerfs mount")
+        do {
+            _ = try await MountCommand.run(&flagWithValue, io: CommandIO(json: false))
+            Issue.record("--require-token=yes was accepted")
+        } catch let error as UsageError {
+            #expect(error.message.contains("--require-token takes no value"), "\(error.message)")
+        }
     }
 
     /// The background mount hands `--stall-timeout` to its daemon in a form the daemon parses

@@ -3,6 +3,7 @@
 // TokenAuthority on a manual clock (grant, list without the secret, revoke, expire, the log).
 
 import AccessTokens
+import ControlWire
 import Foundation
 import SystemSupport
 import TestScheduling

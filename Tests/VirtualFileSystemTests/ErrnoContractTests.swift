@@ -85,6 +85,7 @@ struct ErrnoContractTests {
         ErrnoSituation(key: "provider unreachable", code: .providerUnreachable, scenario: offline),
         ErrnoSituation(key: "content version changed", code: .stale, scenario: versionChange),
         ErrnoSituation(key: "token expired", code: .accessDenied, scenario: accessDenied),
+        ErrnoSituation(key: "in require-token mode", code: .accessDenied, scenario: plainPathRefused),
         ErrnoSituation(
             key: "materialization refused", code: .materializationRefused, scenario: nil,
             elsewhere: "nothing refuses materialization yet (later issue)"),
@@ -318,6 +319,22 @@ struct ErrnoContractTests {
         let (inode, handle) = try await openFile(fileSystem, "secret")
         return await failure { () async throws(FileSystemError) in
             _ = try await fileSystem.read(inode, handle: handle, offset: 0, count: 100, context: .kernel)
+        }
+    }
+
+    /// Require-token mode: a program that is not the owner's providerfs command looks up a
+    /// plain name (docs/SEMANTICS.md, "Require-token mode").
+    static let plainPathRefused: ErrnoSituation.Scenario = {
+        struct Stranger: PlainPathPolicy {
+            func decide(_ context: RequestContext) -> PlainPathDecision { .refused(reason: "a stranger") }
+        }
+        var options = VFSFixture.defaultOptions()
+        options.plainPaths = Stranger()
+        let fixture = try VFSFixture(options: options)
+        fixture.provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        return await failure { () async throws(FileSystemError) in
+            _ = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
         }
     }
 

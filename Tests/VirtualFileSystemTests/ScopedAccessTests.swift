@@ -118,22 +118,34 @@ struct ScopedAccessTests {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d/x", uses: 5)
         let tokenDirectory = try await scoped.resolve(issued.token)
-        #expect(scoped.fileSystem.lookupNow(parent: tokenDirectory.inode, name: "x", context: .kernel) == nil)
+        // The fast path answers from memory too (D-341), with the same zero timeouts.
+        guard
+            case .success(let fast)? = scoped.fileSystem.lookupNow(
+                parent: tokenDirectory.inode, name: "x", context: .kernel)
+        else {
+            Issue.record("lookupNow through the access path did not answer from memory")
+            return
+        }
+        #expect(
+            fast.entryTimeout == .zero && fast.attributeTimeout == .milliseconds(50) && fast.attributes.size == 300_000)
         #expect(tokenDirectory.attributes.type == .directory)
-        #expect(tokenDirectory.entryTimeout == .zero && tokenDirectory.attributeTimeout == .zero)
+        #expect(tokenDirectory.entryTimeout == .zero && tokenDirectory.attributeTimeout == .milliseconds(50))
         #expect(try await listAll(scoped.fileSystem, tokenDirectory.inode).map(\.name) == [".", "..", "x"])
         await expectCode(.notFound, "a sibling of the granted file") {
             _ = try await scoped.fileSystem.lookup(parent: tokenDirectory.inode, name: "sub", context: .kernel)
         }
         let file = try await scoped.resolve(issued.token, "x")
-        #expect(file.entryTimeout == .zero && file.attributeTimeout == .zero)
+        #expect(file.entryTimeout == .zero && file.attributeTimeout == .milliseconds(50))
         #expect(file.attributes.size == 300_000)
         let plain = try await resolve(scoped.fileSystem, "d/x")
         #expect(file.inode != plain.inode)
-        #expect(try await scoped.fileSystem.getAttributes(file.inode, context: .kernel).validFor == .zero)
-        // Not even the fast paths answer for it from memory.
-        #expect(scoped.fileSystem.getAttributesNow(file.inode, context: .kernel) == nil)
-        #expect(scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel) == nil)
+        #expect(try await scoped.fileSystem.getAttributes(file.inode, context: .kernel).validFor == .milliseconds(50))
+        // The fast path's getattr: after the same check, never cached by the kernel.
+        guard case .success(let attributes)? = scoped.fileSystem.getAttributesNow(file.inode, context: .kernel) else {
+            Issue.record("getAttributesNow through the access path did not answer from memory")
+            return
+        }
+        #expect(attributes.validFor == .milliseconds(50) && attributes.size == 300_000)
 
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         #expect(opened.directIO && !opened.keepCache && opened.servedFrom == nil)
@@ -153,7 +165,7 @@ struct ScopedAccessTests {
         let issued = try scoped.grant("d")
         let directory = try await scoped.resolve(issued.token)
         #expect(directory.attributes.type == .directory)
-        #expect(directory.entryTimeout == .zero && directory.attributeTimeout == .zero)
+        #expect(directory.entryTimeout == .zero && directory.attributeTimeout == .milliseconds(50))
         let entries = try await listAll(scoped.fileSystem, directory.inode)
         #expect(Set(entries.map(\.name)) == [".", "..", "x", "sub"])
         let scopedDirectory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
@@ -246,7 +258,7 @@ struct ScopedAccessTests {
         #expect(try await readAll(scoped.fileSystem, try await resolve(scoped.fileSystem, "e/secret").inode).count == 7)
     }
 
-    @Test("opens take uses: the last use opens, the next open is refused; writes stay EROFS")
+    @Test("opens take uses: the last use opens and reads to its close, then the token is used up; writes stay EROFS")
     func usesAndWrites() async throws {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d/x", uses: 1)
@@ -259,11 +271,53 @@ struct ScopedAccessTests {
         await expectCode(.readOnlyFileSystem, "open for writing") {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
         }
+        #expect(scoped.authority.info(id: issued.id)?.usesLeft == 1)
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         await expectDenied("second open") {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         }
+        // The handle holding the last use reads the whole file (what `cat` of a 1-use path needs).
+        var bytes: [UInt8] = []
+        while true {
+            let data = try await scoped.fileSystem.read(
+                file.inode, handle: opened.handle, offset: Int64(bytes.count), count: 128 << 10, context: .kernel)
+            if data.bytes.isEmpty { break }
+            bytes += data.bytes
+        }
+        #expect(bytes == InMemoryContent.ramp(seed: 1, size: 300_000).slice(0..<300_000))
+        _ = try await scoped.fileSystem.getAttributes(file.inode, context: .kernel)
         await scoped.fileSystem.release(file.inode, handle: opened.handle)
+        // Its close ends the last use: the token is used up, lookups are refused.
+        #expect(scoped.authority.info(id: issued.id)?.state == .usedUp)
+        await expectDenied("lookup after the last use ended") { _ = try await scoped.resolve(issued.token, "x") }
+    }
+
+    @Test("an open that fails after its use was taken gives the use back")
+    func failedOpenReturnsUse() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/x", .bytes([1, 2, 3]))
+        let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock())
+        let claims = RefusingClaims()
+        let fileSystem = try fixture.makeFileSystem(
+            claims: claims, scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
+        let issued = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, uses: 1)
+        let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        let directory = try await fileSystem.lookup(parent: scopedDirectory.inode, name: issued.token, context: .kernel)
+        let file = try await fileSystem.lookup(parent: directory.inode, name: "x", context: .kernel)
+        claims.refusing.withLock { $0 = true }
+        await expectCode(.timedOut, "open while the claim is refused") {
+            _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        }
+        #expect(authority.info(id: issued.id)?.usesLeft == 1)
+        #expect(authority.info(id: issued.id)?.state == .live)
+        claims.refusing.withLock { $0 = false }
+        let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(
+            try await fileSystem.read(file.inode, handle: opened.handle, offset: 0, count: 3, context: .kernel).bytes
+                == [1, 2, 3])
+        await fileSystem.release(file.inode, handle: opened.handle)
+        #expect(authority.info(id: issued.id)?.state == .usedUp)
     }
 
     @Test("an item whose identifier is not inside the token's scope is refused on every operation")
@@ -412,6 +466,152 @@ struct ScopedAccessTests {
         let real = MountScopedAccess(authority: authority)
         #expect(real.caller(RequestContext(threadID: getpid(), uid: 1, gid: 1)).pid == getpid())
     }
+
+    @Test(
+        "a read that waited for its bytes is checked again: a revoke during the wait refuses it (no byte after the end)"
+    )
+    func revokedWhileWaitingForBytes() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d")
+        let file = try await scoped.resolve(issued.token, "x")
+        let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        scoped.fixture.provider.hold()
+        let fileSystem = scoped.fileSystem
+        let reader = Task { () -> Result<Int, FileSystemError> in
+            do throws(FileSystemError) {
+                return .success(
+                    try await fileSystem.read(
+                        file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel
+                    )
+                    .count)
+            } catch {
+                return .failure(error)
+            }
+        }
+        // The read passed its check and waits at the provider's gate.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while scoped.fixture.provider.heldCount == 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(scoped.fixture.provider.heldCount > 0, "the read never waited for its download")
+        try scoped.authority.revoke(id: issued.id)
+        scoped.fixture.provider.release()
+        guard case .failure(let error) = await reader.value else {
+            Issue.record("the read that waited across the revoke delivered bytes")
+            return
+        }
+        #expect(error.code == .accessDenied)
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+    }
+
+    @Test("a check of a token bound to no process looks no process up; a pid-bound token, a use and a denial do")
+    func processLookedUpOnlyWhenNeeded() throws {
+        let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock(), processStartTime: { _ in 7 })
+        let free = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, ttl: .seconds(60))
+        let bound = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, pid: 42)
+        let lookups = Locked(0)
+        let access = MountScopedAccess(
+            authority: authority,
+            processOfThread: { thread in
+                lookups.withLock { $0 += 1 }
+                return thread == 4242 ? 42 : thread
+            })
+        let context = RequestContext(threadID: 4242, uid: 1000, gid: 1000)
+        for _ in 0..<3 {
+            #expect(access.check(free.token, context: context) == .allowed(scope: "d", writable: false, id: free.id))
+        }
+        #expect(lookups.withLock { $0 } == 0)
+        #expect(access.check(bound.token, context: context) == .allowed(scope: "d", writable: false, id: bound.id))
+        #expect(lookups.withLock { $0 } == 1)
+        // A use is logged with the caller's pid.
+        #expect(access.recordUse(free.token, context: context) == .allowed(scope: "d", writable: false, id: free.id))
+        #expect(lookups.withLock { $0 } == 2)
+        #expect(authority.auditLog().last?.pid == 42)
+        // A denial too: an expired token is logged with its caller.
+        try authority.expire(id: free.id)
+        #expect(access.check(free.token, context: context) == .denied(reason: TokenDenialReason.expired.explanation))
+        #expect(lookups.withLock { $0 } == 3)
+        #expect(authority.auditLog().last?.pid == 42 && authority.auditLog().last?.reason == .expired)
+        // Another process, refused by the pid-bound token.
+        let other = RequestContext(threadID: 99, uid: 1000, gid: 1000)
+        #expect(
+            access.check(bound.token, context: other) == .denied(reason: TokenDenialReason.wrongProcess.explanation))
+    }
+
+    @Test(
+        "access paths on the fast path: lookup, getattr, open (one use, taken last) and read; refused there once revoked"
+    )
+    func fastPath() async throws {
+        // Over a local source, as the daemon mounts one: opens are answered at once (D-229).
+        let source = try TemporaryDirectory()
+        let cacheDirectory = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cacheDirectory.remove()
+        }
+        try source.write("d/sub/y", Array("why\n".utf8))
+        let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock())
+        let fileSystem = try MountComposition.makeFileSystem(
+            source: source.path, cacheDirectory: cacheDirectory.path,
+            scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
+        let issued = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, uses: 3)
+        let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        let granted = try await fileSystem.lookup(parent: scopedDirectory.inode, name: issued.token, context: .kernel)
+        let directory = try await fileSystem.lookup(parent: granted.inode, name: "sub", context: .kernel)
+        let file = try await fileSystem.lookup(parent: directory.inode, name: "y", context: .kernel)
+        let scoped = (fileSystem: fileSystem, authority: authority)
+        guard
+            case .success(let entry)? = scoped.fileSystem.lookupNow(
+                parent: directory.inode, name: "y", context: .kernel)
+        else {
+            Issue.record("lookupNow did not answer")
+            return
+        }
+        #expect(entry.inode == file.inode && entry.entryTimeout == .zero)
+        guard
+            case .success(let opened)? = scoped.fileSystem.openNow(
+                file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        else {
+            Issue.record("openNow did not answer")
+            return
+        }
+        #expect(opened.directIO && !opened.keepCache && opened.servedFrom == nil)
+        #expect(scoped.authority.info(id: issued.id)?.usesLeft == 2)
+        let bytes = try await scoped.fileSystem.read(
+            file.inode, handle: opened.handle, offset: 0, count: 100, context: .kernel)
+        #expect(Array(bytes.bytes) == Array("why\n".utf8))
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+        // A write open is left to `open` (EROFS there), with no use taken.
+        #expect(scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel) == nil)
+        #expect(scoped.authority.info(id: issued.id)?.usesLeft == 2)
+
+        try scoped.authority.revoke(id: issued.id)
+        for (what, result) in [
+            (
+                "lookupNow",
+                scoped.fileSystem.lookupNow(parent: directory.inode, name: "y", context: .kernel).map {
+                    $0.map { _ in () }
+                }
+            ),
+            (
+                "getAttributesNow",
+                scoped.fileSystem.getAttributesNow(file.inode, context: .kernel).map { $0.map { _ in () } }
+            ),
+            (
+                "openNow",
+                scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel).map {
+                    $0.map { _ in () }
+                }
+            ),
+        ] {
+            guard case .failure(let error)? = result else {
+                Issue.record("\(what) after the revoke: \(String(describing: result))")
+                continue
+            }
+            #expect(error.code == .accessDenied, "\(what)")
+        }
+        #expect(scoped.fileSystem.openFileCount == 0)
+    }
 }
 
 /// A port that allows token "t" for a scope the test changes, and counts uses.
@@ -426,6 +626,18 @@ private final class SwitchingScopePort: ScopedAccessProvider, Sendable {
         uses.withLock { $0 += 1 }
         return check(token, context: context)
     }
+    func endUse(id: String) {}
+    func returnUse(id: String) {}
+}
+
+/// Read claims that time out while `refusing` is set.
+private final class RefusingClaims: ReadClaimProvider, Sendable {
+    let refusing = Locked(false)
+    func acquireReadClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> ReadClaimToken {
+        if refusing.withLock({ $0 }) { throw FileSystemError(.timedOut, "the claim was refused (test)") }
+        return ReadClaimToken(rawValue: 0)
+    }
+    func releaseReadClaim(_ token: ReadClaimToken) {}
 }
 
 private enum FileManagerLite {

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Benchmarks a reading-list import against `cp` + `qpdf --check` of the same file (issue 13:
+# "importing a 100 MB PDF from a materialized item: the whole import within 2x of cp + qpdf
+# --check of the same file, measured in the same run").
+#   Benchmarks/reading-list.sh [SIZE_MIB] [REPETITIONS]      (defaults 100 and 7)
+# Builds the release binaries, writes a PDF of SIZE_MIB in a source directory, mounts it with
+# providerfs, materializes it, then alternates the two commands REPETITIONS times and prints
+# each run and the medians and their ratio. Both read the same materialized item through the
+# mount; cp writes to a fresh file, the import to the app's staging file (which it fsyncs,
+# validates with libqpdf and moves into its library). Every mount and process it starts is
+# cleaned up on exit, by pid.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/opt/swift/usr/bin:$PATH"
+SIZE_MIB="${1:-100}"
+REPETITIONS="${2:-7}"
+
+Scripts/install-deps
+echo "== release build" >&2
+swift build -c release --product providerfs >&2
+swift build -c release --product reading-list >&2
+bin="$(swift build -c release --show-bin-path)"
+
+work="$(mktemp -d /tmp/providerfs-bench-reading-list.XXXXXX)"
+daemon=""
+cleanup() {
+    set +e
+    if grep -qs " $work/mnt " /proc/self/mounts; then
+        "$bin/providerfs" unmount "$work/mnt" --timeout 10s >/dev/null 2>&1 || fusermount3 -uz "$work/mnt"
+    fi
+    if [[ -n "$daemon" ]] && tr '\0' ' ' <"/proc/$daemon/cmdline" 2>/dev/null | grep -q "providerfs.* mount "; then
+        kill -TERM "$daemon"
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+mkdir -p "$work/src" "$work/mnt"
+export PROVIDERFS_RUNTIME_DIR="$work/run"
+
+python3 - "$work/src/document.pdf" "$SIZE_MIB" <<'PY'
+import sys
+path, mib = sys.argv[1], int(sys.argv[2])
+pages = 25
+padding = max(1, (mib << 20) // pages)
+objects = ["<< /Type /Catalog /Pages 2 0 R >>"]
+ids = [4 + 2 * i for i in range(pages)]
+objects.append("<< /Type /Pages /Kids [%s] /Count %d >>" % (" ".join("%d 0 R" % p for p in ids), pages))
+objects.append("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+for i in range(pages):
+    objects.append("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (ids[i] + 1))
+    content = "BT /F1 24 Tf 72 700 Td (page %d) Tj ET\n%%" % (i + 1) + "x" * padding
+    objects.append("<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+out = bytearray(b"%PDF-1.7\n")
+offsets = []
+for n, body in enumerate(objects, 1):
+    offsets.append(len(out))
+    out += ("%d 0 obj\n%s\nendobj\n" % (n, body)).encode()
+xref = len(out)
+out += ("xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)).encode()
+for offset in offsets:
+    out += ("%010d 00000 n \n" % offset).encode()
+out += ("trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)).encode()
+open(path, "wb").write(out)
+PY
+mounted="$("$bin/providerfs" mount --source "$work/src" "$work/mnt" --cache "$work/cache" --json)"
+daemon="$(sed -n 's/.*"pid" *: *\([0-9]*\).*/\1/p' <<<"$mounted")"
+"$bin/providerfs" download "$work/mnt/document.pdf" >/dev/null
+state="$(getfattr --only-values -n user.providerfs.state "$work/mnt/document.pdf")"
+[[ "$state" == materialized ]] || { echo "the item is $state, not materialized" >&2; exit 1; }
+size="$(stat -c %s "$work/src/document.pdf")"
+echo "## reading-list import vs cp + qpdf --check ($size bytes, materialized, $REPETITIONS runs each, alternating)"
+echo
+
+seconds() { local start=$EPOCHREALTIME; "$@" >/dev/null 2>&1 || return 1; python3 -c "print(f'{$EPOCHREALTIME - $start:.3f}')"; }
+baseline=()
+imports=()
+for run in $(seq "$REPETITIONS"); do
+    rm -f "$work/copy.pdf"
+    sync
+    b="$(seconds sh -c "cp '$work/mnt/document.pdf' '$work/copy.pdf' && qpdf --check '$work/copy.pdf'")" \
+        || { echo "cp + qpdf --check failed" >&2; exit 1; }
+    i="$(seconds "$bin/reading-list" import "$work/mnt/document.pdf" --data-dir "$work/app")" \
+        || { echo "the import failed: $("$bin/reading-list" report --data-dir "$work/app" --limit 1)" >&2; exit 1; }
+    baseline+=("$b")
+    imports+=("$i")
+    echo "run $run: cp + qpdf --check $b s, import $i s"
+    # Keep the library from growing across runs.
+    for id in $("$bin/reading-list" list --json --data-dir "$work/app" | python3 -c 'import json,sys; [print(json.loads(l)["id"]) for l in sys.stdin if l.strip()]'); do
+        "$bin/reading-list" remove "$id" --data-dir "$work/app" >/dev/null
+    done
+done
+python3 - "${baseline[*]}" "${imports[*]}" <<'PY'
+import statistics, sys
+baseline = [float(x) for x in sys.argv[1].split()]
+imports = [float(x) for x in sys.argv[2].split()]
+b, i = statistics.median(baseline), statistics.median(imports)
+print()
+print("| | median | min | max |")
+print("|---|---|---|---|")
+print(f"| cp + qpdf --check | {b:.3f} s | {min(baseline):.3f} | {max(baseline):.3f} |")
+print(f"| reading-list import | {i:.3f} s | {min(imports):.3f} | {max(imports):.3f} |")
+print()
+print(f"import / (cp + qpdf --check) = {i / b:.2f} (target: <= 2.00)")
+PY
+"$bin/reading-list" report --data-dir "$work/app" --limit 1 | sed -n '/access/,+1p'

@@ -1,0 +1,365 @@
+// reading-list: imports PDF documents from a ProviderFS mount (or anywhere) the careful way, and
+// keeps its own copies. docs/READING-LIST.md.
+//
+//   reading-list import PATH… [--strict] [--password-file FILE] [--json]
+//   reading-list list [--json]
+//   reading-list open ID [--cat]
+//   reading-list remove ID
+//   reading-list reconcile [--json]
+//   reading-list report [--json] [--limit N]
+//   common: --data-dir DIR (default $XDG_DATA_HOME/reading-list or ~/.local/share/reading-list)
+
+import Dispatch
+import Foundation
+import ReadingList
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let usage = """
+    usage: reading-list import PATH… [--strict] [--password-file FILE] [--json]
+           reading-list list [--json]
+           reading-list open ID [--cat]
+           reading-list remove ID
+           reading-list reconcile [--json]
+           reading-list report [--json] [--limit N]
+           reading-list --version
+    Every command takes --data-dir DIR (default: $XDG_DATA_HOME/reading-list, else
+    ~/.local/share/reading-list). ID may be any unique prefix of a document's id.
+    Exit status: 0 done, 1 failed (an import, a missing id), 64 usage error, 130/143 cancelled.
+    """
+
+enum Exit {
+    static let success: Int32 = 0
+    static let failure: Int32 = 1
+    static let usage: Int32 = 64
+}
+
+struct UsageError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The command line, parsed strictly: an unknown flag is an error.
+struct Arguments {
+    var command: String
+    var operands: [String] = []
+    var json = false
+    var strict = false
+    var cat = false
+    var passwordFile: String?
+    var dataDirectory: String?
+    var limit = 50
+
+    init(_ raw: [String]) throws(UsageError) {
+        guard let first = raw.first else { throw UsageError("no command given") }
+        command = first
+        var index = 1
+        func value(_ flag: String) throws(UsageError) -> String {
+            index += 1
+            guard index < raw.count, !raw[index].isEmpty else { throw UsageError("\(flag) needs a value") }
+            return raw[index]
+        }
+        var operandsOnly = false
+        while index < raw.count {
+            let argument = raw[index]
+            if operandsOnly || !argument.hasPrefix("-") || argument == "-" {
+                operands.append(argument)
+            } else {
+                var flag = argument
+                var inline: String?
+                if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+                    flag = String(argument[..<equals])
+                    inline = String(argument[argument.index(after: equals)...])
+                }
+                func take() throws(UsageError) -> String {
+                    if let inline {
+                        guard !inline.isEmpty else { throw UsageError("\(flag) needs a value") }
+                        return inline
+                    }
+                    return try value(flag)
+                }
+                switch flag {
+                case "--": operandsOnly = true
+                case "--json": json = true
+                case "--strict": strict = true
+                case "--cat": cat = true
+                case "--password-file": passwordFile = try take()
+                case "--data-dir": dataDirectory = try take()
+                case "--limit":
+                    let text = try take()
+                    guard let number = Int(text), number > 0, number <= 100_000 else {
+                        throw UsageError("--limit needs a count from 1 to 100000, not '\(text)'")
+                    }
+                    limit = number
+                default: throw UsageError("unknown option '\(argument)'")
+                }
+                if inline != nil, ["--json", "--strict", "--cat", "--"].contains(flag) {
+                    throw UsageError("\(flag) takes no value")
+                }
+            }
+            index += 1
+        }
+        let allowed: [String: Set<String>] = [
+            "import": ["json", "strict", "password"], "list": ["json"], "open": ["cat"], "remove": [],
+            "reconcile": ["json"], "report": ["json", "limit"],
+        ]
+        guard let flags = allowed[command] else { throw UsageError("unknown command '\(command)'") }
+        let used: [(String, Bool)] = [
+            ("json", json), ("strict", strict), ("cat", cat), ("password", passwordFile != nil), ("limit", limit != 50),
+        ]
+        for (name, set) in used where set && !flags.contains(name) {
+            throw UsageError("'\(command)' does not take --\(name == "password" ? "password-file" : name)")
+        }
+        switch command {
+        case "import": guard !operands.isEmpty else { throw UsageError("import needs at least one PATH") }
+        case "open", "remove":
+            guard operands.count == 1 else { throw UsageError("\(command) needs exactly one ID") }
+        default: guard operands.isEmpty else { throw UsageError("\(command) takes no operands") }
+        }
+    }
+}
+
+/// Lines to stdout and stderr, and JSON lines.
+enum Output {
+    static func line(_ text: String) { FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
+    static func error(_ text: String) { FileHandle.standardError.write(Data(("reading-list: " + text + "\n").utf8)) }
+    static func json<T: Encodable>(_ value: T) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        if let data = try? encoder.encode(value) { line(String(decoding: data, as: UTF8.self)) }
+    }
+}
+
+/// SIGINT and SIGTERM cancel the imports in progress; the process exits 128+N after cleaning up.
+final class SignalCancellation: Sendable {
+    let cancellation = ImportCancellation()
+    let received = Locked<Int32?>(nil)
+    let sources: Locked<[any DispatchSourceSignal]> = Locked([])
+
+    init() {
+        let queue = DispatchQueue(label: "reading-list.signals")
+        var made: [any DispatchSourceSignal] = []
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler { [received, cancellation] in
+                let first = received.withLock { value -> Bool in
+                    defer { if value == nil { value = number } }
+                    return value == nil
+                }
+                if first {
+                    cancellation.cancel()
+                } else {
+                    // A second signal: stop now (what the first one started cleans up at the next start).
+                    exit(128 + number)
+                }
+            }
+            source.resume()
+            made.append(source)
+        }
+        sources.withLock { $0 = made }
+    }
+}
+
+struct ImportLine: Encodable {
+    var path: String
+    var result: String
+    var documentID: String?
+    var displayName: String?
+    var pages: Int?
+    var repaired: Bool?
+    var warnings: [String]?
+    var stage: String?
+    var error: String?
+    var stages: [StageResult]
+}
+
+func shortSize(_ bytes: Int64) -> String {
+    if bytes < 1024 { return "\(bytes) B" }
+    let units = ["KiB", "MiB", "GiB", "TiB"]
+    var value = Double(bytes) / 1024
+    var unit = 0
+    while value >= 1024 && unit < units.count - 1 {
+        value /= 1024
+        unit += 1
+    }
+    return String(format: "%.1f %@", value, units[unit])
+}
+
+func resolve(_ prefix: String, in store: RecordStore) throws -> DocumentRecord {
+    let matches = try store.documents(state: .available).filter { $0.id.hasPrefix(prefix.lowercased()) }
+    guard !prefix.isEmpty, let first = matches.first else { throw ReadingListError("no document has the id \(prefix)") }
+    guard matches.count == 1 else {
+        throw ReadingListError("the id \(prefix) is ambiguous: \(matches.map(\.id).joined(separator: ", "))")
+    }
+    return first
+}
+
+func run() async -> Int32 {
+    let raw = Array(CommandLine.arguments.dropFirst())
+    if raw == ["--version"] {
+        Output.line("reading-list \(SourceInspection.appVersion)")
+        return Exit.success
+    }
+    if raw.isEmpty || raw == ["--help"] || raw == ["-h"] || raw == ["help"] {
+        Output.line(usage)
+        return raw.isEmpty ? Exit.usage : Exit.success
+    }
+    let arguments: Arguments
+    do {
+        arguments = try Arguments(raw)
+    } catch {
+        Output.error(error.description)
+        FileHandle.standardError.write(Data((usage + "\n").utf8))
+        return Exit.usage
+    }
+    do {
+        let location =
+            try arguments.dataDirectory.map { directory in
+                guard directory.hasPrefix("/") else {
+                    return LibraryLocation(root: FileManager.default.currentDirectoryPath + "/" + directory)
+                }
+                return LibraryLocation(root: directory)
+            } ?? LibraryLocation.standard()
+        try location.prepare()
+        let store = try RecordStore(path: location.database)
+        var password: String?
+        if let file = arguments.passwordFile {
+            guard let text = readTextFile(file) else { throw ReadingListError("cannot read the password file \(file)") }
+            password = String(text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
+        }
+        let options = ImportOptions(password: password, strict: arguments.strict)
+        // At every start: records and files agree before anything else happens.
+        let startup = try Reconciler.reconcile(location: location, store: store, options: options)
+        if startup.changedSomething, arguments.command != "reconcile" {
+            Output.error(
+                "repaired at start: \(startup.madeAvailable.count) made available, "
+                    + "\(startup.removedRecords.count + startup.removedMissing.count) records and "
+                    + "\(startup.removedFiles.count) files removed, "
+                    + "\(startup.interruptedAttempts.count) interrupted imports noted")
+        }
+        switch arguments.command {
+        case "import":
+            return await importAll(arguments, location: location, store: store, options: options)
+        case "list":
+            let documents = try store.documents(state: .available)
+            for document in documents {
+                if arguments.json {
+                    Output.json(document)
+                } else {
+                    let flag = document.repaired ? "  repaired" : ""
+                    Output.line(
+                        "\(document.id)  \(document.displayName)  \(document.pageCount) pages  "
+                            + "\(shortSize(document.size))\(flag)")
+                }
+            }
+            return Exit.success
+        case "open":
+            let document = try resolve(arguments.operands[0], in: store)
+            let path = location.documentPath(document.id)
+            if arguments.cat {
+                guard let input = FileHandle(forReadingAtPath: path) else {
+                    throw ReadingListError("cannot open \(path)")
+                }
+                defer { try? input.close() }
+                while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
+                    FileHandle.standardOutput.write(chunk)
+                }
+            } else {
+                Output.line(path)
+            }
+            return Exit.success
+        case "remove":
+            let document = try resolve(arguments.operands[0], in: store)
+            // The record first: a crash between the two leaves a file without a record, which
+            // reconcile removes, never a record without its file.
+            try store.delete(document.id)
+            unlink(location.documentPath(document.id))
+            Output.line("removed \(document.id) (\(document.displayName))")
+            return Exit.success
+        case "reconcile":
+            if arguments.json {
+                Output.json(startup)
+            } else {
+                Output.line(
+                    "made available: \(startup.madeAvailable.count), records removed: "
+                        + "\(startup.removedRecords.count + startup.removedMissing.count), files removed: "
+                        + "\(startup.removedFiles.count), interrupted imports: \(startup.interruptedAttempts.count), "
+                        + "in progress elsewhere: \(startup.inProgress)")
+                for id in startup.madeAvailable { Output.line("  available: \(id)") }
+                for id in startup.removedRecords + startup.removedMissing { Output.line("  record removed: \(id)") }
+                for file in startup.removedFiles { Output.line("  file removed: \(file)") }
+            }
+            return Exit.success
+        case "report":
+            let attempts = try store.attempts(limit: arguments.limit)
+            if arguments.json {
+                for attempt in attempts { Output.json(attempt) }
+            } else {
+                Output.line(ImportReport.table(attempts))
+            }
+            return Exit.success
+        default:
+            return Exit.usage
+        }
+    } catch {
+        Output.error("\(error)")
+        return Exit.failure
+    }
+}
+
+func importAll(
+    _ arguments: Arguments, location: LibraryLocation, store: RecordStore, options: ImportOptions
+) async -> Int32 {
+    let signals = SignalCancellation()
+    let importer = Importer(location: location, store: store, checkpoint: pauseHook())
+    var status = Exit.success
+    for path in arguments.operands {
+        let outcome = await importer.importDocument(at: path, options: options, cancellation: signals.cancellation)
+        if arguments.json {
+            Output.json(
+                ImportLine(
+                    path: outcome.attempt.sourcePath, result: outcome.attempt.result.rawValue,
+                    documentID: outcome.document?.id, displayName: outcome.document?.displayName,
+                    pages: outcome.document?.pageCount, repaired: outcome.document?.repaired,
+                    warnings: outcome.document?.warnings, stage: outcome.failure?.stage.rawValue,
+                    error: outcome.failure?.message, stages: outcome.attempt.stages))
+        }
+        if let document = outcome.document {
+            if !arguments.json {
+                let flag = document.repaired ? " — repaired by the validator (\(document.warnings.count) warnings)" : ""
+                Output.line(
+                    "imported \(document.id)  \(document.displayName)  \(document.pageCount) pages  "
+                        + "\(shortSize(document.size))\(flag)")
+            }
+        } else if let failure = outcome.failure {
+            Output.error(
+                "\(path): \(failure.cancelled ? "cancelled" : "failed") at \(failure.stage.rawValue): \(failure.message)"
+            )
+            status = Exit.failure
+        }
+        if let number = signals.received.withLock({ $0 }) { return 128 + number }
+    }
+    return status
+}
+
+/// Test hook (docs/TESTING.md): with READING_LIST_PAUSE_AT=POINT (read, validate, store, record:
+/// before that stage; pending-record: the pending record made, the file not yet moved), an import
+/// stops there, says so on stderr, and waits to be killed, so that tests can kill -9 it at a
+/// known point.
+func pauseHook() -> @Sendable (ImportCheckpoint) -> Void {
+    guard let name = ProcessInfo.processInfo.environment["READING_LIST_PAUSE_AT"],
+        let point = ImportCheckpoint(name: name)
+    else { return { _ in } }
+    return { reached in
+        guard reached == point else { return }
+        FileHandle.standardError.write(Data("reading-list: paused at \(name) (pid \(getpid()))\n".utf8))
+        while true { pause() }
+    }
+}
+
+exit(await run())

@@ -1,0 +1,304 @@
+// reading-list against a real `--source` mount (issue 13's tests): imports from plain and token
+// paths, the app's copy outliving its source, a failed download as a `read` failure and a retry
+// after `fault clear`, a token that expires mid-copy, SIGINT during an import, and kill -9 with
+// the pending record made, repaired by the next start. Waits are on events (files appearing,
+// output lines, process exits), each bounded.
+
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+import TestScheduling
+#endif
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
+struct ReadingListMountTests {
+    let scratch: String
+    let source: String
+    let runtime: String
+    let cache: String
+    let data: String
+
+    init() throws {
+        scratch = try makeTemporaryDirectory(prefix: "reading-list-mount")
+        source = scratch + "/source"
+        runtime = scratch + "/run"
+        cache = scratch + "/cache"
+        data = scratch + "/data"
+        mkdir(source, 0o755)
+        mkdir(source + "/docs", 0o755)
+        mkdir(source + "/other", 0o755)
+        writeTestFile(source + "/docs/paper.pdf", TestPDF(pages: 3).bytes())
+        writeTestFile(source + "/other/paper.pdf", TestPDF(pages: 5).bytes())
+        writeTestFile(source + "/docs/big.pdf", TestPDF(pages: 2, padding: 6 << 20).bytes())
+        writeTestFile(source + "/docs/notes.pdf", Array("these are notes, not a PDF\n".utf8))
+        writeTestFile(source + "/docs/repaired.pdf", TestPDF(pages: 1, wrongOffsets: true).bytes())
+    }
+
+    func cleanup() { removeTreeWithinFileSystem(scratch) }
+
+    func mount() throws -> MountedFileSystem {
+        try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    }
+
+    var environment: [String: String] { ["PROVIDERFS_RUNTIME_DIR": runtime] }
+
+    /// `reading-list ARGUMENTS… --data-dir DATA`.
+    func readingList(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+        try ChildProcess.run(
+            productsDirectory + "/reading-list", arguments + ["--data-dir", data], environment: environment,
+            timeout: .seconds(120))
+    }
+
+    func startReadingList(_ arguments: [String], extra: [String: String] = [:]) throws -> ChildProcess {
+        try ChildProcess(
+            productsDirectory + "/reading-list", arguments + ["--data-dir", data],
+            environment: environment.merging(extra) { _, new in new })
+    }
+
+    /// The JSON line of one import.
+    func imported(_ path: String, _ extra: [String] = []) throws -> [String: Any] {
+        let result = try readingList(["import", path, "--json"] + extra)
+        let line = try #require(result.output.split(separator: "\n").last, "no output: \(result)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+    }
+
+    func documents() throws -> [[String: Any]] {
+        let result = try readingList(["list", "--json"])
+        #expect(result.status == 0, "\(result)")
+        return try result.output.split(separator: "\n").map {
+            try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+        }
+    }
+
+    func names(_ directory: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
+    }
+
+    func expectNothingLeft(_ sourceLocation: SourceLocation = #_sourceLocation) throws {
+        #expect(
+            names(data + "/staging").isEmpty, "staging: \(names(data + "/staging"))", sourceLocation: sourceLocation)
+        let ids = try documents().compactMap { $0["id"] as? String }
+        #expect(
+            names(data + "/library") == ids.map { $0 + ".pdf" }.sorted(), "library files vs records",
+            sourceLocation: sourceLocation)
+    }
+
+    /// Waits until `condition` holds, polling every 10 ms, for at most `limit`.
+    func waitUntil(_ limit: Duration = .seconds(60), _ condition: () -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            usleep(10_000)
+        }
+        return condition()
+    }
+
+    func grant(_ path: String, _ extra: [String] = []) throws -> String {
+        let grant = try providerfs(["token", "grant", path] + extra, runtime: runtime)
+        #expect(grant.status == 0, "\(grant)")
+        return try #require(grant.output.split(separator: "\n").first.map(String.init))
+    }
+
+    @Test func importsFromPlainAndTokenPathsAndTheCopyOutlivesItsSource() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+
+        let plain = try imported(mounted.path("docs/paper.pdf"))
+        #expect(plain["result"] as? String == "imported", "\(plain)")
+        #expect(plain["pages"] as? Int == 3)
+        let token = try imported(try grant(mounted.path("other/paper.pdf"), ["--ttl", "10m"]))
+        #expect(token["result"] as? String == "imported", "\(token)")
+        #expect(token["pages"] as? Int == 5)
+        // The token path was started through ScopedAccess: a token derived for reading-list's
+        // process, released by its stop when the import ended.
+        let log = try providerfs(["token", "log"], runtime: runtime).output
+        #expect(log.contains("released by its process (stop)"), "\(log)")
+        let first = try #require(plain["documentID"] as? String)
+        let second = try #require(token["documentID"] as? String)
+        #expect(first != second, "same display name, two documents")
+        #expect(plain["displayName"] as? String == "paper.pdf" && token["displayName"] as? String == "paper.pdf")
+
+        let report = try readingList(["report", "--json"])
+        #expect(report.output.contains("\"sourceCategory\":\"mountPath\""), "\(report.output)")
+        #expect(report.output.contains("\"sourceCategory\":\"tokenPath\""), "\(report.output)")
+        #expect(report.output.contains("ProviderFS mount of"), "the provider version is recorded")
+        #expect(!report.output.contains("pfs_"), "no token in the report")
+
+        // The source is moved, then removed, in the provider; the app (a new process each time)
+        // still opens identical bytes.
+        #expect(rename(source + "/docs/paper.pdf", source + "/docs/moved.pdf") == 0)
+        #expect(unlink(source + "/docs/moved.pdf") == 0)
+        let bytes = try ChildProcess.run(
+            productsDirectory + "/reading-list", ["open", first, "--cat", "--data-dir", data], environment: environment,
+            timeout: .seconds(60))
+        #expect(bytes.status == 0)
+        #expect(Array(bytes.output.utf8) == TestPDF(pages: 3).bytes())
+        let path = try readingList(["open", String(first.prefix(8))]).output.trimmingCharacters(in: .newlines)
+        #expect(path == data + "/library/" + first + ".pdf")
+        try expectNothingLeft()
+
+        // remove: the record and the file go; the other document stays.
+        let removed = try readingList(["remove", first])
+        #expect(removed.status == 0, "\(removed)")
+        #expect(try documents().compactMap { $0["id"] as? String } == [second])
+        #expect(access(data + "/library/" + first + ".pdf", F_OK) != 0)
+        #expect(try readingList(["open", first]).status == 1, "a removed id is unknown")
+        try expectNothingLeft()
+    }
+
+    @Test func anEndedGrantFailsAtAccess() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let grant = try providerfs(["token", "grant", mounted.path("docs/paper.pdf"), "--json"], runtime: runtime)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(grant.output.utf8)) as? [String: Any])
+        let accessPath = try #require(object["accessPath"] as? String)
+        let id = try #require(object["id"] as? String)
+        #expect(try providerfs(["token", "revoke", id], runtime: runtime).status == 0)
+        let outcome = try imported(accessPath)
+        #expect(outcome["result"] as? String == "failed")
+        #expect(outcome["stage"] as? String == "access", "\(outcome)")
+        #expect((outcome["error"] as? String)?.contains("revoked") == true, "\(outcome)")
+        #expect(!(outcome["error"] as? String ?? "").contains("pfs_"))
+        try expectNothingLeft()
+    }
+
+    @Test func anEncryptedPDFNeedsItsPasswordFile() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let plain = source + "/docs/plain.pdf"
+        writeTestFile(plain, TestPDF(pages: 2).bytes())
+        let encrypt = try ChildProcess.run(
+            "/usr/bin/qpdf", ["--encrypt", "user-pw", "owner-pw", "256", "--", plain, source + "/docs/locked.pdf"],
+            timeout: .seconds(60))
+        #expect(encrypt.status == 0, "\(encrypt)")
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let locked = mounted.path("docs/locked.pdf")
+        let without = try imported(locked)
+        #expect(without["stage"] as? String == "validate")
+        #expect((without["error"] as? String)?.contains("password") == true, "\(without)")
+        writeTestFile(scratch + "/wrong", Array("nope\n".utf8))
+        #expect(try imported(locked, ["--password-file", scratch + "/wrong"])["stage"] as? String == "validate")
+        writeTestFile(scratch + "/password", Array("user-pw\n".utf8))
+        let with = try imported(locked, ["--password-file", scratch + "/password"])
+        #expect(with["result"] as? String == "imported", "\(with)")
+        #expect(with["pages"] as? Int == 2)
+        // The next start's reconcile keeps it (it cannot check an encrypted file without its password,
+        // but its bytes are the ones validated).
+        #expect(try documents().count == 1)
+        try expectNothingLeft()
+    }
+
+    @Test func corruptFailsAtValidateAndRepairedIsFlagged() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let notes = try imported(mounted.path("docs/notes.pdf"))
+        #expect(notes["result"] as? String == "failed")
+        #expect(notes["stage"] as? String == "validate", "\(notes)")
+        let repaired = try imported(mounted.path("docs/repaired.pdf"))
+        #expect(repaired["result"] as? String == "imported")
+        #expect(repaired["repaired"] as? Bool == true)
+        let strict = try imported(mounted.path("docs/repaired.pdf"), ["--strict"])
+        #expect(strict["stage"] as? String == "validate", "\(strict)")
+        #expect(try documents().count == 1)
+        try expectNothingLeft()
+    }
+
+    @Test func aFailedDownloadIsAReadFailureAndARetryAfterFaultClearSucceeds() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let big = mounted.path("docs/big.pdf")
+        let fault = try providerfs(["fault", "add", big, "--fail-at", "1MiB", "--times", "0"], runtime: runtime)
+        #expect(fault.status == 0, "\(fault)")
+        let failed = try imported(big)
+        #expect(failed["result"] as? String == "failed")
+        #expect(failed["stage"] as? String == "read", "\(failed)")
+        #expect(try documents().isEmpty)
+        try expectNothingLeft()
+        #expect(try providerfs(["fault", "clear", big], runtime: runtime).status == 0)
+        let retried = try imported(big)
+        #expect(retried["result"] as? String == "imported", "\(retried)")
+        let id = try #require(retried["documentID"] as? String)
+        #expect(try readFile(data + "/library/" + id + ".pdf") == TestPDF(pages: 2, padding: 6 << 20).bytes())
+        try expectNothingLeft()
+    }
+
+    @Test func aTokenThatExpiresMidCopyFailsWithoutARecord() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let big = mounted.path("docs/big.pdf")
+        // 6 MiB at 2 MiB/s: the read spans the token's 1 s.
+        #expect(try providerfs(["fault", "add", big, "--slow", "2MiB", "--times", "0"], runtime: runtime).status == 0)
+        let accessPath = try grant(big, ["--ttl", "1s"])
+        let outcome = try imported(accessPath)
+        #expect(outcome["result"] as? String == "failed")
+        #expect(["access", "read"].contains(outcome["stage"] as? String ?? ""), "\(outcome)")
+        #expect(try documents().isEmpty)
+        try expectNothingLeft()
+    }
+
+    @Test func sigintDuringAnImportCreatesNoRecordAndLeavesNothing() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let big = mounted.path("docs/big.pdf")
+        #expect(try providerfs(["fault", "add", big, "--slow", "1MiB", "--times", "0"], runtime: runtime).status == 0)
+        // SIGTERM first, then SIGINT: both cancel.
+        let terminated = try startReadingList(["import", big])
+        #expect(waitUntil { !names(data + "/staging").isEmpty || !terminated.isRunning }, "no staging file appeared")
+        terminated.signal(SIGTERM)
+        #expect(terminated.wait(timeout: .seconds(30)) == 143, "\(terminated.standardError)")
+        #expect(names(data + "/staging").isEmpty)
+        let child = try startReadingList(["import", big])
+        // The import has begun once its staging file exists.
+        #expect(waitUntil { !names(data + "/staging").isEmpty || !child.isRunning }, "no staging file appeared")
+        child.signal(SIGINT)
+        let status = child.wait(timeout: .seconds(30))
+        #expect(status == 130, "exit \(String(describing: status)): \(child.standardError)")
+        #expect(child.standardError.contains("cancelled"), "\(child.standardError)")
+        #expect(try documents().isEmpty)
+        try expectNothingLeft()
+        let report = try readingList(["report", "--json"])
+        #expect(report.output.contains("\"result\":\"cancelled\""), "\(report.output)")
+    }
+
+    @Test func killDashNineWithThePendingRecordMadeIsRepairedAtTheNextStart() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let child = try startReadingList(
+            ["import", mounted.path("docs/paper.pdf")], extra: ["READING_LIST_PAUSE_AT": "pending-record"])
+        #expect(waitUntil { child.standardError.contains("paused at pending-record") || !child.isRunning })
+        #expect(child.isRunning, "\(child.standardError)")
+        child.signal(SIGKILL)
+        _ = child.wait(timeout: .seconds(10))
+        #expect(names(data + "/staging").count == 1, "the staged copy the killed import left")
+        // The next start (any command) reconciles: the pending record and the staged copy go.
+        let list = try readingList(["list", "--json"])
+        #expect(list.status == 0)
+        #expect(list.output.isEmpty, "\(list.output)")
+        #expect(list.error.contains("repaired at start"), "\(list.error)")
+        try expectNothingLeft()
+        let report = try readingList(["report", "--json"])
+        #expect(report.output.contains("\"result\":\"interrupted\""), "\(report.output)")
+        // And the import works afterwards.
+        #expect(try imported(mounted.path("docs/paper.pdf"))["result"] as? String == "imported")
+    }
+}

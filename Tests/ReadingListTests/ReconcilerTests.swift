@@ -1,0 +1,134 @@
+// Reconcile repairs what a crash leaves (a pending record before or after the move, files without
+// records, records without files, attempts left running) and leaves running imports alone.
+
+import Foundation
+import ReadingList
+import SystemSupport
+import TestScheduling
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("reading-list reconcile", .blockingThreads)
+struct ReconcilerTests {
+    /// A pending record as an import makes it just before the move, owned by `pid`.
+    func pending(_ fixture: LibraryFixture, bytes: [UInt8], pid: Int32?, start: UInt64?) throws -> DocumentRecord {
+        let record = DocumentRecord(
+            id: UUID().uuidString.lowercased(), displayName: "doc.pdf", state: .pending, size: Int64(bytes.count),
+            sha256: hexDigest(bytes), pageCount: 1, repaired: false, warnings: [], encrypted: false,
+            sourcePath: "/somewhere/doc.pdf", sourceCategory: .localFile, importedAt: Date(), ownerPID: pid,
+            ownerStartTime: start)
+        try fixture.store.insert(record)
+        return record
+    }
+
+    /// A pid that is not running (a child that has exited and been reaped).
+    func deadPID() throws -> Int32 {
+        let child = try ChildProcess("/bin/true", [])
+        _ = child.wait(timeout: .seconds(30))
+        return child.pid
+    }
+
+    @Test("kill -9 after the record, before the move: the record and the staged file go")
+    func crashBeforeMove() throws {
+        let fixture = try LibraryFixture()
+        let bytes = TestPDF().bytes()
+        let record = try pending(fixture, bytes: bytes, pid: try deadPID(), start: 1)
+        try writeFile(fixture.location.staging + "/abandoned.partial", bytes)
+        let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+        #expect(report.removedRecords == [record.id])
+        #expect(report.removedFiles == ["staging/abandoned.partial"])
+        try fixture.expectConsistent()
+    }
+
+    @Test("kill -9 after the move, before the record was made available: it becomes available")
+    func crashAfterMove() throws {
+        let fixture = try LibraryFixture()
+        let bytes = TestPDF(pages: 2).bytes()
+        let record = try pending(fixture, bytes: bytes, pid: try deadPID(), start: 1)
+        try writeFile(fixture.location.documentPath(record.id), bytes)
+        let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+        #expect(report.madeAvailable == [record.id])
+        #expect(try fixture.store.document(record.id)?.state == .available)
+        try fixture.expectConsistent()
+    }
+
+    @Test("a moved file that is not the validated one (other bytes) is not made available")
+    func wrongFileAfterMove() throws {
+        let fixture = try LibraryFixture()
+        let record = try pending(fixture, bytes: TestPDF().bytes(), pid: try deadPID(), start: 1)
+        try writeFile(fixture.location.documentPath(record.id), TestPDF(pages: 3).bytes())
+        let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+        #expect(report.removedRecords == [record.id])
+        try fixture.expectConsistent()
+        #expect(fixture.names(fixture.location.library).isEmpty)
+    }
+
+    @Test("files without records and available records without files are removed")
+    func orphans() throws {
+        let fixture = try LibraryFixture()
+        try writeFile(fixture.location.library + "/stray.pdf", TestPDF().bytes())
+        var gone = try pending(fixture, bytes: TestPDF().bytes(), pid: nil, start: nil)
+        try fixture.store.markAvailable(gone.id)
+        gone.state = .available
+        let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+        #expect(report.removedFiles == ["library/stray.pdf"])
+        #expect(report.removedMissing == [gone.id])
+        try fixture.expectConsistent()
+        // Nothing more to do the second time.
+        #expect(try !Reconciler.reconcile(location: fixture.location, store: fixture.store).changedSomething)
+    }
+
+    @Test("a running import elsewhere is left alone: its locked staging file and its live pending record")
+    func leavesRunningImportsAlone() throws {
+        let fixture = try LibraryFixture()
+        let me = getpid()
+        let record = try pending(fixture, bytes: TestPDF().bytes(), pid: me, start: ProcessInfoFiles.startTime(of: me))
+        let staging = fixture.location.staging + "/busy.partial"
+        try writeFile(staging, [1, 2, 3])
+        let descriptor = open(staging, O_RDONLY)
+        defer { close(descriptor) }
+        #expect(flock(descriptor, LOCK_EX) == 0)
+        let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+        #expect(report.inProgress == 2)
+        #expect(!report.changedSomething)
+        #expect(try fixture.store.document(record.id)?.state == .pending)
+        #expect(fixture.names(fixture.location.staging) == ["busy.partial"])
+        // The same pid with another start time is a reused pid: not alive.
+        let reused = try pending(fixture, bytes: TestPDF().bytes(), pid: me, start: 1)
+        #expect(
+            try Reconciler.reconcile(location: fixture.location, store: fixture.store).removedRecords == [reused.id])
+    }
+
+    @Test("an attempt left running by a process that is gone is marked interrupted")
+    func interruptedAttempts() throws {
+        let fixture = try LibraryFixture()
+        let attempt = ImportAttempt(
+            id: "a1", startedAt: Date(), sourcePath: "/x.pdf", sourceCategory: .mountPath, fileType: "pdf",
+            result: .running, failedStage: nil, error: nil, documentID: nil, stages: [],
+            versions: Versions(system: "s", provider: "p", app: "a"), ownerPID: try deadPID(), ownerStartTime: 1)
+        try fixture.store.save(attempt)
+        let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+        #expect(report.interruptedAttempts == ["a1"])
+        #expect(try fixture.store.attempts().first?.result == .interrupted)
+    }
+}
+
+func hexDigest(_ bytes: [UInt8]) -> String {
+    // The importer hashes with CryptoSupport's SHA256; the test uses sha256sum to check it independently.
+    let directory = try! TemporaryDirectory(prefix: "digest")
+    defer { directory.remove() }
+    try! directory.write("f", bytes)
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+    process.arguments = [directory.path + "/f"]
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try! process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(String(decoding: data, as: UTF8.self).prefix(64))
+}
