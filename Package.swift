@@ -38,7 +38,7 @@ let package = Package(
                 "SystemSupport",
             ]),
         // Scoped access tokens: grant, check, revoke, list, audit, kept hashed in the cache directory.
-        .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SystemSupport"]),
+        .target(name: "AccessTokens", dependencies: ["CryptoSupport", "SQLiteStore", "SystemSupport"]),
         // The control socket's wire layer (framing, envelope, errors, one exchange): the CLI, the
         // daemon and apps (ScopedAccess) speak it; nothing of the file system.
         .target(name: "ControlWire", dependencies: ["SystemSupport"]),
@@ -85,7 +85,8 @@ let package = Package(
         .testTarget(
             name: "ReadingListTests", dependencies: ["ReadingList", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(name: "ScopedAccessTests", dependencies: ["ScopedAccess"]),
-        .testTarget(name: "AccessTokensTests", dependencies: ["AccessTokens", "SystemSupport", "TestSupport"]),
+        .testTarget(
+            name: "AccessTokensTests", dependencies: ["AccessTokens", "SQLiteStore", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(

@@ -1,8 +1,11 @@
-// The token file's contents: the mount's tag and salt, and every remembered token as a hash.
+// The legacy token file's contents (the mount's tag and salt, and every remembered token as a
+// hash), and the shape of one token as the store keeps it: `Token` is also each row's JSON in
+// tokens.db (D-335), so a field added here is stored without a schema change.
 
 import Foundation
 
-/// `tokens.json`: `{"version": 1, "mountTag": …, "salt": hex, "tokens": [ … ]}`.
+/// `tokens.json` (before D-335; read once to migrate): `{"version": 1, "mountTag": …, "salt":
+/// hex, "tokens": [ … ]}`.
 struct StoredTokens: Codable {
     static let formatVersion = 1
 
@@ -13,10 +16,13 @@ struct StoredTokens: Codable {
         var path: String
         var mode: TokenMode
         var grantedAt: Date
-        /// Monotonic time left when the file was written.
+        /// Monotonic time left when the file (the row) was written.
         var remainingNanoseconds: Int64?
-        /// The wall-clock deadline when the file was written (write time + remaining).
+        /// The wall-clock deadline when the file (the row) was written (write time + remaining).
         var wallDeadline: Date?
+        /// tokens.db only: the deadline on the store's timeline (D-336), which continues across
+        /// restarts; nil in tokens.json and without a TTL.
+        var deadlineNanoseconds: Int64?
         var boundPID: Int32?
         var boundStartTime: UInt64?
         var usesLeft: Int?

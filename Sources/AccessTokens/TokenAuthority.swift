@@ -7,7 +7,8 @@ import SystemSupport
 
 /// Owns a mount's tokens. Thread-safe; every call is synchronous and short (a check is a hash,
 /// one dictionary lookup and, for a pid-bound token, one read of /proc). Calls that change a
-/// token (grant, a counted use, revoke, expire) write the token file before they return.
+/// token (grant, a counted use, revoke, expire) write that token's row of tokens.db (fsynced)
+/// before they return; the cost does not grow with the number of tokens (D-335, D-339).
 public final class TokenAuthority: Sendable {
     public let limits: TokenLimits
     /// The 8 characters after `pfs_` in this mount's tokens.
@@ -21,6 +22,8 @@ public final class TokenAuthority: Sendable {
     let wallClock: @Sendable () -> Date
     let processStartTime: @Sendable (Int32) -> UInt64?
     private let store: TokenStore?
+    /// The store clock (D-336) at this authority's monotonic zero: store time = origin + elapsed.
+    private let clockOrigin: Duration
 
     /// - Parameters:
     ///   - storeDirectory: the mount's cache directory, or nil to keep nothing on disk.
@@ -48,6 +51,10 @@ public final class TokenAuthority: Sendable {
         let wallNow = wallClock()
         var restored: (tag: [UInt8], salt: [UInt8])?
         var problem: String?
+        // The store clock starts at zero now, or continues the stored one (D-336).
+        var clockOrigin = Duration.zero - now
+        var onDisk = false
+        var migrating = false
         if let store {
             let audit = store.loadAudit(limit: limits.auditEntries)
             for entry in audit.entries { state.append(entry) }
@@ -57,17 +64,29 @@ public final class TokenAuthority: Sendable {
                 store.rewriteAudit(audit.entries)
                 state.log(.storeProblem, time: wallNow, detail: "\(audit.badLines) unreadable audit lines skipped")
             }
-            switch store.loadTokens() {
+            switch store.load() {
             case .missing: break
             case .setAside(let why): problem = why
-            case .loaded(let stored):
+            case .legacy(let stored):
                 if let records = Self.restore(stored, now: now, wallNow: wallNow) {
                     restored = (Array(stored.mountTag.utf8), Self.bytes(hex: stored.salt)!)
                     for record in records { state.insert(record) }
+                    migrating = true
                 } else {
-                    if case .setAside(let why) = store.setAside(store.tokensPath, "a token in it is not valid") {
-                        problem = why
-                    }
+                    problem = store.setAsideLegacy("a token in it is not valid")
+                }
+            case .loaded(let header, let tokens):
+                let storeNow = Self.storeNow(header, wallNow: wallNow)
+                if let restoredHeader = Self.restore(header),
+                    let records = Self.restore(tokens, storeNow: storeNow, now: now, wallNow: wallNow)
+                {
+                    restored = restoredHeader
+                    for record in records { state.insert(record) }
+                    state.records.forgetChanges()
+                    clockOrigin = .nanoseconds(storeNow) - now
+                    onDisk = true
+                } else {
+                    problem = store.setAsideDatabase("a token or its tag and salt are not valid")
                 }
             }
         }
@@ -78,11 +97,24 @@ public final class TokenAuthority: Sendable {
         format = TokenFormat(tag: tag)
         mountTag = String(decoding: tag, as: UTF8.self)
         salt = restored?.salt ?? randomBytes(32)
+        self.clockOrigin = clockOrigin
         state.generation = 1
-        state.savedGeneration = restored == nil ? 0 : 1
+        // A new store (or a migrated one) is written at once: its tag and salt, and every token.
+        state.savedGeneration = onDisk ? 1 : 0
         state.noticeExpiries(now: now, wallNow: wallNow)
         self.state = Locked(state)
-        saveIfChanged()
+        if migrating {
+            if let failure = persist(force: true) {
+                log("tokens.json not migrated (its tokens hold until the mount stops): \(failure)")
+            } else {
+                store?.retireLegacy(
+                    reason: "its \(self.state.withLock { $0.records.count }) tokens are now in tokens.db")
+            }
+        } else if !onDisk {
+            persist(force: true)
+        } else {
+            saveIfChanged()
+        }
     }
 
     // MARK: Grant
@@ -290,6 +322,18 @@ public final class TokenAuthority: Sendable {
         return entries
     }
 
+    /// How many stored hashes a check of `token` compares in full: the size of the index bucket
+    /// its hash prefix selects (tests: 1 for a granted token, 0 for an unknown one, whatever the
+    /// number of tokens). Nil for a string that is not a token of this mount.
+    func lookupCandidates(_ token: String) -> Int? {
+        guard case .token(let bytes) = format.parse(token) else { return nil }
+        let key = TokenRecord.indexKey(hash(bytes))
+        return state.withLock { $0.index[key]?.count ?? 0 }
+    }
+
+    /// Token rows the store has written or deleted since it opened (nil without a store).
+    var storeRowsWritten: Int? { store?.rowsWritten }
+
     // MARK: Files
 
     func hash(_ token: [UInt8]) -> [UInt8] {
@@ -299,25 +343,45 @@ public final class TokenAuthority: Sendable {
         return hasher.finalize()
     }
 
-    /// Saves the token file (and appends the pending audit entries). Returns why the token file
-    /// could not be written, or nil (also without a store).
+    /// Writes the changed records (and appends the pending audit entries). Returns why they could
+    /// not be written, or nil (also without a store). When it returns nil, every change made
+    /// before the call is on disk: written by this call, or by the one whose batch took it.
     @discardableResult
-    func persist() -> String? {
+    func persist(force: Bool = false) -> String? {
         guard let store else {
             state.withLock { state in
                 state.savedGeneration = state.generation
+                _ = state.records.takeChanged()
                 _ = state.takePendingAudit()
             }
             return nil
         }
-        let now = time.elapsed()
-        let wallNow = wallClock()
-        let (stored, generation) = state.withLock { state in
-            state.savedGeneration = state.generation
-            return (Self.stored(state, tag: mountTag, salt: salt, now: now, wallNow: wallNow), state.generation)
-        }
-        let failure = store.save(stored, generation: generation)
+        let failure = store.save(
+            force: force,
+            take: { () -> TokenStore.Batch in
+                // Taken under the store's writer lock, so the store clock only moves forward.
+                let now = time.elapsed()
+                let wallNow = wallClock()
+                let changed = state.withLock { state in
+                    state.savedGeneration = state.generation
+                    return state.records.takeChanged()
+                }
+                let rows = changed.map { change in
+                    (
+                        id: change.id,
+                        token: change.record.map {
+                            Self.stored($0, now: now, wallNow: wallNow, clockOrigin: clockOrigin)
+                        }
+                    )
+                }
+                let header = TokenStore.Header(
+                    mountTag: mountTag, salt: hexString(salt),
+                    clockNanoseconds: Self.nanoseconds(clockOrigin + now), wall: wallNow)
+                return TokenStore.Batch(header: header, rows: rows)
+            },
+            failed: { ids in state.withLock { $0.records.markChanged(ids) } })
         if let failure {
+            let wallNow = wallClock()
             state.withLock { $0.log(.storeProblem, time: wallNow, detail: "cannot write the tokens: \(failure)") }
         }
         flushAudit()
@@ -339,27 +403,65 @@ public final class TokenAuthority: Sendable {
         }
     }
 
-    private static func stored(
-        _ state: TokenAuthorityState, tag: String, salt: [UInt8], now: Duration, wallNow: Date
-    ) -> StoredTokens {
-        let tokens = state.records.values.sorted { $0.id < $1.id }.map { record -> StoredTokens.Token in
-            var remaining: Duration?
-            if let deadline = record.deadline { remaining = max(.zero, deadline - now) }
-            return StoredTokens.Token(
-                id: record.id, hash: hexString(record.hash), identifier: record.scope.identifier,
-                path: record.scope.path, mode: record.mode, grantedAt: record.grantedAt,
-                remainingNanoseconds: remaining.map(nanoseconds),
-                wallDeadline: remaining.map { wallNow.addingTimeInterval(TokenRecord.seconds($0)) },
-                boundPID: record.boundProcess?.pid, boundStartTime: record.boundProcess?.startTime,
-                usesLeft: record.usesLeft, lastUse: record.lastUse, state: record.state, endedAt: record.endedAt,
-                parentID: record.parentID)
-        }
-        return StoredTokens(version: StoredTokens.formatVersion, mountTag: tag, salt: hexString(salt), tokens: tokens)
+    /// A record as the store keeps it (a row of tokens.db). Deadlines are written on the store
+    /// clock, with the time left and the wall-clock deadline as of now (D-302, D-336).
+    static func stored(_ record: TokenRecord, now: Duration, wallNow: Date, clockOrigin: Duration) -> StoredTokens.Token
+    {
+        var remaining: Duration?
+        if let deadline = record.deadline { remaining = max(.zero, deadline - now) }
+        return StoredTokens.Token(
+            id: record.id, hash: hexString(record.hash), identifier: record.scope.identifier,
+            path: record.scope.path, mode: record.mode, grantedAt: record.grantedAt,
+            remainingNanoseconds: remaining.map(nanoseconds),
+            wallDeadline: remaining.map { wallNow.addingTimeInterval(TokenRecord.seconds($0)) },
+            deadlineNanoseconds: record.deadline.map { nanoseconds(clockOrigin + $0) },
+            boundPID: record.boundProcess?.pid, boundStartTime: record.boundProcess?.startTime,
+            usesLeft: record.usesLeft, lastUse: record.lastUse, state: record.state, endedAt: record.endedAt,
+            parentID: record.parentID)
     }
 
-    /// The records of a token file, with deadlines on this run's monotonic clock (D-302): the
-    /// time left continues from the wall clock but never beyond what was left at the save. Nil
-    /// if anything in it is not valid.
+    /// The store clock now (D-336): where it stood at the last write, plus the wall-clock time
+    /// since (never less than zero: a wall clock set back does not turn it back).
+    static func storeNow(_ header: TokenStore.Header, wallNow: Date) -> Int64 {
+        let down = max(0, min(wallNow.timeIntervalSince(header.wall), 1e9))
+        return header.clockNanoseconds.addingReportingOverflow(Int64(down * 1e9)).partialValue
+    }
+
+    /// The tag and salt of a header, or nil if either is not valid.
+    static func restore(_ header: TokenStore.Header) -> (tag: [UInt8], salt: [UInt8])? {
+        let tag = Array(header.mountTag.utf8)
+        guard tag.count == TokenFormat.tagLength, tag.allSatisfy(TokenFormat.isBase32),
+            let salt = bytes(hex: header.salt), salt.count == 32
+        else { return nil }
+        return (tag, salt)
+    }
+
+    /// The records of tokens.db's rows, with deadlines on this run's monotonic clock: the time
+    /// left is the stored deadline minus the store clock now, and never more than the saved
+    /// wall-clock deadline allows (D-302, D-336). Nil if anything in them is not valid.
+    static func restore(
+        _ tokens: [StoredTokens.Token], storeNow: Int64, now: Duration, wallNow: Date
+    ) -> [TokenRecord]? {
+        var records: [TokenRecord] = []
+        records.reserveCapacity(tokens.count)
+        var ids: Set<String> = []
+        for token in tokens {
+            var left: Duration?
+            if let deadline = token.deadlineNanoseconds {
+                left = .nanoseconds(max(0, deadline.subtractingReportingOverflow(storeNow).partialValue))
+                if let wallDeadline = token.wallDeadline { left = min(left!, wallLeft(wallDeadline, wallNow: wallNow)) }
+            } else if token.remainingNanoseconds != nil {
+                return nil  // a row written without the store clock
+            }
+            guard ids.insert(token.id).inserted, let record = record(token, left: left, now: now) else { return nil }
+            records.append(record)
+        }
+        return records
+    }
+
+    /// The records of a legacy token file (tokens.json), with deadlines on this run's monotonic
+    /// clock (D-302): the time left continues from the wall clock but never beyond what was left
+    /// at the save. Nil if anything in it is not valid.
     static func restore(_ stored: StoredTokens, now: Duration, wallNow: Date) -> [TokenRecord]? {
         let tag = Array(stored.mountTag.utf8)
         guard tag.count == TokenFormat.tagLength, tag.allSatisfy(TokenFormat.isBase32),
@@ -368,34 +470,40 @@ public final class TokenAuthority: Sendable {
         var records: [TokenRecord] = []
         var ids: Set<String> = []
         for token in stored.tokens {
-            guard !token.id.isEmpty, ids.insert(token.id).inserted, !token.identifier.isEmpty,
-                let hash = bytes(hex: token.hash), hash.count == 32,
-                (token.boundPID == nil) == (token.boundStartTime == nil),
-                token.usesLeft.map({ $0 >= 0 }) ?? true,
-                token.remainingNanoseconds.map({ $0 >= 0 }) ?? true
-            else { return nil }
-            var deadline: Duration?
+            var left: Duration?
             if let remaining = token.remainingNanoseconds {
-                var left = Duration.nanoseconds(remaining)
-                if let wallDeadline = token.wallDeadline {
-                    let wallLeft = wallDeadline.timeIntervalSince(wallNow)
-                    left = min(left, wallLeft <= 0 ? .zero : .nanoseconds(Int64(min(wallLeft, 1e15) * 1e9)))
-                }
-                deadline = now + left
+                guard remaining >= 0 else { return nil }
+                left = .nanoseconds(remaining)
+                if let wallDeadline = token.wallDeadline { left = min(left!, wallLeft(wallDeadline, wallNow: wallNow)) }
             }
-            var state = token.state
-            if state == .live, token.usesLeft == 0 { state = .usedUp }
-            records.append(
-                TokenRecord(
-                    id: token.id, hash: hash, scope: TokenScope(identifier: token.identifier, path: token.path),
-                    mode: token.mode, grantedAt: token.grantedAt, deadline: deadline,
-                    boundProcess: token.boundPID.map {
-                        TokenRecord.BoundProcess(pid: $0, startTime: token.boundStartTime ?? 0)
-                    },
-                    usesLeft: token.usesLeft, lastUse: token.lastUse, state: state, endedAt: token.endedAt,
-                    parentID: token.parentID))
+            guard ids.insert(token.id).inserted, let record = record(token, left: left, now: now) else { return nil }
+            records.append(record)
         }
         return records
+    }
+
+    private static func wallLeft(_ wallDeadline: Date, wallNow: Date) -> Duration {
+        let wallLeft = wallDeadline.timeIntervalSince(wallNow)
+        return wallLeft <= 0 ? .zero : .nanoseconds(Int64(min(wallLeft, 1e15) * 1e9))
+    }
+
+    /// One stored token as a record, its deadline `left` from now; nil if it is not valid.
+    private static func record(_ token: StoredTokens.Token, left: Duration?, now: Duration) -> TokenRecord? {
+        guard !token.id.isEmpty, !token.identifier.isEmpty,
+            let hash = bytes(hex: token.hash), hash.count == 32,
+            (token.boundPID == nil) == (token.boundStartTime == nil),
+            token.usesLeft.map({ $0 >= 0 }) ?? true
+        else { return nil }
+        var state = token.state
+        if state == .live, token.usesLeft == 0 { state = .usedUp }
+        return TokenRecord(
+            id: token.id, hash: hash, scope: TokenScope(identifier: token.identifier, path: token.path),
+            mode: token.mode, grantedAt: token.grantedAt, deadline: left.map { now + $0 },
+            boundProcess: token.boundPID.map {
+                TokenRecord.BoundProcess(pid: $0, startTime: token.boundStartTime ?? 0)
+            },
+            usesLeft: token.usesLeft, lastUse: token.lastUse, state: state, endedAt: token.endedAt,
+            parentID: token.parentID)
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {

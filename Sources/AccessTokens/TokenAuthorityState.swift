@@ -6,7 +6,8 @@ import CryptoSupport
 import Foundation
 
 struct TokenAuthorityState {
-    var records: [String: TokenRecord] = [:]
+    /// By id; notes which ids changed, for the store (every write of a record goes through it).
+    var records = TokenTable()
     /// First 8 bytes of a record's hash → ids (a collision of 64 random bits is possible, only
     /// unlikely: each candidate's full hash is compared in constant time).
     var index: [UInt64: [String]] = [:]
@@ -16,9 +17,9 @@ struct TokenAuthorityState {
     /// Entries not yet appended to the audit file.
     var pendingAudit: [TokenAuditEntry] = []
     var nextSequence: UInt64 = 1
-    /// Counts changes to the records; the store writes only newer generations.
+    /// Counts changes to the records that must be saved before the call returns.
     var generation: UInt64 = 0
-    /// The generation of the last snapshot taken for the store.
+    /// The generation when the store last took the changed records.
     var savedGeneration: UInt64 = 0
     var hasUnsavedChanges: Bool { generation != savedGeneration }
     var limiter: [UInt32: DenialWindow] = [:]

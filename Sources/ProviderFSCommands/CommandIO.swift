@@ -17,11 +17,31 @@ public struct CommandIO: Sendable {
 
     /// Writes one JSON document (sorted keys) on one line.
     public func emit<T: Encodable>(_ value: T) {
+        emitLines([value])
+    }
+
+    /// Writes one JSON document per value, a line each, with one encoder and in large writes
+    /// (10,000 lines took one encoder and one write each before, D-338).
+    public func emitLines<T: Encodable>(_ values: [T]) {
+        let encoder = Self.lineEncoder()
+        var buffer = Data()
+        for value in values {
+            guard let data = try? encoder.encode(value) else { continue }
+            buffer.append(data)
+            buffer.append(0x0A)
+            if buffer.count >= 1 << 20 {
+                FileHandle.standardOutput.write(buffer)
+                buffer.removeAll(keepingCapacity: true)
+            }
+        }
+        if !buffer.isEmpty { FileHandle.standardOutput.write(buffer) }
+    }
+
+    static func lineEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
-        guard let data = try? encoder.encode(value) else { return }
-        FileHandle.standardOutput.write(data + Data("\n".utf8))
+        return encoder
     }
 }
 

@@ -57,29 +57,35 @@ struct ControlClient: Sendable {
     func send<Reply: Decodable & Sendable>(
         _ request: ControlRequest, as type: Reply.Type
     ) async throws(CommandFailure) -> Reply {
-        let payload: [UInt8]
         do {
-            payload = try await exchange(ControlProtocol.requestFrame(id: 1, request))
+            return try await exchange(ControlProtocol.requestFrame(id: 1, request), as: Reply.self)
         } catch {
-            throw sentence(for: error)
-        }
-        do {
-            return try JSONDecoder().decode(Reply.self, from: Data(payload))
-        } catch {
-            throw CommandFailure("the mount at \(mountpoint) sent a reply this version cannot read: \(error)")
+            switch error {
+            case .control(let error): throw sentence(for: error)
+            case .unreadable(let why): throw unreadable(why)
+            }
         }
     }
 
-    /// Sends one request frame and returns the `ok` payload of its reply.
-    func exchange(_ frame: [UInt8]) async throws(ControlError) -> [UInt8] {
+    /// Sends one request frame and returns the `ok` value of its reply, decoded as `Reply`.
+    func exchange<Reply: Decodable & Sendable>(
+        _ frame: [UInt8], as type: Reply.Type
+    ) async throws(ControlProtocol.ReplyFailure) -> Reply {
         let (socketPath, timeout) = (self.socketPath, self.timeout)
-        let result = await BlockingIOPool.shared.run { () -> Result<[UInt8], ControlError> in
-            Result { () throws(ControlError) -> [UInt8] in
-                try Self.roundTrip(socketPath: socketPath, frame: frame, timeout: timeout)
+        let result = await BlockingIOPool.shared.run { () -> Result<Reply, ControlProtocol.ReplyFailure> in
+            do throws(ControlError) {
+                let payload = try Self.roundTrip(socketPath: socketPath, frame: frame, timeout: timeout)
+                return ControlProtocol.parseResponse(payload, as: Reply.self).result
+            } catch {
+                return .failure(.control(error))
             }
         }
-        let (_, reply) = ControlProtocol.parseResponse(try result.get())
-        return try reply.get()
+        return try result.get()
+    }
+
+    /// The sentence for a reply this version cannot read.
+    func unreadable(_ why: String) -> CommandFailure {
+        CommandFailure("the mount at \(mountpoint) sent a reply this version cannot read: \(why)")
     }
 
     /// Blocking: connect, send `frame`, read one reply frame (its payload).

@@ -47,7 +47,7 @@ package enum MountComposition {
     }
 
     /// The mount's scoped access tokens (docs/TOKENS.md), kept hashed in `<cacheDirectory>`
-    /// (`tokens.json`, `tokens-audit.jsonl`), on the monotonic clock. The cache directory exists
+    /// (`tokens.db`, `tokens-audit.jsonl`), on the monotonic clock. The cache directory exists
     /// (`ensureCacheDirectory`).
     package static func openTokenAuthority(in cacheDirectory: String) -> TokenAuthority {
         TokenAuthority(

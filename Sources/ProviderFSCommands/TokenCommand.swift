@@ -8,6 +8,10 @@ import ControlWire
 import Foundation
 import SystemSupport
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 struct TokenCommand: CLICommand {
     static let name = "token"
     static let summary = "grant, list, revoke and expire a mount's scoped access tokens; show their audit log"
@@ -124,7 +128,7 @@ struct TokenCommand: CLICommand {
         let client = try self.client(mountpoint)
         let reply = try await send(client, .tokenList(includeEnded: all), as: ControlTokenList.self)
         if io.json {
-            for token in reply.tokens { io.emit(OnMount(mountpoint: client.mountpoint, value: token)) }
+            io.emitLines(reply.tokens.map { OnMount(mountpoint: client.mountpoint, value: $0) })
         } else if reply.tokens.isEmpty {
             io.line(all ? "No tokens." : "No live tokens.")
         } else {
@@ -173,13 +177,28 @@ struct TokenCommand: CLICommand {
         return "\(seconds / 86_400)d \(seconds % 86_400 / 3600)h"
     }
 
-    /// Local "14:03:10", with the date when it is not today.
+    /// Local "14:03:10", with the date when it is not today. Through the C library's local time
+    /// (the TZ Foundation's `TimeZone.current` reads too): `Calendar` took 20 µs a call, most of
+    /// the time of listing 10,000 tokens (D-338).
     static func clockTime(_ date: Date, now: Date) -> String {
-        let calendar = Calendar.current
-        let time = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        let clock = String(format: "%02d:%02d:%02d", time.hour ?? 0, time.minute ?? 0, time.second ?? 0)
-        if calendar.isDate(date, inSameDayAs: now) { return clock }
-        return String(format: "%04d-%02d-%02d ", time.year ?? 0, time.month ?? 0, time.day ?? 0) + clock
+        let time = localTime(date)
+        let today = localTime(now)
+        let clock = twoDigits(time.tm_hour) + ":" + twoDigits(time.tm_min) + ":" + twoDigits(time.tm_sec)
+        if time.tm_year == today.tm_year && time.tm_yday == today.tm_yday { return clock }
+        let year = String(time.tm_year + 1900)
+        return String(repeating: "0", count: max(0, 4 - year.count)) + year + "-" + twoDigits(time.tm_mon + 1) + "-"
+            + twoDigits(time.tm_mday) + " " + clock
+    }
+
+    private static func localTime(_ date: Date) -> tm {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var broken = tm()
+        localtime_r(&seconds, &broken)
+        return broken
+    }
+
+    private static func twoDigits(_ value: Int32) -> String {
+        value < 10 && value >= 0 ? "0" + String(value) : String(value)
     }
 
     // MARK: revoke, expire
@@ -214,7 +233,7 @@ struct TokenCommand: CLICommand {
         let client = try self.client(mountpoint)
         let reply = try await send(client, .tokenLog(after: 0), as: ControlTokenLog.self)
         if io.json {
-            for entry in reply.entries { io.emit(entry) }
+            io.emitLines(reply.entries)
         } else if reply.entries.isEmpty {
             io.line("No token events.")
         } else {
@@ -242,21 +261,20 @@ struct TokenCommand: CLICommand {
     static func send<Reply: Decodable & Sendable>(
         _ client: ControlClient, _ request: ControlRequest, as type: Reply.Type
     ) async throws(CommandFailure) -> Reply {
-        let payload: [UInt8]
         do {
-            payload = try await client.exchange(ControlProtocol.requestFrame(id: 1, request))
+            return try await client.exchange(ControlProtocol.requestFrame(id: 1, request), as: Reply.self)
         } catch {
-            switch error.code {
-            case .invalidArguments, .notFound, .notAFile, .failed:
-                throw CommandFailure("\(error.message) (the mount at \(client.mountpoint))")
-            default:
-                throw client.sentence(for: error)
+            switch error {
+            case .control(let error):
+                switch error.code {
+                case .invalidArguments, .notFound, .notAFile, .failed:
+                    throw CommandFailure("\(error.message) (the mount at \(client.mountpoint))")
+                default:
+                    throw client.sentence(for: error)
+                }
+            case .unreadable(let why):
+                throw client.unreadable(why)
             }
-        }
-        do {
-            return try JSONDecoder().decode(Reply.self, from: Data(payload))
-        } catch {
-            throw CommandFailure("the mount at \(client.mountpoint) sent a reply this version cannot read: \(error)")
         }
     }
 
