@@ -23,10 +23,15 @@ struct TokenScaleTests {
             _ = fixture.authority.check(String(token.dropLast()) + (token.hasSuffix("a") ? "b" : "a"), caller: other)
         }
         let middle = clock.now
-        let rows = fixture.authority.list()
-        let end = clock.now
-        #expect(rows.count == count)
-        return (Self.seconds(middle - start), Self.seconds(end - middle))
+        // The fastest of five lists: a burst of load from elsewhere lengthens some, never all.
+        var list = Double.infinity
+        for _ in 0..<5 {
+            let before = clock.now
+            let rows = fixture.authority.list()
+            list = min(list, Self.seconds(clock.now - before))
+            #expect(rows.count == count)
+        }
+        return (Self.seconds(middle - start), list)
     }
 
     static func seconds(_ duration: Duration) -> Double {
@@ -36,7 +41,13 @@ struct TokenScaleTests {
     @Test("10,000 live tokens: per-token grant and check cost within 3× of 100 tokens'; list far below quadratic")
     func tenThousand() throws {
         _ = try Self.cost(100)  // warm up
-        let small = try Self.cost(100)
+        // The faster of three small runs: its time is short enough for a scheduler hiccup to
+        // double it, which would halve the ratio's headroom.
+        var small = try Self.cost(100)
+        for _ in 0..<2 {
+            let again = try Self.cost(100)
+            small = (min(small.grantAndCheck, again.grantAndCheck), min(small.list, again.list))
+        }
         // The better of two runs, so a burst of load from elsewhere does not decide the ratio.
         let first = try Self.cost(10_000)
         let large = first.grantAndCheck < 3 * small.grantAndCheck * 100 ? first : try Self.cost(10_000)
