@@ -114,6 +114,9 @@ struct MountControl: ControlHandler {
     var tokens: TokenAuthority?
 
     func handle(_ request: ControlRequest, peer: UnixSocket.PeerCredentials) async -> Result<[UInt8], ControlError> {
+        if let refusal = Self.requireTokenRefusal(request, peer: peer, policy: fileSystem.options.plainPaths) {
+            return .failure(refusal)
+        }
         switch request {
         case .faultAdd, .faultList, .faultClear:
             guard let faults else { return .failure(ControlError(.failed, "this mount takes no faults")) }
@@ -140,6 +143,28 @@ struct MountControl: ControlHandler {
                 return .failure(error)
             }
         }
+    }
+
+    /// Require-token mode (D-319): the control socket is the owner's, but a program of the owner
+    /// that is not a providerfs command must not get through it what the mount refuses it on plain
+    /// paths (a grant, an item's status, a download, faults). Requests that present a token
+    /// (ScopedAccess's derive, release and bookmark calls with a token) are for any program.
+    static func requireTokenRefusal(
+        _ request: ControlRequest, peer: UnixSocket.PeerCredentials, policy: (any PlainPathPolicy)?
+    ) -> ControlError? {
+        guard let policy else { return nil }
+        switch request {
+        case .tokenDerive, .tokenRelease: return nil
+        case .identifyItem(let locator) where locator.token != nil: return nil
+        case .resolveItem(let identity) where identity.token != nil: return nil
+        default: break
+        }
+        let context = RequestContext(threadID: peer.pid, uid: peer.uid, gid: peer.gid)
+        guard case .refused(let reason) = policy.decide(context) else { return nil }
+        return ControlError(
+            .permissionDenied,
+            "\(request.kind) refused (require-token mode: only the mount owner's providerfs commands may ask; "
+                + "apps use access paths): \(reason)")
     }
 
     func download(_ path: String) async throws(ControlError) -> ControlDownloadReply {

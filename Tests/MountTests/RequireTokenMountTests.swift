@@ -6,6 +6,7 @@
 // granted access path reads; `..` out of it to the root reaches nothing.
 
 import Foundation
+import ScopedAccess
 import SystemSupport
 import TestSupport
 import Testing
@@ -158,5 +159,31 @@ struct RequireTokenMountTests {
         #expect(try shell(asNobody + "cat \(quoted(accessPath))").output == "quarterly")
         let log = mounted.child.standardError
         #expect(log.contains("uid 65534 is not the mount's owner (uid 0)"), "\(log.suffix(2000))")
+    }
+
+    /// The control socket in this mode (D-319): a program of the owner that is not a providerfs
+    /// command gets no plain item through it (a bookmark of a plain path needs `identifyItem`), while
+    /// an access path's start and bookmark (requests that present the token) work.
+    @Test func theControlSocketGivesProgramsOnlyWhatTheirTokensGive() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache, "--require-token"], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mounted.stop() }
+        let registry = ScopedAccessRegistry(backend: ControlSocketBackend(mountsDirectory: runtime + "/mounts"))
+        do {
+            _ = try SecurityScopedURL(path: mounted.path("private.txt"), registry: registry).bookmarkData()
+            Issue.record("a bookmark of a plain path was made by a program in require-token mode")
+        } catch {
+            #expect("\(error)".contains("require-token"), "\(error)")
+        }
+        let grant = try cli(["token", "grant", mounted.path("docs/report.txt")])
+        #expect(grant.status == 0, "\(grant)")
+        let accessPath = try #require(grant.output.split(separator: "\n").first.map(String.init))
+        let url = SecurityScopedURL(path: accessPath, registry: registry)
+        #expect(url.startAccessingSecurityScopedResource(), "\(String(describing: url.lastError))")
+        #expect(try readFile(url.path) == Array("quarterly".utf8))
+        url.stopAccessingSecurityScopedResource()
+        #expect(!(try SecurityScopedURL(path: accessPath, registry: registry).bookmarkData()).isEmpty)
     }
 }
