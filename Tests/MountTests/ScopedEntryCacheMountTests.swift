@@ -82,6 +82,9 @@ struct ScopedEntryCacheMountTests {
         #expect(fstatat(directory, "notes.txt", &status, 0) == -1 && errno == EACCES, "fstatat: \(errno)")
         errno = 0
         #expect(openat(directory, "notes.txt", O_RDONLY) == -1 && errno == EACCES, "openat: \(errno)")
+        // The descriptor's own attributes were forgotten too: fstat asks, and is refused.
+        errno = 0
+        #expect(fstat(directory, &status) == -1 && errno == EACCES, "fstat: \(errno)")
         #expect(try shell("cat \(quoted(mounted.path("docs/report.txt")))").output == "quarterly", "plain path")
     }
 
