@@ -24,6 +24,8 @@ public final class TokenAuthority: Sendable {
     private let store: TokenStore?
     /// The store clock (D-336) at this authority's monotonic zero: store time = origin + elapsed.
     private let clockOrigin: Duration
+    /// Told the id of every token that ends, outside the lock (`observeEnds`, D-346).
+    private let endObservers = Locked<[@Sendable (String) -> Void]>([])
 
     /// - Parameters:
     ///   - storeDirectory: the mount's cache directory, or nil to keep nothing on disk.
@@ -281,6 +283,31 @@ public final class TokenAuthority: Sendable {
         saveIfChanged()
     }
 
+    // MARK: Ends
+
+    /// Calls `observer` with the id of each token that ends from now on: revoked, expired by
+    /// command, used up at its last use's end, a derived token released, ended with its parent or
+    /// ended because its process is gone, and a TTL's end when a check, list or log notices it.
+    /// Called on the thread of the call that ended it, after the authority's lock is dropped and
+    /// before the token file is written; once per end (D-346). Enforcement uses it to make the
+    /// kernel forget what it cached for the token.
+    public func observeEnds(_ observer: @escaping @Sendable (_ id: String) -> Void) {
+        endObservers.withLock { $0.append(observer) }
+    }
+
+    /// Tells the observers of the tokens ended since the last call.
+    private func announceEnds() {
+        let ended = state.withLock { state -> [String] in
+            defer { state.endedSinceAnnounced = [] }
+            return state.endedSinceAnnounced
+        }
+        guard !ended.isEmpty else { return }
+        let observers = endObservers.withLock { $0 }
+        for id in ended {
+            for observer in observers { observer(id) }
+        }
+    }
+
     // MARK: Inspection
 
     /// The tokens (live ones; with `includeEnded`, also the remembered ended ones), oldest first.
@@ -348,6 +375,7 @@ public final class TokenAuthority: Sendable {
     /// before the call is on disk: written by this call, or by the one whose batch took it.
     @discardableResult
     func persist(force: Bool = false) -> String? {
+        announceEnds()
         guard let store else {
             state.withLock { state in
                 state.savedGeneration = state.generation
@@ -389,8 +417,9 @@ public final class TokenAuthority: Sendable {
     }
 
     /// Every call that changed a token (an expiry noticed included) saves before it returns;
-    /// otherwise only the new audit entries are appended.
+    /// otherwise only the new audit entries are appended. Ends are announced first.
     func saveIfChanged() {
+        announceEnds()
         if state.withLock({ $0.hasUnsavedChanges }) { persist() } else { flushAudit() }
     }
 

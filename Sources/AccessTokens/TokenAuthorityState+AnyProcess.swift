@@ -14,7 +14,7 @@ extension TokenAuthorityState {
         if let parent = record.parentID {
             guard let parentRecord = records[parent], Self.liveAt(parentRecord, now) else { return nil }
         }
-        return TokenGrant(id: id, scope: record.scope, mode: record.mode)
+        return record.grant(now: now)
     }
 
     private static func liveAt(_ record: TokenRecord, _ now: Duration) -> Bool {

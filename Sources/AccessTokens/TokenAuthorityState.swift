@@ -25,6 +25,8 @@ struct TokenAuthorityState {
     var limiter: [UInt32: DenialWindow] = [:]
     /// Parent id → the ids of the tokens derived from it (every remembered one).
     var children: [String: Set<String>] = [:]
+    /// Ids of the tokens ended since the authority last announced ends (D-346), in order.
+    var endedSinceAnnounced: [String] = []
     let limits: TokenLimits
 
     struct DenialWindow {
@@ -112,6 +114,7 @@ struct TokenAuthorityState {
 
     private mutating func noteEnded(_ id: String) {
         generation += 1
+        endedSinceAnnounced.append(id)
         endedOrder.append(id)
         let excess = endedOrder.count - limits.endedTokens
         if excess > limits.endedTokens / 4 || (excess > 0 && limits.endedTokens < 4) {
@@ -259,7 +262,7 @@ extension TokenAuthorityState {
             }
             if !processChecked { return .verifyProcess(id: id, startTime: bound.startTime) }
         }
-        let grant = TokenGrant(id: id, scope: record.scope, mode: record.mode)
+        let grant = record.grant(now: now)
         guard consume else { return .allowed(grant) }
         // The last use taken: no more opens, while the handles holding uses read on (D-315).
         if record.usesLeft == 0 { return deny(.usedUp, tokenID: id, caller: caller, now: now, wallNow: wallNow) }

@@ -35,6 +35,13 @@ struct TokenRecord: Sendable {
         hash.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
     }
 
+    /// What an allowed check hands to enforcement, with the time left at `now`.
+    func grant(now: Duration) -> TokenGrant {
+        TokenGrant(
+            id: id, scope: scope, mode: mode, timeLeft: deadline.map { max(.zero, $0 - now) },
+            boundPID: boundProcess?.pid, parentID: parentID)
+    }
+
     func info(now: Duration, wallNow: Date) -> TokenInfo {
         var timeLeft: Duration?
         var expiresAt: Date?

@@ -46,10 +46,25 @@ package struct MountScopedAccess: ScopedAccessProvider {
         authority.returnUse(id: id)
     }
 
+    /// The authority announces every end (D-346).
+    package func observeEnds(_ observer: @escaping @Sendable (String) -> Void) {
+        authority.observeEnds(observer)
+    }
+
+    /// How long the kernel may keep a token's paths (D-345): never for a token bound to a process
+    /// (a derived token is too), the time left for one with a deadline, else as long as plain
+    /// paths. Every other end is announced through `observeEnds`.
+    package static func caching(of grant: TokenGrant) -> ScopedKernelCaching {
+        if grant.boundPID != nil || grant.parentID != nil { return .never }
+        return grant.timeLeft.map { .atMost($0) } ?? .unbounded
+    }
+
     package static func decision(_ decision: TokenDecision) -> ScopedAccessDecision {
         switch decision {
         case .allowed(let grant):
-            .allowed(scope: grant.scope.identifier, writable: grant.mode.allows(.readWrite), id: grant.id)
+            .allowed(
+                scope: grant.scope.identifier, writable: grant.mode.allows(.readWrite), id: grant.id,
+                caching: caching(of: grant))
         case .denied(let reason):
             .denied(reason: reason.explanation)
         }

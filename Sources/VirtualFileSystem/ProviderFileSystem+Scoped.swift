@@ -1,8 +1,12 @@
 // Access paths: `MOUNTPOINT/.scoped/<token>/…` (docs/SEMANTICS.md, "Scoped access paths";
 // D-305..D-309). The `.scoped` directory cannot be listed; `.scoped/<token>` is the granted
 // directory itself, or for a granted file a directory holding just that file under its current
-// name; everything below is resolved inside the granted item only. Every operation on such a node asks the `ScopedAccessProvider` again (opens take a
-// use), and answers are never cached by the kernel (zero timeouts, direct I/O, no passthrough).
+// name; everything below is resolved inside the granted item only. Every operation on such a node
+// that reaches the file system asks the `ScopedAccessProvider` again (opens take a use); handles
+// are direct I/O, never passed through. The kernel may keep entries and attributes of a token
+// bound to no process until its deadline (capped by the mount's timeouts) and is told to forget
+// them when the token ends earlier (D-345, D-346); a token bound to a process keeps entry
+// timeout zero.
 
 import Diagnostics
 import ProviderCache
@@ -31,30 +35,38 @@ extension ProviderFileSystem {
 
     // MARK: Checks
 
+    /// An allowed token: the item it grants, its id, and how long the kernel may keep what is
+    /// answered through it (D-345).
+    struct ScopedCheck {
+        var scope: ItemIdentifier
+        var id: String
+        var caching: ScopedKernelCaching
+    }
+
     /// The token asked again (a use taken when `use`); denied → EACCES with the reason, logged.
     func checkToken(
         _ token: String, context: RequestContext, use: Bool = false, operation: String
-    ) throws(FileSystemError) -> ItemIdentifier {
-        try decideToken(token, context: context, use: use, operation: operation).scope
+    ) throws(FileSystemError) -> ScopedCheck {
+        try decideToken(token, context: context, use: use, operation: operation)
     }
 
-    /// `checkToken`, with the token's id. A use taken (`use`) lasts until `endUse(id)`; it is
-    /// ended here if the answer is a refusal after all (the root, D-305).
+    /// `checkToken`, with a use taken when `use`: it lasts until `endUse(id)`; it is ended here if
+    /// the answer is a refusal after all (the root, D-305).
     func decideToken(
         _ token: String, context: RequestContext, use: Bool, operation: String
-    ) throws(FileSystemError) -> (scope: ItemIdentifier, id: String) {
+    ) throws(FileSystemError) -> ScopedCheck {
         guard let scopedAccess else { throw FileSystemError(.notFound, "the mount has no access paths") }
         let decision =
             use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
-        case .allowed(let scope, _, let id):
+        case .allowed(let scope, _, let id, let caching):
             // The root has no name to stand under `.scoped/<token>/` (D-305).
             guard !scope.isEmpty else {
                 if use { scopedAccess.returnUse(id: id) }
                 logger.notice("\(operation) through an access path refused: a grant of the mount's root")
                 throw FileSystemError(.accessDenied, "access path refused: the mount's root cannot be granted")
             }
-            return (ItemIdentifier(scope), id)
+            return ScopedCheck(scope: ItemIdentifier(scope), id: id, caching: caching)
         case .denied(let reason):
             // Never the token: the authority logs it by id (or not at all for a guess).
             logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")
@@ -77,19 +89,19 @@ extension ProviderFileSystem {
         return nil
     }
 
-    /// The token re-checked and the node's item checked inside its scope. Returns the scope and,
+    /// The token re-checked and the node's item checked inside its scope. Returns the check and,
     /// for an item node, its depth below the scope item.
     @discardableResult
     func enforce(
         _ node: ScopedNode, context: RequestContext, use: Bool = false, operation: String
-    ) throws(FileSystemError) -> (scope: ItemIdentifier, depth: Int?) {
-        let scope = try checkToken(node.token, context: context, use: use, operation: operation)
-        guard case .item(let identifier) = node.role else { return (scope, nil) }
-        guard let depth = depth(of: identifier, below: scope) else {
+    ) throws(FileSystemError) -> (check: ScopedCheck, depth: Int?) {
+        let check = try checkToken(node.token, context: context, use: use, operation: operation)
+        guard case .item(let identifier) = node.role else { return (check, nil) }
+        guard let depth = depth(of: identifier, below: check.scope) else {
             logger.notice("\(operation) through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
         }
-        return (scope, depth)
+        return (check, depth)
     }
 
     /// The node behind `inode` for the operations that only name it (setattr, xattrs): a plain
@@ -107,8 +119,9 @@ extension ProviderFileSystem {
 
     // MARK: Nodes and attributes
 
-    /// The node for `key`, made if needed, with `references` more kernel references.
-    func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64) -> InodeNumber {
+    /// The node for `key`, made if needed, with `references` more kernel references. `tokenID`:
+    /// the token's id (the check's), under which its nodes are found when it ends (D-346).
+    func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64, tokenID: String) -> InodeNumber {
         state.withLock { state in
             if let inode = state.scopedByKey[key], var node = state.scoped[inode], node.kind == kind {
                 node.lookupCount += references
@@ -116,8 +129,10 @@ extension ProviderFileSystem {
                 return inode
             }
             let inode = state.inodes.reserve()
-            state.scoped[inode] = ScopedNode(token: key.token, role: key.role, kind: kind, lookupCount: references)
+            state.scoped[inode] = ScopedNode(
+                token: key.token, tokenID: tokenID, role: key.role, kind: kind, lookupCount: references)
             state.scopedByKey[key] = inode
+            state.scopedByTokenID[tokenID, default: []].insert(inode)
             return inode
         }
     }
@@ -131,34 +146,57 @@ extension ProviderFileSystem {
     }
 
     /// `.scoped/<token>`: a read-only directory with the granted item's times.
-    func tokenDirectoryAttributes(_ inode: InodeNumber, scopeItem: ProviderItem) -> NodeAttributes {
+    func tokenDirectoryAttributes(
+        _ inode: InodeNumber, scopeItem: ProviderItem, _ check: ScopedCheck
+    ) -> NodeAttributes {
         var attributes = attributes(of: scopeItem, presentBytes: 0, inode: inode)
         attributes.type = .directory
         attributes.permissions = 0o555
         attributes.size = 0
         attributes.blocks = 0
-        attributes.validFor = Self.scopedAttributeTimeout
+        attributes.validFor = scopedTimeouts(check.caching).attributes
         return attributes
     }
 
-    func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem) -> NodeAttributes {
+    func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem, _ check: ScopedCheck) -> NodeAttributes {
         var attributes = attributes(of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode)
-        attributes.validFor = Self.scopedAttributeTimeout
+        attributes.validFor = scopedTimeouts(check.caching).attributes
         return attributes
     }
 
-    /// How long the kernel may keep an access-path node's attributes (D-342): long enough that the
-    /// permission checks of a path walk and an open, and an app's fstat right after, use the
-    /// attributes the LOOKUP just returned instead of a GETATTR each; short against the 100 ms
-    /// within which access must end. Attributes give no access: the entry timeout stays zero, so
-    /// every path walk still asks the daemon (LOOKUP), and opens and reads always reach it.
+    /// How long the kernel may keep an access-path node's attributes when its entries are not
+    /// cached (D-342): long enough that the permission checks of a path walk and an open, and an
+    /// app's fstat right after, use the attributes the LOOKUP just returned instead of a GETATTR
+    /// each; short against the 100 ms within which access must end. Attributes give no access:
+    /// with entry timeout zero every path walk still asks the daemon (LOOKUP), and opens and
+    /// reads always reach it.
     static var scopedAttributeTimeout: Duration { .milliseconds(50) }
 
-    /// Entry timeout zero: the kernel asks again on every path walk (D-306); attributes for
-    /// `scopedAttributeTimeout` (D-342).
-    func scopedEntry(_ attributes: NodeAttributes) -> Entry {
-        Entry(
-            attributes: attributes, generation: 1, attributeTimeout: Self.scopedAttributeTimeout, entryTimeout: .zero)
+    /// The kernel's timeouts for what is answered through a token (D-345). A token the provider
+    /// lets the kernel cache, once the kernel can be told to forget (`KernelCacheCoherent`): its
+    /// time left, capped by the mount's entry and attribute timeouts (a plain, untracked node's),
+    /// since an earlier end is announced and invalidated (`scopedTokenEnded`). Otherwise (bound
+    /// to a process, or no way to tell the kernel): entry timeout zero, so every path walk asks
+    /// again (D-306), and attributes for `scopedAttributeTimeout` (D-342).
+    func scopedTimeouts(_ caching: ScopedKernelCaching) -> (entry: Duration, attributes: Duration) {
+        let left: Duration?
+        switch caching {
+        case .never: return (.zero, Self.scopedAttributeTimeout)
+        case .atMost(let duration): left = max(.zero, duration)
+        case .unbounded: left = nil
+        }
+        guard kernelCanBeTold else { return (.zero, Self.scopedAttributeTimeout) }
+        return (
+            min(left ?? options.entryTimeout, options.entryTimeout),
+            min(left ?? options.attributeTimeout, options.attributeTimeout)
+        )
+    }
+
+    func scopedEntry(_ attributes: NodeAttributes, _ check: ScopedCheck) -> Entry {
+        let timeouts = scopedTimeouts(check.caching)
+        return Entry(
+            attributes: attributes, generation: 1, attributeTimeout: timeouts.attributes,
+            entryTimeout: timeouts.entry)
     }
 
     /// The item a token grants, fresh per the attribute TTL.
@@ -190,35 +228,40 @@ extension ProviderFileSystem {
         switch target {
         case .directory:
             // The name is the token.
-            let scope = try checkToken(name, context: context, operation: "lookup")
-            let item = try await scopeItem(scope)
+            let check = try checkToken(name, context: context, operation: "lookup")
+            let item = try await scopeItem(check.scope)
             // A granted directory is the token's node itself (D-305).
             if item.kind == .directory {
-                let inode = bindScoped(ScopedKey(token: name, role: .item(scope)), kind: .directory, references: 1)
-                return scopedEntry(scopedItemAttributes(inode, item: item))
+                let inode = bindScoped(
+                    ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
+                    tokenID: check.id)
+                return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
             }
-            let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1)
-            return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item))
+            let inode = bindScoped(
+                ScopedKey(token: name, role: .token), kind: .directory, references: 1, tokenID: check.id)
+            return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
         case .node(let node):
             guard node.kind == .directory else {
                 throw FileSystemError(.notADirectory, "not a directory")
             }
             let found: ProviderItem
+            let check: ScopedCheck
             switch node.role {
             case .token:
-                let scope = try checkToken(node.token, context: context, operation: "lookup")
-                let item = try await scopeItem(scope)
+                check = try checkToken(node.token, context: context, operation: "lookup")
+                let item = try await scopeItem(check.scope)
                 guard item.name == name else {
                     throw FileSystemError(.notFound, "the access path holds only the granted item")
                 }
                 found = item
             case .item(let identifier):
-                try enforce(node, context: context, operation: "lookup")
+                check = try enforce(node, context: context, operation: "lookup").check
                 found = try await child(named: name, of: identifier)
             }
             let inode = bindScoped(
-                ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1)
-            return scopedEntry(scopedItemAttributes(inode, item: found))
+                ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
+                tokenID: check.id)
+            return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
         }
     }
 
@@ -231,9 +274,11 @@ extension ProviderFileSystem {
             attributes.validFor = options.attributeTimeout
             return attributes
         case .node(let node):
-            let (scope, _) = try enforce(node, context: context, operation: "getattr")
-            if node.role == .token { return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(scope)) }
-            return scopedItemAttributes(inode, item: try await scopedItem(node))
+            let (check, _) = try enforce(node, context: context, operation: "getattr")
+            if node.role == .token {
+                return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.scope), check)
+            }
+            return scopedItemAttributes(inode, item: try await scopedItem(node), check)
         }
     }
 
@@ -278,7 +323,7 @@ extension ProviderFileSystem {
             throw FileSystemError(.accessDenied, "\(Self.scopedDirectoryName) cannot be listed")
         }
         guard node.kind == .directory else { throw FileSystemError(.notADirectory, "not a directory") }
-        let (scope, _) = try enforce(node, context: context, operation: "opendir")
+        let scope = try enforce(node, context: context, operation: "opendir").check.scope
         let identifier: ItemIdentifier
         if case .item(let item) = node.role { identifier = item } else { identifier = scope }
         return state.withLock { state in
@@ -293,7 +338,8 @@ extension ProviderFileSystem {
         _ open: OpenDirectory, _ node: ScopedNode, handle: FileHandleID, after cookie: UInt64, limit: Int,
         context: RequestContext
     ) async throws(FileSystemError) -> [DirectoryEntry] {
-        let (scope, _) = try enforce(node, context: context, operation: "readdir")
+        let check = try enforce(node, context: context, operation: "readdir").check
+        let scope = check.scope
         var snapshot = open.snapshot
         if snapshot == nil || cookie == 0 {
             var children: [ProviderItem]
@@ -313,7 +359,9 @@ extension ProviderFileSystem {
                 parentInode =
                     open.identifier == scope
                     ? (scopedDirectoryInode ?? .root)
-                    : bindScoped(ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0)
+                    : bindScoped(
+                        ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0,
+                        tokenID: check.id)
             }
             var entries = [
                 DirectoryEntry(name: ".", inode: open.inode, type: .directory, cookie: 1),
@@ -321,7 +369,8 @@ extension ProviderFileSystem {
             ]
             for child in children {
                 let inode = bindScoped(
-                    ScopedKey(token: node.token, role: .item(child.identifier)), kind: child.kind, references: 0)
+                    ScopedKey(token: node.token, role: .item(child.identifier)), kind: child.kind, references: 0,
+                    tokenID: check.id)
                 entries.append(
                     DirectoryEntry(
                         name: child.name, inode: inode, type: NodeType(child.kind), cookie: UInt64(entries.count + 1)))
@@ -347,8 +396,9 @@ extension ProviderFileSystem {
         try enforce(node, context: context, operation: "open")
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
         if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
-        let (scope, use) = try decideToken(node.token, context: context, use: true, operation: "open")
-        guard depth(of: identifier, below: scope) != nil else {
+        let check = try decideToken(node.token, context: context, use: true, operation: "open")
+        let use = check.id
+        guard depth(of: identifier, below: check.scope) != nil else {
             returnScopedUse(use)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
@@ -390,32 +440,37 @@ extension ProviderFileSystem {
         do throws(FileSystemError) {
             switch target {
             case .directory:
-                let scope = try checkToken(name, context: context, operation: "lookup")
-                guard let item = scopeItemNow(scope) else { return nil }
+                let check = try checkToken(name, context: context, operation: "lookup")
+                guard let item = scopeItemNow(check.scope) else { return nil }
                 if item.kind == .directory {
-                    let inode = bindScoped(ScopedKey(token: name, role: .item(scope)), kind: .directory, references: 1)
-                    return .success(scopedEntry(scopedItemAttributes(inode, item: item)))
+                    let inode = bindScoped(
+                        ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
+                        tokenID: check.id)
+                    return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
                 }
-                let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1)
-                return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item)))
+                let inode = bindScoped(
+                    ScopedKey(token: name, role: .token), kind: .directory, references: 1, tokenID: check.id)
+                return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
             case .node(let node):
                 guard node.kind == .directory else { return nil }
                 let found: ProviderItem
+                let check: ScopedCheck
                 switch node.role {
                 case .token:
-                    let scope = try checkToken(node.token, context: context, operation: "lookup")
-                    guard let item = scopeItemNow(scope), item.name == name else { return nil }
+                    check = try checkToken(node.token, context: context, operation: "lookup")
+                    guard let item = scopeItemNow(check.scope), item.name == name else { return nil }
                     found = item
                 case .item(let identifier):
-                    try enforce(node, context: context, operation: "lookup")
+                    check = try enforce(node, context: context, operation: "lookup").check
                     guard case .found(let item, _) = cache.catalog.childNow(named: name, of: identifier) else {
                         return nil
                     }
                     found = item
                 }
                 let inode = bindScoped(
-                    ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1)
-                return .success(scopedEntry(scopedItemAttributes(inode, item: found)))
+                    ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
+                    tokenID: check.id)
+                return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
             }
         } catch {
             return .failure(error)
@@ -427,18 +482,18 @@ extension ProviderFileSystem {
     ) -> Result<NodeAttributes, FileSystemError>? {
         guard case .node(let node) = target else { return nil }
         do throws(FileSystemError) {
-            let (scope, _) = try enforce(node, context: context, operation: "getattr")
+            let (check, _) = try enforce(node, context: context, operation: "getattr")
             switch node.role {
             case .token:
-                guard let item = scopeItemNow(scope) else { return nil }
-                return .success(tokenDirectoryAttributes(inode, scopeItem: item))
+                guard let item = scopeItemNow(check.scope) else { return nil }
+                return .success(tokenDirectoryAttributes(inode, scopeItem: item, check))
             case .item(let identifier):
                 guard
                     let item = cache.catalog.itemNow(
                         identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
                     item.kind == node.kind
                 else { return nil }
-                return .success(scopedItemAttributes(inode, item: item))
+                return .success(scopedItemAttributes(inode, item: item, check))
             }
         } catch {
             return .failure(error)
@@ -473,8 +528,9 @@ extension ProviderFileSystem {
         // The use, held by the handle until its release (D-315), or given back if refused here.
         let use: String
         do throws(FileSystemError) {
-            let (scope, id) = try decideToken(node.token, context: context, use: true, operation: "open")
-            guard depth(of: identifier, below: scope) != nil else {
+            let check = try decideToken(node.token, context: context, use: true, operation: "open")
+            let id = check.id
+            guard depth(of: identifier, below: check.scope) != nil else {
                 returnScopedUse(id)
                 logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
                 throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
@@ -487,5 +543,41 @@ extension ProviderFileSystem {
         }
         let plain = InodeTable.Node(identifier: identifier, kind: .file, lookupCount: 0, generation: 0)
         return .success(opened(inode, plain, item: item, entry: entry, claim: claim, scoped: node, use: use))
+    }
+}
+
+// MARK: - Ends of tokens
+
+// A token whose paths the kernel may keep (D-345) can end before the time it was given: revoked,
+// expired by command, used up, released. The provider announces each end (D-346); the kernel is
+// then told to forget `.scoped/<token>` (its dentry: dropping it drops the unused dentries below
+// it, so the next walk from the mount point asks again and is refused) and the attributes of
+// every node of the token (so a stat or a permission check through a dentry still held, by a
+// cwd or an open file, asks again too, and is refused). Opens and reads always asked.
+extension ProviderFileSystem {
+    /// The invalidations that make the kernel forget the token `id`'s paths; empty when it holds
+    /// none of them.
+    func scopedInvalidations(forEnded id: String) -> [KernelInvalidation] {
+        state.withLock { state -> [KernelInvalidation] in
+            guard let directory = state.scopedDirectory, let inodes = state.scopedByTokenID[id] else { return [] }
+            let nodes = inodes.sorted { $0.rawValue < $1.rawValue }
+            var tokens: [String] = []
+            for inode in nodes {
+                if let token = state.scoped[inode]?.token, !tokens.contains(token) { tokens.append(token) }
+            }
+            return tokens.map { KernelInvalidation.entry(parent: directory, name: $0) }
+                + nodes.map { KernelInvalidation.attributes($0) }
+        }
+    }
+
+    /// The provider announced that the token `id` ended: the kernel is told to forget its paths.
+    /// Never blocks (the adapter's notifier sends from a queue of its own).
+    func scopedTokenEnded(_ id: String) {
+        guard let invalidate = kernelInvalidation.withLock({ $0 }) else { return }
+        let invalidations = scopedInvalidations(forEnded: id)
+        if !invalidations.isEmpty {
+            logger.debug("token \(id) ended: \(invalidations.count) kernel invalidations")
+            invalidate(invalidations)
+        }
     }
 }

@@ -53,8 +53,10 @@ public final class ProviderFileSystem: FileSystem {
     let state = Locked(State())
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
     /// read on every lookup without a lock.
-    private let kernelInvalidation = Locked<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
+    let kernelInvalidation = Locked<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
     private let kernelTold = Atomic<Bool>(false)
+    /// Whether the kernel can be told to forget what it cached (`setKernelInvalidation`).
+    var kernelCanBeTold: Bool { kernelTold.load(ordering: .relaxed) }
 
     struct OpenFile {
         var inode: InodeNumber
@@ -89,6 +91,8 @@ public final class ProviderFileSystem: FileSystem {
             case item(ItemIdentifier)
         }
         var token: String
+        /// The token's public id (the provider's): its ends are announced by id (D-346).
+        var tokenID: String
         var role: Role
         var kind: ItemKind
         var lookupCount: UInt64
@@ -108,6 +112,8 @@ public final class ProviderFileSystem: FileSystem {
         var scopedDirectory: InodeNumber?
         var scoped: [InodeNumber: ScopedNode] = [:]
         var scopedByKey: [ScopedKey: InodeNumber] = [:]
+        /// Token id → its nodes, to invalidate when it ends (D-346).
+        var scopedByTokenID: [String: Set<InodeNumber>] = [:]
         mutating func allocateHandle() -> FileHandleID {
             defer { nextHandle += 1 }
             return FileHandleID(nextHandle)
@@ -127,6 +133,8 @@ public final class ProviderFileSystem: FileSystem {
         self.claims = claims
         self.scopedAccess = scopedAccess
         if scopedAccess != nil { state.withLock { $0.scopedDirectory = $0.inodes.reserve() } }
+        // Tokens that end early make the kernel forget their paths (D-346).
+        scopedAccess?.observeEnds { [weak self] id in self?.scopedTokenEnded(id) }
     }
 
     /// The name of the root's hidden directory of access paths.
@@ -247,6 +255,8 @@ public final class ProviderFileSystem: FileSystem {
             state.scoped[inode] = nil
             let key = ScopedKey(token: node.token, role: node.role)
             if state.scopedByKey[key] == inode { state.scopedByKey[key] = nil }
+            state.scopedByTokenID[node.tokenID]?.remove(inode)
+            if state.scopedByTokenID[node.tokenID]?.isEmpty == true { state.scopedByTokenID[node.tokenID] = nil }
         }
     }
 

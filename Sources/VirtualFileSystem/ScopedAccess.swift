@@ -3,16 +3,31 @@
 // (ProviderFSCommands/MountScopedAccess.swift, over AccessTokens' `TokenAuthority`). Without one,
 // `.scoped` does not exist.
 
+/// How long the kernel may keep the entries and attributes it was given for paths through a
+/// token (D-345). Whatever the answer, opens, reads and getattrs that reach the file system are
+/// checked again; this only decides how often a path walk reaches it.
+public enum ScopedKernelCaching: Sendable, Equatable {
+    /// Not at all: every path walk asks again (a token bound to a process: the kernel's dentries
+    /// are shared by every process).
+    case never
+    /// At most this long: the token's time left.
+    case atMost(Duration)
+    /// As long as the mount lets the kernel keep plain entries: the token has no deadline.
+    case unbounded
+}
+
 /// The answer for a token presented by a caller.
 public enum ScopedAccessDecision: Sendable, Equatable {
     /// The token is valid for this caller: the raw identifier of the item it grants (the access
-    /// path must stay inside it), whether it allows writing, and its public id (for logs).
-    case allowed(scope: String, writable: Bool, id: String)
+    /// path must stay inside it), whether it allows writing, its public id (for logs and for
+    /// `observeEnds`), and how long the kernel may keep its entries (`.never` unless the provider
+    /// announces every early end of the token through `observeEnds`).
+    case allowed(scope: String, writable: Bool, id: String, caching: ScopedKernelCaching = .never)
     /// Refused: why, in a sentence (logged and put in the EACCES error's message).
     case denied(reason: String)
 }
 
-/// Checks tokens of access paths. Both calls are synchronous and short: they run on every
+/// Checks tokens of access paths. The calls are synchronous and short: they run on every
 /// lookup, getattr, readdir and read through an access path, also on the FUSE thread.
 public protocol ScopedAccessProvider: Sendable {
     /// Whether `token` is valid for the caller of `context` now (takes no use).
@@ -26,4 +41,15 @@ public protocol ScopedAccessProvider: Sendable {
     /// A use `recordUse` allowed is given back: the open failed after it (it opened nothing).
     /// Instead of `endUse`.
     func returnUse(id: String)
+    /// Calls `observer` with a token's id (the decision's `id`) when the token ends before the
+    /// time its decisions' `caching` allowed: revoked, expired by command, used up, released
+    /// (D-346). It may be called on any thread, must not be called with a lock of the provider
+    /// held, and must be prompt: the file system then tells the kernel to forget the token's
+    /// paths. A provider that never answers a caching other than `.never` need not call it.
+    func observeEnds(_ observer: @escaping @Sendable (_ id: String) -> Void)
+}
+
+extension ScopedAccessProvider {
+    /// No announcements: for providers whose decisions all say `.never`.
+    public func observeEnds(_ observer: @escaping @Sendable (_ id: String) -> Void) {}
 }

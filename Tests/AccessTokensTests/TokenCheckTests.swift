@@ -14,7 +14,10 @@ struct TokenCheckTests {
         let fixture = TokenFixture()
         let issued = try fixture.authority.grant(scope: scope, mode: .readWrite, ttl: .seconds(2))
         let allowed = fixture.authority.check(issued.token, caller: me)
-        #expect(allowed == .allowed(TokenGrant(id: issued.id, scope: scope, mode: .readWrite)) as TokenDecision)
+        #expect(
+            allowed
+                == .allowed(TokenGrant(id: issued.id, scope: scope, mode: .readWrite, timeLeft: .seconds(2)))
+                as TokenDecision)
         fixture.clock.advance(by: .seconds(2) - .nanoseconds(1))
         #expect(fixture.authority.check(issued.token, caller: me).grant != nil)
         fixture.clock.advance(by: .nanoseconds(1))

@@ -518,13 +518,18 @@ struct ScopedAccessTests {
             })
         let context = RequestContext(threadID: 4242, uid: 1000, gid: 1000)
         for _ in 0..<3 {
-            #expect(access.check(free.token, context: context) == .allowed(scope: "d", writable: false, id: free.id))
+            // The time left on the manual clock (D-345).
+            #expect(
+                access.check(free.token, context: context)
+                    == .allowed(scope: "d", writable: false, id: free.id, caching: .atMost(.seconds(60))))
         }
         #expect(lookups.withLock { $0 } == 0)
         #expect(access.check(bound.token, context: context) == .allowed(scope: "d", writable: false, id: bound.id))
         #expect(lookups.withLock { $0 } == 1)
         // A use is logged with the caller's pid.
-        #expect(access.recordUse(free.token, context: context) == .allowed(scope: "d", writable: false, id: free.id))
+        #expect(
+            access.recordUse(free.token, context: context)
+                == .allowed(scope: "d", writable: false, id: free.id, caching: .atMost(.seconds(60))))
         #expect(lookups.withLock { $0 } == 2)
         #expect(authority.auditLog().last?.pid == 42)
         // A denial too: an expired token is logged with its caller.
