@@ -135,6 +135,7 @@ struct TokenPersistenceTests {
         let log = fixture.authority.auditLog()
         #expect(log.count == 50)
         #expect(log.last?.sequence == 500)
+        fixture.authority.flushAuditLog()
         let lines = Self.fileText(directory.path + "/tokens-audit.jsonl").split(separator: "\n").count
         #expect(lines <= 100 && lines >= 50)
         let restarted = fixture.restarted(directory: directory.path, limits: limits)
