@@ -216,7 +216,8 @@ public final class TokenAuthority: Sendable {
     public func endUse(id: String) {
         let wallNow = wallClock()
         state.withLock { $0.endUse(id, wallNow: wallNow) }
-        saveIfChanged()
+        // Every release through an access path comes here: no file write unless a token changed.
+        saveIfChanged(deferringAudit: true)
     }
 
     /// Gives back a use that `recordUse` allowed for the token `id` when the open it was taken
@@ -224,7 +225,7 @@ public final class TokenAuthority: Sendable {
     public func returnUse(id: String) {
         let wallNow = wallClock()
         state.withLock { $0.returnUse(id, wallNow: wallNow) }
-        saveIfChanged()
+        saveIfChanged(deferringAudit: true)
     }
 
     private func decide(_ token: String, caller: TokenCaller, consume: Bool) -> TokenDecision {
