@@ -26,14 +26,6 @@ public final class TokenAuthority: Sendable {
     private let clockOrigin: Duration
     /// Told the id of every token that ends, outside the lock (`observeEnds`, D-346).
     private let endObservers = Locked<[@Sendable (String) -> Void]>([])
-    /// Appends audit entries that came without a change to save (uses of tokens without a use
-    /// count, denials) a moment later, off the caller's path (D-347).
-    private let auditFlusher = DispatchQueue(label: "providerfs.tokens.audit")
-    private let auditFlushScheduled = Locked(false)
-    /// Held while pending entries are taken and appended, so two flushes cannot reorder them.
-    private let auditOrder = Lock()
-    /// How long such entries may wait before they are appended to the file.
-    static let auditFlushDelay: Duration = .milliseconds(50)
 
     /// - Parameters:
     ///   - storeDirectory: the mount's cache directory, or nil to keep nothing on disk.
@@ -216,8 +208,7 @@ public final class TokenAuthority: Sendable {
     public func endUse(id: String) {
         let wallNow = wallClock()
         state.withLock { $0.endUse(id, wallNow: wallNow) }
-        // Every release through an access path comes here: no file write unless a token changed.
-        saveIfChanged(deferringAudit: true)
+        saveIfChanged()
     }
 
     /// Gives back a use that `recordUse` allowed for the token `id` when the open it was taken
@@ -225,7 +216,7 @@ public final class TokenAuthority: Sendable {
     public func returnUse(id: String) {
         let wallNow = wallClock()
         state.withLock { $0.returnUse(id, wallNow: wallNow) }
-        saveIfChanged(deferringAudit: true)
+        saveIfChanged()
     }
 
     private func decide(_ token: String, caller: TokenCaller, consume: Bool) -> TokenDecision {
@@ -256,8 +247,7 @@ public final class TokenAuthority: Sendable {
                     id, caller: caller, now: now, wallNow: wallNow, consume: consume, processChecked: true)
             }
         }
-        // A check or an open that changed nothing but the log does not wait for the file (D-347).
-        saveIfChanged(deferringAudit: true)
+        saveIfChanged()
         switch admission {
         case .allowed(let grant): return .allowed(grant)
         case .denied(let reason): return .denied(reason)
@@ -428,52 +418,13 @@ public final class TokenAuthority: Sendable {
 
     /// Every call that changed a token (an expiry noticed included) saves before it returns;
     /// otherwise only the new audit entries are appended. Ends are announced first.
-    func saveIfChanged(deferringAudit: Bool = false) {
+    func saveIfChanged() {
         announceEnds()
-        if state.withLock({ $0.hasUnsavedChanges }) {
-            persist()
-        } else if deferringAudit {
-            flushAuditSoon()
-        } else {
-            flushAudit()
-        }
+        if state.withLock({ $0.hasUnsavedChanges }) { persist() } else { flushAudit() }
     }
 
-    /// Appends the pending audit entries within `auditFlushDelay`, on the authority's own queue:
-    /// an open through an access path does not wait for a file write when nothing but its audit
-    /// entry changed (D-347). Entries of changes are written with the change (`persist`).
-    private func flushAuditSoon() {
-        guard store != nil else { return flushAudit() }
-        let schedule = auditFlushScheduled.withLock { scheduled -> Bool in
-            defer { scheduled = true }
-            return !scheduled
-        }
-        guard schedule else { return }
-        let delay = Self.auditFlushDelay.components
-        let nanoseconds = Int(delay.seconds) * 1_000_000_000 + Int(delay.attoseconds / 1_000_000_000)
-        auditFlusher.asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { [weak self] in
-            guard let self else { return }
-            self.auditFlushScheduled.withLock { $0 = false }
-            self.flushAudit()
-        }
-    }
-
-    /// Appends every pending audit entry now (the daemon calls it when the mount ends; the log
-    /// requests read memory, not the file).
-    public func flushAuditLog() {
-        flushAudit()
-    }
-
-    deinit {
-        flushAudit()
-    }
-
-    /// Appends the audit entries not yet written. Serialized, so entries reach the file in order.
+    /// Appends the audit entries not yet written.
     private func flushAudit() {
-        auditOrder.withLock { appendPendingAudit() }
-    }
-
-    private func appendPendingAudit() {
         let pending = state.withLock { $0.takePendingAudit() }
         guard let store, !pending.isEmpty else { return }
         if store.appendAudit(pending, compactAbove: 2 * limits.auditEntries) {

@@ -261,8 +261,6 @@ struct MountCommand: CLICommand {
             reporter.ready()
         }
         defer { MountRegistry.remove(mountpoint: plan.mountpoint) }
-        // Audit entries waiting for their append (D-347) are written before the daemon ends.
-        defer { tokens.flushAuditLog() }
         do {
             let end = try await server.run()
             logger.notice(

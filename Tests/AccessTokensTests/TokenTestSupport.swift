@@ -38,11 +38,8 @@ struct TokenFixture {
 
     /// Another authority over the same directory, wall clock and processes: a restart, with a
     /// fresh monotonic clock.
-    /// A new authority on the same store, as after the daemon ended (which appends the audit
-    /// entries still waiting, D-347) and started again.
     func restarted(directory: String, limits: TokenLimits = TokenLimits()) -> TokenFixture {
-        authority.flushAuditLog()
-        return TokenFixture(directory: directory, limits: limits, wall: wall, processes: processes)
+        TokenFixture(directory: directory, limits: limits, wall: wall, processes: processes)
     }
 }
 
