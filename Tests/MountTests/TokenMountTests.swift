@@ -202,10 +202,13 @@ struct TokenScaleMountTests {
     /// `providerfs token list` (with `extra` arguments) three times, each after the daemon's own
     /// reply to `tokenList` fetched raw over the socket: the output, the CLI's best time (start to
     /// exit) and the raw reply's best time (the daemon's list, its encoding and the socket).
+    /// Three rounds of the daemon's raw reply to `tokenList` and of `providerfs token list`, each
+    /// pair in the same moments. Returns the CLI's output, its best wall time, its best processor
+    /// time (what it computes itself: decoding and formatting) and the raw reply's best time.
     static func listThrice(
         _ extra: [String], runtime: String, socket: String
-    ) throws -> (output: String, best: Double, raw: Double) {
-        var (best, raw) = (Double.infinity, Double.infinity)
+    ) throws -> (output: String, best: Double, processor: Double, raw: Double) {
+        var (best, processor, raw) = (Double.infinity, Double.infinity, Double.infinity)
         var output = ""
         let clock = ContinuousClock()
         for round in 0..<3 {
@@ -216,12 +219,15 @@ struct TokenScaleMountTests {
             raw = min(raw, seconds(clock.now - rawStart))
             #expect(bytes.count > 1_000_000)
             let start = clock.now
-            let list = try providerfs(["token", "list"] + extra, runtime: runtime)
+            let list = try ChildProcess.runMeasured(
+                productsDirectory + "/providerfs", ["token", "list"] + extra,
+                environment: ["PROVIDERFS_RUNTIME_DIR": runtime], timeout: .seconds(90))
             best = min(best, seconds(clock.now - start))
+            processor = min(processor, list.processorSeconds)
             #expect(list.status == 0, "\(list.error)")
             output = list.output
         }
-        return (output, best, raw)
+        return (output, best, processor, raw)
     }
 
     @Test func tenThousandTokensGrantedListedAndRemounted() throws {
@@ -283,17 +289,18 @@ struct TokenScaleMountTests {
             lateMedian < max(3 * earlyMedian, earlyMedian + 0.1),
             "a grant cost \(lateMedian) s with 10,200 tokens, \(earlyMedian) s with none")
 
-        // The CLI lists them all, start to exit, measured against the daemon's raw reply in the
-        // same moments (so that the load of tests beside it moves both). Bound: the CLI's best of
-        // three within 3× the raw reply's best + 0.25 s (process start, decoding, formatting).
-        // Debug build, unloaded: raw ~0.15–0.3 s; the CLI 0.24–0.5 s now, 1.5–2.4 s before D-338
-        // (the client re-encoded the reply through JSONSerialization and formatted with Calendar),
-        // which this bound refuses.
+        // The CLI lists them all. What it computes itself (decoding the reply, formatting) is
+        // bounded by its processor time, within 3× the daemon's raw reply + 0.25 s: its wall time
+        // mostly waits for the daemon, whose reply slows with the load of the tests beside it
+        // (a clean-clone CI saw 1.3 s of wall time for 0.3 s of raw reply in one run and 0.15 s in
+        // another). Debug build: the CLI's processor time 0.05–0.11 s now; 1.5–2.4 s before D-338
+        // (the client re-encoded the reply through JSONSerialization and formatted with
+        // Calendar), which this bound refuses.
         let text = try Self.listThrice([], runtime: runtime, socket: socket)
         #expect(text.output.split(separator: "\n").count == 10_400)
         #expect(
-            text.best < 3 * text.raw + 0.25,
-            "token list of 10,400 took \(text.best) s at best, the raw reply \(text.raw) s")
+            text.processor < 3 * text.raw + 0.25,
+            "token list of 10,400 took \(text.processor) s of processor time at best, the raw reply \(text.raw) s")
         let json = try Self.listThrice(["--json"], runtime: runtime, socket: socket)
         let ids = Set(
             json.output.split(separator: "\n").compactMap {
@@ -301,11 +308,11 @@ struct TokenScaleMountTests {
             })
         #expect(ids.count == 10_400)
         #expect(
-            json.best < 3 * json.raw + 0.25,
-            "token list --json of 10,400 took \(json.best) s at best, the raw reply \(json.raw) s")
+            json.processor < 3 * json.raw + 0.25,
+            "token list --json of 10,400 took \(json.processor) s of processor time at best, the raw reply \(json.raw) s")
         print(
-            "token scale: token list of 10,400 best \(text.best) s, --json best \(json.best) s; "
-                + "the daemon's raw reply best \(min(text.raw, json.raw)) s")
+            "token scale: token list of 10,400 best \(text.best) s (processor \(text.processor) s), --json best "
+                + "\(json.best) s (processor \(json.processor) s); the daemon's raw reply best \(min(text.raw, json.raw)) s")
 
         // All of them survive a remount.
         mounted.stop()
