@@ -309,10 +309,12 @@ struct TokenScaleMountTests {
         #expect(ids.count == 10_400)
         #expect(
             json.processor < 3 * json.raw + 0.25,
-            "token list --json of 10,400 took \(json.processor) s of processor time at best, the raw reply \(json.raw) s")
+            "token list --json of 10,400 took \(json.processor) s of processor time at best, the raw reply \(json.raw) s"
+        )
         print(
             "token scale: token list of 10,400 best \(text.best) s (processor \(text.processor) s), --json best "
-                + "\(json.best) s (processor \(json.processor) s); the daemon's raw reply best \(min(text.raw, json.raw)) s")
+                + "\(json.best) s (processor \(json.processor) s); the daemon's raw reply best \(min(text.raw, json.raw)) s"
+        )
 
         // All of them survive a remount.
         mounted.stop()
