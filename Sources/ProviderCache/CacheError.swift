@@ -32,6 +32,14 @@ public struct CacheError: Error, Sendable, Equatable, CustomStringConvertible {
         /// ended without one): none of them became present. Retried like `downloadFailed`, and
         /// read as it (EIO).
         case corrupt
+        /// A name is taken (create, mkdir, rename without replacing).
+        case exists
+        /// A directory that must be empty is not.
+        case notEmpty
+        /// The provider does not offer the change asked for.
+        case unsupported
+        /// The content is larger than the provider accepts.
+        case tooLarge
     }
 
     public var code: Code
@@ -56,6 +64,11 @@ public struct CacheError: Error, Sendable, Equatable, CustomStringConvertible {
         case .timedOut: self.init(.timedOut, error.message)
         case .cancelled: self.init(.cancelled, error.message)
         case .invalidName: self.init(.invalidName, error.message)
+        case .alreadyExists: self.init(.exists, error.message)
+        case .notEmpty: self.init(.notEmpty, error.message)
+        case .notSupported: self.init(.unsupported, error.message)
+        case .noSpace: self.init(.noSpace, error.message)
+        case .tooLarge: self.init(.tooLarge, error.message)
         }
     }
 

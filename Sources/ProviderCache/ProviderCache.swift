@@ -72,6 +72,9 @@ public final class ProviderCache: Sendable {
         catalog.startObservingProvider()
     }
 
+    /// What the provider offers beyond reading (`ProviderCapabilities`; `.writing` above all).
+    public var providerCapabilities: ProviderCapabilities { environment.provider.capabilities }
+
     /// The provider's fingerprint of `item` (`Provider.fingerprint(of:)`), nil when it has none.
     public func fingerprint(of item: ProviderItem) -> String? { environment.provider.fingerprint(of: item) }
 

@@ -214,13 +214,15 @@ struct MountCommand: CLICommand {
         defer { coordination.stop() }
         let claims = MountReadClaims(
             server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
-        let fileSystem: any FileSystem
+        let fileSystem: ProviderFileSystem
         let faults: FaultPlan
         let tokens: TokenAuthority
         do {
             var fileSystemOptions = FileSystemOptions()
             if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
             if plan.requireToken { fileSystemOptions.plainPaths = MountPlainPaths() }
+            // Writing is being built (issue 14): off unless asked for, until it is complete (D-350).
+            fileSystemOptions.writable = currentEnvironment()["PROVIDERFS_WRITES"] == "1"
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: claims)
@@ -230,10 +232,10 @@ struct MountCommand: CLICommand {
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
             allowOther: plan.allowOther,
-            // Read-only for the kernel too (MS_RDONLY): every change fails with EROFS before any
-            // permission check, for root and for an ordinary user alike (without it an ordinary
-            // user's create met the r-x modes first and got EACCES).
-            readOnly: true,
+            // A read-only mount is read-only for the kernel too (MS_RDONLY): every change fails with
+            // EROFS before any permission check, for root and for an ordinary user alike (without
+            // it an ordinary user's create met the r-x modes first and got EACCES).
+            readOnly: !fileSystem.isWritable,
             debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1",
             passthrough: plan.passthrough)
         let record = MountRecord(

@@ -72,6 +72,43 @@ public protocol Provider: Sendable {
     /// SCOPED-ACCESS.md) compares it. No call to the provider: from the item's metadata only.
     /// The default has none.
     func fingerprint(of item: ProviderItem) -> String?
+
+    // MARK: Writing (`.writing`; ProviderWriting.swift has the rules every call keeps, and the
+    // defaults, which decline with `.notSupported`)
+
+    /// Creates the directory `name` in `parent`. `.alreadyExists` when the name is taken.
+    func createDirectory(
+        named name: String, in parent: ItemIdentifier, permissions: UInt16
+    ) async throws -> ProviderItem
+
+    /// `.symbolicLinks`: creates the symbolic link `name` in `parent`, pointing at `target`
+    /// (stored as given, never resolved). `.alreadyExists` when the name is taken.
+    func createSymbolicLink(named name: String, in parent: ItemIdentifier, target: String) async throws -> ProviderItem
+
+    /// Writes the whole content of the local file at `localFile` to `target`, atomically: the
+    /// provider's readers see the old content or the new, never a mix or a part. The caller does
+    /// not change the file during the call. `permissions` and `modificationTime` are applied when
+    /// given (and the provider stores them). Returns the item with its new content version.
+    func upload(
+        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
+    ) async throws -> ProviderItem
+
+    /// Deletes the item, a directory only when it is empty (`.notEmpty` otherwise). `kind` is
+    /// what the caller believes it is: `.wrongKind` when it is another kind (unlink(2) of a
+    /// directory, rmdir(2) of a file), `.noSuchItem` when it is gone.
+    func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws
+
+    /// Moves the item to `name` in `parent` (a rename when `parent` is its own), as `mode` says.
+    /// Returns the item at its new place. Its identifier may change with its path (a local
+    /// directory's does); the identifiers of everything inside a moved directory then change
+    /// the same way, and the caller re-keys what it holds under the old ones.
+    func move(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
+    ) async throws -> ProviderItem
+
+    /// Changes the item's permissions and modification time (what `.storesAttributes` says the
+    /// provider keeps; without it the call may succeed and keep nothing). Returns the item after.
+    func setAttributes(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) async throws -> ProviderItem
 }
 
 /// What a provider offers beyond `item`, `children` and `fetchContents`. Each capability names
@@ -86,6 +123,8 @@ public protocol Provider: Sendable {
 ///   them (a listing past its TTL is revalidated for the cost of one check, D-224).
 /// - `changeNotifying`: `observeChanges(_:)` pushes changes as they happen (the kernel's caches
 ///   are told at once, D-228). Implies `listingChangeTracking` (changes concern tracked listings).
+/// - `writing`, `symbolicLinks`, `exchangingMoves`, `storesAttributes`: the calls that change the
+///   provider (ProviderWriting.swift).
 ///
 /// A provider's capabilities do not change over its life (the cache reads them once). What a
 /// provider cannot answer for a time or for some items it declines call by call, the way the

@@ -18,8 +18,19 @@ public struct ProviderError: Error, Sendable, Equatable, CustomStringConvertible
         case timedOut
         /// The request was cancelled by the caller.
         case cancelled
-        /// A name or identifier that the provider rejects (e.g. one that escapes its root).
+        /// A name or identifier that the provider rejects (e.g. one that escapes its root; with
+        /// ENAMETOOLONG as its errno when it is too long).
         case invalidName
+        /// A write call's name is taken (create, mkdir, a RENAME_NOREPLACE move).
+        case alreadyExists
+        /// A directory that must be empty is not (delete, a move over a directory).
+        case notEmpty
+        /// The provider does not offer this call (see `ProviderCapabilities`).
+        case notSupported
+        /// The provider has no room: disk full or quota (errno ENOSPC or EDQUOT).
+        case noSpace
+        /// The content is larger than the provider accepts (errno EFBIG).
+        case tooLarge
     }
 
     public var code: Code

@@ -42,6 +42,7 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
     public static let crossDevice = Errno(EXDEV)
     public static let connectionRefused = Errno(ECONNREFUSED)
     public static let canceled = Errno(ECANCELED)
+    public static let fileTooLarge = Errno(EFBIG)
 
     /// The C name of the error, e.g. "ENOENT", when known.
     public var name: String {

@@ -21,6 +21,8 @@ public struct FileSystemError: Error, Sendable, CustomStringConvertible {
         case unsupported
         case crossDevice
         case noSpace
+        /// A write past what the provider accepts.
+        case fileTooLarge
         /// A download failed (provider error, short or corrupt data).
         case downloadFailed
         /// A download made no progress before its deadline.
@@ -70,6 +72,7 @@ public struct FileSystemError: Error, Sendable, CustomStringConvertible {
         case .unsupported: .notSupported
         case .crossDevice: .crossDevice
         case .noSpace: .noSpace
+        case .fileTooLarge: .fileTooLarge
         case .downloadFailed: .ioError
         case .timedOut: .timedOut
         case .providerUnreachable: .networkUnreachable

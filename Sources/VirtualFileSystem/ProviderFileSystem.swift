@@ -36,6 +36,11 @@ public struct FileSystemOptions: Sendable {
     /// allows, every kernel cache of plain nodes off (ProviderFileSystem+Sandbox.swift). Nil:
     /// plain paths are open to every caller the kernel lets in.
     public var plainPaths: (any PlainPathPolicy)?
+    /// Let changes through (issue 14, being built): when false, or when the provider does not
+    /// offer `.writing`, every change fails with EROFS (and `providerfs mount` mounts read-only
+    /// for the kernel too). Off by default until writing is complete; `providerfs mount` turns it
+    /// on when `PROVIDERFS_WRITES=1` (D-350).
+    public var writable = false
     public init() {}
 }
 
@@ -278,7 +283,14 @@ public final class ProviderFileSystem: FileSystem {
     ) async throws(FileSystemError) -> NodeAttributes {
         try checkPlainNode(inode, "setattr", context: context)
         _ = try anyNode(inode, context: context, operation: "setattr")
-        throw readOnly("setattr")
+        if let size = changes.size {
+            // ProviderFileSystem+Writes.swift; then the rest of the changes, if any.
+            _ = try await truncate(inode, to: size, handle: handle, context: context)
+        }
+        var rest = changes
+        rest.size = nil
+        if rest == AttributeChanges() { return try await getAttributes(inode, context: context) }
+        return try await changeAttributes(inode, rest, context: context)  // ProviderFileSystem+Namespace.swift
     }
 
     public func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String {
@@ -383,7 +395,9 @@ public final class ProviderFileSystem: FileSystem {
             try checkPlainPath("open", context: context)
             node = try self.node(inode)
             if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
-            if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
+            if flags.wantsWrite || flags.truncates {
+                return try await openForWriting(inode, node: node, flags: flags, context: context)  // +Writes.swift
+            }
         }
         let path = cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue
         let claim: ReadClaimToken
@@ -476,12 +490,6 @@ public final class ProviderFileSystem: FileSystem {
         return data
     }
 
-    public func write(
-        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
-    ) async throws(FileSystemError) -> Int {
-        throw readOnly("write")
-    }
-
     public func flush(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) async throws(FileSystemError)
     {}
 
@@ -502,52 +510,15 @@ public final class ProviderFileSystem: FileSystem {
         endScopedUse(open.scopedUse)
     }
 
-    // MARK: Mutations (read-only for now)
+    // MARK: Mutations: ProviderFileSystem+Namespace.swift (names: mkdir, symlink, unlink, rmdir,
+    // rename, chmod, utimens) and ProviderFileSystem+Writes.swift (content: create, open for
+    // writing, write, truncate, fsync, the last close of a writer)
+
+    /// Whether changes are let through: `options.writable` and a provider that writes.
+    public var isWritable: Bool { options.writable && cache.providerCapabilities.contains(.writing) }
 
     func readOnly(_ operation: String) -> FileSystemError {
         FileSystemError(.readOnlyFileSystem, "\(operation): the provider mount is read-only")
-    }
-
-    public func create(
-        parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
-    ) async throws(FileSystemError) -> (Entry, OpenedFile) {
-        try checkPlainNode(parent, "create", context: context)
-        throw readOnly("create")
-    }
-
-    public func makeDirectory(
-        parent: InodeNumber, name: String, permissions: UInt16, context: RequestContext
-    ) async throws(FileSystemError) -> Entry {
-        try checkPlainNode(parent, "mkdir", context: context)
-        throw readOnly("mkdir")
-    }
-
-    public func makeSymbolicLink(
-        parent: InodeNumber, name: String, target: String, context: RequestContext
-    ) async throws(FileSystemError) -> Entry {
-        try checkPlainNode(parent, "symlink", context: context)
-        throw readOnly("symlink")
-    }
-
-    public func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) {
-        try checkPlainNode(parent, "unlink", context: context)
-        throw readOnly("unlink")
-    }
-
-    public func removeDirectory(
-        parent: InodeNumber, name: String, context: RequestContext
-    ) async throws(FileSystemError) {
-        try checkPlainNode(parent, "rmdir", context: context)
-        throw readOnly("rmdir")
-    }
-
-    public func rename(
-        parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
-        context: RequestContext
-    ) async throws(FileSystemError) {
-        try checkPlainNode(parent, "rename", context: context)
-        try checkPlainNode(newParent, "rename", context: context)
-        throw readOnly("rename")
     }
 
     // MARK: Extended attributes
@@ -826,6 +797,10 @@ extension FileSystemError {
         case .io: code = .io
         // Bytes that did not match their checksum were never delivered: a failed download (EIO).
         case .corrupt: code = .downloadFailed
+        case .exists: code = .exists
+        case .notEmpty: code = .notEmpty
+        case .unsupported: code = .unsupported
+        case .tooLarge: code = .fileTooLarge
         }
         self.init(code, error.message, cause: error)
     }
