@@ -70,6 +70,18 @@ public protocol MetadataStore: Sendable {
     /// Inserts or replaces, keyed by (identifier, version).
     func saveContent(_ record: ContentRecord) throws
     func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws
+    /// The write-back queue (issue 14): one row per item with a local version.
+    func loadUploads() throws -> [UploadRecord]
+    /// Inserts or replaces, keyed by identifier.
+    func saveUpload(_ record: UploadRecord) throws
+    func deleteUpload(_ identifier: ItemIdentifier) throws
+}
+
+/// Stores written before the write-back queue keep nothing of it (a restart loses the queue).
+extension MetadataStore {
+    public func loadUploads() throws -> [UploadRecord] { [] }
+    public func saveUpload(_ record: UploadRecord) throws {}
+    public func deleteUpload(_ identifier: ItemIdentifier) throws {}
 }
 
 /// A store that keeps everything in memory: for tests and for `--cache` less experiments. Sharing
@@ -78,6 +90,7 @@ public final class InMemoryMetadataStore: MetadataStore {
     private struct State {
         var items: [ItemIdentifier: StoredItem] = [:]
         var contents: [String: ContentRecord] = [:]
+        var uploads: [ItemIdentifier: UploadRecord] = [:]
     }
     private let state = Locked(State())
 
@@ -101,4 +114,7 @@ public final class InMemoryMetadataStore: MetadataStore {
     public func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
         state.withLock { $0.contents[Self.key(identifier, version)] = nil }
     }
+    public func loadUploads() throws -> [UploadRecord] { state.withLock { Array($0.uploads.values) } }
+    public func saveUpload(_ record: UploadRecord) throws { state.withLock { $0.uploads[record.identifier] = record } }
+    public func deleteUpload(_ identifier: ItemIdentifier) throws { state.withLock { $0.uploads[identifier] = nil } }
 }
