@@ -425,14 +425,15 @@ public final class LocalWrites: Sendable {
         return name + suffix
     }
 
-    /// Cancels retries and running uploads (a restart resumes them from the queue).
+    /// Cancels retries and running uploads (a restart resumes them from the queue). Does not wait
+    /// for an upload call that ignores cancellation: its outcome, if it comes, is still recorded
+    /// (the provider's call is atomic, and the base version check sees a repeated one).
     func shutdown() async {
         let tasks = state.withLock { state -> [Task<Void, Never>] in
             state.closed = true
             return Array(state.tasks.values)
         }
         for task in tasks { task.cancel() }
-        for task in tasks { await task.value }
     }
 }
 

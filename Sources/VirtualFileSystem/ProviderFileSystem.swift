@@ -56,6 +56,8 @@ public final class ProviderFileSystem: FileSystem {
     let requiresToken: Bool
     let logger = Logger(label: "providerfs.vfs")
     let state = Locked(State())
+    /// Open write handles (ProviderFileSystem+Writes.swift); their numbers come from `state`.
+    let writeHandles = Locked<[FileHandleID: WriteHandle]>([:])
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
     /// read on every lookup without a lock.
     let kernelInvalidation = Locked<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
@@ -191,15 +193,19 @@ public final class ProviderFileSystem: FileSystem {
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
             blocks = (presentBytes + 511) / 512
         }
-        // Read-only mount: no write bits, whatever the provider says.
+        // Read-only mount: no write bits, whatever the provider says. Writable: the provider's
+        // bits, and the staged length while write handles are open (ProviderFileSystem+Writes).
+        let writable = isWritable
+        let stagedSize = item.kind == .file && writable ? cache.writes.stagedSize(of: item.identifier) : nil
         // Link count 1 for directories too: the number of subdirectories is not known without
         // listing, and fts (FileManager's enumerator, find) reads nlink 2 as "no subdirectories"
         // and skips them; 1 means "unknown" to it, as on btrfs.
-        let permissions = item.kind == .directory ? (item.permissions | 0o500) & 0o555 : item.permissions & 0o555
+        let mask: UInt16 = writable ? 0o7777 : 0o555
+        let permissions = item.kind == .directory ? (item.permissions | 0o500) & mask : item.permissions & mask
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
-            size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : item.size,
+            size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
         attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
@@ -459,6 +465,8 @@ public final class ProviderFileSystem: FileSystem {
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) async throws(FileSystemError) -> ReadData {
         guard let open = state.withLock({ $0.files[handle] }) else {
+            // A write handle (O_RDWR) reads the staging file (ProviderFileSystem+Writes.swift).
+            if let writer = writeHandle(handle) { return try await readStaged(writer, offset: offset, count: count) }
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
@@ -490,14 +498,20 @@ public final class ProviderFileSystem: FileSystem {
         return data
     }
 
+    // flush, fsync and release of write handles: ProviderFileSystem+Writes.swift.
     public func flush(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) async throws(FileSystemError)
-    {}
+    {
+        try await flushWriter(handle, context: context)
+    }
 
     public func fsync(
         _ inode: InodeNumber, handle: FileHandleID, dataOnly: Bool, context: RequestContext
-    ) async throws(FileSystemError) {}
+    ) async throws(FileSystemError) {
+        try await syncWriter(handle, context: context)
+    }
 
     public func release(_ inode: InodeNumber, handle: FileHandleID) async {
+        if await releaseWriter(handle) { return }
         releaseHandle(handle)
     }
 
@@ -617,6 +631,8 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     public func shutdown() async {
+        // Write handles still open: their staging is published (the write-back resumes later).
+        for handle in writeHandles.withLock({ Array($0.keys) }) { await releaseWriter(handle) }
         let open = state.withLock { state -> [OpenFile] in
             let open = Array(state.files.values)
             state.files = [:]
@@ -737,6 +753,7 @@ extension ProviderFileSystem: FileSystemFastPath {
 
     /// `release`, which never waits.
     public func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>? {
+        if writeHandle(handle) != nil { return nil }  // a writer's last close publishes: async
         releaseHandle(handle)
         return .success(())
     }
@@ -745,7 +762,7 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func flushNow(
         _ inode: InodeNumber, handle: FileHandleID, context: RequestContext
     ) -> Result<Void, FileSystemError>? {
-        .success(())
+        writeHandle(handle) == nil ? .success(()) : nil  // a writer's flush may publish: async
     }
 
     public func readNow(
