@@ -16,6 +16,10 @@ struct LocalVersion: Sendable, Equatable {
     var pending: Bool
     /// Once uploaded: the provider's version that holds these bytes.
     var providerVersion: ContentVersion?
+    /// Provider versions known to be older than the local one (what its edits started from, or
+    /// replaced by uploading): a provider answer that was on its way before an upload and names
+    /// one of them is stale news, not a remote change.
+    var older: Set<ContentVersion> = []
 }
 
 extension Catalog {
@@ -30,9 +34,10 @@ extension Catalog {
             item.contentVersion = local.version
             item.size = local.size
             item.modificationTime = local.modificationTime
-        } else if item.contentVersion == local.providerVersion {
+        } else if item.contentVersion == local.providerVersion || local.older.contains(item.contentVersion) {
             item.contentVersion = local.version
             item.size = local.size
+            item.modificationTime = local.modificationTime
         } else {
             // Changed on the provider since the upload: the provider's version wins.
             catalog.localVersions[item.identifier] = nil
@@ -48,9 +53,13 @@ extension Catalog {
         guard
             let current = state.withLock({ catalog -> ProviderItem? in
                 guard let item = catalog.items[identifier] else { return nil }
+                let previous = catalog.localVersions[identifier]
+                var older = previous?.older ?? []
+                if let provider = previous?.providerVersion { older.insert(provider) }
+                if previous == nil { older.insert(item.contentVersion) }
                 catalog.localVersions[identifier] = LocalVersion(
                     version: version, size: size, modificationTime: modificationTime, pending: true,
-                    providerVersion: nil)
+                    providerVersion: nil, older: older)
                 return item
             })
         else { return nil }
@@ -60,19 +69,25 @@ extension Catalog {
     /// A restart: the stored item already has its local version; it is served as such again.
     func restoreLocal(_ record: UploadRecord) {
         state.withLock { catalog in
-            guard let item = catalog.items[record.identifier], item.contentVersion == record.localVersion else { return }
+            guard let item = catalog.items[record.identifier], item.contentVersion == record.localVersion else {
+                return
+            }
             if record.isPending || record.providerVersion != nil {
                 catalog.localVersions[record.identifier] = LocalVersion(
                     version: record.localVersion, size: item.size, modificationTime: item.modificationTime,
-                    pending: record.isPending, providerVersion: record.providerVersion)
+                    pending: record.isPending, providerVersion: record.providerVersion,
+                    older: Set([record.baseVersion].compactMap { $0 }))
             }
         }
     }
 
     /// The upload of `version` made the provider's `providerVersion`.
-    func localUploaded(_ identifier: ItemIdentifier, version: ContentVersion, providerVersion: ContentVersion) {
+    func localUploaded(
+        _ identifier: ItemIdentifier, version: ContentVersion, providerVersion: ContentVersion, base: ContentVersion?
+    ) {
         state.withLock { catalog in
             guard var local = catalog.localVersions[identifier], local.version == version else { return }
+            if let base { local.older.insert(base) }
             local.pending = false
             local.providerVersion = providerVersion
             catalog.localVersions[identifier] = local

@@ -154,7 +154,9 @@ public final class LocalWrites: Sendable {
 
     private func markChanged(_ staging: StagingFile) {
         state.withLock { state in
-            if state.staged[staging.identifier]?.file === staging { state.staged[staging.identifier]!.machine.changed() }
+            if state.staged[staging.identifier]?.file === staging {
+                state.staged[staging.identifier]!.machine.changed()
+            }
         }
     }
 
@@ -203,7 +205,8 @@ public final class LocalWrites: Sendable {
             do {
                 return try await publish(staged, moving: moving)
             } catch {
-                environment.logger.error("\(identifier): the last write handle closed, and its publish failed: \(error)")
+                environment.logger.error(
+                    "\(identifier): the last write handle closed, and its publish failed: \(error)")
                 content.discardStaging(staged.file)
                 throw error
             }
@@ -282,7 +285,9 @@ public final class LocalWrites: Sendable {
     }
 
     /// `identifier` under `new` when it is `old` or lies under it ("old/…").
-    static func rekeyed(_ identifier: ItemIdentifier, from old: ItemIdentifier, to new: ItemIdentifier) -> ItemIdentifier? {
+    static func rekeyed(
+        _ identifier: ItemIdentifier, from old: ItemIdentifier, to new: ItemIdentifier
+    ) -> ItemIdentifier? {
         if identifier == old { return new }
         let prefix = old.rawValue + "/"
         guard !old.rawValue.isEmpty, identifier.rawValue.hasPrefix(prefix) else { return nil }
@@ -375,7 +380,8 @@ public final class LocalWrites: Sendable {
                     $0.uploads[identifier]?.uploaded(version, providerVersion: uploaded.contentVersion) ?? []
                 }
                 if state.withLock({ $0.uploads[identifier]?.record.phase == .materialized }) {
-                    catalog.localUploaded(identifier, version: version, providerVersion: uploaded.contentVersion)
+                    catalog.localUploaded(
+                        identifier, version: version, providerVersion: uploaded.contentVersion, base: base)
                 }
                 perform(identifier, next)
             }

@@ -198,7 +198,8 @@ public final class SQLiteMetadataStore: MetadataStore {
                     UploadRecord(
                         identifier: ItemIdentifier(identifier), localVersion: ContentVersion(local),
                         baseVersion: base.map { ContentVersion($0) }, phase: UploadPhase(rawValue: phase) ?? .dirty,
-                        attempts: Int(attempts), lastError: lastError, providerVersion: provider.map { ContentVersion($0) },
+                        attempts: Int(attempts), lastError: lastError,
+                        providerVersion: provider.map { ContentVersion($0) },
                         conflictName: conflictName))
             }
             return result

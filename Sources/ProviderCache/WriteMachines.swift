@@ -142,7 +142,9 @@ struct UploadMachine: Sendable, Equatable {
     /// (used when nothing was pending; a pending edit keeps its own base).
     mutating func published(_ version: ContentVersion, base: ContentVersion?) -> [Action] {
         if record.phase == .materialized {
-            record.baseVersion = base
+            // After an upload the provider's version is the local one: the next edit starts
+            // there (a writer that fsynced, was uploaded, and wrote on); else from `base`.
+            record.baseVersion = record.providerVersion ?? base
             record.providerVersion = nil
         }
         record.localVersion = version

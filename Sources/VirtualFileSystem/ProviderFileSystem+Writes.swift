@@ -199,7 +199,9 @@ extension ProviderFileSystem {
                 token = try? await writeClaims.acquireWriteClaim(request)
             }
         }
-        defer { if let token, let writeClaims = claims as? any WriteClaimProvider { writeClaims.releaseWriteClaim(token) } }
+        defer {
+            if let token, let writeClaims = claims as? any WriteClaimProvider { writeClaims.releaseWriteClaim(token) }
+        }
         guard try await publish() != nil else { return }
         if let invalidate = kernelInvalidation.withLock({ $0 }) {
             invalidate([.attributes(writer.inode), .content(writer.inode)])

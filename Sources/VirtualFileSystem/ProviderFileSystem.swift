@@ -205,7 +205,8 @@ public final class ProviderFileSystem: FileSystem {
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
-            size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
+            size: item.kind == .symbolicLink
+                ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
         attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
@@ -543,6 +544,8 @@ public final class ProviderFileSystem: FileSystem {
         public static let progress = "user.providerfs.progress"
         public static let version = "user.providerfs.version"
         public static let error = "user.providerfs.error"
+        /// The name the local edit was kept under when it met a newer provider version (issue 14).
+        public static let conflict = "user.providerfs.conflict"
     }
 
     func status(of node: InodeTable.Node) throws(FileSystemError) -> ItemStatus {
@@ -570,6 +573,9 @@ public final class ProviderFileSystem: FileSystem {
         case AttributeName.error:
             guard let error = status.lastError else { throw FileSystemError(.noAttribute, "no error recorded") }
             value = Self.describe(error)
+        case AttributeName.conflict:
+            guard let name = status.upload?.conflictName else { throw FileSystemError(.noAttribute, "no conflict") }
+            value = name
         default:
             throw FileSystemError(.noAttribute, "no attribute \(name)")
         }
@@ -593,6 +599,7 @@ public final class ProviderFileSystem: FileSystem {
         let status = try status(of: node)
         var names = [AttributeName.state, AttributeName.progress, AttributeName.version]
         if status.lastError != nil { names.append(AttributeName.error) }
+        if status.upload?.conflictName != nil { names.append(AttributeName.conflict) }
         return names
     }
 

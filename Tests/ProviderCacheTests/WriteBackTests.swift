@@ -4,18 +4,20 @@
 // private double over InMemoryProvider that uploads (the real providers' uploads are theirs).
 
 import Foundation
-@testable import ProviderCache
 import ProviderModel
 import SystemSupport
 import TestSupport
 import Testing
 
+@testable import ProviderCache
+
 /// InMemoryProvider plus `upload`: a replace checks the base version, a create refuses a taken
 /// name. Uploads can be made to fail, or held until released.
 final class UploadingProvider: Provider, @unchecked Sendable {
     let base = InMemoryProvider()
-    private let control = Locked<(failures: Int, uploads: Int, held: Bool, waiting: [CheckedContinuation<Void, Never>])>(
-        (0, 0, false, []))
+    private let control = Locked<
+        (failures: Int, uploads: Int, started: Int, held: Bool, waiting: [CheckedContinuation<Void, Never>])
+    >((0, 0, 0, false, []))
 
     var capabilities: ProviderCapabilities { base.capabilities.union(.writing) }
     func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
@@ -32,6 +34,8 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     /// The next `count` uploads fail with EIO.
     func failNext(_ count: Int) { control.withLock { $0.failures = count } }
     var uploadCount: Int { control.withLock { $0.uploads } }
+    /// Upload calls begun (held ones included).
+    var startedCount: Int { control.withLock { $0.started } }
     func hold() { control.withLock { $0.held = true } }
     func release() {
         let waiting = control.withLock { state -> [CheckedContinuation<Void, Never>] in
@@ -47,6 +51,7 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     ) async throws -> ProviderItem {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = control.withLock { state -> Bool in
+                state.started += 1
                 guard state.held else { return false }
                 state.waiting.append(continuation)
                 return true
@@ -160,7 +165,8 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
 
     @Test func dirtyUploadingMaterialized() {
         var machine = UploadMachine(
-            record: UploadRecord(identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
         let actions = machine.published(ContentVersion("l1"), base: ContentVersion("v1"))
         #expect(actions.contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
         #expect(machine.record.phase == .uploading)
@@ -168,13 +174,15 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(machine.record.phase == .materialized)
         #expect(machine.record.providerVersion == ContentVersion("v2"))
         // The next edit starts from what the upload made.
-        let next = machine.published(ContentVersion("l2"), base: ContentVersion("v2"))
+        // The next edit starts from what the upload made, even when its staging began before.
+        let next = machine.published(ContentVersion("l2"), base: ContentVersion("v1"))
         #expect(next.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v2"))))
     }
 
     @Test func aPublishDuringAnUploadIsUploadedNextFromItsResult() {
         var machine = UploadMachine(
-            record: UploadRecord(identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
         _ = machine.published(ContentVersion("l1"), base: ContentVersion("v1"))
         let during = machine.published(ContentVersion("l2"), base: nil)
         #expect(!during.contains { if case .upload = $0 { true } else { false } })
@@ -202,7 +210,8 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     @Test func aRestartResumesAnUploadThatWasRunning() {
         var machine = UploadMachine(
             record: UploadRecord(
-                identifier: id, localVersion: ContentVersion("l1"), baseVersion: ContentVersion("v1"), phase: .uploading))
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: ContentVersion("v1"), phase: .uploading
+            ))
         #expect(machine.record.phase == .dirty)
         #expect(machine.start().contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
     }
@@ -362,7 +371,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         let staging = try await cache.writes.openWriter(item, truncating: true)
         try await cache.writes.write(staging, Array("edited".utf8), at: 0)
         let published = try #require(try await cache.writes.closeWriter(item.identifier))
-        #expect(await eventually { cache.status(of: item.identifier)?.state == .uploading })
+        #expect(await eventually { fixture.provider.startedCount == 1 })
         // "Crash": the upload never got through; the cache goes away without finishing it.
         await cache.shutdown()
         // The dead cache's upload call never gets through (a killed daemon's would not return).
