@@ -98,9 +98,9 @@ struct TokenAuditFlusherTests {
         flusher.start { flushed.withLock { $0 += 1 } }
         for _ in 0..<1000 { #expect(flusher.request()) }
         #expect(Self.poll { flushed.value >= 1 } != nil)
-        // A thousand requests within the delay are one batch (two at most, if the thread was
-        // slow to start and the first batch closed early).
-        #expect(flushed.value <= 2)
+        // A thousand requests made within a millisecond or so are one batch (a few at most on a
+        // loaded machine that stops this thread for more than the delay between two of them).
+        #expect(flushed.value <= 10, "\(flushed.value) flushes for 1,000 requests")
         let before = flushed.value
         flusher.stop()
         #expect(Self.poll { flushed.value == before + 1 } != nil)
