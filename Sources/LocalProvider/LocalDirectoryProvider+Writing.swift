@@ -8,7 +8,6 @@
 // published with one rename: readers of the source see the old content or the new, never a part
 // (docs/SEMANTICS.md, "Writing to a local directory source"; D-351, D-352).
 
-import CLinuxHeaders
 import Foundation
 public import ProviderModel
 import SystemSupport
@@ -120,10 +119,10 @@ extension LocalDirectoryProvider {
             let flags: UInt32 =
                 switch mode {
                 case .replacing: 0
-                case .noReplace: PROVIDERFS_RENAME_NOREPLACE
-                case .exchange: PROVIDERFS_RENAME_EXCHANGE
+                case .noReplace: RenameFlags.noReplace
+                case .exchange: RenameFlags.exchange
                 }
-            guard providerfs_renameat2(source.fd, sourceName, destination.fd, name, flags) == 0 else {
+            guard renameAt2(source.fd, sourceName, destination.fd, name, flags: flags) == 0 else {
                 let code = errno
                 let what = "move \(identifier.rawValue) to \(Self.describe(parent))/\(name)"
                 if code == EINVAL && flags == 0 {
@@ -287,7 +286,7 @@ extension LocalDirectoryProvider {
     /// Publishes `temporary` as `name` only when `name` is free: RENAME_NOREPLACE, or (a file
     /// system without it) link(2) + unlink(2), which is exclusive too (D-352).
     private static func publishExclusively(_ directory: Int32, _ temporary: String, as name: String) throws {
-        if providerfs_renameat2(directory, temporary, directory, name, PROVIDERFS_RENAME_NOREPLACE) == 0 { return }
+        if renameAt2(directory, temporary, directory, name, flags: RenameFlags.noReplace) == 0 { return }
         let code = errno
         guard code == EINVAL || code == ENOSYS else { throw writeError(code, "create \(name)") }
         guard linkat(directory, temporary, directory, name, 0) == 0 else { throw writeError(errno, "create \(name)") }
@@ -305,7 +304,7 @@ extension LocalDirectoryProvider {
             if cancelled() { throw CancellationError() }
             var count = 0
             if useCopyRange {
-                count = providerfs_copy_file_range(source, destination, UInt(step))
+                count = copyFileRange(from: source, to: destination, count: step)
                 if count < 0 {
                     let code = errno
                     if code == EINTR { continue }
@@ -440,7 +439,7 @@ extension LocalDirectoryProvider {
     /// utimensat's pair: the access time left alone, the modification time set.
     static func times(modification time: ItemTime) -> [timespec] {
         [
-            timespec(tv_sec: 0, tv_nsec: Int(PROVIDERFS_UTIME_OMIT)),
+            timespec(tv_sec: 0, tv_nsec: utimeOmit),
             timespec(tv_sec: time_t(time.seconds), tv_nsec: Int(time.nanoseconds)),
         ]
     }
