@@ -33,7 +33,9 @@ extension LocalDirectoryProvider {
     public func createDirectory(
         named name: String, in parent: ItemIdentifier, permissions: UInt16
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             try Self.checkNewName(name)
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
@@ -49,7 +51,9 @@ extension LocalDirectoryProvider {
     public func createSymbolicLink(
         named name: String, in parent: ItemIdentifier, target: String
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             try Self.checkNewName(name)
             guard !target.isEmpty, !target.utf8.contains(0) else {
                 throw ProviderError(.invalidName, "'\(target)' is not a symbolic link target", errno: EINVAL)
@@ -66,6 +70,7 @@ extension LocalDirectoryProvider {
     public func upload(
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem {
+        try Task.checkCancellation()
         let cancelled = Locked(false)
         return try await withTaskCancellationHandler {
             try await LocalIO.run {
@@ -79,7 +84,9 @@ extension LocalDirectoryProvider {
     }
 
     public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             let (parent, name) = try Self.split(identifier)
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
@@ -109,7 +116,9 @@ extension LocalDirectoryProvider {
     public func move(
         _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             let (sourceParent, sourceName) = try Self.split(identifier)
             try Self.checkNewName(name)
             let source = try self.openDirectory(sourceParent)
@@ -152,7 +161,9 @@ extension LocalDirectoryProvider {
     public func setAttributes(
         _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             if identifier == .root {
                 let path = try self.checkedPath(.root)
                 if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
