@@ -458,7 +458,9 @@ public final class ProviderFileSystem: FileSystem {
         // Through an access path: never passed through, never in the page cache, so that every
         // read reaches `read` and its token check (D-306).
         // Require-token mode: the same for plain handles, so that every read asks the policy (D-331).
-        if scoped != nil || requiresToken {
+        // Writable mount: the same, so that no kernel cache (one page cache per inode, one
+        // passthrough file per inode) holds bytes of a version this handle did not pin (D-363).
+        if scoped != nil || requiresToken || isWritable {
             return OpenedFile(handle: handle, keepCache: false, directIO: true, servedFrom: nil)
         }
         return OpenedFile(handle: handle, keepCache: keepCache, servedFrom: entry.materializedFilePath)
