@@ -150,11 +150,12 @@ extension ProviderFileSystem {
         }
     }
 
-    /// flush (each close(2)): the close of the item's only writer publishes, so that close-to-open
-    /// holds (the next open after close(2) returned reads the new version).
+    /// flush (each close(2) of a write handle's descriptors) publishes what changed, so that
+    /// close-to-open holds: the next open after close(2) returned reads the new version. (Not
+    /// only the last writer's: the kernel sends a handle's RELEASE after close(2) has returned,
+    /// so which close is the last is not known in time.)
     func flushWriter(_ handle: FileHandleID, context: RequestContext) async throws(FileSystemError) {
-        guard let writer = writeHandle(handle) else { return }
-        guard cache.writes.writerCount(of: writer.identifier) <= 1 else { return }
+        guard writeHandle(handle) != nil else { return }
         try await syncWriter(handle, context: context)
     }
 

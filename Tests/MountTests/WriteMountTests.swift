@@ -130,7 +130,7 @@ struct WriteMountTests {
         #expect(pread(second, &buffer, 10, 0) == 10)
         #expect(buffer == Array("AA......BB".utf8))
         close(first)
-        // Not published while a writer is open... (close of the first writer publishes nothing)
+        // Each close(2) publishes what is staged; the second writer goes on in the same copy.
         close(second)
         #expect(fileBytes(mount.path("f")) == Array("AA......BB".utf8))
         #expect(waitForSource(mount.source("f"), Array("AA......BB".utf8)))
