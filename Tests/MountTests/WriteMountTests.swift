@@ -187,7 +187,7 @@ struct WriteMountTests {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-torture")
         defer { mount.stop() }
-        let size = 8 << 20
+        let size = 64 << 20
         writeTestFile(mount.source("f"), [UInt8](repeating: UInt8(ascii: "A"), count: size))
         let path = mount.path("f")
         let stop = Locked(false)
@@ -258,14 +258,14 @@ struct WriteMountTests {
                 }
             }
         }
-        let deadline = ContinuousClock.now + .seconds(8)
+        let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline, problems.withLock({ $0.isEmpty }) { usleep(50_000) }
         stop.withLock { $0 = true }
         group.wait()
         let (writes, reads) = counts.withLock { ($0.writes, $0.reads) }
         #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { Array($0.prefix(5)) })")
         #expect(writes >= 4 && reads >= 4, "writes \(writes), reads \(reads)")
-        print("torture (8 MiB): \(writes) rewrites, \(reads) whole-file reads")
+        print("torture (64 MiB): \(writes) rewrites, \(reads) whole-file reads")
     }
 
     @Test func aKilledDaemonUploadsAfterTheRemount() throws {
