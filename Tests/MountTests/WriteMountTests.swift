@@ -296,6 +296,53 @@ struct WriteMountTests {
         #expect(waitForState(mount.path("d/f"), "materialized"))
     }
 
+    /// The cache on a 72 MiB tmpfs (the mount wants 64 MiB free): a writer that fills it gets ENOSPC; a reader that opened
+    /// before still reads its version whole, and the mount goes on serving reads.
+    @Test(.enabled(if: rootTestsEnabled, "PROVIDERFS_SKIP_ROOT_TESTS=1")) func aFullCacheIsENOSPCForTheWriterOnly()
+        throws
+    {
+        guard requireFUSE() else { return }
+        let tmpfs = try TmpfsMount(size: "72m")
+        let scratch = try makeTemporaryDirectory(prefix: "write-enospc")
+        defer { removeTreeWithinFileSystem(scratch) }
+        let tree = scratch + "/tree"
+        mkdir(tree, 0o755)
+        let old = patternBytes(count: 1 << 20, seed: 11)
+        writeTestFile(tree + "/f", old)
+        let mount = try MountedFileSystem.providerfs(
+            ["--source", tree, "--cache", tmpfs.path + "/cache"],
+            environment: ["PROVIDERFS_WRITES": "1", "PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
+        defer { mount.stop() }
+        let reader = open(mount.path("f"), O_RDONLY)
+        try #require(reader >= 0)
+        defer { close(reader) }
+        var first = [UInt8](repeating: 0, count: 4096)
+        #expect(pread(reader, &first, 4096, 0) == 4096)
+        let writer = open(mount.path("f"), O_WRONLY | O_TRUNC)
+        try #require(writer >= 0)
+        let chunk = [UInt8](repeating: UInt8(ascii: "z"), count: 1 << 20)
+        var failure: Int32 = 0
+        for index in 0..<128 {
+            let n = chunk.withUnsafeBytes { pwrite(writer, $0.baseAddress, $0.count, off_t(index << 20)) }
+            if n < 0 {
+                failure = errno
+                break
+            }
+        }
+        #expect(failure == ENOSPC)
+        close(writer)
+        var rest = [UInt8](repeating: 0, count: old.count)
+        var got = 0
+        while got < old.count {
+            let n = rest[got...].withUnsafeMutableBytes { pread(reader, $0.baseAddress, $0.count, off_t(got)) }
+            if n <= 0 { break }
+            got += n
+        }
+        #expect(got == old.count && rest == old ? true : false, "the reader's version was harmed")
+        // The mount still serves the file (whatever version was published).
+        #expect(fileBytes(mount.path("f")) != nil)
+    }
+
     @Test func aReadOnlyMountRefusesWithEROFS() throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-ro", writable: false)
