@@ -343,6 +343,30 @@ struct WriteMountTests {
         #expect(fileBytes(mount.path("f")) != nil)
     }
 
+    /// `fault add --on upload` (two failures): the item goes to `error` with the message, the local
+    /// data is served, and the retries (1 s, then 2 s later) upload it.
+    @Test func anUploadFaultIsAnErrorThenRetried() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-fault")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("old".utf8))
+        let runtime = mount.scratch + "/run"
+        let added = try providerfs(
+            ["fault", "add", mount.path("f"), "--on", "upload", "--fail-at", "0", "--errno", "EACCES", "--times", "2"],
+            runtime: runtime)
+        #expect(added.status == 0, "\(added)")
+        #expect(try shell("printf new > \(quoted(mount.path("f")))").status == 0)
+        #expect(waitForState(mount.path("f"), "error", timeout: .seconds(10)))
+        if case .success(let bytes) = ExtendedAttributes.value("user.providerfs.error", of: mount.path("f")) {
+            #expect(String(decoding: bytes, as: UTF8.self).contains("upload failed"))
+        } else {
+            Issue.record("no user.providerfs.error while in error")
+        }
+        #expect(fileBytes(mount.path("f")) == Array("new".utf8))
+        #expect(waitForSource(mount.source("f"), Array("new".utf8)))
+        #expect(waitForState(mount.path("f"), "materialized"))
+    }
+
     @Test func aReadOnlyMountRefusesWithEROFS() throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-ro", writable: false)
