@@ -88,10 +88,10 @@ extension ProviderFileSystem {
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
     ) async throws(FileSystemError) -> Int {
         guard let writer = writeHandle(handle) else {
+            guard isWritable else { throw readOnly("write") }
             if state.withLock({ $0.files[handle] != nil }) {
                 throw FileSystemError(.badHandle, "file handle \(handle) is open for reading only")
             }
-            guard isWritable else { throw readOnly("write") }
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0 else { throw FileSystemError(.invalidArgument, "negative offset") }
