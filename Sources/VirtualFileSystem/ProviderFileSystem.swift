@@ -50,6 +50,8 @@ public final class ProviderFileSystem: FileSystem {
     public let cache: ProviderCache
     public let options: FileSystemOptions
     let claims: any ReadClaimProvider
+    /// Coordinates unlink, rmdir and rename (`setNamespaceClaims`; none until set).
+    let namespaceClaimsHolder = Locked<any NamespaceClaimProvider>(NoNamespaceClaims())
     /// Checks the tokens of access paths; nil: the mount has no `.scoped` directory.
     let scopedAccess: (any ScopedAccessProvider)?
     /// Require-token mode: `options.plainPaths` is set (read on every lookup, without unwrapping it).
@@ -191,11 +193,12 @@ public final class ProviderFileSystem: FileSystem {
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
             blocks = (presentBytes + 511) / 512
         }
-        // Read-only mount: no write bits, whatever the provider says.
+        // Read-only mount: no write bits, whatever the provider says (a writable one shows them).
         // Link count 1 for directories too: the number of subdirectories is not known without
         // listing, and fts (FileManager's enumerator, find) reads nlink 2 as "no subdirectories"
         // and skips them; 1 means "unknown" to it, as on btrfs.
-        let permissions = item.kind == .directory ? (item.permissions | 0o500) & 0o555 : item.permissions & 0o555
+        let mask: UInt16 = isWritable ? 0o7777 : 0o555
+        let permissions = item.kind == .directory ? (item.permissions | 0o500) & mask : item.permissions & mask
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
