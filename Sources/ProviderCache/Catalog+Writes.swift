@@ -49,8 +49,9 @@ extension Catalog {
     }
 
     /// Takes `identifier` out of its parent's listing (not out of the item table).
-    private static func unplace(_ identifier: ItemIdentifier, parent: ItemIdentifier, name: String, in catalog: inout State)
-    {
+    private static func unplace(
+        _ identifier: ItemIdentifier, parent: ItemIdentifier, name: String, in catalog: inout State
+    ) {
         guard catalog.children[parent] != nil else { return }
         catalog.children[parent]!.remove(identifier)
         let key = NameKey(name)
@@ -103,7 +104,8 @@ extension Catalog {
     ) -> [ItemIdentifier: ItemIdentifier] {
         state.withLock { catalog in Self.noteChange(in: [old.parent, item.parent], of: &catalog) }
         if let replaced, replaced != old.identifier { removeItem(replaced) }
-        let moves = old.identifier == item.identifier ? [:] : identifiersMoved(from: old.identifier, to: item.identifier)
+        let moves =
+            old.identifier == item.identifier ? [:] : identifiersMoved(from: old.identifier, to: item.identifier)
         let now = environment.timeline.now
         state.withLock { catalog in
             Self.unplace(item.identifier, parent: old.parent, name: old.name, in: &catalog)

@@ -49,6 +49,7 @@ extension ProviderCache {
             guard failure.code == .notFound else { throw failure }
         }
         catalog.deleted(item.identifier)
+        attributeOverrides.remove(item.identifier)
     }
 
     /// rename: `item` now `name` in `parent` (`mode`: rename(2)'s flags). `replaced`: the item at
@@ -71,7 +72,9 @@ extension ProviderCache {
             catalog.expireListings([item.parent, parent])
             return (moved, [:])
         }
+        if let replaced, replaced.identifier != item.identifier { attributeOverrides.remove(replaced.identifier) }
         let moves = catalog.moved(item, to: moved, replaced: replaced?.identifier)
+        attributeOverrides.rekey(moves)
         return (moved, moves)
     }
 
@@ -90,6 +93,18 @@ extension ProviderCache {
     /// `ItemIdentifier.rebased(from:to:)` gives, in the catalog, the store and the content store.
     @discardableResult
     public func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
-        catalog.identifiersMoved(from: from, to: to)
+        let moves = catalog.identifiersMoved(from: from, to: to)
+        attributeOverrides.rekey(moves)
+        return moves
     }
+
+    /// chmod, utimens at a provider that does not store them: kept by the mount and shown by
+    /// `shown(_:)` (AttributeOverrides.swift for how long each holds).
+    public func keepAttributes(_ changes: ItemAttributeChanges, for item: ProviderItem) {
+        attributeOverrides.set(changes, for: item)
+        catalog.tell([.entry(directory: item.parent, name: item.name, identifier: item.identifier)])
+    }
+
+    /// `item` with the attributes the mount keeps for it (`keepAttributes`).
+    public func shown(_ item: ProviderItem) -> ProviderItem { attributeOverrides.applied(to: item) }
 }

@@ -4,8 +4,6 @@
 // the adapter (ProviderFSCommands/MountCoordination.swift, `MountNamespaceClaims`).
 // `NoNamespaceClaims` grants at once and tells no one.
 
-
-
 /// A namespace change about to happen, in paths relative to the mount root (no leading "/").
 public enum NamespaceChange: Sendable, Equatable {
     /// unlink, rmdir: a forDeleting write claim on the item.

@@ -5,10 +5,10 @@
 // claims through `NamespaceClaimProvider`, so presenters hear of the change before it happens.
 // docs/SEMANTICS.md ("Namespace changes") lists what each answers.
 
+import Diagnostics
 import ProviderCache
 import ProviderModel
 import SystemSupport
-import Diagnostics
 
 extension ProviderFileSystem {
     /// Plugs in the coordination of unlink, rmdir and rename (the mount's coordination server).
@@ -57,7 +57,9 @@ extension ProviderFileSystem {
         }
         try checkPlainPath(operation, context: context)
         let node = try node(parent)
-        guard node.kind == .directory else { throw FileSystemError(.notADirectory, "\(node.identifier) is not a directory") }
+        guard node.kind == .directory else {
+            throw FileSystemError(.notADirectory, "\(node.identifier) is not a directory")
+        }
         return ChangeSite(directory: node.identifier, scoped: nil)
     }
 
@@ -79,7 +81,7 @@ extension ProviderFileSystem {
     func existingChild(named name: String, in site: ChangeSite) async throws(FileSystemError) -> ProviderItem? {
         do {
             return try await child(named: name, of: site.directory)
-        } catch where error.code == .notFound {
+        } catch  where error.code == .notFound {
             return nil
         }
     }
@@ -124,6 +126,15 @@ extension ProviderFileSystem {
             throw FileSystemError(error)
         }
         return try await createdEntry(item, parent: parent, site: site, context: context)
+    }
+
+    /// link(2): providers have no hard links (an item has one parent and one name), so EPERM, as
+    /// a Linux file system without them answers; EROFS first on a read-only mount.
+    public func makeHardLink(
+        _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        _ = try changeSite(newParent, "link", context: context)
+        throw FileSystemError(.notPermitted, "link: the provider has no hard links")
     }
 
     public func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) {
@@ -272,7 +283,7 @@ extension ProviderFileSystem {
         where identifiers.contains(where: { depth(of: identifier, below: $0) != nil }) && !entry.isMaterialized {
             do {
                 try await entry.ensurePresent(0..<entry.progress.total)
-            } catch where error.code == .cancelled {
+            } catch  where error.code == .cancelled {
                 throw FileSystemError(error)
             } catch {
                 logger.notice("\(identifier): its open content could not be completed before the change: \(error)")
@@ -282,9 +293,49 @@ extension ProviderFileSystem {
 
     /// setattr's permissions, owner and times (never its size: `truncate`). Called with at least
     /// one change.
+    ///
+    /// chmod and the modification time go to the provider when it stores them
+    /// (`.storesAttributes`), else the mount keeps them (`ProviderCache.keepAttributes`). The
+    /// access time is not kept (atime reads as mtime). chown: EPERM unless it changes nothing
+    /// (every node belongs to the mounting user).
     func changeAttributes(
         _ inode: InodeNumber, _ changes: AttributeChanges, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        throw readOnly("setattr")
+        guard isWritable else { throw readOnly("setattr") }
+        if let target = scopedTarget(inode) {
+            guard case .node(let scoped) = target, case .item = scoped.role else {
+                throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+            }
+            guard try enforce(scoped, context: context, operation: "setattr").check.writable else {
+                throw FileSystemError(.accessDenied, "setattr through an access path of a read token")
+            }
+        }
+        guard let node = try anyNode(inode, context: context, operation: "setattr") else {
+            throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+        }
+        if let uid = changes.uid, uid != options.uid {
+            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
+        }
+        if let gid = changes.gid, gid != options.gid {
+            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
+        }
+        let wanted = ItemAttributeChanges(
+            permissions: changes.permissions.map { $0 & 0o7777 },
+            modificationTime: changes.modificationTime.map {
+                ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds)
+            })
+        if wanted != ItemAttributeChanges() {
+            let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+            if cache.providerCapabilities.contains(.storesAttributes) {
+                do {
+                    _ = try await cache.setAttributes(of: item.identifier, wanted)
+                } catch {
+                    throw FileSystemError(error)
+                }
+            } else {
+                cache.keepAttributes(wanted, for: item)
+            }
+        }
+        return try await getAttributes(inode, context: context)
     }
 }

@@ -182,6 +182,7 @@ public final class ProviderFileSystem: FileSystem {
     func attributes(
         of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false
     ) -> NodeAttributes {
+        let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
         let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
         let type: NodeType
         var blocks: Int64 = 0
