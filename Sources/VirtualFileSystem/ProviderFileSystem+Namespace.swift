@@ -36,13 +36,15 @@ extension ProviderFileSystem {
     func changeSite(
         _ parent: InodeNumber, _ operation: String, context: RequestContext
     ) throws(FileSystemError) -> ChangeSite {
-        guard isWritable else { throw readOnly(operation) }
+        // Who may use the path is decided first (require-token mode, tokens), then EROFS.
         if let target = scopedTarget(parent) {
             guard case .node(let node) = target else {
+                guard isWritable else { throw readOnly(operation) }
                 throw FileSystemError(
                     .accessDenied, "\(operation) in \(Self.scopedDirectoryName): its entries are the tokens")
             }
             let check = try enforce(node, context: context, operation: operation).check
+            guard isWritable else { throw readOnly(operation) }
             guard check.writable else {
                 logger.notice("\(operation) through an access path refused: a read token")
                 throw FileSystemError(.accessDenied, "\(operation) through an access path of a read token")
@@ -56,6 +58,7 @@ extension ProviderFileSystem {
             return ChangeSite(directory: identifier, scoped: node)
         }
         try checkPlainPath(operation, context: context)
+        guard isWritable else { throw readOnly(operation) }
         let node = try node(parent)
         guard node.kind == .directory else {
             throw FileSystemError(.notADirectory, "\(node.identifier) is not a directory")
