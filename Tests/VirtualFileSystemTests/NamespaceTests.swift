@@ -22,8 +22,9 @@ private final class NamespaceProvider: InMemoryProviderWrapper {
 
     private func existing(_ path: String) async -> ProviderItem? { try? await base.item(for: ItemIdentifier(path)) }
 
-    func createDirectory(named name: String, in parent: ItemIdentifier, permissions: UInt16) async throws -> ProviderItem
-    {
+    func createDirectory(
+        named name: String, in parent: ItemIdentifier, permissions: UInt16
+    ) async throws -> ProviderItem {
         calls.withLock { $0.append("mkdir \(name)") }
         let path = path(parent, name)
         if await existing(path) != nil { throw ProviderError(.alreadyExists, "\(path) exists") }
@@ -88,8 +89,7 @@ private final class NamespaceProvider: InMemoryProviderWrapper {
 /// Records the namespace claims asked for and their ends.
 private final class RecordingNamespaceClaims: NamespaceClaimProvider {
     let log = Locked<[String]>([])
-    func acquireNamespaceClaims(_ request: NamespaceClaimRequest) async throws(FileSystemError) -> NamespaceClaimToken
-    {
+    func acquireNamespaceClaims(_ request: NamespaceClaimRequest) async throws(FileSystemError) -> NamespaceClaimToken {
         switch request.change {
         case .deleting(let path, let isDirectory): log.withLock { $0.append("delete \(path) \(isDirectory)") }
         case .moving(let from, let to, _, let exchanging):
@@ -145,7 +145,9 @@ struct NamespaceTests {
         #expect(try await names(fileSystem, made.inode) == ["e"])
         #expect(nested.attributes.type == .directory)
         #expect(
-            await errno { _ = try await fileSystem.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel) }
+            await errno {
+                _ = try await fileSystem.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
+            }
                 == .fileExists)
     }
 
@@ -156,34 +158,53 @@ struct NamespaceTests {
         let fileSystem = try fixture.makeFileSystem(provider: NamespaceProvider(base: fixture.provider))
         for name in ["", ".", "..", "a/b"] {
             #expect(
-                await errno { _ = try await fileSystem.makeDirectory(parent: .root, name: name, permissions: 0o755, context: .kernel) }
+                await errno {
+                    _ = try await fileSystem.makeDirectory(
+                        parent: .root, name: name, permissions: 0o755, context: .kernel)
+                }
                     == .invalidArgument)
         }
         let long = String(repeating: "x", count: 256)
         #expect(
-            await errno { _ = try await fileSystem.makeDirectory(parent: .root, name: long, permissions: 0o755, context: .kernel) }
+            await errno {
+                _ = try await fileSystem.makeDirectory(parent: .root, name: long, permissions: 0o755, context: .kernel)
+            }
                 == .nameTooLong)
         let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
         #expect(
-            await errno { _ = try await fileSystem.makeDirectory(parent: file.inode, name: "x", permissions: 0o755, context: .kernel) }
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: file.inode, name: "x", permissions: 0o755, context: .kernel)
+            }
                 == .notDirectory)
-        #expect(await errno { try await fileSystem.unlink(parent: .root, name: "missing", context: .kernel) } == .noSuchFileOrDirectory)
         #expect(
-            await errno { _ = try await fileSystem.makeHardLink(file.inode, newParent: .root, newName: "g", context: .kernel) }
+            await errno { try await fileSystem.unlink(parent: .root, name: "missing", context: .kernel) }
+                == .noSuchFileOrDirectory)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeHardLink(file.inode, newParent: .root, newName: "g", context: .kernel)
+            }
                 == .notPermitted)
         #expect(
-            await errno { _ = try await fileSystem.makeSymbolicLink(parent: .root, name: "l", target: "f", context: .kernel) }
+            await errno {
+                _ = try await fileSystem.makeSymbolicLink(parent: .root, name: "l", target: "f", context: .kernel)
+            }
                 == .notPermitted)
 
         // Not writable (the default), or a provider without `.writing`: EROFS.
         let readOnly = try VFSFixture()
         let plain = try readOnly.makeFileSystem(provider: NamespaceProvider(base: readOnly.provider))
         #expect(
-            await errno { _ = try await plain.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel) }
+            await errno {
+                _ = try await plain.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
+            }
                 == .readOnlyFileSystem)
         let unwritable = try writableFixture()
-        let declining = try unwritable.makeFileSystem(provider: NamespaceProvider(base: unwritable.provider, capabilities: []))
-        #expect(await errno { try await declining.unlink(parent: .root, name: "f", context: .kernel) } == .readOnlyFileSystem)
+        let declining = try unwritable.makeFileSystem(
+            provider: NamespaceProvider(base: unwritable.provider, capabilities: []))
+        #expect(
+            await errno { try await declining.unlink(parent: .root, name: "f", context: .kernel) }
+                == .readOnlyFileSystem)
     }
 
     @Test("unlink and rmdir: gone from provider and listing; EISDIR, ENOTDIR, ENOTEMPTY; claims taken first")
@@ -198,12 +219,18 @@ struct NamespaceTests {
         fileSystem.setNamespaceClaims(claims)
         let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
         #expect(await errno { try await fileSystem.unlink(parent: .root, name: "d", context: .kernel) } == .isDirectory)
-        #expect(await errno { try await fileSystem.removeDirectory(parent: d.inode, name: "f", context: .kernel) } == .notDirectory)
-        #expect(await errno { try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel) } == .notEmpty)
+        #expect(
+            await errno { try await fileSystem.removeDirectory(parent: d.inode, name: "f", context: .kernel) }
+                == .notDirectory)
+        #expect(
+            await errno { try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel) }
+                == .notEmpty)
         #expect(try await names(fileSystem, d.inode) == ["f"])
         try await fileSystem.unlink(parent: d.inode, name: "f", context: .kernel)
         #expect(try await names(fileSystem, d.inode) == [])
-        #expect(await errno { _ = try await fileSystem.lookup(parent: d.inode, name: "f", context: .kernel) } == .noSuchFileOrDirectory)
+        #expect(
+            await errno { _ = try await fileSystem.lookup(parent: d.inode, name: "f", context: .kernel) }
+                == .noSuchFileOrDirectory)
         try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel)
         #expect(try await names(fileSystem, .root) == ["e"])
         #expect(fixture.provider.allItems.map(\.identifier.rawValue).sorted() == ["", "e"])
@@ -260,7 +287,8 @@ struct NamespaceTests {
         let movedFile = try await fileSystem.lookup(parent: moved.inode, name: "f", context: .kernel)
         #expect(movedFile.inode == f.inode)
         let opened = try await fileSystem.open(movedFile.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
-        let data = try await fileSystem.read(movedFile.inode, handle: opened.handle, offset: 0, count: 100, context: .kernel)
+        let data = try await fileSystem.read(
+            movedFile.inode, handle: opened.handle, offset: 0, count: 100, context: .kernel)
         #expect(String(decoding: data.bytes, as: UTF8.self) == "hello")
         await fileSystem.release(movedFile.inode, handle: opened.handle)
         #expect(fileSystem.cache.catalog.path(of: ItemIdentifier("b/moved/f")) == "b/moved/f")
@@ -290,26 +318,33 @@ struct NamespaceTests {
         let opened = try await fileSystem.open(y.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         #expect(
             await errno {
-                try await fileSystem.rename(parent: .root, name: "x", newParent: .root, newName: "y", flags: 1, context: .kernel)
+                try await fileSystem.rename(
+                    parent: .root, name: "x", newParent: .root, newName: "y", flags: 1, context: .kernel)
             } == .fileExists)
         #expect(
             await errno {
-                try await fileSystem.rename(parent: .root, name: "x", newParent: .root, newName: "d", flags: 0, context: .kernel)
+                try await fileSystem.rename(
+                    parent: .root, name: "x", newParent: .root, newName: "d", flags: 0, context: .kernel)
             } == .isDirectory)
         #expect(
             await errno {
-                try await fileSystem.rename(parent: .root, name: "d", newParent: .root, newName: "x", flags: 0, context: .kernel)
+                try await fileSystem.rename(
+                    parent: .root, name: "d", newParent: .root, newName: "x", flags: 0, context: .kernel)
             } == .notDirectory)
         #expect(
             await errno {
-                try await fileSystem.rename(parent: .root, name: "d", newParent: .root, newName: "full", flags: 0, context: .kernel)
+                try await fileSystem.rename(
+                    parent: .root, name: "d", newParent: .root, newName: "full", flags: 0, context: .kernel)
             } == .notEmpty)
         #expect(
             await errno {
-                try await fileSystem.rename(parent: .root, name: "x", newParent: .root, newName: "y", flags: 4, context: .kernel)
+                try await fileSystem.rename(
+                    parent: .root, name: "x", newParent: .root, newName: "y", flags: 4, context: .kernel)
             } == .invalidArgument)
-        try await fileSystem.rename(parent: .root, name: "d", newParent: .root, newName: "empty", flags: 0, context: .kernel)
-        try await fileSystem.rename(parent: .root, name: "x", newParent: .root, newName: "y", flags: 0, context: .kernel)
+        try await fileSystem.rename(
+            parent: .root, name: "d", newParent: .root, newName: "empty", flags: 0, context: .kernel)
+        try await fileSystem.rename(
+            parent: .root, name: "x", newParent: .root, newName: "y", flags: 0, context: .kernel)
         #expect(try await names(fileSystem, .root) == ["empty", "full", "p", "q", "y"])
         let old = try await fileSystem.read(y.inode, handle: opened.handle, offset: 0, count: 10, context: .kernel)
         #expect(String(decoding: old.bytes, as: UTF8.self) == "old")
@@ -320,18 +355,21 @@ struct NamespaceTests {
         #expect(String(decoding: new.bytes, as: UTF8.self) == "new")
         await fileSystem.release(newY.inode, handle: reopened.handle)
 
-        try await fileSystem.rename(parent: .root, name: "p", newParent: .root, newName: "q", flags: 2, context: .kernel)
+        try await fileSystem.rename(
+            parent: .root, name: "p", newParent: .root, newName: "q", flags: 2, context: .kernel)
         let q = try await fileSystem.lookup(parent: .root, name: "q", context: .kernel)
         let p = try await fileSystem.lookup(parent: .root, name: "p", context: .kernel)
         #expect(q.attributes.type == .regular)
         #expect(p.attributes.type == .directory)
         #expect(
             await errno {
-                try await fileSystem.rename(parent: .root, name: "p", newParent: .root, newName: "nothing", flags: 2, context: .kernel)
+                try await fileSystem.rename(
+                    parent: .root, name: "p", newParent: .root, newName: "nothing", flags: 2, context: .kernel)
             } == .noSuchFileOrDirectory)
     }
 
-    @Test("chmod and utimens at a provider that does not store them: kept by the mount, shown, and kept across a restart")
+    @Test(
+        "chmod and utimens at a provider that does not store them: kept by the mount, shown, and kept across a restart")
     func attributesKept() async throws {
         let fixture = try writableFixture()
         fixture.provider.putFile("f", .bytes([1]))
