@@ -96,11 +96,14 @@ class FusePeer(Peer):
         self.prepare()
         self.process = subprocess.Popen(
             self.command(), stdin=subprocess.DEVNULL, stdout=self.bench.peer_log, stderr=self.bench.peer_log,
-            start_new_session=True)
+            start_new_session=True, env=self.environment())
         wait_mounted(self.root, self.process)
 
     def prepare(self):
         pass
+
+    def environment(self):
+        return None  # the bench's own
 
     def stop(self):
         if self.process is not None and self.process.poll() is None:
@@ -145,6 +148,13 @@ class ProviderFS(FusePeer):
     def command(self):
         return [self.bench.providerfs, "mount", "--source", self.bench.source, self.root, "--cache", self.cache,
                 "--foreground"]
+
+    def environment(self):
+        # Write rows (issue 14) need a writable mount: off by default until writing is complete
+        # (D-350). Read rows run on the default mount.
+        if not self.bench.writes:
+            return None
+        return dict(os.environ, PROVIDERFS_WRITES="1")
 
 
 class ProviderFSNoPassthrough(ProviderFS):
@@ -216,8 +226,10 @@ class Bench:
         self.can_drop_caches = drop_caches()
         self.peers = []
         self.notes = []
+        self.writes = False
 
     def add_peers(self, rows):
+        self.writes = any(getattr(row, "writes", False) for row in rows)
         self.peers.append(Native(self))
         if shutil.which("bindfs"):
             self.peers.append(Bindfs(self))

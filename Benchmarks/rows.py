@@ -2,7 +2,7 @@
 ROWS. `measure(bench, peer)` returns one number (or None to skip that peer); `higher_is_better`
 decides how ratios are computed; `target` (optional) is checked against the medians.
 """
-import os, statistics, subprocess, time
+import os, shutil, statistics, subprocess, time
 
 
 
@@ -454,8 +454,146 @@ class AccessPathBulkDaemon(AccessPathBulk):
         return AccessPathRow.target_check(self, medians)
 
 
+# ---------------------------------------------------------------------------------------------
+# Writes (issue 14): every writable peer writes into a fresh folder of its own under `writes/` of
+# what it shows (native: the source directory itself; bindfs, rclone and ProviderFS: their mounts
+# of it). A row is marked `writes = True`; bench.py then mounts ProviderFS writable
+# (PROVIDERFS_WRITES=1, D-350) and rclone with writes on. After a pass the folder is removed
+# through the source directory, untimed (a pass's files never pile up, and no peer's removal
+# speed is measured). ProviderFS's numbers include publishing (fsync, the last close); its
+# uploads to the source are asynchronous (write-back), as rclone's are.
+
+UNTAR_FILES = 3000
+
+
+class WriteRow(Row):
+    writes = True
+
+    def __init__(self):
+        self.passes = 0
+
+    def measures(self, peer):
+        return not peer.is_access_path and getattr(peer, "writable", True)
+
+    def folder(self, bench, peer):
+        self.passes += 1
+        relative = os.path.join("writes", f"{peer.name}-{self.key}-{self.passes}")
+        os.makedirs(os.path.join(bench.source, "writes"), exist_ok=True)
+        return relative
+
+    def cleanup(self, bench, relative):
+        shutil.rmtree(os.path.join(bench.source, relative), ignore_errors=True)
+
+
+class SequentialWrite(WriteRow):
+    key = "seqwrite"
+    title = "sequential write 512 MiB, with fsync"
+    unit = "MiB/s"
+    size = 512 * MiB
+
+    def measure(self, bench, peer):
+        relative = self.folder(bench, peer)
+        directory = os.path.join(peer.root, relative)
+        os.makedirs(directory)
+        chunk = os.urandom(MiB)
+        path = os.path.join(directory, "seq.bin")
+        try:
+            start = time.perf_counter()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                for _ in range(self.size // MiB):
+                    os.write(fd, chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            elapsed = time.perf_counter() - start
+            assert os.stat(path).st_size == self.size
+            return self.size / MiB / elapsed
+        finally:
+            self.cleanup(bench, relative)
+
+    def target_check(self, medians):
+        ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
+        ok = ours is not None and bindfs is not None and ours >= 0.7 * bindfs
+        return "≥0.7× bindfs", "yes" if ok else "no"
+
+
+class Untar(WriteRow):
+    key = "untar"
+    title = f"untar of a source tree ({UNTAR_FILES:,} small files)"
+    unit = "files/s"
+
+    def create_data(self, bench):
+        tree = os.path.join(bench.work, "tree")
+        self.tarball = os.path.join(bench.work, "tree.tar")
+        if os.path.exists(self.tarball):
+            return
+        for index in range(UNTAR_FILES):
+            directory = os.path.join(tree, f"module{index % 60:02}", f"part{index % 7}")
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, f"file{index:05}.swift"), "wb") as f:
+                f.write(os.urandom(200 + (index * 37) % 8000))
+        subprocess.run(["tar", "cf", self.tarball, "-C", tree, "."], check=True)
+        shutil.rmtree(tree)
+
+    def measure(self, bench, peer):
+        relative = self.folder(bench, peer)
+        directory = os.path.join(peer.root, relative)
+        os.makedirs(directory)
+        try:
+            start = time.perf_counter()
+            subprocess.run(["tar", "xf", self.tarball, "-C", directory], check=True)
+            elapsed = time.perf_counter() - start
+            return UNTAR_FILES / elapsed
+        finally:
+            self.cleanup(bench, relative)
+
+    def target_check(self, medians):
+        ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
+        ok = ours is not None and bindfs is not None and ours >= 0.5 * bindfs
+        return "≥0.5× bindfs", "yes" if ok else "no"
+
+
+class SQLiteInserts(WriteRow):
+    """sqlite3 (Python's module, the same library) creates a database on the peer and inserts rows
+    one transaction each, in its default rollback-journal mode: every commit creates, writes,
+    fsyncs and deletes the journal and rewrites pages of the database file, which is what an app
+    keeping its data on the mount does. Then 20,000 rows in one transaction."""
+    key = "sqlite"
+    title = "sqlite3: 300 single-row transactions, then 20,000 rows in one"
+    unit = "tx/s"
+
+    def measure(self, bench, peer):
+        import sqlite3
+        relative = self.folder(bench, peer)
+        directory = os.path.join(peer.root, relative)
+        os.makedirs(directory)
+        try:
+            path = os.path.join(directory, "bench.db")
+            connection = sqlite3.connect(path, isolation_level=None)
+            try:
+                connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, value BLOB)")
+                start = time.perf_counter()
+                for index in range(300):
+                    connection.execute("BEGIN")
+                    connection.execute("INSERT INTO t (name, value) VALUES (?, ?)", (f"row {index}", os.urandom(100)))
+                    connection.execute("COMMIT")
+                elapsed = time.perf_counter() - start
+                connection.execute("BEGIN")
+                connection.executemany(
+                    "INSERT INTO t (name, value) VALUES (?, ?)", ((f"bulk {i}", b"x" * 100) for i in range(20000)))
+                connection.execute("COMMIT")
+                count = connection.execute("SELECT count(*) FROM t").fetchone()[0]
+                assert count == 20300, count
+            finally:
+                connection.close()
+            return 300 / elapsed
+        finally:
+            self.cleanup(bench, relative)
+
+
 ROWS = [
     ColdSequential(), WarmReread(), StatFiles(), StatFilesUncached(), OpenReadFiles(), FioRandomWarm(),
     TimeToFirstByte(), OpenReadFilesFirst(), AccessPathOpenRead(), AccessPathOpenClose(), AccessPathBulk(),
-    AccessPathBulkDaemon()
+    AccessPathBulkDaemon(), SequentialWrite(), Untar(), SQLiteInserts()
 ]

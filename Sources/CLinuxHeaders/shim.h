@@ -4,4 +4,21 @@
 #include <sys/types.h>
 #include <sys/xattr.h>  // getxattr, listxattr (SystemSupport's ExtendedAttributes)
 #include <sys/pidfd.h>  // pidfd_open (SystemSupport's ProcessInfoFiles)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// renameat2(2) (LocalProvider's writes): glibc declares it only under _GNU_SOURCE, which Swift's
+// Glibc module does not set, and `syscall` is variadic (not callable from Swift).
+#define PROVIDERFS_RENAME_NOREPLACE 1U
+#define PROVIDERFS_RENAME_EXCHANGE 2U
+static inline int providerfs_renameat2(
+    int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+// copy_file_range(2), declared under _GNU_SOURCE only as well.
+static inline long providerfs_copy_file_range(int infd, int outfd, unsigned long length) {
+    return (long)syscall(SYS_copy_file_range, infd, (void *)0, outfd, (void *)0, length, 0U);
+}
+// utimensat's "leave this time alone" (a macro Swift does not import).
+#define PROVIDERFS_UTIME_OMIT 1073741822L
 #endif

@@ -208,6 +208,11 @@ final class DirectoryChangeWatcher: Sendable {
 
     private static func apply(wd: Int32, mask: UInt32, name: String, to state: inout State) {
         let hasName = !name.isEmpty
+        // The provider's own upload staging files (D-351) are never pushed as changes: only the
+        // rename that publishes one is, under the name it gets (its IN_MOVED_TO), with the
+        // directory's own entry. Tokens still count them (conservative: the directory's mtime did
+        // change).
+        let staging = hasName && LocalDirectoryProvider.isTemporaryName(name)
         if mask & queueOverflow != 0 {
             // Events were lost: every token is void.
             for key in state.watches.keys { state.watches[key]!.generation &+= 1 }
@@ -216,7 +221,7 @@ final class DirectoryChangeWatcher: Sendable {
         }
         guard var watch = state.watches[wd] else { return }
         watch.generation &+= 1
-        if hasName, state.observer != nil {
+        if hasName, !staging, state.observer != nil {
             // A name that is not UTF-8 was repaired in decoding and names nothing: all entries.
             let unknown = name.unicodeScalars.contains("\u{FFFD}")
             let membership = mask & entryChanges != 0
@@ -247,7 +252,7 @@ final class DirectoryChangeWatcher: Sendable {
             let slash = path.lastIndex(of: "/")
             let parent = slash.map { ItemIdentifier(String(path[..<$0])) } ?? .root
             if let parentWatch = state.watchByIdentifier[parent] { state.watches[parentWatch]?.generation &+= 1 }
-            if state.observer != nil {
+            if state.observer != nil, !staging {
                 let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
                 state.pending.insert(.entry(directory: parent, name: name))
             }

@@ -27,12 +27,15 @@ public struct LocalDirectoryProvider: Provider {
     /// The directory served, as given.
     public let root: String
     /// Everything `Provider` can offer: one-name lookups, immediate metadata (`itemNow`), listing
-    /// change tokens and pushed changes (inotify).
+    /// change tokens and pushed changes (inotify), and writing (LocalDirectoryProvider+Writing).
     public let capabilities: ProviderCapabilities = [
         .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
+        .writing, .symbolicLinks, .exchangingMoves, .storesAttributes,
     ]
     /// inotify watches of the listed directories (D-224).
     private let changes = DirectoryChangeWatcher()
+    /// Test hooks of uploads; nil outside tests.
+    var uploadHooks: UploadHooks?
 
     public init(root: String) {
         var trimmed = root
@@ -158,6 +161,10 @@ public struct LocalDirectoryProvider: Provider {
 
     func itemSync(_ identifier: ItemIdentifier) throws -> ProviderItem {
         let path = try checkedPath(identifier)
+        // Upload staging files are not items (D-351).
+        if let last = identifier.rawValue.split(separator: "/").last, Self.isTemporaryName(last) {
+            throw ProviderError(.noSuchItem, "\(identifier) is gone")
+        }
         var info = stat()
         guard lstat(path, &info) == 0 else {
             let code = errno
@@ -177,6 +184,7 @@ public struct LocalDirectoryProvider: Provider {
             throw ProviderError(.invalidName, "'\(name)' is not a file name")
         }
         let path = try checkedPath(directory)
+        if Self.isTemporaryName(name) { return nil }
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
             let code = errno
@@ -232,6 +240,12 @@ public struct LocalDirectoryProvider: Provider {
             let name = withUnsafePointer(to: &entry.pointee.d_name) { tuple in
                 tuple.withMemoryRebound(to: CChar.self, capacity: 256) { cName -> (String, [CChar]?)? in
                     if cName[0] == 0x2E && (cName[1] == 0 || (cName[1] == 0x2E && cName[2] == 0)) { return nil }
+                    // Upload staging files are not listed (D-351).
+                    if cName[0] == 0x2E
+                        && strncmp(cName, Self.temporaryNamePrefix, Self.temporaryNamePrefix.utf8.count) == 0
+                    {
+                        return nil
+                    }
                     if let valid = String(validatingCString: cName) { return (valid, nil) }
                     return (String(cString: cName), Array(UnsafeBufferPointer(start: cName, count: strlen(cName) + 1)))
                 }

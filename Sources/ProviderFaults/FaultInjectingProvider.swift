@@ -121,6 +121,44 @@ public struct FaultInjectingProvider: Provider {
 
     public func fingerprint(of item: ProviderItem) -> String? { base.fingerprint(of: item) }
 
+    // MARK: Writing (forwarded; the base's capabilities say which calls really work)
+
+    public func createDirectory(
+        named name: String, in parent: ItemIdentifier, permissions: UInt16
+    ) async throws -> ProviderItem {
+        record(try await base.createDirectory(named: name, in: parent, permissions: permissions))
+    }
+
+    public func createSymbolicLink(
+        named name: String, in parent: ItemIdentifier, target: String
+    ) async throws -> ProviderItem {
+        record(try await base.createSymbolicLink(named: name, in: parent, target: target))
+    }
+
+    public func upload(
+        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
+    ) async throws -> ProviderItem {
+        record(
+            try await base.upload(
+                from: localFile, to: target, permissions: permissions, modificationTime: modificationTime))
+    }
+
+    public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
+        try await base.delete(identifier, kind: kind)
+    }
+
+    public func move(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
+    ) async throws -> ProviderItem {
+        record(try await base.move(identifier, to: parent, named: name, mode: mode))
+    }
+
+    public func setAttributes(
+        _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges
+    ) async throws -> ProviderItem {
+        record(try await base.setAttributes(identifier, changes))
+    }
+
     // MARK: Helpers
 
     static let offlineError = ProviderError(.unreachable, "provider is offline (injected fault)")

@@ -7,7 +7,9 @@ import SystemSupport
 
 public final class ChangeNotifyingProvider: InMemoryProviderWrapper {
     public let base: InMemoryProvider
-    public let capabilities: ProviderCapabilities = [.listingChangeTracking, .changeNotifying]
+    /// Change tracking and pushed changes, plus the base's write capabilities (its write calls are
+    /// forwarded by `InMemoryProviderWrapper`).
+    public let capabilities: ProviderCapabilities
     private struct State {
         var generations: [ItemIdentifier: UInt64] = [:]
         /// A number per directory listed, carried in its tokens.
@@ -21,7 +23,11 @@ public final class ChangeNotifyingProvider: InMemoryProviderWrapper {
     }
     private let state = Locked(State())
 
-    public init(base: InMemoryProvider) { self.base = base }
+    public init(base: InMemoryProvider) {
+        self.base = base
+        capabilities = base.capabilities.intersection([.writing, .symbolicLinks, .exchangingMoves, .storesAttributes])
+            .union([.listingChangeTracking, .changeNotifying])
+    }
 
     public func trackedChildren(
         of directory: ItemIdentifier

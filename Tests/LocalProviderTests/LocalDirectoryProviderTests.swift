@@ -169,7 +169,10 @@ struct LocalDirectoryProviderTests {
         let plan = FaultPlan()
         let tracking = FaultInjectingProvider(wrapping: LocalDirectoryProvider(root: root.path), plan: plan)
         #expect(
-            tracking.capabilities == [.namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying])
+            tracking.capabilities == [
+                .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
+                .writing, .symbolicLinks, .exchangingMoves, .storesAttributes,
+            ])
         let (children, token) = try await tracking.trackedChildren(of: ItemIdentifier("a"))
         #expect(children.map(\.name) == ["b.txt"])
         let listed = try #require(token)
@@ -192,7 +195,7 @@ struct LocalDirectoryProviderTests {
 
         // Over a provider with fewer capabilities the wrapper has just those (here immediate
         // metadata), and no immediate answers unless its base gives them.
-        let memory = InMemoryProvider()
+        let memory = InMemoryProvider(capabilities: .immediateMetadata)
         memory.putFile("f", .bytes([1]))
         let plain = FaultInjectingProvider(wrapping: memory, plan: plan)
         #expect(plain.capabilities == .immediateMetadata)

@@ -5,13 +5,15 @@
 import ProviderFaults
 import ProviderModel
 import SystemSupport
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Every capability, with a name for messages.
+/// Every capability that has calls of its own here, with a name for messages (the write
+/// capabilities are tested together below).
 private let everyCapability: [(name: String, capability: ProviderCapabilities)] = [
     ("namedChildLookup", .namedChildLookup), ("immediateMetadata", .immediateMetadata),
     ("listingChangeTracking", .listingChangeTracking), ("changeNotifying", .changeNotifying),
@@ -65,7 +67,65 @@ private final class RecordingProvider: Provider {
         calls.withLock { $0.append("observeChanges") }
         observer?([.entries(directory: ItemIdentifier("pushed"))])
     }
+
+    func createDirectory(
+        named name: String, in parent: ItemIdentifier, permissions: UInt16
+    ) async throws -> ProviderItem {
+        calls.withLock { $0.append("createDirectory") }
+        return makeItem("made-\(name)")
+    }
+    func createSymbolicLink(named name: String, in parent: ItemIdentifier, target: String) async throws -> ProviderItem
+    {
+        calls.withLock { $0.append("createSymbolicLink") }
+        return makeItem("linked-\(name)")
+    }
+    func upload(
+        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
+    ) async throws -> ProviderItem {
+        calls.withLock { $0.append("upload") }
+        return makeItem("uploaded")
+    }
+    func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
+        calls.withLock { $0.append("delete") }
+    }
+    func move(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
+    ) async throws -> ProviderItem {
+        calls.withLock { $0.append("move") }
+        return makeItem("moved-\(name)")
+    }
+    func setAttributes(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) async throws -> ProviderItem {
+        calls.withLock { $0.append("setAttributes") }
+        return makeItem("attributed")
+    }
 }
+
+/// Every write call, made on `provider`: what each answered (the item's name, "done", or the
+/// error's code), in order.
+private func exerciseWrites(on provider: any Provider) async -> [String] {
+    func answer(_ body: () async throws -> String) async -> String {
+        do { return try await body() } catch { return ProviderError.from(error).code.rawValue }
+    }
+    let file = ItemIdentifier("f")
+    return [
+        await answer { try await provider.createDirectory(named: "d", in: .root, permissions: 0o755).name },
+        await answer { try await provider.createSymbolicLink(named: "l", in: .root, target: "f").name },
+        await answer {
+            try await provider.upload(
+                from: "/dev/null", to: .replace(file, baseVersion: nil), permissions: nil, modificationTime: nil
+            ).name
+        },
+        await answer { try await provider.move(file, to: .root, named: "g", mode: .exchange).name },
+        await answer { try await provider.setAttributes(file, ItemAttributeChanges(permissions: 0o600)).name },
+        await answer {
+            try await provider.delete(file, kind: .file)
+            return "done"
+        },
+    ]
+}
+
+private let writeCalls = ["createDirectory", "createSymbolicLink", "upload", "move", "setAttributes", "delete"]
+private let writeCapabilities: ProviderCapabilities = [.writing, .symbolicLinks, .exchangingMoves, .storesAttributes]
 
 /// Only the three required calls: every optional one is the protocol's default.
 private struct PlainProvider: Provider {
@@ -159,6 +219,45 @@ struct WrapperCapabilityTests {
             // The call still answers, the way the protocol's default does (declines, or the slow way).
             #expect(try await exercise(capability, on: wrapped) == defaultAnswers[capability], "\(name)")
         }
+    }
+
+    @Test("every write call reaches the base through the fault wrapper, and its capabilities stay")
+    func writesReachTheBase() async throws {
+        let base = RecordingProvider(writeCapabilities)
+        let wrapped = FaultInjectingProvider(wrapping: base, plan: FaultPlan())
+        #expect(wrapped.capabilities == writeCapabilities)
+        #expect(
+            await exerciseWrites(on: wrapped) == ["made-d", "linked-l", "uploaded", "moved-g", "attributed", "done"])
+        #expect(base.calls.withLock { $0 } == writeCalls)
+
+        // With rules in the plan (none about these items) the calls still reach the base.
+        let other = RecordingProvider(writeCapabilities)
+        let plan = FaultPlan([FaultRule(identifier: ItemIdentifier("elsewhere"), fault: .truncate(offset: 1))])
+        _ = await exerciseWrites(on: FaultInjectingProvider(wrapping: other, plan: plan))
+        #expect(other.calls.withLock { $0 } == writeCalls)
+
+        // A base without writing: the wrapper declines like the protocol's defaults.
+        let plain = FaultInjectingProvider(wrapping: PlainProvider(), plan: FaultPlan())
+        #expect(!plain.capabilities.contains(.writing))
+        #expect(await exerciseWrites(on: plain) == Array(repeating: "notSupported", count: 6))
+    }
+
+    @Test(
+        "every write call reaches the in-memory base through ChangeNotifyingProvider, which keeps its write capabilities"
+    )
+    func changeNotifyingForwardsWrites() async throws {
+        let base = InMemoryProvider()
+        base.putFile("f", .bytes([1, 2, 3]))
+        let wrapped = ChangeNotifyingProvider(base: base)
+        #expect(wrapped.capabilities.isSuperset(of: writeCapabilities))
+        let answers = await exerciseWrites(on: wrapped)
+        // The exchange of "f" with a missing "g" is refused by the base itself (ENOENT).
+        #expect(answers == ["d", "l", "f", "noSuchItem", "f", "done"])
+        for call in InMemoryWriteCall.allCases { #expect(base.writeCount(call) == 1, "\(call)") }
+
+        let readOnly = ChangeNotifyingProvider(base: InMemoryProvider(capabilities: .immediateMetadata))
+        #expect(readOnly.capabilities.isDisjoint(with: writeCapabilities))
+        #expect(await exerciseWrites(on: readOnly) == Array(repeating: "notSupported", count: 6))
     }
 
     @Test("a content stream keeps its direct transfer through the wrapper; a faulty one deliberately has none")

@@ -1,0 +1,478 @@
+// LocalDirectoryProvider's write calls (issue 14, ProviderModel/ProviderWriting.swift). Every call
+// works relative to a descriptor of the parent directory, opened O_NOFOLLOW after `checkedPath`
+// checked that the parent's own parent lies inside the root: a symbolic link is never followed
+// out of the source, and the name itself is one checked component.
+//
+// Uploads are staged in a hidden temporary file in the destination directory
+// (`.providerfs-upload-<random>`, never listed, never looked up, never reported as a change) and
+// published with one rename: readers of the source see the old content or the new, never a part
+// (docs/SEMANTICS.md, "Writing to a local directory source"; D-351, D-352).
+
+import CLinuxHeaders
+import Foundation
+public import ProviderModel
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+extension LocalDirectoryProvider {
+    /// The prefix of upload staging files (D-351). Names with it are hidden from listings,
+    /// lookups and pushed changes, and refused as names of new items.
+    public static let temporaryNamePrefix = ".providerfs-upload-"
+
+    /// Whether `name` is an upload staging file's name.
+    static func isTemporaryName(_ name: some StringProtocol) -> Bool {
+        name.utf8.starts(with: temporaryNamePrefix.utf8)
+    }
+
+    // MARK: Write calls
+
+    public func createDirectory(
+        named name: String, in parent: ItemIdentifier, permissions: UInt16
+    ) async throws -> ProviderItem {
+        try await LocalIO.run {
+            try Self.checkNewName(name)
+            let directory = try self.openDirectory(parent)
+            defer { close(directory.fd) }
+            guard mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) == 0 else {
+                throw Self.writeError(errno, "mkdir \(name) in \(Self.describe(parent))")
+            }
+            // mkdir applies the umask: the permissions asked are the ones stored.
+            _ = fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW)
+            return try self.itemAt(directory, name: name)
+        }
+    }
+
+    public func createSymbolicLink(
+        named name: String, in parent: ItemIdentifier, target: String
+    ) async throws -> ProviderItem {
+        try await LocalIO.run {
+            try Self.checkNewName(name)
+            guard !target.isEmpty, !target.utf8.contains(0) else {
+                throw ProviderError(.invalidName, "'\(target)' is not a symbolic link target", errno: EINVAL)
+            }
+            let directory = try self.openDirectory(parent)
+            defer { close(directory.fd) }
+            guard symlinkat(target, directory.fd, name) == 0 else {
+                throw Self.writeError(errno, "symlink \(name) in \(Self.describe(parent))")
+            }
+            return try self.itemAt(directory, name: name)
+        }
+    }
+
+    public func upload(
+        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
+    ) async throws -> ProviderItem {
+        let cancelled = Locked(false)
+        return try await withTaskCancellationHandler {
+            try await LocalIO.run {
+                try self.uploadSync(
+                    from: localFile, to: target, permissions: permissions, modificationTime: modificationTime,
+                    cancelled: { cancelled.withLock { $0 } })
+            }
+        } onCancel: {
+            cancelled.withLock { $0 = true }
+        }
+    }
+
+    public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
+        try await LocalIO.run {
+            let (parent, name) = try Self.split(identifier)
+            let directory = try self.openDirectory(parent)
+            defer { close(directory.fd) }
+            var info = stat()
+            guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+            }
+            let actual = Self.kind(of: info)
+            if actual != kind {
+                let code: Int32? =
+                    actual == .directory ? EISDIR : kind == .directory ? ENOTDIR : nil
+                throw ProviderError(
+                    .wrongKind,
+                    "\(identifier.rawValue) is a \(actual.map { "\($0)" } ?? "special file"), not a \(kind)",
+                    errno: code)
+            }
+            guard unlinkat(directory.fd, name, kind == .directory ? AT_REMOVEDIR : 0) == 0 else {
+                let code = errno
+                if kind == .directory && (code == ENOTEMPTY || code == EEXIST) {
+                    throw ProviderError(.notEmpty, "\(identifier.rawValue) is not empty", errno: ENOTEMPTY)
+                }
+                throw Self.writeError(code, "delete \(identifier.rawValue)")
+            }
+        }
+    }
+
+    public func move(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
+    ) async throws -> ProviderItem {
+        try await LocalIO.run {
+            let (sourceParent, sourceName) = try Self.split(identifier)
+            try Self.checkNewName(name)
+            let source = try self.openDirectory(sourceParent)
+            defer { close(source.fd) }
+            let destination = try self.openDirectory(parent)
+            defer { close(destination.fd) }
+            let flags: UInt32 =
+                switch mode {
+                case .replacing: 0
+                case .noReplace: PROVIDERFS_RENAME_NOREPLACE
+                case .exchange: PROVIDERFS_RENAME_EXCHANGE
+                }
+            guard providerfs_renameat2(source.fd, sourceName, destination.fd, name, flags) == 0 else {
+                let code = errno
+                let what = "move \(identifier.rawValue) to \(Self.describe(parent))/\(name)"
+                if code == EINVAL && flags == 0 {
+                    throw ProviderError(.invalidName, "\(what): a directory cannot move into itself", errno: code)
+                }
+                if code == EINVAL {
+                    // The file system has no renameat2 flags (or a directory into itself).
+                    var info = stat()
+                    if fstatat(source.fd, sourceName, &info, AT_SYMLINK_NOFOLLOW) == 0,
+                        info.st_mode & S_IFMT == S_IFDIR,
+                        Self.isInside(parent, identifier)
+                    {
+                        throw ProviderError(.invalidName, "\(what): a directory cannot move into itself", errno: code)
+                    }
+                    throw ProviderError(.notSupported, "\(what): the file system refuses \(mode)", errno: EOPNOTSUPP)
+                }
+                if code == ENOTEMPTY || (code == EEXIST && mode == .replacing) {
+                    throw ProviderError(
+                        .notEmpty, "\(what): the destination is a directory that is not empty", errno: ENOTEMPTY)
+                }
+                throw Self.writeError(code, what)
+            }
+            return try self.itemAt(destination, name: name)
+        }
+    }
+
+    public func setAttributes(
+        _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges
+    ) async throws -> ProviderItem {
+        try await LocalIO.run {
+            if identifier == .root {
+                let path = try self.checkedPath(.root)
+                if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
+                    throw Self.writeError(errno, "chmod of the source directory")
+                }
+                if let time = changes.modificationTime {
+                    var times = Self.times(modification: time)
+                    guard utimensat(AT_FDCWD, path, &times, 0) == 0 else {
+                        throw Self.writeError(errno, "utimens of the source directory")
+                    }
+                }
+                return try self.itemSync(.root)
+            }
+            let (parent, name) = try Self.split(identifier)
+            let directory = try self.openDirectory(parent)
+            defer { close(directory.fd) }
+            var info = stat()
+            guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+            }
+            // Linux has no permissions for a symbolic link: they are left alone.
+            if let permissions = changes.permissions, info.st_mode & S_IFMT != S_IFLNK {
+                guard fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw Self.writeError(errno, "chmod \(identifier.rawValue)")
+                }
+            }
+            if let time = changes.modificationTime {
+                var times = Self.times(modification: time)
+                guard utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw Self.writeError(errno, "utimens \(identifier.rawValue)")
+                }
+            }
+            return try self.itemAt(directory, name: name)
+        }
+    }
+
+    // MARK: Upload
+
+    /// Copies `localFile` into a staging file next to the destination, then publishes it with
+    /// one rename (see the file's header). `cancelled` is looked at between copy steps and right
+    /// before the rename, the point of no return.
+    func uploadSync(
+        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?,
+        cancelled: () -> Bool
+    ) throws -> ProviderItem {
+        let (parent, name): (ItemIdentifier, String)
+        var existing: stat?
+        switch target {
+        case .create(let newName, let directory):
+            try Self.checkNewName(newName)
+            (parent, name) = (directory, newName)
+        case .replace(let identifier, _):
+            (parent, name) = try Self.split(identifier)
+        }
+        let directory = try openDirectory(parent)
+        defer { close(directory.fd) }
+        if case .replace(let identifier, _) = target {
+            var info = stat()
+            guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+            }
+            guard info.st_mode & S_IFMT == S_IFREG else {
+                throw ProviderError(
+                    .wrongKind, "\(identifier.rawValue) is not a file",
+                    errno: info.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL)
+            }
+            existing = info
+        }
+        let source = open(localFile, O_RDONLY | O_CLOEXEC)
+        guard source >= 0 else {
+            let code = errno
+            throw ProviderError(.io, "open \(localFile): \(String(cString: strerror(code)))", errno: code)
+        }
+        defer { close(source) }
+
+        let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
+        let staged = openat(directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard staged >= 0 else { throw Self.writeError(errno, "create a staging file in \(Self.describe(parent))") }
+        defer { close(staged) }
+        var published = false
+        defer { if !published { unlinkat(directory.fd, temporary, 0) } }
+
+        try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
+        let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
+        guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
+        if let modificationTime {
+            var times = Self.times(modification: modificationTime)
+            guard futimens(staged, &times) == 0 else {
+                throw Self.writeError(errno, "utimens of \(name)'s staging file")
+            }
+        }
+        guard fsync(staged) == 0 else { throw Self.writeError(errno, "fsync of \(name)'s staging file") }
+        uploadHooks?.beforePublish()
+        if cancelled() { throw CancellationError() }
+
+        switch target {
+        case .create:
+            try Self.publishExclusively(directory.fd, temporary, as: name)
+        case .replace(let identifier, let baseVersion):
+            if let baseVersion {
+                // The check and the rename are two calls: a writer that replaces the file between
+                // them is overwritten (docs/SEMANTICS.md: the check-then-rename window). Nothing
+                // local can close it; it is a few microseconds wide.
+                var info = stat()
+                guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+                }
+                let current = Self.version(of: info)
+                guard current == baseVersion else {
+                    throw ProviderError(
+                        .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
+                }
+            }
+            guard renameat(directory.fd, temporary, directory.fd, name) == 0 else {
+                throw Self.writeError(errno, "replace \(identifier.rawValue)")
+            }
+        }
+        published = true
+        // The rename is durable once the directory is (the staging file's bytes already are).
+        _ = fsync(directory.fd)
+        var info = stat()
+        guard fstat(staged, &info) == 0 else { throw Self.writeError(errno, "fstat \(name)") }
+        let identifier = Self.identifier(of: name, in: parent)
+        guard
+            let item = Self.makeItem(
+                identifier: identifier, parent: parent, name: name, path: { directory.path + "/" + name }, info: info)
+        else { throw ProviderError(.io, "\(identifier.rawValue) is not a file after the upload") }
+        return item
+    }
+
+    /// Publishes `temporary` as `name` only when `name` is free: RENAME_NOREPLACE, or (a file
+    /// system without it) link(2) + unlink(2), which is exclusive too (D-352).
+    private static func publishExclusively(_ directory: Int32, _ temporary: String, as name: String) throws {
+        if providerfs_renameat2(directory, temporary, directory, name, PROVIDERFS_RENAME_NOREPLACE) == 0 { return }
+        let code = errno
+        guard code == EINVAL || code == ENOSYS else { throw writeError(code, "create \(name)") }
+        guard linkat(directory, temporary, directory, name, 0) == 0 else { throw writeError(errno, "create \(name)") }
+        unlinkat(directory, temporary, 0)
+    }
+
+    /// Copies all of `source` into `destination` (both at offset 0): copy_file_range in steps
+    /// (the kernel copies, reflinks where the file system can), read/write where it cannot.
+    private func copyContents(from source: Int32, to destination: Int32, what: String, cancelled: () -> Bool) throws {
+        let step = 8 << 20
+        var useCopyRange = true
+        var buffer: [UInt8] = []
+        var offset: off_t = 0
+        while true {
+            if cancelled() { throw CancellationError() }
+            var count = 0
+            if useCopyRange {
+                count = providerfs_copy_file_range(source, destination, UInt(step))
+                if count < 0 {
+                    let code = errno
+                    if code == EINTR { continue }
+                    if code == EXDEV || code == ENOSYS || code == EINVAL || code == EOPNOTSUPP || code == EBADF {
+                        useCopyRange = false
+                        continue
+                    }
+                    throw Self.writeError(code, "copy to \(what)")
+                }
+            } else {
+                if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 1 << 20) }
+                let got = buffer.withUnsafeMutableBytes { raw in
+                    retryingOnInterrupt { pread(source, raw.baseAddress, raw.count, offset) }
+                }
+                if got < 0 { throw Self.writeError(errno, "read \(what)'s local copy") }
+                if got > 0 {
+                    let written = buffer.withUnsafeBytes {
+                        writeFully(destination, from: $0.baseAddress!, count: got, at: Int64(offset))
+                    }
+                    if case .failure(let error) = written { throw Self.writeError(error.rawValue, "copy to \(what)") }
+                    // Keep the descriptors' offsets in step, should copy_file_range be tried again.
+                    _ = lseek(destination, offset + off_t(got), SEEK_SET)
+                    _ = lseek(source, offset + off_t(got), SEEK_SET)
+                }
+                count = got
+            }
+            if count == 0 { return }
+            offset += off_t(count)
+            uploadHooks?.afterCopyStep(Int64(offset))
+        }
+    }
+
+    // MARK: Helpers
+
+    /// A parent directory opened for *at calls, and its path (for messages and readlink).
+    struct OpenDirectory {
+        var fd: Int32
+        var path: String
+        var identifier: ItemIdentifier
+    }
+
+    /// Opens `identifier` as a directory: its path checked (`checkedPath`), the last component
+    /// not followed (a directory replaced by a symbolic link is refused).
+    func openDirectory(_ identifier: ItemIdentifier) throws -> OpenDirectory {
+        let path = try checkedPath(identifier)
+        if identifier != .root, let last = identifier.rawValue.split(separator: "/").last, Self.isTemporaryName(last) {
+            throw ProviderError(.noSuchItem, "\(identifier.rawValue) is gone")
+        }
+        let flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (identifier == .root ? 0 : O_NOFOLLOW)
+        let fd = open(path, flags)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { throw ProviderError(.noSuchItem, "\(Self.describe(identifier)) is gone", errno: code) }
+            if code == ENOTDIR || code == ELOOP {
+                throw ProviderError(.wrongKind, "\(Self.describe(identifier)) is not a directory", errno: ENOTDIR)
+            }
+            throw Self.writeError(code, "open \(Self.describe(identifier))")
+        }
+        return OpenDirectory(fd: fd, path: path, identifier: identifier)
+    }
+
+    /// The item `name` in an open directory, as `item(for:)` reports it.
+    func itemAt(_ directory: OpenDirectory, name: String) throws -> ProviderItem {
+        var info = stat()
+        guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            throw Self.writeError(errno, "lstat \(name) in \(Self.describe(directory.identifier))")
+        }
+        let identifier = Self.identifier(of: name, in: directory.identifier)
+        guard
+            let item = Self.makeItem(
+                identifier: identifier, parent: directory.identifier, name: name,
+                path: { directory.path + "/" + name }, info: info)
+        else { throw ProviderError(.noSuchItem, "\(identifier.rawValue) is not a file, directory or symbolic link") }
+        return item
+    }
+
+    /// Refuses a name a new item cannot have: empty, ".", "..", with "/" or NUL, longer than 255
+    /// bytes (ENAMETOOLONG), or an upload staging file's name.
+    static func checkNewName(_ name: String) throws {
+        guard isNameComponent(name), !name.utf8.contains(UInt8(ascii: "/")) else {
+            throw ProviderError(.invalidName, "'\(name)' is not a file name", errno: EINVAL)
+        }
+        guard name.utf8.count <= 255 else {
+            throw ProviderError(.invalidName, "a name of \(name.utf8.count) bytes is too long", errno: ENAMETOOLONG)
+        }
+        guard !isTemporaryName(name) else {
+            throw ProviderError(.invalidName, "'\(name)' is reserved for upload staging files", errno: EINVAL)
+        }
+    }
+
+    /// An existing item's parent and name (the root has neither).
+    static func split(_ identifier: ItemIdentifier) throws -> (ItemIdentifier, String) {
+        guard identifier != .root else {
+            throw ProviderError(.invalidName, "the source directory itself cannot be changed this way", errno: EBUSY)
+        }
+        let raw = identifier.rawValue
+        // Every component checked here (as `checkedPath` does): "/etc" must not read as "etc".
+        guard raw.split(separator: "/", omittingEmptySubsequences: false).allSatisfy(isNameComponent) else {
+            throw ProviderError(.invalidName, "identifier '\(raw)' is not a path inside the source")
+        }
+        guard let slash = raw.lastIndex(of: "/") else {
+            if isTemporaryName(raw) { throw ProviderError(.noSuchItem, "\(raw) is gone") }
+            return (.root, raw)
+        }
+        let name = String(raw[raw.index(after: slash)...])
+        if isTemporaryName(name) { throw ProviderError(.noSuchItem, "\(raw) is gone") }
+        return (ItemIdentifier(String(raw[..<slash])), name)
+    }
+
+    static func identifier(of name: String, in parent: ItemIdentifier) -> ItemIdentifier {
+        ItemIdentifier(parent == .root ? name : parent.rawValue + "/" + name)
+    }
+
+    /// Whether `identifier` is `ancestor` or inside it.
+    static func isInside(_ identifier: ItemIdentifier, _ ancestor: ItemIdentifier) -> Bool {
+        ancestor == .root || identifier == ancestor || identifier.rawValue.hasPrefix(ancestor.rawValue + "/")
+    }
+
+    static func describe(_ identifier: ItemIdentifier) -> String {
+        identifier == .root ? "the source directory" : identifier.rawValue
+    }
+
+    static func kind(of info: stat) -> ItemKind? {
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: .file
+        case S_IFDIR: .directory
+        case S_IFLNK: .symbolicLink
+        default: nil
+        }
+    }
+
+    /// utimensat's pair: the access time left alone, the modification time set.
+    static func times(modification time: ItemTime) -> [timespec] {
+        [
+            timespec(tv_sec: 0, tv_nsec: Int(PROVIDERFS_UTIME_OMIT)),
+            timespec(tv_sec: time_t(time.seconds), tv_nsec: Int(time.nanoseconds)),
+        ]
+    }
+
+    /// A failed system call of a write, as the `ProviderError` that says what happened.
+    static func writeError(_ code: Int32, _ what: String) -> ProviderError {
+        let message = "\(what): \(String(cString: strerror(code)))"
+        switch code {
+        case EACCES, EPERM, EROFS: return ProviderError(.accessDenied, message, errno: code)
+        case ENOSPC, EDQUOT: return ProviderError(.noSpace, message, errno: code)
+        case EFBIG: return ProviderError(.tooLarge, message, errno: code)
+        case ENAMETOOLONG: return ProviderError(.invalidName, message, errno: code)
+        case EEXIST: return ProviderError(.alreadyExists, message, errno: code)
+        case ENOTEMPTY: return ProviderError(.notEmpty, message, errno: code)
+        case ENOENT: return ProviderError(.noSuchItem, message, errno: code)
+        case EISDIR, ENOTDIR: return ProviderError(.wrongKind, message, errno: code)
+        case ELOOP: return ProviderError(.invalidName, message, errno: code)
+        default: return ProviderError(.io, message, errno: code)
+        }
+    }
+}
+
+/// Test hooks of uploads (LocalDirectoryWritingTests): called on the provider's I/O thread after
+/// each copy step (with the bytes copied so far) and right before the publishing rename.
+final class UploadHooks: Sendable {
+    let afterCopyStep: @Sendable (Int64) -> Void
+    let beforePublish: @Sendable () -> Void
+    init(
+        afterCopyStep: @escaping @Sendable (Int64) -> Void = { _ in },
+        beforePublish: @escaping @Sendable () -> Void = {}
+    ) {
+        self.afterCopyStep = afterCopyStep
+        self.beforePublish = beforePublish
+    }
+}

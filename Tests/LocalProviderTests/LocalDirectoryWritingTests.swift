@@ -1,0 +1,565 @@
+// LocalDirectoryProvider's write calls (issue 14): each call's effect read back from disk, each
+// refusal with its code and errno, and the atomicity of uploads (no partial file seen, nothing
+// left behind by a failure or a cancellation).
+
+import Dispatch
+import Foundation
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+
+@testable import LocalProvider
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The error a call threw, as a ProviderError (nil when it did not throw).
+private func failure(_ body: () async throws -> Void) async -> ProviderError? {
+    do {
+        try await body()
+        return nil
+    } catch {
+        return ProviderError.from(error)
+    }
+}
+
+/// Every name in a directory, hidden ones included (a staging file left behind shows here).
+private func entries(_ path: String) throws -> [String] {
+    try FileManager.default.contentsOfDirectory(atPath: path).sorted()
+}
+
+private func lstatInfo(_ path: String) -> stat? {
+    var info = stat()
+    return lstat(path, &info) == 0 ? info : nil
+}
+
+/// A local file with `bytes`, to upload from (in its own directory, outside the source).
+private func localFile(
+    _ bytes: [UInt8], in directory: TemporaryDirectory, named name: String = "upload"
+) throws
+    -> String
+{
+    try directory.write(name, bytes)
+    return directory.path + "/" + name
+}
+
+@Suite("LocalDirectoryProvider writing")
+struct LocalDirectoryWritingTests {
+    @Test("the provider reports every write capability")
+    func capabilities() {
+        let provider = LocalDirectoryProvider(root: "/nonexistent")
+        #expect(provider.capabilities.isSuperset(of: [.writing, .symbolicLinks, .exchangingMoves, .storesAttributes]))
+    }
+
+    @Test("createDirectory stores the permissions asked (umask aside) and refuses a taken name")
+    func createDirectory() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("a/file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let made = try await provider.createDirectory(named: "new", in: ItemIdentifier("a"), permissions: 0o705)
+        #expect(made.identifier == ItemIdentifier("a/new"))
+        #expect(made.kind == .directory)
+        let info = try #require(lstatInfo(root.path + "/a/new"))
+        #expect(info.st_mode & S_IFMT == S_IFDIR)
+        #expect(info.st_mode & 0o7777 == 0o705)
+        #expect(try await provider.item(for: made.identifier) == made)
+
+        let taken = await failure {
+            _ = try await provider.createDirectory(named: "file", in: ItemIdentifier("a"), permissions: 0o755)
+        }
+        #expect(taken?.code == .alreadyExists)
+        #expect(taken?.errno == EEXIST)
+        let missing = await failure {
+            _ = try await provider.createDirectory(named: "x", in: ItemIdentifier("nope"), permissions: 0o755)
+        }
+        #expect(missing?.code == .noSuchItem)
+        let inFile = await failure {
+            _ = try await provider.createDirectory(named: "x", in: ItemIdentifier("a/file"), permissions: 0o755)
+        }
+        #expect(inFile?.code == .wrongKind)
+    }
+
+    @Test("names that are not one component, too long, or reserved are refused, and nothing is created")
+    func badNames() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("a/file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile([1, 2, 3], in: local)
+        let long = String(repeating: "n", count: 256)
+        for name in ["", ".", "..", "x/y", "../escape", "nul\u{0}name", long, ".providerfs-upload-1234"] {
+            let calls: [(String, () async throws -> Void)] = [
+                ("mkdir", { _ = try await provider.createDirectory(named: name, in: .root, permissions: 0o755) }),
+                ("symlink", { _ = try await provider.createSymbolicLink(named: name, in: .root, target: "a") }),
+                (
+                    "upload",
+                    {
+                        _ = try await provider.upload(
+                            from: source, to: .create(name: name, in: .root), permissions: nil, modificationTime: nil)
+                    }
+                ),
+                (
+                    "move",
+                    { _ = try await provider.move(ItemIdentifier("a/file"), to: .root, named: name, mode: .replacing) }
+                ),
+            ]
+            for (call, body) in calls {
+                let error = await failure(body)
+                #expect(error?.code == .invalidName, "\(call) '\(name.prefix(20))'")
+                if name == long { #expect(error?.errno == ENAMETOOLONG, "\(call)") }
+            }
+        }
+        // 255 bytes is a good name.
+        let longest = String(repeating: "n", count: 255)
+        #expect(try await provider.createDirectory(named: longest, in: .root, permissions: 0o755).name == longest)
+        #expect(try entries(root.path) == ["a", longest].sorted())
+        #expect(try entries(root.path + "/a") == ["file"])
+        // Identifiers that leave the root are refused too.
+        for identifier in ["../x", "a/../../x", "/etc"] {
+            let error = await failure { try await provider.delete(ItemIdentifier(identifier), kind: .file) }
+            #expect(error?.code == .invalidName, "\(identifier)")
+        }
+        let atRoot = await failure { try await provider.delete(.root, kind: .directory) }
+        #expect(atRoot?.code == .invalidName)
+    }
+
+    @Test("a symbolic link in the parent path is never followed out of the source")
+    func symlinkedParentEscaping() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let outside = try TemporaryDirectory()
+        defer { outside.remove() }
+        try outside.write("sub/victim", [9])
+        symlink(outside.path, root.path + "/out")
+        let provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile([1], in: local)
+        // The link itself as the parent: not a directory (O_NOFOLLOW).
+        let direct = await failure {
+            _ = try await provider.createDirectory(named: "x", in: ItemIdentifier("out"), permissions: 0o755)
+        }
+        #expect(direct?.code == .wrongKind)
+        // Through the link: the parent's real path is outside the source.
+        let through = await failure {
+            _ = try await provider.upload(
+                from: source, to: .create(name: "x", in: ItemIdentifier("out/sub")), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(through?.code == .invalidName)
+        let delete = await failure { try await provider.delete(ItemIdentifier("out/sub/victim"), kind: .file) }
+        #expect(delete?.code == .invalidName)
+        let replace = await failure {
+            _ = try await provider.upload(
+                from: source, to: .replace(ItemIdentifier("out/sub/victim"), baseVersion: nil), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(replace?.code == .invalidName)
+        let move = await failure {
+            _ = try await provider.move(ItemIdentifier("out/sub/victim"), to: .root, named: "v", mode: .replacing)
+        }
+        #expect(move?.code == .invalidName)
+        let attributes = await failure {
+            _ = try await provider.setAttributes(
+                ItemIdentifier("out/sub/victim"), ItemAttributeChanges(permissions: 0o777))
+        }
+        #expect(attributes?.code == .invalidName)
+        #expect(try entries(outside.path) == ["sub"])
+        #expect(try entries(outside.path + "/sub") == ["victim"])
+        #expect(try readFile(outside.path + "/sub/victim") == [9])
+        #expect(try #require(lstatInfo(outside.path + "/sub/victim")).st_mode & 0o777 != 0o777)
+    }
+
+    @Test("createSymbolicLink stores the target as given, never resolved")
+    func createSymbolicLink() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("a/file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let link = try await provider.createSymbolicLink(
+            named: "link", in: ItemIdentifier("a"), target: "../../nowhere")
+        #expect(link.kind == .symbolicLink)
+        #expect(link.symbolicLinkTarget == "../../nowhere")
+        var buffer = [CChar](repeating: 0, count: 256)
+        let count = readlink(root.path + "/a/link", &buffer, 255)
+        #expect(
+            String(decoding: buffer[0..<max(0, count)].map { UInt8(bitPattern: $0) }, as: UTF8.self) == "../../nowhere")
+        #expect(try await provider.item(for: link.identifier) == link)
+        let taken = await failure {
+            _ = try await provider.createSymbolicLink(named: "file", in: ItemIdentifier("a"), target: "x")
+        }
+        #expect(taken?.code == .alreadyExists)
+    }
+
+    @Test(
+        "an upload creates a file exclusively: its bytes, permissions and mtime on disk, the version item(for:) reports"
+    )
+    func uploadCreate() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("dir/existing", [7, 7])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let bytes = (0..<100_000).map { UInt8($0 % 253) }
+        let source = try localFile(bytes, in: local)
+        let time = ItemTime(seconds: 1_600_000_000, nanoseconds: 123_456_789)
+        let item = try await provider.upload(
+            from: source, to: .create(name: "new", in: ItemIdentifier("dir")), permissions: 0o640,
+            modificationTime: time)
+        #expect(item.identifier == ItemIdentifier("dir/new"))
+        #expect(item.size == Int64(bytes.count))
+        #expect(item.modificationTime == time)
+        #expect(item.permissions == 0o640)
+        #expect(try readFile(root.path + "/dir/new") == bytes)
+        #expect(try #require(lstatInfo(root.path + "/dir/new")).st_mode & 0o7777 == 0o640)
+        #expect(try await provider.item(for: item.identifier) == item)
+        #expect(try entries(root.path + "/dir") == ["existing", "new"])
+
+        // A taken name: nothing replaced, no staging file left.
+        let taken = await failure {
+            _ = try await provider.upload(
+                from: source, to: .create(name: "existing", in: ItemIdentifier("dir")), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(taken?.code == .alreadyExists)
+        #expect(try readFile(root.path + "/dir/existing") == [7, 7])
+        #expect(try entries(root.path + "/dir") == ["existing", "new"])
+
+        // No permissions given: 0644. A missing local file: an I/O error, nothing created.
+        let plain = try await provider.upload(
+            from: source, to: .create(name: "plain", in: .root), permissions: nil, modificationTime: nil)
+        #expect(plain.permissions == 0o644)
+        let noSource = await failure {
+            _ = try await provider.upload(
+                from: local.path + "/missing", to: .create(name: "other", in: .root), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(noSource?.code == .io)
+        #expect(noSource?.errno == ENOENT)
+        let noParent = await failure {
+            _ = try await provider.upload(
+                from: source, to: .create(name: "x", in: ItemIdentifier("gone")), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(noParent?.code == .noSuchItem)
+        #expect(try entries(root.path) == ["dir", "plain"])
+    }
+
+    @Test("an upload replaces a file: new bytes and version, its permissions kept, the base version checked")
+    func uploadReplace() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("f", Array("old content".utf8))
+        chmod(root.path + "/f", 0o600)
+        try root.write("d/inner", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let before = try await provider.item(for: ItemIdentifier("f"))
+        let source = try localFile(Array("new!".utf8), in: local)
+        let after = try await provider.upload(
+            from: source, to: .replace(ItemIdentifier("f"), baseVersion: before.contentVersion), permissions: nil,
+            modificationTime: nil)
+        #expect(after.contentVersion != before.contentVersion)
+        #expect(after.permissions == 0o600)
+        #expect(try readFile(root.path + "/f") == Array("new!".utf8))
+        #expect(try await provider.item(for: ItemIdentifier("f")) == after)
+
+        // The old version as base: refused, the file untouched, no staging file left.
+        let other = try localFile(Array("newer".utf8), in: local, named: "other")
+        let stale = await failure {
+            _ = try await provider.upload(
+                from: other, to: .replace(ItemIdentifier("f"), baseVersion: before.contentVersion), permissions: 0o644,
+                modificationTime: nil)
+        }
+        #expect(stale?.code == .versionChanged)
+        #expect(try readFile(root.path + "/f") == Array("new!".utf8))
+        #expect(try await provider.item(for: ItemIdentifier("f")) == after)
+        #expect(try entries(root.path) == ["d", "f"])
+
+        // No base version: replaced whatever is there.
+        let last = try await provider.upload(
+            from: other, to: .replace(ItemIdentifier("f"), baseVersion: nil), permissions: 0o644, modificationTime: nil)
+        #expect(last.permissions == 0o644)
+        #expect(try readFile(root.path + "/f") == Array("newer".utf8))
+
+        let directory = await failure {
+            _ = try await provider.upload(
+                from: other, to: .replace(ItemIdentifier("d"), baseVersion: nil), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(directory?.code == .wrongKind)
+        let gone = await failure {
+            _ = try await provider.upload(
+                from: other, to: .replace(ItemIdentifier("gone"), baseVersion: nil), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(gone?.code == .noSuchItem)
+        #expect(try entries(root.path) == ["d", "f"])
+    }
+
+    @Test("an upload cancelled midway leaves nothing: no file, no staging file")
+    func uploadCancelled() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile([UInt8](repeating: 0x5A, count: 20 << 20), in: local)
+        let reached = Locked(false)
+        let proceed = DispatchSemaphore(value: 0)
+        var provider = LocalDirectoryProvider(root: root.path)
+        provider.uploadHooks = UploadHooks(afterCopyStep: { _ in
+            let first = reached.withLock { reached -> Bool in
+                defer { reached = true }
+                return !reached
+            }
+            if first { proceed.wait() }
+        })
+        let uploading = provider
+        let task = Task {
+            try await uploading.upload(
+                from: source, to: .create(name: "big", in: .root), permissions: nil, modificationTime: nil)
+        }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !reached.withLock({ $0 }) {
+            try #require(ContinuousClock.now < deadline, "the upload never copied a step")
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        // The staging file exists now, hidden from the provider's own listing.
+        #expect(try entries(root.path).count == 1)
+        #expect(try await provider.children(of: .root).isEmpty)
+        task.cancel()
+        proceed.signal()
+        let result = await task.result
+        #expect(throws: CancellationError.self) { try result.get() }
+        #expect(try entries(root.path).isEmpty)
+    }
+
+    @Test("a reader of the provider never sees a partial file while a large upload replaces it")
+    func readersSeeOldOrNew() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let old = [UInt8](repeating: 0x11, count: 1 << 20)
+        try root.write("f", old)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let new = (0..<(24 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
+        let source = try localFile(new, in: local)
+        let reads = Locked((old: 0, new: 0, bad: 0))
+        var provider = LocalDirectoryProvider(root: root.path)
+        // Each copy step waits for a whole read of the provider, so reads interleave with staging.
+        provider.uploadHooks = UploadHooks(afterCopyStep: { _ in
+            let seen = reads.withLock { $0.old + $0.new }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while reads.withLock({ $0.old + $0.new }) == seen, ContinuousClock.now < deadline { usleep(1000) }
+        })
+        let reader = provider
+        let done = Locked(false)
+        let readerTask = Task {
+            var afterDone = 0
+            while afterDone < 2 {
+                if done.withLock({ $0 }) { afterDone += 1 }
+                do {
+                    let item = try await reader.item(for: ItemIdentifier("f"))
+                    let stream = try await reader.fetchContents(
+                        of: item.identifier, version: item.contentVersion, range: 0..<item.size)
+                    var bytes: [UInt8] = []
+                    while let chunk = try await stream.next(maximumLength: 1 << 20) { bytes += chunk }
+                    stream.close()
+                    reads.withLock {
+                        if bytes == old { $0.old += 1 } else if bytes == new { $0.new += 1 } else { $0.bad += 1 }
+                    }
+                } catch let error as ProviderError where error.code == .versionChanged {
+                    continue
+                }
+            }
+        }
+        let item = try await provider.upload(
+            from: source, to: .replace(ItemIdentifier("f"), baseVersion: nil), permissions: nil, modificationTime: nil)
+        done.withLock { $0 = true }
+        try await readerTask.value
+        let counts = reads.withLock { $0 }
+        #expect(counts.bad == 0)
+        #expect(counts.old >= 2)
+        #expect(counts.new >= 1)
+        #expect(item.size == Int64(new.count))
+        #expect(try entries(root.path) == ["f"])
+    }
+
+    @Test("delete: unlink of files and links, rmdir of empty directories, refusals by kind and content")
+    func delete() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("f", [1])
+        try root.write("full/inner", [1])
+        mkdir(root.path + "/empty", 0o755)
+        symlink("f", root.path + "/link")
+        let provider = LocalDirectoryProvider(root: root.path)
+
+        let fileAsDirectory = await failure { try await provider.delete(ItemIdentifier("f"), kind: .directory) }
+        #expect(fileAsDirectory?.code == .wrongKind)
+        #expect(fileAsDirectory?.errno == ENOTDIR)
+        let directoryAsFile = await failure { try await provider.delete(ItemIdentifier("empty"), kind: .file) }
+        #expect(directoryAsFile?.code == .wrongKind)
+        #expect(directoryAsFile?.errno == EISDIR)
+        let linkAsFile = await failure { try await provider.delete(ItemIdentifier("link"), kind: .file) }
+        #expect(linkAsFile?.code == .wrongKind)
+        let full = await failure { try await provider.delete(ItemIdentifier("full"), kind: .directory) }
+        #expect(full?.code == .notEmpty)
+        #expect(full?.errno == ENOTEMPTY)
+        #expect(try entries(root.path) == ["empty", "f", "full", "link"])
+
+        try await provider.delete(ItemIdentifier("link"), kind: .symbolicLink)
+        try await provider.delete(ItemIdentifier("f"), kind: .file)
+        try await provider.delete(ItemIdentifier("empty"), kind: .directory)
+        try await provider.delete(ItemIdentifier("full/inner"), kind: .file)
+        #expect(try entries(root.path) == ["full"])
+        let gone = await failure { try await provider.delete(ItemIdentifier("f"), kind: .file) }
+        #expect(gone?.code == .noSuchItem)
+    }
+
+    @Test("move: rename over a file, RENAME_NOREPLACE, RENAME_EXCHANGE, and the refusals")
+    func move() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("a", Array("A".utf8))
+        try root.write("b", Array("B".utf8))
+        try root.write("d/inner", Array("I".utf8))
+        try root.write("full/x", [1])
+        mkdir(root.path + "/empty", 0o755)
+        let provider = LocalDirectoryProvider(root: root.path)
+        let a = try await provider.item(for: ItemIdentifier("a"))
+
+        // NOREPLACE: refused over an existing name, nothing changed; fine to a free one.
+        let taken = await failure {
+            _ = try await provider.move(ItemIdentifier("a"), to: .root, named: "b", mode: .noReplace)
+        }
+        #expect(taken?.code == .alreadyExists)
+        #expect(try readFile(root.path + "/b") == Array("B".utf8))
+        let moved = try await provider.move(ItemIdentifier("a"), to: ItemIdentifier("d"), named: "a2", mode: .noReplace)
+        #expect(moved.identifier == ItemIdentifier("d/a2"))
+        #expect(moved.parent == ItemIdentifier("d"))
+        // A rename keeps the inode: same content version.
+        #expect(moved.contentVersion == a.contentVersion)
+        #expect(try readFile(root.path + "/d/a2") == Array("A".utf8))
+        #expect(lstatInfo(root.path + "/a") == nil)
+
+        // EXCHANGE: both stay, swapped.
+        let swapped = try await provider.move(ItemIdentifier("d/a2"), to: .root, named: "b", mode: .exchange)
+        #expect(swapped.identifier == ItemIdentifier("b"))
+        #expect(try readFile(root.path + "/b") == Array("A".utf8))
+        #expect(try readFile(root.path + "/d/a2") == Array("B".utf8))
+        let noPartner = await failure {
+            _ = try await provider.move(ItemIdentifier("b"), to: .root, named: "none", mode: .exchange)
+        }
+        #expect(noPartner?.code == .noSuchItem)
+
+        // Replacing: over a file; a directory over an empty one, not over a full one.
+        let replaced = try await provider.move(ItemIdentifier("d/a2"), to: .root, named: "b", mode: .replacing)
+        #expect(try readFile(root.path + "/b") == Array("B".utf8))
+        #expect(try await provider.item(for: ItemIdentifier("b")) == replaced)
+        let overFull = await failure {
+            _ = try await provider.move(ItemIdentifier("d"), to: .root, named: "full", mode: .replacing)
+        }
+        #expect(overFull?.code == .notEmpty)
+        let fileOverDirectory = await failure {
+            _ = try await provider.move(ItemIdentifier("b"), to: .root, named: "empty", mode: .replacing)
+        }
+        #expect(fileOverDirectory?.code == .wrongKind)
+        #expect(fileOverDirectory?.errno == EISDIR)
+        let intoItself = await failure {
+            _ = try await provider.move(ItemIdentifier("d"), to: ItemIdentifier("d"), named: "sub", mode: .replacing)
+        }
+        #expect(intoItself?.code == .invalidName)
+        #expect(intoItself?.errno == EINVAL)
+        let intoItselfNoReplace = await failure {
+            _ = try await provider.move(ItemIdentifier("d"), to: ItemIdentifier("d"), named: "sub", mode: .noReplace)
+        }
+        #expect(intoItselfNoReplace?.code == .invalidName)
+        let overEmpty = try await provider.move(ItemIdentifier("d"), to: .root, named: "empty", mode: .replacing)
+        #expect(overEmpty.identifier == ItemIdentifier("empty"))
+        #expect(try readFile(root.path + "/empty/inner") == Array("I".utf8))
+        #expect(try entries(root.path) == ["b", "empty", "full"])
+        let gone = await failure {
+            _ = try await provider.move(ItemIdentifier("d"), to: .root, named: "z", mode: .replacing)
+        }
+        #expect(gone?.code == .noSuchItem)
+    }
+
+    @Test("setAttributes: chmod and mtime stored; a link's permissions left alone, its own mtime set")
+    func setAttributes() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("f", [1, 2, 3])
+        symlink("f", root.path + "/link")
+        let provider = LocalDirectoryProvider(root: root.path)
+        let before = try await provider.item(for: ItemIdentifier("f"))
+        let time = ItemTime(seconds: 1_500_000_000, nanoseconds: 42)
+        let after = try await provider.setAttributes(
+            ItemIdentifier("f"), ItemAttributeChanges(permissions: 0o751, modificationTime: time))
+        #expect(after.permissions == 0o751)
+        #expect(after.modificationTime == time)
+        #expect(after.contentVersion != before.contentVersion)
+        let info = try #require(lstatInfo(root.path + "/f"))
+        #expect(info.st_mode & 0o7777 == 0o751)
+        #expect(info.st_mtim.tv_sec == 1_500_000_000 && info.st_mtim.tv_nsec == 42)
+        #expect(try await provider.item(for: ItemIdentifier("f")) == after)
+        // Only the time: the permissions stay.
+        let timeOnly = try await provider.setAttributes(
+            ItemIdentifier("f"), ItemAttributeChanges(modificationTime: ItemTime(seconds: 5)))
+        #expect(timeOnly.permissions == 0o751)
+
+        let link = try await provider.setAttributes(
+            ItemIdentifier("link"), ItemAttributeChanges(permissions: 0o600, modificationTime: ItemTime(seconds: 1_000))
+        )
+        #expect(link.kind == .symbolicLink)
+        #expect(link.modificationTime == ItemTime(seconds: 1_000))
+        // The target is untouched by either change.
+        let target = try #require(lstatInfo(root.path + "/f"))
+        #expect(target.st_mode & 0o7777 == 0o751)
+        #expect(target.st_mtim.tv_sec == 5)
+        let gone = await failure {
+            _ = try await provider.setAttributes(ItemIdentifier("gone"), ItemAttributeChanges(permissions: 0o600))
+        }
+        #expect(gone?.code == .noSuchItem)
+    }
+
+    @Test("staging names are never items: not listed, not looked up, not reported as changes")
+    func stagingNamesHidden() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write(".providerfs-upload-leftover", [1])
+        try root.write("visible", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        #expect(try await provider.children(of: .root).map(\.name) == ["visible"])
+        #expect(try await provider.child(named: ".providerfs-upload-leftover", of: .root) == nil)
+        let item = await failure { _ = try await provider.item(for: ItemIdentifier(".providerfs-upload-leftover")) }
+        #expect(item?.code == .noSuchItem)
+
+        let seen = Locked<[ProviderChange]>([])
+        provider.observeChanges { changes in seen.withLock { $0 += changes ?? [] } }
+        _ = try await provider.trackedChildren(of: .root)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile([UInt8](repeating: 3, count: 4096), in: local)
+        _ = try await provider.upload(
+            from: source, to: .create(name: "published", in: .root), permissions: nil, modificationTime: nil)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !seen.withLock({ $0.contains(.membership(directory: .root, name: "published")) }) {
+            try #require(ContinuousClock.now < deadline, "the publishing rename was never reported")
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        provider.observeChanges(nil)
+        let changes = seen.withLock { $0 }
+        for change in changes {
+            if case .membership(_, let name) = change { #expect(!name.hasPrefix(".providerfs-upload-"), "\(change)") }
+            if case .entry(_, let name) = change { #expect(!name.hasPrefix(".providerfs-upload-"), "\(change)") }
+        }
+    }
+}
