@@ -5,87 +5,6 @@ import TestSupport
 import Testing
 import VirtualFileSystem
 
-/// The fixture's provider with namespace changes, done on its InMemoryProvider by path (its
-/// identifiers are paths, as a local directory's), and a log of the claims asked for.
-private final class NamespaceProvider: InMemoryProviderWrapper {
-    let base: InMemoryProvider
-    let capabilities: ProviderCapabilities
-    let calls = Locked<[String]>([])
-    init(base: InMemoryProvider, capabilities: ProviderCapabilities = [.writing, .exchangingMoves]) {
-        self.base = base
-        self.capabilities = capabilities
-    }
-
-    private func path(_ parent: ItemIdentifier, _ name: String) -> String {
-        parent == .root ? name : parent.rawValue + "/" + name
-    }
-
-    private func existing(_ path: String) async -> ProviderItem? { try? await base.item(for: ItemIdentifier(path)) }
-
-    func createDirectory(
-        named name: String, in parent: ItemIdentifier, permissions: UInt16
-    ) async throws -> ProviderItem {
-        calls.withLock { $0.append("mkdir \(name)") }
-        let path = path(parent, name)
-        if await existing(path) != nil { throw ProviderError(.alreadyExists, "\(path) exists") }
-        base.addDirectory(path)
-        return try await base.item(for: ItemIdentifier(path))
-    }
-
-    func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
-        calls.withLock { $0.append("delete \(identifier)") }
-        if kind == .directory, !(try await base.children(of: identifier)).isEmpty {
-            throw ProviderError(.notEmpty, "\(identifier) is not empty")
-        }
-        base.remove(identifier.rawValue)
-    }
-
-    /// Copies `from` (and what is below it) to `to`, then removes `from`.
-    private func relocate(_ from: String, _ to: String) {
-        let items = base.allItems.compactMap { item -> (ProviderItem, String)? in
-            guard let moved = item.identifier.rebased(from: ItemIdentifier(from), to: ItemIdentifier(to)) else {
-                return nil
-            }
-            return (item, moved.rawValue)
-        }.sorted { $0.1.utf8.count < $1.1.utf8.count }
-        for (item, path) in items {
-            if item.kind == .directory {
-                base.addDirectory(path)
-            } else if let (content, _) = base.content(of: item.identifier.rawValue) {
-                base.putFile(path, content)
-            }
-        }
-        base.remove(from)
-    }
-
-    func move(
-        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
-    ) async throws -> ProviderItem {
-        calls.withLock { $0.append("move \(identifier) \(name)") }
-        let target = path(parent, name)
-        let destination = await existing(target)
-        switch mode {
-        case .noReplace:
-            if destination != nil { throw ProviderError(.alreadyExists, "\(target) exists") }
-        case .exchange:
-            guard destination != nil else { throw ProviderError(.noSuchItem, "\(target) is gone") }
-            relocate(target, target + ".swap")
-            relocate(identifier.rawValue, target)
-            relocate(target + ".swap", identifier.rawValue)
-            return try await base.item(for: ItemIdentifier(target))
-        case .replacing:
-            if let destination {
-                if destination.kind == .directory, !(try await base.children(of: destination.identifier)).isEmpty {
-                    throw ProviderError(.notEmpty, "\(target) is not empty")
-                }
-                base.remove(target)
-            }
-        }
-        relocate(identifier.rawValue, target)
-        return try await base.item(for: ItemIdentifier(target))
-    }
-}
-
 /// Records the namespace claims asked for and their ends.
 private final class RecordingNamespaceClaims: NamespaceClaimProvider {
     let log = Locked<[String]>([])
@@ -128,8 +47,7 @@ struct NamespaceTests {
     @Test("mkdir answers an entry that lookup then finds, counted like a lookup; the provider has it")
     func makeDirectory() async throws {
         let fixture = try writableFixture()
-        let provider = NamespaceProvider(base: fixture.provider)
-        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let fileSystem = try fixture.makeFileSystem()
         #expect(try await names(fileSystem, .root) == [])
         let made = try await fileSystem.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
         #expect(made.attributes.type == .directory)
@@ -155,7 +73,7 @@ struct NamespaceTests {
     func badNames() async throws {
         let fixture = try writableFixture()
         fixture.provider.putFile("f", .bytes([1]))
-        let fileSystem = try fixture.makeFileSystem(provider: NamespaceProvider(base: fixture.provider))
+        let fileSystem = try fixture.makeFileSystem()
         for name in ["", ".", "..", "a/b"] {
             #expect(
                 await errno {
@@ -185,23 +103,27 @@ struct NamespaceTests {
                 _ = try await fileSystem.makeHardLink(file.inode, newParent: .root, newName: "g", context: .kernel)
             }
                 == .notPermitted)
+        // A provider without symbolic links: EPERM, as vfat answers.
+        let linkless = InMemoryProvider(capabilities: [.writing])
+        let withoutLinks = try fixture.makeFileSystem(provider: linkless)
         #expect(
             await errno {
-                _ = try await fileSystem.makeSymbolicLink(parent: .root, name: "l", target: "f", context: .kernel)
+                _ = try await withoutLinks.makeSymbolicLink(parent: .root, name: "l", target: "f", context: .kernel)
             }
                 == .notPermitted)
 
         // Not writable (the default), or a provider without `.writing`: EROFS.
         let readOnly = try VFSFixture()
-        let plain = try readOnly.makeFileSystem(provider: NamespaceProvider(base: readOnly.provider))
+        let plain = try readOnly.makeFileSystem()
         #expect(
             await errno {
                 _ = try await plain.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
             }
                 == .readOnlyFileSystem)
         let unwritable = try writableFixture()
-        let declining = try unwritable.makeFileSystem(
-            provider: NamespaceProvider(base: unwritable.provider, capabilities: []))
+        let readOnlyProvider = InMemoryProvider(capabilities: [])
+        readOnlyProvider.putFile("f", .bytes([1]))
+        let declining = try unwritable.makeFileSystem(provider: readOnlyProvider)
         #expect(
             await errno { try await declining.unlink(parent: .root, name: "f", context: .kernel) }
                 == .readOnlyFileSystem)
@@ -213,9 +135,8 @@ struct NamespaceTests {
         fixture.provider.addDirectory("d")
         fixture.provider.putFile("d/f", .bytes([1, 2]))
         fixture.provider.addDirectory("e")
-        let provider = NamespaceProvider(base: fixture.provider)
         let claims = RecordingNamespaceClaims()
-        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let fileSystem = try fixture.makeFileSystem()
         fileSystem.setNamespaceClaims(claims)
         let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
         #expect(await errno { try await fileSystem.unlink(parent: .root, name: "d", context: .kernel) } == .isDirectory)
@@ -245,7 +166,7 @@ struct NamespaceTests {
         let fixture = try writableFixture()
         let bytes = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 * 7) }
         fixture.provider.putFile("f", .bytes(bytes))
-        let fileSystem = try fixture.makeFileSystem(provider: NamespaceProvider(base: fixture.provider))
+        let fileSystem = try fixture.makeFileSystem()
         let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
         let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         let first = try await fileSystem.read(file.inode, handle: opened.handle, offset: 0, count: 10, context: .kernel)
@@ -271,7 +192,7 @@ struct NamespaceTests {
         fixture.provider.putFile("a/sub/f", .bytes(Array("hello".utf8)))
         fixture.provider.addDirectory("b")
         let claims = RecordingNamespaceClaims()
-        let fileSystem = try fixture.makeFileSystem(provider: NamespaceProvider(base: fixture.provider))
+        let fileSystem = try fixture.makeFileSystem()
         fileSystem.setNamespaceClaims(claims)
         let a = try await fileSystem.lookup(parent: .root, name: "a", context: .kernel)
         let b = try await fileSystem.lookup(parent: .root, name: "b", context: .kernel)
@@ -313,7 +234,7 @@ struct NamespaceTests {
         fixture.provider.addDirectory("empty")
         fixture.provider.putFile("p", .bytes(Array("P".utf8)))
         fixture.provider.addDirectory("q")
-        let fileSystem = try fixture.makeFileSystem(provider: NamespaceProvider(base: fixture.provider))
+        let fileSystem = try fixture.makeFileSystem()
         let y = try await fileSystem.lookup(parent: .root, name: "y", context: .kernel)
         let opened = try await fileSystem.open(y.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         #expect(
@@ -372,8 +293,9 @@ struct NamespaceTests {
         "chmod and utimens at a provider that does not store them: kept by the mount, shown, and kept across a restart")
     func attributesKept() async throws {
         let fixture = try writableFixture()
-        fixture.provider.putFile("f", .bytes([1]))
-        let fileSystem = try fixture.makeFileSystem(provider: NamespaceProvider(base: fixture.provider))
+        let provider = InMemoryProvider(capabilities: [.writing])
+        provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
         let f = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
         let time = Timestamp(seconds: 1_000_000, nanoseconds: 5)
         let after = try await fileSystem.setAttributes(
@@ -386,9 +308,67 @@ struct NamespaceTests {
                 _ = try await fileSystem.setAttributes(
                     f.inode, changes: AttributeChanges(uid: 12345), handle: nil, context: .kernel)
             } == .notPermitted)
-        let restarted = try fixture.makeFileSystem(provider: NamespaceProvider(base: fixture.provider))
+        #expect(provider.allItems.first { $0.name == "f" }?.permissions == 0o644, "the provider keeps its own")
+        let restarted = try fixture.makeFileSystem(provider: provider)
         let again = try await restarted.lookup(parent: .root, name: "f", context: .kernel)
         #expect(again.attributes.permissions == 0o600)
         #expect(again.attributes.modificationTime == time)
+    }
+
+    @Test("chmod and utimens at a provider that stores them reach the provider")
+    func attributesStored() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        let f = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let time = Timestamp(seconds: 2_000_000, nanoseconds: 0)
+        let after = try await fileSystem.setAttributes(
+            f.inode, changes: AttributeChanges(permissions: 0o640, modificationTime: time), handle: nil,
+            context: .kernel)
+        #expect(after.permissions == 0o640)
+        let stored = try #require(fixture.provider.allItems.first { $0.name == "f" })
+        #expect(stored.permissions == 0o640)
+        #expect(stored.modificationTime == ItemTime(seconds: 2_000_000))
+    }
+
+    @Test("the provider's own change reports after a change through the mount never lose or double an entry")
+    func pushedChangesConverge() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/f", .bytes([1]))
+        let provider = ChangeNotifyingProvider(base: fixture.provider)
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
+        #expect(try await names(fileSystem, d.inode) == ["f"])
+        _ = try await fileSystem.makeDirectory(parent: d.inode, name: "new", permissions: 0o755, context: .kernel)
+        try await fileSystem.rename(
+            parent: d.inode, name: "f", newParent: d.inode, newName: "g", flags: 0, context: .kernel)
+        // What inotify would say afterwards about each name.
+        provider.report([
+            .membership(directory: ItemIdentifier("d"), name: "new"),
+            .membership(directory: ItemIdentifier("d"), name: "f"),
+            .membership(directory: ItemIdentifier("d"), name: "g"),
+        ])
+        #expect(try await names(fileSystem, d.inode) == ["g", "new"])
+        _ = try await fileSystem.lookup(parent: d.inode, name: "g", context: .kernel)
+        #expect(try await names(fileSystem, d.inode) == ["g", "new"])
+    }
+
+    @Test("a listing taken before a mkdir and applied after it does not lose the new directory")
+    func racingListingConverges() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/f", .bytes([1]))
+        let provider = ChangeNotifyingProvider(base: fixture.provider)
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
+        provider.holdNextListing()
+        let listing = Task { try await names(fileSystem, d.inode) }
+        while !provider.isHoldingListing { await Task.yield() }
+        _ = try await fileSystem.makeDirectory(parent: d.inode, name: "new", permissions: 0o755, context: .kernel)
+        provider.releaseListing()
+        _ = try await listing.value
+        #expect(try await names(fileSystem, d.inode) == ["f", "new"])
+        _ = try await fileSystem.lookup(parent: d.inode, name: "new", context: .kernel)
     }
 }
