@@ -110,6 +110,9 @@ struct InodeTable {
         for (new, inode) in moved { byIdentifier[new] = inode }
     }
 
+    /// The identifiers that have a node handed out.
+    var identifiers: Dictionary<ItemIdentifier, InodeNumber>.Keys { byIdentifier.keys }
+
     /// The node handed out for `identifier`, if the kernel may hold one.
     func inode(of identifier: ItemIdentifier) -> InodeNumber? { byIdentifier[identifier] }
 

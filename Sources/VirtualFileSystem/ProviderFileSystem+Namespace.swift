@@ -180,7 +180,7 @@ extension ProviderFileSystem {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
-        state.withLock { $0.inodes.detach(item.identifier) }
+        state.withLock { Self.detachRemoved(item, in: &$0) }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -247,21 +247,34 @@ extension ProviderFileSystem {
                 change: .moving(
                     from: fromPath, to: toPath, isDirectory: source.kind == .directory, exchanging: mode == .exchange),
                 context: context))
-        let moves: [ItemIdentifier: ItemIdentifier]
+        var moves: [ItemIdentifier: ItemIdentifier]
+        let moved: ProviderItem
         do {
-            moves = try await cache.move(
-                source, to: to.directory, named: newName, mode: mode, replaced: destination
-            ).moves
+            (moved, moves) = try await cache.move(
+                source, to: to.directory, named: newName, mode: mode, replaced: destination)
         } catch {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
         state.withLock { state in
             if let destination {
-                // Replaced (or, exchanged, re-keyed by the catalog's next answer): its number is
-                // not handed out again for the name.
-                state.inodes.detach(destination.identifier)
-                if mode == .exchange { state.inodes.detach(source.identifier) }
+                if mode == .exchange {
+                    // The kernel swapped the two names' nodes: each node follows its item. At a
+                    // provider whose identifiers are paths, the two subtrees swap identifiers.
+                    if moved.identifier == destination.identifier {
+                        for identifier in state.inodes.identifiers {
+                            if let swapped =
+                                identifier.rebased(from: source.identifier, to: destination.identifier)
+                                ?? identifier.rebased(from: destination.identifier, to: source.identifier)
+                            {
+                                moves[identifier] = swapped
+                            }
+                        }
+                    }
+                } else {
+                    // Replaced: its open descriptors keep its last attributes (and their bytes).
+                    Self.detachRemoved(destination, in: &state)
+                }
             }
             state.inodes.rekey(moves)
             guard !moves.isEmpty else { return }
@@ -273,6 +286,23 @@ extension ProviderFileSystem {
             }
         }
         coordination.finishNamespaceChange(claim, happened: true)
+    }
+
+    /// The attributes of a node whose item was deleted or replaced through the mount (an
+    /// unlinked open file): its last ones, with link count 0 as on a local file system.
+    func removedAttributes(_ inode: InodeNumber) -> NodeAttributes? {
+        guard let item = state.withLock({ $0.removed.isEmpty ? nil : $0.removed[inode] }) else { return nil }
+        var attributes = attributes(of: item, presentBytes: item.size, inode: inode)
+        attributes.linkCount = 0
+        return attributes
+    }
+
+    /// The item is gone from its name: a node the kernel holds keeps answering its last
+    /// attributes (`removedAttributes`), and its number is no longer handed out for the identifier.
+    /// Called with the state locked.
+    static func detachRemoved(_ item: ProviderItem, in state: inout State) {
+        if let inode = state.inodes.inode(of: item.identifier) { state.removed[inode] = item }
+        state.inodes.detach(item.identifier)
     }
 
     /// Before an item is deleted, replaced or moved: the content that open handles of it (or of

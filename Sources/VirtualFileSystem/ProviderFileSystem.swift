@@ -121,6 +121,10 @@ public final class ProviderFileSystem: FileSystem {
         var scopedByKey: [ScopedKey: InodeNumber] = [:]
         /// Token id → its nodes, to invalidate when it ends (D-346).
         var scopedByTokenID: [String: Set<InodeNumber>] = [:]
+        /// Nodes whose item was deleted or replaced through the mount while the kernel still holds
+        /// them (an open descriptor): their last item, answered by getattr (link count 0) until
+        /// forgotten (ProviderFileSystem+Namespace.swift).
+        var removed: [InodeNumber: ProviderItem] = [:]
         mutating func allocateHandle() -> FileHandleID {
             defer { nextHandle += 1 }
             return FileHandleID(nextHandle)
@@ -258,7 +262,11 @@ public final class ProviderFileSystem: FileSystem {
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
         state.withLock { state in
-            guard var node = state.scoped[inode] else { return state.inodes.forget(inode, count: count) }
+            guard var node = state.scoped[inode] else {
+                state.inodes.forget(inode, count: count)
+                if !state.removed.isEmpty, state.inodes[inode] == nil { state.removed[inode] = nil }
+                return
+            }
             node.lookupCount -= min(count, node.lookupCount)
             if node.lookupCount > 0 { return state.scoped[inode] = node }
             state.scoped[inode] = nil
@@ -275,6 +283,7 @@ public final class ProviderFileSystem: FileSystem {
         if let target = scopedTarget(inode) { return try await scopedAttributes(inode, target, context: context) }
         // The root's attributes stay open in require-token mode (the mount point must stat).
         if inode != .root { try checkPlainPath("getattr", context: context) }
+        if let removed = removedAttributes(inode) { return removed }
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         return attributes(
@@ -696,6 +705,7 @@ extension ProviderFileSystem: FileSystemFastPath {
         {
             return .failure(refusal)
         }
+        if let removed = removedAttributes(inode) { return .success(removed) }
         // From memory only: a stale item is revalidated by the async path, off the FUSE thread.
         guard let node = state.withLock({ $0.inodes[inode] }) else {
             return scopedTarget(inode).flatMap { scopedAttributesNow(inode, $0, context: context) }
