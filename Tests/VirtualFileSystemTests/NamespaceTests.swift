@@ -21,6 +21,21 @@ private final class RecordingNamespaceClaims: NamespaceClaimProvider {
     }
 }
 
+/// Token "rw" grants directory "d" read-write, "ro" read-only, "file" the file "d/f" read-write.
+private struct TwoTokens: ScopedAccessProvider {
+    func check(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        switch token {
+        case "rw": .allowed(scope: "d", writable: true, id: "rw")
+        case "ro": .allowed(scope: "d", writable: false, id: "ro")
+        case "file": .allowed(scope: "d/f", writable: true, id: "file")
+        default: .denied(reason: "unknown")
+        }
+    }
+    func recordUse(_ token: String, context: RequestContext) -> ScopedAccessDecision { check(token, context: context) }
+    func endUse(id: String) {}
+    func returnUse(id: String) {}
+}
+
 private func writableFixture() throws -> VFSFixture {
     var options = VFSFixture.defaultOptions()
     options.writable = true
@@ -370,5 +385,57 @@ struct NamespaceTests {
         _ = try await listing.value
         #expect(try await names(fileSystem, d.inode) == ["f", "new"])
         _ = try await fileSystem.lookup(parent: d.inode, name: "new", context: .kernel)
+    }
+
+    @Test(
+        "access paths: a read token refuses changes with EACCES; a read-write token changes inside its directory only")
+    func accessPaths() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/f", .bytes([1]))
+        fixture.provider.putFile("top", .bytes([2]))
+        let fileSystem = try fixture.makeFileSystem(scopedAccess: TwoTokens())
+        let scoped = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        let readOnly = try await fileSystem.lookup(parent: scoped.inode, name: "ro", context: .kernel)
+        let readWrite = try await fileSystem.lookup(parent: scoped.inode, name: "rw", context: .kernel)
+        let file = try await fileSystem.lookup(parent: scoped.inode, name: "file", context: .kernel)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: readOnly.inode, name: "x", permissions: 0o755, context: .kernel)
+            } == .permissionDenied)
+        #expect(
+            await errno { try await fileSystem.unlink(parent: readOnly.inode, name: "f", context: .kernel) }
+                == .permissionDenied)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: scoped.inode, name: "x", permissions: 0o755, context: .kernel)
+            } == .permissionDenied)
+        // Beside a granted file: refused; the granted file itself cannot be removed through it.
+        #expect(
+            await errno { try await fileSystem.unlink(parent: file.inode, name: "f", context: .kernel) }
+                == .permissionDenied)
+        let made = try await fileSystem.makeDirectory(
+            parent: readWrite.inode, name: "new", permissions: 0o755, context: .kernel)
+        #expect(made.attributes.type == .directory)
+        #expect(try await fixture.provider.item(for: ItemIdentifier("d/new")).kind == .directory)
+        try await fileSystem.rename(
+            parent: readWrite.inode, name: "f", newParent: made.inode, newName: "g", flags: 0, context: .kernel)
+        #expect(try await fixture.provider.item(for: ItemIdentifier("d/new/g")).kind == .file)
+        // Between an access path and a plain path: EXDEV.
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "top", newParent: made.inode, newName: "top", flags: 0, context: .kernel)
+            } == .crossDevice)
+        try await fileSystem.unlink(parent: made.inode, name: "g", context: .kernel)
+        try await fileSystem.removeDirectory(parent: readWrite.inode, name: "new", context: .kernel)
+        #expect(try await names(fileSystem, readWrite.inode) == [])
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: .root, name: ".scoped", permissions: 0o755, context: .kernel)
+            } == .permissionDenied)
     }
 }
