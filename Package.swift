@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "ScopedAccess", dependencies: ["ControlWire", "SystemSupport"]),
         // Providers: the protocol and its types; then one module per implementation or wrapper.
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
-        .target(name: "LocalProvider", dependencies: ["CLinuxHeaders", "ProviderModel", "SystemSupport"]),
+        .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
         .target(name: "ProviderFaults", dependencies: ["CryptoSupport", "ProviderModel", "SystemSupport"]),
         .target(
             name: "ProviderCache",

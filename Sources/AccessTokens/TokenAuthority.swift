@@ -26,6 +26,13 @@ public final class TokenAuthority: Sendable {
     private let clockOrigin: Duration
     /// Told the id of every token that ends, outside the lock (`observeEnds`, D-346).
     private let endObservers = Locked<[@Sendable (String) -> Void]>([])
+    /// Appends the audit entries of uses that change nothing else within `auditFlushDelay`, on a
+    /// thread of its own (D-347). Started when there is a store; stopped by deinit.
+    let auditFlusher = AuditFlusher(delay: TokenAuthority.auditFlushDelay)
+    /// Held while pending entries are taken and appended, so two flushes cannot reorder them.
+    private let auditOrder = Lock()
+    /// How long the entries of uses may wait before they are appended to the file (D-347).
+    static let auditFlushDelay: Duration = .milliseconds(50)
 
     /// - Parameters:
     ///   - storeDirectory: the mount's cache directory, or nil to keep nothing on disk.
@@ -117,6 +124,15 @@ public final class TokenAuthority: Sendable {
         } else {
             saveIfChanged()
         }
+        if store != nil {
+            // Weakly: the thread holds the flusher, never the authority, so deinit stops it.
+            auditFlusher.start { [weak self] in self?.flushAudit() }
+        }
+    }
+
+    deinit {
+        auditFlusher.stop()
+        flushAudit()
     }
 
     // MARK: Grant
@@ -208,7 +224,8 @@ public final class TokenAuthority: Sendable {
     public func endUse(id: String) {
         let wallNow = wallClock()
         state.withLock { $0.endUse(id, wallNow: wallNow) }
-        saveIfChanged()
+        // Every release through an access path comes here: no file write unless a token changed.
+        saveIfChanged(deferringAudit: true)
     }
 
     /// Gives back a use that `recordUse` allowed for the token `id` when the open it was taken
@@ -216,7 +233,7 @@ public final class TokenAuthority: Sendable {
     public func returnUse(id: String) {
         let wallNow = wallClock()
         state.withLock { $0.returnUse(id, wallNow: wallNow) }
-        saveIfChanged()
+        saveIfChanged(deferringAudit: true)
     }
 
     private func decide(_ token: String, caller: TokenCaller, consume: Bool) -> TokenDecision {
@@ -247,7 +264,9 @@ public final class TokenAuthority: Sendable {
                     id, caller: caller, now: now, wallNow: wallNow, consume: consume, processChecked: true)
             }
         }
-        saveIfChanged()
+        // An allowed check or use that changed nothing but the log does not wait for the file
+        // (D-347); a denial's entry is appended before it is answered, as a change's is.
+        if case .allowed = admission { saveIfChanged(deferringAudit: true) } else { saveIfChanged() }
         switch admission {
         case .allowed(let grant): return .allowed(grant)
         case .denied(let reason): return .denied(reason)
@@ -338,6 +357,8 @@ public final class TokenAuthority: Sendable {
 
     /// The audit log (the newest `limits.auditEntries`), oldest first; entries after `sequence`.
     public func auditLog(after sequence: UInt64 = 0) -> [TokenAuditEntry] {
+        // The file has every entry the answer has (D-347).
+        flushAuditLog()
         let now = time.elapsed()
         let wallNow = wallClock()
         let entries = state.withLock { state -> [TokenAuditEntry] in
@@ -417,18 +438,41 @@ public final class TokenAuthority: Sendable {
     }
 
     /// Every call that changed a token (an expiry noticed included) saves before it returns;
-    /// otherwise only the new audit entries are appended. Ends are announced first.
-    func saveIfChanged() {
+    /// otherwise only the new audit entries are appended: at once, or with `deferringAudit` (a
+    /// use that changed nothing else) by the flusher thread within `auditFlushDelay` (D-347).
+    /// Ends are announced first.
+    func saveIfChanged(deferringAudit: Bool = false) {
         announceEnds()
-        if state.withLock({ $0.hasUnsavedChanges }) { persist() } else { flushAudit() }
+        if state.withLock({ $0.hasUnsavedChanges }) {
+            persist()
+        } else if deferringAudit {
+            // Nothing to ask for when no entry waits (a check that allowed logs none).
+            if state.withLock({ $0.pendingAudit.isEmpty }) { return }
+            if !auditFlusher.request() { flushAudit() }
+        } else {
+            flushAudit()
+        }
     }
 
-    /// Appends the audit entries not yet written.
-    private func flushAudit() {
-        let pending = state.withLock { $0.takePendingAudit() }
-        guard let store, !pending.isEmpty else { return }
-        if store.appendAudit(pending, compactAbove: 2 * limits.auditEntries) {
-            store.rewriteAudit(state.withLock { $0.auditSnapshot })
+    /// Appends every audit entry not yet in the file, now. The daemon calls it when the mount
+    /// ends, so a clean unmount loses none of the deferred ones (D-347).
+    public func flushAuditLog() {
+        flushAudit()
+    }
+
+    /// Appends the audit entries not yet written. Serialized, so entries reach the file in order.
+    func flushAudit() {
+        auditOrder.withLock {
+            let pending = state.withLock { $0.takePendingAudit() }
+            guard let store, !pending.isEmpty else { return }
+            if store.appendAudit(pending, compactAbove: 2 * limits.auditEntries) {
+                // The rewrite has every entry logged so far: none of them is appended again.
+                store.rewriteAudit(
+                    state.withLock { state in
+                        _ = state.takePendingAudit()
+                        return state.auditSnapshot
+                    })
+            }
         }
     }
 

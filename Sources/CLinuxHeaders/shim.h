@@ -7,8 +7,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-// renameat2(2) (LocalProvider's writes): glibc declares it only under _GNU_SOURCE, which Swift's
-// Glibc module does not set, and `syscall` is variadic (not callable from Swift).
+// renameat2(2) (SystemSupport's FileCalls.swift, for LocalProvider's writes): glibc declares it
+// only under _GNU_SOURCE, which Swift's Glibc module does not set, and `syscall` is variadic (not
+// callable from Swift).
 #define PROVIDERFS_RENAME_NOREPLACE 1U
 #define PROVIDERFS_RENAME_EXCHANGE 2U
 static inline int providerfs_renameat2(

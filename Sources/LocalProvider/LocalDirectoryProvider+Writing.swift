@@ -8,7 +8,6 @@
 // published with one rename: readers of the source see the old content or the new, never a part
 // (docs/SEMANTICS.md, "Writing to a local directory source"; D-351, D-352).
 
-import CLinuxHeaders
 import Foundation
 public import ProviderModel
 import SystemSupport
@@ -34,7 +33,9 @@ extension LocalDirectoryProvider {
     public func createDirectory(
         named name: String, in parent: ItemIdentifier, permissions: UInt16
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             try Self.checkNewName(name)
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
@@ -50,7 +51,9 @@ extension LocalDirectoryProvider {
     public func createSymbolicLink(
         named name: String, in parent: ItemIdentifier, target: String
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             try Self.checkNewName(name)
             guard !target.isEmpty, !target.utf8.contains(0) else {
                 throw ProviderError(.invalidName, "'\(target)' is not a symbolic link target", errno: EINVAL)
@@ -67,6 +70,7 @@ extension LocalDirectoryProvider {
     public func upload(
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem {
+        try Task.checkCancellation()
         let cancelled = Locked(false)
         return try await withTaskCancellationHandler {
             try await LocalIO.run {
@@ -80,7 +84,9 @@ extension LocalDirectoryProvider {
     }
 
     public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             let (parent, name) = try Self.split(identifier)
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
@@ -110,7 +116,9 @@ extension LocalDirectoryProvider {
     public func move(
         _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             let (sourceParent, sourceName) = try Self.split(identifier)
             try Self.checkNewName(name)
             let source = try self.openDirectory(sourceParent)
@@ -120,10 +128,10 @@ extension LocalDirectoryProvider {
             let flags: UInt32 =
                 switch mode {
                 case .replacing: 0
-                case .noReplace: PROVIDERFS_RENAME_NOREPLACE
-                case .exchange: PROVIDERFS_RENAME_EXCHANGE
+                case .noReplace: RenameFlags.noReplace
+                case .exchange: RenameFlags.exchange
                 }
-            guard providerfs_renameat2(source.fd, sourceName, destination.fd, name, flags) == 0 else {
+            guard renameAt2(source.fd, sourceName, destination.fd, name, flags: flags) == 0 else {
                 let code = errno
                 let what = "move \(identifier.rawValue) to \(Self.describe(parent))/\(name)"
                 if code == EINVAL && flags == 0 {
@@ -153,7 +161,9 @@ extension LocalDirectoryProvider {
     public func setAttributes(
         _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) async throws -> ProviderItem {
-        try await LocalIO.run {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
             if identifier == .root {
                 let path = try self.checkedPath(.root)
                 if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
@@ -287,7 +297,7 @@ extension LocalDirectoryProvider {
     /// Publishes `temporary` as `name` only when `name` is free: RENAME_NOREPLACE, or (a file
     /// system without it) link(2) + unlink(2), which is exclusive too (D-352).
     private static func publishExclusively(_ directory: Int32, _ temporary: String, as name: String) throws {
-        if providerfs_renameat2(directory, temporary, directory, name, PROVIDERFS_RENAME_NOREPLACE) == 0 { return }
+        if renameAt2(directory, temporary, directory, name, flags: RenameFlags.noReplace) == 0 { return }
         let code = errno
         guard code == EINVAL || code == ENOSYS else { throw writeError(code, "create \(name)") }
         guard linkat(directory, temporary, directory, name, 0) == 0 else { throw writeError(errno, "create \(name)") }
@@ -305,7 +315,7 @@ extension LocalDirectoryProvider {
             if cancelled() { throw CancellationError() }
             var count = 0
             if useCopyRange {
-                count = providerfs_copy_file_range(source, destination, UInt(step))
+                count = copyFileRange(from: source, to: destination, count: step)
                 if count < 0 {
                     let code = errno
                     if code == EINTR { continue }
@@ -440,7 +450,7 @@ extension LocalDirectoryProvider {
     /// utimensat's pair: the access time left alone, the modification time set.
     static func times(modification time: ItemTime) -> [timespec] {
         [
-            timespec(tv_sec: 0, tv_nsec: Int(PROVIDERFS_UTIME_OMIT)),
+            timespec(tv_sec: 0, tv_nsec: utimeOmit),
             timespec(tv_sec: time_t(time.seconds), tv_nsec: Int(time.nanoseconds)),
         ]
     }

@@ -17,6 +17,9 @@ struct FaultCommand: CLICommand {
         providerfs fault add PATH (--fail-at BYTES [--errno NAME] | --stall [DURATION] [--at BYTES]
                                    | --truncate-at BYTES | --corrupt [--at BYTES] | --change-version-at BYTES
                                    | --slow BYTES/S | --offline) [--times N] [--metadata] [--json]
+               providerfs fault add PATH --on upload (--fail-at BYTES [--errno NAME] | --stall [DURATION]
+                                   | --offline) [--times N] [--json]
+               (--on download is the default; --on metadata is --metadata)
                providerfs fault list [PATH] [--json]
                providerfs fault clear (PATH | --all [PATH]) [--json]
         """
@@ -56,7 +59,17 @@ struct FaultCommand: CLICommand {
         let slow = try arguments.option("--slow")
         let offline = try arguments.flag("--offline")
         let timesText = try arguments.option("--times")
-        let metadata = try arguments.flag("--metadata")
+        let metadataFlag = try arguments.flag("--metadata")
+        let onText = try arguments.option("--on")
+        guard onText == nil || ["download", "upload", "metadata"].contains(onText!) else {
+            throw UsageError("\(command): --on: '\(onText!)' is not download, upload or metadata.")
+        }
+        let on: FaultCall = onText == "upload" ? .upload : .download
+        // `--on metadata` is `--metadata`: metadata calls as well as downloads.
+        let metadata = metadataFlag || onText == "metadata"
+        if on == .upload && metadataFlag {
+            throw UsageError("\(command): --metadata does not go with --on upload.")
+        }
 
         let kinds = [
             failAt.map { _ in "--fail-at" }, stall.map { _ in "--stall" }, truncateAt.map { _ in "--truncate-at" },
@@ -68,6 +81,12 @@ struct FaultCommand: CLICommand {
                 kinds.isEmpty
                     ? "\(command): name the fault: --fail-at, --stall, --truncate-at, --corrupt, --change-version-at, --slow or --offline."
                     : "\(command): one fault at a time (got \(kinds.joined(separator: " and "))).")
+        }
+        if on == .upload && !["--fail-at", "--stall", "--offline"].contains(kind) {
+            throw UsageError("\(command): \(kind) does not apply to uploads (use --fail-at, --stall or --offline).")
+        }
+        if on == .upload && at != nil {
+            throw UsageError("\(command): --at does not apply to uploads (an upload stalls before its first byte).")
         }
         if errnoName != nil && kind != "--fail-at" {
             throw UsageError("\(command): --errno goes with --fail-at.")
@@ -118,9 +137,11 @@ struct FaultCommand: CLICommand {
             times = value
         }
         if metadata && !fault.appliesToMetadata {
-            throw UsageError("\(command): --metadata goes with --fail-at, --stall or --offline.")
+            throw UsageError(
+                "\(command): \(metadataFlag ? "--metadata" : "--on metadata") goes with --fail-at, --stall or --offline."
+            )
         }
-        return FaultRequest(path: "", fault: fault, times: times, metadata: metadata)
+        return FaultRequest(path: "", fault: fault, times: times, metadata: metadata, on: on)
     }
 
     static func add(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
@@ -201,11 +222,13 @@ struct FaultCommand: CLICommand {
         relative.isEmpty ? mountpoint : mountpoint + "/" + relative
     }
 
-    /// "fail at 4194304 with EIO, 1 download left, metadata too".
+    /// "fail at 4194304 with EIO, 1 download left, metadata too"; "on upload: fail at 0 with
+    /// ENOSPC, 2 uploads left".
     static func describe(_ fault: ControlFault) -> String {
-        var text = fault.description
+        let upload = fault.on == FaultCall.upload.rawValue
+        var text = (upload ? "on upload: " : "") + fault.description
         if let left = fault.timesLeft {
-            text += ", \(left) download\(left == 1 ? "" : "s") left"
+            text += ", \(left) \(upload ? "upload" : "download")\(left == 1 ? "" : "s") left"
             if fault.running > 0 { text += " (\(fault.running) running)" }
         } else {
             text += ", until cleared"

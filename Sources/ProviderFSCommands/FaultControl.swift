@@ -14,16 +14,18 @@ import VirtualFileSystem
 import Glibc
 #endif
 
-/// The arguments of `faultAdd`:
-/// `{"path", "fault", "at", "errno", "durationMilliseconds", "bytesPerSecond", "times", "metadata"}`.
+/// The arguments of `faultAdd`: `{"path", "fault", "at", "errno", "durationMilliseconds",
+/// "bytesPerSecond", "times", "metadata", "on"}` ("on": "download", the default, or "upload").
 struct FaultRequest: Sendable, Equatable {
     /// Relative to the mount root.
     var path: String
     var fault: Fault
-    /// Downloads; 0: until cleared; nil: the fault's default (offline and metadata faults hold
-    /// until cleared, the others one download).
+    /// Downloads (uploads, for an upload rule); 0: until cleared; nil: the fault's default
+    /// (offline and metadata faults hold until cleared, the others one download or upload).
     var times: Int?
     var metadata: Bool
+    /// Which calls the rule strikes (`--on`).
+    var on: FaultCall = .download
 
     static let kinds = ["failAt", "stall", "truncate", "corrupt", "changeVersion", "slow", "offline"]
     /// Limits a request is checked against (a larger value is a mistake, not a test).
@@ -71,6 +73,7 @@ struct FaultRequest: Sendable, Equatable {
         }
         if let times { arguments["times"] = times }
         if metadata { arguments["metadata"] = true }
+        if on != .download { arguments["on"] = on.rawValue }
         return arguments
     }
 
@@ -85,7 +88,17 @@ struct FaultRequest: Sendable, Equatable {
         guard kinds.contains(kind) else {
             return invalid("unknown fault '\(kind)'; known: \(kinds.joined(separator: ", "))")
         }
-        var allowed: Set<String> = ["path", "fault", "times", "metadata"]
+        var on = FaultCall.download
+        if let raw = arguments["on"] {
+            guard let name = raw as? String, let call = FaultCall(rawValue: name) else {
+                return invalid("\"on\" must be \"download\" or \"upload\"")
+            }
+            on = call
+        }
+        if on == .upload && !["failAt", "stall", "offline"].contains(kind) {
+            return invalid("an upload fault is failAt, stall or offline, not \(kind)")
+        }
+        var allowed: Set<String> = ["path", "fault", "times", "metadata", "on"]
         switch kind {
         case "failAt": allowed.formUnion(["at", "errno"])
         case "stall": allowed.formUnion(["at", "durationMilliseconds"])
@@ -166,7 +179,14 @@ struct FaultRequest: Sendable, Equatable {
         if metadata && !fault.appliesToMetadata {
             return invalid("\"metadata\" applies to failAt, stall and offline faults only")
         }
-        return .success(FaultRequest(path: path, fault: fault, times: times.map { Int($0) }, metadata: metadata))
+        if on == .upload && metadata {
+            return invalid("\"metadata\" does not apply to upload faults")
+        }
+        if on == .upload, case .stall(let offset, _) = fault, offset != 0 {
+            return invalid("\"at\" does not apply to an upload stall (it stalls before the first byte)")
+        }
+        return .success(
+            FaultRequest(path: path, fault: fault, times: times.map { Int($0) }, metadata: metadata, on: on))
     }
 
     /// `faultClear`: `{"path": P}` or `{"all": true}`; nil means all.
@@ -222,6 +242,8 @@ struct ControlFault: Codable, Sendable, Equatable {
     /// Downloads it struck that still run.
     var running: Int
     var metadata: Bool
+    /// "download" or "upload" (nil from a daemon that predates upload faults: download).
+    var on: String?
 
     init(_ state: FaultRuleState) {
         let rule = state.rule
@@ -243,6 +265,7 @@ struct ControlFault: Codable, Sendable, Equatable {
         timesLeft = state.remaining
         running = state.running
         metadata = rule.metadata
+        on = rule.on.rawValue
     }
 }
 
@@ -293,7 +316,7 @@ struct MountFaults: Sendable {
         }
         let rule = FaultRule(
             identifier: identifier, path: request.path, fault: request.fault, times: request.faultTimes,
-            metadata: request.metadata)
+            metadata: request.metadata, on: request.on)
         plan.add(rule)
         return ControlFault(FaultRuleState(rule: rule, used: 0, running: 0))
     }

@@ -266,6 +266,8 @@ struct MountCommand: CLICommand {
             reporter.ready()
         }
         defer { MountRegistry.remove(mountpoint: plan.mountpoint) }
+        // Audit entries of uses still waiting for the flusher are written before the daemon ends (D-347).
+        defer { tokens.flushAuditLog() }
         do {
             let end = try await server.run()
             logger.notice(

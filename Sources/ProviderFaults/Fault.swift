@@ -72,6 +72,25 @@ public enum Fault: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Whether the fault can strike uploads (`FaultRule.on == .upload`): failures, stalls and
+    /// offline. The others describe a stream of bytes coming in.
+    public var appliesToUploads: Bool {
+        switch self {
+        case .failAfter, .stall, .offline: true
+        case .truncate, .changeVersion, .corrupt, .slow: false
+        }
+    }
+
+    /// The error an upload's `failAfter` with `errno` throws: a full disk or quota (ENOSPC,
+    /// EDQUOT) is `.noSpace`, EFBIG `.tooLarge`, the rest as `error(errno:_:)`.
+    public static func uploadError(errno: Int32, _ message: String) -> ProviderError {
+        switch errno {
+        case ENOSPC, EDQUOT: ProviderError(.noSpace, message, errno: errno)
+        case EFBIG: ProviderError(.tooLarge, message, errno: errno)
+        default: error(errno: errno, message)
+        }
+    }
+
     /// The error a `failAfter` with `errno` throws (see `failAfter`).
     public static func error(errno: Int32, _ message: String) -> ProviderError {
         switch errno {
@@ -82,6 +101,17 @@ public enum Fault: Sendable, Hashable, CustomStringConvertible {
         default: ProviderError(.io, message, errno: errno)
         }
     }
+}
+
+/// Which calls a rule strikes (`providerfs fault add … --on`).
+public enum FaultCall: String, Sendable, Hashable, CaseIterable {
+    /// Content fetches, and metadata calls too with `FaultRule.metadata` (the default). An
+    /// offline rule also strikes every write call.
+    case download
+    /// Uploads (`Provider.upload`): a failure or a stall before the base is asked, so nothing is
+    /// published. An offline rule strikes every write call (uploads, creates, deletes, moves,
+    /// attribute changes) and nothing else. `times` counts the calls struck.
+    case upload
 }
 
 /// How long a rule holds.
@@ -118,26 +148,37 @@ public enum FaultTimes: Sendable, Hashable, CustomStringConvertible {
 /// - `metadata`: the fault also strikes `item`, `children`, `child`, `trackedChildren` (and
 ///   `itemNow` declines) for the item and everything inside it — only for faults whose
 ///   `appliesToMetadata` is true (offline always strikes metadata).
+/// - `on`: `.download` (the default) or `.upload` (`FaultCall`; only faults whose
+///   `appliesToUploads` is true, never with `metadata`). For an upload rule `times` counts the
+///   write calls it struck (`.downloads(N)` and `.fetches(N)` alike).
 public struct FaultRule: Sendable, Hashable {
     public var identifier: ItemIdentifier
     public var path: String?
     public var fault: Fault
     public var times: FaultTimes
     public var metadata: Bool
+    public var on: FaultCall
 
     public init(
         identifier: ItemIdentifier, path: String? = nil, fault: Fault, times: FaultTimes = .untilCleared,
-        metadata: Bool = false
+        metadata: Bool = false, on: FaultCall = .download
     ) {
         self.identifier = identifier
         self.path = path
         self.fault = fault
         self.times = times
         self.metadata = metadata
+        self.on = on
     }
 
     /// Whether metadata calls meet this rule.
-    var strikesMetadata: Bool { fault == .offline || (metadata && fault.appliesToMetadata) }
+    var strikesMetadata: Bool { on == .download && (fault == .offline || (metadata && fault.appliesToMetadata)) }
+
+    /// Whether content fetches meet this rule.
+    var strikesFetches: Bool { on == .download }
+
+    /// Whether write calls meet this rule (offline rules, and every upload rule).
+    var strikesWrites: Bool { on == .upload || fault == .offline }
 }
 
 /// A rule as a `FaultPlan` holds it: with what it has used of its `times`.

@@ -6,6 +6,10 @@ import CryptoSupport
 public import ProviderModel
 import SystemSupport
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Wraps a provider and applies a `FaultPlan` to its calls.
 ///
 /// - **Content**: a fetch meets the first rule (in the order added) about the item or one of its
@@ -121,42 +125,63 @@ public struct FaultInjectingProvider: Provider {
 
     public func fingerprint(of item: ProviderItem) -> String? { base.fingerprint(of: item) }
 
-    // MARK: Writing (forwarded; the base's capabilities say which calls really work)
+    // MARK: Writing (forwarded after the write rules; the base's capabilities say which calls
+    // really work)
+    //
+    // A call about a new item (create, upload of a new file) is about its parent directory; a
+    // move is about its item and its destination directory. Offline rules strike every write
+    // call; `--on upload` rules strike uploads (failure, stall) and, offline, every write call.
 
     public func createDirectory(
         named name: String, in parent: ItemIdentifier, permissions: UInt16
     ) async throws -> ProviderItem {
-        record(try await base.createDirectory(named: name, in: parent, permissions: permissions))
+        try await strikeWrite(parent)
+        return record(try await base.createDirectory(named: name, in: parent, permissions: permissions))
     }
 
     public func createSymbolicLink(
         named name: String, in parent: ItemIdentifier, target: String
     ) async throws -> ProviderItem {
-        record(try await base.createSymbolicLink(named: name, in: parent, target: target))
+        try await strikeWrite(parent)
+        return record(try await base.createSymbolicLink(named: name, in: parent, target: target))
     }
 
     public func upload(
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem {
-        record(
+        if plan.hasWriteRules {
+            let about: ItemIdentifier
+            switch target {
+            case .create(_, let parent): about = parent
+            case .replace(let identifier, _): about = identifier
+            }
+            var info = stat()
+            let size = stat(localFile, &info) == 0 ? Int64(info.st_size) : 0
+            try await strikeWrite(about, uploadSize: size)
+        }
+        return record(
             try await base.upload(
                 from: localFile, to: target, permissions: permissions, modificationTime: modificationTime))
     }
 
     public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
+        try await strikeWrite(identifier)
         try await base.delete(identifier, kind: kind)
     }
 
     public func move(
         _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
     ) async throws -> ProviderItem {
-        record(try await base.move(identifier, to: parent, named: name, mode: mode))
+        try await strikeWrite(identifier)
+        try await strikeWrite(parent)
+        return record(try await base.move(identifier, to: parent, named: name, mode: mode))
     }
 
     public func setAttributes(
         _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) async throws -> ProviderItem {
-        record(try await base.setAttributes(identifier, changes))
+        try await strikeWrite(identifier)
+        return record(try await base.setAttributes(identifier, changes))
     }
 
     // MARK: Helpers
@@ -177,6 +202,26 @@ public struct FaultInjectingProvider: Provider {
             try await stall(duration, clock: clock)
         default:
             return
+        }
+    }
+
+    /// Throws (or stalls) when a write rule strikes a write call about `identifier` (an upload
+    /// of `uploadSize` bytes, or nil: another write call).
+    private func strikeWrite(_ identifier: ItemIdentifier, uploadSize: Int64? = nil) async throws {
+        guard plan.hasWriteRules else { return }
+        let ancestors = await lineage.ancestors(of: identifier, base: base)
+        guard let (fault, serial) = plan.writeFault(for: identifier, lineage: ancestors, uploadSize: uploadSize)
+        else { return }
+        switch fault {
+        case .failAfter(let offset, let errno):
+            throw Fault.uploadError(
+                errno: errno, "\(identifier): upload failed after \(offset) bytes, nothing published (injected fault)")
+        case .stall(_, let duration):
+            let plan = self.plan
+            defer { plan.writeEnded(serial) }
+            try await stall(duration, clock: clock, while: { plan.isActive(serial) })
+        default:
+            throw Self.offlineError
         }
     }
 

@@ -51,6 +51,7 @@ public final class FaultPlan: @unchecked Sendable {
     struct Flags {
         var any = false
         var metadata = false
+        var writes = false
     }
 
     public init(_ rules: [FaultRule] = []) {
@@ -142,6 +143,9 @@ public final class FaultPlan: @unchecked Sendable {
     /// Any rule that strikes metadata calls (offline, or `metadata`).
     var hasMetadataRules: Bool { flags.withLock { $0.metadata } }
 
+    /// Any rule that strikes write calls (offline, or on uploads).
+    var hasWriteRules: Bool { flags.withLock { $0.writes } }
+
     // MARK: What the wrapper asks
 
     /// The fault a fetch of `identifier` (whose ancestors, nearest first, are `lineage`) meets, if
@@ -159,7 +163,8 @@ public final class FaultPlan: @unchecked Sendable {
             }
             guard
                 let index = state.entries.firstIndex(where: { entry in
-                    !entry.exhausted && (entry.rule.identifier == identifier || lineage.contains(entry.rule.identifier))
+                    entry.rule.strikesFetches && !entry.exhausted
+                        && (entry.rule.identifier == identifier || lineage.contains(entry.rule.identifier))
                 })
             else { return (nil, false) }
             var entry = state.entries[index]
@@ -218,6 +223,65 @@ public final class FaultPlan: @unchecked Sendable {
         if changed { publish() }
     }
 
+    /// The fault a write call about `identifier` (ancestors `lineage`) meets, if any: the first
+    /// rule in order that strikes it. `uploadSize` is the size of the upload (nil: another write
+    /// call, which only offline rules strike). A download rule strikes writes only when offline,
+    /// and consumes nothing by it; an upload rule consumes one of its times per call struck (an
+    /// upload's `failAfter` strikes only an upload of at least its offset's size).
+    func writeFault(
+        for identifier: ItemIdentifier, lineage: [ItemIdentifier], uploadSize: Int64?
+    ) -> (fault: Fault, serial: UInt64)? {
+        let (found, changed) = lock.withLock { () -> ((fault: Fault, serial: UInt64)?, Bool) in
+            for index in state.entries.indices {
+                let entry = state.entries[index]
+                guard entry.rule.strikesWrites, !entry.exhausted,
+                    entry.rule.identifier == identifier || lineage.contains(entry.rule.identifier)
+                else { continue }
+                switch (entry.rule.on, entry.rule.fault) {
+                case (.download, _): return ((.offline, entry.serial), false)
+                case (.upload, .offline): break
+                case (.upload, .failAfter(let offset, _)):
+                    guard let uploadSize, uploadSize >= offset else { continue }
+                case (.upload, .stall):
+                    guard uploadSize != nil else { continue }
+                case (.upload, _): continue
+                }
+                switch entry.rule.times {
+                case .downloads, .fetches:
+                    state.entries[index].used += 1
+                    if case .stall = entry.rule.fault {
+                        // Kept while it stalls (`writeEnded`), so that clearing it ends the stall.
+                        state.entries[index].running += 1
+                    } else if state.entries[index].exhausted {
+                        state.entries.remove(at: index)
+                    }
+                case .untilCleared:
+                    return ((entry.rule.fault, entry.serial), false)
+                }
+                state.generation += 1
+                return ((entry.rule.fault, entry.serial), true)
+            }
+            return (nil, false)
+        }
+        if changed { publish() }
+        return found
+    }
+
+    /// A stalled upload the rule `serial` struck has gone on (or was cancelled): the rule goes
+    /// once its times are used up and no upload stalls on it any more.
+    func writeEnded(_ serial: UInt64) {
+        let changed = lock.withLock { () -> Bool in
+            guard let index = state.entries.firstIndex(where: { $0.serial == serial }),
+                state.entries[index].running > 0
+            else { return false }
+            state.entries[index].running -= 1
+            if state.entries[index].exhausted && state.entries[index].running == 0 { state.entries.remove(at: index) }
+            state.generation += 1
+            return true
+        }
+        if changed { publish() }
+    }
+
     /// The rule a metadata call about `identifier` (ancestors `lineage`) meets, if any. Metadata
     /// calls consume nothing.
     func metadataFault(for identifier: ItemIdentifier, lineage: [ItemIdentifier]) -> Fault? {
@@ -256,6 +320,8 @@ public final class FaultPlan: @unchecked Sendable {
     }
 
     private static func flags(of entries: [Entry]) -> Flags {
-        Flags(any: !entries.isEmpty, metadata: entries.contains { $0.rule.strikesMetadata })
+        Flags(
+            any: !entries.isEmpty, metadata: entries.contains { $0.rule.strikesMetadata },
+            writes: entries.contains { $0.rule.strikesWrites })
     }
 }

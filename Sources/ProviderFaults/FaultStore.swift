@@ -51,6 +51,9 @@ final class FaultStore: @unchecked Sendable {
         var times: Int?
         var used: Int
         var metadata: Bool
+        /// "upload" for an upload rule; absent for a download rule (files written before upload
+        /// rules existed read the same).
+        var on: String?
     }
 
     func load() -> Loaded {
@@ -116,7 +119,7 @@ final class FaultStore: @unchecked Sendable {
     static func stored(_ rule: FaultRule, used: Int) -> StoredRule {
         var stored = StoredRule(
             path: rule.path, identifier: rule.identifier.rawValue, fault: "", count: "untilCleared", used: used,
-            metadata: rule.metadata)
+            metadata: rule.metadata, on: rule.on == .download ? nil : rule.on.rawValue)
         switch rule.times {
         case .downloads(let count):
             stored.count = "downloads"
@@ -182,9 +185,18 @@ final class FaultStore: @unchecked Sendable {
         case ("untilCleared", nil): times = .untilCleared
         default: return nil
         }
+        let on: FaultCall
+        switch stored.on {
+        case nil: on = .download
+        case let name?:
+            guard let call = FaultCall(rawValue: name),
+                !(call == .upload && (stored.metadata || !fault.appliesToUploads))
+            else { return nil }
+            on = call
+        }
         return FaultRule(
             identifier: ItemIdentifier(stored.identifier), path: stored.path, fault: fault, times: times,
-            metadata: stored.metadata)
+            metadata: stored.metadata, on: on)
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {

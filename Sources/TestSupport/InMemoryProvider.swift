@@ -73,6 +73,10 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
         var answersImmediately = false
         /// Failures to throw from the next calls of each write call (first in, first thrown).
         var failures: [InMemoryWriteCall: [ProviderError]] = [:]
+        /// While holding uploads, each waits here (after reading its local file, before anything
+        /// changes) until `releaseUploads()`.
+        var holdingUploads = false
+        var heldUploads: [CheckedContinuation<Void, Never>] = []
     }
 
     let state = Locked(State())
@@ -272,6 +276,23 @@ extension InMemoryProvider {
     /// Write calls made, per call (failed ones included).
     public func writeCount(_ call: InMemoryWriteCall) -> Int { counters.writeCalls[call, default: 0] }
 
+    /// From now on every upload waits, once it has read its local file and before it changes
+    /// anything, until `releaseUploads()` (a test looks at the caller's "uploading" state).
+    public func holdUploads() { state.withLock { $0.holdingUploads = true } }
+
+    /// Lets held and future uploads go on.
+    public func releaseUploads() {
+        let held = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.holdingUploads = false
+            defer { state.heldUploads = [] }
+            return state.heldUploads
+        }
+        for continuation in held { continuation.resume() }
+    }
+
+    /// Uploads waiting at the gate.
+    public var heldUploadCount: Int { state.withLock { $0.heldUploads.count } }
+
     public func createDirectory(
         named name: String, in parent: ItemIdentifier, permissions: UInt16
     ) async throws -> ProviderItem {
@@ -305,6 +326,14 @@ extension InMemoryProvider {
     ) async throws -> ProviderItem {
         state.withLock { $0.counters.writeCalls[.upload, default: 0] += 1 }
         let bytes = try Self.readLocalFile(localFile)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let wait = state.withLock { state -> Bool in
+                guard state.holdingUploads else { return false }
+                state.heldUploads.append(continuation)
+                return true
+            }
+            if !wait { continuation.resume() }
+        }
         try Task.checkCancellation()
         return try state.withLock { state in
             try Self.begin(.upload, needs: .writing, capabilities, counting: false, in: &state)

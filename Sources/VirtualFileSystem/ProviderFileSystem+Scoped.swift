@@ -121,10 +121,11 @@ extension ProviderFileSystem {
 
     // MARK: Nodes and attributes
 
-    /// The node for `key`, made if needed, with `references` more kernel references. `tokenID`:
-    /// the token's id (the check's), under which its nodes are found when it ends (D-346).
-    func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64, tokenID: String) -> InodeNumber {
-        state.withLock { state in
+    /// The node for `key`, made if needed, with `references` more kernel references. `check`:
+    /// the token's, whose id finds its nodes when it ends (D-346) and whose scope the node keeps.
+    func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64, check: ScopedCheck) -> InodeNumber {
+        let tokenID = check.id
+        return state.withLock { state in
             if let inode = state.scopedByKey[key], var node = state.scoped[inode], node.kind == kind {
                 node.lookupCount += references
                 state.scoped[inode] = node
@@ -132,7 +133,8 @@ extension ProviderFileSystem {
             }
             let inode = state.inodes.reserve()
             state.scoped[inode] = ScopedNode(
-                token: key.token, tokenID: tokenID, role: key.role, kind: kind, lookupCount: references)
+                token: key.token, tokenID: tokenID, scope: check.scope, role: key.role, kind: kind,
+                lookupCount: references)
             state.scopedByKey[key] = inode
             state.scopedByTokenID[tokenID, default: []].insert(inode)
             return inode
@@ -236,11 +238,11 @@ extension ProviderFileSystem {
             if item.kind == .directory {
                 let inode = bindScoped(
                     ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
-                    tokenID: check.id)
+                    check: check)
                 return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
             }
             let inode = bindScoped(
-                ScopedKey(token: name, role: .token), kind: .directory, references: 1, tokenID: check.id)
+                ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
             return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
         case .node(let node):
             guard node.kind == .directory else {
@@ -262,7 +264,7 @@ extension ProviderFileSystem {
             }
             let inode = bindScoped(
                 ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
-                tokenID: check.id)
+                check: check)
             return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
         }
     }
@@ -363,7 +365,7 @@ extension ProviderFileSystem {
                     ? (scopedDirectoryInode ?? .root)
                     : bindScoped(
                         ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0,
-                        tokenID: check.id)
+                        check: check)
             }
             var entries = [
                 DirectoryEntry(name: ".", inode: open.inode, type: .directory, cookie: 1),
@@ -372,7 +374,7 @@ extension ProviderFileSystem {
             for child in children {
                 let inode = bindScoped(
                     ScopedKey(token: node.token, role: .item(child.identifier)), kind: child.kind, references: 0,
-                    tokenID: check.id)
+                    check: check)
                 entries.append(
                     DirectoryEntry(
                         name: child.name, inode: inode, type: NodeType(child.kind), cookie: UInt64(entries.count + 1)))
@@ -426,8 +428,9 @@ extension ProviderFileSystem {
 // The fast path's half for access paths (D-341): lookups, getattrs and opens answered on the FUSE
 // thread when the catalog has the items in memory, with the same checks as the async operations
 // above. A token check that allows changes nothing, so when an answer is left to the async path
-// (nil) that path may check again; a denial is the answer (EACCES). An open takes its use last,
-// after its claim and pin were had at once, so an open left to `open` has taken nothing.
+// (nil) that path may check again; a denial is the answer (EACCES). An open takes its use in its
+// one check of the token, before the claim and pin, and gives it back when it leaves the open to
+// `open` (D-348).
 extension ProviderFileSystem {
     /// The item a token grants, from memory (nil: the async path fetches it).
     func scopeItemNow(_ scope: ItemIdentifier) -> ProviderItem? {
@@ -447,11 +450,11 @@ extension ProviderFileSystem {
                 if item.kind == .directory {
                     let inode = bindScoped(
                         ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
-                        tokenID: check.id)
+                        check: check)
                     return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
                 }
                 let inode = bindScoped(
-                    ScopedKey(token: name, role: .token), kind: .directory, references: 1, tokenID: check.id)
+                    ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
                 return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
             case .node(let node):
                 guard node.kind == .directory else { return nil }
@@ -471,7 +474,7 @@ extension ProviderFileSystem {
                 }
                 let inode = bindScoped(
                     ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
-                    tokenID: check.id)
+                    check: check)
                 return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
             }
         } catch {
@@ -502,49 +505,76 @@ extension ProviderFileSystem {
         }
     }
 
-    /// `scopedOpen` and `open` for a file to read: the token and scope first (EACCES), then the
-    /// claim, revalidation and pin as `openNow` has them, then the use. Directories, writes and
-    /// everything not at hand are left to `open` (nil), with nothing held or taken.
+    /// `scopedOpen` and `open` for a file to read: the token, with the use taken in the same
+    /// check, and the scope first (EACCES), then the claim, revalidation and pin as `openNow` has
+    /// them. Directories, writes and everything not at hand are left to `open` (nil), with the
+    /// use given back and nothing held (D-348).
     func scopedOpenNow(
         _ inode: InodeNumber, _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
         guard case .node(let node) = target, case .item(let identifier) = node.role, node.kind == .file,
             !flags.wantsWrite, !flags.truncates
         else { return nil }
+        // The use, held by the handle until its release (D-315), or given back if refused or
+        // declined here. One check of the token for an open: it takes the use (D-348).
+        let use: String
         do throws(FileSystemError) {
-            try enforce(node, context: context, operation: "open")
+            use = try enforceTakingUse(node, identifier: identifier, context: context)
         } catch {
             return .failure(error)
         }
         guard let path = cache.catalog.path(of: identifier),
             let claim = claims.acquireReadClaimNow(
                 ReadClaimRequest(relativePath: path, identifier: identifier, context: context))
-        else { return nil }
+        else {
+            returnScopedUse(use)
+            return nil
+        }
         let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
         guard let item = cache.catalog.itemNow(identifier, maximumAge: maximumAge), item.kind == .file,
             let entry = cache.pinContentNow(of: item)
         else {
             claims.releaseReadClaim(claim)
+            returnScopedUse(use)
             return nil
-        }
-        // The use, held by the handle until its release (D-315), or given back if refused here.
-        let use: String
-        do throws(FileSystemError) {
-            let check = try decideToken(node.token, context: context, use: true, operation: "open")
-            let id = check.id
-            guard depth(of: identifier, below: check.scope) != nil else {
-                returnScopedUse(id)
-                logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
-                throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
-            }
-            use = id
-        } catch {
-            cache.content.unpin(entry)
-            claims.releaseReadClaim(claim)
-            return .failure(error)
         }
         let plain = InodeTable.Node(identifier: identifier, kind: .file, lookupCount: 0, generation: 0)
         return .success(opened(inode, plain, item: item, entry: entry, claim: claim, scoped: node, use: use))
+    }
+
+    /// `enforce` for an open, in one check that takes the use when the token allows it (D-348):
+    /// the same answers, reasons and audit entries as a check, then the scope, then a use. An
+    /// item outside the scope the node was made with is refused as `enforce` refuses it (the
+    /// token asked without a use, so a denial of the token comes first and no use is logged).
+    /// Returns the use's id.
+    private func enforceTakingUse(
+        _ node: ScopedNode, identifier: ItemIdentifier, context: RequestContext
+    ) throws(FileSystemError) -> String {
+        guard depth(of: identifier, below: node.scope) != nil else {
+            try enforce(node, context: context, operation: "open")
+            // The token's scope is not the node's after all (never: a token's scope is fixed).
+            return try enforceTakingUseAfterCheck(node, identifier: identifier, context: context)
+        }
+        let check = try decideToken(node.token, context: context, use: true, operation: "open")
+        if check.scope != node.scope, depth(of: identifier, below: check.scope) == nil {
+            returnScopedUse(check.id)
+            logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
+            throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
+        }
+        return check.id
+    }
+
+    /// The two checks as before D-348: the token and scope, then the use.
+    private func enforceTakingUseAfterCheck(
+        _ node: ScopedNode, identifier: ItemIdentifier, context: RequestContext
+    ) throws(FileSystemError) -> String {
+        let check = try decideToken(node.token, context: context, use: true, operation: "open")
+        guard depth(of: identifier, below: check.scope) != nil else {
+            returnScopedUse(check.id)
+            logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
+            throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
+        }
+        return check.id
     }
 }
 

@@ -100,6 +100,8 @@ public final class ProviderFileSystem: FileSystem {
         var token: String
         /// The token's public id (the provider's): its ends are announced by id (D-346).
         var tokenID: String
+        /// The granted item (the check's when the node was made; a token's scope never changes).
+        var scope: ItemIdentifier
         var role: Role
         var kind: ItemKind
         var lookupCount: UInt64

@@ -37,9 +37,11 @@ struct TokenFixture {
     }
 
     /// Another authority over the same directory, wall clock and processes: a restart, with a
-    /// fresh monotonic clock.
+    /// fresh monotonic clock. The daemon's end appends the audit entries still waiting for the
+    /// flusher (D-347), so this does first.
     func restarted(directory: String, limits: TokenLimits = TokenLimits()) -> TokenFixture {
-        TokenFixture(directory: directory, limits: limits, wall: wall, processes: processes)
+        authority.flushAuditLog()
+        return TokenFixture(directory: directory, limits: limits, wall: wall, processes: processes)
     }
 }
 

@@ -122,4 +122,44 @@ struct FaultMountTests {
         let outside = try providerfs(["fault", "add", source + "/once.bin", "--offline"], runtime: runtime)
         #expect(outside.status == 1 && outside.error.contains("is not inside a ProviderFS mount"), "\(outside)")
     }
+
+    @Test func anUploadFaultFromTheShellIsListedStoredAndLeavesReadsAlone() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        var first: MountedFileSystem? = try mount()
+        defer { first?.stop() }
+        let mounted = try #require(first)
+        let once = mounted.path("once.bin")
+        let add = try providerfs(
+            ["fault", "add", once, "--on", "upload", "--fail-at", "0", "--errno", "ENOSPC", "--times", "2"],
+            runtime: runtime)
+        #expect(add.status == 0, "\(add)")
+        #expect(add.output.contains("on upload: fail at 0 with ENOSPC, 2 uploads left"), "\(add.output)")
+        let offline = try providerfs(
+            ["fault", "add", mounted.path("docs"), "--on", "upload", "--offline"], runtime: runtime)
+        #expect(offline.status == 0, "\(offline)")
+        // Reads meet neither fault.
+        #expect(try readErrno(once) == "OK")
+        #expect(try readErrno(mounted.path("docs/kept.bin")) == "OK")
+        let faults = try listed(mounted.mountpoint)
+        #expect(faults.map { $0["on"] as? String } == ["upload", "upload"], "\(faults)")
+        #expect(faults.first?["timesLeft"] as? Int == 2)
+        // Options that make no sense for an upload: exit 64, one sentence, nothing added.
+        let bad = try providerfs(["fault", "add", once, "--on", "upload", "--corrupt"], runtime: runtime)
+        #expect(bad.status == 64, "\(bad)")
+        #expect(bad.error.contains("--corrupt does not apply to uploads"), "\(bad.error)")
+
+        // Stored: both survive a remount on the same cache.
+        mounted.stop()
+        first = nil
+        let second = try mount()
+        defer { second.stop() }
+        let text = try providerfs(["fault", "list", second.mountpoint], runtime: runtime)
+        #expect(
+            text.output.contains(second.path("once.bin") + "  on upload: fail at 0 with ENOSPC, 2 uploads left"),
+            "\(text)")
+        #expect(text.output.contains(second.path("docs") + "  on upload: offline, until cleared"), "\(text)")
+        let clear = try providerfs(["fault", "clear", "--all", second.mountpoint], runtime: runtime)
+        #expect(clear.output.contains("2 faults cleared."), "\(clear.output)")
+    }
 }

@@ -69,6 +69,28 @@ struct FaultCommandLineTests {
         #expect(metadata.metadata && metadata.faultTimes == .untilCleared)
     }
 
+    @Test("--on upload takes a failure (any errno), a stall or offline; --on metadata is --metadata")
+    func onUpload() throws {
+        let failed = try parse(["f", "--on", "upload", "--fail-at", "1MiB", "--errno", "ENOSPC"])
+        #expect(failed.on == .upload && failed.fault == .failAfter(offset: 1 << 20, errno: ENOSPC))
+        #expect(failed.faultTimes == .downloads(1) && !failed.metadata)
+        for name in ["EDQUOT", "EACCES", "EFBIG"] {
+            #expect(try parse(["f", "--on=upload", "--fail-at", "0", "--errno", name]).on == .upload)
+        }
+        #expect(try parse(["--on", "upload", "--fail-at", "0", "f"]).fault == .failAfter(offset: 0, errno: EIO))
+        let stalled = try parse(["f", "--on", "upload", "--stall", "2s", "--times", "3"])
+        #expect(stalled.fault == .stall(offset: 0, duration: .seconds(2)) && stalled.faultTimes == .downloads(3))
+        #expect(try parse(["f", "--on", "upload", "--stall"]).fault == .stall(offset: 0))
+        let offline = try parse(["f", "--on", "upload", "--offline"])
+        #expect(offline.on == .upload && offline.faultTimes == .untilCleared)
+        let download = try parse(["f", "--on", "download", "--truncate-at", "5"])
+        let plain = try parse(["f", "--truncate-at", "5"])
+        #expect(download.on == .download && download == plain)
+        let onMetadata = try parse(["f", "--on", "metadata", "--stall", "1s"])
+        let metadataFlag = try parse(["f", "--stall", "1s", "--metadata"])
+        #expect(onMetadata == metadataFlag && onMetadata.metadata)
+    }
+
     @Test("usage errors name what is wrong")
     func usageErrors() {
         let cases: [([String], String)] = [
@@ -95,6 +117,15 @@ struct FaultCommandLineTests {
             (["f", "g", "--fail-at", "1"], "unexpected argument 'g'"),
             (["f", "--fail-at"], "needs a value"),
             (["f", "--metadata=yes", "--offline"], "takes no value"),
+            (["f", "--on", "sideways", "--offline"], "--on: 'sideways' is not download, upload or metadata"),
+            (["f", "--on"], "needs a value"),
+            (["f", "--on", "upload", "--truncate-at", "1"], "--truncate-at does not apply to uploads"),
+            (["f", "--on", "upload", "--corrupt"], "--corrupt does not apply to uploads"),
+            (["f", "--on", "upload", "--change-version-at", "1"], "--change-version-at does not apply to uploads"),
+            (["f", "--on", "upload", "--slow", "1"], "--slow does not apply to uploads"),
+            (["f", "--on", "upload", "--stall", "--at", "5"], "--at does not apply to uploads"),
+            (["f", "--on", "upload", "--offline", "--metadata"], "--metadata does not go with --on upload"),
+            (["f", "--on", "metadata", "--corrupt"], "--on metadata goes with"),
         ]
         for (words, expected) in cases {
             let message = usageError(words)
@@ -112,6 +143,12 @@ struct FaultCommandLineTests {
         #expect(await ProviderFSCLI.main(["providerfs", "fault", "add", directory.path, "--offline", "--stall"]) == 64)
         #expect(await ProviderFSCLI.main(["providerfs", "fault", "clear"]) == ExitStatus.usage)
         #expect(await ProviderFSCLI.main(["providerfs", "fault", "list", "--bogus"]) == ExitStatus.usage)
+        #expect(
+            await ProviderFSCLI.main(["providerfs", "fault", "add", directory.path, "--on", "upload", "--corrupt"])
+                == ExitStatus.usage)
+        #expect(
+            await ProviderFSCLI.main(["providerfs", "fault", "add", directory.path, "--on", "uplaod", "--offline"])
+                == ExitStatus.usage)
         #expect(
             await ProviderFSCLI.main(["providerfs", "fault", "add", directory.path, "--fail-at", "1"])
                 == ExitStatus.failure)
@@ -142,6 +179,14 @@ struct FaultControlRequestTests {
             .faultAdd(FaultRequest(path: "x", fault: .changeVersion(offset: 9), times: nil, metadata: false)),
             .faultAdd(FaultRequest(path: "x", fault: .slow(bytesPerSecond: 1000), times: nil, metadata: false)),
             .faultAdd(FaultRequest(path: "x", fault: .offline, times: 1, metadata: false)),
+            .faultAdd(
+                FaultRequest(
+                    path: "x", fault: .failAfter(offset: 0, errno: EDQUOT), times: 2, metadata: false, on: .upload)),
+            .faultAdd(
+                FaultRequest(
+                    path: "x", fault: .stall(offset: 0, duration: .seconds(1)), times: nil, metadata: false,
+                    on: .upload)),
+            .faultAdd(FaultRequest(path: "x", fault: .offline, times: 0, metadata: false, on: .upload)),
             .faultList, .faultClear(path: "a b/ü"), .faultClear(path: nil),
         ]
         for request in requests {
@@ -178,6 +223,21 @@ struct FaultControlRequestTests {
             ("faultAdd", ["path": "a", "fault": "offline", "times": -1], "between 0 and"),
             ("faultAdd", ["path": "a", "fault": "offline", "metadata": 1], "true or false"),
             ("faultAdd", ["path": "a", "fault": "corrupt", "metadata": true], "applies to failAt, stall and offline"),
+            ("faultAdd", ["path": "a", "fault": "offline", "on": "sideways"], "\"on\" must be"),
+            ("faultAdd", ["path": "a", "fault": "offline", "on": 1], "\"on\" must be"),
+            (
+                "faultAdd", ["path": "a", "fault": "corrupt", "on": "upload"],
+                "an upload fault is failAt, stall or offline"
+            ),
+            ("faultAdd", ["path": "a", "fault": "slow", "bytesPerSecond": 5, "on": "upload"], "an upload fault"),
+            (
+                "faultAdd", ["path": "a", "fault": "offline", "on": "upload", "metadata": true],
+                "does not apply to upload"
+            ),
+            (
+                "faultAdd", ["path": "a", "fault": "stall", "at": 5, "on": "upload"],
+                "does not apply to an upload stall"
+            ),
             ("faultList", ["path": "a"], "takes no argument"),
             ("faultClear", [:], "either \"path\" or \"all\""),
             ("faultClear", ["path": "a", "all": true], "either \"path\" or \"all\""),
@@ -253,13 +313,33 @@ struct MountFaultsTests {
         let listed = try await reply(.faultList).get()["faults"] as? [[String: Any]] ?? []
         #expect(listed.map { $0["path"] as? String } == ["docs/a.txt", "docs"])
         #expect(listed.map { $0["fault"] as? String } == ["failAt", "offline"])
+        #expect(listed.map { $0["on"] as? String } == ["download", "download"])
         #expect(listed[1]["timesLeft"] == nil)
         #expect(try MountComposition.storedFaults(in: cache.path).all.count == 2, "stored")
+
+        // An upload fault: listed with "on": "upload", its uploads left, stored.
+        let upload = try await reply(
+            .faultAdd(
+                FaultRequest(
+                    path: "docs/a.txt", fault: .failAfter(offset: 0, errno: ENOSPC), times: 2, metadata: false,
+                    on: .upload))
+        ).get()
+        #expect(upload["on"] as? String == "upload")
+        #expect(upload["errno"] as? String == "ENOSPC")
+        #expect(upload["timesLeft"] as? Int == 2)
+        let decoded = try JSONDecoder().decode(
+            ControlFaultList.self, from: Data(try #require(await control.handle(.faultList)).get()))
+        #expect(
+            decoded.faults.map(FaultCommand.describe).last
+                == "on upload: fail at 0 with ENOSPC, 2 uploads left")
+        let stored = try MountComposition.storedFaults(in: cache.path).all
+        #expect(stored.map(\.on) == [.download, .download, .upload])
+        #expect(try await reply(.faultClear(path: "docs/a.txt")).get()["cleared"] as? Int == 2)
 
         #expect(try await reply(.faultClear(path: "docs")).get()["cleared"] as? Int == 1)
         let none = await reply(.faultClear(path: "docs"))
         if case .failure(let error) = none { #expect(error.code == .notFound) } else { Issue.record("cleared twice") }
-        #expect(try await reply(.faultClear(path: nil)).get()["cleared"] as? Int == 1)
+        #expect(try await reply(.faultClear(path: nil)).get()["cleared"] as? Int == 0)
         #expect(try MountComposition.storedFaults(in: cache.path).all.isEmpty)
         await fileSystem.shutdown()
     }

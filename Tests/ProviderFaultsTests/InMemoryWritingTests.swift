@@ -143,4 +143,28 @@ struct InMemoryWritingTests {
         #expect(provider.writeCount(.createDirectory) == 3)
         #expect(provider.writeCount(.upload) == 0)
     }
+
+    @Test("held uploads wait before changing anything until released")
+    func heldUploads() async throws {
+        let provider = InMemoryProvider()
+        provider.putFile("f", .bytes([1]))
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        try directory.write("src", [2, 2])
+        provider.holdUploads()
+        let upload = Task {
+            try await provider.upload(
+                from: directory.path + "/src", to: .replace(ItemIdentifier("f"), baseVersion: nil), permissions: nil,
+                modificationTime: nil)
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while provider.heldUploadCount == 0 {
+            try #require(ContinuousClock.now < deadline, "the upload never reached the gate")
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(provider.content(of: "f")?.0 == .bytes([1]))
+        provider.releaseUploads()
+        #expect(try await upload.value.size == 2)
+        #expect(provider.content(of: "f")?.0 == .bytes([2, 2]))
+    }
 }

@@ -544,7 +544,7 @@ struct ScopedAccessTests {
     }
 
     @Test(
-        "access paths on the fast path: lookup, getattr, open (one use, taken last) and read; refused there once revoked"
+        "access paths on the fast path: lookup, getattr, open (one use, in its one check) and read; refused there once revoked"
     )
     func fastPath() async throws {
         // Over a local source, as the daemon mounts one: opens are answered at once (D-229).
@@ -616,6 +616,91 @@ struct ScopedAccessTests {
             #expect(error.code == .accessDenied, "\(what)")
         }
         #expect(scoped.fileSystem.openFileCount == 0)
+    }
+
+    @Test("the fast open takes its use in its one check and gives it back when it leaves the open to `open` (D-348)")
+    func fastOpenDeclinedReturnsUse() async throws {
+        // The content is not at hand (dataless): `openNow` declines after its check took the use.
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d/x", uses: 1)
+        let file = try await scoped.resolve(issued.token, "x")
+        #expect(scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel) == nil)
+        #expect(scoped.authority.info(id: issued.id)?.usesLeft == 1)
+        #expect(scoped.authority.info(id: issued.id)?.state == .live)
+        let events = scoped.authority.auditLog().filter { $0.tokenID == issued.id }.map(\.event)
+        #expect(events == [.grant, .use, .useReturned], "\(events)")
+        // `cat` of a `--uses 1` path: the async open takes the one use and reads to the end.
+        let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        let bytes = try await scoped.fileSystem.read(
+            file.inode, handle: opened.handle, offset: 0, count: 128 << 10, context: .kernel)
+        #expect(bytes.bytes == InMemoryContent.ramp(seed: 1, size: 300_000).slice(0..<(128 << 10)))
+        await scoped.fileSystem.release(file.inode, handle: opened.handle)
+        #expect(scoped.authority.info(id: issued.id)?.state == .usedUp)
+        #expect(scoped.fileSystem.openFileCount == 0)
+    }
+
+    @Test("the fast open's one check refuses with the reasons of the two checks it replaced (D-348)")
+    func fastOpenDenialReasons() async throws {
+        let source = try TemporaryDirectory()
+        let cacheDirectory = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cacheDirectory.remove()
+        }
+        try source.write("d/y", Array("why\n".utf8))
+        let tokenClock = ManualClock()
+        let authority = TokenAuthority(storeDirectory: nil, clock: tokenClock)
+        let fileSystem = try MountComposition.makeFileSystem(
+            source: source.path, cacheDirectory: cacheDirectory.path,
+            scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
+        let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        // Lookups as this process (a pid-bound token allows it); the opens as another (.kernel).
+        let owner = RequestContext(threadID: getpid(), uid: 0, gid: 0)
+        func file(_ issued: IssuedToken) async throws -> InodeNumber {
+            let granted = try await fileSystem.lookup(parent: scopedDirectory.inode, name: issued.token, context: owner)
+            return try await fileSystem.lookup(parent: granted.inode, name: "y", context: owner).inode
+        }
+        func fastOpenRefusal(_ inode: InodeNumber) -> String? {
+            guard case .failure(let error)? = fileSystem.openNow(inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+            else { return nil }
+            #expect(error.code == .accessDenied)
+            return error.message
+        }
+        let scope = TokenScope(identifier: "d", path: "d")
+        // Revoked, expired: refused before any use, one denial entry each.
+        let revoked = try authority.grant(scope: scope, mode: .read)
+        let revokedFile = try await file(revoked)
+        try authority.revoke(id: revoked.id)
+        #expect(fastOpenRefusal(revokedFile)?.contains(TokenDenialReason.revoked.explanation) == true)
+        let expiring = try authority.grant(scope: scope, mode: .read, ttl: .seconds(10))
+        let expiringFile = try await file(expiring)
+        tokenClock.advance(by: .seconds(11))
+        #expect(fastOpenRefusal(expiringFile)?.contains(TokenDenialReason.expired.explanation) == true)
+        // Used up: the one use is held by an open handle; the next open is refused `usedUp`.
+        let once = try authority.grant(scope: scope, mode: .read, uses: 1)
+        let onceFile = try await file(once)
+        guard case .success(let held)? = fileSystem.openNow(onceFile, flags: OpenFlags(rawValue: 0), context: .kernel)
+        else {
+            Issue.record("openNow did not answer")
+            return
+        }
+        #expect(fastOpenRefusal(onceFile)?.contains(TokenDenialReason.usedUp.explanation) == true)
+        await fileSystem.release(onceFile, handle: held.handle)
+        #expect(authority.info(id: once.id)?.state == .usedUp)
+        // A token bound to another process: `wrongProcess`.
+        let bound = try authority.grant(scope: scope, mode: .read, pid: getpid())
+        let boundFile = try await file(bound)
+        #expect(fastOpenRefusal(boundFile)?.contains(TokenDenialReason.wrongProcess.explanation) == true)
+        // The audit entries: one denial per refused open, the one open's use, and no other use.
+        let log = authority.auditLog()
+        for (id, reason) in [
+            (revoked.id, TokenDenialReason.revoked), (expiring.id, .expired), (once.id, .usedUp),
+            (bound.id, .wrongProcess),
+        ] {
+            #expect(log.filter { $0.tokenID == id && $0.reason == reason }.count == 1, "\(reason)")
+        }
+        #expect(log.filter { $0.event == .use }.map(\.tokenID) == [once.id])
+        #expect(fileSystem.openFileCount == 0)
     }
 }
 
