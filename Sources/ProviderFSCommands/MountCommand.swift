@@ -231,7 +231,8 @@ struct MountCommand: CLICommand {
         }
         fileSystem.setNamespaceClaims(
             MountNamespaceClaims(
-                server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait))
+                server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait,
+                readClaims: claims))
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
             allowOther: plan.allowOther,

@@ -67,6 +67,20 @@ package final class MountReadClaims: ReadClaimProvider {
     /// Claims still held (open handles), for tests and diagnostics.
     package var heldCount: Int { held.withLock { $0.claims.count } }
 
+    /// Ends the read claims of open handles on `path` and below (an absolute path in the mount),
+    /// before the item is deleted or moved through the mount: those handles read the version they
+    /// pinned to the end whatever happens to the name, so their claims have nothing left to
+    /// protect, and holding them would make the change wait for every reader that keeps a file
+    /// open (`tail -f`, an editor) until the claim deadline. The tokens stay valid; releasing
+    /// them later does nothing more.
+    package func endClaims(at path: String) {
+        let prefix = path.hasSuffix("/") ? path : path + "/"
+        let ending = held.withLock { state in
+            state.claims.values.filter { $0.path == path || $0.path.hasPrefix(prefix) }
+        }
+        for claim in ending { claim.release() }
+    }
+
     /// Coordination failures as file-system errors (and so errno, through FileSystemError's table).
     static func fileSystemError(_ error: CoordinationError, path: String) -> FileSystemError {
         switch error.code {
@@ -108,6 +122,9 @@ package final class MountNamespaceClaims: NamespaceClaimProvider {
     let mountpoint: String
     /// How long a change waits for conflicting claims (and presenters) before failing (ETIMEDOUT).
     let deadline: Duration
+    /// The read claims of the mount's open handles, ended on what a change deletes or moves
+    /// (`MountReadClaims.endClaims(at:)`).
+    let readClaims: MountReadClaims?
     private struct Held {
         var claims: [KernelClaim]
         var change: NamespaceChange
@@ -115,10 +132,13 @@ package final class MountNamespaceClaims: NamespaceClaimProvider {
     }
     private let held = Locked<(next: UInt64, changes: [UInt64: Held])>((1, [:]))
 
-    package init(server: CoordinationServer, mountpoint: String, deadline: Duration) {
+    package init(
+        server: CoordinationServer, mountpoint: String, deadline: Duration, readClaims: MountReadClaims? = nil
+    ) {
         self.server = server
         self.mountpoint = mountpoint
         self.deadline = deadline
+        self.readClaims = readClaims
     }
 
     private func absolute(_ relativePath: String) -> String {
@@ -140,6 +160,7 @@ package final class MountNamespaceClaims: NamespaceClaimProvider {
             ]
             wanted.sort { $0.path < $1.path }
         }
+        for claim in wanted { readClaims?.endClaims(at: claim.path) }
         var claims: [KernelClaim] = []
         for claim in wanted {
             do {

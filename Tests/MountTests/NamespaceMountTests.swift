@@ -232,6 +232,44 @@ struct NamespaceMountTests {
         #expect(contents(source + "/docs/a.txt") == "top\n")
     }
 
+    @Test func aFileOpenInAnotherProcessIsRemovedAtOnceAndStaysReadableThere() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        Self.makeTree(source)
+        // A claim deadline far beyond the test's bound: rm must not wait for the reader's claim.
+        let mount = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", scratch + "/cache"],
+            environment: [
+                "PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_WRITES": "1", "PROVIDERFS_CLAIM_TIMEOUT": "120s",
+            ])
+        defer { mount.stop() }
+        let go = scratch + "/go"
+        let out = scratch + "/out"
+        let reader = try ChildProcess(
+            "/bin/sh",
+            [
+                "-c",
+                "exec 3< \(quoted(mount.path("docs/a.txt"))); touch \(quoted(scratch + "/opened")); "
+                    + "i=0; while [ ! -e \(quoted(go)) ]; do i=$((i+1)); [ $i -gt 2000 ] && exit 9; sleep 0.01; done; "
+                    + "cat <&3 > \(quoted(out))",
+            ])
+        defer {
+            if reader.wait(timeout: .seconds(30)) == nil {
+                reader.signal(SIGKILL)
+                reader.wait(timeout: .seconds(5))
+            }
+        }
+        #expect(eventually { exists(scratch + "/opened") })
+        let start = ContinuousClock.now
+        #expect(unlink(mount.path("docs/a.txt")) == 0, "\(Errno.current)")
+        #expect(ContinuousClock.now - start < .seconds(20), "rm waited for the reader's claim")
+        #expect(rename(mount.path("docs"), mount.path("moved")) == 0)
+        writeTestFile(go, [])
+        #expect(reader.wait(timeout: .seconds(30)) == 0)
+        #expect(contents(out) == "alpha\n")
+        #expect(!exists(source + "/docs/a.txt") && exists(source + "/moved/sub/b.txt"))
+    }
+
     @Test func chmodAndUtimensShowInStatAndLinkIsRefused() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
