@@ -325,11 +325,17 @@ struct NamespaceMountTests {
         #expect(
             eventually { directory.standardOutput.contains(#""event":"ready""#) || !directory.isRunning }
                 && directory.standardOutput.contains(#""event":"ready""#), "\(directory.standardError)")
+        // A subitem moved out of it (subitem deletions are told only to package presenters, rule 22).
+        writeTestFile(source + "/docs/c.txt", Array("gamma\n".utf8))
+        #expect(eventually { exists(mount.path("docs/c.txt")) })
+        #expect(rename(mount.path("docs/c.txt"), mount.path("other/c.txt")) == 0)
+        #expect(
+            eventually { directory.standardOutput.contains("presentedSubitemDidMove") }, "\(directory.standardOutput)")
         #expect(rename(mount.path("docs"), mount.path("renamed")) == 0)
         #expect(
             eventually { directory.standardOutput.contains("presentedItemDidMove") }, "\(directory.standardOutput)")
         #expect(directory.standardOutput.contains(mount.path("renamed")))
-        #expect(exists(source + "/renamed/sub/b.txt"))
+        #expect(exists(source + "/renamed/sub/b.txt") && exists(source + "/other/c.txt"))
     }
 
     @Test func aMountWithoutWritesRefusesEveryChangeWithEROFS() throws {
