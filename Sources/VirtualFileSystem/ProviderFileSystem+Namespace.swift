@@ -284,6 +284,14 @@ extension ProviderFileSystem {
             for (handle, directory) in state.directories {
                 if let moved = moves[directory.identifier] { state.directories[handle]!.identifier = moved }
             }
+            // Access-path nodes name their item too.
+            for (inode, node) in state.scoped {
+                guard case .item(let identifier) = node.role, let moved = moves[identifier] else { continue }
+                let oldKey = ScopedKey(token: node.token, role: node.role)
+                state.scoped[inode]!.role = .item(moved)
+                if state.scopedByKey[oldKey] == inode { state.scopedByKey[oldKey] = nil }
+                state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
+            }
         }
         coordination.finishNamespaceChange(claim, happened: true)
     }

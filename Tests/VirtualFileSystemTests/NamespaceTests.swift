@@ -423,6 +423,14 @@ struct NamespaceTests {
         try await fileSystem.rename(
             parent: readWrite.inode, name: "f", newParent: made.inode, newName: "g", flags: 0, context: .kernel)
         #expect(try await fixture.provider.item(for: ItemIdentifier("d/new/g")).kind == .file)
+        // A directory moved through the access path keeps working under its node.
+        try await fileSystem.rename(
+            parent: readWrite.inode, name: "new", newParent: readWrite.inode, newName: "newer", flags: 0,
+            context: .kernel)
+        #expect(try await names(fileSystem, made.inode) == ["g"])
+        try await fileSystem.rename(
+            parent: readWrite.inode, name: "newer", newParent: readWrite.inode, newName: "new", flags: 0,
+            context: .kernel)
         // Between an access path and a plain path: EXDEV.
         #expect(
             await errno {
