@@ -169,6 +169,82 @@ struct NamespaceMountTests {
         #expect(contents(source + "/fresh.txt") == "alpha\n")
     }
 
+    /// The type and content of everything under `base` (symbolic links by target), for comparing
+    /// two trees.
+    static func snapshot(_ base: String) -> [String] {
+        let paths = (try? FileManager.default.subpathsOfDirectory(atPath: base).sorted()) ?? []
+        return paths.map { path in
+            let full = base + "/" + path
+            var info = stat()
+            guard lstat(full, &info) == 0 else { return path + " ?" }
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR: return path + "/"
+            case S_IFLNK:
+                return path + " -> " + ((try? FileManager.default.destinationOfSymbolicLink(atPath: full)) ?? "?")
+            default: return path + " = " + (contents(full) ?? "?")
+            }
+        }
+    }
+
+    @Test func aRandomSequenceOfChangesMatchesAPlainDirectory() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let plain = scratch + "/plain"
+        mkdir(plain, 0o755)
+        for base in [plain, source] {
+            for name in ["a", "b"] { mkdir(base + "/" + name, 0o755) }
+            for (index, name) in ["f", "a/g", "b/h", "a/i"].enumerated() {
+                writeTestFile(base + "/" + name, Array("content \(index)\n".utf8))
+            }
+        }
+        let mount = try mount()
+        defer { mount.stop() }
+        let seed = UInt64(environmentInteger("PROVIDERFS_NAMESPACE_SEED", default: 14))
+        var random = SeededRandom(seed: seed)
+        let names = ["a", "b", "c", "f", "a/g", "a/x", "b/h", "b/y", "c/z", "a/i", "b/a", "a/b/f"]
+        func pick() -> String { names[Int(random.next() % UInt64(names.count))] }
+        var log: [String] = []
+        for step in 0..<300 {
+            let (one, two) = (pick(), pick())
+            let kind = random.next() % 7
+            let flags = UInt32(random.next() % 3)
+            let description: String
+            let operation: (String) -> Int32
+            switch kind {
+            case 0:
+                description = "mkdir \(one)"
+                operation = { mkdir($0 + "/" + one, 0o755) }
+            case 1:
+                description = "rmdir \(one)"
+                operation = { rmdir($0 + "/" + one) }
+            case 2:
+                description = "unlink \(one)"
+                operation = { unlink($0 + "/" + one) }
+            case 3:
+                description = "symlink \(two) at \(one)"
+                operation = { symlink(two, $0 + "/" + one) }
+            default:
+                description = "rename \(one) \(two) flags \(flags)"
+                operation = { renameat2($0 + "/" + one, $0 + "/" + two, flags: flags) }
+            }
+            let expected = outcome { operation(plain) }
+            let got = outcome { operation(mount.mountpoint) }
+            log.append("\(step) \(description): \(Errno(expected))")
+            guard got == expected else {
+                Issue.record(
+                    "seed \(seed), step \(step) \(description): the mount answered \(Errno(got)), a plain directory \(Errno(expected))\n\(log.suffix(10).joined(separator: "\n"))"
+                )
+                return
+            }
+        }
+        // The sequence really changed the tree (not only errors).
+        let succeeded = log.count { $0.hasSuffix(": \(Errno(0))") }
+        #expect(succeeded >= 30, "only \(succeeded) of \(log.count) changes succeeded (seed \(seed))")
+        let plainTree = Self.snapshot(plain)
+        #expect(Self.snapshot(source) == plainTree, "the source after the sequence (seed \(seed))")
+        #expect(Self.snapshot(mount.mountpoint) == plainTree, "the mount after the sequence (seed \(seed))")
+    }
+
     @Test func renameat2ExchangesAndRefusesToReplace() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
