@@ -70,6 +70,10 @@ public protocol MetadataStore: Sendable {
     /// Inserts or replaces, keyed by (identifier, version).
     func saveContent(_ record: ContentRecord) throws
     func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws
+    /// chmod and utimens kept by the mount (AttributeOverrides.swift; defaults keep nothing).
+    func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride]
+    /// Inserts or replaces; nil deletes.
+    func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws
 }
 
 /// A store that keeps everything in memory: for tests and for `--cache` less experiments. Sharing
@@ -78,6 +82,7 @@ public final class InMemoryMetadataStore: MetadataStore {
     private struct State {
         var items: [ItemIdentifier: StoredItem] = [:]
         var contents: [String: ContentRecord] = [:]
+        var attributes: [ItemIdentifier: AttributeOverride] = [:]
     }
     private let state = Locked(State())
 
@@ -100,5 +105,11 @@ public final class InMemoryMetadataStore: MetadataStore {
     }
     public func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
         state.withLock { $0.contents[Self.key(identifier, version)] = nil }
+    }
+    public func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride] {
+        state.withLock { $0.attributes }
+    }
+    public func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws {
+        state.withLock { $0.attributes[identifier] = override }
     }
 }

@@ -34,6 +34,8 @@ public final class ProviderCache: Sendable {
     /// The content entries of the catalog's files.
     public let content: ContentStore
     let environment: CacheEnvironment
+    /// chmod and utimens the provider does not store (AttributeOverrides.swift).
+    let attributeOverrides: AttributeOverrides
 
     /// Opens the cache in `directory` (created if needed), loading the items and range maps the
     /// store kept from earlier sessions. `fileSync` makes a cache file's bytes durable before its
@@ -49,6 +51,7 @@ public final class ProviderCache: Sendable {
             provider: provider, store: store, timeline: Timeline(clock), options: options, pool: pool, logger: logger,
             fileSync: fileSync)
         self.environment = environment
+        attributeOverrides = AttributeOverrides(environment: environment)
         do {
             try makeDirectories(directory + "/content", mode: 0o700)
         } catch {

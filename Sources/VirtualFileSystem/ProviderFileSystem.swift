@@ -50,6 +50,8 @@ public final class ProviderFileSystem: FileSystem {
     public let cache: ProviderCache
     public let options: FileSystemOptions
     let claims: any ReadClaimProvider
+    /// Coordinates unlink, rmdir and rename (`setNamespaceClaims`; none until set).
+    let namespaceClaimsHolder = Locked<any NamespaceClaimProvider>(NoNamespaceClaims())
     /// Checks the tokens of access paths; nil: the mount has no `.scoped` directory.
     let scopedAccess: (any ScopedAccessProvider)?
     /// Require-token mode: `options.plainPaths` is set (read on every lookup, without unwrapping it).
@@ -121,6 +123,10 @@ public final class ProviderFileSystem: FileSystem {
         var scopedByKey: [ScopedKey: InodeNumber] = [:]
         /// Token id → its nodes, to invalidate when it ends (D-346).
         var scopedByTokenID: [String: Set<InodeNumber>] = [:]
+        /// Nodes whose item was deleted or replaced through the mount while the kernel still holds
+        /// them (an open descriptor): their last item, answered by getattr (link count 0) until
+        /// forgotten (ProviderFileSystem+Namespace.swift).
+        var removed: [InodeNumber: ProviderItem] = [:]
         mutating func allocateHandle() -> FileHandleID {
             defer { nextHandle += 1 }
             return FileHandleID(nextHandle)
@@ -182,6 +188,7 @@ public final class ProviderFileSystem: FileSystem {
     func attributes(
         of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false
     ) -> NodeAttributes {
+        let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
         let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
         let type: NodeType
         var blocks: Int64 = 0
@@ -193,11 +200,12 @@ public final class ProviderFileSystem: FileSystem {
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
             blocks = (presentBytes + 511) / 512
         }
-        // Read-only mount: no write bits, whatever the provider says.
+        // Read-only mount: no write bits, whatever the provider says (a writable one shows them).
         // Link count 1 for directories too: the number of subdirectories is not known without
         // listing, and fts (FileManager's enumerator, find) reads nlink 2 as "no subdirectories"
         // and skips them; 1 means "unknown" to it, as on btrfs.
-        let permissions = item.kind == .directory ? (item.permissions | 0o500) & 0o555 : item.permissions & 0o555
+        let mask: UInt16 = isWritable ? 0o7777 : 0o555
+        let permissions = item.kind == .directory ? (item.permissions | 0o500) & mask : item.permissions & mask
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
@@ -256,7 +264,11 @@ public final class ProviderFileSystem: FileSystem {
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
         state.withLock { state in
-            guard var node = state.scoped[inode] else { return state.inodes.forget(inode, count: count) }
+            guard var node = state.scoped[inode] else {
+                state.inodes.forget(inode, count: count)
+                if !state.removed.isEmpty, state.inodes[inode] == nil { state.removed[inode] = nil }
+                return
+            }
             node.lookupCount -= min(count, node.lookupCount)
             if node.lookupCount > 0 { return state.scoped[inode] = node }
             state.scoped[inode] = nil
@@ -273,6 +285,7 @@ public final class ProviderFileSystem: FileSystem {
         if let target = scopedTarget(inode) { return try await scopedAttributes(inode, target, context: context) }
         // The root's attributes stay open in require-token mode (the mount point must stat).
         if inode != .root { try checkPlainPath("getattr", context: context) }
+        if let removed = removedAttributes(inode) { return removed }
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         return attributes(
@@ -694,6 +707,7 @@ extension ProviderFileSystem: FileSystemFastPath {
         {
             return .failure(refusal)
         }
+        if let removed = removedAttributes(inode) { return .success(removed) }
         // From memory only: a stale item is revalidated by the async path, off the FUSE thread.
         guard let node = state.withLock({ $0.inodes[inode] }) else {
             return scopedTarget(inode).flatMap { scopedAttributesNow(inode, $0, context: context) }
