@@ -299,6 +299,17 @@ extension Dispatcher {
             }
         }
 
+        ops.link = { request, inode, newParent, newName in
+            let newName = decodeName(newName)
+            Dispatcher.from(request).respond(request, "link") { fs, context throws(FileSystemError) in
+                try await fs.makeHardLink(
+                    InodeNumber(inode), newParent: InodeNumber(newParent), newName: newName, context: context)
+            } reply: { request, entry in
+                var param = entry.entryParam
+                return fuse_reply_entry(request, &param)
+            }
+        }
+
         ops.getxattr = { request, inode, name, size in
             let name = decodeName(name)
             Dispatcher.from(request).respond(request, "getxattr") { fs, context throws(FileSystemError) in

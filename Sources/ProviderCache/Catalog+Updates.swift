@@ -219,7 +219,7 @@ extension Catalog {
             self.content.supersede(content.identifier, except: content.current, error: error)
         }
     }
-    private func save(_ items: [ProviderItem]) {
+    func save(_ items: [ProviderItem]) {
         guard !items.isEmpty else { return }
         let stored = state.withLock { catalog in
             items.map { StoredItem(item: $0, childrenListed: catalog.children[$0.identifier] != nil) }

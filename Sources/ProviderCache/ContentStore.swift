@@ -275,6 +275,44 @@ public final class ContentStore: Sendable {
         }
     }
 
+    /// Items were re-keyed (old → new identifier: a move at a provider whose identifiers are
+    /// paths, `Catalog.identifiersMoved`). Stored records follow their item under its new key;
+    /// open entries cannot change their identifier, so they are retired (their present bytes stay
+    /// readable through the handles that pin them; missing ones fail) and the moved item's next
+    /// open makes a new entry.
+    func identifiersMoved(_ moves: [ItemIdentifier: ItemIdentifier]) {
+        let (retired, moved) = state.withLock { state -> ([ContentEntry], [(old: ContentRecord, new: ContentRecord)]) in
+            guard !state.entries.isEmpty || !state.records.isEmpty else { return ([], []) }
+            var retired: [ContentEntry] = []
+            var moved: [(old: ContentRecord, new: ContentRecord)] = []
+            for (key, entry) in state.entries where moves[key.identifier] != nil {
+                state.entries[key] = nil
+                retired.append(entry)
+            }
+            for (key, record) in state.records {
+                guard let identifier = moves[key.identifier] else { continue }
+                state.records[key] = nil
+                var new = record
+                new.identifier = identifier
+                state.records[ContentKey(identifier: identifier, version: key.version)] = new
+                moved.append((record, new))
+            }
+            return (retired, moved)
+        }
+        for (old, new) in moved {
+            do {
+                try environment.store.saveContent(new)
+                try environment.store.deleteContent(identifier: old.identifier, version: old.version)
+            } catch {
+                environment.logger.warning("cannot re-key a content record: \(error)")
+            }
+        }
+        for entry in retired {
+            entry.retire(CacheError(.deletedRemotely, "\(entry.identifier) was moved while open"))
+            discardIfUnused(entry)
+        }
+    }
+
     // MARK: Staging (ContentStore+Staging.swift)
 
     /// A file number no record or staging file uses.

@@ -70,6 +70,10 @@ public protocol MetadataStore: Sendable {
     /// Inserts or replaces, keyed by (identifier, version).
     func saveContent(_ record: ContentRecord) throws
     func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws
+    /// chmod and utimens kept by the mount (AttributeOverrides.swift; defaults keep nothing).
+    func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride]
+    /// Inserts or replaces; nil deletes.
+    func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws
     /// The write-back queue (issue 14): one row per item with a local version.
     func loadUploads() throws -> [UploadRecord]
     /// Inserts or replaces, keyed by identifier.
@@ -90,6 +94,7 @@ public final class InMemoryMetadataStore: MetadataStore {
     private struct State {
         var items: [ItemIdentifier: StoredItem] = [:]
         var contents: [String: ContentRecord] = [:]
+        var attributes: [ItemIdentifier: AttributeOverride] = [:]
         var uploads: [ItemIdentifier: UploadRecord] = [:]
     }
     private let state = Locked(State())
@@ -113,6 +118,12 @@ public final class InMemoryMetadataStore: MetadataStore {
     }
     public func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
         state.withLock { $0.contents[Self.key(identifier, version)] = nil }
+    }
+    public func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride] {
+        state.withLock { $0.attributes }
+    }
+    public func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws {
+        state.withLock { $0.attributes[identifier] = override }
     }
     public func loadUploads() throws -> [UploadRecord] { state.withLock { Array($0.uploads.values) } }
     public func saveUpload(_ record: UploadRecord) throws { state.withLock { $0.uploads[record.identifier] = record } }

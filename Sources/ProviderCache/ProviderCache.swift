@@ -40,6 +40,8 @@ public final class ProviderCache: Sendable {
     /// Staging copies and the write-back queue (ProviderCache+Writes.swift).
     public let writes: LocalWrites
     let environment: CacheEnvironment
+    /// chmod and utimens the provider does not store (AttributeOverrides.swift).
+    let attributeOverrides: AttributeOverrides
 
     /// Opens the cache in `directory` (created if needed), loading the items and range maps the
     /// store kept from earlier sessions. `fileSync` makes a cache file's bytes durable before its
@@ -55,6 +57,7 @@ public final class ProviderCache: Sendable {
             provider: provider, store: store, timeline: Timeline(clock), options: options, pool: pool, logger: logger,
             fileSync: fileSync)
         self.environment = environment
+        attributeOverrides = AttributeOverrides(environment: environment)
         do {
             try makeDirectories(directory + "/content", mode: 0o700)
         } catch {

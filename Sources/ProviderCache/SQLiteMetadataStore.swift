@@ -49,6 +49,19 @@ public final class SQLiteMetadataStore: MetadataStore {
         migrator.registerMigration("provider cache v2: error offset") { db in
             try db.execute("ALTER TABLE contents ADD COLUMN error_offset INTEGER")
         }
+        // chmod and utimens kept by the mount for a provider that does not store them (issue 14).
+        migrator.registerMigration("provider cache v3: attribute overrides") { db in
+            try db.execute(
+                """
+                CREATE TABLE attributes (
+                    identifier TEXT PRIMARY KEY NOT NULL,
+                    permissions INTEGER,
+                    mtime_seconds INTEGER,
+                    mtime_nanoseconds INTEGER,
+                    version TEXT NOT NULL
+                )
+                """)
+        }
         // The write-back queue (issue 14, D-362): one row per item with a local version, kept
         // after the upload as the mapping of the local version to the provider's.
         migrator.registerMigration("provider cache v4: uploads") { db in
@@ -179,6 +192,45 @@ public final class SQLiteMetadataStore: MetadataStore {
         try queue.write { db in
             try db.execute(
                 "DELETE FROM contents WHERE identifier = ? AND version = ?", [identifier.rawValue, version.rawValue])
+        }
+    }
+
+    public func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride] {
+        try queue.read { db in
+            var result: [ItemIdentifier: AttributeOverride] = [:]
+            try db.forEachRow("SELECT * FROM attributes") { row in
+                let permissions: Int64? = try row["permissions"]
+                let seconds: Int64? = try row["mtime_seconds"]
+                let nanoseconds: Int64? = try row["mtime_nanoseconds"]
+                result[ItemIdentifier(try row["identifier"] as String)] = AttributeOverride(
+                    permissions: permissions.map { UInt16(truncatingIfNeeded: $0) },
+                    modificationTime: seconds.map {
+                        ItemTime(seconds: $0, nanoseconds: Int32(truncatingIfNeeded: nanoseconds ?? 0))
+                    },
+                    version: ContentVersion(try row["version"] as String))
+            }
+            return result
+        }
+    }
+
+    public func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws {
+        try queue.write { db in
+            guard let override else {
+                try db.execute("DELETE FROM attributes WHERE identifier = ?", [identifier.rawValue])
+                return
+            }
+            try db.execute(
+                """
+                INSERT INTO attributes (identifier, permissions, mtime_seconds, mtime_nanoseconds, version)
+                VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (identifier) DO UPDATE SET permissions = excluded.permissions,
+                    mtime_seconds = excluded.mtime_seconds, mtime_nanoseconds = excluded.mtime_nanoseconds,
+                    version = excluded.version
+                """,
+                [
+                    identifier.rawValue, override.permissions.map { Int64($0) }, override.modificationTime?.seconds,
+                    override.modificationTime.map { Int64($0.nanoseconds) }, override.version.rawValue,
+                ])
         }
     }
 

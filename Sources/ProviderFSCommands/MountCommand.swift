@@ -229,6 +229,10 @@ struct MountCommand: CLICommand {
         } catch {
             throw CommandFailure("cannot open the provider: \(error.message)")
         }
+        fileSystem.setNamespaceClaims(
+            MountNamespaceClaims(
+                server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait,
+                readClaims: claims))
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
             allowOther: plan.allowOther,

@@ -73,6 +73,20 @@ package final class MountReadClaims: ReadClaimProvider {
     /// Claims still held (open handles), for tests and diagnostics.
     package var heldCount: Int { held.withLock { $0.claims.count } }
 
+    /// Ends the read claims of open handles on `path` and below (an absolute path in the mount),
+    /// before the item is deleted or moved through the mount: those handles read the version they
+    /// pinned to the end whatever happens to the name, so their claims have nothing left to
+    /// protect, and holding them would make the change wait for every reader that keeps a file
+    /// open (`tail -f`, an editor) until the claim deadline. The tokens stay valid; releasing
+    /// them later does nothing more.
+    package func endClaims(at path: String) {
+        let prefix = path.hasSuffix("/") ? path : path + "/"
+        let ending = held.withLock { state in
+            state.claims.values.filter { $0.path == path || $0.path.hasPrefix(prefix) }
+        }
+        for claim in ending { claim.release() }
+    }
+
     /// Coordination failures as file-system errors (and so errno, through FileSystemError's table).
     static func fileSystemError(_ error: CoordinationError, path: String) -> FileSystemError {
         switch error.code {
@@ -100,4 +114,99 @@ enum ProcessIdentity {
     static func processID(ofThread tid: Int32) -> Int32 {
         ProcessInfoFiles.threadGroup(ofThread: tid) ?? tid
     }
+}
+
+/// `NamespaceClaimProvider` over a mount's embedded `CoordinationServer`: unlink and rmdir take a
+/// forDeleting write claim on the item (its presenters accommodate the deletion before it is
+/// granted), rename a forMoving one on the source and a forReplacing one on the destination (an
+/// exchange: forMoving on both), taken in path order so that two renames never wait on each
+/// other crosswise. A rename that happened is announced inside its claims (`itemMoved`):
+/// presenters of the moved items get presentedItemDidMove(to:), directory presenters their
+/// subitem messages. Paths are `mountpoint/relativePath`, as presenters register them.
+package final class MountNamespaceClaims: NamespaceClaimProvider {
+    let server: CoordinationServer
+    let mountpoint: String
+    /// How long a change waits for conflicting claims (and presenters) before failing (ETIMEDOUT).
+    let deadline: Duration
+    /// The read claims of the mount's open handles, ended on what a change deletes or moves
+    /// (`MountReadClaims.endClaims(at:)`).
+    let readClaims: MountReadClaims?
+    private struct Held {
+        var claims: [KernelClaim]
+        var change: NamespaceChange
+        var pid: Int32
+    }
+    private let held = Locked<(next: UInt64, changes: [UInt64: Held])>((1, [:]))
+
+    package init(
+        server: CoordinationServer, mountpoint: String, deadline: Duration, readClaims: MountReadClaims? = nil
+    ) {
+        self.server = server
+        self.mountpoint = mountpoint
+        self.deadline = deadline
+        self.readClaims = readClaims
+    }
+
+    private func absolute(_ relativePath: String) -> String {
+        relativePath.isEmpty ? mountpoint : mountpoint + "/" + relativePath
+    }
+
+    package func acquireNamespaceClaims(
+        _ request: NamespaceClaimRequest
+    ) async throws(FileSystemError) -> NamespaceClaimToken {
+        let pid = ProcessIdentity.processID(ofThread: request.context.threadID)
+        var wanted: [(path: String, options: WritingOptions, isDirectory: Bool)]
+        switch request.change {
+        case .deleting(let path, let isDirectory):
+            wanted = [(absolute(path), .forDeleting, isDirectory)]
+        case .moving(let from, let to, let isDirectory, let exchanging):
+            wanted = [
+                (absolute(from), .forMoving, isDirectory),
+                (absolute(to), exchanging ? .forMoving : .forReplacing, isDirectory),
+            ]
+            wanted.sort { $0.path < $1.path }
+        }
+        for claim in wanted { readClaims?.endClaims(at: claim.path) }
+        var claims: [KernelClaim] = []
+        for claim in wanted {
+            do {
+                claims.append(
+                    try await server.claim(
+                        claim.path, kind: .write, writingOptions: claim.options, isDirectory: claim.isDirectory,
+                        onBehalfOf: pid, deadline: deadline))
+            } catch {
+                for taken in claims { taken.release() }
+                throw MountReadClaims.fileSystemError(error, path: claim.path)
+            }
+        }
+        let token = held.withLock { state -> UInt64 in
+            defer { state.next += 1 }
+            state.changes[state.next] = Held(claims: claims, change: request.change, pid: pid)
+            return state.next
+        }
+        return NamespaceClaimToken(rawValue: token)
+    }
+
+    package func finishNamespaceChange(_ token: NamespaceClaimToken, happened: Bool) {
+        guard let change = held.withLock({ $0.changes.removeValue(forKey: token.rawValue) }) else { return }
+        if happened, case .moving(let from, let to, _, let exchanging) = change.change {
+            // The purpose of the mover's claims: its own presenters are not told (Apple's rule).
+            let purpose = "providerfs.kernel.\(change.pid)"
+            let from = absolute(from)
+            let to = absolute(to)
+            if exchanging {
+                // Each item took the other's place: told through a name neither has.
+                let aside = to + ".providerfs-exchange-\(token.rawValue)"
+                server.host.itemMoved(from: to, to: aside, purpose: purpose)
+                server.host.itemMoved(from: from, to: to, purpose: purpose)
+                server.host.itemMoved(from: aside, to: from, purpose: purpose)
+            } else {
+                server.host.itemMoved(from: from, to: to, purpose: purpose)
+            }
+        }
+        for claim in change.claims { claim.release() }
+    }
+
+    /// Changes whose claims are still held, for tests and diagnostics.
+    package var heldCount: Int { held.withLock { $0.changes.count } }
 }

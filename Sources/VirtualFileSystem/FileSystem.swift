@@ -278,6 +278,11 @@ public protocol FileSystem: Sendable {
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
         context: RequestContext
     ) async throws(FileSystemError)
+    /// link(2): a second name for `inode`. The default refuses with EPERM, as a Linux file
+    /// system without hard links (vfat) does.
+    func makeHardLink(
+        _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry
 
     func getExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
@@ -317,4 +322,12 @@ public protocol FileSystemFastPath: Sendable {
     ) -> Result<OpenedFile, FileSystemError>?
     func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>?
     func flushNow(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) -> Result<Void, FileSystemError>?
+}
+
+extension FileSystem {
+    public func makeHardLink(
+        _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        throw FileSystemError(.notPermitted, "link: hard links are not supported")
+    }
 }

@@ -97,6 +97,22 @@ struct InodeTable {
         byIdentifier[identifier] = nil
     }
 
+    /// Items were re-keyed (a move at a provider whose identifiers are paths): their nodes keep
+    /// their numbers under the new identifiers.
+    mutating func rekey(_ moves: [ItemIdentifier: ItemIdentifier]) {
+        guard !moves.isEmpty else { return }
+        var moved: [(ItemIdentifier, InodeNumber)] = []
+        for (old, new) in moves {
+            guard let inode = byIdentifier.removeValue(forKey: old) else { continue }
+            nodes[inode]?.identifier = new
+            moved.append((new, inode))
+        }
+        for (new, inode) in moved { byIdentifier[new] = inode }
+    }
+
+    /// The identifiers that have a node handed out.
+    var identifiers: Dictionary<ItemIdentifier, InodeNumber>.Keys { byIdentifier.keys }
+
     /// The node handed out for `identifier`, if the kernel may hold one.
     func inode(of identifier: ItemIdentifier) -> InodeNumber? { byIdentifier[identifier] }
 

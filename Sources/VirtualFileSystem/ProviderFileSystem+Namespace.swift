@@ -1,48 +1,382 @@
 // Namespace changes through the mount (issue 14): mkdir, symlink, unlink, rmdir, rename, and the
-// attribute changes that are not a size (chmod, utimens). Each goes to the provider at once and
-// is coordinated (forDeleting / forMoving claims, presenters told first). Read-only until then.
+// attribute changes that are not a size (chmod, utimens). Each goes to the provider at once (not
+// queued, D-355), then the catalog follows from the provider's answer and the kernel is told
+// (`catalogChanged`). unlink, rmdir and rename are coordinated first: forDeleting / forMoving
+// claims through `NamespaceClaimProvider`, so presenters hear of the change before it happens.
+// docs/SEMANTICS.md ("Namespace changes") lists what each answers.
+
+import Diagnostics
+import ProviderCache
+import ProviderModel
+import SystemSupport
 
 extension ProviderFileSystem {
+    /// Plugs in the coordination of unlink, rmdir and rename (the mount's coordination server).
+    /// Set before the file system is mounted.
+    public func setNamespaceClaims(_ provider: any NamespaceClaimProvider) {
+        namespaceClaimsHolder.withLock { $0 = provider }
+    }
+
+    var namespaceClaims: any NamespaceClaimProvider { namespaceClaimsHolder.withLock { $0 } }
+
+    /// rename(2)'s flags (linux/fs.h).
+    static let renameNoReplace: UInt32 = 1 << 0
+    static let renameExchange: UInt32 = 1 << 1
+
+    /// Where a namespace change happens: the directory's item and, through an access path, the
+    /// directory's node there.
+    struct ChangeSite {
+        var directory: ItemIdentifier
+        var scoped: ScopedNode?
+    }
+
+    /// The directory `parent` names, checked for a change: the mount is writable, the caller may
+    /// use the path (require-token mode, a read-write token for an access path), it is a
+    /// directory.
+    func changeSite(
+        _ parent: InodeNumber, _ operation: String, context: RequestContext
+    ) throws(FileSystemError) -> ChangeSite {
+        // Who may use the path is decided first (require-token mode, tokens), then EROFS.
+        if let target = scopedTarget(parent) {
+            guard case .node(let node) = target else {
+                guard isWritable else { throw readOnly(operation) }
+                throw FileSystemError(
+                    .accessDenied, "\(operation) in \(Self.scopedDirectoryName): its entries are the tokens")
+            }
+            let check = try enforce(node, context: context, operation: operation).check
+            guard isWritable else { throw readOnly(operation) }
+            guard check.writable else {
+                logger.notice("\(operation) through an access path refused: a read token")
+                throw FileSystemError(.accessDenied, "\(operation) through an access path of a read token")
+            }
+            guard case .item(let identifier) = node.role else {
+                throw FileSystemError(.accessDenied, "\(operation) beside a granted file: only the file is granted")
+            }
+            guard node.kind == .directory else {
+                throw FileSystemError(.notADirectory, "\(identifier) is not a directory")
+            }
+            return ChangeSite(directory: identifier, scoped: node)
+        }
+        try checkPlainPath(operation, context: context)
+        guard isWritable else { throw readOnly(operation) }
+        let node = try node(parent)
+        guard node.kind == .directory else {
+            throw FileSystemError(.notADirectory, "\(node.identifier) is not a directory")
+        }
+        return ChangeSite(directory: node.identifier, scoped: nil)
+    }
+
+    /// A name for a new or existing entry: one path component of at most 255 bytes. The `.scoped`
+    /// directory's name at the root is the access paths', never a provider item's.
+    func checkName(_ name: String, in site: ChangeSite, _ operation: String) throws(FileSystemError) {
+        guard !name.isEmpty, name != ".", name != "..", !name.utf8.contains(UInt8(ascii: "/")),
+            !name.utf8.contains(0)
+        else { throw FileSystemError(.invalidArgument, "\(operation): '\(name)' is not a file name") }
+        guard name.utf8.count <= 255 else {
+            throw FileSystemError(.nameTooLong, "\(operation): name longer than 255 bytes")
+        }
+        if site.scoped == nil, site.directory == .root, name == Self.scopedDirectoryName, scopedAccess != nil {
+            throw FileSystemError(.accessDenied, "\(operation): \(Self.scopedDirectoryName) holds the access paths")
+        }
+    }
+
+    /// The item named `name` in the site's directory, or nil when there is none.
+    func existingChild(named name: String, in site: ChangeSite) async throws(FileSystemError) -> ProviderItem? {
+        do {
+            return try await child(named: name, of: site.directory)
+        } catch  where error.code == .notFound {
+            return nil
+        }
+    }
+
+    /// The answer to mkdir and symlink: an entry the kernel holds a reference to, as lookup's.
+    func createdEntry(
+        _ item: ProviderItem, parent: InodeNumber, site: ChangeSite, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        if site.scoped != nil { return try await lookup(parent: parent, name: item.name, context: context) }
+        return entry(for: item, presentBytes: 0, tracked: cache.catalog.isTracked(item))
+    }
+
     public func makeDirectory(
         parent: InodeNumber, name: String, permissions: UInt16, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
-        try checkPlainNode(parent, "mkdir", context: context)
-        throw readOnly("mkdir")
+        let site = try changeSite(parent, "mkdir", context: context)
+        try checkName(name, in: site, "mkdir")
+        let item: ProviderItem
+        do {
+            item = try await cache.createDirectory(named: name, in: site.directory, permissions: permissions & 0o7777)
+        } catch {
+            throw FileSystemError(error)
+        }
+        return try await createdEntry(item, parent: parent, site: site, context: context)
     }
 
     public func makeSymbolicLink(
         parent: InodeNumber, name: String, target: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
-        try checkPlainNode(parent, "symlink", context: context)
-        throw readOnly("symlink")
+        let site = try changeSite(parent, "symlink", context: context)
+        try checkName(name, in: site, "symlink")
+        // What a Linux file system without symbolic links (vfat) answers.
+        guard cache.providerCapabilities.contains(.symbolicLinks) else {
+            throw FileSystemError(.notPermitted, "symlink: the provider has no symbolic links")
+        }
+        guard !target.isEmpty else { throw FileSystemError(.notFound, "symlink: an empty target") }
+        guard target.utf8.count < 4096 else { throw FileSystemError(.nameTooLong, "symlink: target too long") }
+        let item: ProviderItem
+        do {
+            item = try await cache.createSymbolicLink(named: name, in: site.directory, target: target)
+        } catch {
+            throw FileSystemError(error)
+        }
+        return try await createdEntry(item, parent: parent, site: site, context: context)
+    }
+
+    /// link(2): providers have no hard links (an item has one parent and one name), so EPERM, as
+    /// a Linux file system without them answers; EROFS first on a read-only mount.
+    public func makeHardLink(
+        _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        _ = try changeSite(newParent, "link", context: context)
+        throw FileSystemError(.notPermitted, "link: the provider has no hard links")
     }
 
     public func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) {
-        try checkPlainNode(parent, "unlink", context: context)
-        throw readOnly("unlink")
+        try await remove(parent: parent, name: name, directory: false, context: context)
     }
 
     public func removeDirectory(
         parent: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) {
-        try checkPlainNode(parent, "rmdir", context: context)
-        throw readOnly("rmdir")
+        try await remove(parent: parent, name: name, directory: true, context: context)
+    }
+
+    /// unlink (`directory` false) and rmdir.
+    func remove(
+        parent: InodeNumber, name: String, directory: Bool, context: RequestContext
+    ) async throws(FileSystemError) {
+        let operation = directory ? "rmdir" : "unlink"
+        let site = try changeSite(parent, operation, context: context)
+        try checkName(name, in: site, operation)
+        guard let item = try await existingChild(named: name, in: site) else {
+            throw FileSystemError(.notFound, "\(operation): no item named '\(name)'")
+        }
+        if directory, item.kind != .directory {
+            throw FileSystemError(.notADirectory, "rmdir: \(item.identifier) is not a directory")
+        }
+        if !directory, item.kind == .directory {
+            throw FileSystemError(.isADirectory, "unlink: \(item.identifier) is a directory")
+        }
+        if site.scoped != nil, case .item(let scope)? = site.scoped?.role, item.identifier == scope {
+            throw FileSystemError(.accessDenied, "\(operation): the granted item itself")
+        }
+        try await settleOpenContent(of: [item.identifier])
+        let path = cache.catalog.path(of: item.identifier) ?? item.identifier.rawValue
+        let coordination = namespaceClaims
+        let claim = try await coordination.acquireNamespaceClaims(
+            NamespaceClaimRequest(change: .deleting(path: path, isDirectory: directory), context: context))
+        do {
+            try await cache.delete(item)
+        } catch {
+            coordination.finishNamespaceChange(claim, happened: false)
+            throw FileSystemError(error)
+        }
+        state.withLock { Self.detachRemoved(item, in: &$0) }
+        coordination.finishNamespaceChange(claim, happened: true)
     }
 
     public func rename(
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
         context: RequestContext
     ) async throws(FileSystemError) {
-        try checkPlainNode(parent, "rename", context: context)
-        try checkPlainNode(newParent, "rename", context: context)
-        throw readOnly("rename")
+        let from = try changeSite(parent, "rename", context: context)
+        let to = try changeSite(newParent, "rename", context: context)
+        guard flags & ~(Self.renameNoReplace | Self.renameExchange) == 0,
+            flags != Self.renameNoReplace | Self.renameExchange
+        else { throw FileSystemError(.invalidArgument, "rename: flags \(flags) are not supported") }
+        let mode: MoveMode =
+            flags == Self.renameExchange ? .exchange : flags == Self.renameNoReplace ? .noReplace : .replacing
+        // Like a file system without RENAME_EXCHANGE (ext2 before 4.x, tmpfs of old kernels).
+        if mode == .exchange, !cache.providerCapabilities.contains(.exchangingMoves) {
+            throw FileSystemError(.invalidArgument, "rename: the provider cannot exchange items")
+        }
+        try checkName(name, in: from, "rename")
+        try checkName(newName, in: to, "rename")
+        // One access path's token, or plain paths on both sides: an item never crosses from one to
+        // the other (as between two mounts).
+        guard from.scoped?.token == to.scoped?.token else {
+            throw FileSystemError(.crossDevice, "rename: between an access path and another path")
+        }
+        guard let source = try await existingChild(named: name, in: from) else {
+            throw FileSystemError(.notFound, "rename: no item named '\(name)'")
+        }
+        if case .item(let scope)? = from.scoped?.role, source.identifier == scope {
+            throw FileSystemError(.accessDenied, "rename: the granted item itself")
+        }
+        // A directory never moves into itself or below itself.
+        if source.kind == .directory, depth(of: to.directory, below: source.identifier) != nil {
+            throw FileSystemError(.invalidArgument, "rename: \(source.identifier) would move below itself")
+        }
+        let destination = try await existingChild(named: newName, in: to)
+        if let destination {
+            // The same item under both names: nothing to do (POSIX).
+            if destination.identifier == source.identifier { return }
+            switch mode {
+            case .noReplace: throw FileSystemError(.exists, "rename: '\(newName)' exists")
+            case .exchange: break
+            case .replacing:
+                if source.kind == .directory, destination.kind != .directory {
+                    throw FileSystemError(.notADirectory, "rename: '\(newName)' is not a directory")
+                }
+                if source.kind != .directory, destination.kind == .directory {
+                    throw FileSystemError(.isADirectory, "rename: '\(newName)' is a directory")
+                }
+            }
+            if case .item(let scope)? = to.scoped?.role, destination.identifier == scope {
+                throw FileSystemError(.accessDenied, "rename: over the granted item itself")
+            }
+        } else if mode == .exchange {
+            throw FileSystemError(.notFound, "rename: no item named '\(newName)' to exchange with")
+        }
+        try await settleOpenContent(of: [source.identifier] + (destination.map { [$0.identifier] } ?? []))
+        let fromPath = cache.catalog.path(of: source.identifier) ?? source.identifier.rawValue
+        let directoryPath = cache.catalog.path(of: to.directory) ?? to.directory.rawValue
+        let toPath = directoryPath.isEmpty ? newName : directoryPath + "/" + newName
+        let coordination = namespaceClaims
+        let claim = try await coordination.acquireNamespaceClaims(
+            NamespaceClaimRequest(
+                change: .moving(
+                    from: fromPath, to: toPath, isDirectory: source.kind == .directory, exchanging: mode == .exchange),
+                context: context))
+        var moves: [ItemIdentifier: ItemIdentifier]
+        let moved: ProviderItem
+        do {
+            (moved, moves) = try await cache.move(
+                source, to: to.directory, named: newName, mode: mode, replaced: destination)
+        } catch {
+            coordination.finishNamespaceChange(claim, happened: false)
+            throw FileSystemError(error)
+        }
+        state.withLock { state in
+            if let destination {
+                if mode == .exchange {
+                    // The kernel swapped the two names' nodes: each node follows its item. At a
+                    // provider whose identifiers are paths, the two subtrees swap identifiers.
+                    if moved.identifier == destination.identifier {
+                        for identifier in state.inodes.identifiers {
+                            if let swapped =
+                                identifier.rebased(from: source.identifier, to: destination.identifier)
+                                ?? identifier.rebased(from: destination.identifier, to: source.identifier)
+                            {
+                                moves[identifier] = swapped
+                            }
+                        }
+                    }
+                } else {
+                    // Replaced: its open descriptors keep its last attributes (and their bytes).
+                    Self.detachRemoved(destination, in: &state)
+                }
+            }
+            state.inodes.rekey(moves)
+            guard !moves.isEmpty else { return }
+            for (handle, file) in state.files {
+                if let moved = moves[file.identifier] { state.files[handle]!.identifier = moved }
+            }
+            for (handle, directory) in state.directories {
+                if let moved = moves[directory.identifier] { state.directories[handle]!.identifier = moved }
+            }
+            // Access-path nodes name their item too.
+            for (inode, node) in state.scoped {
+                guard case .item(let identifier) = node.role, let moved = moves[identifier] else { continue }
+                let oldKey = ScopedKey(token: node.token, role: node.role)
+                state.scoped[inode]!.role = .item(moved)
+                if state.scopedByKey[oldKey] == inode { state.scopedByKey[oldKey] = nil }
+                state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
+            }
+        }
+        coordination.finishNamespaceChange(claim, happened: true)
+    }
+
+    /// The attributes of a node whose item was deleted or replaced through the mount (an
+    /// unlinked open file): its last ones, with link count 0 as on a local file system.
+    func removedAttributes(_ inode: InodeNumber) -> NodeAttributes? {
+        guard let item = state.withLock({ $0.removed.isEmpty ? nil : $0.removed[inode] }) else { return nil }
+        var attributes = attributes(of: item, presentBytes: item.size, inode: inode)
+        attributes.linkCount = 0
+        return attributes
+    }
+
+    /// The item is gone from its name: a node the kernel holds keeps answering its last
+    /// attributes (`removedAttributes`), and its number is no longer handed out for the identifier.
+    /// Called with the state locked.
+    static func detachRemoved(_ item: ProviderItem, in state: inout State) {
+        if let inode = state.inodes.inode(of: item.identifier) { state.removed[inode] = item }
+        state.inodes.detach(item.identifier)
+    }
+
+    /// Before an item is deleted, replaced or moved: the content that open handles of it (or of
+    /// items below it) pin is completed, so those handles read the whole version to the end (a
+    /// deleted item's bytes cannot be fetched afterwards; a moved item's entry is retired when
+    /// its identifier changes). A download that fails leaves the handle its present bytes.
+    func settleOpenContent(of identifiers: [ItemIdentifier]) async throws(FileSystemError) {
+        let open = state.withLock { state in state.files.values.map { ($0.identifier, $0.entry) } }
+        guard !open.isEmpty else { return }
+        for (identifier, entry) in open
+        where identifiers.contains(where: { depth(of: identifier, below: $0) != nil }) && !entry.isMaterialized {
+            do {
+                try await entry.ensurePresent(0..<entry.progress.total)
+            } catch  where error.code == .cancelled {
+                throw FileSystemError(error)
+            } catch {
+                logger.notice("\(identifier): its open content could not be completed before the change: \(error)")
+            }
+        }
     }
 
     /// setattr's permissions, owner and times (never its size: `truncate`). Called with at least
     /// one change.
+    ///
+    /// chmod and the modification time go to the provider when it stores them
+    /// (`.storesAttributes`), else the mount keeps them (`ProviderCache.keepAttributes`). The
+    /// access time is not kept (atime reads as mtime). chown: EPERM unless it changes nothing
+    /// (every node belongs to the mounting user).
     func changeAttributes(
         _ inode: InodeNumber, _ changes: AttributeChanges, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        throw readOnly("setattr")
+        guard isWritable else { throw readOnly("setattr") }
+        if let target = scopedTarget(inode) {
+            guard case .node(let scoped) = target, case .item = scoped.role else {
+                throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+            }
+            guard try enforce(scoped, context: context, operation: "setattr").check.writable else {
+                throw FileSystemError(.accessDenied, "setattr through an access path of a read token")
+            }
+        }
+        guard let node = try anyNode(inode, context: context, operation: "setattr") else {
+            throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+        }
+        if let uid = changes.uid, uid != options.uid {
+            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
+        }
+        if let gid = changes.gid, gid != options.gid {
+            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
+        }
+        let wanted = ItemAttributeChanges(
+            permissions: changes.permissions.map { $0 & 0o7777 },
+            modificationTime: changes.modificationTime.map {
+                ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds)
+            })
+        if wanted != ItemAttributeChanges() {
+            let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+            if cache.providerCapabilities.contains(.storesAttributes) {
+                do {
+                    _ = try await cache.setAttributes(of: item.identifier, wanted)
+                } catch {
+                    throw FileSystemError(error)
+                }
+            } else {
+                cache.keepAttributes(wanted, for: item)
+            }
+        }
+        return try await getAttributes(inode, context: context)
     }
 }

@@ -41,6 +41,8 @@ extension ProviderFileSystem {
         var scope: ItemIdentifier
         var id: String
         var caching: ScopedKernelCaching
+        /// A read-write token: changes through its access path are allowed.
+        var writable = false
     }
 
     /// The token asked again (a use taken when `use`); denied → EACCES with the reason, logged.
@@ -59,14 +61,14 @@ extension ProviderFileSystem {
         let decision =
             use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
-        case .allowed(let scope, _, let id, let caching):
+        case .allowed(let scope, let writable, let id, let caching):
             // The root has no name to stand under `.scoped/<token>/` (D-305).
             guard !scope.isEmpty else {
                 if use { scopedAccess.returnUse(id: id) }
                 logger.notice("\(operation) through an access path refused: a grant of the mount's root")
                 throw FileSystemError(.accessDenied, "access path refused: the mount's root cannot be granted")
             }
-            return ScopedCheck(scope: ItemIdentifier(scope), id: id, caching: caching)
+            return ScopedCheck(scope: ItemIdentifier(scope), id: id, caching: caching, writable: writable)
         case .denied(let reason):
             // Never the token: the authority logs it by id (or not at all for a guess).
             logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")

@@ -50,6 +50,8 @@ public final class ProviderFileSystem: FileSystem {
     public let cache: ProviderCache
     public let options: FileSystemOptions
     let claims: any ReadClaimProvider
+    /// Coordinates unlink, rmdir and rename (`setNamespaceClaims`; none until set).
+    let namespaceClaimsHolder = Locked<any NamespaceClaimProvider>(NoNamespaceClaims())
     /// Checks the tokens of access paths; nil: the mount has no `.scoped` directory.
     let scopedAccess: (any ScopedAccessProvider)?
     /// Require-token mode: `options.plainPaths` is set (read on every lookup, without unwrapping it).
@@ -123,6 +125,10 @@ public final class ProviderFileSystem: FileSystem {
         var scopedByKey: [ScopedKey: InodeNumber] = [:]
         /// Token id → its nodes, to invalidate when it ends (D-346).
         var scopedByTokenID: [String: Set<InodeNumber>] = [:]
+        /// Nodes whose item was deleted or replaced through the mount while the kernel still holds
+        /// them (an open descriptor): their last item, answered by getattr (link count 0) until
+        /// forgotten (ProviderFileSystem+Namespace.swift).
+        var removed: [InodeNumber: ProviderItem] = [:]
         mutating func allocateHandle() -> FileHandleID {
             defer { nextHandle += 1 }
             return FileHandleID(nextHandle)
@@ -184,6 +190,7 @@ public final class ProviderFileSystem: FileSystem {
     func attributes(
         of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false
     ) -> NodeAttributes {
+        let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
         let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
         let type: NodeType
         var blocks: Int64 = 0
@@ -263,7 +270,11 @@ public final class ProviderFileSystem: FileSystem {
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
         state.withLock { state in
-            guard var node = state.scoped[inode] else { return state.inodes.forget(inode, count: count) }
+            guard var node = state.scoped[inode] else {
+                state.inodes.forget(inode, count: count)
+                if !state.removed.isEmpty, state.inodes[inode] == nil { state.removed[inode] = nil }
+                return
+            }
             node.lookupCount -= min(count, node.lookupCount)
             if node.lookupCount > 0 { return state.scoped[inode] = node }
             state.scoped[inode] = nil
@@ -280,6 +291,7 @@ public final class ProviderFileSystem: FileSystem {
         if let target = scopedTarget(inode) { return try await scopedAttributes(inode, target, context: context) }
         // The root's attributes stay open in require-token mode (the mount point must stat).
         if inode != .root { try checkPlainPath("getattr", context: context) }
+        if let removed = removedAttributes(inode) { return removed }
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
         return attributes(
@@ -719,6 +731,7 @@ extension ProviderFileSystem: FileSystemFastPath {
         {
             return .failure(refusal)
         }
+        if let removed = removedAttributes(inode) { return .success(removed) }
         // From memory only: a stale item is revalidated by the async path, off the FUSE thread.
         guard let node = state.withLock({ $0.inodes[inode] }) else {
             return scopedTarget(inode).flatMap { scopedAttributesNow(inode, $0, context: context) }

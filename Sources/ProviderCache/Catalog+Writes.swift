@@ -1,0 +1,184 @@
+// How the catalog follows a namespace change made through the mount (issue 14): the provider has
+// already done it and returned the item as it is now, so the catalog is updated at once, with no
+// second round trip: an item inserted into its parent's listing, one removed, one moved (and, for a
+// provider whose identifiers are paths, every descendant re-keyed).
+//
+// Each change also counts as a change report for its directories (`changeCount`,
+// `lastChange`): a listing that started before it and ends after it may not show it, so it is
+// applied as raced (expired, listed again when next used) instead of undoing the change. The
+// provider's own report of the same change (inotify for a local directory) arrives later and
+// only makes the catalog ask again: the item is already where the report says.
+
+import Diagnostics
+public import ProviderModel
+import SystemSupport
+
+extension ItemIdentifier {
+    /// This identifier after `from` became `to`: `to` for `from` itself; for an identifier that is
+    /// a path below `from` (`from/…`, compared byte for byte: a provider whose identifiers are
+    /// paths, as a local directory's), the same path below `to`; nil for any other (not moved,
+    /// or a provider whose identifiers stay the same when an item moves).
+    public func rebased(from: ItemIdentifier, to: ItemIdentifier) -> ItemIdentifier? {
+        if self == from { return to }
+        guard from != .root, from != to else { return nil }
+        let raw = rawValue.utf8
+        let prefix = from.rawValue.utf8
+        guard raw.count > prefix.count + 1, raw.starts(with: prefix) else { return nil }
+        let slash = raw.index(raw.startIndex, offsetBy: prefix.count)
+        guard raw[slash] == UInt8(ascii: "/") else { return nil }
+        return ItemIdentifier(to.rawValue + String(rawValue[slash...]))
+    }
+}
+
+extension Catalog {
+    /// Counts a change made through the mount in `directories` as a change report (see the top).
+    private static func noteChange(in directories: [ItemIdentifier], of catalog: inout State) {
+        catalog.changeCount &+= 1
+        for directory in directories { catalog.lastChange[directory] = catalog.changeCount }
+    }
+
+    /// Places `item` under its name in its parent's listing (when the parent is listed) and in
+    /// the item table, confirmed now.
+    private static func place(_ item: ProviderItem, at now: Duration, in catalog: inout State) {
+        catalog.items[item.identifier] = item
+        catalog.refreshedAt[item.identifier] = now
+        if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
+        guard item.identifier != .root, catalog.children[item.parent] != nil else { return }
+        catalog.children[item.parent]!.insert(item.identifier)
+        catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
+    }
+
+    /// Takes `identifier` out of its parent's listing (not out of the item table).
+    private static func unplace(
+        _ identifier: ItemIdentifier, parent: ItemIdentifier, name: String, in catalog: inout State
+    ) {
+        guard catalog.children[parent] != nil else { return }
+        catalog.children[parent]!.remove(identifier)
+        let key = NameKey(name)
+        if catalog.names[parent]?[key] == identifier { catalog.names[parent]?[key] = nil }
+    }
+
+    /// An item the mount created at the provider (mkdir, symlink, a new file): in its parent's
+    /// listing from now on. An item the catalog still had under that name is gone (the provider
+    /// refused to create over it, so it was deleted there meanwhile).
+    func created(_ item: ProviderItem) {
+        let now = environment.timeline.now
+        let previous = state.withLock { catalog -> ItemIdentifier? in
+            Self.noteChange(in: [item.parent], of: &catalog)
+            let previous = catalog.names[item.parent]?[NameKey(item.name)]
+            return previous == item.identifier ? nil : previous
+        }
+        if let previous { removeItem(previous) }
+        state.withLock { catalog in Self.place(item, at: now, in: &catalog) }
+        save([item])
+        tell([.entry(directory: item.parent, name: item.name, identifier: item.identifier)])
+    }
+
+    /// An item the mount deleted at the provider: removed with its descendants; handles that pin
+    /// its content keep their present bytes (missing ones fail as a deletion, EIO).
+    func deleted(_ identifier: ItemIdentifier) {
+        state.withLock { catalog in
+            if let item = catalog.items[identifier] { Self.noteChange(in: [item.parent], of: &catalog) }
+        }
+        removeItem(identifier)
+    }
+
+    /// The listings of `directories` are asked for again when next used (an exchange).
+    func expireListings(_ directories: [ItemIdentifier]) {
+        let expired = environment.timeline.now - environment.options.directoryTTL
+        state.withLock { catalog in
+            for directory in directories {
+                catalog.listingTokens[directory] = nil
+                if let at = catalog.listedAt[directory], at > expired { catalog.listedAt[directory] = expired }
+            }
+        }
+        tell(directories.map { .entries(directory: $0) })
+    }
+
+    /// An item the mount moved at the provider: `old` as the catalog had it, `item` as the provider
+    /// returned it. `replaced`: the item that was at the destination and is gone now (removed
+    /// first, so that a provider whose identifiers are paths can give its identifier to `item`).
+    /// Returns the identifiers re-keyed (old → new), for the other tables keyed by identifier.
+    func moved(
+        _ old: ProviderItem, to item: ProviderItem, replaced: ItemIdentifier?
+    ) -> [ItemIdentifier: ItemIdentifier] {
+        state.withLock { catalog in Self.noteChange(in: [old.parent, item.parent], of: &catalog) }
+        if let replaced, replaced != old.identifier { removeItem(replaced) }
+        let moves =
+            old.identifier == item.identifier ? [:] : identifiersMoved(from: old.identifier, to: item.identifier)
+        let now = environment.timeline.now
+        state.withLock { catalog in
+            Self.unplace(item.identifier, parent: old.parent, name: old.name, in: &catalog)
+            Self.unplace(old.identifier, parent: old.parent, name: old.name, in: &catalog)
+            Self.place(item, at: now, in: &catalog)
+        }
+        save([item])
+        tell([
+            .entry(directory: old.parent, name: old.name, identifier: item.identifier),
+            .entry(directory: item.parent, name: item.name, identifier: item.identifier),
+        ])
+        if old.contentVersion != item.contentVersion {
+            content.supersede(
+                item.identifier, except: item.contentVersion,
+                error: CacheError(.stale, "\(item.identifier) changed on the provider"))
+        }
+        return moves
+    }
+
+    /// Re-keys `from` and every identifier below it (`ItemIdentifier.rebased`) in the catalog's
+    /// tables and the store, and hands the same moves to the content store. The items keep their
+    /// names; a moved item's parent is re-keyed with it. Returns the moves made (old → new).
+    @discardableResult
+    func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
+        guard from != to, from != .root else { return [:] }
+        let (moves, saved) = state.withLock { catalog -> ([ItemIdentifier: ItemIdentifier], [StoredItem]) in
+            var moves: [ItemIdentifier: ItemIdentifier] = [:]
+            for identifier in catalog.items.keys {
+                if let moved = identifier.rebased(from: from, to: to) { moves[identifier] = moved }
+            }
+            guard !moves.isEmpty else { return ([:], []) }
+            func map(_ identifier: ItemIdentifier) -> ItemIdentifier { moves[identifier] ?? identifier }
+            var items: [(ItemIdentifier, ProviderItem)] = []
+            for (old, new) in moves {
+                guard var item = catalog.items.removeValue(forKey: old) else { continue }
+                item.identifier = new
+                item.parent = map(item.parent)
+                items.append((new, item))
+            }
+            for (new, item) in items { catalog.items[new] = item }
+            func rekey<Value>(_ table: inout [ItemIdentifier: Value], _ transform: (Value) -> Value = { $0 }) {
+                var moved: [(ItemIdentifier, Value)] = []
+                for (old, new) in moves {
+                    if let value = table.removeValue(forKey: old) { moved.append((new, transform(value))) }
+                }
+                for (new, value) in moved { table[new] = value }
+            }
+            rekey(&catalog.children) { Set($0.map(map)) }
+            rekey(&catalog.names) { $0.mapValues(map) }
+            rekey(&catalog.listedAt)
+            rekey(&catalog.refreshedAt)
+            rekey(&catalog.lastChange)
+            rekey(&catalog.localVersions)  // local versions of written files (Catalog+Local.swift)
+            // A listing token names the directory where it was taken: a moved one is revalidated
+            // by a new listing instead.
+            for old in moves.keys { catalog.listingTokens[old] = nil }
+            for (old, new) in moves where catalog.dirty.remove(old) != nil { catalog.dirty.insert(new) }
+            // The parent of `from` still lists it under its old identifier (the caller moves it).
+            if let parent = catalog.items[to]?.parent, catalog.children[parent]?.remove(from) != nil {
+                catalog.children[parent]!.insert(to)
+                if let name = catalog.items[to]?.name { catalog.names[parent]?[NameKey(name)] = to }
+            }
+            let saved = items.map { StoredItem(item: $0.1, childrenListed: catalog.children[$0.0] != nil) }
+            return (moves, saved)
+        }
+        guard !moves.isEmpty else { return [:] }
+        do {
+            try environment.store.deleteItems(Array(moves.keys))
+            try environment.store.saveItems(saved)
+        } catch {
+            environment.logger.warning("cannot re-key moved items in the metadata store: \(error)")
+        }
+        content.identifiersMoved(moves)
+        return moves
+    }
+}

@@ -1,0 +1,111 @@
+// Namespace changes at the provider, for the mount (issue 14): each calls the provider at once
+// (not queued: D-355) and updates the catalog from the item the provider returns, so the next
+// lookup answers the change without asking again.
+
+public import ProviderModel
+
+extension ProviderCache {
+    private func providerCall<T: Sendable>(_ body: () async throws -> T) async throws(CacheError) -> T {
+        do {
+            return try await body()
+        } catch {
+            throw CacheError.from(error)
+        }
+    }
+
+    /// mkdir: the new directory, in its parent's listing.
+    public func createDirectory(
+        named name: String, in parent: ItemIdentifier, permissions: UInt16
+    ) async throws(CacheError) -> ProviderItem {
+        let provider = environment.provider
+        let item = try await providerCall {
+            try await provider.createDirectory(named: name, in: parent, permissions: permissions)
+        }
+        catalog.created(item)
+        return item
+    }
+
+    /// symlink: the new link, in its parent's listing.
+    public func createSymbolicLink(
+        named name: String, in parent: ItemIdentifier, target: String
+    ) async throws(CacheError) -> ProviderItem {
+        let provider = environment.provider
+        let item = try await providerCall {
+            try await provider.createSymbolicLink(named: name, in: parent, target: target)
+        }
+        catalog.created(item)
+        return item
+    }
+
+    /// unlink, rmdir: the item is gone from the provider and the catalog; handles that pin its
+    /// content keep their present bytes.
+    public func delete(_ item: ProviderItem) async throws(CacheError) {
+        let provider = environment.provider
+        do {
+            try await provider.delete(item.identifier, kind: item.kind)
+        } catch {
+            let failure = CacheError.from(error)
+            // Already gone: what was asked for is true; the catalog learns it.
+            guard failure.code == .notFound else { throw failure }
+        }
+        catalog.deleted(item.identifier)
+        attributeOverrides.remove(item.identifier)
+    }
+
+    /// rename: `item` now `name` in `parent` (`mode`: rename(2)'s flags). `replaced`: the item at
+    /// the destination, if any (gone after a `.replacing` move; moved to `item`'s old place by an
+    /// `.exchange`). Returns the moved item and the identifiers re-keyed (old → new) for the
+    /// tables above the cache keyed by identifier.
+    public func move(
+        _ item: ProviderItem, to parent: ItemIdentifier, named name: String, mode: MoveMode, replaced: ProviderItem?
+    ) async throws(CacheError) -> (item: ProviderItem, moves: [ItemIdentifier: ItemIdentifier]) {
+        let provider = environment.provider
+        let moved = try await providerCall {
+            try await provider.move(item.identifier, to: parent, named: name, mode: mode)
+        }
+        if mode == .exchange, let replaced {
+            // Both items changed places: the catalog forgets both (their listings are asked for
+            // again) rather than re-keying two subtrees into each other's identifiers.
+            catalog.deleted(item.identifier)
+            catalog.deleted(replaced.identifier)
+            catalog.created(moved)
+            catalog.expireListings([item.parent, parent])
+            return (moved, [:])
+        }
+        if let replaced, replaced.identifier != item.identifier { attributeOverrides.remove(replaced.identifier) }
+        let moves = catalog.moved(item, to: moved, replaced: replaced?.identifier)
+        attributeOverrides.rekey(moves)
+        return (moved, moves)
+    }
+
+    /// chmod, utimens at a provider that stores them (`.storesAttributes`).
+    public func setAttributes(
+        of identifier: ItemIdentifier, _ changes: ItemAttributeChanges
+    ) async throws(CacheError) -> ProviderItem {
+        let provider = environment.provider
+        let item = try await providerCall { try await provider.setAttributes(identifier, changes) }
+        catalog.apply(item)
+        return item
+    }
+
+    /// Items re-keyed outside a move through the mount (the write-back queue's hook): `from` and,
+    /// for a provider whose identifiers are paths, everything below it now has the identifier
+    /// `ItemIdentifier.rebased(from:to:)` gives, in the catalog, the store and the content store.
+    @discardableResult
+    public func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
+        let moves = catalog.identifiersMoved(from: from, to: to)
+        attributeOverrides.rekey(moves)
+        if !moves.isEmpty { writes.rekey(from: from, to: to) }  // the write-back queue
+        return moves
+    }
+
+    /// chmod, utimens at a provider that does not store them: kept by the mount and shown by
+    /// `shown(_:)` (AttributeOverrides.swift for how long each holds).
+    public func keepAttributes(_ changes: ItemAttributeChanges, for item: ProviderItem) {
+        attributeOverrides.set(changes, for: item)
+        catalog.tell([.entry(directory: item.parent, name: item.name, identifier: item.identifier)])
+    }
+
+    /// `item` with the attributes the mount keeps for it (`keepAttributes`).
+    public func shown(_ item: ProviderItem) -> ProviderItem { attributeOverrides.applied(to: item) }
+}

@@ -1,0 +1,449 @@
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+import VirtualFileSystem
+
+/// Records the namespace claims asked for and their ends.
+private final class RecordingNamespaceClaims: NamespaceClaimProvider {
+    let log = Locked<[String]>([])
+    func acquireNamespaceClaims(_ request: NamespaceClaimRequest) async throws(FileSystemError) -> NamespaceClaimToken {
+        switch request.change {
+        case .deleting(let path, let isDirectory): log.withLock { $0.append("delete \(path) \(isDirectory)") }
+        case .moving(let from, let to, _, let exchanging):
+            log.withLock { $0.append("move \(from) \(to)\(exchanging ? " exchange" : "")") }
+        }
+        return NamespaceClaimToken(rawValue: 1)
+    }
+    func finishNamespaceChange(_ token: NamespaceClaimToken, happened: Bool) {
+        log.withLock { $0.append("finish \(happened)") }
+    }
+}
+
+/// Token "rw" grants directory "d" read-write, "ro" read-only, "file" the file "d/f" read-write.
+private struct TwoTokens: ScopedAccessProvider {
+    func check(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        switch token {
+        case "rw": .allowed(scope: "d", writable: true, id: "rw")
+        case "ro": .allowed(scope: "d", writable: false, id: "ro")
+        case "file": .allowed(scope: "d/f", writable: true, id: "file")
+        default: .denied(reason: "unknown")
+        }
+    }
+    func recordUse(_ token: String, context: RequestContext) -> ScopedAccessDecision { check(token, context: context) }
+    func endUse(id: String) {}
+    func returnUse(id: String) {}
+}
+
+private func writableFixture() throws -> VFSFixture {
+    var options = VFSFixture.defaultOptions()
+    options.writable = true
+    return try VFSFixture(options: options)
+}
+
+private func errno(_ body: () async throws -> Void) async -> Errno? {
+    do {
+        try await body()
+        return nil
+    } catch let error as FileSystemError {
+        return error.errno
+    } catch {
+        return nil
+    }
+}
+
+private func names(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber) async throws -> [String] {
+    try await listAll(fileSystem, inode).map(\.name).filter { $0 != "." && $0 != ".." }
+}
+
+@Suite("Namespace changes (VFS)", .timeLimit(.minutes(1)))
+struct NamespaceTests {
+    @Test("mkdir answers an entry that lookup then finds, counted like a lookup; the provider has it")
+    func makeDirectory() async throws {
+        let fixture = try writableFixture()
+        let fileSystem = try fixture.makeFileSystem()
+        #expect(try await names(fileSystem, .root) == [])
+        let made = try await fileSystem.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
+        #expect(made.attributes.type == .directory)
+        let found = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
+        #expect(found.inode == made.inode)
+        // Two references (mkdir's and lookup's): one forget leaves the node known.
+        fileSystem.forget(made.inode, count: 1)
+        _ = try await fileSystem.getAttributes(made.inode, context: .kernel)
+        #expect(try await names(fileSystem, .root) == ["d"])
+        #expect(try await fixture.provider.item(for: ItemIdentifier("d")).kind == .directory)
+        let nested = try await fileSystem.makeDirectory(
+            parent: made.inode, name: "e", permissions: 0o700, context: .kernel)
+        #expect(try await names(fileSystem, made.inode) == ["e"])
+        #expect(nested.attributes.type == .directory)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
+            }
+                == .fileExists)
+    }
+
+    @Test("bad names: EINVAL, ENAMETOOLONG; a file as parent: ENOTDIR; read-only: EROFS before anything")
+    func badNames() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        for name in ["", ".", "..", "a/b"] {
+            #expect(
+                await errno {
+                    _ = try await fileSystem.makeDirectory(
+                        parent: .root, name: name, permissions: 0o755, context: .kernel)
+                }
+                    == .invalidArgument)
+        }
+        let long = String(repeating: "x", count: 256)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(parent: .root, name: long, permissions: 0o755, context: .kernel)
+            }
+                == .nameTooLong)
+        let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: file.inode, name: "x", permissions: 0o755, context: .kernel)
+            }
+                == .notDirectory)
+        #expect(
+            await errno { try await fileSystem.unlink(parent: .root, name: "missing", context: .kernel) }
+                == .noSuchFileOrDirectory)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeHardLink(file.inode, newParent: .root, newName: "g", context: .kernel)
+            }
+                == .notPermitted)
+        // A provider without symbolic links: EPERM, as vfat answers.
+        let linkless = InMemoryProvider(capabilities: [.writing])
+        let withoutLinks = try fixture.makeFileSystem(provider: linkless)
+        #expect(
+            await errno {
+                _ = try await withoutLinks.makeSymbolicLink(parent: .root, name: "l", target: "f", context: .kernel)
+            }
+                == .notPermitted)
+
+        // Not writable (the default), or a provider without `.writing`: EROFS.
+        let readOnly = try VFSFixture()
+        let plain = try readOnly.makeFileSystem()
+        #expect(
+            await errno {
+                _ = try await plain.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
+            }
+                == .readOnlyFileSystem)
+        let unwritable = try writableFixture()
+        let readOnlyProvider = InMemoryProvider(capabilities: [])
+        readOnlyProvider.putFile("f", .bytes([1]))
+        let declining = try unwritable.makeFileSystem(provider: readOnlyProvider)
+        #expect(
+            await errno { try await declining.unlink(parent: .root, name: "f", context: .kernel) }
+                == .readOnlyFileSystem)
+    }
+
+    @Test("unlink and rmdir: gone from provider and listing; EISDIR, ENOTDIR, ENOTEMPTY; claims taken first")
+    func removing() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/f", .bytes([1, 2]))
+        fixture.provider.addDirectory("e")
+        let claims = RecordingNamespaceClaims()
+        let fileSystem = try fixture.makeFileSystem()
+        fileSystem.setNamespaceClaims(claims)
+        let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
+        #expect(await errno { try await fileSystem.unlink(parent: .root, name: "d", context: .kernel) } == .isDirectory)
+        #expect(
+            await errno { try await fileSystem.removeDirectory(parent: d.inode, name: "f", context: .kernel) }
+                == .notDirectory)
+        #expect(
+            await errno { try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel) }
+                == .notEmpty)
+        #expect(try await names(fileSystem, d.inode) == ["f"])
+        try await fileSystem.unlink(parent: d.inode, name: "f", context: .kernel)
+        #expect(try await names(fileSystem, d.inode) == [])
+        #expect(
+            await errno { _ = try await fileSystem.lookup(parent: d.inode, name: "f", context: .kernel) }
+                == .noSuchFileOrDirectory)
+        try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel)
+        #expect(try await names(fileSystem, .root) == ["e"])
+        #expect(fixture.provider.allItems.map(\.identifier.rawValue).sorted() == ["", "e"])
+        #expect(
+            claims.log.withLock { $0 } == [
+                "delete d true", "finish false", "delete d/f false", "finish true", "delete d true", "finish true",
+            ])
+    }
+
+    @Test("an unlinked open file reads all its bytes to the end, even those not downloaded before")
+    func unlinkedOpenFileStaysReadable() async throws {
+        let fixture = try writableFixture()
+        let bytes = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 * 7) }
+        fixture.provider.putFile("f", .bytes(bytes))
+        let fileSystem = try fixture.makeFileSystem()
+        let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        let first = try await fileSystem.read(file.inode, handle: opened.handle, offset: 0, count: 10, context: .kernel)
+        #expect(first.bytes == Array(bytes[0..<10]))
+        try await fileSystem.unlink(parent: .root, name: "f", context: .kernel)
+        #expect(fixture.provider.content(of: "f") == nil)
+        var read: [UInt8] = []
+        while read.count < bytes.count {
+            let data = try await fileSystem.read(
+                file.inode, handle: opened.handle, offset: Int64(read.count), count: 65536, context: .kernel)
+            if data.bytes.isEmpty { break }
+            read += data.bytes
+        }
+        #expect(read == bytes)
+        await fileSystem.release(file.inode, handle: opened.handle)
+    }
+
+    @Test("rename across directories re-keys the subtree: old names gone, new ones listed, nodes keep their numbers")
+    func renameDirectory() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("a")
+        fixture.provider.addDirectory("a/sub")
+        fixture.provider.putFile("a/sub/f", .bytes(Array("hello".utf8)))
+        fixture.provider.addDirectory("b")
+        let claims = RecordingNamespaceClaims()
+        let fileSystem = try fixture.makeFileSystem()
+        fileSystem.setNamespaceClaims(claims)
+        let a = try await fileSystem.lookup(parent: .root, name: "a", context: .kernel)
+        let b = try await fileSystem.lookup(parent: .root, name: "b", context: .kernel)
+        let sub = try await fileSystem.lookup(parent: a.inode, name: "sub", context: .kernel)
+        let f = try await fileSystem.lookup(parent: sub.inode, name: "f", context: .kernel)
+        try await fileSystem.rename(
+            parent: a.inode, name: "sub", newParent: b.inode, newName: "moved", flags: 0, context: .kernel)
+        #expect(try await names(fileSystem, a.inode) == [])
+        #expect(try await names(fileSystem, b.inode) == ["moved"])
+        let moved = try await fileSystem.lookup(parent: b.inode, name: "moved", context: .kernel)
+        #expect(moved.inode == sub.inode)
+        #expect(try await names(fileSystem, moved.inode) == ["f"])
+        let movedFile = try await fileSystem.lookup(parent: moved.inode, name: "f", context: .kernel)
+        #expect(movedFile.inode == f.inode)
+        let opened = try await fileSystem.open(movedFile.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        let data = try await fileSystem.read(
+            movedFile.inode, handle: opened.handle, offset: 0, count: 100, context: .kernel)
+        #expect(String(decoding: data.bytes, as: UTF8.self) == "hello")
+        await fileSystem.release(movedFile.inode, handle: opened.handle)
+        #expect(fileSystem.cache.catalog.path(of: ItemIdentifier("b/moved/f")) == "b/moved/f")
+        #expect(fileSystem.cache.catalog.knownItem(ItemIdentifier("a/sub/f")) == nil)
+        #expect(claims.log.withLock { $0 } == ["move a/sub b/moved", "finish true"])
+        // Into itself: EINVAL.
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "b", newParent: moved.inode, newName: "x", flags: 0, context: .kernel)
+            } == .invalidArgument)
+    }
+
+    @Test("rename over a file replaces it (its open handle keeps its bytes); NOREPLACE: EEXIST; EXCHANGE swaps")
+    func renameOver() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.putFile("x", .bytes(Array("new".utf8)))
+        fixture.provider.putFile("y", .bytes(Array("old".utf8)))
+        fixture.provider.addDirectory("d")
+        fixture.provider.addDirectory("full")
+        fixture.provider.putFile("full/f", .bytes([1]))
+        fixture.provider.addDirectory("empty")
+        fixture.provider.putFile("p", .bytes(Array("P".utf8)))
+        fixture.provider.addDirectory("q")
+        let fileSystem = try fixture.makeFileSystem()
+        let y = try await fileSystem.lookup(parent: .root, name: "y", context: .kernel)
+        let opened = try await fileSystem.open(y.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "x", newParent: .root, newName: "y", flags: 1, context: .kernel)
+            } == .fileExists)
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "x", newParent: .root, newName: "d", flags: 0, context: .kernel)
+            } == .isDirectory)
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "d", newParent: .root, newName: "x", flags: 0, context: .kernel)
+            } == .notDirectory)
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "d", newParent: .root, newName: "full", flags: 0, context: .kernel)
+            } == .notEmpty)
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "x", newParent: .root, newName: "y", flags: 4, context: .kernel)
+            } == .invalidArgument)
+        try await fileSystem.rename(
+            parent: .root, name: "d", newParent: .root, newName: "empty", flags: 0, context: .kernel)
+        try await fileSystem.rename(
+            parent: .root, name: "x", newParent: .root, newName: "y", flags: 0, context: .kernel)
+        #expect(try await names(fileSystem, .root) == ["empty", "full", "p", "q", "y"])
+        let old = try await fileSystem.read(y.inode, handle: opened.handle, offset: 0, count: 10, context: .kernel)
+        #expect(String(decoding: old.bytes, as: UTF8.self) == "old")
+        await fileSystem.release(y.inode, handle: opened.handle)
+        let newY = try await fileSystem.lookup(parent: .root, name: "y", context: .kernel)
+        let reopened = try await fileSystem.open(newY.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
+        let new = try await fileSystem.read(newY.inode, handle: reopened.handle, offset: 0, count: 10, context: .kernel)
+        #expect(String(decoding: new.bytes, as: UTF8.self) == "new")
+        await fileSystem.release(newY.inode, handle: reopened.handle)
+
+        try await fileSystem.rename(
+            parent: .root, name: "p", newParent: .root, newName: "q", flags: 2, context: .kernel)
+        let q = try await fileSystem.lookup(parent: .root, name: "q", context: .kernel)
+        let p = try await fileSystem.lookup(parent: .root, name: "p", context: .kernel)
+        #expect(q.attributes.type == .regular)
+        #expect(p.attributes.type == .directory)
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "p", newParent: .root, newName: "nothing", flags: 2, context: .kernel)
+            } == .noSuchFileOrDirectory)
+    }
+
+    @Test(
+        "chmod and utimens at a provider that does not store them: kept by the mount, shown, and kept across a restart")
+    func attributesKept() async throws {
+        let fixture = try writableFixture()
+        let provider = InMemoryProvider(capabilities: [.writing])
+        provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let f = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let time = Timestamp(seconds: 1_000_000, nanoseconds: 5)
+        let after = try await fileSystem.setAttributes(
+            f.inode, changes: AttributeChanges(permissions: 0o600, modificationTime: time), handle: nil,
+            context: .kernel)
+        #expect(after.permissions == 0o600)
+        #expect(after.modificationTime == time)
+        #expect(
+            await errno {
+                _ = try await fileSystem.setAttributes(
+                    f.inode, changes: AttributeChanges(uid: 12345), handle: nil, context: .kernel)
+            } == .notPermitted)
+        #expect(provider.allItems.first { $0.name == "f" }?.permissions == 0o644, "the provider keeps its own")
+        let restarted = try fixture.makeFileSystem(provider: provider)
+        let again = try await restarted.lookup(parent: .root, name: "f", context: .kernel)
+        #expect(again.attributes.permissions == 0o600)
+        #expect(again.attributes.modificationTime == time)
+    }
+
+    @Test("chmod and utimens at a provider that stores them reach the provider")
+    func attributesStored() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        let f = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let time = Timestamp(seconds: 2_000_000, nanoseconds: 0)
+        let after = try await fileSystem.setAttributes(
+            f.inode, changes: AttributeChanges(permissions: 0o640, modificationTime: time), handle: nil,
+            context: .kernel)
+        #expect(after.permissions == 0o640)
+        let stored = try #require(fixture.provider.allItems.first { $0.name == "f" })
+        #expect(stored.permissions == 0o640)
+        #expect(stored.modificationTime == ItemTime(seconds: 2_000_000))
+    }
+
+    @Test("the provider's own change reports after a change through the mount never lose or double an entry")
+    func pushedChangesConverge() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/f", .bytes([1]))
+        let provider = ChangeNotifyingProvider(base: fixture.provider)
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
+        #expect(try await names(fileSystem, d.inode) == ["f"])
+        _ = try await fileSystem.makeDirectory(parent: d.inode, name: "new", permissions: 0o755, context: .kernel)
+        try await fileSystem.rename(
+            parent: d.inode, name: "f", newParent: d.inode, newName: "g", flags: 0, context: .kernel)
+        // What inotify would say afterwards about each name.
+        provider.report([
+            .membership(directory: ItemIdentifier("d"), name: "new"),
+            .membership(directory: ItemIdentifier("d"), name: "f"),
+            .membership(directory: ItemIdentifier("d"), name: "g"),
+        ])
+        #expect(try await names(fileSystem, d.inode) == ["g", "new"])
+        _ = try await fileSystem.lookup(parent: d.inode, name: "g", context: .kernel)
+        #expect(try await names(fileSystem, d.inode) == ["g", "new"])
+    }
+
+    @Test("a listing taken before a mkdir and applied after it does not lose the new directory")
+    func racingListingConverges() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/f", .bytes([1]))
+        let provider = ChangeNotifyingProvider(base: fixture.provider)
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
+        provider.holdNextListing()
+        let listing = Task { try await names(fileSystem, d.inode) }
+        while !provider.isHoldingListing { await Task.yield() }
+        _ = try await fileSystem.makeDirectory(parent: d.inode, name: "new", permissions: 0o755, context: .kernel)
+        provider.releaseListing()
+        _ = try await listing.value
+        #expect(try await names(fileSystem, d.inode) == ["f", "new"])
+        _ = try await fileSystem.lookup(parent: d.inode, name: "new", context: .kernel)
+    }
+
+    @Test(
+        "access paths: a read token refuses changes with EACCES; a read-write token changes inside its directory only")
+    func accessPaths() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/f", .bytes([1]))
+        fixture.provider.putFile("top", .bytes([2]))
+        let fileSystem = try fixture.makeFileSystem(scopedAccess: TwoTokens())
+        let scoped = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        let readOnly = try await fileSystem.lookup(parent: scoped.inode, name: "ro", context: .kernel)
+        let readWrite = try await fileSystem.lookup(parent: scoped.inode, name: "rw", context: .kernel)
+        let file = try await fileSystem.lookup(parent: scoped.inode, name: "file", context: .kernel)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: readOnly.inode, name: "x", permissions: 0o755, context: .kernel)
+            } == .permissionDenied)
+        #expect(
+            await errno { try await fileSystem.unlink(parent: readOnly.inode, name: "f", context: .kernel) }
+                == .permissionDenied)
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: scoped.inode, name: "x", permissions: 0o755, context: .kernel)
+            } == .permissionDenied)
+        // Beside a granted file: refused; the granted file itself cannot be removed through it.
+        #expect(
+            await errno { try await fileSystem.unlink(parent: file.inode, name: "f", context: .kernel) }
+                == .permissionDenied)
+        let made = try await fileSystem.makeDirectory(
+            parent: readWrite.inode, name: "new", permissions: 0o755, context: .kernel)
+        #expect(made.attributes.type == .directory)
+        #expect(try await fixture.provider.item(for: ItemIdentifier("d/new")).kind == .directory)
+        try await fileSystem.rename(
+            parent: readWrite.inode, name: "f", newParent: made.inode, newName: "g", flags: 0, context: .kernel)
+        #expect(try await fixture.provider.item(for: ItemIdentifier("d/new/g")).kind == .file)
+        // A directory moved through the access path keeps working under its node.
+        try await fileSystem.rename(
+            parent: readWrite.inode, name: "new", newParent: readWrite.inode, newName: "newer", flags: 0,
+            context: .kernel)
+        #expect(try await names(fileSystem, made.inode) == ["g"])
+        try await fileSystem.rename(
+            parent: readWrite.inode, name: "newer", newParent: readWrite.inode, newName: "new", flags: 0,
+            context: .kernel)
+        // Between an access path and a plain path: EXDEV.
+        #expect(
+            await errno {
+                try await fileSystem.rename(
+                    parent: .root, name: "top", newParent: made.inode, newName: "top", flags: 0, context: .kernel)
+            } == .crossDevice)
+        try await fileSystem.unlink(parent: made.inode, name: "g", context: .kernel)
+        try await fileSystem.removeDirectory(parent: readWrite.inode, name: "new", context: .kernel)
+        #expect(try await names(fileSystem, readWrite.inode) == [])
+        #expect(
+            await errno {
+                _ = try await fileSystem.makeDirectory(
+                    parent: .root, name: ".scoped", permissions: 0o755, context: .kernel)
+            } == .permissionDenied)
+    }
+}
