@@ -46,6 +46,9 @@ final class KernelNotifier: Sendable {
                 case .attributes(let inode):
                     // A negative offset: attributes only. Content is the open's business (D-208).
                     rc = fuse_lowlevel_notify_inval_inode(session, inode.rawValue, -1, 0)
+                case .content(let inode):
+                    // Offset 0, length 0: every cached page, and the attributes (a publish).
+                    rc = fuse_lowlevel_notify_inval_inode(session, inode.rawValue, 0, 0)
                 }
                 // ENOENT: the kernel does not hold that name or node (never looked up, or forgotten).
                 if rc < 0 && rc != -ENOENT {

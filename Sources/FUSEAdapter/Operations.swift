@@ -28,6 +28,11 @@ extension Dispatcher {
                 // context, so a signal reaches us as FUSE_INTERRUPT (and cancels the work) instead
                 // of leaving the caller in uninterruptible sleep until the download ends.
                 connection.pointee.want &= ~UInt32(FUSE_CAP_ASYNC_DIO)
+                // O_TRUNC comes with the OPEN (no SETATTR of size 0 before it): a writable mount's
+                // `open` starts an empty staging copy instead of publishing an empty version first.
+                if connection.pointee.capable & UInt32(FUSE_CAP_ATOMIC_O_TRUNC) != 0 {
+                    connection.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
+                }
             }
             dispatcher.onInitialized()
         }

@@ -51,5 +51,9 @@ public struct CacheOptions: Sendable {
     /// than this (so a file created on the provider shows up at once, without a lookup storm).
     public var missRefreshInterval: Duration = .milliseconds(500)
 
+    /// The first wait before an upload that failed is tried again; it doubles per failure, up to
+    /// `maximumUploadRetryDelay` (issue 14, write-back).
+    public var uploadRetryDelay: Duration = .seconds(1)
+    public var maximumUploadRetryDelay: Duration = .seconds(300)
     public init() {}
 }

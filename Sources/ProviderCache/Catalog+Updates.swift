@@ -8,10 +8,14 @@ import SystemSupport
 
 extension Catalog {
     /// Records new metadata for one item; a new content version supersedes the old content.
-    func apply(_ item: ProviderItem) {
+    @discardableResult
+    func apply(_ item: ProviderItem) -> ProviderItem {
         let now = environment.timeline.now
         var told: [CatalogChange] = []
-        let (changed, superseded) = state.withLock { catalog -> (Bool, [Superseded]) in
+        let (changed, superseded, item) = state.withLock { catalog -> (Bool, [Superseded], ProviderItem) in
+            var item = item
+            // A local version is served instead of the provider's (Catalog+Local.swift).
+            if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }
             catalog.refreshedAt[item.identifier] = now
             if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
             let old = catalog.items[item.identifier]
@@ -21,7 +25,6 @@ extension Catalog {
                     told.append(.entry(directory: item.parent, name: item.name, identifier: old.identifier))
                 }
             }
-            var item = item
             if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
             catalog.items[item.identifier] = item
             if item.identifier != .root, catalog.children[item.parent] != nil {
@@ -31,13 +34,14 @@ extension Catalog {
                 }
             }
             guard let old, old.contentVersion != item.contentVersion || old.kind != item.kind else {
-                return (old != item, [])
+                return (old != item, [], item)
             }
-            return (true, Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog))
+            return (true, Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog), item)
         }
         if changed { save([item]) }
         tell(told)
         finish(superseded, error: CacheError(.stale, "\(item.identifier) changed on the provider"))
+        return item
     }
 
     /// Replaces the children of `directory` with a fresh listing: new items appear, changed ones
@@ -87,6 +91,7 @@ extension Catalog {
             for var item in listed {
                 let old = catalog.items[item.identifier]
                 if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
+                if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }  // Catalog+Local.swift
                 if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
                     superseded += Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog)
                     if old.kind != item.kind {

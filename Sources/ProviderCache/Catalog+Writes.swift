@@ -158,6 +158,7 @@ extension Catalog {
             rekey(&catalog.listedAt)
             rekey(&catalog.refreshedAt)
             rekey(&catalog.lastChange)
+            rekey(&catalog.localVersions)  // local versions of written files (Catalog+Local.swift)
             // A listing token names the directory where it was taken: a moved one is revalidated
             // by a new listing instead.
             for old in moves.keys { catalog.listingTokens[old] = nil }

@@ -83,6 +83,8 @@ public final class Catalog: Sendable {
         /// report about that directory's entries. A listing started before it may miss the change.
         var changeCount: UInt64 = 0
         var lastChange: [ItemIdentifier: UInt64] = [:]
+        /// Items with a local version (Catalog+Local.swift): served instead of the provider's.
+        var localVersions: [ItemIdentifier: LocalVersion] = [:]
     }
 
     /// Content of an item that the catalog no longer has in that version: every version of
@@ -246,8 +248,7 @@ public final class Catalog: Sendable {
             let item = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 try await provider.item(for: identifier)
             }
-            apply(item)
-            return item
+            return apply(item)
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
@@ -278,8 +279,7 @@ public final class Catalog: Sendable {
         guard askingProvider, let provider = immediateMetadata, let item = try? provider.itemNow(for: identifier),
             item.identifier == identifier
         else { return nil }
-        apply(item)
-        return item
+        return apply(item)
     }
 
     /// Whether the provider tells of every change of the item as it happens (`.changeNotifying`,
@@ -569,8 +569,7 @@ public final class Catalog: Sendable {
         let key = NameKey(name)
         let previous = state.withLock { $0.names[directory]?[key] }
         if let previous, previous != found.identifier { removeItem(previous) }
-        apply(found)
-        return found
+        return apply(found)
     }
 
     /// The names and identifiers the cached listing of `directory` has, without asking the provider.

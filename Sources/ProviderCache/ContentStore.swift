@@ -313,6 +313,27 @@ public final class ContentStore: Sendable {
         }
     }
 
+    // MARK: Staging (ContentStore+Staging.swift)
+
+    /// A file number no record or staging file uses.
+    func reserveFileNumber() -> Int64 {
+        state.withLock { state in
+            defer { state.nextFileNumber += 1 }
+            return state.nextFileNumber
+        }
+    }
+
+    /// A published record, opened by the next pin.
+    func addRecord(_ record: ContentRecord) {
+        state.withLock { $0.records[ContentKey(identifier: record.identifier, version: record.version)] = record }
+    }
+
+    /// The file number of (`identifier`, `version`), open or recorded.
+    func fileNumber(of identifier: ItemIdentifier, _ version: ContentVersion) -> Int64? {
+        let key = ContentKey(identifier: identifier, version: version)
+        return state.withLock { $0.entries[key]?.fileNumber ?? $0.records[key]?.fileNumber }
+    }
+
     // MARK: Queries
 
     /// Number of content entries open (tests: descriptors are bounded).

@@ -74,6 +74,18 @@ public protocol MetadataStore: Sendable {
     func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride]
     /// Inserts or replaces; nil deletes.
     func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws
+    /// The write-back queue (issue 14): one row per item with a local version.
+    func loadUploads() throws -> [UploadRecord]
+    /// Inserts or replaces, keyed by identifier.
+    func saveUpload(_ record: UploadRecord) throws
+    func deleteUpload(_ identifier: ItemIdentifier) throws
+}
+
+/// Stores written before the write-back queue keep nothing of it (a restart loses the queue).
+extension MetadataStore {
+    public func loadUploads() throws -> [UploadRecord] { [] }
+    public func saveUpload(_ record: UploadRecord) throws {}
+    public func deleteUpload(_ identifier: ItemIdentifier) throws {}
 }
 
 /// A store that keeps everything in memory: for tests and for `--cache` less experiments. Sharing
@@ -83,6 +95,7 @@ public final class InMemoryMetadataStore: MetadataStore {
         var items: [ItemIdentifier: StoredItem] = [:]
         var contents: [String: ContentRecord] = [:]
         var attributes: [ItemIdentifier: AttributeOverride] = [:]
+        var uploads: [ItemIdentifier: UploadRecord] = [:]
     }
     private let state = Locked(State())
 
@@ -112,4 +125,7 @@ public final class InMemoryMetadataStore: MetadataStore {
     public func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws {
         state.withLock { $0.attributes[identifier] = override }
     }
+    public func loadUploads() throws -> [UploadRecord] { state.withLock { Array($0.uploads.values) } }
+    public func saveUpload(_ record: UploadRecord) throws { state.withLock { $0.uploads[record.identifier] = record } }
+    public func deleteUpload(_ identifier: ItemIdentifier) throws { state.withLock { $0.uploads[identifier] = nil } }
 }

@@ -9,10 +9,11 @@ extension ProviderCache {
     /// The status of every file whose content is downloading, partly present, or failed (not the
     /// materialized or untouched ones), in no particular order. From the cache only.
     public func contentActivity() -> [ItemStatus] {
-        content.identifiersWithContent.compactMap { identifier -> ItemStatus? in
+        content.identifiersWithContent.union(writes.pendingUploads.map(\.identifier)).compactMap {
+            identifier -> ItemStatus? in
             guard let status = status(of: identifier), status.kind == .file else { return nil }
             switch status.state {
-            case .downloading, .partial, .error: return status
+            case .downloading, .partial, .error, .dirty, .uploading: return status
             case .dataless, .materialized: return nil
             }
         }

@@ -95,6 +95,7 @@ extension ProviderCache {
     public func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
         let moves = catalog.identifiersMoved(from: from, to: to)
         attributeOverrides.rekey(moves)
+        if !moves.isEmpty { writes.rekey(from: from, to: to) }  // the write-back queue
         return moves
     }
 

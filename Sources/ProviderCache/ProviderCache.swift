@@ -14,6 +14,8 @@ public import SystemSupport
 public struct ItemStatus: Sendable, Equatable {
     public enum State: String, Sendable, Equatable {
         case dataless, downloading, partial, materialized, error
+        /// Local edits not uploaded yet; `uploading` while the upload runs (issue 14).
+        case dirty, uploading
     }
     public var identifier: ItemIdentifier
     public var kind: ItemKind
@@ -22,6 +24,8 @@ public struct ItemStatus: Sendable, Equatable {
     public var totalBytes: Int64
     public var version: ContentVersion
     public var lastError: RecordedError?
+    /// The write-back record, when the item was written through the mount (ProviderCache+Writes).
+    public var upload: UploadRecord? = nil
 }
 
 /// Provider metadata plus local content, with the persistence and refresh rules of
@@ -33,6 +37,8 @@ public final class ProviderCache: Sendable {
     public let catalog: Catalog
     /// The content entries of the catalog's files.
     public let content: ContentStore
+    /// Staging copies and the write-back queue (ProviderCache+Writes.swift).
+    public let writes: LocalWrites
     let environment: CacheEnvironment
     /// chmod and utimens the provider does not store (AttributeOverrides.swift).
     let attributeOverrides: AttributeOverrides
@@ -72,6 +78,10 @@ public final class ProviderCache: Sendable {
             return version == record.version && kind == .file
         }
         catalog = Catalog(stored: storedItems, content: content, environment: environment)
+        writes = LocalWrites(
+            environment: environment, catalog: catalog, content: content, initialBackoff: options.uploadRetryDelay,
+            maximumBackoff: options.maximumUploadRetryDelay)
+        writes.resume()
         catalog.startObservingProvider()
     }
 
@@ -103,6 +113,23 @@ public final class ProviderCache: Sendable {
 
     /// The state of an item, from the cache only (no provider call).
     public func status(of identifier: ItemIdentifier) -> ItemStatus? {
+        guard var status = contentStatus(of: identifier) else { return nil }
+        // Written through the mount: the write-back's state comes first while it is pending.
+        if let upload = writes.uploadRecord(of: identifier) {
+            status.upload = upload
+            switch upload.phase {
+            case .dirty: status.state = .dirty
+            case .uploading: status.state = .uploading
+            case .error:
+                status.state = .error
+                status.lastError = RecordedError(code: .io, message: "upload failed: \(upload.lastError ?? "")")
+            case .materialized: break
+            }
+        }
+        return status
+    }
+
+    private func contentStatus(of identifier: ItemIdentifier) -> ItemStatus? {
         guard let item = catalog.knownItem(identifier) else { return nil }
         switch item.kind {
         case .directory, .symbolicLink:
@@ -138,6 +165,7 @@ public final class ProviderCache: Sendable {
     /// maps. Later content requests fail.
     public func shutdown() async {
         if environment.provider.capabilities.contains(.changeNotifying) { environment.provider.observeChanges(nil) }
+        await writes.shutdown()
         await catalog.shutdown()
         await content.shutdown()
     }

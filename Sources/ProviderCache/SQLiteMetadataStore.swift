@@ -62,6 +62,23 @@ public final class SQLiteMetadataStore: MetadataStore {
                 )
                 """)
         }
+        // The write-back queue (issue 14, D-362): one row per item with a local version, kept
+        // after the upload as the mapping of the local version to the provider's.
+        migrator.registerMigration("provider cache v4: uploads") { db in
+            try db.execute(
+                """
+                CREATE TABLE uploads (
+                    identifier TEXT PRIMARY KEY NOT NULL,
+                    local_version TEXT NOT NULL,
+                    base_version TEXT,
+                    phase TEXT NOT NULL,
+                    attempts INTEGER NOT NULL,
+                    last_error TEXT,
+                    provider_version TEXT,
+                    conflict_name TEXT
+                )
+                """)
+        }
         return migrator
     }
 
@@ -214,6 +231,52 @@ public final class SQLiteMetadataStore: MetadataStore {
                     identifier.rawValue, override.permissions.map { Int64($0) }, override.modificationTime?.seconds,
                     override.modificationTime.map { Int64($0.nanoseconds) }, override.version.rawValue,
                 ])
+        }
+    }
+
+    public func loadUploads() throws -> [UploadRecord] {
+        try queue.read { db in
+            var result: [UploadRecord] = []
+            try db.forEachRow("SELECT * FROM uploads") { row in
+                let base: String? = try row["base_version"]
+                let provider: String? = try row["provider_version"]
+                let phase: String = try row["phase"]
+                let identifier: String = try row["identifier"]
+                let local: String = try row["local_version"]
+                let attempts: Int64 = try row["attempts"]
+                let lastError: String? = try row["last_error"]
+                let conflictName: String? = try row["conflict_name"]
+                result.append(
+                    UploadRecord(
+                        identifier: ItemIdentifier(identifier), localVersion: ContentVersion(local),
+                        baseVersion: base.map { ContentVersion($0) }, phase: UploadPhase(rawValue: phase) ?? .dirty,
+                        attempts: Int(attempts), lastError: lastError,
+                        providerVersion: provider.map { ContentVersion($0) },
+                        conflictName: conflictName))
+            }
+            return result
+        }
+    }
+
+    public func saveUpload(_ record: UploadRecord) throws {
+        try queue.write { db in
+            try db.execute(
+                """
+                INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
+                    provider_version, conflict_name)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                [
+                    record.identifier.rawValue, record.localVersion.rawValue, record.baseVersion?.rawValue,
+                    record.phase.rawValue, Int64(record.attempts), record.lastError, record.providerVersion?.rawValue,
+                    record.conflictName,
+                ])
+        }
+    }
+
+    public func deleteUpload(_ identifier: ItemIdentifier) throws {
+        try queue.write { db in
+            try db.execute("DELETE FROM uploads WHERE identifier = ?", [identifier.rawValue])
         }
     }
 }

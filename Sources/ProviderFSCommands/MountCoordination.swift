@@ -43,6 +43,12 @@ package final class MountReadClaims: ReadClaimProvider {
         return ReadClaimToken(rawValue: hold(claim))
     }
 
+    /// `target(of:)` for the write claims (MountWriteClaims.swift).
+    func claimTarget(of request: ReadClaimRequest) -> (path: String, pid: Int32) { target(of: request) }
+
+    /// `hold(_:)` for the write claims (MountWriteClaims.swift): one table of held claims.
+    func holdClaim(_ claim: KernelClaim) -> UInt64 { hold(claim) }
+
     /// The path in the mount a request claims, and the process it claims for.
     private func target(of request: ReadClaimRequest) -> (path: String, pid: Int32) {
         (

@@ -105,6 +105,8 @@ public enum KernelInvalidation: Sendable, Hashable {
     case entry(parent: InodeNumber, name: String)
     /// The attributes of a node (size, times, mode).
     case attributes(InodeNumber)
+    /// The cached pages of a node (and its attributes): a new version was published (issue 14).
+    case content(InodeNumber)
 }
 
 /// A file system that tells the kernel when something it answered changed, so that its answers

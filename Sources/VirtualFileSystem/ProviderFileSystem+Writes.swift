@@ -1,33 +1,215 @@
 // Content changes through the mount (issue 14): create, open for writing (O_TRUNC included),
 // write, truncate, fsync, and the last close of a writer. Writes go to a staging copy shared by
-// the item's write handles; it is published as a new version atomically, then uploaded by the
-// write-back queue. Read-only until then.
+// the item's write handles (`LocalWrites`); it is published as a new version atomically, under a
+// short write claim, then uploaded by the write-back queue. docs/SEMANTICS.md, "Writes".
+
+import Diagnostics
+import ProviderCache
+import ProviderModel
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// An open write handle: the item's shared staging file.
+struct WriteHandle: Sendable {
+    var inode: InodeNumber
+    var identifier: ItemIdentifier
+    var staging: StagingFile
+}
 
 extension ProviderFileSystem {
     public func create(
         parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
     ) async throws(FileSystemError) -> (Entry, OpenedFile) {
         try checkPlainNode(parent, "create", context: context)
-        throw readOnly("create")
+        guard isWritable, scopedTarget(parent) == nil else { throw readOnly("create") }
+        try checkPlainPath("create", context: context)
+        let parentNode = try node(parent)
+        guard parentNode.kind == .directory else {
+            throw FileSystemError(.notADirectory, "\(parentNode.identifier) is not a directory")
+        }
+        guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
+        // The name is made at the provider at once, empty (D-361): its identifier is stable, and
+        // O_EXCL is the provider's (`.create` never replaces).
+        let item: ProviderItem
+        do {
+            item = try await cache.createFile(named: name, in: parentNode.identifier, permissions: permissions & 0o7777)
+        } catch {
+            throw FileSystemError(error)
+        }
+        let created = entry(for: item, presentBytes: 0, tracked: false)
+        let opened = try await openWriter(
+            created.attributes.inode, identifier: item.identifier, item: item, truncating: true)
+        return (created, opened)
     }
 
     /// open(2) of a plain node with O_WRONLY, O_RDWR or O_TRUNC.
     func openForWriting(
         _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext
     ) async throws(FileSystemError) -> OpenedFile {
-        throw readOnly("open for writing")
+        guard isWritable else { throw readOnly("open for writing") }
+        let item = try await self.item(of: node, maximumAge: .zero)
+        guard item.kind == .file else {
+            throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+        }
+        return try await openWriter(inode, identifier: node.identifier, item: item, truncating: flags.truncates)
+    }
+
+    private func openWriter(
+        _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool
+    ) async throws(FileSystemError) -> OpenedFile {
+        let staging: StagingFile
+        do {
+            staging = try await cache.writes.openWriter(item, truncating: truncating)
+        } catch {
+            throw FileSystemError(error)
+        }
+        let handle = state.withLock { state in
+            let handle = state.allocateHandle()
+            // A later open of this version must not keep pages cached before the publish.
+            state.inodes[inode]?.lastOpenedVersion = nil
+            return handle
+        }
+        writeHandles.withLock { $0[handle] = WriteHandle(inode: inode, identifier: identifier, staging: staging) }
+        // Direct I/O: the writes do not go through the page cache that readers of the published
+        // version share (D-363).
+        return OpenedFile(handle: handle, keepCache: false, directIO: true)
+    }
+
+    func writeHandle(_ handle: FileHandleID) -> WriteHandle? {
+        writeHandles.withLock { $0[handle] }
     }
 
     public func write(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
     ) async throws(FileSystemError) -> Int {
-        throw readOnly("write")
+        guard let writer = writeHandle(handle) else {
+            guard isWritable else { throw readOnly("write") }
+            if state.withLock({ $0.files[handle] != nil }) {
+                throw FileSystemError(.badHandle, "file handle \(handle) is open for reading only")
+            }
+            throw FileSystemError(.badHandle, "file handle \(handle) is not open")
+        }
+        guard offset >= 0 else { throw FileSystemError(.invalidArgument, "negative offset") }
+        do {
+            try await cache.writes.write(writer.staging, data, at: offset)
+        } catch {
+            throw FileSystemError(error)
+        }
+        return data.count
     }
 
     /// setattr's size (truncate(2), ftruncate(2) when `handle` is set). Returns the attributes after.
     func truncate(
         _ inode: InodeNumber, to size: Int64, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        throw readOnly("truncate")
+        guard isWritable else { throw readOnly("truncate") }
+        guard size >= 0 else { throw FileSystemError(.invalidArgument, "negative size") }
+        let node = try node(inode)
+        guard node.kind == .file else { throw FileSystemError(.isADirectory, "\(node.identifier) is not a file") }
+        if let handle, let writer = writeHandle(handle) {
+            do { try await cache.writes.truncate(writer.staging, to: size) } catch { throw FileSystemError(error) }
+        } else if let staging = cache.writes.staging(of: node.identifier) {
+            // truncate(2) while write handles are open: their staging file (published with them).
+            do { try await cache.writes.truncate(staging, to: size) } catch { throw FileSystemError(error) }
+        } else {
+            // truncate(2) with no writer: a writer of its own, published at once.
+            let item = try await self.item(of: node, maximumAge: .zero)
+            let opened = try await openWriter(inode, identifier: node.identifier, item: item, truncating: size == 0)
+            guard let writer = writeHandle(opened.handle) else {
+                throw FileSystemError(.badHandle, "truncate's handle vanished")
+            }
+            do {
+                try await cache.writes.truncate(writer.staging, to: size)
+            } catch {
+                await releaseWriter(opened.handle, context: context)
+                throw FileSystemError(error)
+            }
+            try await closeWriter(opened.handle, context: context)
+        }
+        return try await getAttributes(inode, context: context)
+    }
+
+    /// Reads through a write handle (O_RDWR): the staging file, as written so far.
+    func readStaged(_ writer: WriteHandle, offset: Int64, count: Int) async throws(FileSystemError) -> ReadData {
+        guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
+        do { return try await writer.staging.read(offset: offset, count: count) } catch { throw FileSystemError(error) }
+    }
+
+    /// fsync of a write handle publishes what changed (under a write claim).
+    func syncWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
+        guard let writer = writeHandle(handle) else { return }
+        try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
+            do throws(CacheError) { return try await self.cache.writes.sync(writer.identifier) } catch {
+                throw FileSystemError(error)
+            }
+        }
+    }
+
+    /// flush (each close(2) of a write handle's descriptors) publishes what changed, so that
+    /// close-to-open holds: the next open after close(2) returned reads the new version. (Not
+    /// only the last writer's: the kernel sends a handle's RELEASE after close(2) has returned,
+    /// so which close is the last is not known in time.)
+    func flushWriter(_ handle: FileHandleID, context: RequestContext) async throws(FileSystemError) {
+        guard writeHandle(handle) != nil else { return }
+        try await syncWriter(handle, context: context)
+    }
+
+    /// The handle's release: the last writer of the item publishes what is left, or drops the
+    /// staging file. True when `handle` was a write handle.
+    @discardableResult
+    func releaseWriter(_ handle: FileHandleID, context: RequestContext? = nil) async -> Bool {
+        guard writeHandle(handle) != nil else { return false }
+        do {
+            try await closeWriter(handle, context: context)
+        } catch {
+            logger.warning("release of write handle \(handle): \(error)")
+        }
+        return true
+    }
+
+    private func closeWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
+        guard let writer = writeHandles.withLock({ $0.removeValue(forKey: handle) }) else { return }
+        try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
+            do throws(CacheError) { return try await self.cache.writes.closeWriter(writer.identifier) } catch {
+                throw FileSystemError(error)
+            }
+        }
+    }
+
+    /// Runs a publish under a short write claim on the item, then tells the kernel to forget the
+    /// node's attributes and cached pages when a version was published (D-363 on the claim).
+    private func withWriteClaim(
+        _ writer: WriteHandle, context: RequestContext?,
+        _ publish: () async throws(FileSystemError) -> PublishedVersion?
+    ) async throws(FileSystemError) {
+        var token: WriteClaimToken?
+        if let writeClaims = claims as? any WriteClaimProvider {
+            let path = cache.catalog.path(of: writer.identifier) ?? writer.identifier.rawValue
+            let request = ReadClaimRequest(
+                relativePath: path, identifier: writer.identifier,
+                context: context ?? RequestContext(threadID: getpid(), uid: getuid(), gid: getgid()))
+            token = writeClaims.acquireWriteClaimNow(request)
+            // Handles open for reading through the mount hold read claims to their end; a publish
+            // does not wait for them (their version is pinned), only for coordinating clients.
+            if token == nil, !hasOpenReaders(writer.identifier) {
+                token = try? await writeClaims.acquireWriteClaim(request)
+            }
+        }
+        defer {
+            if let token, let writeClaims = claims as? any WriteClaimProvider { writeClaims.releaseWriteClaim(token) }
+        }
+        guard try await publish() != nil else { return }
+        if let invalidate = kernelInvalidation.withLock({ $0 }) {
+            invalidate([.attributes(writer.inode), .content(writer.inode)])
+        }
+    }
+
+    private func hasOpenReaders(_ identifier: ItemIdentifier) -> Bool {
+        state.withLock { state in state.files.values.contains { $0.identifier == identifier } }
     }
 }

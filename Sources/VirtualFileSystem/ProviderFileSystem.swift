@@ -58,6 +58,8 @@ public final class ProviderFileSystem: FileSystem {
     let requiresToken: Bool
     let logger = Logger(label: "providerfs.vfs")
     let state = Locked(State())
+    /// Open write handles (ProviderFileSystem+Writes.swift); their numbers come from `state`.
+    let writeHandles = Locked<[FileHandleID: WriteHandle]>([:])
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
     /// read on every lookup without a lock.
     let kernelInvalidation = Locked<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
@@ -200,16 +202,20 @@ public final class ProviderFileSystem: FileSystem {
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
             blocks = (presentBytes + 511) / 512
         }
-        // Read-only mount: no write bits, whatever the provider says (a writable one shows them).
+        // Read-only mount: no write bits, whatever the provider says. Writable: the provider's
+        // bits, and the staged length while write handles are open (ProviderFileSystem+Writes).
+        let writable = isWritable
+        let stagedSize = item.kind == .file && writable ? cache.writes.stagedSize(of: item.identifier) : nil
         // Link count 1 for directories too: the number of subdirectories is not known without
         // listing, and fts (FileManager's enumerator, find) reads nlink 2 as "no subdirectories"
         // and skips them; 1 means "unknown" to it, as on btrfs.
-        let mask: UInt16 = isWritable ? 0o7777 : 0o555
+        let mask: UInt16 = writable ? 0o7777 : 0o555
         let permissions = item.kind == .directory ? (item.permissions | 0o500) & mask : item.permissions & mask
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
-            size: item.kind == .symbolicLink ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : item.size,
+            size: item.kind == .symbolicLink
+                ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
         attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
@@ -464,7 +470,9 @@ public final class ProviderFileSystem: FileSystem {
         // Through an access path: never passed through, never in the page cache, so that every
         // read reaches `read` and its token check (D-306).
         // Require-token mode: the same for plain handles, so that every read asks the policy (D-331).
-        if scoped != nil || requiresToken {
+        // Writable mount: the same, so that no kernel cache (one page cache per inode, one
+        // passthrough file per inode) holds bytes of a version this handle did not pin (D-363).
+        if scoped != nil || requiresToken || isWritable {
             return OpenedFile(handle: handle, keepCache: false, directIO: true, servedFrom: nil)
         }
         return OpenedFile(handle: handle, keepCache: keepCache, servedFrom: entry.materializedFilePath)
@@ -474,6 +482,8 @@ public final class ProviderFileSystem: FileSystem {
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) async throws(FileSystemError) -> ReadData {
         guard let open = state.withLock({ $0.files[handle] }) else {
+            // A write handle (O_RDWR) reads the staging file (ProviderFileSystem+Writes.swift).
+            if let writer = writeHandle(handle) { return try await readStaged(writer, offset: offset, count: count) }
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
@@ -505,14 +515,20 @@ public final class ProviderFileSystem: FileSystem {
         return data
     }
 
+    // flush, fsync and release of write handles: ProviderFileSystem+Writes.swift.
     public func flush(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) async throws(FileSystemError)
-    {}
+    {
+        try await flushWriter(handle, context: context)
+    }
 
     public func fsync(
         _ inode: InodeNumber, handle: FileHandleID, dataOnly: Bool, context: RequestContext
-    ) async throws(FileSystemError) {}
+    ) async throws(FileSystemError) {
+        try await syncWriter(handle, context: context)
+    }
 
     public func release(_ inode: InodeNumber, handle: FileHandleID) async {
+        if await releaseWriter(handle) { return }
         releaseHandle(handle)
     }
 
@@ -544,6 +560,8 @@ public final class ProviderFileSystem: FileSystem {
         public static let progress = "user.providerfs.progress"
         public static let version = "user.providerfs.version"
         public static let error = "user.providerfs.error"
+        /// The name the local edit was kept under when it met a newer provider version (issue 14).
+        public static let conflict = "user.providerfs.conflict"
     }
 
     func status(of node: InodeTable.Node) throws(FileSystemError) -> ItemStatus {
@@ -571,6 +589,9 @@ public final class ProviderFileSystem: FileSystem {
         case AttributeName.error:
             guard let error = status.lastError else { throw FileSystemError(.noAttribute, "no error recorded") }
             value = Self.describe(error)
+        case AttributeName.conflict:
+            guard let name = status.upload?.conflictName else { throw FileSystemError(.noAttribute, "no conflict") }
+            value = name
         default:
             throw FileSystemError(.noAttribute, "no attribute \(name)")
         }
@@ -594,6 +615,7 @@ public final class ProviderFileSystem: FileSystem {
         let status = try status(of: node)
         var names = [AttributeName.state, AttributeName.progress, AttributeName.version]
         if status.lastError != nil { names.append(AttributeName.error) }
+        if status.upload?.conflictName != nil { names.append(AttributeName.conflict) }
         return names
     }
 
@@ -632,6 +654,8 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     public func shutdown() async {
+        // Write handles still open: their staging is published (the write-back resumes later).
+        for handle in writeHandles.withLock({ Array($0.keys) }) { await releaseWriter(handle) }
         let open = state.withLock { state -> [OpenFile] in
             let open = Array(state.files.values)
             state.files = [:]
@@ -753,6 +777,7 @@ extension ProviderFileSystem: FileSystemFastPath {
 
     /// `release`, which never waits.
     public func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>? {
+        if writeHandle(handle) != nil { return nil }  // a writer's last close publishes: async
         releaseHandle(handle)
         return .success(())
     }
@@ -761,7 +786,7 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func flushNow(
         _ inode: InodeNumber, handle: FileHandleID, context: RequestContext
     ) -> Result<Void, FileSystemError>? {
-        .success(())
+        writeHandle(handle) == nil ? .success(()) : nil  // a writer's flush may publish: async
     }
 
     public func readNow(

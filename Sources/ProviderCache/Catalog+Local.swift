@@ -1,0 +1,122 @@
+// Local versions in the catalog (issue 14): an item published through the mount is served in its
+// local version ("local:…") until the write-back uploaded it, whatever the provider lists
+// meanwhile; after the upload the provider's version is read as the local one (the same bytes),
+// so the next listing does not look like a remote change. Another provider version after the
+// upload is a remote change like any other.
+
+import ProviderModel
+import SystemSupport
+
+/// An item's local version as the catalog serves it.
+struct LocalVersion: Sendable, Equatable {
+    var version: ContentVersion
+    var size: Int64
+    var modificationTime: ItemTime
+    /// Not uploaded yet (dirty, uploading, error): the provider's metadata does not replace it.
+    var pending: Bool
+    /// Once uploaded: the provider's version that holds these bytes.
+    var providerVersion: ContentVersion?
+    /// Provider versions known to be older than the local one (what its edits started from, or
+    /// replaced by uploading): a provider answer that was on its way before an upload and names
+    /// one of them is stale news, not a remote change.
+    var older: Set<ContentVersion> = []
+}
+
+extension Catalog {
+    /// The provider's `item` as the catalog keeps it, given the item's local version if any.
+    static func overlayLocal(_ item: inout ProviderItem, in catalog: inout State) {
+        guard let local = catalog.localVersions[item.identifier] else { return }
+        guard item.kind == .file else {
+            catalog.localVersions[item.identifier] = nil
+            return
+        }
+        if local.pending {
+            item.contentVersion = local.version
+            item.size = local.size
+            item.modificationTime = local.modificationTime
+        } else if item.contentVersion == local.providerVersion || local.older.contains(item.contentVersion) {
+            item.contentVersion = local.version
+            item.size = local.size
+            item.modificationTime = local.modificationTime
+        } else {
+            // Changed on the provider since the upload: the provider's version wins.
+            catalog.localVersions[item.identifier] = nil
+        }
+    }
+
+    /// Makes `version` (just published) the item's version: new size and time, the old content
+    /// superseded (handles that pinned it keep reading it), the observer told. Returns the item.
+    @discardableResult
+    func publishLocal(
+        _ identifier: ItemIdentifier, version: ContentVersion, size: Int64, modificationTime: ItemTime
+    ) -> ProviderItem? {
+        guard
+            let current = state.withLock({ catalog -> ProviderItem? in
+                guard let item = catalog.items[identifier] else { return nil }
+                let previous = catalog.localVersions[identifier]
+                var older = previous?.older ?? []
+                if let provider = previous?.providerVersion { older.insert(provider) }
+                if previous == nil { older.insert(item.contentVersion) }
+                catalog.localVersions[identifier] = LocalVersion(
+                    version: version, size: size, modificationTime: modificationTime, pending: true,
+                    providerVersion: nil, older: older)
+                return item
+            })
+        else { return nil }
+        return apply(current)
+    }
+
+    /// A restart: the stored item already has its local version; it is served as such again.
+    func restoreLocal(_ record: UploadRecord) {
+        state.withLock { catalog in
+            guard let item = catalog.items[record.identifier], item.contentVersion == record.localVersion else {
+                return
+            }
+            if record.isPending || record.providerVersion != nil {
+                catalog.localVersions[record.identifier] = LocalVersion(
+                    version: record.localVersion, size: item.size, modificationTime: item.modificationTime,
+                    pending: record.isPending, providerVersion: record.providerVersion,
+                    older: Set([record.baseVersion].compactMap { $0 }))
+            }
+        }
+    }
+
+    /// The upload of `version` made the provider's `providerVersion`.
+    func localUploaded(
+        _ identifier: ItemIdentifier, version: ContentVersion, providerVersion: ContentVersion, base: ContentVersion?
+    ) {
+        state.withLock { catalog in
+            guard var local = catalog.localVersions[identifier], local.version == version else { return }
+            if let base { local.older.insert(base) }
+            local.pending = false
+            local.providerVersion = providerVersion
+            catalog.localVersions[identifier] = local
+        }
+    }
+
+    /// The local version is given up (kept as a conflict copy): the provider's is asked for.
+    func dropLocal(_ identifier: ItemIdentifier) {
+        state.withLock { catalog in
+            catalog.localVersions[identifier] = nil
+            catalog.refreshedAt[identifier] = nil
+        }
+    }
+
+    /// Whether the item has a local version not uploaded yet.
+    func hasPendingLocal(_ identifier: ItemIdentifier) -> Bool {
+        state.withLock { $0.localVersions[identifier]?.pending ?? false }
+    }
+
+    /// The provider's version the item's current local version stands for (after its upload), or
+    /// the item's own version when it has no local one.
+    func providerBase(of identifier: ItemIdentifier) -> ContentVersion? {
+        state.withLock { catalog in
+            if let local = catalog.localVersions[identifier] { return local.pending ? nil : local.providerVersion }
+            return catalog.items[identifier]?.contentVersion
+        }
+    }
+
+    /// Records an item the provider just made (a file created through the mount).
+    @discardableResult
+    func applyCreated(_ item: ProviderItem) -> ProviderItem { apply(item) }
+}

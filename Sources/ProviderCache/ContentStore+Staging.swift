@@ -1,0 +1,231 @@
+// Staging copies and their atomic publish (issue 14, docs/SEMANTICS.md "Writes"). A staging file
+// is a private copy in `<cache>/staging/` that every write handle of one item writes; a publish
+// makes it a new, complete content entry of a version the provider never mints ("local:…"). A
+// complete content file is never written again: the staging file becomes one only by a rename
+// once no writer is left, and is copied otherwise.
+
+import Diagnostics
+public import ProviderModel
+public import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The staging file of one item: shared by its write handles, written at any offset.
+public final class StagingFile: Sendable {
+    public let identifier: ItemIdentifier
+    let path: String
+    let fd: Int32
+    let pool: BlockingIOPool
+    /// The length as written (kept here: every write and truncate goes through this object).
+    private let length: Locked<Int64>
+
+    init(identifier: ItemIdentifier, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
+        self.identifier = identifier
+        self.path = path
+        self.fd = fd
+        self.pool = pool
+        self.length = Locked(size)
+    }
+
+    deinit { close(fd) }
+
+    /// The staged length.
+    public var size: Int64 { length.withLock { $0 } }
+
+    private static func failure(_ error: Errno, _ what: String, _ path: String) -> CacheError {
+        let code: CacheError.Code = error == .noSpace || error.rawValue == EDQUOT ? .noSpace : .io
+        return CacheError(code, "cannot \(what) the staging file \(path): \(error.message)")
+    }
+
+    /// Writes all of `bytes` at `offset`; ENOSPC leaves the staging file as it was before the
+    /// bytes that did not fit (the writer gets ENOSPC, nothing published is touched).
+    public func write(_ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
+        let fd = self.fd
+        let path = self.path
+        try await pool.run { () throws(CacheError) -> Void in
+            let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
+                guard let base = raw.baseAddress, raw.count > 0 else { return .success(()) }
+                return writeFully(fd, from: base, count: raw.count, at: offset)
+            }
+            if case .failure(let error) = written { throw Self.failure(error, "write", path) }
+        }
+        let end = offset + Int64(bytes.count)
+        length.withLock { $0 = max($0, end) }
+    }
+
+    /// Sets the length (zeros past the old end).
+    public func truncate(to size: Int64) async throws(CacheError) {
+        let fd = self.fd
+        let path = self.path
+        try await pool.run { () throws(CacheError) -> Void in
+            guard ftruncate(fd, off_t(size)) == 0 else { throw Self.failure(Errno.current, "truncate", path) }
+        }
+        length.withLock { $0 = size }
+    }
+
+    /// Up to `count` bytes at `offset` (fewer at the end).
+    public func read(offset: Int64, count: Int) async throws(CacheError) -> ReadData {
+        let end = min(size, offset + Int64(count))
+        guard offset < end else { return ReadData(buffer: AlignedBuffer(capacity: 0), count: 0) }
+        let fd = self.fd
+        let path = self.path
+        let wanted = Int(end - offset)
+        return try await pool.run { () throws(CacheError) -> ReadData in
+            let buffer = AlignedBuffer(capacity: wanted)
+            let outcome = buffer.withUnsafeMutableBytes { raw -> Result<Int, CacheError> in
+                var done = 0
+                while done < wanted {
+                    let got = pread(fd, raw.baseAddress! + done, wanted - done, off_t(offset + Int64(done)))
+                    if got < 0, errno == EINTR { continue }
+                    guard got >= 0 else { return .failure(Self.failure(Errno.current, "read", path)) }
+                    if got == 0 { break }
+                    done += got
+                }
+                return .success(done)
+            }
+            return ReadData(buffer: buffer, count: try outcome.get())
+        }
+    }
+
+    /// fdatasync.
+    func sync() async throws(CacheError) {
+        let fd = self.fd
+        let path = self.path
+        try await pool.run { () throws(CacheError) -> Void in
+            guard retryingOnInterrupt({ fdatasync(fd) }) == 0 else { throw Self.failure(Errno.current, "sync", path) }
+        }
+    }
+}
+
+extension ContentStore {
+    private var stagingDirectory: String { directory + "/staging" }
+
+    /// A new staging file for `identifier`: a copy of `source`'s bytes (every one present: the
+    /// caller made sure), or empty when `source` is nil.
+    func makeStaging(
+        _ identifier: ItemIdentifier, copying source: ContentEntry?
+    ) async throws(CacheError) -> StagingFile {
+        let number = reserveFileNumber()
+        let path = "\(stagingDirectory)/\(number)"
+        let directory = stagingDirectory
+        let sourceFD = source?.file.fd
+        let size = source?.size ?? 0
+        let fd = try await environment.pool.run { () throws(CacheError) -> Int32 in
+            // (the staging directory is made on first use)
+            _ = mkdir(directory, 0o700)
+            let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else {
+                throw CacheError(.io, "cannot create the staging file \(path): \(Errno.current.message)")
+            }
+            if let sourceFD, size > 0, let error = copyFile(from: sourceFD, to: fd, size: size) {
+                close(fd)
+                unlink(path)
+                throw CacheError(
+                    error == .noSpace || error.rawValue == EDQUOT ? .noSpace : .io,
+                    "cannot copy into the staging file \(path): \(error.message)")
+            }
+            return fd
+        }
+        return StagingFile(identifier: identifier, path: path, fd: fd, size: size, pool: environment.pool)
+    }
+
+    /// Deletes a staging file that is not published (its handle keeps the descriptor).
+    func discardStaging(_ staging: StagingFile) {
+        unlink(staging.path)
+    }
+
+    /// Makes the staging file's bytes a complete content record of `version`, durable (synced,
+    /// then saved) before it returns: by renaming the staging file when `moving` (no writer is
+    /// left), else by copying it. The record is stored, not opened; the catalog then makes it the
+    /// item's version. On failure nothing is published and the staging file is as it was.
+    func publish(
+        _ staging: StagingFile, as version: ContentVersion, moving: Bool
+    ) async throws(CacheError) -> ContentRecord {
+        let number = reserveFileNumber()
+        let target = "\(directory)/content/\(number)"
+        let size = staging.size
+        try await staging.sync()
+        let sourceFD = staging.fd
+        let sourcePath = staging.path
+        try await environment.pool.run { () throws(CacheError) -> Void in
+            if moving {
+                guard rename(sourcePath, target) == 0 else {
+                    throw CacheError(.io, "cannot publish \(sourcePath): \(Errno.current.message)")
+                }
+                return
+            }
+            let fd = open(target, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw CacheError(.io, "cannot create \(target): \(Errno.current.message)") }
+            defer { close(fd) }
+            var failure = size > 0 ? copyFile(from: sourceFD, to: fd, size: size) : nil
+            if failure == nil, ftruncate(fd, off_t(size)) != 0 { failure = Errno.current }
+            if failure == nil, retryingOnInterrupt({ fdatasync(fd) }) != 0 { failure = Errno.current }
+            if let failure {
+                unlink(target)
+                throw CacheError(
+                    failure == .noSpace || failure.rawValue == EDQUOT ? .noSpace : .io,
+                    "cannot publish into \(target): \(failure.message)")
+            }
+        }
+        var present = ByteRanges()
+        if size > 0 { present.insert(0..<size) }
+        let record = ContentRecord(
+            identifier: staging.identifier, version: version, size: size, fileNumber: number, present: present)
+        do {
+            try environment.store.saveContent(record)
+        } catch {
+            // Not durable: nothing is published (the staging file stays, when it was copied).
+            if moving { _ = rename(target, sourcePath) } else { unlink(target) }
+            throw CacheError(.io, "cannot save the published version of \(staging.identifier): \(error)")
+        }
+        addRecord(record)
+        return record
+    }
+
+    /// The path of the content file of (`identifier`, `version`), if the store has it.
+    func contentFilePath(_ identifier: ItemIdentifier, _ version: ContentVersion) -> String? {
+        fileNumber(of: identifier, version).map { "\(directory)/content/\($0)" }
+    }
+
+    /// Removes staging files left by a crash (nothing was published from them).
+    func removeStagingLeftovers() {
+        guard let handle = opendir(stagingDirectory) else { return }
+        var names: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != ".", name != ".." { names.append(name) }
+        }
+        closedir(handle)
+        for name in names { unlink(stagingDirectory + "/" + name) }
+    }
+}
+
+/// Copies `size` bytes from the start of `source` to the start of `target` (pread/pwrite in 1 MiB
+/// steps). Nil when done.
+func copyFile(from source: Int32, to target: Int32, size: Int64) -> Errno? {
+    copyByReading(from: source, to: target, from: 0, size: size)
+}
+
+private func copyByReading(from source: Int32, to target: Int32, from start: Int64, size: Int64) -> Errno? {
+    let chunk = 1 << 20
+    let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 4096)
+    defer { buffer.deallocate() }
+    var position = start
+    while position < size {
+        let got = pread(source, buffer, min(chunk, Int(size - position)), off_t(position))
+        if got < 0, errno == EINTR { continue }
+        if got < 0 { return Errno.current }
+        if got == 0 { break }
+        if case .failure(let error) = writeFully(target, from: UnsafeRawPointer(buffer), count: got, at: position) {
+            return error
+        }
+        position += Int64(got)
+    }
+    return nil
+}

@@ -1,0 +1,478 @@
+// The host of writing (issue 14): staging copies shared by an item's write handles, their publish
+// as local versions, and the durable write-back queue that uploads them. The rules are the pure
+// machines' (WriteMachines.swift); this carries out their actions with the lock dropped.
+//
+// Lock order: `LocalWrites.state` is a leaf (never held while calling the catalog, the content
+// store, the store or the provider).
+
+import Diagnostics
+public import ProviderModel
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What a publish made.
+public struct PublishedVersion: Sendable, Equatable {
+    public var item: ProviderItem
+}
+
+/// Staging copies and the write-back of one cache.
+public final class LocalWrites: Sendable {
+    let environment: CacheEnvironment
+    let catalog: Catalog
+    let content: ContentStore
+
+    private struct Staged {
+        var machine: StagingMachine
+        var file: StagingFile
+        /// The provider version the edit started from, for a first upload record.
+        var base: ContentVersion?
+    }
+
+    private struct State {
+        var staged: [ItemIdentifier: Staged] = [:]
+        var uploads: [ItemIdentifier: UploadMachine] = [:]
+        var tasks: [UInt64: Task<Void, Never>] = [:]
+        var nextTask: UInt64 = 1
+        var closed = false
+    }
+
+    private let state = Locked(State())
+    /// Serializes staging creation, writer opens and closes, and publishes: each is short except a
+    /// first open that must download the content first.
+    private let gate = AsyncGate()
+    /// Backoff of failed uploads.
+    let initialBackoff: Duration
+    let maximumBackoff: Duration
+
+    init(
+        environment: CacheEnvironment, catalog: Catalog, content: ContentStore,
+        initialBackoff: Duration = .seconds(1), maximumBackoff: Duration = .seconds(300)
+    ) {
+        self.environment = environment
+        self.catalog = catalog
+        self.content = content
+        self.initialBackoff = initialBackoff
+        self.maximumBackoff = maximumBackoff
+    }
+
+    /// After a restart: staging leftovers removed, local versions served again, pending uploads
+    /// resumed.
+    func resume() {
+        content.removeStagingLeftovers()
+        let records: [UploadRecord]
+        do { records = try environment.store.loadUploads() } catch {
+            environment.logger.warning("cannot read the write-back queue: \(error)")
+            return
+        }
+        var actions: [(ItemIdentifier, [UploadMachine.Action])] = []
+        for record in records {
+            catalog.restoreLocal(record)
+            let started = state.withLock { state -> [UploadMachine.Action] in
+                var machine = UploadMachine(
+                    record: record, initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
+                let started = machine.start()
+                state.uploads[record.identifier] = machine
+                return started
+            }
+            actions.append((record.identifier, started))
+        }
+        for (identifier, started) in actions { perform(identifier, started) }
+    }
+
+    // MARK: Staging
+
+    /// A write handle opens on `item` (its current version): joins the item's staging file, or
+    /// makes one — empty when `truncating`, else a copy of the current content, downloaded first
+    /// when not all present.
+    public func openWriter(_ item: ProviderItem, truncating: Bool) async throws(CacheError) -> StagingFile {
+        guard item.kind == .file else { throw CacheError(.wrongKind, "\(item.identifier) is not a file") }
+        await gate.acquire()
+        defer { gate.release() }
+        if let file = state.withLock({ state -> StagingFile? in
+            guard state.staged[item.identifier] != nil else { return nil }
+            state.staged[item.identifier]!.machine.openWriter()
+            if truncating { state.staged[item.identifier]!.machine.changed() }
+            return state.staged[item.identifier]!.file
+        }) {
+            if truncating { try await file.truncate(to: 0) }
+            return file
+        }
+        var source: ContentEntry?
+        if !truncating && item.size > 0 {
+            let entry = try await content.pin(item) { [catalog] in catalog.currentVersion(of: item.identifier) == $0 }
+            source = entry
+            do {
+                try await entry.ensurePresent(0..<item.size)
+            } catch {
+                content.unpin(entry)
+                throw error
+            }
+        }
+        let file: StagingFile
+        do {
+            file = try await content.makeStaging(item.identifier, copying: source)
+        } catch {
+            if let source { content.unpin(source) }
+            throw error
+        }
+        if let source { content.unpin(source) }
+        let base = catalog.providerBase(of: item.identifier)
+        state.withLock { state in
+            var machine = StagingMachine(startsModified: truncating && item.size > 0)
+            machine.openWriter()
+            state.staged[item.identifier] = Staged(machine: machine, file: file, base: base)
+        }
+        return file
+    }
+
+    /// The staging file of `identifier`, when write handles have one open.
+    public func staging(of identifier: ItemIdentifier) -> StagingFile? {
+        state.withLock { $0.staged[identifier]?.file }
+    }
+
+    /// The staged length of `identifier` while it has a staging file (stat shows it).
+    public func stagedSize(of identifier: ItemIdentifier) -> Int64? {
+        state.withLock { state in state.staged.isEmpty ? nil : state.staged[identifier]?.file.size }
+    }
+
+    /// `bytes` written at `offset` into the item's staging file.
+    public func write(_ staging: StagingFile, _ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
+        try await staging.write(bytes, at: offset)
+        markChanged(staging)
+    }
+
+    /// The staging file's length set to `size`.
+    public func truncate(_ staging: StagingFile, to size: Int64) async throws(CacheError) {
+        try await staging.truncate(to: size)
+        markChanged(staging)
+    }
+
+    private func markChanged(_ staging: StagingFile) {
+        state.withLock { state in
+            if state.staged[staging.identifier]?.file === staging {
+                state.staged[staging.identifier]!.machine.changed()
+            }
+        }
+    }
+
+    /// Number of write handles open on `identifier`.
+    public func writerCount(of identifier: ItemIdentifier) -> Int {
+        state.withLock { $0.staged[identifier]?.machine.writers ?? 0 }
+    }
+
+    /// fsync (or the close of the only writer): publishes what changed. Nil when nothing did.
+    public func sync(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
+        await gate.acquire()
+        defer { gate.release() }
+        guard
+            let (action, staged) = state.withLock({ state -> (StagingMachine.Action?, Staged)? in
+                guard state.staged[identifier] != nil else { return nil }
+                return (state.staged[identifier]!.machine.sync(), state.staged[identifier]!)
+            }), case .publish(let moving)? = action
+        else { return nil }
+        do {
+            return try await publish(staged, moving: moving)
+        } catch {
+            state.withLock { $0.staged[identifier]?.machine.publishFailed() }
+            throw error
+        }
+    }
+
+    /// A write handle closes; the last one publishes (by moving the staging file) or drops it.
+    public func closeWriter(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
+        await gate.acquire()
+        defer { gate.release() }
+        guard
+            let (action, staged) = state.withLock({ state -> (StagingMachine.Action?, Staged)? in
+                guard state.staged[identifier] != nil else { return nil }
+                let action = state.staged[identifier]!.machine.closeWriter()
+                let staged = state.staged[identifier]!
+                if action != nil { state.staged[identifier] = nil }
+                return (action, staged)
+            })
+        else { return nil }
+        switch action {
+        case nil: return nil
+        case .discard:
+            content.discardStaging(staged.file)
+            return nil
+        case .publish(let moving):
+            do {
+                return try await publish(staged, moving: moving)
+            } catch {
+                environment.logger.error(
+                    "\(identifier): the last write handle closed, and its publish failed: \(error)")
+                content.discardStaging(staged.file)
+                throw error
+            }
+        }
+    }
+
+    /// The staging file as a new local version: a complete content record, the catalog's item,
+    /// the upload queued.
+    private func publish(_ staged: Staged, moving: Bool) async throws(CacheError) -> PublishedVersion {
+        let identifier = staged.file.identifier
+        let version = ContentVersion("local:\(content.reserveFileNumber()).\(UInt32.random(in: 0...UInt32.max))")
+        let record = try await content.publish(staged.file, as: version, moving: moving)
+        let now = wallClockTime()
+        guard
+            let item = catalog.publishLocal(
+                identifier, version: version, size: record.size, modificationTime: now)
+        else {
+            throw CacheError(.notFound, "\(identifier) is gone from the catalog")
+        }
+        let actions = state.withLock { state -> [UploadMachine.Action] in
+            if state.uploads[identifier] == nil {
+                state.uploads[identifier] = UploadMachine(
+                    record: UploadRecord(
+                        identifier: identifier, localVersion: version, baseVersion: staged.base, phase: .materialized),
+                    initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
+            }
+            return state.uploads[identifier]!.published(version, base: staged.base)
+        }
+        perform(identifier, actions)
+        return PublishedVersion(item: item)
+    }
+
+    // MARK: Write-back
+
+    /// The write-back record of `identifier`, if it has one.
+    public func uploadRecord(of identifier: ItemIdentifier) -> UploadRecord? {
+        state.withLock { $0.uploads[identifier]?.record }
+    }
+
+    /// Items still to upload (dirty, uploading, error).
+    public var pendingUploads: [UploadRecord] {
+        state.withLock { $0.uploads.values.map(\.record).filter(\.isPending) }
+    }
+
+    /// Waits until `identifier` has nothing left to upload (tests), or `timeout` of real time.
+    public func waitUntilUploaded(_ identifier: ItemIdentifier, timeout: Duration = .seconds(30)) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if uploadRecord(of: identifier)?.isPending != true { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return false
+    }
+
+    /// Moves every record under `old` (the item, or a directory and its contents when identifiers
+    /// are paths) to the same place under `new`: the namespace's renames call this.
+    public func rekey(from old: ItemIdentifier, to new: ItemIdentifier) {
+        let moved = state.withLock { state -> [(ItemIdentifier, UploadMachine)] in
+            var moved: [(ItemIdentifier, UploadMachine)] = []
+            for (identifier, machine) in state.uploads {
+                guard let target = Self.rekeyed(identifier, from: old, to: new) else { continue }
+                state.uploads[identifier] = nil
+                var machine = machine
+                machine.rename(to: target)
+                state.uploads[target] = machine
+                moved.append((identifier, machine))
+            }
+            return moved
+        }
+        for (previous, machine) in moved {
+            save(machine.record)
+            do { try environment.store.deleteUpload(previous) } catch {
+                environment.logger.warning("cannot delete an upload record: \(error)")
+            }
+        }
+    }
+
+    /// `identifier` under `new` when it is `old` or lies under it ("old/…").
+    static func rekeyed(
+        _ identifier: ItemIdentifier, from old: ItemIdentifier, to new: ItemIdentifier
+    ) -> ItemIdentifier? {
+        if identifier == old { return new }
+        let prefix = old.rawValue + "/"
+        guard !old.rawValue.isEmpty, identifier.rawValue.hasPrefix(prefix) else { return nil }
+        return ItemIdentifier(new.rawValue + "/" + identifier.rawValue.dropFirst(prefix.count))
+    }
+
+    private func save(_ record: UploadRecord) {
+        do { try environment.store.saveUpload(record) } catch {
+            environment.logger.warning("\(record.identifier): cannot save its upload record: \(error)")
+        }
+    }
+
+    private func perform(_ identifier: ItemIdentifier, _ actions: [UploadMachine.Action]) {
+        for action in actions {
+            switch action {
+            case .save(let record): save(record)
+            case .upload(let version, let base):
+                spawn { await self.upload(identifier, version: version, base: base) }
+            case .retry(let delay):
+                let timeline = environment.timeline
+                spawn {
+                    do { try await timeline.sleep(for: delay) } catch { return }
+                    let next = self.state.withLock { $0.uploads[identifier]?.retryDue() ?? [] }
+                    self.perform(identifier, next)
+                }
+            }
+        }
+    }
+
+    private func spawn(_ work: @escaping @Sendable () async -> Void) {
+        state.withLock { state in
+            guard !state.closed else { return }
+            let id = state.nextTask
+            state.nextTask += 1
+            state.tasks[id] = Task {
+                await work()
+                _ = self.state.withLock { $0.tasks.removeValue(forKey: id) }
+            }
+        }
+    }
+
+    /// One upload attempt of `version`.
+    private func upload(_ identifier: ItemIdentifier, version: ContentVersion, base: ContentVersion?) async {
+        let provider = environment.provider
+        let result: Result<ProviderItem, any Error>
+        var conflictName: String?
+        var entry: ContentEntry?
+        if let item = catalog.knownItem(identifier), item.contentVersion == version,
+            let pinned = try? await content.pin(item, isCurrent: { _ in true })
+        {
+            entry = pinned
+        }
+        defer { if let entry { content.unpin(entry) } }
+        guard let item = catalog.knownItem(identifier), entry != nil,
+            let path = content.contentFilePath(identifier, version)
+        else {
+            let next = state.withLock {
+                $0.uploads[identifier]?.failed(version, message: "the local version is no longer stored") ?? []
+            }
+            return perform(identifier, next)
+        }
+        do {
+            let uploaded = try await provider.upload(
+                from: path, to: .replace(identifier, baseVersion: base), permissions: nil,
+                modificationTime: item.modificationTime)
+            result = .success(uploaded)
+        } catch let error as ProviderError where error.code == .versionChanged {
+            // Keep both: the local edit under a conflict name, the provider's under the original.
+            do {
+                let (name, created) = try await uploadConflictCopy(item, from: path)
+                conflictName = name
+                result = .success(created)
+            } catch {
+                result = .failure(error)
+            }
+        } catch {
+            result = .failure(error)
+        }
+        switch result {
+        case .success(let uploaded):
+            if let conflictName {
+                catalog.dropLocal(identifier)
+                catalog.applyCreated(uploaded)
+                _ = try? await catalog.item(identifier, maximumAge: .zero)
+                let next = state.withLock { $0.uploads[identifier]?.conflictResolved(conflictName: conflictName) ?? [] }
+                environment.logger.notice("\(identifier): conflict; the local edit is kept as \(conflictName)")
+                perform(identifier, next)
+            } else {
+                let next = state.withLock {
+                    $0.uploads[identifier]?.uploaded(version, providerVersion: uploaded.contentVersion) ?? []
+                }
+                if state.withLock({ $0.uploads[identifier]?.record.phase == .materialized }) {
+                    catalog.localUploaded(
+                        identifier, version: version, providerVersion: uploaded.contentVersion, base: base)
+                }
+                perform(identifier, next)
+            }
+        case .failure(let error):
+            let message = "\(CacheError.from(error))"
+            environment.logger.warning("\(identifier): upload failed: \(message)")
+            let next = state.withLock { $0.uploads[identifier]?.failed(version, message: message) ?? [] }
+            perform(identifier, next)
+        }
+    }
+
+    /// Uploads the local edit beside the provider's version, as "name (conflict YYYY-MM-DD
+    /// HHMMSS).ext" (with " 2", " 3"… before the extension when taken).
+    private func uploadConflictCopy(_ item: ProviderItem, from path: String) async throws -> (String, ProviderItem) {
+        let stamp = Self.conflictStamp(wallClockTime())
+        var attempt = 1
+        while true {
+            let name = Self.conflictName(item.name, stamp: stamp, attempt: attempt)
+            do {
+                let created = try await environment.provider.upload(
+                    from: path, to: .create(name: name, in: item.parent), permissions: item.permissions,
+                    modificationTime: item.modificationTime)
+                return (name, created)
+            } catch let error as ProviderError where error.code == .alreadyExists && attempt < 100 {
+                attempt += 1
+            }
+        }
+    }
+
+    /// "YYYY-MM-DD HHMMSS" (UTC) of `time`.
+    static func conflictStamp(_ time: ItemTime) -> String {
+        var seconds = time_t(time.seconds)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday)) "
+            + "\(two(parts.tm_hour))\(two(parts.tm_min))\(two(parts.tm_sec))"
+    }
+
+    /// `name` with " (conflict STAMP)" before its extension ("a.txt" → "a (conflict …).txt"; a
+    /// leading dot is not an extension).
+    static func conflictName(_ name: String, stamp: String, attempt: Int = 1) -> String {
+        let suffix = attempt > 1 ? " (conflict \(stamp) \(attempt))" : " (conflict \(stamp))"
+        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
+            return String(name[..<dot]) + suffix + String(name[dot...])
+        }
+        return name + suffix
+    }
+
+    /// Cancels retries and running uploads (a restart resumes them from the queue). Does not wait
+    /// for an upload call that ignores cancellation: its outcome, if it comes, is still recorded
+    /// (the provider's call is atomic, and the base version check sees a repeated one).
+    func shutdown() async {
+        let tasks = state.withLock { state -> [Task<Void, Never>] in
+            state.closed = true
+            return Array(state.tasks.values)
+        }
+        for task in tasks { task.cancel() }
+    }
+}
+
+/// The wall clock now, as an item time (mtime of a publish).
+func wallClockTime() -> ItemTime {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return ItemTime(seconds: Int64(now.tv_sec), nanoseconds: Int32(now.tv_nsec))
+}
+
+extension ProviderCache {
+    /// Creates the empty file `name` in `parent` at the provider at once (an empty `.create`
+    /// upload, D-361), so its identifier is the provider's from the start; the catalog records it.
+    public func createFile(
+        named name: String, in parent: ItemIdentifier, permissions: UInt16
+    ) async throws(CacheError) -> ProviderItem {
+        let stagingDirectory = directory + "/staging"
+        let empty = stagingDirectory + "/empty"
+        let provider = environment.provider
+        let created: ProviderItem
+        do {
+            try await environment.pool.run { () throws(CacheError) -> Void in
+                _ = mkdir(stagingDirectory, 0o700)
+                let fd = open(empty, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+                guard fd >= 0 else { throw CacheError(.io, "cannot create \(empty): \(Errno.current.message)") }
+                close(fd)
+            }
+            created = try await provider.upload(
+                from: empty, to: .create(name: name, in: parent), permissions: permissions,
+                modificationTime: wallClockTime())
+        } catch {
+            throw CacheError.from(error)
+        }
+        return catalog.applyCreated(created)
+    }
+}

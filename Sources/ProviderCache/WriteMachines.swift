@@ -1,0 +1,215 @@
+// The rules of writing, as pure state machines in the Arbiter style: state in, actions out; their
+// hosts (ProviderCache+Writes.swift) carry the actions out with the lock dropped.
+//
+// `StagingMachine`: one item's staging copy while write handles are open: who writes, whether
+// anything changed since the last publish, and when to publish or drop it.
+// `UploadMachine`: one item's write-back: dirty → uploading → materialized, or error with retries
+// and exponential backoff, and a new publish that arrives while an upload runs.
+
+public import ProviderModel
+
+/// One item's staging copy (docs/SEMANTICS.md, "Writes").
+struct StagingMachine: Sendable, Equatable {
+    enum Action: Sendable, Equatable {
+        /// Publish the staging file as a new version; `moving`: no writer is left, so the file
+        /// itself may become the content file (renamed), else it is copied.
+        case publish(moving: Bool)
+        /// Nothing to publish and no writer left: delete the staging file.
+        case discard
+    }
+    /// Open write handles.
+    private(set) var writers = 0
+    /// Bytes changed (write, truncate, or an O_TRUNC/create start) since the last publish.
+    private(set) var modified = false
+    /// The staging file is gone (published by moving, or discarded): no more writes.
+    private(set) var closed = false
+
+    init(startsModified: Bool) { modified = startsModified }
+
+    mutating func openWriter() { writers += 1 }
+
+    mutating func changed() { modified = true }
+
+    /// fsync or a flush of the only writer: publish what changed, keep writing.
+    mutating func sync() -> Action? {
+        guard modified, !closed else { return nil }
+        modified = false
+        return .publish(moving: false)
+    }
+
+    /// A publish failed: the changes are still to be published.
+    mutating func publishFailed() { modified = true }
+
+    /// A write handle is released; the last one publishes (by moving) or discards.
+    mutating func closeWriter() -> Action? {
+        writers = max(0, writers - 1)
+        guard writers == 0, !closed else { return nil }
+        closed = true
+        if modified {
+            modified = false
+            return .publish(moving: true)
+        }
+        return .discard
+    }
+}
+
+/// Where an item's write-back stands.
+public enum UploadPhase: String, Sendable, Equatable {
+    /// Published locally, not uploaded yet (or waiting for a retry after a failure).
+    case dirty
+    case uploading
+    /// The last upload failed; retried after the backoff (the message is kept).
+    case error
+    /// Uploaded: the local version is the provider's `providerVersion`.
+    case materialized
+}
+
+/// One item's durable write-back entry (a row of the `uploads` table).
+public struct UploadRecord: Sendable, Equatable {
+    public var identifier: ItemIdentifier
+    /// The newest locally published version ("local:…").
+    public var localVersion: ContentVersion
+    /// The provider's version the local edit started from (nil: a file created through the
+    /// mount that the provider has never had content of beyond its empty creation).
+    public var baseVersion: ContentVersion?
+    public var phase: UploadPhase
+    /// Failed attempts since the last success.
+    public var attempts: Int
+    public var lastError: String?
+    /// Once uploaded: the provider's version the local version stands for.
+    public var providerVersion: ContentVersion?
+    /// When the local edit was kept beside a conflicting provider version: the conflict copy's name.
+    public var conflictName: String?
+    public init(
+        identifier: ItemIdentifier, localVersion: ContentVersion, baseVersion: ContentVersion?,
+        phase: UploadPhase = .dirty, attempts: Int = 0, lastError: String? = nil,
+        providerVersion: ContentVersion? = nil, conflictName: String? = nil
+    ) {
+        self.identifier = identifier
+        self.localVersion = localVersion
+        self.baseVersion = baseVersion
+        self.phase = phase
+        self.attempts = attempts
+        self.lastError = lastError
+        self.providerVersion = providerVersion
+        self.conflictName = conflictName
+    }
+
+    /// Still to upload (dirty, uploading, error): the local version must be served meanwhile.
+    public var isPending: Bool { phase != .materialized }
+}
+
+/// The write-back of one item. Time is the host's timeline (injected clock).
+struct UploadMachine: Sendable, Equatable {
+    enum Action: Sendable, Equatable {
+        /// Upload `version` against `base`, then report `uploaded` or `failed`.
+        case upload(version: ContentVersion, base: ContentVersion?)
+        /// Try again at `at` (timeline instant): call `retryDue`.
+        case retry(after: Duration)
+        /// Save the record (durable queue).
+        case save(UploadRecord)
+    }
+    private(set) var record: UploadRecord
+    /// The version the running upload sends (nil: none runs).
+    private(set) var inFlight: ContentVersion?
+    let initialBackoff: Duration
+    let maximumBackoff: Duration
+
+    init(record: UploadRecord, initialBackoff: Duration = .seconds(1), maximumBackoff: Duration = .seconds(300)) {
+        var record = record
+        // A restart finds an upload that was running: it is dirty again (the provider's call is
+        // atomic, so it either happened, which the base version check then sees, or not).
+        if record.phase == .uploading { record.phase = .dirty }
+        self.record = record
+        self.initialBackoff = initialBackoff
+        self.maximumBackoff = maximumBackoff
+    }
+
+    /// What to do at start (after a restart: resume).
+    mutating func start() -> [Action] {
+        guard record.phase == .dirty || record.phase == .error else { return [] }
+        return begin()
+    }
+
+    private mutating func begin() -> [Action] {
+        guard inFlight == nil else { return [] }
+        record.phase = .uploading
+        inFlight = record.localVersion
+        return [.save(record), .upload(version: record.localVersion, base: record.baseVersion)]
+    }
+
+    /// A new local version was published; `base`: the provider's version the edit started from
+    /// (used when nothing was pending; a pending edit keeps its own base).
+    mutating func published(_ version: ContentVersion, base: ContentVersion?) -> [Action] {
+        if record.phase == .materialized {
+            // After an upload the provider's version is the local one: the next edit starts
+            // there (a writer that fsynced, was uploaded, and wrote on); else from `base`.
+            record.baseVersion = record.providerVersion ?? base
+            record.providerVersion = nil
+        }
+        record.localVersion = version
+        record.attempts = 0
+        record.conflictName = nil
+        if inFlight != nil {
+            record.phase = .uploading
+            return [.save(record)]
+        }
+        record.phase = .dirty
+        return [.save(record)] + begin()
+    }
+
+    /// The upload of `version` made the provider's `providerVersion`.
+    mutating func uploaded(_ version: ContentVersion, providerVersion: ContentVersion) -> [Action] {
+        inFlight = nil
+        record.attempts = 0
+        record.lastError = nil
+        if version == record.localVersion {
+            record.phase = .materialized
+            record.providerVersion = providerVersion
+            return [.save(record)]
+        }
+        // A newer version was published meanwhile: it is uploaded next, from what this one made.
+        record.baseVersion = providerVersion
+        return begin()
+    }
+
+    /// The upload failed with `message`; retried after the backoff (doubling, bounded).
+    mutating func failed(_ version: ContentVersion, message: String) -> [Action] {
+        inFlight = nil
+        if version != record.localVersion {
+            // A newer version is waiting: try it at once.
+            return begin()
+        }
+        record.attempts += 1
+        record.phase = .error
+        record.lastError = message
+        return [.save(record), .retry(after: backoff)]
+    }
+
+    /// The backoff after `record.attempts` failures: initial × 2^(attempts-1), at most the maximum.
+    var backoff: Duration {
+        var delay = initialBackoff
+        for _ in 1..<max(1, record.attempts) where delay < maximumBackoff { delay = delay * 2 }
+        return min(delay, maximumBackoff)
+    }
+
+    /// The backoff has passed.
+    mutating func retryDue() -> [Action] {
+        guard record.phase == .error else { return [] }
+        return begin()
+    }
+
+    /// The item was renamed (its identifier changed).
+    mutating func rename(to identifier: ItemIdentifier) { record.identifier = identifier }
+
+    /// The provider's version changed since the edit began: the local edit was kept under
+    /// `conflictName`; the item is the provider's again.
+    mutating func conflictResolved(conflictName: String) -> [Action] {
+        inFlight = nil
+        record.phase = .materialized
+        record.conflictName = conflictName
+        record.attempts = 0
+        record.lastError = nil
+        return [.save(record)]
+    }
+}

@@ -1,0 +1,386 @@
+// Content writes through a real mount (issue 14, PROVIDERFS_WRITES=1): new files, O_TRUNC,
+// append, truncate, two writers, readers that opened before a write, fsync, the torture test of
+// uniform reads, a kill -9 between a publish and its upload, and the read-only mount's EROFS. The
+// SOURCE directory's bytes are checked after the upload, waiting with a deadline, never sleeping
+// a fixed time.
+
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+import TestScheduling
+#endif
+
+/// A writable mount over a scratch source tree.
+final class WritableMount {
+    let scratch: String
+    let tree: String
+    let cache: String
+    let environment: [String: String]
+    var mount: MountedFileSystem
+
+    init(prefix: String, writable: Bool = true) throws {
+        scratch = try makeTemporaryDirectory(prefix: prefix)
+        tree = scratch + "/tree"
+        cache = scratch + "/cache"
+        mkdir(tree, 0o755)
+        var environment = ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"]
+        if writable { environment["PROVIDERFS_WRITES"] = "1" }
+        self.environment = environment
+        mount = try MountedFileSystem.providerfs(["--source", tree, "--cache", cache], environment: environment)
+    }
+
+    func path(_ relative: String) -> String { mount.path(relative) }
+    func source(_ relative: String) -> String { tree + "/" + relative }
+
+    /// Mounts again on the same cache (after a stop or a kill).
+    func remount() throws {
+        mount = try MountedFileSystem.providerfs(["--source", tree, "--cache", cache], environment: environment)
+    }
+
+    func stop() {
+        mount.stop()
+        removeTreeWithinFileSystem(scratch)
+    }
+}
+
+/// The bytes of the file at `path`, nil when it cannot be read.
+func fileBytes(_ path: String) -> [UInt8]? {
+    guard let data = FileManager.default.contents(atPath: path) else { return nil }
+    return [UInt8](data)
+}
+
+/// Polls until the source file holds `expected` (the upload happened), with a deadline.
+func waitForSource(_ path: String, _ expected: [UInt8], timeout: Duration = .seconds(30)) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if fileBytes(path) == expected { return true }
+        usleep(10_000)
+    }
+    return fileBytes(path) == expected
+}
+
+/// Polls `user.providerfs.state` of `path` until it is `state`, with a deadline.
+func waitForState(_ path: String, _ state: String, timeout: Duration = .seconds(30)) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if case .success(let bytes) = ExtendedAttributes.value("user.providerfs.state", of: path),
+            String(decoding: bytes, as: UTF8.self) == state
+        {
+            return true
+        }
+        usleep(10_000)
+    }
+    return false
+}
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
+struct WriteMountTests {
+    @Test func aNewFileReachesTheSource() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-new")
+        defer { mount.stop() }
+        let result = try shell("echo hello > \(quoted(mount.path("new.txt")))")
+        #expect(result.status == 0, "\(result)")
+        #expect(fileBytes(mount.path("new.txt")) == Array("hello\n".utf8))
+        #expect(waitForSource(mount.source("new.txt"), Array("hello\n".utf8)))
+        #expect(waitForState(mount.path("new.txt"), "materialized"))
+    }
+
+    @Test func overwriteAppendAndTruncate() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-edit")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("0123456789".utf8))
+        let file = quoted(mount.path("f"))
+        // O_TRUNC
+        #expect(try shell("printf abc > \(file)").status == 0)
+        #expect(fileBytes(mount.path("f")) == Array("abc".utf8))
+        #expect(waitForSource(mount.source("f"), Array("abc".utf8)))
+        // O_APPEND
+        #expect(try shell("printf def >> \(file)").status == 0)
+        #expect(fileBytes(mount.path("f")) == Array("abcdef".utf8))
+        #expect(waitForSource(mount.source("f"), Array("abcdef".utf8)))
+        // truncate up (zeros) and down
+        #expect(try shell("truncate -s 8 \(file)").status == 0)
+        #expect(fileBytes(mount.path("f")) == Array("abcdef".utf8) + [0, 0])
+        #expect(waitForSource(mount.source("f"), Array("abcdef".utf8) + [0, 0]))
+        #expect(try shell("truncate -s 2 \(file)").status == 0)
+        #expect(fileBytes(mount.path("f")) == Array("ab".utf8))
+        #expect(waitForSource(mount.source("f"), Array("ab".utf8)))
+        var info = stat()
+        #expect(stat(mount.path("f"), &info) == 0 && info.st_size == 2)
+    }
+
+    @Test func twoWritersShareOneStagingCopy() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-two")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("..........".utf8))
+        let first = open(mount.path("f"), O_WRONLY)
+        let second = open(mount.path("f"), O_RDWR)
+        try #require(first >= 0 && second >= 0)
+        #expect(pwrite(first, "AA", 2, 0) == 2)
+        #expect(pwrite(second, "BB", 2, 8) == 2)
+        // The second handle reads what both wrote (one staging copy).
+        var buffer = [UInt8](repeating: 0, count: 10)
+        #expect(pread(second, &buffer, 10, 0) == 10)
+        #expect(buffer == Array("AA......BB".utf8))
+        close(first)
+        // Each close(2) publishes what is staged; the second writer goes on in the same copy.
+        close(second)
+        #expect(fileBytes(mount.path("f")) == Array("AA......BB".utf8))
+        #expect(waitForSource(mount.source("f"), Array("AA......BB".utf8)))
+    }
+
+    @Test func aReaderThatOpenedBeforeReadsTheOldVersionToItsEnd() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-reader")
+        defer { mount.stop() }
+        let old = patternBytes(count: 1 << 20, seed: 7)
+        writeTestFile(mount.source("f"), old)
+        let reader = open(mount.path("f"), O_RDONLY)
+        try #require(reader >= 0)
+        defer { close(reader) }
+        var first = [UInt8](repeating: 0, count: 4096)
+        #expect(pread(reader, &first, 4096, 0) == 4096)
+        let new = patternBytes(count: 1 << 20, seed: 8)
+        writeTestFile(mount.path("f"), new)
+        #expect(fileBytes(mount.path("f")) == new ? true : false)
+        var rest = [UInt8](repeating: 0, count: old.count)
+        var got = 0
+        while got < old.count {
+            let n = rest[got...].withUnsafeMutableBytes { pread(reader, $0.baseAddress, $0.count, off_t(got)) }
+            if n <= 0 { break }
+            got += n
+        }
+        #expect(got == old.count)
+        // (compared as a whole: a failing #expect on two 1 MiB arrays would spend minutes diffing)
+        #expect(rest == old ? true : false, "the reader saw other bytes than its version's")
+        #expect(waitForSource(mount.source("f"), new))
+    }
+
+    @Test func fsyncPublishesWhileTheWriterStaysOpen() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-fsync")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("old".utf8))
+        let writer = open(mount.path("f"), O_WRONLY | O_TRUNC)
+        try #require(writer >= 0)
+        defer { close(writer) }
+        #expect(write(writer, "synced", 6) == 6)
+        // Before fsync a new open reads the published version (the old one).
+        #expect(fileBytes(mount.path("f")) == Array("old".utf8))
+        #expect(fsync(writer) == 0)
+        #expect(fileBytes(mount.path("f")) == Array("synced".utf8))
+        #expect(waitForSource(mount.source("f"), Array("synced".utf8)))
+    }
+
+    /// Writers rewrite the file alternately all-'A' and all-'B' (taking turns: two writers open at
+    /// once share one staging copy, and their interleaved writes would make a mixed version that
+    /// is legitimately published); readers check that each open reads one version only (every
+    /// read uniform, and the same byte for the whole open).
+    @Test func tortureReadersNeverSeeAMix() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-torture")
+        defer { mount.stop() }
+        let size = 64 << 20
+        writeTestFile(mount.source("f"), [UInt8](repeating: UInt8(ascii: "A"), count: size))
+        let path = mount.path("f")
+        let stop = Locked(false)
+        let problems = Locked<[String]>([])
+        let counts = Locked((writes: 0, reads: 0))
+        let turns = Lock()
+        let group = DispatchGroup()
+        for writerIndex in 0..<2 {
+            DispatchQueue.global().async(group: group) {
+                var round = writerIndex
+                while !stop.withLock({ $0 }) {
+                    let byte = UInt8(ascii: round % 2 == 0 ? "A" : "B")
+                    round += 1
+                    let content = [UInt8](repeating: byte, count: size)
+                    turns.lock()
+                    defer { turns.unlock() }
+                    let fd = open(path, O_WRONLY)
+                    if fd < 0 {
+                        problems.withLock { $0.append("writer open: \(Errno.current)") }
+                        return
+                    }
+                    var offset = 0
+                    while offset < size {
+                        let n = content[offset...].withUnsafeBytes {
+                            pwrite(fd, $0.baseAddress, min($0.count, 1 << 20), off_t(offset))
+                        }
+                        if n <= 0 {
+                            problems.withLock { $0.append("write: \(Errno.current)") }
+                            break
+                        }
+                        offset += n
+                    }
+                    close(fd)
+                    counts.withLock { $0.writes += 1 }
+                }
+            }
+        }
+        for _ in 0..<3 {
+            DispatchQueue.global().async(group: group) {
+                var buffer = [UInt8](repeating: 0, count: 256 << 10)
+                while !stop.withLock({ $0 }) {
+                    let fd = open(path, O_RDONLY)
+                    if fd < 0 {
+                        problems.withLock { $0.append("reader open: \(Errno.current)") }
+                        return
+                    }
+                    var seen: UInt8?
+                    var total = 0
+                    while true {
+                        let n = read(fd, &buffer, buffer.count)
+                        if n < 0 {
+                            problems.withLock { $0.append("read: \(Errno.current)") }
+                            break
+                        }
+                        if n == 0 { break }
+                        let first = seen ?? buffer[0]
+                        seen = first
+                        if !buffer[0..<n].allSatisfy({ $0 == buffer[0] }) {
+                            problems.withLock { $0.append("a read of \(n) bytes at \(total) mixes versions") }
+                        } else if buffer[0] != first {
+                            problems.withLock { $0.append("one open read two versions (at \(total))") }
+                        }
+                        total += n
+                    }
+                    close(fd)
+                    if total != size { problems.withLock { $0.append("an open read \(total) bytes, not \(size)") } }
+                    counts.withLock { $0.reads += 1 }
+                }
+            }
+        }
+        // At least 10 s, and on until each side did enough to mean something (a loaded machine
+        // is slower), at most 90 s.
+        let start = ContinuousClock.now
+        while ContinuousClock.now < start + .seconds(90), problems.withLock({ $0.isEmpty }) {
+            let (writes, reads) = counts.withLock { ($0.writes, $0.reads) }
+            if ContinuousClock.now >= start + .seconds(10), writes >= 4, reads >= 6 { break }
+            usleep(50_000)
+        }
+        stop.withLock { $0 = true }
+        group.wait()
+        let (writes, reads) = counts.withLock { ($0.writes, $0.reads) }
+        #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { Array($0.prefix(5)) })")
+        #expect(writes >= 4 && reads >= 6, "writes \(writes), reads \(reads)")
+        print("torture (64 MiB): \(writes) rewrites, \(reads) whole-file reads")
+    }
+
+    @Test func aKilledDaemonUploadsAfterTheRemount() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-kill")
+        defer { mount.stop() }
+        let directory = mount.source("d")
+        mkdir(directory, 0o755)
+        writeTestFile(directory + "/f", Array("before".utf8))
+        // The source directory refuses changes (immutable, even for root): uploads fail until the
+        // remount.
+        #expect(try shell("chattr +i \(quoted(directory))").status == 0)
+        defer { _ = try? shell("chattr -i \(quoted(directory))") }
+        let edited = patternBytes(count: 300_000, seed: 3)
+        writeTestFile(mount.path("d/f"), edited)
+        #expect(waitForState(mount.path("d/f"), "error"))
+        #expect(fileBytes(mount.path("d/f")) == edited ? true : false)
+        mount.mount.child.signal(SIGKILL)
+        _ = mount.mount.child.wait(timeout: .seconds(10))
+        _ = try shell(
+            "fusermount3 -u \(quoted(mount.mount.mountpoint)) || fusermount3 -uz \(quoted(mount.mount.mountpoint))")
+        #expect(fileBytes(directory + "/f") == Array("before".utf8))
+        #expect(try shell("chattr -i \(quoted(directory))").status == 0)
+        try mount.remount()
+        // The local version is served at once, and the queue resumes.
+        #expect(fileBytes(mount.path("d/f")) == edited ? true : false)
+        #expect(waitForSource(directory + "/f", edited))
+        #expect(waitForState(mount.path("d/f"), "materialized"))
+    }
+
+    /// The cache on a 72 MiB tmpfs (the mount wants 64 MiB free): a writer that fills it gets ENOSPC; a reader that opened
+    /// before still reads its version whole, and the mount goes on serving reads.
+    @Test(.enabled(if: rootTestsEnabled, "PROVIDERFS_SKIP_ROOT_TESTS=1")) func aFullCacheIsENOSPCForTheWriterOnly()
+        throws
+    {
+        guard requireFUSE() else { return }
+        let tmpfs = try TmpfsMount(size: "72m")
+        let scratch = try makeTemporaryDirectory(prefix: "write-enospc")
+        defer { removeTreeWithinFileSystem(scratch) }
+        let tree = scratch + "/tree"
+        mkdir(tree, 0o755)
+        let old = patternBytes(count: 1 << 20, seed: 11)
+        writeTestFile(tree + "/f", old)
+        let mount = try MountedFileSystem.providerfs(
+            ["--source", tree, "--cache", tmpfs.path + "/cache"],
+            environment: ["PROVIDERFS_WRITES": "1", "PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
+        defer { mount.stop() }
+        let reader = open(mount.path("f"), O_RDONLY)
+        try #require(reader >= 0)
+        defer { close(reader) }
+        var first = [UInt8](repeating: 0, count: 4096)
+        #expect(pread(reader, &first, 4096, 0) == 4096)
+        let writer = open(mount.path("f"), O_WRONLY | O_TRUNC)
+        try #require(writer >= 0)
+        let chunk = [UInt8](repeating: UInt8(ascii: "z"), count: 1 << 20)
+        var failure: Int32 = 0
+        for index in 0..<128 {
+            let n = chunk.withUnsafeBytes { pwrite(writer, $0.baseAddress, $0.count, off_t(index << 20)) }
+            if n < 0 {
+                failure = errno
+                break
+            }
+        }
+        #expect(failure == ENOSPC)
+        close(writer)
+        var rest = [UInt8](repeating: 0, count: old.count)
+        var got = 0
+        while got < old.count {
+            let n = rest[got...].withUnsafeMutableBytes { pread(reader, $0.baseAddress, $0.count, off_t(got)) }
+            if n <= 0 { break }
+            got += n
+        }
+        #expect(got == old.count && rest == old ? true : false, "the reader's version was harmed")
+        // The mount still serves the file (whatever version was published).
+        #expect(fileBytes(mount.path("f")) != nil)
+    }
+
+    /// `fault add --on upload` (two failures): the item goes to `error` with the message, the local
+    /// data is served, and the retries (1 s, then 2 s later) upload it.
+    @Test func anUploadFaultIsAnErrorThenRetried() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-fault")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("old".utf8))
+        let runtime = mount.scratch + "/run"
+        let added = try providerfs(
+            ["fault", "add", mount.path("f"), "--on", "upload", "--fail-at", "0", "--errno", "EACCES", "--times", "2"],
+            runtime: runtime)
+        #expect(added.status == 0, "\(added)")
+        #expect(try shell("printf new > \(quoted(mount.path("f")))").status == 0)
+        #expect(waitForState(mount.path("f"), "error", timeout: .seconds(10)))
+        if case .success(let bytes) = ExtendedAttributes.value("user.providerfs.error", of: mount.path("f")) {
+            #expect(String(decoding: bytes, as: UTF8.self).contains("upload failed"))
+        } else {
+            Issue.record("no user.providerfs.error while in error")
+        }
+        #expect(fileBytes(mount.path("f")) == Array("new".utf8))
+        #expect(waitForSource(mount.source("f"), Array("new".utf8)))
+        #expect(waitForState(mount.path("f"), "materialized"))
+    }
+
+    @Test func aReadOnlyMountRefusesWithEROFS() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-ro", writable: false)
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("x".utf8))
+        #expect(open(mount.path("f"), O_WRONLY) == -1 && errno == EROFS)
+        #expect(open(mount.path("g"), O_WRONLY | O_CREAT, 0o644) == -1 && errno == EROFS)
+        #expect(truncate(mount.path("f"), 0) == -1 && errno == EROFS)
+        #expect(fileBytes(mount.source("f")) == Array("x".utf8))
+    }
+}

@@ -1,0 +1,411 @@
+// Writing in the cache (issue 14): the staging and upload machines, staging copies and their
+// publish as local versions, and the durable write-back queue (retries with backoff on the
+// injected clock, a restart that resumes, conflicts kept as copies). The provider is a small
+// private double over InMemoryProvider that uploads (the real providers' uploads are theirs).
+
+import Foundation
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+
+@testable import ProviderCache
+
+/// InMemoryProvider plus `upload`: a replace checks the base version, a create refuses a taken
+/// name. Uploads can be made to fail, or held until released.
+final class UploadingProvider: Provider, @unchecked Sendable {
+    let base = InMemoryProvider()
+    private let control = Locked<
+        (failures: Int, uploads: Int, started: Int, held: Bool, waiting: [CheckedContinuation<Void, Never>])
+    >((0, 0, 0, false, []))
+
+    var capabilities: ProviderCapabilities { base.capabilities.union(.writing) }
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
+    func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? { try base.itemNow(for: identifier) }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await base.children(of: identifier)
+    }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+
+    /// The next `count` uploads fail with EIO.
+    func failNext(_ count: Int) { control.withLock { $0.failures = count } }
+    var uploadCount: Int { control.withLock { $0.uploads } }
+    /// Upload calls begun (held ones included).
+    var startedCount: Int { control.withLock { $0.started } }
+    func hold() { control.withLock { $0.held = true } }
+    func release() {
+        let waiting = control.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.held = false
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for waiter in waiting { waiter.resume() }
+    }
+
+    func upload(
+        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
+    ) async throws -> ProviderItem {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let wait = control.withLock { state -> Bool in
+                state.started += 1
+                guard state.held else { return false }
+                state.waiting.append(continuation)
+                return true
+            }
+            if !wait { continuation.resume() }
+        }
+        let fail = control.withLock { state -> Bool in
+            state.uploads += 1
+            guard state.failures > 0 else { return false }
+            state.failures -= 1
+            return true
+        }
+        if fail { throw ProviderError(.io, "injected upload failure", errno: EIO) }
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: localFile)))
+        let path: String
+        switch target {
+        case .create(let name, let parent):
+            path = parent == .root ? name : parent.rawValue + "/" + name
+            if base.content(of: path) != nil { throw ProviderError(.alreadyExists, "\(path) exists") }
+        case .replace(let identifier, let baseVersion):
+            path = identifier.rawValue
+            guard let (_, current) = base.content(of: path) else { throw ProviderError(.noSuchItem, "\(path) is gone") }
+            if let baseVersion, baseVersion != current {
+                throw ProviderError(.versionChanged, "\(path) is at \(current), not \(baseVersion)")
+            }
+        }
+        base.putFile(path, .bytes(bytes))
+        return try await base.item(for: ItemIdentifier(path))
+    }
+}
+
+/// A cache over an `UploadingProvider`, with a manual clock; `reopen()` is a restart on the same
+/// directory and store.
+final class WriteFixture: @unchecked Sendable {
+    let provider = UploadingProvider()
+    let clock = ManualClock()
+    let directory: TemporaryDirectory
+    let store: any MetadataStore
+    var options = CacheFixture.defaultOptions()
+
+    init(store: (any MetadataStore)? = nil) throws {
+        directory = try TemporaryDirectory(prefix: "providerfs-writes")
+        self.store = store ?? InMemoryMetadataStore()
+        options.uploadRetryDelay = .seconds(1)
+        options.maximumUploadRetryDelay = .seconds(8)
+    }
+
+    func makeCache() throws -> ProviderCache {
+        try ProviderCache(provider: provider, directory: directory.path, store: store, clock: clock, options: options)
+    }
+
+    deinit { directory.remove() }
+}
+
+func readAll(_ cache: ProviderCache, _ item: ProviderItem) async throws -> [UInt8] {
+    let entry = try await cache.pinContent(of: item)
+    defer { cache.content.unpin(entry) }
+    return try await bytes(of: entry.read(offset: 0, count: Int(item.size)))
+}
+
+func bytes(of data: ReadData) -> [UInt8] {
+    switch data.source {
+    case .memory(let buffer):
+        return buffer.withUnsafeBytes { Array($0.prefix(data.count)) }
+    case .file(let descriptor, let offset, _):
+        var result = [UInt8](repeating: 0, count: data.count)
+        let got = result.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, data.count, off_t(offset)) }
+        return Array(result.prefix(max(0, got)))
+    }
+}
+
+/// Polls `condition` (real time, bounded): the write-back runs in tasks of its own.
+func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if await condition() { return true }
+        await Task.yield()
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return await condition()
+}
+
+@Suite struct StagingMachineTests {
+    @Test func lastWriterPublishesByMovingOnlyWhenChanged() {
+        var machine = StagingMachine(startsModified: false)
+        machine.openWriter()
+        machine.openWriter()
+        #expect(machine.closeWriter() == nil)
+        #expect(machine.closeWriter() == .discard)
+
+        var changed = StagingMachine(startsModified: false)
+        changed.openWriter()
+        changed.changed()
+        #expect(changed.sync() == .publish(moving: false))
+        #expect(changed.sync() == nil)
+        changed.changed()
+        #expect(changed.closeWriter() == .publish(moving: true))
+    }
+
+    @Test func aFailedPublishIsPublishedAgain() {
+        var machine = StagingMachine(startsModified: true)
+        machine.openWriter()
+        #expect(machine.sync() == .publish(moving: false))
+        machine.publishFailed()
+        #expect(machine.closeWriter() == .publish(moving: true))
+    }
+}
+
+@Suite struct UploadMachineTests {
+    let id = ItemIdentifier("f")
+
+    @Test func dirtyUploadingMaterialized() {
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
+        let actions = machine.published(ContentVersion("l1"), base: ContentVersion("v1"))
+        #expect(actions.contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
+        #expect(machine.record.phase == .uploading)
+        #expect(machine.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v2")).count == 1)
+        #expect(machine.record.phase == .materialized)
+        #expect(machine.record.providerVersion == ContentVersion("v2"))
+        // The next edit starts from what the upload made.
+        // The next edit starts from what the upload made, even when its staging began before.
+        let next = machine.published(ContentVersion("l2"), base: ContentVersion("v1"))
+        #expect(next.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v2"))))
+    }
+
+    @Test func aPublishDuringAnUploadIsUploadedNextFromItsResult() {
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
+        _ = machine.published(ContentVersion("l1"), base: ContentVersion("v1"))
+        let during = machine.published(ContentVersion("l2"), base: nil)
+        #expect(!during.contains { if case .upload = $0 { true } else { false } })
+        let after = machine.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v2"))
+        #expect(after.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v2"))))
+        #expect(machine.record.phase == .uploading)
+    }
+
+    @Test func failuresBackOffExponentiallyAndBounded() {
+        var machine = UploadMachine(
+            record: UploadRecord(identifier: id, localVersion: ContentVersion("l1"), baseVersion: ContentVersion("v1")),
+            initialBackoff: .seconds(1), maximumBackoff: .seconds(5))
+        #expect(machine.start().contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
+        var delays: [Duration] = []
+        for _ in 0..<5 {
+            let actions = machine.failed(ContentVersion("l1"), message: "EIO")
+            for case .retry(let delay) in actions { delays.append(delay) }
+            #expect(machine.record.phase == .error)
+            #expect(machine.record.lastError == "EIO")
+            #expect(machine.retryDue().contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
+        }
+        #expect(delays == [.seconds(1), .seconds(2), .seconds(4), .seconds(5), .seconds(5)])
+    }
+
+    @Test func aRestartResumesAnUploadThatWasRunning() {
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: ContentVersion("v1"), phase: .uploading
+            ))
+        #expect(machine.record.phase == .dirty)
+        #expect(machine.start().contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
+    }
+
+    @Test func conflictNames() {
+        #expect(LocalWrites.conflictName("a.txt", stamp: "2026-12-02 153000") == "a (conflict 2026-12-02 153000).txt")
+        #expect(LocalWrites.conflictName("Makefile", stamp: "S") == "Makefile (conflict S)")
+        #expect(LocalWrites.conflictName(".profile", stamp: "S") == ".profile (conflict S)")
+        #expect(LocalWrites.conflictName("a.tar.gz", stamp: "S", attempt: 2) == "a.tar (conflict S 2).gz")
+        #expect(LocalWrites.conflictStamp(ItemTime(seconds: 1_764_689_400)) == "2025-12-02 153000")
+    }
+
+    @Test func rekeyMovesAPrefix() {
+        let old = ItemIdentifier("d")
+        let new = ItemIdentifier("e/d")
+        #expect(LocalWrites.rekeyed(ItemIdentifier("d"), from: old, to: new) == new)
+        #expect(LocalWrites.rekeyed(ItemIdentifier("d/x"), from: old, to: new) == ItemIdentifier("e/d/x"))
+        #expect(LocalWrites.rekeyed(ItemIdentifier("dx"), from: old, to: new) == nil)
+    }
+}
+
+@Suite struct WriteBackTests {
+    @Test func aPublishIsANewLocalVersionUploadedAndKeptAcrossListings() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("hello".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let oldVersion = item.contentVersion
+        // A reader pins the old version first.
+        let reader = try await cache.pinContent(of: item)
+        let staging = try await cache.writes.openWriter(item, truncating: false)
+        try await cache.writes.write(staging, Array(" world".utf8), at: 5)
+        #expect(cache.writes.stagedSize(of: item.identifier) == 11)
+        let published = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(published.item.contentVersion.rawValue.hasPrefix("local:"))
+        #expect(published.item.size == 11)
+        // The reader still reads the old bytes; a new pin reads the new ones.
+        #expect(bytes(of: try await reader.read(offset: 0, count: 100)) == Array("hello".utf8))
+        cache.content.unpin(reader)
+        #expect(try await readAll(cache, published.item) == Array("hello world".utf8))
+        // Uploaded, replacing the version the edit started from.
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        let (content, providerVersion) = try #require(fixture.provider.base.content(of: "f"))
+        #expect(content == .bytes(Array("hello world".utf8)))
+        #expect(providerVersion != oldVersion)
+        #expect(cache.status(of: item.identifier)?.state == .materialized)
+        // The provider's listing of the uploaded version is the local version, not a remote change.
+        let listed = try await cache.catalog.children(of: .root, maximumAge: .zero)
+        #expect(listed.first { $0.name == "f" }?.contentVersion == published.item.contentVersion)
+        let again = try await cache.catalog.item(item.identifier, maximumAge: .zero)
+        #expect(again.contentVersion == published.item.contentVersion)
+        // A later change on the provider is a remote change again.
+        fixture.provider.base.putFile("f", .bytes(Array("remote".utf8)))
+        let remote = try await cache.catalog.item(item.identifier, maximumAge: .zero)
+        #expect(remote.contentVersion != published.item.contentVersion)
+        #expect(try await readAll(cache, remote) == Array("remote".utf8))
+        await cache.shutdown()
+    }
+
+    @Test func twoWritersShareOneStagingFileAndTheLastClosePublishes() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("abcdef".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let first = try await cache.writes.openWriter(item, truncating: false)
+        let second = try await cache.writes.openWriter(item, truncating: false)
+        #expect(first === second)
+        try await cache.writes.write(first, Array("X".utf8), at: 0)
+        try await cache.writes.write(second, Array("Y".utf8), at: 5)
+        #expect(try await cache.writes.closeWriter(item.identifier) == nil)
+        #expect(cache.catalog.knownItem(item.identifier)?.contentVersion == item.contentVersion)
+        let published = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(try await readAll(cache, published.item) == Array("XbcdeY".utf8))
+        await cache.shutdown()
+    }
+
+    @Test func truncatingStartsEmptyAndTruncateResizes() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("abcdef".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        #expect(staging.size == 0)
+        try await cache.writes.write(staging, Array("xy".utf8), at: 0)
+        try await cache.writes.truncate(staging, to: 4)
+        let synced = try #require(try await cache.writes.sync(item.identifier))
+        #expect(try await readAll(cache, synced.item) == [UInt8(ascii: "x"), UInt8(ascii: "y"), 0, 0])
+        // fsync published a copy: the staging file is still the writers', and a close with no
+        // change since publishes nothing.
+        try await cache.writes.truncate(staging, to: 1)
+        let closed = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(try await readAll(cache, closed.item) == Array("x".utf8))
+        await cache.shutdown()
+    }
+
+    @Test func aFailedUploadIsAnErrorRetriedWithBackoff() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("old".utf8)))
+        fixture.provider.failNext(2)
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(staging, Array("new".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await eventually { cache.status(of: item.identifier)?.state == .error })
+        let status = try #require(cache.status(of: item.identifier))
+        #expect(status.lastError?.message.contains("injected upload failure") == true)
+        #expect(status.upload?.attempts == 1)
+        // The local data is served meanwhile.
+        #expect(try await readAll(cache, cache.catalog.knownItem(item.identifier)!) == Array("new".utf8))
+        // First retry after 1 s (fails again), the next after 2 s.
+        #expect(await eventually { fixture.clock.sleeperCount > 0 })
+        fixture.clock.advance(by: .seconds(1))
+        #expect(await eventually { fixture.provider.uploadCount == 2 && fixture.clock.sleeperCount > 0 })
+        #expect(cache.status(of: item.identifier)?.upload?.attempts == 2)
+        fixture.clock.advance(by: .seconds(1))
+        #expect(fixture.provider.uploadCount == 2)
+        fixture.clock.advance(by: .seconds(1))
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("new".utf8)))
+        await cache.shutdown()
+    }
+
+    @Test func aConflictKeepsBoth() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("notes.txt", .bytes(Array("base".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("notes.txt"), maximumAge: .zero)
+        fixture.provider.hold()
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(staging, Array("local".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        // The provider's version changes before the upload gets through.
+        fixture.provider.base.putFile("notes.txt", .bytes(Array("remote".utf8)))
+        fixture.provider.release()
+        #expect(await eventually { cache.writes.uploadRecord(of: item.identifier)?.conflictName != nil })
+        let conflictName = try #require(cache.writes.uploadRecord(of: item.identifier)?.conflictName)
+        #expect(conflictName.hasPrefix("notes (conflict "))
+        #expect(conflictName.hasSuffix(").txt"))
+        #expect(fixture.provider.base.content(of: "notes.txt")?.0 == .bytes(Array("remote".utf8)))
+        #expect(fixture.provider.base.content(of: conflictName)?.0 == .bytes(Array("local".utf8)))
+        let original = try #require(cache.catalog.knownItem(item.identifier))
+        #expect(try await readAll(cache, original) == Array("remote".utf8))
+        #expect(cache.status(of: item.identifier)?.upload?.conflictName == conflictName)
+        await cache.shutdown()
+    }
+
+    @Test func aRestartResumesTheQueueAndServesTheLocalVersionMeanwhile() async throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-writes-sqlite")
+        defer { directory.remove() }
+        let store = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
+        let fixture = try WriteFixture(store: store)
+        fixture.provider.base.putFile("f", .bytes(Array("old".utf8)))
+        fixture.provider.hold()
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(staging, Array("edited".utf8), at: 0)
+        let published = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        // "Crash": the upload never got through; the cache goes away without finishing it.
+        await cache.shutdown()
+        // The dead cache's upload call never gets through (a killed daemon's would not return).
+        fixture.provider.failNext(1)
+        fixture.provider.release()
+        #expect(await eventually { fixture.provider.uploadCount == 1 })
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("old".utf8)))
+        fixture.provider.hold()
+        let restarted = try fixture.makeCache()
+        let record = try #require(restarted.writes.uploadRecord(of: item.identifier))
+        #expect(record.localVersion == published.item.contentVersion)
+        // A listing does not replace the local version while it is pending.
+        let listed = try await restarted.catalog.children(of: .root, maximumAge: .zero)
+        let served = try #require(listed.first { $0.name == "f" })
+        #expect(served.contentVersion == published.item.contentVersion)
+        #expect(try await readAll(restarted, served) == Array("edited".utf8))
+        fixture.provider.release()
+        #expect(await restarted.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("edited".utf8)))
+        await restarted.shutdown()
+    }
+
+    @Test func theSQLiteStoreKeepsUploadRecords() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-uploads-sqlite")
+        defer { directory.remove() }
+        let store = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
+        let record = UploadRecord(
+            identifier: ItemIdentifier("a/b"), localVersion: ContentVersion("local:3.9"),
+            baseVersion: ContentVersion("v1"), phase: .error, attempts: 2, lastError: "EIO: no", providerVersion: nil,
+            conflictName: "b (conflict S)")
+        try store.saveUpload(record)
+        let reopened = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
+        #expect(try reopened.loadUploads() == [record])
+        try reopened.deleteUpload(record.identifier)
+        #expect(try reopened.loadUploads().isEmpty)
+    }
+}

@@ -1,0 +1,179 @@
+// Content writes through the file system's operations, without the kernel (issue 14): create,
+// open with O_TRUNC / O_RDWR, write, read through a write handle, truncate, fsync, flush and
+// release, what a reader that opened before sees, and EROFS when the mount is not writable. The
+// provider is a small private double over InMemoryProvider that uploads.
+
+import Foundation
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// InMemoryProvider plus `upload` (a replace checks the base version; a create refuses a taken name).
+final class WritingMemoryProvider: Provider, @unchecked Sendable {
+    let base = InMemoryProvider()
+    var capabilities: ProviderCapabilities { base.capabilities.union(.writing) }
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await base.children(of: identifier)
+    }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+    func upload(
+        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
+    ) async throws -> ProviderItem {
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: localFile)))
+        let path: String
+        switch target {
+        case .create(let name, let parent):
+            path = parent == .root ? name : parent.rawValue + "/" + name
+            if base.content(of: path) != nil { throw ProviderError(.alreadyExists, "\(path) exists") }
+        case .replace(let identifier, let baseVersion):
+            path = identifier.rawValue
+            guard let (_, current) = base.content(of: path) else { throw ProviderError(.noSuchItem, "gone") }
+            if let baseVersion, baseVersion != current { throw ProviderError(.versionChanged, "changed") }
+        }
+        base.putFile(path, .bytes(bytes))
+        return try await base.item(for: ItemIdentifier(path))
+    }
+}
+
+private func readBytes(
+    _ fs: ProviderFileSystem, _ inode: InodeNumber, _ handle: FileHandleID, count: Int = 1 << 20
+)
+    async throws -> [UInt8]
+{
+    let data = try await fs.read(inode, handle: handle, offset: 0, count: count, context: .kernel)
+    switch data.source {
+    case .memory(let buffer): return buffer.withUnsafeBytes { Array($0.prefix(data.count)) }
+    case .file(let descriptor, let offset, _):
+        var result = [UInt8](repeating: 0, count: data.count)
+        let got = result.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, data.count, off_t(offset)) }
+        return Array(result.prefix(max(0, got)))
+    }
+}
+
+private func readFile(_ fs: ProviderFileSystem, _ inode: InodeNumber) async throws -> [UInt8] {
+    let opened = try await fs.open(inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+    defer { Task { await fs.release(inode, handle: opened.handle) } }
+    return try await readBytes(fs, inode, opened.handle)
+}
+
+private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ expected: [UInt8]) async -> Bool {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while ContinuousClock.now < deadline {
+        if provider.base.content(of: path)?.0 == .bytes(expected) { return true }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return false
+}
+
+@Suite struct WriteFileSystemTests {
+    func makeFileSystem(_ fixture: VFSFixture, _ provider: WritingMemoryProvider) throws -> ProviderFileSystem {
+        try fixture.makeFileSystem(provider: provider)
+    }
+
+    static func writable() -> FileSystemOptions {
+        var options = VFSFixture.defaultOptions()
+        options.writable = true
+        return options
+    }
+
+    @Test func createWriteCloseReadBack() async throws {
+        let fixture = try VFSFixture(options: Self.writable())
+        let provider = WritingMemoryProvider()
+        let fs = try makeFileSystem(fixture, provider)
+        #expect(fs.isWritable)
+        let (entry, opened) = try await fs.create(
+            parent: .root, name: "new.txt", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY | O_CREAT),
+            context: .kernel)
+        let inode = entry.attributes.inode
+        #expect(provider.base.content(of: "new.txt")?.0 == .bytes([]))
+        #expect(
+            try await fs.write(inode, handle: opened.handle, offset: 0, data: Array("hello".utf8), context: .kernel)
+                == 5)
+        #expect(try await fs.getAttributes(inode, context: .kernel).size == 5)
+        try await fs.flush(inode, handle: opened.handle, context: .kernel)
+        await fs.release(inode, handle: opened.handle)
+        let back = try await readFile(fs, inode)
+        #expect(
+            back == Array("hello".utf8),
+            "\(back) \(String(describing: fs.cache.catalog.knownItem(ItemIdentifier("new.txt")))) \(String(describing: fs.cache.writes.uploadRecord(of: ItemIdentifier("new.txt"))))"
+        )
+        #expect(await waitForUpload(provider, "new.txt", Array("hello".utf8)))
+        // A second create of the name is EEXIST (the provider's `.create` is exclusive).
+        await #expect(throws: FileSystemError.self) {
+            _ = try await fs.create(
+                parent: .root, name: "new.txt", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY),
+                context: .kernel)
+        }
+        await fs.shutdown()
+    }
+
+    @Test func truncatingOpenReadWriteHandleAndReaderBefore() async throws {
+        let fixture = try VFSFixture(options: Self.writable())
+        let provider = WritingMemoryProvider()
+        provider.base.putFile("f", .bytes(Array("0123456789".utf8)))
+        let fs = try makeFileSystem(fixture, provider)
+        let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
+        let reader = try await fs.open(inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+        #expect(try await readBytes(fs, inode, reader.handle, count: 2) == Array("01".utf8))
+        let writer = try await fs.open(inode, flags: OpenFlags(rawValue: O_RDWR | O_TRUNC), context: .kernel)
+        #expect(writer.directIO)
+        _ = try await fs.write(inode, handle: writer.handle, offset: 0, data: Array("abc".utf8), context: .kernel)
+        #expect(try await readBytes(fs, inode, writer.handle) == Array("abc".utf8))
+        // Not published yet: a new open reads the old version.
+        #expect(try await readFile(fs, inode) == Array("0123456789".utf8))
+        try await fs.fsync(inode, handle: writer.handle, dataOnly: false, context: .kernel)
+        #expect(try await readFile(fs, inode) == Array("abc".utf8))
+        // ftruncate through the handle, then the last close publishes.
+        _ = try await fs.setAttributes(
+            inode, changes: AttributeChanges(size: 5), handle: writer.handle, context: .kernel)
+        try await fs.flush(inode, handle: writer.handle, context: .kernel)
+        await fs.release(inode, handle: writer.handle)
+        #expect(try await readFile(fs, inode) == Array("abc".utf8) + [0, 0])
+        // The reader that opened first still reads the first version to its end.
+        #expect(try await readBytes(fs, inode, reader.handle) == Array("0123456789".utf8))
+        await fs.release(inode, handle: reader.handle)
+        #expect(
+            await waitForUpload(provider, "f", Array("abc".utf8) + [0, 0]),
+            "\(String(describing: provider.base.content(of: "f"))) \(String(describing: fs.cache.writes.uploadRecord(of: ItemIdentifier("f"))))"
+        )
+        // truncate(2) with no handle publishes at once.
+        _ = try await fs.setAttributes(inode, changes: AttributeChanges(size: 1), handle: nil, context: .kernel)
+        #expect(try await readFile(fs, inode) == Array("a".utf8))
+        #expect(await waitForUpload(provider, "f", Array("a".utf8)))
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try await xattr(fs, inode, ProviderFileSystem.AttributeName.state) != "materialized",
+            ContinuousClock.now < deadline
+        {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(try await xattr(fs, inode, ProviderFileSystem.AttributeName.state) == "materialized")
+        await fs.shutdown()
+    }
+
+    @Test func notWritableIsEROFS() async throws {
+        let fixture = try VFSFixture()
+        let provider = WritingMemoryProvider()
+        provider.base.putFile("f", .bytes(Array("x".utf8)))
+        let fs = try makeFileSystem(fixture, provider)
+        let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
+        do {
+            _ = try await fs.open(inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+            Issue.record("open for writing succeeded")
+        } catch {
+            #expect(error.errno == .readOnlyFileSystem)
+        }
+        await fs.shutdown()
+    }
+}
