@@ -6,7 +6,7 @@
 // (names, types, sizes, bytes, symbolic link targets, permissions). Known deviations of a subject
 // are an explicit list, each with its reason, and every use of one is counted in the report.
 //
-// The name space is small (12 names, three directories deep) so that operations collide: creates
+// The name space is small (14 names, three directories deep) so that operations collide: creates
 // over existing names, renames over files and directories, unlinks of open files, paths through
 // files, names too long. Reproduce a failure from the seed: the sequence depends only on it (and
 // on the excluded operation kinds), never on the file system.
@@ -513,11 +513,13 @@ func directoryNames(_ path: String) -> Result<[String], Errno> {
 
 /// Seeded random sequences over a small name space.
 public struct FileOperationGenerator: Sendable {
-    /// Twelve names, up to three directories deep; any of them may become a file, a directory or
+    /// Fourteen names, up to three directories deep; any of them may become a file, a directory or
     /// a symbolic link during a sequence.
     public static let names = [
-        "a", "b", "f", "g", "a/c", "a/f", "a/g", "b/f", "b/h", "a/c/d", "a/c/f", "a/c/d/f",
+        "a", "b", "f", "g", "a/c", "a/f", "a/g", "b/f", "b/h", "a/c/d", "a/c/f", "a/c/d/f", "l", "a/c/l",
     ]
+    /// Names that are often symbolic links.
+    static let linkNames = ["l", "a/c/l"]
     /// Names that are often directories.
     static let directoryNames = ["a", "b", "a/c", "a/c/d"]
     /// Names that are often files.
@@ -533,6 +535,8 @@ public struct FileOperationGenerator: Sendable {
     private let excludes: [@Sendable (FileOperation) -> Bool]
     /// Slots this generator opened and has not closed (the open may have failed: only a bias).
     private var opened: Set<Int> = []
+    /// Paths this generator made symbolic links at (they may be gone: only a bias).
+    private var linked: [String] = []
     /// The first operations of every sequence: the directories and a few files, so that later
     /// operations meet something (they are compared like any other step).
     private var preamble: [FileOperation] = []
@@ -566,7 +570,7 @@ public struct FileOperationGenerator: Sendable {
     private static let weights: [(FileOperation.Kind, Int)] = [
         (.open, 14), (.close, 6), (.pwrite, 14), (.write, 6), (.pread, 10), (.read, 4), (.ftruncate, 4),
         (.truncate, 3), (.fsync, 3), (.fstat, 4), (.stat, 6), (.lstat, 2), (.unlink, 5), (.mkdir, 6),
-        (.rmdir, 4), (.rename, 8), (.link, 2), (.symlink, 3), (.readlink, 2), (.chmod, 2), (.setTimes, 2),
+        (.rmdir, 4), (.rename, 8), (.link, 2), (.symlink, 4), (.readlink, 3), (.chmod, 2), (.setTimes, 2),
         (.readdir, 4),
     ]
 
@@ -659,7 +663,7 @@ public struct FileOperationGenerator: Sendable {
         case .fsync: return .fsync(slot: slot)
         case .fstat: return .fstat(slot: slot)
         case .stat: return .stat(path: path())
-        case .lstat: return .lstat(path: path())
+        case .lstat: return .lstat(path: !linked.isEmpty && chance(50) ? pick(linked) : path())
         case .unlink: return .unlink(path: path())
         case .mkdir: return .mkdir(path: directoryPath(), mode: pick([0o755, 0o700, 0o750]))
         case .rmdir: return .rmdir(path: directoryPath())
@@ -672,8 +676,11 @@ public struct FileOperationGenerator: Sendable {
             let mode: RenameMode = chance(60) ? .plain : (chance(50) ? .noReplace : .exchange)
             return .rename(from: from, to: to, mode: mode)
         case .link: return .link(from: path(), to: path())
-        case .symlink: return .symlink(target: pick(Self.targets), path: path())
-        case .readlink: return .readlink(path: path())
+        case .symlink:
+            let path = chance(60) ? pick(Self.linkNames) : path()
+            if !linked.contains(path) { linked.append(path) }
+            return .symlink(target: pick(Self.targets), path: path)
+        case .readlink: return .readlink(path: !linked.isEmpty && chance(60) ? pick(linked) : path())
         case .chmod: return .chmod(path: path(), mode: pick([0o644, 0o600, 0o755, 0o700, 0o444]))
         case .setTimes:
             let base = 1_000_000_000

@@ -186,7 +186,7 @@ public enum RandomIOChecker {
                 done += written
             }
             if start + length > shadow.count {
-                shadow.append(contentsOf: repeatElement(0, count: start + length - shadow.count))
+                shadow.append(contentsOf: [UInt8](repeating: 0, count: start + length - shadow.count))
             }
             shadow.withUnsafeMutableBytes { target in
                 bytes.withUnsafeBytes {
@@ -203,10 +203,22 @@ public enum RandomIOChecker {
             note(index, "read offset \(offset) length \(length) (size \(size))")
             count("read")
             let got = try readRange(descriptor, offset: offset, length: length)
-            let expected = offset >= size ? [] : Array(shadow[offset..<min(size, offset + length)])
-            if let difference = byteDifference(got, expected) {
+            let expected = offset >= size ? 0..<0 : offset..<min(size, offset + length)
+            if let difference = difference(got, shadow[expected]) {
                 throw Failure(message: "pread at \(offset): \(describe(difference, at: offset))")
             }
+        }
+
+        /// nil when `got` equals `expected` (one memcmp); else where they first differ.
+        func difference(_ got: [UInt8], _ expected: ArraySlice<UInt8>) -> ByteDifference? {
+            let equal =
+                got.count == expected.count
+                && got.withUnsafeBytes { left in
+                    expected.withUnsafeBytes { right in
+                        got.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, got.count) == 0
+                    }
+                }
+            return equal ? nil : byteDifference(got, expected)
         }
 
         func describe(_ difference: ByteDifference, at offset: Int) -> String {
@@ -249,7 +261,7 @@ public enum RandomIOChecker {
             if newSize < shadow.count {
                 shadow.removeLast(shadow.count - newSize)
             } else {
-                shadow.append(contentsOf: repeatElement(0, count: newSize - shadow.count))
+                shadow.append(contentsOf: [UInt8](repeating: 0, count: newSize - shadow.count))
             }
             try checkSize("after ftruncate")
         }
@@ -275,8 +287,12 @@ public enum RandomIOChecker {
                 throw Failure(message: "mmap(MAP_SHARED, PROT_READ) of \(size) bytes: \(Errno.current)")
             }
             defer { munmap(mapping, size) }
-            let got = Array(UnsafeRawBufferPointer(start: mapping + offset, count: length))
-            if let difference = byteDifference(got, shadow[offset..<(offset + length)]) {
+            let got = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
+                UnsafeMutableRawBufferPointer(buffer).copyMemory(
+                    from: UnsafeRawBufferPointer(start: mapping + offset, count: length))
+                initialized = length
+            }
+            if let difference = difference(got, shadow[offset..<(offset + length)]) {
                 throw Failure(message: "mapped read at \(offset): \(describe(difference, at: offset))")
             }
         }
@@ -288,7 +304,7 @@ public enum RandomIOChecker {
             guard other >= 0 else { throw Failure(message: "open O_RDONLY: \(Errno.current)") }
             defer { close(other) }
             let got = try readRange(other, offset: 0, length: shadow.count + 4096)
-            if let difference = byteDifference(got, shadow) {
+            if let difference = difference(got, shadow[...]) {
                 throw Failure(message: "whole-file read: \(describe(difference, at: 0))")
             }
         }

@@ -145,8 +145,8 @@ struct DifferentialMountTests {
         defer { cleanup() }
         let started = ContinuousClock.now
         let baseSeed = SeededRandom.seedFromEnvironment("PROVIDERFS_FSX_SEED")
-        let runs = environmentInteger("PROVIDERFS_FSX_RUNS", default: 3)
-        let operations = environmentInteger("PROVIDERFS_FSX_OPERATIONS", default: 300)
+        let runs = environmentInteger("PROVIDERFS_FSX_RUNS", default: 4)
+        let operations = environmentInteger("PROVIDERFS_FSX_OPERATIONS", default: 1000)
         let mounted = try mount()
         defer {
             mounted.stop()

@@ -58,6 +58,7 @@ struct DifferentialHarnessTests {
         var kinds: Set<String> = []
         var nonEmptyReads = 0
         var renamed = 0
+        var linkTargets = 0
         for index in 0..<sequences {
             let seed = baseSeed &+ UInt64(index)
             let report = try withTwoRoots { reference, subject in
@@ -69,6 +70,7 @@ struct DifferentialHarnessTests {
                     case .failed(let code): errnos.insert(code)
                     case .bytes(let bytes) where !bytes.isEmpty: nonEmptyReads += 1
                     case .status(let status): kinds.insert(status.kind.rawValue)
+                    case .target: linkTargets += 1
                     case .done: if case .rename = operation { renamed += 1 }
                     default: break
                     }
@@ -86,6 +88,7 @@ struct DifferentialHarnessTests {
             #expect(kinds.isSuperset(of: ["regular", "directory", "symbolicLink"]), "\(kinds)")
             #expect(nonEmptyReads > 50, "only \(nonEmptyReads) reads returned bytes")
             #expect(renamed > 10, "only \(renamed) renames succeeded")
+            #expect(linkTargets > 10, "only \(linkTargets) readlinks succeeded")
         }
     }
 
@@ -215,7 +218,7 @@ struct DifferentialHarnessTests {
     func randomIOAgreesOnATemporaryFile() throws {
         let baseSeed = SeededRandom.seedFromEnvironment("PROVIDERFS_FSX_SEED")
         let runs = environmentInteger("PROVIDERFS_FSX_RUNS", default: 4)
-        let operations = environmentInteger("PROVIDERFS_FSX_OPERATIONS", default: 500)
+        let operations = environmentInteger("PROVIDERFS_FSX_OPERATIONS", default: 1000)
         let scratch = try TemporaryDirectory(prefix: "fsx")
         defer { scratch.remove() }
         var counts: [String: Int] = [:]
@@ -223,7 +226,7 @@ struct DifferentialHarnessTests {
             let path = scratch.path + "/file-\(index)"
             let report = RandomIOChecker.run(
                 path: path, seed: baseSeed &+ UInt64(index),
-                options: RandomIOOptions(operations: operations, maximumFileSize: 1 << 20))
+                options: RandomIOOptions(operations: operations, maximumFileSize: 2 << 20))
             #expect(report.passed, "\(report)")
             if !report.passed { break }
             #expect(byteDifference(try readFile(path), report.expectedContents) == nil)
