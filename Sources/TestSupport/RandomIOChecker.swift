@@ -22,11 +22,16 @@ public struct RandomIOOptions: Sendable {
     public var mappedReads: Bool
     /// How many operations a failure report lists.
     public var historyLength: Int
+    /// Whether the checker fsyncs before it reads the whole file through a new descriptor. False:
+    /// a new descriptor must see every write at once (POSIX). True: for a file system that shows
+    /// other descriptors only what was published (by fsync or the last close); say why.
+    public var fsyncBeforeOtherDescriptors: Bool
 
     public init(
         operations: Int = 1000, maximumFileSize: Int = 4 << 20, maximumTransfer: Int = 256 << 10,
-        mappedReads: Bool = true, historyLength: Int = 24
+        mappedReads: Bool = true, historyLength: Int = 24, fsyncBeforeOtherDescriptors: Bool = false
     ) {
+        self.fsyncBeforeOtherDescriptors = fsyncBeforeOtherDescriptors
         self.operations = operations
         self.maximumFileSize = maximumFileSize
         self.maximumTransfer = maximumTransfer
@@ -298,7 +303,14 @@ public enum RandomIOChecker {
         }
 
         mutating func verifyThroughSecondDescriptor(_ index: Int) throws(Failure) {
-            note(index, "read the whole file through a new descriptor (size \(shadow.count))")
+            if options.fsyncBeforeOtherDescriptors {
+                note(index, "fsync, then read the whole file through a new descriptor (size \(shadow.count))")
+                guard retryingOnInterrupt({ fsync(descriptor) }) == 0 else {
+                    throw Failure(message: "fsync: \(Errno.current)")
+                }
+            } else {
+                note(index, "read the whole file through a new descriptor (size \(shadow.count))")
+            }
             count("whole-file read")
             let other = retryingOnInterrupt { open(path, O_RDONLY | O_CLOEXEC) }
             guard other >= 0 else { throw Failure(message: "open O_RDONLY: \(Errno.current)") }
