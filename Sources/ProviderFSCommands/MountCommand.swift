@@ -426,7 +426,7 @@ struct MountCommand: CLICommand {
     }
 
     /// posix_spawn in a new session (setsid), stdin from /dev/null, stdout+stderr appended to the
-    /// log, the readiness pipe as fd 3, an empty signal mask and default dispositions.
+    /// log, the readiness pipe as fd 3 and no other descriptor, an empty signal mask and default dispositions.
     static func spawnDetached(_ arguments: [String], logFile: String, readyFD: Int32) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -435,6 +435,7 @@ struct MountCommand: CLICommand {
         posix_spawn_file_actions_addopen(&actions, 1, logFile, O_WRONLY | O_CREAT | O_APPEND, 0o600)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
         posix_spawn_file_actions_adddup2(&actions, readyFD, 3)
+        closeDescriptors(from: 4, in: &actions)
 
         let argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }

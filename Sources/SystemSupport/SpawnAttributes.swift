@@ -30,3 +30,25 @@ public func withCleanSpawnAttributes<T>(
     posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | setsid))
     return try body(&attributes)
 }
+
+/// Adds a spawn action that closes every descriptor from `lowest` up in the child, after the
+/// actions added before it. A descriptor another thread opened without `O_CLOEXEC` (Foundation's
+/// `String(contentsOfFile:)` does) would otherwise leak into the child and, for a file on a mount,
+/// keep that mount busy for as long as the child runs.
+///
+/// glibc 2.34+ has `posix_spawn_file_actions_addclosefrom_np`, but declares it only under
+/// `_GNU_SOURCE`, which Swift's Glibc module does not set: it is looked up by name. Where it is
+/// missing the child inherits what it would have before.
+public func closeDescriptors(from lowest: Int32, in actions: inout posix_spawn_file_actions_t) {
+    guard let closeFrom = spawnCloseFrom else { return }
+    _ = closeFrom(&actions, lowest)
+}
+
+private typealias SpawnCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+
+private let spawnCloseFrom: SpawnCloseFrom? = {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+        return nil
+    }
+    return unsafeBitCast(symbol, to: SpawnCloseFrom.self)
+}()

@@ -106,7 +106,8 @@ struct CommandEdgeTests {
             ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache", "--ready-timeout", "1ms"],
             runtime: runtime)
         for _ in 0..<10 where result.status == 0 {
-            #expect(try providerfs(["unmount", mountpoint], runtime: runtime).status == 0)
+            let undone = try providerfs(["unmount", mountpoint], runtime: runtime)
+            #expect(undone.status == 0, "\(undone)")
             result = try providerfs(
                 ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache", "--ready-timeout", "1ms"],
                 runtime: runtime)
@@ -121,7 +122,8 @@ struct CommandEdgeTests {
             ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache"], runtime: runtime)
         #expect(retry.status == 0, "\(retry)")
         #expect(try String(contentsOfFile: mountpoint + "/a.txt", encoding: .utf8) == "a\n")
-        #expect(try providerfs(["unmount", mountpoint], runtime: runtime).status == 0)
+        let unmounted = try providerfs(["unmount", mountpoint], runtime: runtime)
+        #expect(unmounted.status == 0, "\(unmounted)")
         #expect(MountTable.entry(at: mountpoint) == nil)
     }
 
