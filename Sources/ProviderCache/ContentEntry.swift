@@ -84,6 +84,9 @@ public final class ContentEntry: Sendable {
     /// the pin is held.
     public var materializedFilePath: String? { isMaterialized ? file.path : nil }
 
+    /// The cache file's path, complete or not (logs).
+    public var filePath: String { file.path }
+
     /// Disk blocks (512 bytes) the sparse file really uses.
     public var allocatedBlocks: Int64 { file.allocatedBlocks }
 

@@ -99,6 +99,8 @@ public final class LocalWrites: Sendable {
             if truncating { state.staged[item.identifier]!.machine.changed() }
             return state.staged[item.identifier]!.file
         }) {
+            environment.logger.debug(
+                "\(item.identifier): a writer joins staging \(file.path) (\(writerCount(of: item.identifier)) writers)")
             if truncating { try await file.truncate(to: 0) }
             return file
         }
@@ -127,6 +129,9 @@ public final class LocalWrites: Sendable {
             machine.openWriter()
             state.staged[item.identifier] = Staged(machine: machine, file: file, base: base)
         }
+        environment.logger.debug(
+            "\(item.identifier): a writer opens new staging \(file.path) from \(source.map { "\($0.version)" } ?? "nothing")"
+        )
         return file
     }
 
@@ -175,6 +180,7 @@ public final class LocalWrites: Sendable {
                 return (state.staged[identifier]!.machine.sync(), state.staged[identifier]!)
             }), case .publish(let moving)? = action
         else { return nil }
+        environment.logger.debug("\(identifier): sync publishes staging \(staged.file.path)")
         do {
             return try await publish(staged, moving: moving)
         } catch {
@@ -196,6 +202,9 @@ public final class LocalWrites: Sendable {
                 return (action, staged)
             })
         else { return nil }
+        environment.logger.debug(
+            "\(identifier): a writer of staging \(staged.file.path) closes: \(action.map { "\($0)" } ?? "others remain")"
+        )
         switch action {
         case nil: return nil
         case .discard:
@@ -219,6 +228,8 @@ public final class LocalWrites: Sendable {
         let identifier = staged.file.identifier
         let version = ContentVersion("local:\(content.reserveFileNumber()).\(UInt32.random(in: 0...UInt32.max))")
         let record = try await content.publish(staged.file, as: version, moving: moving)
+        environment.logger.debug(
+            "\(identifier): published \(version) (\(record.size) bytes) as content file \(record.fileNumber)")
         let now = wallClockTime()
         guard
             let item = catalog.publishLocal(

@@ -19,6 +19,8 @@ struct WriteHandle: Sendable {
     var inode: InodeNumber
     var identifier: ItemIdentifier
     var staging: StagingFile
+    /// The process (thread group) that opened it, when known: only its flushes publish.
+    var opener: Int32?
 }
 
 extension ProviderFileSystem {
@@ -43,7 +45,7 @@ extension ProviderFileSystem {
         }
         let created = entry(for: item, presentBytes: 0, tracked: false)
         let opened = try await openWriter(
-            created.attributes.inode, identifier: item.identifier, item: item, truncating: true)
+            created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context)
         return (created, opened)
     }
 
@@ -56,11 +58,13 @@ extension ProviderFileSystem {
         guard item.kind == .file else {
             throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
         }
-        return try await openWriter(inode, identifier: node.identifier, item: item, truncating: flags.truncates)
+        return try await openWriter(
+            inode, identifier: node.identifier, item: item, truncating: flags.truncates, context: context)
     }
 
     private func openWriter(
-        _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool
+        _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool,
+        context: RequestContext
     ) async throws(FileSystemError) -> OpenedFile {
         let staging: StagingFile
         do {
@@ -74,7 +78,10 @@ extension ProviderFileSystem {
             state.inodes[inode]?.lastOpenedVersion = nil
             return handle
         }
-        writeHandles.withLock { $0[handle] = WriteHandle(inode: inode, identifier: identifier, staging: staging) }
+        let opener = Self.process(of: context)
+        writeHandles.withLock {
+            $0[handle] = WriteHandle(inode: inode, identifier: identifier, staging: staging, opener: opener)
+        }
         // Direct I/O: the writes do not go through the page cache that readers of the published
         // version share (D-363).
         return OpenedFile(handle: handle, keepCache: false, directIO: true)
@@ -119,7 +126,8 @@ extension ProviderFileSystem {
         } else {
             // truncate(2) with no writer: a writer of its own, published at once.
             let item = try await self.item(of: node, maximumAge: .zero)
-            let opened = try await openWriter(inode, identifier: node.identifier, item: item, truncating: size == 0)
+            let opened = try await openWriter(
+                inode, identifier: node.identifier, item: item, truncating: size == 0, context: context)
             guard let writer = writeHandle(opened.handle) else {
                 throw FileSystemError(.badHandle, "truncate's handle vanished")
             }
@@ -154,9 +162,26 @@ extension ProviderFileSystem {
     /// close-to-open holds: the next open after close(2) returned reads the new version. (Not
     /// only the last writer's: the kernel sends a handle's RELEASE after close(2) has returned,
     /// so which close is the last is not known in time.)
+    ///
+    /// Only the opening process's flushes publish. The kernel also sends a flush when another
+    /// process closes a copy of the descriptor: a child that inherited it, closing it at exec
+    /// (close-on-exec) or in posix_spawn's file actions, which happens whenever a program spawns
+    /// anything while it writes. Publishing then would make a version of a half-written file
+    /// (D-364). Such a copy's last close is published by the release.
     func flushWriter(_ handle: FileHandleID, context: RequestContext) async throws(FileSystemError) {
-        guard writeHandle(handle) != nil else { return }
+        guard let writer = writeHandle(handle) else { return }
+        if let opener = writer.opener, let flusher = Self.process(of: context), flusher != opener {
+            logger.debug(
+                "flush of write handle \(handle) by process \(flusher), not its opener \(opener): not published")
+            return
+        }
         try await syncWriter(handle, context: context)
+    }
+
+    /// The process (thread group) of the request's thread; nil for internal calls or when the
+    /// thread is gone.
+    static func process(of context: RequestContext) -> Int32? {
+        context.threadID > 0 ? ProcessInfoFiles.threadGroup(ofThread: context.threadID) : nil
     }
 
     /// The handle's release: the last writer of the item publishes what is left, or drops the

@@ -464,6 +464,7 @@ public final class ProviderFileSystem: FileSystem {
             state.inodes[inode]?.lastOpenedVersion = item.contentVersion
             return (handle, keepCache)
         }
+        logger.debug("\(node.identifier): handle \(handle) reads \(entry.version) from \(entry.filePath)")
         // Complete at open: the pinned version's cache file is the content, and stays so while the
         // handle pins the entry (ContentEntry.materializedFilePath), so the kernel may read it
         // directly. A partial file never qualifies: its holes would read as zeros.

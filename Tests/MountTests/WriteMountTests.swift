@@ -163,6 +163,29 @@ struct WriteMountTests {
         #expect(waitForSource(mount.source("f"), new))
     }
 
+    /// Spawning a program while a file is open for writing makes the kernel send a flush from the
+    /// child (its copy of the descriptor is closed by posix_spawn's file actions or at exec): that
+    /// flush must not publish the half-written file (D-364). The writer's own close does.
+    @Test func aChildsFlushOfAnInheritedDescriptorPublishesNothing() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-child-flush")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("old".utf8))
+        let writer = open(mount.path("f"), O_WRONLY)  // inherited by the child below
+        try #require(writer >= 0)
+        var closed = false
+        defer { if !closed { close(writer) } }
+        #expect(pwrite(writer, "ha", 2, 0) == 2)
+        let child = try ChildProcess.run("/bin/true", [])
+        #expect(child.status == 0)
+        #expect(fileBytes(mount.path("f")) == Array("old".utf8), "the child's flush published a half-written file")
+        #expect(pwrite(writer, "d!", 2, 2) == 2)
+        close(writer)
+        closed = true
+        #expect(fileBytes(mount.path("f")) == Array("had!".utf8))
+        #expect(waitForSource(mount.source("f"), Array("had!".utf8)))
+    }
+
     @Test func fsyncPublishesWhileTheWriterStaysOpen() throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-fsync")
@@ -179,7 +202,7 @@ struct WriteMountTests {
         #expect(waitForSource(mount.source("f"), Array("synced".utf8)))
     }
 
-    /// Writers rewrite the file alternately all-'A' and all-'B' (taking turns: two writers open at
+    /// Writers rewrite the file, each time all one letter (all-'A', all-'B', all-'C'…; taking turns: two writers open at
     /// once share one staging copy, and their interleaved writes would make a mixed version that
     /// is legitimately published); readers check that each open reads one version only (every
     /// read uniform, and the same byte for the whole open).
@@ -195,15 +218,23 @@ struct WriteMountTests {
         let counts = Locked((writes: 0, reads: 0))
         let turns = Lock()
         let group = DispatchGroup()
-        for writerIndex in 0..<2 {
+        // Each rewrite has its own letter (B, C, … Z, A, B…), so a failure says which versions
+        // met: the one being written, the last published, or an older one.
+        let letters = Locked((next: 1, writing: UInt8(0), published: UInt8(ascii: "A")))
+        @Sendable func letter(_ byte: UInt8) -> String {
+            (65...90).contains(byte) ? String(UnicodeScalar(byte)) : "byte \(byte)"
+        }
+        for _ in 0..<2 {
             DispatchQueue.global().async(group: group) {
-                var round = writerIndex
                 while !stop.withLock({ $0 }) {
-                    let byte = UInt8(ascii: round % 2 == 0 ? "A" : "B")
-                    round += 1
-                    let content = [UInt8](repeating: byte, count: size)
                     turns.lock()
                     defer { turns.unlock() }
+                    let byte = letters.withLock { state -> UInt8 in
+                        state.writing = UInt8(ascii: "A") + UInt8(state.next % 26)
+                        state.next += 1
+                        return state.writing
+                    }
+                    let content = [UInt8](repeating: byte, count: size)
                     let fd = open(path, O_WRONLY)
                     if fd < 0 {
                         problems.withLock { $0.append("writer open: \(Errno.current)") }
@@ -221,6 +252,7 @@ struct WriteMountTests {
                         offset += n
                     }
                     close(fd)
+                    letters.withLock { $0.published = byte }
                     counts.withLock { $0.writes += 1 }
                 }
             }
@@ -245,10 +277,20 @@ struct WriteMountTests {
                         if n == 0 { break }
                         let first = seen ?? buffer[0]
                         seen = first
-                        if !buffer[0..<n].allSatisfy({ $0 == buffer[0] }) {
-                            problems.withLock { $0.append("a read of \(n) bytes at \(total) mixes versions") }
+                        let now = letters.withLock {
+                            "last published \(letter($0.published)), writing \(letter($0.writing))"
+                        }
+                        if let other = buffer[0..<n].first(where: { $0 != buffer[0] }) {
+                            problems.withLock {
+                                $0.append(
+                                    "a read of \(n) bytes at \(total) mixes \(letter(buffer[0])) and \(letter(other)) "
+                                        + "(the open began with \(letter(first)); \(now))")
+                            }
                         } else if buffer[0] != first {
-                            problems.withLock { $0.append("one open read two versions (at \(total))") }
+                            problems.withLock {
+                                $0.append(
+                                    "one open read \(letter(first)) then \(letter(buffer[0])) at \(total) (\(now))")
+                            }
                         }
                         total += n
                     }

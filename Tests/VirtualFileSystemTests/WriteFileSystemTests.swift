@@ -162,6 +162,34 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
         await fs.shutdown()
     }
 
+    /// A flush from another process (a child closing an inherited copy of the descriptor at exec
+    /// or in posix_spawn) publishes nothing: the opener may be half-way through its writes
+    /// (D-364). The opener's flush publishes, and so does the release.
+    @Test func onlyTheOpenersFlushPublishes() async throws {
+        let fixture = try VFSFixture(options: Self.writable())
+        let provider = WritingMemoryProvider()
+        provider.base.putFile("f", .bytes(Array("old".utf8)))
+        let fs = try makeFileSystem(fixture, provider)
+        let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
+        let ours = RequestContext(threadID: getpid(), uid: getuid(), gid: getgid())
+        // Process 1 (init) stands for a child that inherited the descriptor.
+        let other = RequestContext(threadID: 1, uid: getuid(), gid: getgid())
+        let writer = try await fs.open(inode, flags: OpenFlags(rawValue: O_WRONLY), context: ours)
+        _ = try await fs.write(inode, handle: writer.handle, offset: 0, data: Array("ha".utf8), context: ours)
+        try await fs.flush(inode, handle: writer.handle, context: other)
+        #expect(try await readFile(fs, inode) == Array("old".utf8), "a flush by another process published")
+        try await fs.flush(inode, handle: writer.handle, context: ours)
+        #expect(try await readFile(fs, inode) == Array("had".utf8))
+        _ = try await fs.write(inode, handle: writer.handle, offset: 3, data: Array("!".utf8), context: ours)
+        try await fs.flush(inode, handle: writer.handle, context: other)
+        #expect(try await readFile(fs, inode) == Array("had".utf8))
+        // The last close was another process's: the release publishes.
+        await fs.release(inode, handle: writer.handle)
+        #expect(try await readFile(fs, inode) == Array("had!".utf8))
+        #expect(await waitForUpload(provider, "f", Array("had!".utf8)))
+        await fs.shutdown()
+    }
+
     @Test func notWritableIsEROFS() async throws {
         let fixture = try VFSFixture()
         let provider = WritingMemoryProvider()
