@@ -144,7 +144,9 @@ mount_source() {
     say "mounted $SRC at $MNT (daemon pid $DAEMON_PID${*:+, $*})"
 }
 
-# in_background CMD…: starts CMD in the background; cleanup kills it by pid. $! is its pid.
+# in_background CMD…: starts CMD in the background; cleanup kills it by pid. $! is its pid. CMD must
+# be a program, not a shell function (a function runs in a forked subshell, and killing $! would
+# leave its child running): "$PROVIDERFS", not providerfs.
 in_background() {
     "$@" &
     BACKGROUND+=("$!")

@@ -50,7 +50,7 @@ expect_failure_errno EEXIST mkdir "$MNT/docs"
 expect_failure_errno ENOENT mv "$MNT/missing" "$MNT/docs/x"
 
 # A presenter of docs/b.txt hears of its deletion before rm returns.
-in_background providerfs present "$MNT/docs/b.txt" >"$S/out/presenter"
+in_background "$PROVIDERFS" present "$MNT/docs/b.txt" >"$S/out/presenter"
 presenter=$!
 deadline=$(( $(micros) + 10000000 ))
 until grep -q '"event":"ready"' "$S/out/presenter" 2>/dev/null; do

@@ -326,7 +326,7 @@ struct LocalDirectoryWritingTests {
             try await uploading.upload(
                 from: source, to: .create(name: "big", in: .root), permissions: nil, modificationTime: nil)
         }
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while !reached.withLock({ $0 }) {
             try #require(ContinuousClock.now < deadline, "the upload never copied a step")
             try await Task.sleep(for: .milliseconds(5))
@@ -356,7 +356,8 @@ struct LocalDirectoryWritingTests {
         // Each copy step waits for a whole read of the provider, so reads interleave with staging.
         provider.uploadHooks = UploadHooks(afterCopyStep: { _ in
             let seen = reads.withLock { $0.old + $0.new }
-            let deadline = ContinuousClock.now + .seconds(10)
+            // (ends at the read; the bound only keeps a broken reader from hanging the test)
+            let deadline = ContinuousClock.now + .seconds(60)
             while reads.withLock({ $0.old + $0.new }) == seen, ContinuousClock.now < deadline { usleep(1000) }
         })
         let reader = provider

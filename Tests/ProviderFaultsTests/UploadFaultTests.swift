@@ -154,7 +154,8 @@ struct UploadFaultTests {
         fixture.plan.add(
             FaultRule(identifier: ItemIdentifier("d/f"), fault: .stall(offset: 0), times: .downloads(1), on: .upload))
         let uploading = Task { try await fixture.replace() }
-        let deadline = ContinuousClock.now + .seconds(10)
+        // (generous: a loaded machine may take long to start the task; the wait ends at the event)
+        let deadline = ContinuousClock.now + .seconds(30)
         while fixture.plan.states.first?.running != 1 {
             try #require(ContinuousClock.now < deadline, "the upload never stalled")
             try await Task.sleep(for: .milliseconds(5))
@@ -168,8 +169,9 @@ struct UploadFaultTests {
         fixture.plan.add(
             FaultRule(identifier: ItemIdentifier("d"), fault: .stall(offset: 0), times: .downloads(1), on: .upload))
         let cancelled = Task { try await fixture.create("never") }
+        let secondDeadline = ContinuousClock.now + .seconds(30)
         while fixture.plan.states.first?.running != 1 {
-            try #require(ContinuousClock.now < deadline, "the upload never stalled")
+            try #require(ContinuousClock.now < secondDeadline, "the second upload never stalled")
             try await Task.sleep(for: .milliseconds(5))
         }
         cancelled.cancel()
