@@ -254,6 +254,9 @@ class Bench:
                     self.peers.append(AccessPathView(self, mount))
 
     def cleanup(self):
+        # A second Ctrl-C or SIGTERM must not cut the cleanup short (mounts left behind).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for peer in self.peers:
             try:
                 peer.stop()
@@ -323,6 +326,8 @@ def main():
                         continue
                     try:
                         value = row.measure(bench, peer)
+                    except Interrupted:
+                        raise  # a signal ends the run (and cleans up), not just this measurement
                     except Exception as error:
                         log(f"   {peer.name}: failed: {error}")
                         value = None
