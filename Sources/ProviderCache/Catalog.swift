@@ -39,7 +39,7 @@ public final class Catalog: Sendable {
     let state: Locked<State>
 
     /// Who hears of catalog changes (`observeChanges`).
-    private let changeObserver = Locked<(@Sendable ([CatalogChange]) -> Void)?>(nil)
+    private let changeObserver = Locked<Callback<[CatalogChange]>?>(nil)
 
     /// The provider pushes changes (`.changeNotifying`): a tracked listing is kept exact by them.
     public let pushesChanges: Bool
@@ -166,11 +166,11 @@ public final class Catalog: Sendable {
     /// system serving it; nil stops). Called on the thread that changed the catalog, never with a
     /// lock of the cache held.
     public func observeChanges(_ observer: (@Sendable ([CatalogChange]) -> Void)?) {
-        changeObserver.withLock { $0 = observer }
+        changeObserver.withLock { $0 = observer.map(Callback.init) }
     }
 
     func tell(_ changes: [CatalogChange]) {
-        guard !changes.isEmpty, let observer = changeObserver.withLock({ $0 }) else { return }
+        guard !changes.isEmpty, let observer = changeObserver.withLock({ $0 })?.call else { return }
         observer(changes)
     }
 

@@ -32,12 +32,12 @@ public final class ContentEntry: Sendable {
     /// Serializes range-map saves of this entry (see `persist()`).
     private let persistGate = AsyncGate()
     /// Called when the entry becomes idle (no pin, no download), so the cache can close it.
-    private let onIdle: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
+    private let onIdle: Locked<Callback<ContentEntry>?> = Locked(nil)
     /// Takes over the range-map save at the end of a download (the ContentStore batches them).
-    private let deferredPersist: Locked<(@Sendable (ContentEntry) -> Void)?> = Locked(nil)
+    private let deferredPersist: Locked<Callback<ContentEntry>?> = Locked(nil)
 
     func setDeferredPersist(_ handler: @escaping @Sendable (ContentEntry) -> Void) {
-        deferredPersist.withLock { $0 = handler }
+        deferredPersist.withLock { $0 = Callback(handler) }
     }
 
     /// The machine, the continuations of its waiters, and the download task.
@@ -108,11 +108,11 @@ public final class ContentEntry: Sendable {
     }
 
     func setIdleHandler(_ handler: @escaping @Sendable (ContentEntry) -> Void) {
-        onIdle.withLock { $0 = handler }
+        onIdle.withLock { $0 = Callback(handler) }
     }
 
     private func notifyIfIdle() {
-        guard isIdle, let handler = onIdle.withLock({ $0 }) else { return }
+        guard isIdle, let handler = onIdle.withLock({ $0 })?.call else { return }
         handler(self)
     }
 
@@ -232,7 +232,7 @@ public final class ContentEntry: Sendable {
                 // Save the range map now, or (when a deferred saver is set) let the cache batch it
                 // shortly after: one fdatasync per small file is the main cost of opening many
                 // small files. The cache flushes pending saves at shutdown.
-                if let deferred = deferredPersist.withLock({ $0 }) {
+                if let deferred = deferredPersist.withLock({ $0 })?.call {
                     deferred(self)
                 } else {
                     await persist()

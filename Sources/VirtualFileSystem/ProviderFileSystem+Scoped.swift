@@ -605,7 +605,7 @@ extension ProviderFileSystem {
     /// The provider announced that the token `id` ended: the kernel is told to forget its paths.
     /// Never blocks (the adapter's notifier sends from a queue of its own).
     func scopedTokenEnded(_ id: String) {
-        guard let invalidate = kernelInvalidation.withLock({ $0 }) else { return }
+        guard let invalidate = kernelInvalidation.withLock({ $0 })?.call else { return }
         let invalidations = scopedInvalidations(forEnded: id)
         if !invalidations.isEmpty {
             logger.debug("token \(id) ended: \(invalidations.count) kernel invalidations")

@@ -229,7 +229,7 @@ extension ProviderFileSystem {
             if let token, let writeClaims = claims as? any WriteClaimProvider { writeClaims.releaseWriteClaim(token) }
         }
         guard try await publish() != nil else { return }
-        if let invalidate = kernelInvalidation.withLock({ $0 }) {
+        if let invalidate = kernelInvalidation.withLock({ $0 })?.call {
             invalidate([.attributes(writer.inode), .content(writer.inode)])
         }
     }

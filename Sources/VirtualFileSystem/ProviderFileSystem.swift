@@ -62,7 +62,7 @@ public final class ProviderFileSystem: FileSystem {
     let writeHandles = Locked<[FileHandleID: WriteHandle]>([:])
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
     /// read on every lookup without a lock.
-    let kernelInvalidation = Locked<(@Sendable ([KernelInvalidation]) -> Void)?>(nil)
+    let kernelInvalidation = Locked<Callback<[KernelInvalidation]>?>(nil)
     private let kernelTold = Atomic<Bool>(false)
     /// Whether the kernel can be told to forget what it cached (`setKernelInvalidation`).
     var kernelCanBeTold: Bool { kernelTold.load(ordering: .relaxed) }
@@ -852,7 +852,7 @@ extension FileSystemError {
 /// node's attributes, for what the kernel may hold (nodes it was handed and not forgotten).
 extension ProviderFileSystem: KernelCacheCoherent {
     public func setKernelInvalidation(_ invalidate: (@Sendable ([KernelInvalidation]) -> Void)?) {
-        kernelInvalidation.withLock { $0 = invalidate }
+        kernelInvalidation.withLock { $0 = invalidate.map(Callback.init) }
         if invalidate != nil {
             cache.catalog.observeChanges { [weak self] changes in self?.catalogChanged(changes) }
             kernelTold.store(true, ordering: .relaxed)
@@ -863,7 +863,7 @@ extension ProviderFileSystem: KernelCacheCoherent {
     }
 
     func catalogChanged(_ changes: [CatalogChange]) {
-        guard let invalidate = kernelInvalidation.withLock({ $0 }) else { return }
+        guard let invalidate = kernelInvalidation.withLock({ $0 })?.call else { return }
         // Names of whole directories come from the cache, before the file system's lock (the
         // cache is never called with it held).
         var everything = false
