@@ -112,7 +112,7 @@ let package = Package(
             dependencies: [
                 "VirtualFileSystem", "ProviderCache", "ProviderModel", "ProviderFaults", "ProviderFSCommands",
                 "SystemSupport", "AccessTokens",
-                "TestSupport",
+                "TestSupport", "TestScheduling",
             ]),
         .testTarget(
             name: "ProviderFSCommandsTests",

@@ -10,6 +10,7 @@
 //         (PROVIDERFS_FSX_SEED / PROVIDERFS_FSX_RUNS / PROVIDERFS_FSX_OPERATIONS for the checker)
 
 import SystemSupport
+import TestScheduling
 import TestSupport
 import Testing
 
@@ -38,7 +39,9 @@ final class TamperingRunner: FileOperationRunner {
     }
 }
 
-@Suite("Differential tester and random I/O checker on plain directories")
+// Seconds of synchronous file I/O per test: off the cooperative pool, which the control server's
+// request tasks (ControlServerTests) and every awaiting test need (two threads on CI).
+@Suite("Differential tester and random I/O checker on plain directories", .blockingThreads)
 struct DifferentialHarnessTests {
     /// Two fresh temporary directories, removed after `body`.
     func withTwoRoots<T>(_ body: (String, String) throws -> T) throws -> T {
