@@ -19,14 +19,12 @@ public import Testing
 /// are busy (a concurrent queue would target the non-overcommit pool, one thread per core on Linux,
 /// and blocking bodies would fill it as they filled the cooperative pool).
 ///
-/// `shared` (the trait's) runs at most `width` jobs at once and queues the rest in order: blocking
-/// suites then run a few at a time, as they did on the pool, instead of all at once (dozens of
-/// daemons and child processes on two cores made timing tests fail). `unbounded` starts a worker
-/// per job; use it for a task that a blocking test body waits for, which must never queue behind
-/// other blocking bodies.
+/// `unbounded` (the trait's, and the one for a task that a blocking test body waits for) starts a
+/// worker per job. An executor with a `width` runs at most that many jobs at once and queues the
+/// rest in order; the trait does not use one, since a test's own resumptions would queue behind
+/// tests not yet started (`BlockingTestSlots` limits how many blocking tests run at once instead).
 public final class BlockingTestExecutor: TaskExecutor, @unchecked Sendable {
     // Safe: `queued` and `running` are only touched under `lock`.
-    public static let shared = BlockingTestExecutor(width: 4)
     public static let unbounded = BlockingTestExecutor(width: nil)
     static let marker = DispatchSpecificKey<Bool>()
 
@@ -88,7 +86,55 @@ public struct BlockingThreadsTrait: TestTrait, SuiteTrait, TestScoping {
     ) async throws {
         // A suite's scope is entered once for the suite and again for each test; only tests need it.
         guard testCase != nil || !test.isSuite else { return try await function() }
-        try await withTaskExecutorPreference(BlockingTestExecutor.shared) { try await function() }
+        // A scope inside one that holds a slot must not wait for a second (four such would wait forever).
+        if BlockingTestSlots.held { return try await function() }
+        await BlockingTestSlots.shared.enter()
+        defer { BlockingTestSlots.shared.leave() }
+        try await BlockingTestSlots.$held.withValue(true) {
+            try await withTaskExecutorPreference(BlockingTestExecutor.unbounded) { try await function() }
+        }
+    }
+}
+
+/// At most `width` blocking tests run at once; the rest wait, suspended, in the order they came.
+/// The limit is on tests, not on jobs: a running test's jobs (its resumption after an `await`,
+/// its child tasks) go to `BlockingTestExecutor.unbounded` and never queue. A width-limited
+/// executor queued them behind every test not yet started, so an async test that slept for a
+/// millisecond resumed minutes later, after its claim had timed out (`asyncWaitIsCancelledWithTheTask`,
+/// CI, 2026-12-02).
+package final class BlockingTestSlots: Sendable {
+    static let shared = BlockingTestSlots(width: 4)
+    @TaskLocal package static var held = false
+
+    private let state: Locked<(free: Int, waiting: [CheckedContinuation<Void, Never>])>
+
+    package init(width: Int) { state = Locked((width, [])) }
+
+    /// Returns when a slot is taken (at once if one is free).
+    package func enter() async {
+        await withCheckedContinuation { continuation in
+            let taken = state.withLock { state -> Bool in
+                guard state.free > 0 else {
+                    state.waiting.append(continuation)
+                    return false
+                }
+                state.free -= 1
+                return true
+            }
+            if taken { continuation.resume() }
+        }
+    }
+
+    /// Gives a slot back: to the longest waiter, or to the pool.
+    package func leave() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard !state.waiting.isEmpty else {
+                state.free += 1
+                return nil
+            }
+            return state.waiting.removeFirst()
+        }
+        next?.resume()
     }
 }
 

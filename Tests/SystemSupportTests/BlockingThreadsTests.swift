@@ -68,3 +68,35 @@ import Glibc
         #expect(state.value.peak == 2)
     }
 }
+
+@Suite struct BlockingTestSlotsTests {
+    /// Two slots: two tests enter at once, a third waits (suspended) until one leaves.
+    @Test func aTestWaitsForAFreeSlotAndGetsTheFirstOneFreed() async {
+        let slots = BlockingTestSlots(width: 2)
+        await slots.enter()
+        await slots.enter()
+        let entered = Locked(false)
+        let third = Task {
+            await slots.enter()
+            entered.withLock { $0 = true }
+        }
+        // Time for a wrong implementation to let the third in (not a wait for a result).
+        try? await Task.sleep(for: .milliseconds(100))
+        #expect(!entered.value)
+        slots.leave()
+        await third.value
+        #expect(entered.value)
+        // Both slots are taken again: a fourth waits until the next leave.
+        let fourth = Task { await slots.enter() }
+        slots.leave()
+        await fourth.value
+    }
+
+    /// A blocking test that suspends resumes on an unbounded blocking thread: its jobs never wait
+    /// for a worker that other tests' blocking bodies hold.
+    @Test(.blockingThreads) func aBlockingTestResumesOffThePool() async throws {
+        try await Task.sleep(for: .milliseconds(1))
+        #expect(isOnBlockingTestThread())
+        #expect(BlockingTestSlots.held)
+    }
+}
