@@ -10,8 +10,21 @@ struct InodeTable {
         var kind: ItemKind
         var lookupCount: UInt64
         var generation: UInt64
-        /// The content version the last open saw: the kernel's page cache holds that version.
-        var lastOpenedVersion: ContentVersion?
+        /// What the kernel's page cache of this node may hold, which decides FOPEN_KEEP_CACHE.
+        var pageCache: PageCache = .empty
+    }
+
+    /// What a node's page cache in the kernel may hold.
+    enum PageCache: Equatable {
+        /// Never opened: a new node number is a new kernel inode, whose page cache is empty.
+        case empty
+        /// Opened on this version, and only on it since the cache was last dropped.
+        case version(ContentVersion)
+        /// Written around (a writer's handle): anything.
+        case unknown
+
+        /// Whether an open of `version` may keep the pages: they can only be of that version.
+        func keeps(_ version: ContentVersion) -> Bool { self == .empty || self == .version(version) }
     }
 
     private(set) var nodes: [InodeNumber: Node] = [:]

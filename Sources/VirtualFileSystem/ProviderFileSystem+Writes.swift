@@ -75,7 +75,7 @@ extension ProviderFileSystem {
         let handle = state.withLock { state in
             let handle = state.allocateHandle()
             // A later open of this version must not keep pages cached before the publish.
-            state.inodes[inode]?.lastOpenedVersion = nil
+            state.inodes[inode]?.pageCache = .unknown
             return handle
         }
         let opener = Self.process(of: context)

@@ -460,8 +460,10 @@ public final class ProviderFileSystem: FileSystem {
             state.files[handle] = OpenFile(
                 inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
                 scopedUse: use)
-            let keepCache = state.inodes[inode]?.lastOpenedVersion == item.contentVersion
-            state.inodes[inode]?.lastOpenedVersion = item.contentVersion
+            // A first open keeps the (empty) cache too: dropping it would make the kernel wait,
+            // uninterruptibly, on pages a concurrent open's stalled read has locked (D-366).
+            let keepCache = state.inodes[inode]?.pageCache.keeps(item.contentVersion) ?? false
+            state.inodes[inode]?.pageCache = .version(item.contentVersion)
             return (handle, keepCache)
         }
         logger.debug("\(node.identifier): handle \(handle) reads \(entry.version) from \(entry.filePath)")
