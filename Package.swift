@@ -97,7 +97,9 @@ let package = Package(
             dependencies: ["FileCoordination", "TestScheduling", "coordination-probe", "providerfs"]),
         .testTarget(
             name: "LocalProviderTests",
-            dependencies: ["LocalProvider", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),
+            dependencies: [
+                "LocalProvider", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport", "TestScheduling",
+            ]),
         .testTarget(
             name: "ProviderFaultsTests",
             dependencies: ["CryptoSupport", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),

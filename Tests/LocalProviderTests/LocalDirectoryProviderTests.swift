@@ -3,6 +3,7 @@ import LocalProvider
 import ProviderFaults
 import ProviderModel
 import SystemSupport
+import TestScheduling
 import TestSupport
 import Testing
 
@@ -501,7 +502,9 @@ struct LocalDirectTransferTests {
     }
 }
 
-@Suite("LocalDirectoryProvider: change tracking (inotify)")
+// Off the cooperative pool: thousands of synchronous mkdir, listing and inotify calls per test
+// held CI's two pool threads for 17 s and starved other suites' awaits.
+@Suite("LocalDirectoryProvider: change tracking (inotify)", .blockingThreads)
 struct LocalChangeTrackingTests {
     /// Each change, made after a listing of `dir` (and of `dir/sub`), must void the listing's token.
     static let changes: [(String, @Sendable (String) -> Void)] = [
