@@ -404,13 +404,21 @@ public final class DatabaseQueue: @unchecked Sendable {
                     "CREATE TABLE IF NOT EXISTS \(DatabaseMigrator.tableName) "
                         + "(name TEXT NOT NULL PRIMARY KEY, applied_at REAL NOT NULL)")
             }
+            //    What is applied is read again inside each write transaction: another process
+            //    opening the same new database at the same moment may have applied it meanwhile
+            //    (two first starts at once), and a migration must run exactly once.
             for migration in pending {
                 try db.executeInternal("BEGIN IMMEDIATE")
                 do {
-                    try migration.migrate(db)
-                    try db.execute(
-                        "INSERT INTO \(DatabaseMigrator.tableName) (name, applied_at) VALUES (?, ?)",
-                        [migration.name, Date()])
+                    let applied = try db.fetchValues(
+                        String.self, "SELECT name FROM \(DatabaseMigrator.tableName) ORDER BY rowid")
+                    _ = try migrator.pendingMigrations(recorded: applied, path: db.path)
+                    if !applied.contains(migration.name) {
+                        try migration.migrate(db)
+                        try db.execute(
+                            "INSERT INTO \(DatabaseMigrator.tableName) (name, applied_at) VALUES (?, ?)",
+                            [migration.name, Date()])
+                    }
                     try db.executeInternal("COMMIT")
                 } catch {
                     if sqlite3_get_autocommit(db.handle) == 0 { try? db.executeInternal("ROLLBACK") }

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import SQLiteStore
 import SystemSupport
@@ -59,6 +60,47 @@ import Testing
         _ = try DatabaseQueue(path: path, migrator: counting)
         _ = try DatabaseQueue(path: path, migrator: counting)
         #expect(runs.value == 1)
+    }
+
+    /// Two first starts of an app at once (reading-list in two shells) open the same new
+    /// database together: each migration runs once, and every open succeeds.
+    @Test func openingANewDatabaseFromManyConnectionsAtOnceAppliesEachMigrationOnce() throws {
+        for round in 0..<10 {
+            let path = directory.file("race-\(round).db")
+            var counting = DatabaseMigrator()
+            let runs = ManagedCounter()
+            counting.registerMigration("one") { db in
+                runs.increment()
+                // Slow, as a first migration's fsyncs are: the others read what is applied meanwhile.
+                usleep(20_000)
+                try db.execute("CREATE TABLE t (x)")
+            }
+            counting.registerMigration("two") { db in
+                runs.increment()
+                usleep(20_000)
+                try db.execute("CREATE TABLE u (y)")
+            }
+            let migrator = counting
+            let failures = Locked<[String]>([])
+            let start = DispatchSemaphore(value: 0)
+            let group = DispatchGroup()
+            for _ in 0..<6 {
+                group.enter()
+                Thread {
+                    start.wait()
+                    do {
+                        _ = try DatabaseQueue(path: path, migrator: migrator)
+                    } catch {
+                        failures.withLock { $0.append("\(error)") }
+                    }
+                    group.leave()
+                }.start()
+            }
+            for _ in 0..<6 { start.signal() }
+            group.wait()
+            #expect(failures.value.isEmpty, "round \(round): \(failures.value)")
+            #expect(runs.value == 2, "round \(round): \(runs.value) migration runs")
+        }
     }
 
     @Test func aFailingMigrationIsRolledBackAndNotRecorded() throws {
