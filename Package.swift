@@ -83,7 +83,8 @@ let package = Package(
         .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
         .testTarget(name: "PDFValidationTests", dependencies: ["PDFValidation", "TestSupport"]),
         .testTarget(
-            name: "ReadingListTests", dependencies: ["ReadingList", "SystemSupport", "TestSupport", "TestScheduling"]),
+            name: "ReadingListTests",
+            dependencies: ["FileCoordination", "ReadingList", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(name: "ScopedAccessTests", dependencies: ["ScopedAccess"]),
         .testTarget(
             name: "AccessTokensTests", dependencies: ["AccessTokens", "SQLiteStore", "SystemSupport", "TestSupport"]),

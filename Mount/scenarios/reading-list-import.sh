@@ -11,6 +11,8 @@ make_pdf docs/paper.pdf 3
 make_pdf other/paper.pdf 5
 make_repaired_pdf docs/repaired.pdf
 mkdir -p "$SRC/docs" && echo "meeting notes" >"$SRC/docs/notes.pdf"
+make_pdf docs/whole.pdf 4
+head -c "$(( $(stat -c %s "$SRC/docs/whole.pdf") / 4 ))" "$SRC/docs/whole.pdf" >"$SRC/docs/cut.pdf"   # a real PDF, cut short
 mount_source
 
 plain="$(rl import "$MNT/docs/paper.pdf" --json)"
@@ -40,6 +42,9 @@ say "ok: source moved and removed; the app (a new process) opens identical bytes
 notes="$(rl import "$MNT/docs/notes.pdf" --json || true)"
 [[ "$(rl_field "$notes" stage)" == validate ]] || fail "a text file was not refused at validate: $notes"
 say "ok: text named .pdf fails at validate: $(rl_field "$notes" error)"
+cut="$(rl import "$MNT/docs/cut.pdf" --json || true)"
+[[ "$(rl_field "$cut" stage)" == validate ]] || fail "a PDF cut short was not refused at validate: $cut"
+say "ok: a PDF cut short fails at validate: $(rl_field "$cut" error)"
 
 repaired="$(rl import "$MNT/docs/repaired.pdf" --json)"
 [[ "$(rl_field "$repaired" repaired)" == True ]] || fail "a repaired PDF was not flagged: $repaired"

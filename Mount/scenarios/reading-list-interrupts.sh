@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # reading-list interrupted: SIGINT during an import creates no record and leaves no staged file;
 # kill -9 with the pending record made (READING_LIST_PAUSE_AT, the app's test hook) is repaired
-# by the next start; two imports running at once do not disturb each other.
+# by the next start; two imports running at once (both stopped mid-copy, then resumed) do not
+# disturb each other.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/reading-list.lib"
 scenario_start
@@ -44,17 +45,27 @@ expect_library_consistent
 rl report --json | grep -q '"result":"interrupted"' || fail "the report does not show the interrupted import"
 say "ok: kill -9 with the pending record made: repaired at the next start, shown as interrupted"
 
-# Two imports at once.
-rl import "$MNT/docs/one.pdf" --json >"$S/out/a.json" &
-a=$!
-rl import "$MNT/docs/two.pdf" --json >"$S/out/b.json" &
-b=$!
-BACKGROUND+=("$a" "$b")
-wait "$a" || fail "the first concurrent import failed: $(cat "$S/out/a.json")"
-wait "$b" || fail "the second concurrent import failed: $(cat "$S/out/b.json")"
+# Two imports at once, in two processes, made to overlap: each stops itself inside its
+# coordinated read with its first MiB staged, and both go on only when both are there.
+for name in a b; do
+    READING_LIST_PAUSE_AT=copy "$READING_LIST" import "$MNT/docs/two.pdf" --json --data-dir "$S/app" \
+        >"$S/out/$name.json" 2>"$S/out/$name.err" &
+    BACKGROUND+=("$!")
+    eval "$name=$!"
+done
+for name in a b; do
+    for _ in $(seq 3000); do grep -q "paused at copy" "$S/out/$name.err" 2>/dev/null && break; sleep 0.01; done
+    grep -q "paused at copy" "$S/out/$name.err" || fail "import $name did not reach its copy: $(cat "$S/out/$name.err")"
+done
+[[ "$(ls "$S/app/staging" | wc -l)" == 2 ]] || fail "not two staged copies at once: $(ls "$S/app/staging")"
+kill -CONT "$a" "$b"
+wait "$a" || fail "the first concurrent import failed: $(cat "$S/out/a.json" "$S/out/a.err")"
+wait "$b" || fail "the second concurrent import failed: $(cat "$S/out/b.json" "$S/out/b.err")"
 [[ "$(rl_documents)" == 2 ]] || fail "two concurrent imports gave $(rl_documents) documents"
-rl open "$(rl_field "$(cat "$S/out/b.json")" documentID)" --cat | cmp - "$S/reference/docs/two.pdf" \
-    || fail "a concurrent import's bytes differ"
+for name in a b; do
+    rl open "$(rl_field "$(cat "$S/out/$name.json")" documentID)" --cat | cmp - "$S/reference/docs/two.pdf" \
+        || fail "a concurrent import's bytes differ"
+done
 expect_library_consistent
 say "ok: two imports at once: two documents, each its own bytes"
 scenario_done

@@ -70,12 +70,17 @@ public enum ImportCheckpoint: Sendable, Equatable {
     case before(ImportStage)
     /// The pending record exists; the staged file is not moved yet.
     case pendingRecordCreated
+    /// The copy's first chunk (1 MiB, or the whole of a smaller file) is staged; the claim and
+    /// the source are still held, the rest is still to be read.
+    case copying
 
-    /// "read", "validate", "store", "record", or "pending-record".
+    /// "read", "validate", "store", "record", "pending-record", or "copy".
     public init?(name: String) {
         if name == "pending-record" {
             self = .pendingRecordCreated
-        } else if let stage = ImportStage(rawValue: name) {
+        } else if name == "copy" {
+            self = .copying
+        } else if name != "access", let stage = ImportStage(rawValue: name) {
             self = .before(stage)
         } else {
             return nil
@@ -135,6 +140,18 @@ public final class Importer: Sendable {
             ownerStartTime: ProcessInfoFiles.startTime(of: me))
         try? store.save(attempt)
         var run = ImportRun(importer: self, path: absolute, options: options, cancellation: cancellation)
+        // Saved again once the copy is staged and once it is stored, so that an import killed
+        // later still reports its file type and the stages it finished.
+        run.progress = { [store, attempt] run in
+            var progress = attempt
+            progress.fileType = run.copiedFileType()
+            progress.stages = run.stages.map { stage in
+                var stage = stage
+                stage.detail = stage.detail.map(SourceInspection.redacted)
+                return stage
+            }
+            try? store.save(progress)
+        }
         let document: DocumentRecord?
         var failure: ImportFailure?
         do throws(ImportFailure) {
@@ -147,6 +164,7 @@ public final class Importer: Sendable {
             redacted.message = SourceInspection.redacted(redacted.message)
             failure = redacted
         }
+        attempt.fileType = run.copiedFileType()
         run.cleanUp(succeeded: failure == nil)
         attempt.stages = run.stages.map { stage in
             var stage = stage
@@ -192,6 +210,8 @@ struct ImportRun {
     var pendingID: String?
     var moved = false
     var session: AccessSession?
+    /// Called after the read and after the store stage succeed (the attempt is saved with them).
+    var progress: (ImportRun) -> Void = { _ in }
 
     init(importer: Importer, path: String, options: ImportOptions, cancellation: ImportCancellation) {
         self.importer = importer
@@ -216,6 +236,7 @@ struct ImportRun {
 
         // read (and copy, inside it)
         let copied = try readIntoStaging(session.readPath)
+        progress(self)
         try stop(at: .validate)
 
         // validate
@@ -269,6 +290,7 @@ struct ImportRun {
         }
         stages.append(storeRow)
         try stored.get()
+        progress(self)
         try stop(at: .record)
 
         // record
@@ -287,6 +309,18 @@ struct ImportRun {
         available.ownerPID = nil
         available.ownerStartTime = nil
         return available
+    }
+
+    /// The file type of what was copied, from the copy's first bytes (never from the source,
+    /// which is only opened inside the coordinated read, with access started): "unread" when no
+    /// byte was copied by a read that failed or was cancelled.
+    func copiedFileType() -> String {
+        let copy = stagingPath ?? (moved ? pendingID.map(location.documentPath) : nil)
+        guard let copy else { return "unread" }
+        let readFailed = stages.contains { $0.stage == .read && $0.outcome != .ok }
+        var info = stat()
+        if readFailed && (stat(copy, &info) != 0 || info.st_size == 0) { return "unread" }
+        return SourceInspection.fileType(copy)
     }
 
     /// Unwinds what a failed import made (in the order that never leaves a record pointing at
@@ -349,12 +383,15 @@ struct ImportRun {
         let started = ContinuousClock.now
         let copyTime = Locked<Duration>(.zero)
         let cancellation = self.cancellation
+        let importer = self.importer
         let result: Result<Copied, ImportFailure>
         do {
             result = try coordinator.coordinate(readingItemAt: URL(fileURLWithPath: source)) { url in
                 let copyStart = ContinuousClock.now
                 defer { copyTime.withLock { $0 = ContinuousClock.now - copyStart } }
-                return Self.copy(from: url.path, to: descriptor, cancellation: cancellation)
+                return Self.copy(from: url.path, to: descriptor, cancellation: cancellation) {
+                    importer.checkpoint(.copying)
+                }
             }
         } catch let error as CoordinationError {
             let cancelled = error.code == .cancelled
@@ -394,7 +431,8 @@ struct ImportRun {
     /// Copies `source` to `descriptor` (1 MiB at a time, checking for cancellation between
     /// chunks), hashing as it goes, then fdatasyncs. Failures are `read` failures.
     static func copy(
-        from source: String, to descriptor: Int32, cancellation: ImportCancellation
+        from source: String, to descriptor: Int32, cancellation: ImportCancellation,
+        firstChunkStaged: () -> Void = {}
     ) -> Result<
         Copied, ImportFailure
     > {
@@ -437,6 +475,7 @@ struct ImportRun {
                 }
                 written += result
             }
+            if total == 0 { firstChunkStaged() }
             total += Int64(count)
         }
         guard fdatasync(descriptor) == 0 else {

@@ -16,6 +16,9 @@ public struct SourceInspection: Sendable, Equatable {
     public var category: SourceCategory
     /// The ProviderFS mount point holding it, if any.
     public var mountPoint: String?
+    /// Left "unread" here: the first bytes are only looked at in the copy (`fileType(_:)`), since
+    /// opening the source before access is started would spend a use of a `--uses` grant and read
+    /// outside the coordinated read.
     public var fileType: String
     public var versions: Versions
 
@@ -37,7 +40,7 @@ public struct SourceInspection: Sendable, Equatable {
                 + (itemVersion.map { "; item version \($0)" } ?? "")
         }
         return SourceInspection(
-            category: category, mountPoint: mount?.mountPoint, fileType: fileType(path),
+            category: category, mountPoint: mount?.mountPoint, fileType: "unread",
             versions: Versions(
                 system: systemVersion(), provider: provider,
                 app: "reading-list \(appVersion); libqpdf \(PDFValidator.libraryVersion)"))
@@ -47,8 +50,8 @@ public struct SourceInspection: Sendable, Equatable {
     /// messages show (a token is a secret, docs/TOKENS.md).
     public static func redacted(_ text: String) -> String { TokenRedaction.redacted(text) }
 
-    /// "pdf", "empty", "zip", "text", "unknown", or "unreadable", from the first bytes. Reads at
-    /// most 8 bytes (for a placeholder, the mount downloads only the first block).
+    /// "pdf", "empty", "zip", "text", "unknown", or "unreadable", from the first bytes of a file
+    /// (the import's staged copy). Reads at most 8 bytes.
     static func fileType(_ path: String) -> String {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { return "unreadable" }

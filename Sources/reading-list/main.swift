@@ -348,9 +348,10 @@ func importAll(
 }
 
 /// Test hook (docs/TESTING.md): with READING_LIST_PAUSE_AT=POINT (read, validate, store, record:
-/// before that stage; pending-record: the pending record made, the file not yet moved), an import
-/// stops there, says so on stderr, and waits to be killed, so that tests can kill -9 it at a
-/// known point.
+/// before that stage; pending-record: the pending record made, the file not yet moved; copy: the
+/// copy's first MiB staged, inside the coordinated read), an import says so on stderr and stops
+/// itself (SIGSTOP) there, so that tests can act at a known point: SIGCONT resumes it, kill -9
+/// ends it.
 func pauseHook() -> @Sendable (ImportCheckpoint) -> Void {
     guard let name = ProcessInfo.processInfo.environment["READING_LIST_PAUSE_AT"],
         let point = ImportCheckpoint(name: name)
@@ -358,7 +359,7 @@ func pauseHook() -> @Sendable (ImportCheckpoint) -> Void {
     return { reached in
         guard reached == point else { return }
         FileHandle.standardError.write(Data("reading-list: paused at \(name) (pid \(getpid()))\n".utf8))
-        while true { pause() }
+        raise(SIGSTOP)
     }
 }
 

@@ -36,6 +36,8 @@ struct ReadingListMountTests {
         writeTestFile(source + "/docs/big.pdf", TestPDF(pages: 2, padding: 6 << 20).bytes())
         writeTestFile(source + "/docs/notes.pdf", Array("these are notes, not a PDF\n".utf8))
         writeTestFile(source + "/docs/repaired.pdf", TestPDF(pages: 1, wrongOffsets: true).bytes())
+        let whole = TestPDF(pages: 4).bytes()
+        writeTestFile(source + "/docs/cut.pdf", Array(whole.prefix(whole.count / 4)))
     }
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
@@ -206,6 +208,20 @@ struct ReadingListMountTests {
         let notes = try imported(mounted.path("docs/notes.pdf"))
         #expect(notes["result"] as? String == "failed")
         #expect(notes["stage"] as? String == "validate", "\(notes)")
+        // A real PDF cut short (a download that lost its end, saved by someone else): qpdf cannot
+        // find its pages.
+        let cut = try imported(mounted.path("docs/cut.pdf"))
+        #expect(cut["result"] as? String == "failed")
+        #expect(cut["stage"] as? String == "validate", "\(cut)")
+        // Bytes that go bad on the way (a corrupt fault): the mount's checksum refuses them, so
+        // it is a read failure, and no damaged copy ever reaches validate.
+        let corruptFault = try providerfs(
+            ["fault", "add", mounted.path("other/paper.pdf"), "--corrupt", "--at", "100", "--times", "0"],
+            runtime: runtime)
+        #expect(corruptFault.status == 0, "\(corruptFault)")
+        let corrupted = try imported(mounted.path("other/paper.pdf"))
+        #expect(corrupted["stage"] as? String == "read", "\(corrupted)")
+        #expect((corrupted["error"] as? String)?.contains("Input/output error") == true, "\(corrupted)")
         let repaired = try imported(mounted.path("docs/repaired.pdf"))
         #expect(repaired["result"] as? String == "imported")
         #expect(repaired["repaired"] as? Bool == true)
@@ -241,14 +257,77 @@ struct ReadingListMountTests {
         defer { cleanup() }
         let mounted = try mount()
         defer { mounted.stop() }
-        let big = mounted.path("docs/big.pdf")
-        // 6 MiB at 2 MiB/s: the read spans the token's 1 s.
-        #expect(try providerfs(["fault", "add", big, "--slow", "2MiB", "--times", "0"], runtime: runtime).status == 0)
-        let accessPath = try grant(big, ["--ttl", "1s"])
-        let outcome = try imported(accessPath)
+        let grant = try providerfs(
+            ["token", "grant", mounted.path("docs/big.pdf"), "--ttl", "10m", "--json"], runtime: runtime)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(grant.output.utf8)) as? [String: Any])
+        let accessPath = try #require(object["accessPath"] as? String)
+        let id = try #require(object["id"] as? String)
+        // Stopped with the first MiB of 6 staged, the claim and the source open; the token ends
+        // there; the import goes on.
+        let child = try startReadingList(["import", accessPath, "--json"], extra: ["READING_LIST_PAUSE_AT": "copy"])
+        defer { child.signal(SIGKILL) }
+        #expect(waitUntil { child.standardError.contains("paused at copy") || !child.isRunning }, "not paused")
+        #expect(child.isRunning, "\(child.standardError)")
+        #expect(try providerfs(["token", "expire", id], runtime: runtime).status == 0)
+        child.signal(SIGCONT)
+        #expect(child.wait(timeout: .seconds(60)) == 1, "\(child.standardError)")
+        let line = try #require(child.standardOutput.split(separator: "\n").last, "\(child.standardError)")
+        let outcome = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
         #expect(outcome["result"] as? String == "failed")
-        #expect(["access", "read"].contains(outcome["stage"] as? String ?? ""), "\(outcome)")
+        #expect(outcome["stage"] as? String == "read", "\(outcome)")
+        #expect((outcome["error"] as? String)?.contains("after \(1 << 20) bytes") == true, "\(outcome)")
+        #expect((outcome["error"] as? String)?.contains("access ended") == true, "\(outcome)")
         #expect(try documents().isEmpty)
+        try expectNothingLeft()
+    }
+
+    @Test func aOneUseGrantImportsOnceAndTheReportNamesTheCopysType() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        // The import spends exactly the one use (its ScopedAccess start); looking at the source
+        // for the report spends none.
+        let accessPath = try grant(mounted.path("docs/paper.pdf"), ["--uses", "1"])
+        let first = try imported(accessPath)
+        #expect(first["result"] as? String == "imported", "\(first)")
+        let again = try imported(accessPath)
+        #expect(again["stage"] as? String == "access", "\(again)")
+        #expect((again["error"] as? String)?.contains("used") == true, "\(again)")
+        let report = try readingList(["report", "--json"])
+        #expect(report.output.contains("\"fileType\":\"pdf\""), "\(report.output)")
+        #expect(report.output.contains("\"fileType\":\"unread\""), "the refused one read nothing: \(report.output)")
+        try expectNothingLeft()
+    }
+
+    @Test func twoImportsInTwoProcessesOverlappingMidCopyEachGetTheirDocument() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        // Both stopped inside their coordinated reads of the same file at once, then resumed.
+        let children = try (0..<2).map { _ in
+            try startReadingList(
+                ["import", mounted.path("docs/big.pdf"), "--json"], extra: ["READING_LIST_PAUSE_AT": "copy"])
+        }
+        defer { children.forEach { $0.signal(SIGKILL) } }
+        for child in children {
+            #expect(waitUntil { child.standardError.contains("paused at copy") || !child.isRunning })
+            #expect(child.isRunning, "\(child.standardError)")
+        }
+        #expect(names(data + "/staging").count == 2, "two staged copies at once")
+        children.forEach { $0.signal(SIGCONT) }
+        var ids: [String] = []
+        for child in children {
+            #expect(child.wait(timeout: .seconds(60)) == 0, "\(child.standardError)")
+            let line = try #require(child.standardOutput.split(separator: "\n").last, "\(child.standardError)")
+            let outcome = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            ids.append(try #require(outcome["documentID"] as? String, "\(outcome)"))
+        }
+        #expect(Set(ids).count == 2)
+        for id in ids {
+            #expect(try readFile(data + "/library/" + id + ".pdf") == TestPDF(pages: 2, padding: 6 << 20).bytes())
+        }
         try expectNothingLeft()
     }
 
@@ -276,6 +355,55 @@ struct ReadingListMountTests {
         try expectNothingLeft()
         let report = try readingList(["report", "--json"])
         #expect(report.output.contains("\"result\":\"cancelled\""), "\(report.output)")
+    }
+
+    @Test func killDashNineAfterTheMoveIsMadeAvailableByReconcileInTheXDGDataDirectory() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        // No --data-dir: the XDG location.
+        let xdg = scratch + "/xdg"
+        let environment = self.environment.merging(["XDG_DATA_HOME": xdg, "HOME": scratch + "/home"]) { _, new in new }
+        let app = productsDirectory + "/reading-list"
+        let child = try ChildProcess(
+            app, ["import", mounted.path("docs/paper.pdf")],
+            environment: environment.merging(["READING_LIST_PAUSE_AT": "record"]) { _, new in new })
+        defer { child.signal(SIGKILL) }
+        #expect(waitUntil { child.standardError.contains("paused at record") || !child.isRunning })
+        #expect(child.isRunning, "\(child.standardError)")
+        child.signal(SIGKILL)
+        _ = child.wait(timeout: .seconds(10))
+        let root = xdg + "/reading-list"
+        var info = stat()
+        #expect(stat(root, &info) == 0 && info.st_mode & 0o777 == 0o700, "the data directory is private")
+        let moved = names(root + "/library")
+        #expect(moved.count == 1 && names(root + "/staging").isEmpty, "killed after the move: \(moved)")
+
+        // reconcile, on its own: the moved file validates, so its pending record becomes available.
+        let reconciled = try ChildProcess.run(app, ["reconcile"], environment: environment, timeout: .seconds(60))
+        #expect(reconciled.status == 0, "\(reconciled)")
+        let id = try #require(moved.first.map { String($0.dropLast(".pdf".count)) })
+        #expect(reconciled.output.contains("made available: 1,"), "\(reconciled.output)")
+        #expect(reconciled.output.contains("interrupted imports: 1"), "\(reconciled.output)")
+        #expect(reconciled.output.contains("  available: \(id)"), "\(reconciled.output)")
+        let again = try ChildProcess.run(app, ["reconcile"], environment: environment, timeout: .seconds(60))
+        #expect(again.output.hasPrefix("made available: 0, records removed: 0, files removed: 0"), "\(again.output)")
+        let bytes = try ChildProcess.run(app, ["open", id, "--cat"], environment: environment, timeout: .seconds(60))
+        #expect(Array(bytes.output.utf8) == TestPDF(pages: 3).bytes())
+
+        // The text report: the attempt, interrupted, with its type, category, versions and stages.
+        let report = try ChildProcess.run(app, ["report"], environment: environment, timeout: .seconds(60))
+        #expect(report.status == 0, "\(report)")
+        let lines = report.output.split(separator: "\n").map(String.init)
+        #expect(lines.first?.contains("interrupted") == true, "\(report.output)")
+        #expect(lines.first?.contains("  pdf  mountPath  ") == true, "\(report.output)")
+        #expect(lines.contains { $0.hasPrefix("  system: Linux ") }, "\(report.output)")
+        #expect(lines.contains { $0.hasPrefix("  provider: ProviderFS mount of ") }, "\(report.output)")
+        #expect(lines.contains { $0.hasPrefix("  app: reading-list ") && $0.contains("libqpdf") }, "\(report.output)")
+        #expect(
+            lines.contains { ["access", "read", "copy", "validate", "store", "record"].allSatisfy($0.contains) },
+            "\(report.output)")
     }
 
     @Test func killDashNineWithThePendingRecordMadeIsRepairedAtTheNextStart() throws {

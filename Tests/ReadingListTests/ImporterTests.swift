@@ -1,6 +1,7 @@
 // The import pipeline and reconcile on local files (no mount): records never point at nothing,
 // failures and cancels leave nothing behind, the app's copy outlives its source.
 
+import FileCoordination
 import Foundation
 import ReadingList
 import SystemSupport
@@ -142,7 +143,9 @@ struct ImporterTests {
         #expect(access.events.withLock { $0 } == ["start", "stop"], "stopped after a read failure too")
 
         let text = try fixture.source("text.pdf", Array("not a pdf\n".utf8))
-        #expect(await fixture.importer().importDocument(at: text).failure?.stage == .validate)
+        let textAccess = RecordingAccess()
+        #expect(await fixture.importer(access: textAccess).importDocument(at: text).failure?.stage == .validate)
+        #expect(textAccess.events.withLock { $0 } == ["start", "stop"], "stopped after a validate failure too")
         let empty = try fixture.source("empty.pdf", [])
         let emptyOutcome = await fixture.importer().importDocument(at: empty)
         #expect(emptyOutcome.failure?.stage == .validate)
@@ -188,33 +191,113 @@ struct ImporterTests {
         }
     }
 
-    @Test("a cancel during a large copy stops it within a chunk and leaves nothing")
+    @Test("a cancel during a large copy stops it at the next chunk and leaves nothing")
     func cancelDuringCopy() async throws {
         let fixture = try LibraryFixture()
         let path = try fixture.source("big.pdf", TestPDF(pages: 1, padding: 64 << 20).bytes())
         let cancellation = ImportCancellation()
-        let importer = fixture.importer()
-        async let outcome = importer.importDocument(at: path, cancellation: cancellation)
-        // Cancel once the copy has started (the staging file has bytes), bounded.
-        let deadline = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < deadline {
-            let staged = fixture.names(fixture.location.staging)
-            if let name = staged.first,
-                let size = try? FileManager.default.attributesOfItem(atPath: fixture.location.staging + "/" + name)[
-                    .size]
-                    as? Int, size > 0
-            {
-                break
-            }
-            try await Task.sleep(for: .milliseconds(1))
+        let access = RecordingAccess()
+        // Cancelled right after the first MiB is staged, with 63 MiB still to read.
+        let importer = fixture.importer(access: access) { reached in
+            if reached == .copying { cancellation.cancel() }
         }
-        cancellation.cancel()
-        let result = await outcome
-        if result.document == nil {
-            #expect(result.failure?.cancelled == true, "\(String(describing: result.failure))")
-            #expect(try fixture.store.documents().isEmpty)
-        }
+        let result = await importer.importDocument(at: path, cancellation: cancellation)
+        #expect(result.document == nil)
+        #expect(result.failure?.cancelled == true, "\(String(describing: result.failure))")
+        #expect(result.failure?.stage == .read)
+        #expect(result.failure?.message == "cancelled after \(1 << 20) bytes", "\(String(describing: result.failure))")
+        #expect(result.attempt.result == .cancelled)
+        #expect(result.attempt.stages.first { $0.stage == .copy }?.outcome == .cancelled)
+        #expect(access.events.withLock { $0 } == ["start", "stop"])
+        #expect(try fixture.store.documents().isEmpty)
         try fixture.expectConsistent()
+    }
+
+    @Test("the read claim is released before validate, and the report's file type is the copy's")
+    func claimReleasedBeforeValidate() async throws {
+        let fixture = try LibraryFixture()
+        let path = try fixture.source("doc.pdf", TestPDF(pages: 2).bytes())
+        let writerWaited = Locked<String?>(nil)
+        let importer = fixture.importer { reached in
+            guard reached == .before(.validate) else { return }
+            // A writer of the source gets its claim at once: the import no longer reads it.
+            let writer = FileCoordinator()
+            writer.deadlines = CoordinationDeadlines(claimWait: .seconds(20))
+            let started = ContinuousClock.now
+            do {
+                try writer.coordinate(writingItemAt: URL(fileURLWithPath: path)) { _ in }
+                writerWaited.withLock { $0 = "\(ContinuousClock.now - started)" }
+            } catch {
+                writerWaited.withLock { $0 = "refused: \(error)" }
+            }
+        }
+        let outcome = await importer.importDocument(at: path)
+        #expect(outcome.document != nil, "\(String(describing: outcome.failure))")
+        let waited = try #require(writerWaited.withLock { $0 })
+        #expect(!waited.hasPrefix("refused"), "the writer waited for the import's read claim: \(waited)")
+        #expect(outcome.attempt.fileType == "pdf")
+
+        let text = try fixture.source("notes.pdf", Array("plain notes\n".utf8))
+        #expect(await fixture.importer().importDocument(at: text).attempt.fileType == "text")
+        let directory = await fixture.importer().importDocument(at: fixture.directory.path + "/source")
+        #expect(directory.attempt.fileType == "unread", "nothing was copied")
+        try fixture.expectConsistent()
+    }
+
+    @Test("a source that shrinks during the copy fails validate: the copy is not what the source reported")
+    func sizeMismatchFailsValidate() async throws {
+        let fixture = try LibraryFixture()
+        let whole = TestPDF(pages: 1, padding: 3 << 20).bytes()
+        let path = try fixture.source("shrinking.pdf", whole)
+        let access = RecordingAccess()
+        let importer = fixture.importer(access: access) { reached in
+            if reached == .copying { _ = truncate(path, off_t(whole.count / 2)) }
+        }
+        let outcome = await importer.importDocument(at: path)
+        #expect(outcome.failure?.stage == .validate, "\(String(describing: outcome.failure))")
+        #expect(
+            outcome.failure?.message == "the copy has \(whole.count / 2) bytes but the source reported \(whole.count)",
+            "\(String(describing: outcome.failure))")
+        #expect(access.events.withLock { $0 } == ["start", "stop"], "access stopped after a validate failure")
+        #expect(try fixture.store.documents().isEmpty)
+        try fixture.expectConsistent()
+    }
+
+    @Test("store and record failures unwind the record and the file, and stop access")
+    func storeAndRecordFailuresLeaveNothing() async throws {
+        // store: the library is not a directory, so the move fails after the pending record.
+        let blocked = try LibraryFixture()
+        let path = try blocked.source("doc.pdf", TestPDF().bytes())
+        #expect(rmdir(blocked.location.library) == 0)
+        try writeFile(blocked.location.library, Array("in the way\n".utf8))
+        let pendingSeen = Locked(false)
+        let storeAccess = RecordingAccess()
+        let store = await blocked.importer(access: storeAccess) { [store = blocked.store] reached in
+            if reached == .pendingRecordCreated { pendingSeen.withLock { $0 = (try? store.documents().count) == 1 } }
+        }.importDocument(at: path)
+        #expect(pendingSeen.withLock { $0 }, "the pending record existed before the move")
+        #expect(store.failure?.stage == .store, "\(String(describing: store.failure))")
+        #expect(store.failure?.message.contains("cannot move the copy into the library") == true)
+        #expect(storeAccess.events.withLock { $0 } == ["start", "stop"])
+        #expect(try blocked.store.documents().isEmpty, "the pending record was removed")
+        #expect(blocked.names(blocked.location.staging).isEmpty)
+        #expect(try readFile(blocked.location.library) == Array("in the way\n".utf8), "nothing else was touched")
+
+        // record: the pending record is gone when it is to become available (another process's
+        // reconcile or remove got it): the moved file goes too.
+        let fixture = try LibraryFixture()
+        let source = try fixture.source("doc.pdf", TestPDF().bytes())
+        let recordAccess = RecordingAccess()
+        let record = await fixture.importer(access: recordAccess) { [store = fixture.store] reached in
+            guard reached == .before(.record), let pending = try? store.documents().first else { return }
+            _ = try? store.delete(pending.id)
+        }.importDocument(at: source)
+        #expect(record.failure?.stage == .record, "\(String(describing: record.failure))")
+        #expect(record.failure?.message == "the pending record disappeared")
+        #expect(recordAccess.events.withLock { $0 } == ["start", "stop"])
+        #expect(fixture.names(fixture.location.library).isEmpty, "the moved file was removed")
+        try fixture.expectConsistent()
+        #expect(try fixture.store.attempts().map(\.failedStage) == [.record])
     }
 
     @Test("two imports at once, in one process, each get their own document")
