@@ -91,7 +91,8 @@ for run in $(seq "$REPETITIONS"); do
         "$bin/reading-list" remove "$id" --data-dir "$work/app" >/dev/null
     done
 done
-python3 - "${baseline[*]}" "${imports[*]}" <<'PY'
+verdict=0
+python3 - "${baseline[*]}" "${imports[*]}" <<'PY' || verdict=$?
 import statistics, sys
 baseline = [float(x) for x in sys.argv[1].split()]
 imports = [float(x) for x in sys.argv[2].split()]
@@ -102,6 +103,9 @@ print("|---|---|---|---|")
 print(f"| cp + qpdf --check | {b:.3f} s | {min(baseline):.3f} | {max(baseline):.3f} |")
 print(f"| reading-list import | {i:.3f} s | {min(imports):.3f} | {max(imports):.3f} |")
 print()
-print(f"import / (cp + qpdf --check) = {i / b:.2f} (target: <= 2.00)")
+ratio = i / b
+print(f"import / (cp + qpdf --check) = {ratio:.2f} (target: <= 2.00): {'met' if ratio <= 2.0 else 'MISSED'}")
+sys.exit(0 if ratio <= 2.0 else 3)
 PY
 "$bin/reading-list" report --data-dir "$work/app" --limit 1 | sed -n '/access/,+1p'
+[[ $verdict -eq 0 ]] || { echo "reading-list: the import is more than 2x cp + qpdf --check (issue 13 target)" >&2; exit 1; }
