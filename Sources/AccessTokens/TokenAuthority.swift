@@ -343,6 +343,23 @@ public final class TokenAuthority: Sendable {
         return rows.sorted { ($0.grantedAt, $0.id) < ($1.grantedAt, $1.id) }
     }
 
+    /// Whether the token `id` has ended (expired, revoked, used up; a derived token also when
+    /// its parent has), or is not known: no caller can use it any more (D-369).
+    public func hasEnded(id: String) -> Bool {
+        let now = time.elapsed()
+        let wallNow = wallClock()
+        let ended = state.withLock { state -> Bool in
+            state.noticeExpiry(of: id, now: now, wallNow: wallNow)
+            guard let record = state.records[id] else { return true }
+            guard record.state == .live else { return true }
+            guard let parent = record.parentID else { return false }
+            state.noticeExpiry(of: parent, now: now, wallNow: wallNow)
+            return state.records[parent]?.state != .live
+        }
+        saveIfChanged()
+        return ended
+    }
+
     /// One token's row, ended or not, while it is remembered.
     public func info(id: String) -> TokenInfo? {
         let now = time.elapsed()

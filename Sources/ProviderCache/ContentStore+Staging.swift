@@ -17,14 +17,18 @@ import Musl
 /// The staging file of one item: shared by its write handles, written at any offset.
 public final class StagingFile: Sendable {
     public let identifier: ItemIdentifier
+    /// Whose private copy it is: nil for the item's shared one (plain paths), else the id of the
+    /// token whose access path opened it (its writes are dropped if the token ends).
+    public let owner: String?
     let path: String
     let fd: Int32
     let pool: BlockingIOPool
     /// The length as written (kept here: every write and truncate goes through this object).
     private let length: Locked<Int64>
 
-    init(identifier: ItemIdentifier, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
+    init(identifier: ItemIdentifier, owner: String? = nil, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
         self.identifier = identifier
+        self.owner = owner
         self.path = path
         self.fd = fd
         self.pool = pool
@@ -107,7 +111,7 @@ extension ContentStore {
     /// A new staging file for `identifier`: a copy of `source`'s bytes (every one present: the
     /// caller made sure), or empty when `source` is nil.
     func makeStaging(
-        _ identifier: ItemIdentifier, copying source: ContentEntry?
+        _ identifier: ItemIdentifier, copying source: ContentEntry?, owner: String? = nil
     ) async throws(CacheError) -> StagingFile {
         let number = reserveFileNumber()
         let path = "\(stagingDirectory)/\(number)"
@@ -130,7 +134,7 @@ extension ContentStore {
             }
             return fd
         }
-        return StagingFile(identifier: identifier, path: path, fd: fd, size: size, pool: environment.pool)
+        return StagingFile(identifier: identifier, owner: owner, path: path, fd: fd, size: size, pool: environment.pool)
     }
 
     /// Deletes a staging file that is not published (its handle keeps the descriptor).

@@ -33,8 +33,16 @@ public final class LocalWrites: Sendable {
         var base: ContentVersion?
     }
 
+    /// Whose staging copy: the item's shared one (`owner` nil: plain paths), or a token's own
+    /// (`owner`: the token's id), so that a token's writes can be dropped when it ends without
+    /// touching anyone else's (D-369).
+    private struct Key: Hashable {
+        var identifier: ItemIdentifier
+        var owner: String?
+    }
+
     private struct State {
-        var staged: [ItemIdentifier: Staged] = [:]
+        var staged: [Key: Staged] = [:]
         var uploads: [ItemIdentifier: UploadMachine] = [:]
         var tasks: [UInt64: Task<Void, Never>] = [:]
         var nextTask: UInt64 = 1
@@ -88,16 +96,20 @@ public final class LocalWrites: Sendable {
 
     /// A write handle opens on `item` (its current version): joins the item's staging file, or
     /// makes one — empty when `truncating`, else a copy of the current content, downloaded first
-    /// when not all present.
-    public func openWriter(_ item: ProviderItem, truncating: Bool) async throws(CacheError) -> StagingFile {
+    /// when not all present. `owner`: the token id of an access path's writer, whose staging file
+    /// is its token's own (nil: the item's shared one).
+    public func openWriter(
+        _ item: ProviderItem, truncating: Bool, owner: String? = nil
+    ) async throws(CacheError) -> StagingFile {
         guard item.kind == .file else { throw CacheError(.wrongKind, "\(item.identifier) is not a file") }
         await gate.acquire()
         defer { gate.release() }
+        let key = Key(identifier: item.identifier, owner: owner)
         if let file = state.withLock({ state -> StagingFile? in
-            guard state.staged[item.identifier] != nil else { return nil }
-            state.staged[item.identifier]!.machine.openWriter()
-            if truncating { state.staged[item.identifier]!.machine.changed() }
-            return state.staged[item.identifier]!.file
+            guard state.staged[key] != nil else { return nil }
+            state.staged[key]!.machine.openWriter()
+            if truncating { state.staged[key]!.machine.changed() }
+            return state.staged[key]!.file
         }) {
             environment.logger.debug(
                 "\(item.identifier): a writer joins staging \(file.path) (\(writerCount(of: item.identifier)) writers)")
@@ -117,7 +129,7 @@ public final class LocalWrites: Sendable {
         }
         let file: StagingFile
         do {
-            file = try await content.makeStaging(item.identifier, copying: source)
+            file = try await content.makeStaging(item.identifier, copying: source, owner: owner)
         } catch {
             if let source { content.unpin(source) }
             throw error
@@ -127,7 +139,7 @@ public final class LocalWrites: Sendable {
         state.withLock { state in
             var machine = StagingMachine(startsModified: truncating && item.size > 0)
             machine.openWriter()
-            state.staged[item.identifier] = Staged(machine: machine, file: file, base: base)
+            state.staged[key] = Staged(machine: machine, file: file, base: base)
         }
         environment.logger.debug(
             "\(item.identifier): a writer opens new staging \(file.path) from \(source.map { "\($0.version)" } ?? "nothing")"
@@ -135,14 +147,20 @@ public final class LocalWrites: Sendable {
         return file
     }
 
-    /// The staging file of `identifier`, when write handles have one open.
-    public func staging(of identifier: ItemIdentifier) -> StagingFile? {
-        state.withLock { $0.staged[identifier]?.file }
+    /// The staging file of `identifier` (the shared one, or `owner`'s), when write handles have
+    /// one open.
+    public func staging(of identifier: ItemIdentifier, owner: String? = nil) -> StagingFile? {
+        state.withLock { $0.staged[Key(identifier: identifier, owner: owner)]?.file }
     }
 
-    /// The staged length of `identifier` while it has a staging file (stat shows it).
-    public func stagedSize(of identifier: ItemIdentifier) -> Int64? {
-        state.withLock { state in state.staged.isEmpty ? nil : state.staged[identifier]?.file.size }
+    /// The staged length of `identifier` while it has a staging file (stat shows it): the shared
+    /// one's, or `owner`'s own when it has one.
+    public func stagedSize(of identifier: ItemIdentifier, owner: String? = nil) -> Int64? {
+        state.withLock { state in
+            guard !state.staged.isEmpty else { return nil }
+            if let owner, let own = state.staged[Key(identifier: identifier, owner: owner)] { return own.file.size }
+            return state.staged[Key(identifier: identifier, owner: nil)]?.file.size
+        }
     }
 
     /// `bytes` written at `offset` into the item's staging file.
@@ -158,47 +176,75 @@ public final class LocalWrites: Sendable {
     }
 
     private func markChanged(_ staging: StagingFile) {
+        let key = Key(identifier: staging.identifier, owner: staging.owner)
         state.withLock { state in
-            if state.staged[staging.identifier]?.file === staging {
-                state.staged[staging.identifier]!.machine.changed()
+            if state.staged[key]?.file === staging {
+                state.staged[key]!.machine.changed()
             }
         }
     }
 
-    /// Number of write handles open on `identifier`.
-    public func writerCount(of identifier: ItemIdentifier) -> Int {
-        state.withLock { $0.staged[identifier]?.machine.writers ?? 0 }
+    /// Number of write handles open on `identifier`'s shared staging file (or `owner`'s).
+    public func writerCount(of identifier: ItemIdentifier, owner: String? = nil) -> Int {
+        state.withLock { $0.staged[Key(identifier: identifier, owner: owner)]?.machine.writers ?? 0 }
     }
 
-    /// fsync (or the close of the only writer): publishes what changed. Nil when nothing did.
-    public func sync(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
+    /// fsync (or the close of the only writer): publishes what changed in `identifier`'s shared
+    /// staging file (or `owner`'s). Nil when nothing did.
+    public func sync(_ identifier: ItemIdentifier, owner: String? = nil) async throws(CacheError) -> PublishedVersion? {
         await gate.acquire()
         defer { gate.release() }
+        let key = Key(identifier: identifier, owner: owner)
         guard
             let (action, staged) = state.withLock({ state -> (StagingMachine.Action?, Staged)? in
-                guard state.staged[identifier] != nil else { return nil }
-                return (state.staged[identifier]!.machine.sync(), state.staged[identifier]!)
+                guard state.staged[key] != nil else { return nil }
+                return (state.staged[key]!.machine.sync(), state.staged[key]!)
             }), case .publish(let moving)? = action
         else { return nil }
         environment.logger.debug("\(identifier): sync publishes staging \(staged.file.path)")
         do {
             return try await publish(staged, moving: moving)
         } catch {
-            state.withLock { $0.staged[identifier]?.machine.publishFailed() }
+            state.withLock { $0.staged[key]?.machine.publishFailed() }
             throw error
         }
     }
 
-    /// A write handle closes; the last one publishes (by moving the staging file) or drops it.
-    public func closeWriter(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
+    /// The writes of a token that ended are dropped: its staging file `staging` is discarded
+    /// unpublished, at once, whatever its handles do next (their token checks refuse them; their
+    /// closes find nothing to publish). Nothing already published changes. False when `staging`
+    /// is no longer the token's current one (published by moving, or dropped before).
+    @discardableResult
+    public func abandon(_ staging: StagingFile) async -> Bool {
         await gate.acquire()
         defer { gate.release() }
+        let key = Key(identifier: staging.identifier, owner: staging.owner)
+        let dropped = state.withLock { state -> Bool in
+            guard state.staged[key]?.file === staging else { return false }
+            state.staged[key] = nil
+            return true
+        }
+        guard dropped else { return false }
+        environment.logger.notice(
+            "\(staging.identifier): the writes through token \(staging.owner ?? "-") are dropped unpublished (its access ended)"
+        )
+        content.discardStaging(staging)
+        return true
+    }
+
+    /// A write handle closes; the last one publishes (by moving the staging file) or drops it.
+    public func closeWriter(
+        _ identifier: ItemIdentifier, owner: String? = nil
+    ) async throws(CacheError) -> PublishedVersion? {
+        await gate.acquire()
+        defer { gate.release() }
+        let key = Key(identifier: identifier, owner: owner)
         guard
             let (action, staged) = state.withLock({ state -> (StagingMachine.Action?, Staged)? in
-                guard state.staged[identifier] != nil else { return nil }
-                let action = state.staged[identifier]!.machine.closeWriter()
-                let staged = state.staged[identifier]!
-                if action != nil { state.staged[identifier] = nil }
+                guard state.staged[key] != nil else { return nil }
+                let action = state.staged[key]!.machine.closeWriter()
+                let staged = state.staged[key]!
+                if action != nil { state.staged[key] = nil }
                 return (action, staged)
             })
         else { return nil }

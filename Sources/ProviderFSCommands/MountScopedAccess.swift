@@ -46,6 +46,10 @@ package struct MountScopedAccess: ScopedAccessProvider {
         authority.returnUse(id: id)
     }
 
+    package func hasEnded(id: String) -> Bool {
+        authority.hasEnded(id: id)
+    }
+
     /// The authority announces every end (D-346).
     package func observeEnds(_ observer: @escaping @Sendable (String) -> Void) {
         authority.observeEnds(observer)

@@ -388,9 +388,9 @@ extension ProviderFileSystem {
     }
 
     /// The checks of an open through an access path: the token and scope first (EACCES, no use
-    /// taken), then writes (EROFS), then one use taken (D-308), which the caller must end with
-    /// `endScopedUse` when the handle is released, or give back with `returnScopedUse` when the
-    /// open fails (D-315).
+    /// taken), then for writing EROFS on a read-only mount and EACCES for a read token, then one
+    /// use taken (D-308), which the caller must end with `endScopedUse` when the handle is
+    /// released, or give back with `returnScopedUse` when the open fails (D-315).
     func scopedOpen(
         _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
     ) throws(FileSystemError) -> (node: ScopedNode, identifier: ItemIdentifier, use: String) {
@@ -399,13 +399,19 @@ extension ProviderFileSystem {
         }
         try enforce(node, context: context, operation: "open")
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
-        if flags.wantsWrite || flags.truncates { throw readOnly("open for writing") }
+        let writing = flags.wantsWrite || flags.truncates
+        if writing, !isWritable { throw readOnly("open for writing") }
         let check = try decideToken(node.token, context: context, use: true, operation: "open")
         let use = check.id
         guard depth(of: identifier, below: check.scope) != nil else {
             returnScopedUse(use)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
+        }
+        if writing, !check.writable {
+            returnScopedUse(use)
+            logger.notice("open for writing through an access path refused: a read token")
+            throw FileSystemError(.accessDenied, "open for writing through an access path of a read token")
         }
         return (node, identifier, use)
     }

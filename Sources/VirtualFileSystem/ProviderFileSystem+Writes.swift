@@ -14,62 +14,93 @@ import Glibc
 import Musl
 #endif
 
-/// An open write handle: the item's shared staging file.
+/// An open write handle: the item's shared staging file, or through an access path its token's
+/// own (D-369).
 struct WriteHandle: Sendable {
     var inode: InodeNumber
     var identifier: ItemIdentifier
     var staging: StagingFile
     /// The process (thread group) that opened it, when known: only its flushes publish.
     var opener: Int32?
+    /// Opened through an access path: its node (every write, flush and fsync checks the token)
+    /// and the use its open took, ended at release.
+    var scoped: ProviderFileSystem.ScopedNode? = nil
+    var scopedUse: String? = nil
 }
 
 extension ProviderFileSystem {
     public func create(
         parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
     ) async throws(FileSystemError) -> (Entry, OpenedFile) {
-        try checkPlainNode(parent, "create", context: context)
-        guard isWritable, scopedTarget(parent) == nil else { throw readOnly("create") }
-        try checkPlainPath("create", context: context)
-        let parentNode = try node(parent)
-        guard parentNode.kind == .directory else {
-            throw FileSystemError(.notADirectory, "\(parentNode.identifier) is not a directory")
+        // Who may change the directory first (require-token mode, a read token: EACCES), then
+        // EROFS, then the name.
+        let site = try changeSite(parent, "create", context: context)
+        try checkName(name, in: site, "create")
+        // Through an access path the new file's handle takes a use, like an open (D-308).
+        var use: String?
+        if let scoped = site.scoped {
+            use = try decideToken(scoped.token, context: context, use: true, operation: "create").id
         }
-        guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
         // The name is made at the provider at once, empty (D-361): its identifier is stable, and
         // O_EXCL is the provider's (`.create` never replaces).
         let item: ProviderItem
-        do {
-            item = try await cache.createFile(named: name, in: parentNode.identifier, permissions: permissions & 0o7777)
+        let created: Entry
+        do throws(FileSystemError) {
+            do {
+                item = try await cache.createFile(named: name, in: site.directory, permissions: permissions & 0o7777)
+            } catch {
+                throw FileSystemError(error)
+            }
+            // Through an access path: the node of the new file under the token, as lookup's.
+            created =
+                site.scoped == nil
+                ? entry(for: item, presentBytes: 0, tracked: false)
+                : try await createdEntry(item, parent: parent, site: site, context: context)
         } catch {
-            throw FileSystemError(error)
+            returnScopedUse(use)
+            throw error
         }
-        let created = entry(for: item, presentBytes: 0, tracked: false)
+        var scoped: ScopedNode?
+        if site.scoped != nil, case .node(let node)? = scopedTarget(created.attributes.inode) { scoped = node }
         let opened = try await openWriter(
-            created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context)
+            created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context,
+            scoped: scoped, use: use)
         return (created, opened)
     }
 
-    /// open(2) of a plain node with O_WRONLY, O_RDWR or O_TRUNC.
+    /// open(2) with O_WRONLY, O_RDWR or O_TRUNC of a plain node, or of an access path's node
+    /// (`scoped`, whose checks `scopedOpen` made, taking `use`).
     func openForWriting(
-        _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext
+        _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext,
+        scoped: ScopedNode? = nil, use: String? = nil
     ) async throws(FileSystemError) -> OpenedFile {
-        guard isWritable else { throw readOnly("open for writing") }
-        let item = try await self.item(of: node, maximumAge: .zero)
-        guard item.kind == .file else {
-            throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+        let item: ProviderItem
+        do throws(FileSystemError) {
+            guard isWritable else { throw readOnly("open for writing") }
+            item = try await self.item(of: node, maximumAge: .zero)
+            guard item.kind == .file else {
+                throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+            }
+        } catch {
+            returnScopedUse(use)
+            throw error
         }
         return try await openWriter(
-            inode, identifier: node.identifier, item: item, truncating: flags.truncates, context: context)
+            inode, identifier: node.identifier, item: item, truncating: flags.truncates, context: context,
+            scoped: scoped, use: use)
     }
 
+    /// A write handle on `item`'s staging file: the shared one, or through an access path its
+    /// token's own (D-369). Gives `use` back when it fails.
     private func openWriter(
         _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool,
-        context: RequestContext
+        context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil
     ) async throws(FileSystemError) -> OpenedFile {
         let staging: StagingFile
         do {
-            staging = try await cache.writes.openWriter(item, truncating: truncating)
+            staging = try await cache.writes.openWriter(item, truncating: truncating, owner: scoped?.tokenID)
         } catch {
+            returnScopedUse(use)
             throw FileSystemError(error)
         }
         let handle = state.withLock { state in
@@ -80,7 +111,8 @@ extension ProviderFileSystem {
         }
         let opener = Self.process(of: context)
         writeHandles.withLock {
-            $0[handle] = WriteHandle(inode: inode, identifier: identifier, staging: staging, opener: opener)
+            $0[handle] = WriteHandle(
+                inode: inode, identifier: identifier, staging: staging, opener: opener, scoped: scoped, scopedUse: use)
         }
         // Direct I/O: the writes do not go through the page cache that readers of the published
         // version share (D-363).
@@ -102,6 +134,7 @@ extension ProviderFileSystem {
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0 else { throw FileSystemError(.invalidArgument, "negative offset") }
+        try await checkWriting(writer, "write", context: context)
         do {
             try await cache.writes.write(writer.staging, data, at: offset)
         } catch {
@@ -116,18 +149,34 @@ extension ProviderFileSystem {
     ) async throws(FileSystemError) -> NodeAttributes {
         guard isWritable else { throw readOnly("truncate") }
         guard size >= 0 else { throw FileSystemError(.invalidArgument, "negative size") }
-        let node = try node(inode)
+        var scoped: ScopedNode?
+        let node: InodeTable.Node
+        if let target = scopedTarget(inode) {
+            guard case .node(let scopedNode) = target, case .item(let identifier) = scopedNode.role else {
+                throw FileSystemError(.isADirectory, "truncate: an access-path directory")
+            }
+            guard try enforce(scopedNode, context: context, operation: "truncate").check.writable else {
+                logger.notice("truncate through an access path refused: a read token")
+                throw FileSystemError(.accessDenied, "truncate through an access path of a read token")
+            }
+            scoped = scopedNode
+            node = InodeTable.Node(identifier: identifier, kind: scopedNode.kind, lookupCount: 0, generation: 0)
+        } else {
+            node = try self.node(inode)
+        }
         guard node.kind == .file else { throw FileSystemError(.isADirectory, "\(node.identifier) is not a file") }
         if let handle, let writer = writeHandle(handle) {
+            try await checkWriting(writer, "truncate", context: context)
             do { try await cache.writes.truncate(writer.staging, to: size) } catch { throw FileSystemError(error) }
-        } else if let staging = cache.writes.staging(of: node.identifier) {
+        } else if let staging = cache.writes.staging(of: node.identifier, owner: scoped?.tokenID) {
             // truncate(2) while write handles are open: their staging file (published with them).
             do { try await cache.writes.truncate(staging, to: size) } catch { throw FileSystemError(error) }
         } else {
             // truncate(2) with no writer: a writer of its own, published at once.
             let item = try await self.item(of: node, maximumAge: .zero)
             let opened = try await openWriter(
-                inode, identifier: node.identifier, item: item, truncating: size == 0, context: context)
+                inode, identifier: node.identifier, item: item, truncating: size == 0, context: context,
+                scoped: scoped)
             guard let writer = writeHandle(opened.handle) else {
                 throw FileSystemError(.badHandle, "truncate's handle vanished")
             }
@@ -143,16 +192,45 @@ extension ProviderFileSystem {
     }
 
     /// Reads through a write handle (O_RDWR): the staging file, as written so far.
-    func readStaged(_ writer: WriteHandle, offset: Int64, count: Int) async throws(FileSystemError) -> ReadData {
+    func readStaged(
+        _ writer: WriteHandle, offset: Int64, count: Int, context: RequestContext
+    ) async throws(FileSystemError) -> ReadData {
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
+        if let scoped = writer.scoped { _ = try enforce(scoped, context: context, operation: "read") }
         do { return try await writer.staging.read(offset: offset, count: count) } catch { throw FileSystemError(error) }
+    }
+
+    /// Through an access path, every write, truncate, flush and fsync of a handle asks the token
+    /// (writes need a read-write one). Refused: EACCES; and when the token has ended, the
+    /// handle's unpublished writes are dropped first, so that no later close publishes them
+    /// (D-369).
+    func checkWriting(_ writer: WriteHandle, _ operation: String, context: RequestContext) async throws(FileSystemError)
+    {
+        guard let scoped = writer.scoped else { return }
+        do throws(FileSystemError) {
+            guard try enforce(scoped, context: context, operation: operation).check.writable else {
+                throw FileSystemError(.accessDenied, "\(operation) through an access path of a read token")
+            }
+        } catch {
+            await dropIfTokenEnded(writer)
+            throw error
+        }
+    }
+
+    /// Drops the writer's unpublished writes when its token has ended (D-369).
+    private func dropIfTokenEnded(_ writer: WriteHandle) async {
+        guard let scoped = writer.scoped, scopedAccess?.hasEnded(id: scoped.tokenID) == true else { return }
+        await cache.writes.abandon(writer.staging)
     }
 
     /// fsync of a write handle publishes what changed (under a write claim).
     func syncWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
         guard let writer = writeHandle(handle) else { return }
+        if let context { try await checkWriting(writer, "fsync", context: context) }
         try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
-            do throws(CacheError) { return try await self.cache.writes.sync(writer.identifier) } catch {
+            do throws(CacheError) {
+                return try await self.cache.writes.sync(writer.identifier, owner: writer.staging.owner)
+            } catch {
                 throw FileSystemError(error)
             }
         }
@@ -186,21 +264,27 @@ extension ProviderFileSystem {
 
     /// The handle's release: the last writer of the item publishes what is left, or drops the
     /// staging file. True when `handle` was a write handle.
+    /// Through an access path whose token has ended, what the handle left unpublished is
+    /// dropped instead (D-369), and the use its open took ends.
     @discardableResult
     func releaseWriter(_ handle: FileHandleID, context: RequestContext? = nil) async -> Bool {
-        guard writeHandle(handle) != nil else { return false }
+        guard let writer = writeHandle(handle) else { return false }
+        await dropIfTokenEnded(writer)
         do {
             try await closeWriter(handle, context: context)
         } catch {
             logger.warning("release of write handle \(handle): \(error)")
         }
+        endScopedUse(writer.scopedUse)
         return true
     }
 
     private func closeWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
         guard let writer = writeHandles.withLock({ $0.removeValue(forKey: handle) }) else { return }
         try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
-            do throws(CacheError) { return try await self.cache.writes.closeWriter(writer.identifier) } catch {
+            do throws(CacheError) {
+                return try await self.cache.writes.closeWriter(writer.identifier, owner: writer.staging.owner)
+            } catch {
                 throw FileSystemError(error)
             }
         }
@@ -230,7 +314,12 @@ extension ProviderFileSystem {
         }
         guard try await publish() != nil else { return }
         if let invalidate = kernelInvalidation.withLock({ $0 })?.call {
-            invalidate([.attributes(writer.inode), .content(writer.inode)])
+            var nodes = [writer.inode]
+            // Written through an access path: the item's plain node, if the kernel has one, too.
+            if writer.scoped != nil, let plain = state.withLock({ $0.inodes.inode(of: writer.identifier) }) {
+                nodes.append(plain)
+            }
+            invalidate(nodes.flatMap { [KernelInvalidation.attributes($0), .content($0)] })
         }
     }
 

@@ -412,6 +412,10 @@ public final class ProviderFileSystem: FileSystem {
             use = checked.use
             node = InodeTable.Node(
                 identifier: checked.identifier, kind: checked.node.kind, lookupCount: 0, generation: 0)
+            if flags.wantsWrite || flags.truncates {
+                return try await openForWriting(  // +Writes.swift
+                    inode, node: node, flags: flags, context: context, scoped: checked.node, use: checked.use)
+            }
         } else {
             try checkPlainPath("open", context: context)
             node = try self.node(inode)
@@ -486,7 +490,9 @@ public final class ProviderFileSystem: FileSystem {
     ) async throws(FileSystemError) -> ReadData {
         guard let open = state.withLock({ $0.files[handle] }) else {
             // A write handle (O_RDWR) reads the staging file (ProviderFileSystem+Writes.swift).
-            if let writer = writeHandle(handle) { return try await readStaged(writer, offset: offset, count: count) }
+            if let writer = writeHandle(handle) {
+                return try await readStaged(writer, offset: offset, count: count, context: context)
+            }
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }

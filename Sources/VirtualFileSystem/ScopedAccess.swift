@@ -47,9 +47,18 @@ public protocol ScopedAccessProvider: Sendable {
     /// held, and must be prompt: the file system then tells the kernel to forget the token's
     /// paths. A provider that never answers a caching other than `.never` need not call it.
     func observeEnds(_ observer: @escaping @Sendable (_ id: String) -> Void)
+    /// Whether the token `id` (a decision's `id`) has ended for good (expired, revoked, used up,
+    /// or derived from one that did), whoever asks: a handle's writes through it are then dropped
+    /// unpublished (D-369). Not whether some caller would be refused (a token bound to a process
+    /// refuses the others and has not ended).
+    func hasEnded(id: String) -> Bool
 }
 
 extension ScopedAccessProvider {
+    /// A provider that cannot tell: writes on handles whose token ended are refused (every
+    /// write is checked), but what they wrote before is published by the close as usual.
+    public func hasEnded(id: String) -> Bool { false }
+
     /// No announcements: for providers whose decisions all say `.never`.
     public func observeEnds(_ observer: @escaping @Sendable (_ id: String) -> Void) {}
 }
