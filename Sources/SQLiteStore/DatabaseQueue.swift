@@ -356,6 +356,17 @@ public final class DatabaseQueue: @unchecked Sendable {
         return nil
     }
 
+    private static func switchToWAL(_ db: Database, within timeout: Duration) throws -> String? {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            do {
+                return try db.fetchValue(String.self, "PRAGMA journal_mode = WAL")
+            } catch let error as DatabaseError where error.resultCode == .busy && ContinuousClock.now < deadline {
+                usleep(2_000)
+            }
+        }
+    }
+
     private static func describe(_ message: UnsafePointer<CChar>?, systemErrno: Int32) -> String {
         let text = message.map { String(cString: $0) } ?? "unknown error"
         return systemErrno == 0 ? text : "\(text): \(Errno(systemErrno))"
@@ -387,8 +398,11 @@ public final class DatabaseQueue: @unchecked Sendable {
                 ? try db.fetchValues(String.self, "SELECT name FROM \(DatabaseMigrator.tableName) ORDER BY rowid") : []
             let pending = try migrator.pendingMigrations(recorded: recorded, path: db.path)
 
-            // 2. Connection settings (D-153).
-            let journalMode = try db.fetchValue(String.self, "PRAGMA journal_mode = WAL")
+            // 2. Connection settings (D-153). Switching a new file to WAL needs it alone: while
+            //    another connection migrates it (two first opens at once), SQLite answers BUSY at
+            //    once, without its busy handler (which would deadlock), so it is asked again
+            //    until the busy timeout (D-367).
+            let journalMode = try Self.switchToWAL(db, within: configuration.busyTimeout)
             guard journalMode?.lowercased() == "wal" else {
                 throw DatabaseError(
                     code: .cannotOpen,
