@@ -107,19 +107,25 @@ extension Catalog {
         let moves =
             old.identifier == item.identifier ? [:] : identifiersMoved(from: old.identifier, to: item.identifier)
         let now = environment.timeline.now
-        state.withLock { catalog in
+        // A moved file with a local version not uploaded yet (or uploaded as the provider's
+        // version) keeps it: the provider answers with the version it has, which the write-back
+        // replaces next (D-371). Without this the move superseded the local bytes.
+        let placed = state.withLock { catalog -> ProviderItem in
             Self.unplace(item.identifier, parent: old.parent, name: old.name, in: &catalog)
             Self.unplace(old.identifier, parent: old.parent, name: old.name, in: &catalog)
-            Self.place(item, at: now, in: &catalog)
+            var placed = item
+            if !catalog.localVersions.isEmpty { Self.overlayLocal(&placed, in: &catalog) }
+            Self.place(placed, at: now, in: &catalog)
+            return placed
         }
         save([item])
         tell([
             .entry(directory: old.parent, name: old.name, identifier: item.identifier),
             .entry(directory: item.parent, name: item.name, identifier: item.identifier),
         ])
-        if old.contentVersion != item.contentVersion {
+        if old.contentVersion != placed.contentVersion {
             content.supersede(
-                item.identifier, except: item.contentVersion,
+                item.identifier, except: placed.contentVersion,
                 error: CacheError(.stale, "\(item.identifier) changed on the provider"))
         }
         return moves

@@ -174,6 +174,13 @@ public final class ContentEntry: Sendable {
         perform(state.withLock { $0.machine.retire(error) })
     }
 
+    /// The identifier a move gave the item while this entry was live: its file is the moved
+    /// record's now, and is not discarded with the entry (D-371).
+    var movedTo: ItemIdentifier? { moved.withLock { $0 } }
+    private let moved = Locked<ItemIdentifier?>(nil)
+
+    func noteMoved(to identifier: ItemIdentifier) { moved.withLock { $0 = identifier } }
+
     /// Waits for the download task (if any) to end. For shutdown and tests.
     func waitForDownload() async {
         let task = state.withLock { $0.downloadTask }

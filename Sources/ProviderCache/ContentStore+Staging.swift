@@ -16,7 +16,9 @@ import Musl
 
 /// The staging file of one item: shared by its write handles, written at any offset.
 public final class StagingFile: Sendable {
-    public let identifier: ItemIdentifier
+    /// The item it stages; a rename through the mount moves it (D-371).
+    public var identifier: ItemIdentifier { currentIdentifier.withLock { $0 } }
+    private let currentIdentifier: Locked<ItemIdentifier>
     /// Whose private copy it is: nil for the item's shared one (plain paths), else the id of the
     /// token whose access path opened it (its writes are dropped if the token ends).
     public let owner: String?
@@ -27,7 +29,7 @@ public final class StagingFile: Sendable {
     private let length: Locked<Int64>
 
     init(identifier: ItemIdentifier, owner: String? = nil, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
-        self.identifier = identifier
+        self.currentIdentifier = Locked(identifier)
         self.owner = owner
         self.path = path
         self.fd = fd
@@ -39,6 +41,9 @@ public final class StagingFile: Sendable {
 
     /// The staged length.
     public var size: Int64 { length.withLock { $0 } }
+
+    /// The item now has `identifier` (a rename at a provider whose identifiers are paths).
+    func rename(to identifier: ItemIdentifier) { currentIdentifier.withLock { $0 = identifier } }
 
     private static func failure(_ error: Errno, _ what: String, _ path: String) -> CacheError {
         let code: CacheError.Code = error == .noSpace || error.rawValue == EDQUOT ? .noSpace : .io

@@ -232,7 +232,16 @@ public final class ContentStore: Sendable {
     private func discardIfUnused(_ entry: ContentEntry) {
         let key = ContentKey(identifier: entry.identifier, version: entry.version)
         let inUse = state.withLock { state in
-            state.entries[key]?.fileNumber == entry.fileNumber || state.records[key]?.fileNumber == entry.fileNumber
+            if state.entries[key]?.fileNumber == entry.fileNumber || state.records[key]?.fileNumber == entry.fileNumber
+            {
+                return true
+            }
+            // Its record may live on under another identifier: a move re-keys records and retires
+            // the live entries of the old identifier (`identifiersMoved`), whose file is the
+            // moved record's. Not discarded then (D-371; before, the moved item lost its bytes).
+            let moved = ContentKey(identifier: entry.movedTo ?? entry.identifier, version: entry.version)
+            return state.entries[moved]?.fileNumber == entry.fileNumber
+                || state.records[moved]?.fileNumber == entry.fileNumber
         }
         if !inUse && entry.pins == 0 { discard(entry: entry) }
     }
@@ -285,9 +294,18 @@ public final class ContentStore: Sendable {
             guard !state.entries.isEmpty || !state.records.isEmpty else { return ([], []) }
             var retired: [ContentEntry] = []
             var moved: [(old: ContentRecord, new: ContentRecord)] = []
-            for (key, entry) in state.entries where moves[key.identifier] != nil {
+            var liveMoved: [(old: ContentRecord, new: ContentRecord)] = []
+            for (key, entry) in state.entries {
+                guard let identifier = moves[key.identifier] else { continue }
                 state.entries[key] = nil
                 retired.append(entry)
+                // A live entry has no record in the table: the moved item gets one, of the bytes
+                // present now, on the same file (before, a move while the item was open, or
+                // while the write-back uploaded it, left the moved item with no content).
+                let record = entry.record
+                var new = record
+                new.identifier = identifier
+                liveMoved.append((record, new))
             }
             for (key, record) in state.records {
                 guard let identifier = moves[key.identifier] else { continue }
@@ -296,6 +314,10 @@ public final class ContentStore: Sendable {
                 new.identifier = identifier
                 state.records[ContentKey(identifier: identifier, version: key.version)] = new
                 moved.append((record, new))
+            }
+            for (old, new) in liveMoved {
+                state.records[ContentKey(identifier: new.identifier, version: new.version)] = new
+                moved.append((old, new))
             }
             return (retired, moved)
         }
@@ -308,6 +330,7 @@ public final class ContentStore: Sendable {
             }
         }
         for entry in retired {
+            if let identifier = moves[entry.identifier] { entry.noteMoved(to: identifier) }
             entry.retire(CacheError(.deletedRemotely, "\(entry.identifier) was moved while open"))
             discardIfUnused(entry)
         }

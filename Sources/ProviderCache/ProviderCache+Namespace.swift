@@ -65,16 +65,23 @@ extension ProviderCache {
         }
         if mode == .exchange, let replaced {
             // Both items changed places: the catalog forgets both (their listings are asked for
-            // again) rather than re-keying two subtrees into each other's identifiers.
+            // again) rather than re-keying two subtrees into each other's identifiers. Open
+            // writers and queued uploads follow their items (D-371).
+            if moved.identifier == replaced.identifier { writes.exchange(item.identifier, replaced.identifier) }
             catalog.deleted(item.identifier)
             catalog.deleted(replaced.identifier)
             catalog.created(moved)
             catalog.expireListings([item.parent, parent])
             return (moved, [:])
         }
-        if let replaced, replaced.identifier != item.identifier { attributeOverrides.remove(replaced.identifier) }
+        if let replaced, replaced.identifier != item.identifier {
+            attributeOverrides.remove(replaced.identifier)
+            writes.forget(replaced.identifier)
+        }
         let moves = catalog.moved(item, to: moved, replaced: replaced?.identifier)
         attributeOverrides.rekey(moves)
+        // Open writers publish, and queued uploads go, under the new identifier (D-371).
+        if moved.identifier != item.identifier { writes.rekey(from: item.identifier, to: moved.identifier) }
         return (moved, moves)
     }
 

@@ -192,12 +192,24 @@ public final class LocalWrites: Sendable {
     /// fsync (or the close of the only writer): publishes what changed in `identifier`'s shared
     /// staging file (or `owner`'s). Nil when nothing did.
     public func sync(_ identifier: ItemIdentifier, owner: String? = nil) async throws(CacheError) -> PublishedVersion? {
+        try await sync(Key(identifier: identifier, owner: owner), expected: nil)
+    }
+
+    /// `sync` of a write handle's staging file, wherever a rename moved it; nil when it is no
+    /// longer the item's (dropped: its item was replaced or its token ended).
+    public func sync(_ staging: StagingFile) async throws(CacheError) -> PublishedVersion? {
+        try await sync(Key(identifier: staging.identifier, owner: staging.owner), expected: staging)
+    }
+
+    private func sync(_ key: Key, expected: StagingFile?) async throws(CacheError) -> PublishedVersion? {
         await gate.acquire()
         defer { gate.release() }
-        let key = Key(identifier: identifier, owner: owner)
+        let identifier = key.identifier
         guard
             let (action, staged) = state.withLock({ state -> (StagingMachine.Action?, Staged)? in
-                guard state.staged[key] != nil else { return nil }
+                guard state.staged[key] != nil, expected == nil || state.staged[key]!.file === expected else {
+                    return nil
+                }
                 return (state.staged[key]!.machine.sync(), state.staged[key]!)
             }), case .publish(let moving)? = action
         else { return nil }
@@ -236,12 +248,24 @@ public final class LocalWrites: Sendable {
     public func closeWriter(
         _ identifier: ItemIdentifier, owner: String? = nil
     ) async throws(CacheError) -> PublishedVersion? {
+        try await closeWriter(Key(identifier: identifier, owner: owner), expected: nil)
+    }
+
+    /// `closeWriter` of a write handle's staging file, wherever a rename moved it; nil when it
+    /// is no longer the item's (dropped: its item was replaced or its token ended).
+    public func closeWriter(_ staging: StagingFile) async throws(CacheError) -> PublishedVersion? {
+        try await closeWriter(Key(identifier: staging.identifier, owner: staging.owner), expected: staging)
+    }
+
+    private func closeWriter(_ key: Key, expected: StagingFile?) async throws(CacheError) -> PublishedVersion? {
         await gate.acquire()
         defer { gate.release() }
-        let key = Key(identifier: identifier, owner: owner)
+        let identifier = key.identifier
         guard
             let (action, staged) = state.withLock({ state -> (StagingMachine.Action?, Staged)? in
-                guard state.staged[key] != nil else { return nil }
+                guard state.staged[key] != nil, expected == nil || state.staged[key]!.file === expected else {
+                    return nil
+                }
                 let action = state.staged[key]!.machine.closeWriter()
                 let staged = state.staged[key]!
                 if action != nil { state.staged[key] = nil }
@@ -321,23 +345,81 @@ public final class LocalWrites: Sendable {
     /// Moves every record under `old` (the item, or a directory and its contents when identifiers
     /// are paths) to the same place under `new`: the namespace's renames call this.
     public func rekey(from old: ItemIdentifier, to new: ItemIdentifier) {
+        rekey { Self.rekeyed($0, from: old, to: new) }
+    }
+
+    /// Two items swapped places (RENAME_EXCHANGE at a provider whose identifiers are paths):
+    /// each one's records, and those below it, take the other's identifiers.
+    public func exchange(_ one: ItemIdentifier, _ other: ItemIdentifier) {
+        rekey { Self.rekeyed($0, from: one, to: other) ?? Self.rekeyed($0, from: other, to: one) }
+    }
+
+    /// The item `identifier` was replaced by a rename (or deleted) at the provider: its
+    /// unpublished staging copies are dropped (their handles write on into nothing, as into an
+    /// unlinked file) and its write-back entry is forgotten, so that the item that takes its
+    /// identifier starts clean.
+    public func forget(_ identifier: ItemIdentifier) {
+        let dropped = state.withLock { state -> ([StagingFile], Bool) in
+            var files: [StagingFile] = []
+            for key in state.staged.keys where key.identifier == identifier {
+                files.append(state.staged.removeValue(forKey: key)!.file)
+            }
+            return (files, state.uploads.removeValue(forKey: identifier) != nil)
+        }
+        for file in dropped.0 { content.discardStaging(file) }
+        if dropped.1 {
+            do { try environment.store.deleteUpload(identifier) } catch {
+                environment.logger.warning("cannot delete an upload record: \(error)")
+            }
+        }
+    }
+
+    /// Moves the staging copies (which later publish under the new identifier, D-371) and the
+    /// write-back entries whose identifier `target` maps, all at once (a swap works).
+    private func rekey(_ target: (ItemIdentifier) -> ItemIdentifier?) {
         let moved = state.withLock { state -> [(ItemIdentifier, UploadMachine)] in
+            var stagedMoves: [(Key, Staged)] = []
+            for (key, staged) in state.staged {
+                guard let identifier = target(key.identifier) else { continue }
+                state.staged[key] = nil
+                staged.file.rename(to: identifier)
+                stagedMoves.append((Key(identifier: identifier, owner: key.owner), staged))
+            }
+            for (key, staged) in stagedMoves { state.staged[key] = staged }
             var moved: [(ItemIdentifier, UploadMachine)] = []
+            var machines: [(ItemIdentifier, UploadMachine)] = []
             for (identifier, machine) in state.uploads {
-                guard let target = Self.rekeyed(identifier, from: old, to: new) else { continue }
+                guard let newIdentifier = target(identifier) else { continue }
                 state.uploads[identifier] = nil
                 var machine = machine
-                machine.rename(to: target)
-                state.uploads[target] = machine
+                machine.rename(to: newIdentifier)
+                machines.append((newIdentifier, machine))
                 moved.append((identifier, machine))
             }
+            for (identifier, machine) in machines { state.uploads[identifier] = machine }
             return moved
         }
-        for (previous, machine) in moved {
-            save(machine.record)
+        // Deleted first: in a swap, a previous identifier is another entry's new one.
+        for (previous, _) in moved {
             do { try environment.store.deleteUpload(previous) } catch {
                 environment.logger.warning("cannot delete an upload record: \(error)")
             }
+        }
+        for (_, machine) in moved { save(machine.record) }
+    }
+
+    /// Where the write-back entry running (or retrying) `version` is now: `identifier`, unless a
+    /// rename moved it while the upload ran or waited (local versions are unique, D-360).
+    private func uploadKey(_ identifier: ItemIdentifier, version: ContentVersion?) -> ItemIdentifier {
+        guard let version else { return identifier }
+        return state.withLock { state in
+            if let machine = state.uploads[identifier],
+                machine.inFlight == version || machine.record.localVersion == version
+            {
+                return identifier
+            }
+            return state.uploads.first { $0.value.inFlight == version }?.key
+                ?? state.uploads.first { $0.value.record.localVersion == version }?.key ?? identifier
         }
     }
 
@@ -365,10 +447,12 @@ public final class LocalWrites: Sendable {
                 spawn { await self.upload(identifier, version: version, base: base) }
             case .retry(let delay):
                 let timeline = environment.timeline
+                let version = state.withLock { $0.uploads[identifier]?.record.localVersion }
                 spawn {
                     do { try await timeline.sleep(for: delay) } catch { return }
-                    let next = self.state.withLock { $0.uploads[identifier]?.retryDue() ?? [] }
-                    self.perform(identifier, next)
+                    let current = self.uploadKey(identifier, version: version)
+                    let next = self.state.withLock { $0.uploads[current]?.retryDue() ?? [] }
+                    self.perform(current, next)
                 }
             }
         }
@@ -386,8 +470,10 @@ public final class LocalWrites: Sendable {
         }
     }
 
-    /// One upload attempt of `version`.
-    private func upload(_ identifier: ItemIdentifier, version: ContentVersion, base: ContentVersion?) async {
+    /// One upload attempt of `version`. A rename while it runs moves its entry: the identifier
+    /// is looked up again before and after the provider's call.
+    private func upload(_ requested: ItemIdentifier, version: ContentVersion, base: ContentVersion?) async {
+        var identifier = uploadKey(requested, version: version)
         let provider = environment.provider
         let result: Result<ProviderItem, any Error>
         var conflictName: String?
@@ -398,9 +484,14 @@ public final class LocalWrites: Sendable {
             entry = pinned
         }
         defer { if let entry { content.unpin(entry) } }
-        guard let item = catalog.knownItem(identifier), entry != nil,
+        // Every byte of the version must be in its content file: a pin of a version the store
+        // has no complete record of (a race with a move) makes an empty entry, whose file would
+        // upload as zeros.
+        guard let item = catalog.knownItem(identifier), let entry, entry.isMaterialized,
             let path = content.contentFilePath(identifier, version)
         else {
+            // (A move during the pin retires the pinned entry: retried under the new identifier.)
+            identifier = uploadKey(identifier, version: version)
             let next = state.withLock {
                 $0.uploads[identifier]?.failed(version, message: "the local version is no longer stored") ?? []
             }
@@ -423,6 +514,7 @@ public final class LocalWrites: Sendable {
         } catch {
             result = .failure(error)
         }
+        identifier = uploadKey(identifier, version: version)
         switch result {
         case .success(let uploaded):
             if let conflictName {

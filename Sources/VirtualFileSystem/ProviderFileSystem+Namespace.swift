@@ -293,6 +293,14 @@ extension ProviderFileSystem {
                 state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
             }
         }
+        // Write handles follow their items too (their staging copies moved with them, D-371).
+        if !moves.isEmpty {
+            writeHandles.withLock { handles in
+                for (handle, writer) in handles {
+                    if let moved = moves[writer.identifier] { handles[handle]!.identifier = moved }
+                }
+            }
+        }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 

@@ -229,7 +229,7 @@ extension ProviderFileSystem {
         if let context { try await checkWriting(writer, "fsync", context: context) }
         try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
-                return try await self.cache.writes.sync(writer.identifier, owner: writer.staging.owner)
+                return try await self.cache.writes.sync(writer.staging)
             } catch {
                 throw FileSystemError(error)
             }
@@ -283,7 +283,7 @@ extension ProviderFileSystem {
         guard let writer = writeHandles.withLock({ $0.removeValue(forKey: handle) }) else { return }
         try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
-                return try await self.cache.writes.closeWriter(writer.identifier, owner: writer.staging.owner)
+                return try await self.cache.writes.closeWriter(writer.staging)
             } catch {
                 throw FileSystemError(error)
             }

@@ -31,6 +31,12 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         try await base.fetchContents(of: identifier, version: version, range: range)
     }
 
+    func move(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
+    ) async throws -> ProviderItem {
+        try await base.move(identifier, to: parent, named: name, mode: mode)
+    }
+
     /// The next `count` uploads fail with EIO.
     func failNext(_ count: Int) { control.withLock { $0.failures = count } }
     var uploadCount: Int { control.withLock { $0.uploads } }
@@ -234,6 +240,46 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
 }
 
 @Suite struct WriteBackTests {
+    /// D-371: a rename through the mount right after a publish (an editor's save-via-rename)
+    /// while the write-back uploads the new version (which pins it: a live content entry).
+    @Test func aMoveWhileTheUploadRunsKeepsTheLocalBytesAndUploadsThemUnderTheNewName() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("hello".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        fixture.provider.hold()
+        let staging = try await cache.writes.openWriter(item, truncating: false)
+        try await cache.writes.write(staging, Array(" world".utf8), at: 5)
+        let published = try #require(try await cache.writes.closeWriter(item.identifier))
+        var deadline = ContinuousClock.now + .seconds(10)
+        while fixture.provider.startedCount < 1, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(fixture.provider.startedCount == 1, "the upload runs, its version pinned")
+        let (moved, moves) = try await cache.move(
+            published.item, to: .root, named: "g", mode: .replacing, replaced: nil)
+        #expect(moved.identifier == ItemIdentifier("g") && moves[ItemIdentifier("f")] == ItemIdentifier("g"))
+        // The moved item is still the local version, and its bytes are all there.
+        let current = try await cache.catalog.item(ItemIdentifier("g"), maximumAge: .zero)
+        #expect(current.contentVersion == published.item.contentVersion)
+        #expect(try await readAll(cache, current) == Array("hello world".utf8))
+        #expect(cache.writes.uploadRecord(of: ItemIdentifier("g"))?.localVersion == published.item.contentVersion)
+        // The held upload goes to the old name, which is gone: it fails, and the retry after the
+        // backoff uploads under the new name.
+        fixture.provider.release()
+        deadline = ContinuousClock.now + .seconds(10)
+        while fixture.provider.base.content(of: "g")?.0 != .bytes(Array("hello world".utf8)),
+            ContinuousClock.now < deadline
+        {
+            fixture.clock.advance(by: .seconds(1))
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(fixture.provider.base.content(of: "g")?.0 == .bytes(Array("hello world".utf8)))
+        #expect(fixture.provider.base.content(of: "f") == nil)
+        #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("g")))
+        #expect(cache.status(of: ItemIdentifier("g"))?.state == .materialized)
+    }
+
     @Test func aPublishIsANewLocalVersionUploadedAndKeptAcrossListings() async throws {
         let fixture = try WriteFixture()
         fixture.provider.base.putFile("f", .bytes(Array("hello".utf8)))

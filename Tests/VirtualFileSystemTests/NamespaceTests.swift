@@ -1,9 +1,14 @@
 import ProviderCache
+import ProviderFaults
 import ProviderModel
 import SystemSupport
 import TestSupport
 import Testing
 import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Records the namespace claims asked for and their ends.
 private final class RecordingNamespaceClaims: NamespaceClaimProvider {
@@ -445,5 +450,74 @@ struct NamespaceTests {
                 _ = try await fileSystem.makeDirectory(
                     parent: .root, name: ".scoped", permissions: 0o755, context: .kernel)
             } == .permissionDenied)
+    }
+
+    @Test("a file renamed while a write handle is open, or while its upload waits, ends up whole under the new name")
+    func renameCarriesOpenWritersAndUploads() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.putFile("f", .bytes(Array("old".utf8)))
+        let fileSystem = try fixture.makeFileSystem()
+        func read(_ name: String) async throws -> [UInt8] {
+            let inode = try await fileSystem.lookup(parent: .root, name: name, context: .kernel).inode
+            let opened = try await fileSystem.open(inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+            defer { Task { await fileSystem.release(inode, handle: opened.handle) } }
+            return try await fileSystem.read(inode, handle: opened.handle, offset: 0, count: 100, context: .kernel)
+                .bytes
+        }
+        func providerBytes(_ name: String, _ expected: String) async -> Bool {
+            let deadline = ContinuousClock.now + .seconds(15)
+            while ContinuousClock.now < deadline {
+                if case .bytes(let bytes)? = fixture.provider.content(of: name)?.0, bytes == Array(expected.utf8) {
+                    return true
+                }
+                // The write-back's retry backoff runs on the cache's manual clock.
+                fixture.clock.advance(by: .seconds(1))
+                try? await Task.sleep(for: .milliseconds(5))
+            }
+            return false
+        }
+        // A writer open across the rename (a logger whose file is rotated): everything it wrote,
+        // before and after, is the renamed file's.
+        let f = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel).inode
+        let writer = try await fileSystem.open(f, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: .kernel)
+        _ = try await fileSystem.write(
+            f, handle: writer.handle, offset: 0, data: Array("hello ".utf8), context: .kernel)
+        try await fileSystem.rename(
+            parent: .root, name: "f", newParent: .root, newName: "g", flags: 0, context: .kernel)
+        _ = try await fileSystem.write(f, handle: writer.handle, offset: 6, data: Array("after".utf8), context: .kernel)
+        try await fileSystem.flush(f, handle: writer.handle, context: .kernel)
+        await fileSystem.release(f, handle: writer.handle)
+        #expect(try await read("g") == Array("hello after".utf8))
+        #expect(
+            await errno { _ = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel) }
+                == .noSuchFileOrDirectory)
+        #expect(await providerBytes("g", "hello after"), "\(String(describing: fixture.provider.content(of: "g")))")
+        #expect(fixture.provider.content(of: "f") == nil)
+
+        // A published version whose upload is held while the file is renamed (an editor's
+        // save-via-rename right after a write): the upload lands under the new name.
+        fixture.faults.add(FaultRule(identifier: ItemIdentifier("g"), fault: .stall(offset: 0), on: .upload))
+        let g = try await fileSystem.lookup(parent: .root, name: "g", context: .kernel).inode
+        let second = try await fileSystem.open(g, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: .kernel)
+        _ = try await fileSystem.write(g, handle: second.handle, offset: 0, data: Array("v2".utf8), context: .kernel)
+        try await fileSystem.flush(g, handle: second.handle, context: .kernel)
+        await fileSystem.release(g, handle: second.handle)
+        try await fileSystem.rename(
+            parent: .root, name: "g", newParent: .root, newName: "h", flags: 0, context: .kernel)
+        _ = fixture.faults.clear()
+        // The held upload goes on to the old name, which is gone: a failure, retried after the
+        // backoff under the new name.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while fileSystem.cache.writes.uploadRecord(of: ItemIdentifier("h"))?.phase == .uploading,
+            ContinuousClock.now < deadline
+        {
+            // A stall looks whether its rule was cleared every 50 ms of the fixture's clock.
+            fixture.clock.advance(by: .milliseconds(100))
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(try await read("h") == Array("v2".utf8))
+        #expect(await providerBytes("h", "v2"), "\(String(describing: fixture.provider.content(of: "h")))")
+        #expect(try await names(fileSystem, .root) == ["h"], "no conflict copy, nothing left under the old names")
+        #expect(fileSystem.cache.writes.pendingUploads.isEmpty)
     }
 }
