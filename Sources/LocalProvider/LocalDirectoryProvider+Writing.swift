@@ -263,22 +263,44 @@ extension LocalDirectoryProvider {
         case .create:
             try Self.publishExclusively(directory.fd, temporary, as: name)
         case .replace(let identifier, let baseVersion):
-            if let baseVersion {
-                // The check and the rename are two calls: a writer that replaces the file between
-                // them is overwritten (docs/SEMANTICS.md: the check-then-rename window). Nothing
-                // local can close it; it is a few microseconds wide.
+            // RENAME_EXCHANGE (D-372): the file must still be there, so a move or delete since the
+            // check above is ENOENT (a plain rename would make a new file under the old name),
+            // and what it swaps out is the version checked, else it is swapped back.
+            if renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange) == 0 {
+                // `temporary` names the replaced file now.
                 var info = stat()
-                guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
-                    throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+                if let baseVersion, fstatat(directory.fd, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+                    let replaced = Self.version(of: info)
+                    if replaced != baseVersion {
+                        _ = renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange)
+                        throw ProviderError(
+                            .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(replaced)")
+                    }
                 }
-                let current = Self.version(of: info)
-                guard current == baseVersion else {
-                    throw ProviderError(
-                        .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
+                unlinkat(directory.fd, temporary, 0)
+            } else {
+                let code = errno
+                if code == ENOENT { throw Self.writeError(code, "replace \(identifier.rawValue): it is gone") }
+                guard code == EINVAL || code == ENOSYS else {
+                    throw Self.writeError(code, "replace \(identifier.rawValue)")
                 }
-            }
-            guard renameat(directory.fd, temporary, directory.fd, name) == 0 else {
-                throw Self.writeError(errno, "replace \(identifier.rawValue)")
+                // A file system without RENAME_EXCHANGE: check, then rename. A writer that
+                // replaces the file between the two calls is overwritten, and a move between
+                // them leaves the upload under the old name (docs/SEMANTICS.md).
+                if let baseVersion {
+                    var info = stat()
+                    guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                        throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+                    }
+                    let current = Self.version(of: info)
+                    guard current == baseVersion else {
+                        throw ProviderError(
+                            .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
+                    }
+                }
+                guard renameat(directory.fd, temporary, directory.fd, name) == 0 else {
+                    throw Self.writeError(errno, "replace \(identifier.rawValue)")
+                }
             }
         }
         published = true

@@ -297,6 +297,9 @@ public final class ContentStore: Sendable {
             var liveMoved: [(old: ContentRecord, new: ContentRecord)] = []
             for (key, entry) in state.entries {
                 guard let identifier = moves[key.identifier] else { continue }
+                // Noted before the entry leaves the table: its idle handler may run at once on
+                // another thread, and must find the moved record (else it deletes the file).
+                entry.noteMoved(to: identifier)
                 state.entries[key] = nil
                 retired.append(entry)
                 // A live entry has no record in the table: the moved item gets one, of the bytes
@@ -330,7 +333,6 @@ public final class ContentStore: Sendable {
             }
         }
         for entry in retired {
-            if let identifier = moves[entry.identifier] { entry.noteMoved(to: identifier) }
             entry.retire(CacheError(.deletedRemotely, "\(entry.identifier) was moved while open"))
             discardIfUnused(entry)
         }

@@ -60,6 +60,10 @@ extension ProviderCache {
         _ item: ProviderItem, to parent: ItemIdentifier, named name: String, mode: MoveMode, replaced: ProviderItem?
     ) async throws(CacheError) -> (item: ProviderItem, moves: [ItemIdentifier: ItemIdentifier]) {
         let provider = environment.provider
+        // Upload calls for the items wait, and running ones end first (D-372).
+        let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])
+        await writes.beginMove(moving)
+        defer { writes.endMove(moving) }
         let moved = try await providerCall {
             try await provider.move(item.identifier, to: parent, named: name, mode: mode)
         }

@@ -47,6 +47,12 @@ public final class LocalWrites: Sendable {
         var tasks: [UInt64: Task<Void, Never>] = [:]
         var nextTask: UInt64 = 1
         var closed = false
+        /// Upload calls at the provider, by the identifier they address (D-372).
+        var callsInFlight: [ItemIdentifier: Int] = [:]
+        /// Items a move through the mount is moving (with what lies under them).
+        var moving: [ItemIdentifier] = []
+        var blockedCalls: [CheckedContinuation<Void, Never>] = []
+        var blockedMoves: [CheckedContinuation<Void, Never>] = []
     }
 
     private let state = Locked(State())
@@ -410,17 +416,102 @@ public final class LocalWrites: Sendable {
 
     /// Where the write-back entry running (or retrying) `version` is now: `identifier`, unless a
     /// rename moved it while the upload ran or waited (local versions are unique, D-360).
-    private func uploadKey(_ identifier: ItemIdentifier, version: ContentVersion?) -> ItemIdentifier {
-        guard let version else { return identifier }
-        return state.withLock { state in
-            if let machine = state.uploads[identifier],
-                machine.inFlight == version || machine.record.localVersion == version
-            {
-                return identifier
-            }
-            return state.uploads.first { $0.value.inFlight == version }?.key
-                ?? state.uploads.first { $0.value.record.localVersion == version }?.key ?? identifier
+    private func uploadKey(_ identifier: ItemIdentifier, version: ContentVersion) -> ItemIdentifier {
+        state.withLock { Self.uploadKey(identifier, version: version, in: $0.uploads) }
+    }
+
+    private static func uploadKey(
+        _ identifier: ItemIdentifier, version: ContentVersion, in uploads: [ItemIdentifier: UploadMachine]
+    ) -> ItemIdentifier {
+        if let machine = uploads[identifier], machine.inFlight == version || machine.record.localVersion == version {
+            return identifier
         }
+        return uploads.first { $0.value.inFlight == version }?.key
+            ?? uploads.first { $0.value.record.localVersion == version }?.key ?? identifier
+    }
+
+    /// Finds the entry of `version` (`uploadKey`) and applies `change` to it under one lock, so
+    /// that a rename cannot move it, or put another item's entry under `identifier`, in between.
+    private func applyToUpload(
+        _ identifier: ItemIdentifier, version: ContentVersion,
+        _ change: (inout UploadMachine) -> [UploadMachine.Action]
+    ) -> (ItemIdentifier, [UploadMachine.Action], UploadPhase?) {
+        state.withLock { state in
+            let key = Self.uploadKey(identifier, version: version, in: state.uploads)
+            guard state.uploads[key] != nil else { return (key, [], nil) }
+            let actions = change(&state.uploads[key]!)
+            return (key, actions, state.uploads[key]!.record.phase)
+        }
+    }
+
+    // MARK: Moves and upload calls (D-372)
+
+    /// A move through the mount of `identifiers` begins: new upload calls for them (and what lies
+    /// under them) wait, and this waits for the ones at the provider to end, so that no upload
+    /// addresses an item by a name the move is changing (it would write the old name anew, or
+    /// replace another item that took it). Call `endMove` after the move and its re-keying.
+    func beginMove(_ identifiers: [ItemIdentifier]) async {
+        state.withLock { $0.moving += identifiers }
+        while true {
+            var clear = false
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let busy = state.withLock { state -> Bool in
+                    let busy = state.callsInFlight.keys.contains { key in
+                        identifiers.contains { Self.rekeyed(key, from: $0, to: $0) != nil }
+                    }
+                    if busy { state.blockedMoves.append(continuation) }
+                    return busy
+                }
+                if !busy {
+                    clear = true
+                    continuation.resume()
+                }
+            }
+            if clear { return }
+        }
+    }
+
+    func endMove(_ identifiers: [ItemIdentifier]) {
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            for identifier in identifiers {
+                if let index = state.moving.firstIndex(of: identifier) { state.moving.remove(at: index) }
+            }
+            defer { state.blockedCalls = [] }
+            return state.blockedCalls
+        }
+        for waiter in waiting { waiter.resume() }
+    }
+
+    /// Registers an upload call of `version` at the provider, once no move is changing its item's
+    /// name; returns the identifier to address (where renames have moved the entry).
+    private func beginUploadCall(_ identifier: ItemIdentifier, version: ContentVersion) async -> ItemIdentifier {
+        while true {
+            var key: ItemIdentifier?
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let proceed = state.withLock { state -> Bool in
+                    let current = Self.uploadKey(identifier, version: version, in: state.uploads)
+                    if state.moving.contains(where: { Self.rekeyed(current, from: $0, to: $0) != nil }) {
+                        state.blockedCalls.append(continuation)
+                        return false
+                    }
+                    state.callsInFlight[current, default: 0] += 1
+                    key = current
+                    return true
+                }
+                if proceed { continuation.resume() }
+            }
+            if let key { return key }
+        }
+    }
+
+    private func endUploadCall(_ key: ItemIdentifier) {
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.callsInFlight[key, default: 1] -= 1
+            if state.callsInFlight[key] == 0 { state.callsInFlight[key] = nil }
+            defer { state.blockedMoves = [] }
+            return state.blockedMoves
+        }
+        for waiter in waiting { waiter.resume() }
     }
 
     /// `identifier` under `new` when it is `old` or lies under it ("old/…").
@@ -445,13 +536,11 @@ public final class LocalWrites: Sendable {
             case .save(let record): save(record)
             case .upload(let version, let base):
                 spawn { await self.upload(identifier, version: version, base: base) }
-            case .retry(let delay):
+            case .retry(let delay, let version):
                 let timeline = environment.timeline
-                let version = state.withLock { $0.uploads[identifier]?.record.localVersion }
                 spawn {
                     do { try await timeline.sleep(for: delay) } catch { return }
-                    let current = self.uploadKey(identifier, version: version)
-                    let next = self.state.withLock { $0.uploads[current]?.retryDue() ?? [] }
+                    let (current, next, _) = self.applyToUpload(identifier, version: version) { $0.retryDue() }
                     self.perform(current, next)
                 }
             }
@@ -491,21 +580,23 @@ public final class LocalWrites: Sendable {
             let path = content.contentFilePath(identifier, version)
         else {
             // (A move during the pin retires the pinned entry: retried under the new identifier.)
-            identifier = uploadKey(identifier, version: version)
-            let next = state.withLock {
-                $0.uploads[identifier]?.failed(version, message: "the local version is no longer stored") ?? []
+            let (current, next, _) = applyToUpload(identifier, version: version) {
+                $0.failed(version, message: "the local version is no longer stored")
             }
-            return perform(identifier, next)
+            return perform(current, next)
         }
+        // No move through the mount changes the item's name while the provider's call runs.
+        identifier = await beginUploadCall(identifier, version: version)
+        let current = catalog.knownItem(identifier) ?? item
         do {
             let uploaded = try await provider.upload(
                 from: path, to: .replace(identifier, baseVersion: base), permissions: nil,
-                modificationTime: item.modificationTime)
+                modificationTime: current.modificationTime)
             result = .success(uploaded)
         } catch let error as ProviderError where error.code == .versionChanged {
             // Keep both: the local edit under a conflict name, the provider's under the original.
             do {
-                let (name, created) = try await uploadConflictCopy(item, from: path)
+                let (name, created) = try await uploadConflictCopy(current, from: path)
                 conflictName = name
                 result = .success(created)
             } catch {
@@ -514,31 +605,35 @@ public final class LocalWrites: Sendable {
         } catch {
             result = .failure(error)
         }
-        identifier = uploadKey(identifier, version: version)
+        endUploadCall(identifier)
         switch result {
         case .success(let uploaded):
             if let conflictName {
                 catalog.dropLocal(identifier)
                 catalog.applyCreated(uploaded)
                 _ = try? await catalog.item(identifier, maximumAge: .zero)
-                let next = state.withLock { $0.uploads[identifier]?.conflictResolved(conflictName: conflictName) ?? [] }
-                environment.logger.notice("\(identifier): conflict; the local edit is kept as \(conflictName)")
-                perform(identifier, next)
+                let (current, next, _) = applyToUpload(identifier, version: version) {
+                    $0.conflictResolved(conflictName: conflictName)
+                }
+                environment.logger.notice("\(current): conflict; the local edit is kept as \(conflictName)")
+                perform(current, next)
             } else {
-                let next = state.withLock {
-                    $0.uploads[identifier]?.uploaded(version, providerVersion: uploaded.contentVersion) ?? []
+                let (current, next, phase) = applyToUpload(identifier, version: version) {
+                    $0.uploaded(version, providerVersion: uploaded.contentVersion)
                 }
-                if state.withLock({ $0.uploads[identifier]?.record.phase == .materialized }) {
+                if phase == .materialized {
                     catalog.localUploaded(
-                        identifier, version: version, providerVersion: uploaded.contentVersion, base: base)
+                        current, version: version, providerVersion: uploaded.contentVersion, base: base)
                 }
-                perform(identifier, next)
+                perform(current, next)
             }
         case .failure(let error):
             let message = "\(CacheError.from(error))"
-            environment.logger.warning("\(identifier): upload failed: \(message)")
-            let next = state.withLock { $0.uploads[identifier]?.failed(version, message: message) ?? [] }
-            perform(identifier, next)
+            let (current, next, _) = applyToUpload(identifier, version: version) {
+                $0.failed(version, message: message)
+            }
+            environment.logger.warning("\(current): upload failed: \(message)")
+            perform(current, next)
         }
     }
 

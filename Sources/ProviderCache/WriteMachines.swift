@@ -104,8 +104,9 @@ struct UploadMachine: Sendable, Equatable {
     enum Action: Sendable, Equatable {
         /// Upload `version` against `base`, then report `uploaded` or `failed`.
         case upload(version: ContentVersion, base: ContentVersion?)
-        /// Try again at `at` (timeline instant): call `retryDue`.
-        case retry(after: Duration)
+        /// Try again after the delay: call `retryDue` on the machine of `version` (wherever a
+        /// rename has moved it meanwhile).
+        case retry(after: Duration, version: ContentVersion)
         /// Save the record (durable queue).
         case save(UploadRecord)
     }
@@ -183,7 +184,7 @@ struct UploadMachine: Sendable, Equatable {
         record.attempts += 1
         record.phase = .error
         record.lastError = message
-        return [.save(record), .retry(after: backoff)]
+        return [.save(record), .retry(after: backoff, version: record.localVersion)]
     }
 
     /// The backoff after `record.attempts` failures: initial × 2^(attempts-1), at most the maximum.

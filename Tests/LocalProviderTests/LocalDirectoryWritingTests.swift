@@ -304,6 +304,46 @@ struct LocalDirectoryWritingTests {
         #expect(try entries(root.path) == ["d", "f"])
     }
 
+    @Test("a replace whose file is moved, or replaced by another, just before it publishes changes nothing (D-372)")
+    func replaceRacingAMove() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("f", Array("old content".utf8))
+        var provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let before = try await provider.item(for: ItemIdentifier("f"))
+        let source = try localFile(Array("new!".utf8), in: local)
+        // Moved after the upload looked at it, before it publishes: a plain rename would make a
+        // new "f" beside the moved one.
+        provider.uploadHooks = UploadHooks(beforePublish: { _ = rename(root.path + "/f", root.path + "/g") })
+        let moved = await failure {
+            _ = try await provider.upload(
+                from: source, to: .replace(ItemIdentifier("f"), baseVersion: before.contentVersion), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(moved?.code == .noSuchItem, "\(String(describing: moved))")
+        #expect(try entries(root.path) == ["g"], "nothing under the old name, no staging file")
+        #expect(try readFile(root.path + "/g") == Array("old content".utf8))
+
+        // Another file took the name meanwhile: swapped in, found to be another version, swapped
+        // back. The other file is intact.
+        try root.write("f", Array("first".utf8))
+        let first = try await provider.item(for: ItemIdentifier("f"))
+        provider.uploadHooks = UploadHooks(beforePublish: {
+            _ = rename(root.path + "/f", root.path + "/h")
+            try? root.write("f", Array("another file".utf8))
+        })
+        let replaced = await failure {
+            _ = try await provider.upload(
+                from: source, to: .replace(ItemIdentifier("f"), baseVersion: first.contentVersion), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(replaced?.code == .versionChanged, "\(String(describing: replaced))")
+        #expect(try readFile(root.path + "/f") == Array("another file".utf8))
+        #expect(try entries(root.path) == ["f", "g", "h"])
+    }
+
     @Test("an upload cancelled midway leaves nothing: no file, no staging file")
     func uploadCancelled() async throws {
         let root = try TemporaryDirectory()

@@ -205,7 +205,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         var delays: [Duration] = []
         for _ in 0..<5 {
             let actions = machine.failed(ContentVersion("l1"), message: "EIO")
-            for case .retry(let delay) in actions { delays.append(delay) }
+            for case .retry(let delay, _) in actions { delays.append(delay) }
             #expect(machine.record.phase == .error)
             #expect(machine.record.lastError == "EIO")
             #expect(machine.retryDue().contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
@@ -240,9 +240,10 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
 }
 
 @Suite struct WriteBackTests {
-    /// D-371: a rename through the mount right after a publish (an editor's save-via-rename)
-    /// while the write-back uploads the new version (which pins it: a live content entry).
-    @Test func aMoveWhileTheUploadRunsKeepsTheLocalBytesAndUploadsThemUnderTheNewName() async throws {
+    /// D-371, D-372: a rename through the mount right after a publish (an editor's
+    /// save-via-rename) while the write-back uploads the new version, and a reader holds it open
+    /// (a live content entry).
+    @Test func aMoveDuringAnUploadWaitsForItAndKeepsTheLocalBytesUnderTheNewName() async throws {
         let fixture = try WriteFixture()
         fixture.provider.base.putFile("f", .bytes(Array("hello".utf8)))
         let cache = try fixture.makeCache()
@@ -251,31 +252,27 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         let staging = try await cache.writes.openWriter(item, truncating: false)
         try await cache.writes.write(staging, Array(" world".utf8), at: 5)
         let published = try #require(try await cache.writes.closeWriter(item.identifier))
-        var deadline = ContinuousClock.now + .seconds(10)
+        let reader = try await cache.pinContent(of: published.item)
+        let deadline = ContinuousClock.now + .seconds(10)
         while fixture.provider.startedCount < 1, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(2))
         }
-        #expect(fixture.provider.startedCount == 1, "the upload runs, its version pinned")
-        let (moved, moves) = try await cache.move(
-            published.item, to: .root, named: "g", mode: .replacing, replaced: nil)
-        #expect(moved.identifier == ItemIdentifier("g") && moves[ItemIdentifier("f")] == ItemIdentifier("g"))
-        // The moved item is still the local version, and its bytes are all there.
-        let current = try await cache.catalog.item(ItemIdentifier("g"), maximumAge: .zero)
-        #expect(current.contentVersion == published.item.contentVersion)
-        #expect(try await readAll(cache, current) == Array("hello world".utf8))
-        #expect(cache.writes.uploadRecord(of: ItemIdentifier("g"))?.localVersion == published.item.contentVersion)
-        // The held upload goes to the old name, which is gone: it fails, and the retry after the
-        // backoff uploads under the new name.
-        fixture.provider.release()
-        deadline = ContinuousClock.now + .seconds(10)
-        while fixture.provider.base.content(of: "g")?.0 != .bytes(Array("hello world".utf8)),
-            ContinuousClock.now < deadline
-        {
-            fixture.clock.advance(by: .seconds(1))
-            try await Task.sleep(for: .milliseconds(5))
+        #expect(fixture.provider.startedCount == 1, "the upload call is at the provider, held")
+        // The move waits for the upload call (which addresses the old name) to end.
+        let moving = Task {
+            try await cache.move(published.item, to: .root, named: "g", mode: .replacing, replaced: nil)
         }
+        fixture.provider.release()
+        let (moved, moves) = try await moving.value
+        #expect(moved.identifier == ItemIdentifier("g") && moves[ItemIdentifier("f")] == ItemIdentifier("g"))
         #expect(fixture.provider.base.content(of: "g")?.0 == .bytes(Array("hello world".utf8)))
-        #expect(fixture.provider.base.content(of: "f") == nil)
+        #expect(fixture.provider.base.content(of: "f") == nil, "nothing written under the old name")
+        // The moved item keeps its bytes (the reader's live entry left a record under "g").
+        let current = try await cache.catalog.item(ItemIdentifier("g"), maximumAge: .zero)
+        #expect(try await readAll(cache, current) == Array("hello world".utf8))
+        #expect(bytes(of: try await reader.read(offset: 0, count: 100)) == Array("hello world".utf8))
+        cache.content.unpin(reader)
+        #expect(try await readAll(cache, current) == Array("hello world".utf8), "its file outlived the reader")
         #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("g")))
         #expect(cache.status(of: ItemIdentifier("g"))?.state == .materialized)
     }
