@@ -94,22 +94,31 @@ struct PresentCommand: CLICommand {
         } catch let error as CoordinationError {
             throw CommandFailure(error.message)
         }
+        // The stop signals are caught before "ready" is printed: a script may signal as soon as
+        // it reads that line (a SIGINT in between used to end the process with status 130).
+        let stop = Locked<(signalled: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                let waiter = stop.withLock { stop -> CheckedContinuation<Void, Never>? in
+                    guard !stop.signalled else { return nil }
+                    stop.signalled = true
+                    defer { stop.waiter = nil }
+                    return stop.waiter
+                }
+                waiter?.resume()
+            }
+            source.resume()
+            Self.sources.withLock { $0.append(source) }
+        }
         printer.emit("ready")
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let resumed = Locked(false)
-            for number in [SIGINT, SIGTERM] {
-                signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                source.setEventHandler {
-                    let first = resumed.withLock { resumed -> Bool in
-                        defer { resumed = true }
-                        return !resumed
-                    }
-                    if first { continuation.resume() }
-                }
-                source.resume()
-                Self.sources.withLock { $0.append(source) }
+            let signalled = stop.withLock { stop -> Bool in
+                if !stop.signalled { stop.waiter = continuation }
+                return stop.signalled
             }
+            if signalled { continuation.resume() }
         }
         FileCoordinator.removeFilePresenter(printer)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
