@@ -20,6 +20,12 @@ static inline int providerfs_renameat2(
 static inline long providerfs_copy_file_range(int infd, int outfd, unsigned long length) {
     return (long)syscall(SYS_copy_file_range, infd, (void *)0, outfd, (void *)0, length, 0U);
 }
+// fallocate(2) (ProviderCache's staging files), declared under _GNU_SOURCE only, and its one
+// mode flag ProviderFS offers.
+#define PROVIDERFS_FALLOC_FL_KEEP_SIZE 1
+static inline int providerfs_fallocate(int fd, int mode, long long offset, long long length) {
+    return (int)syscall(SYS_fallocate, fd, mode, (off_t)offset, (off_t)length);
+}
 // utimensat's "leave this time alone" (a macro Swift does not import).
 #define PROVIDERFS_UTIME_OMIT 1073741822L
 #endif

@@ -218,6 +218,21 @@ extension Dispatcher {
             }
         }
 
+        // fallocate(2): allocation, and FALLOC_FL_KEEP_SIZE; punching holes, zeroing, collapsing
+        // and inserting ranges are EOPNOTSUPP (glibc's posix_fallocate then writes zeros).
+        ops.fallocate = { request, inode, mode, offset, length, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            guard mode & ~fallocateKeepSize == 0 else {
+                fuse_reply_err(request, EOPNOTSUPP)
+                return
+            }
+            Dispatcher.from(request).respondStatus(request, "fallocate") { fs, context throws(FileSystemError) in
+                try await fs.allocate(
+                    InodeNumber(inode), handle: handle, offset: Int64(offset), length: Int64(length),
+                    keepSize: mode & fallocateKeepSize != 0, context: context)
+            }
+        }
+
         ops.release = { request, inode, fileInfo in
             let handle = FileHandleID(fileInfo!.pointee.fh)
             let dispatcher = Dispatcher.from(request)

@@ -76,6 +76,25 @@ public final class StagingFile: Sendable {
         length.withLock { $0 = size }
     }
 
+    /// fallocate(2) of the staging file: the space for `offset..<offset+length` reserved, so that
+    /// writes there cannot fail with ENOSPC; the length grows to its end unless `keepSize`. A
+    /// cache file system without fallocate gets the length only (ftruncate).
+    public func allocate(offset: Int64, length: Int64, keepSize: Bool) async throws(CacheError) {
+        let fd = self.fd
+        let path = self.path
+        let end = offset + length
+        let grows = !keepSize && end > size
+        try await pool.run { () throws(CacheError) -> Void in
+            if fileAllocate(fd, keepSize: keepSize, offset: offset, length: length) == 0 { return }
+            let error = Errno.current
+            guard error.rawValue == EOPNOTSUPP || error.rawValue == ENOSYS else {
+                throw Self.failure(error, "allocate space in", path)
+            }
+            if grows, ftruncate(fd, off_t(end)) != 0 { throw Self.failure(Errno.current, "extend", path) }
+        }
+        if grows { self.length.withLock { $0 = max($0, end) } }
+    }
+
     /// Up to `count` bytes at `offset` (fewer at the end).
     public func read(offset: Int64, count: Int) async throws(CacheError) -> ReadData {
         let end = min(size, offset + Int64(count))

@@ -181,6 +181,16 @@ public final class LocalWrites: Sendable {
         markChanged(staging)
     }
 
+    /// fallocate(2) through a write handle: space reserved in the staging file; a length that
+    /// grows is a change (published like a write).
+    public func allocate(
+        _ staging: StagingFile, offset: Int64, length: Int64, keepSize: Bool
+    ) async throws(CacheError) {
+        let before = staging.size
+        try await staging.allocate(offset: offset, length: length, keepSize: keepSize)
+        if staging.size != before { markChanged(staging) }
+    }
+
     private func markChanged(_ staging: StagingFile) {
         let key = Key(identifier: staging.identifier, owner: staging.owner)
         state.withLock { state in

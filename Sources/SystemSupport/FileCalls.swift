@@ -26,5 +26,13 @@ public func copyFileRange(from source: Int32, to destination: Int32, count: Int)
     providerfs_copy_file_range(source, destination, UInt(count))
 }
 
+/// fallocate(2): 0, or -1 with errno set. `keepSize`: FALLOC_FL_KEEP_SIZE (space only).
+public func fileAllocate(_ descriptor: Int32, keepSize: Bool, offset: Int64, length: Int64) -> Int32 {
+    providerfs_fallocate(descriptor, keepSize ? PROVIDERFS_FALLOC_FL_KEEP_SIZE : 0, offset, length)
+}
+
+/// fallocate(2)'s FALLOC_FL_KEEP_SIZE, the one mode flag ProviderFS offers.
+public let fallocateKeepSize = Int32(PROVIDERFS_FALLOC_FL_KEEP_SIZE)
+
 /// utimensat(2)'s UTIME_OMIT (a time left as it is).
 public let utimeOmit = Int(PROVIDERFS_UTIME_OMIT)

@@ -260,6 +260,13 @@ public protocol FileSystem: Sendable {
         async throws(FileSystemError)
     /// The last close of a handle. Cannot fail (the kernel ignores release errors).
     func release(_ inode: InodeNumber, handle: FileHandleID) async
+    /// fallocate(2) on a handle open for writing: `offset..<offset+length` allocated, the size
+    /// extended to its end unless `keepSize` (FALLOC_FL_KEEP_SIZE). Other modes never reach the
+    /// file system (the adapter answers EOPNOTSUPP). Default: EOPNOTSUPP.
+    func allocate(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, length: Int64, keepSize: Bool,
+        context: RequestContext
+    ) async throws(FileSystemError)
 
     func create(
         parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
@@ -329,5 +336,12 @@ extension FileSystem {
         _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
         throw FileSystemError(.notPermitted, "link: hard links are not supported")
+    }
+
+    public func allocate(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, length: Int64, keepSize: Bool,
+        context: RequestContext
+    ) async throws(FileSystemError) {
+        throw FileSystemError(.unsupported, "fallocate is not supported")
     }
 }

@@ -191,6 +191,30 @@ extension ProviderFileSystem {
         return try await getAttributes(inode, context: context)
     }
 
+    /// fallocate(2) through a write handle (D-373): the space reserved in its staging copy (an
+    /// ENOSPC comes now, not at a later write), the size extended unless `keepSize`.
+    public func allocate(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, length: Int64, keepSize: Bool,
+        context: RequestContext
+    ) async throws(FileSystemError) {
+        guard let writer = writeHandle(handle) else {
+            guard isWritable else { throw readOnly("fallocate") }
+            throw FileSystemError(.badHandle, "fallocate: file handle \(handle) is not open for writing")
+        }
+        guard offset >= 0, length > 0 else {
+            throw FileSystemError(.invalidArgument, "fallocate: a negative offset or a length that is not positive")
+        }
+        guard offset <= Int64.max - length else {
+            throw FileSystemError(.fileTooLarge, "fallocate: past the largest size")
+        }
+        try await checkWriting(writer, "fallocate", context: context)
+        do {
+            try await cache.writes.allocate(writer.staging, offset: offset, length: length, keepSize: keepSize)
+        } catch {
+            throw FileSystemError(error)
+        }
+    }
+
     /// Reads through a write handle (O_RDWR): the staging file, as written so far.
     func readStaged(
         _ writer: WriteHandle, offset: Int64, count: Int, context: RequestContext

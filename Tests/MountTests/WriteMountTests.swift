@@ -115,6 +115,37 @@ struct WriteMountTests {
         #expect(stat(mount.path("f"), &info) == 0 && info.st_size == 2)
     }
 
+    /// fallocate(2) (D-373): allocation extends the file with zeros and is published like a
+    /// write; FALLOC_FL_KEEP_SIZE leaves the size; other modes are EOPNOTSUPP, and glibc's
+    /// posix_fallocate works either way.
+    @Test func fallocateExtendsOrReservesAndOtherModesAreRefused() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-fallocate")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("abc".utf8))
+        let file = quoted(mount.path("f"))
+        #expect(try shell("fallocate -l 8 \(file)").status == 0)
+        #expect(fileBytes(mount.path("f")) == Array("abc".utf8) + [UInt8](repeating: 0, count: 5))
+        #expect(waitForSource(mount.source("f"), Array("abc".utf8) + [UInt8](repeating: 0, count: 5)))
+        // --keep-size: space only.
+        #expect(try shell("fallocate -n -o 0 -l 1048576 \(file)").status == 0)
+        var info = stat()
+        #expect(stat(mount.path("f"), &info) == 0 && info.st_size == 8)
+        // Punching a hole, zeroing a range: not offered.
+        let punched = try shell("fallocate -p -o 0 -l 2 \(file) 2>&1")
+        // (util-linux words EOPNOTSUPP for a hole as "keep size mode is unsupported".)
+        #expect(punched.status != 0 && punched.output.contains("supported"), "\(punched)")
+        let zeroed = try shell("fallocate -z -o 0 -l 2 \(file) 2>&1")
+        #expect(zeroed.status != 0 && zeroed.output.contains("supported"), "\(zeroed)")
+        #expect(fileBytes(mount.path("f")) == Array("abc".utf8) + [UInt8](repeating: 0, count: 5))
+        // posix_fallocate past the end, from Python: the size grows.
+        let grown = try shell(
+            "python3 -c 'import os; fd = os.open(\"\(mount.path("f"))\", os.O_RDWR); os.posix_fallocate(fd, 0, 4096); os.close(fd)'"
+        )
+        #expect(grown.status == 0, "\(grown)")
+        #expect(stat(mount.path("f"), &info) == 0 && info.st_size == 4096)
+    }
+
     @Test func twoWritersShareOneStagingCopy() throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-two")

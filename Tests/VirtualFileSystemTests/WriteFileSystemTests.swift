@@ -119,6 +119,40 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
         await fs.shutdown()
     }
 
+    @Test func allocateExtendsWithZerosOrKeepsTheSize() async throws {
+        let fixture = try VFSFixture(options: Self.writable())
+        let provider = WritingMemoryProvider()
+        provider.base.putFile("f", .bytes(Array("abc".utf8)))
+        let fs = try makeFileSystem(fixture, provider)
+        let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
+        let writer = try await fs.open(inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
+        try await fs.allocate(inode, handle: writer.handle, offset: 2, length: 6, keepSize: false, context: .kernel)
+        #expect(try await fs.getAttributes(inode, context: .kernel).size == 8)
+        try await fs.allocate(
+            inode, handle: writer.handle, offset: 0, length: 1 << 20, keepSize: true, context: .kernel)
+        #expect(try await fs.getAttributes(inode, context: .kernel).size == 8, "keep-size reserves space only")
+        for (offset, length) in [(Int64(-1), Int64(1)), (0, 0), (0, -5)] {
+            await #expect(throws: FileSystemError.self) {
+                try await fs.allocate(
+                    inode, handle: writer.handle, offset: offset, length: length, keepSize: false, context: .kernel)
+            }
+        }
+        try await fs.flush(inode, handle: writer.handle, context: .kernel)
+        await fs.release(inode, handle: writer.handle)
+        #expect(try await readFile(fs, inode) == Array("abc".utf8) + [UInt8](repeating: 0, count: 5))
+        #expect(await waitForUpload(provider, "f", Array("abc".utf8) + [UInt8](repeating: 0, count: 5)))
+        // A handle open for reading only: EBADF, as fallocate(2) answers.
+        let reader = try await fs.open(inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+        do {
+            try await fs.allocate(inode, handle: reader.handle, offset: 0, length: 1, keepSize: false, context: .kernel)
+            Issue.record("fallocate through a read handle was allowed")
+        } catch {
+            #expect(error.errno == .badFileDescriptor)
+        }
+        await fs.release(inode, handle: reader.handle)
+        await fs.shutdown()
+    }
+
     @Test func truncatingOpenReadWriteHandleAndReaderBefore() async throws {
         let fixture = try VFSFixture(options: Self.writable())
         let provider = WritingMemoryProvider()
