@@ -41,6 +41,11 @@ extension ProviderCache {
     /// content keep their present bytes.
     public func delete(_ item: ProviderItem) async throws(CacheError) {
         let provider = environment.provider
+        // Like a move (D-372): no upload call for the item runs meanwhile. Then its queued upload
+        // and unpublished writes go with it (D-374), else a retry would bring the file back or
+        // meet the next file of that name as a conflict.
+        await writes.beginMove([item.identifier])
+        defer { writes.endMove([item.identifier]) }
         do {
             try await provider.delete(item.identifier, kind: item.kind)
         } catch {
@@ -48,6 +53,7 @@ extension ProviderCache {
             // Already gone: what was asked for is true; the catalog learns it.
             guard failure.code == .notFound else { throw failure }
         }
+        writes.forget(item.identifier)
         catalog.deleted(item.identifier)
         attributeOverrides.remove(item.identifier)
     }

@@ -374,17 +374,23 @@ public final class LocalWrites: Sendable {
     /// unpublished staging copies are dropped (their handles write on into nothing, as into an
     /// unlinked file) and its write-back entry is forgotten, so that the item that takes its
     /// identifier starts clean.
+    /// Also what lies under `identifier` (a directory deleted with its contents: D-374).
     public func forget(_ identifier: ItemIdentifier) {
-        let dropped = state.withLock { state -> ([StagingFile], Bool) in
+        func under(_ candidate: ItemIdentifier) -> Bool {
+            Self.rekeyed(candidate, from: identifier, to: identifier) != nil
+        }
+        let dropped = state.withLock { state -> ([StagingFile], [ItemIdentifier]) in
             var files: [StagingFile] = []
-            for key in state.staged.keys where key.identifier == identifier {
+            for key in state.staged.keys where under(key.identifier) {
                 files.append(state.staged.removeValue(forKey: key)!.file)
             }
-            return (files, state.uploads.removeValue(forKey: identifier) != nil)
+            let uploads = state.uploads.keys.filter(under)
+            for upload in uploads { state.uploads[upload] = nil }
+            return (files, uploads)
         }
         for file in dropped.0 { content.discardStaging(file) }
-        if dropped.1 {
-            do { try environment.store.deleteUpload(identifier) } catch {
+        for upload in dropped.1 {
+            do { try environment.store.deleteUpload(upload) } catch {
                 environment.logger.warning("cannot delete an upload record: \(error)")
             }
         }

@@ -514,4 +514,49 @@ struct NamespaceTests {
         #expect(try await names(fileSystem, .root) == ["h"], "no conflict copy, nothing left under the old names")
         #expect(fileSystem.cache.writes.pendingUploads.isEmpty)
     }
+
+    @Test("a file deleted while its upload is queued is not brought back, and a new file of that name uploads cleanly")
+    func deleteDropsTheQueuedUpload() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.putFile("f", .bytes(Array("old".utf8)))
+        let fileSystem = try fixture.makeFileSystem()
+        // Every upload of f fails: the edit waits in the queue, retried on the clock.
+        fixture.faults.add(
+            FaultRule(identifier: ItemIdentifier("f"), fault: .failAfter(offset: 0, errno: EIO), on: .upload))
+        let f = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel).inode
+        let writer = try await fileSystem.open(f, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: .kernel)
+        _ = try await fileSystem.write(f, handle: writer.handle, offset: 0, data: Array("edit".utf8), context: .kernel)
+        try await fileSystem.flush(f, handle: writer.handle, context: .kernel)
+        await fileSystem.release(f, handle: writer.handle)
+        var deadline = ContinuousClock.now + .seconds(10)
+        while fileSystem.cache.writes.uploadRecord(of: ItemIdentifier("f"))?.phase != .error,
+            ContinuousClock.now < deadline
+        {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(fileSystem.cache.writes.uploadRecord(of: ItemIdentifier("f"))?.phase == .error)
+        try await fileSystem.unlink(parent: .root, name: "f", context: .kernel)
+        #expect(fileSystem.cache.writes.pendingUploads.isEmpty, "the deleted file's upload went with it")
+        _ = fixture.faults.clear()
+        for _ in 0..<20 {
+            fixture.clock.advance(by: .seconds(2))
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(fixture.provider.content(of: "f") == nil, "no retry brought it back")
+
+        // A new file of the same name: its own upload, no conflict copy.
+        let (created, opened) = try await fileSystem.create(
+            parent: .root, name: "f", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+        _ = try await fileSystem.write(
+            created.inode, handle: opened.handle, offset: 0, data: Array("new".utf8), context: .kernel)
+        try await fileSystem.flush(created.inode, handle: opened.handle, context: .kernel)
+        await fileSystem.release(created.inode, handle: opened.handle)
+        deadline = ContinuousClock.now + .seconds(10)
+        while fixture.provider.content(of: "f")?.0 != .bytes(Array("new".utf8)), ContinuousClock.now < deadline {
+            fixture.clock.advance(by: .seconds(1))
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(fixture.provider.content(of: "f")?.0 == .bytes(Array("new".utf8)))
+        #expect(try await names(fileSystem, .root) == ["f"], "no conflict copy")
+    }
 }
