@@ -94,6 +94,23 @@ extension Catalog {
         }
     }
 
+    /// The mount itself changed the provider's version `from` into `to` (chmod, utimens at a
+    /// provider whose versions include them): the local version's provider version and the
+    /// versions it counts as older follow, so that the change is not taken for a remote one.
+    /// `modificationTime`: the time a utimens set, which the local version (and its upload) now
+    /// carries instead of its publish time.
+    func providerVersionChanged(
+        _ identifier: ItemIdentifier, from: ContentVersion, to: ContentVersion, modificationTime: ItemTime?
+    ) {
+        state.withLock { catalog in
+            guard var local = catalog.localVersions[identifier] else { return }
+            if let modificationTime { local.modificationTime = modificationTime }
+            if local.providerVersion == from { local.providerVersion = to }
+            if local.older.contains(from) { local.older.insert(to) }
+            catalog.localVersions[identifier] = local
+        }
+    }
+
     /// The local version is given up (kept as a conflict copy): the provider's is asked for.
     func dropLocal(_ identifier: ItemIdentifier) {
         state.withLock { catalog in

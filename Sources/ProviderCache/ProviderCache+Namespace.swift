@@ -100,7 +100,18 @@ extension ProviderCache {
         of identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
+        // Like a move (D-372): no upload call for the item runs meanwhile, so none meets the
+        // version this changes. Edits that started from the version before follow it (D-375).
+        await writes.beginMove([identifier])
+        defer { writes.endMove([identifier]) }
+        let before = try? await providerCall { try await provider.item(for: identifier) }
         let item = try await providerCall { try await provider.setAttributes(identifier, changes) }
+        if let before, before.contentVersion != item.contentVersion {
+            writes.rebase(identifier, from: before.contentVersion, to: item.contentVersion)
+            catalog.providerVersionChanged(
+                identifier, from: before.contentVersion, to: item.contentVersion,
+                modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
+        }
         catalog.apply(item)
         return item
     }

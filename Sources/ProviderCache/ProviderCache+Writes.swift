@@ -460,6 +460,21 @@ public final class LocalWrites: Sendable {
         }
     }
 
+    /// The mount itself changed `identifier`'s provider version `from` into `to` (D-375): edits
+    /// that started from `from` (a queued upload, open staging copies) now start from `to`, so
+    /// their upload does not take the mount's own chmod or utimens for a conflicting change.
+    func rebase(_ identifier: ItemIdentifier, from: ContentVersion, to: ContentVersion) {
+        let saved = state.withLock { state -> UploadRecord? in
+            for key in state.staged.keys where key.identifier == identifier && state.staged[key]!.base == from {
+                state.staged[key]!.base = to
+            }
+            guard state.uploads[identifier]?.record.baseVersion == from else { return nil }
+            state.uploads[identifier]!.rebase(to: to)
+            return state.uploads[identifier]!.record
+        }
+        if let saved { save(saved) }
+    }
+
     // MARK: Moves and upload calls (D-372)
 
     /// A move through the mount of `identifiers` begins: new upload calls for them (and what lies
@@ -603,6 +618,12 @@ public final class LocalWrites: Sendable {
         }
         // No move through the mount changes the item's name while the provider's call runs.
         identifier = await beginUploadCall(identifier, version: version)
+        // The base as it is now: a chmod or utimens through the mount may have rebased it while
+        // this call waited (D-375).
+        let base = state.withLock { state -> ContentVersion? in
+            guard let machine = state.uploads[identifier], machine.inFlight == version else { return base }
+            return machine.record.baseVersion
+        }
         let current = catalog.knownItem(identifier) ?? item
         do {
             let uploaded = try await provider.upload(

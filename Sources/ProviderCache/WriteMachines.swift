@@ -203,6 +203,9 @@ struct UploadMachine: Sendable, Equatable {
     /// The item was renamed (its identifier changed).
     mutating func rename(to identifier: ItemIdentifier) { record.identifier = identifier }
 
+    /// The base the edit started from was changed by the mount itself into `version` (D-375).
+    mutating func rebase(to version: ContentVersion) { record.baseVersion = version }
+
     /// The provider's version changed since the edit began: the local edit was kept under
     /// `conflictName`; the item is the provider's again.
     mutating func conflictResolved(conflictName: String) -> [Action] {

@@ -146,6 +146,40 @@ struct WriteMountTests {
         #expect(stat(mount.path("f"), &info) == 0 && info.st_size == 4096)
     }
 
+    /// D-375: the mount's own chmod and utimens change the local provider's version (it includes
+    /// the mtime); an edit open at the time, or queued for upload right after its close (what
+    /// `tar x` and `cp -p` do), must not take that for a remote change and become a conflict copy.
+    @Test func utimensAndChmodDuringAnEditAreNoConflict() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-utimens")
+        defer { mount.stop() }
+        writeTestFile(mount.source("f"), Array("old\n".utf8))
+        let script = """
+            import os, sys
+            m = sys.argv[1]
+            fd = os.open(m + "/f", os.O_RDWR | os.O_APPEND)
+            os.ftruncate(fd, 76584)
+            os.utime(m + "/f", (1000000820, 1000000740))
+            os.close(fd)
+            for i in range(20):
+                with open(m + "/t%d" % i, "w") as f:
+                    f.write("t%d\\n" % i)
+                os.utime(m + "/t%d" % i, (1000000000 + i, 1000000000 + i))
+                os.chmod(m + "/t%d" % i, 0o600)
+            """
+        let run = try shell("python3 -c \(quoted(script)) \(quoted(mount.mount.mountpoint))")
+        #expect(run.status == 0, "\(run)")
+        let edited = waitForSource(mount.source("f"), Array("old\n".utf8) + [UInt8](repeating: 0, count: 76584 - 4))
+        #expect(edited, "the source's f is the 76584 bytes of the edit")
+        for index in 0..<20 {
+            #expect(waitForSource(mount.source("t\(index)"), Array("t\(index)\n".utf8)))
+            var info = stat()
+            #expect(stat(mount.source("t\(index)"), &info) == 0 && info.st_mtim.tv_sec == 1_000_000_000 + index)
+        }
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: mount.tree)) ?? []).sorted()
+        #expect(!names.contains { $0.contains("conflict") }, "\(names)")
+    }
+
     @Test func twoWritersShareOneStagingCopy() throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-two")
