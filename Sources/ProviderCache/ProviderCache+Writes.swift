@@ -41,6 +41,16 @@ public final class LocalWrites: Sendable {
         var owner: String?
     }
 
+    /// The key a staging file is under (its identifier follows renames).
+    private static func key(of staging: StagingFile) -> Key {
+        Key(identifier: staging.identifier, owner: staging.owner)
+    }
+
+    /// Whether `candidate` is `root` or lies under it ("root/…").
+    private static func lies(_ candidate: ItemIdentifier, atOrUnder root: ItemIdentifier) -> Bool {
+        rekeyed(candidate, from: root, to: root) != nil
+    }
+
     private struct State {
         var staged: [Key: Staged] = [:]
         var uploads: [ItemIdentifier: UploadMachine] = [:]
@@ -118,7 +128,8 @@ public final class LocalWrites: Sendable {
             return state.staged[key]!.file
         }) {
             environment.logger.debug(
-                "\(item.identifier): a writer joins staging \(file.path) (\(writerCount(of: item.identifier)) writers)")
+                "\(item.identifier): a writer joins staging \(file.path) (\(writerCount(of: item.identifier, owner: owner)) writers)"
+            )
             if truncating { try await file.truncate(to: 0) }
             return file
         }
@@ -159,13 +170,11 @@ public final class LocalWrites: Sendable {
         state.withLock { $0.staged[Key(identifier: identifier, owner: owner)]?.file }
     }
 
-    /// The staged length of `identifier` while it has a staging file (stat shows it): the shared
-    /// one's, or `owner`'s own when it has one.
-    public func stagedSize(of identifier: ItemIdentifier, owner: String? = nil) -> Int64? {
+    /// The staged length of `identifier`'s shared staging file while it has one (stat shows it;
+    /// a token's own copy is not shown, D-369).
+    public func stagedSize(of identifier: ItemIdentifier) -> Int64? {
         state.withLock { state in
-            guard !state.staged.isEmpty else { return nil }
-            if let owner, let own = state.staged[Key(identifier: identifier, owner: owner)] { return own.file.size }
-            return state.staged[Key(identifier: identifier, owner: nil)]?.file.size
+            state.staged.isEmpty ? nil : state.staged[Key(identifier: identifier, owner: nil)]?.file.size
         }
     }
 
@@ -192,7 +201,7 @@ public final class LocalWrites: Sendable {
     }
 
     private func markChanged(_ staging: StagingFile) {
-        let key = Key(identifier: staging.identifier, owner: staging.owner)
+        let key = Self.key(of: staging)
         state.withLock { state in
             if state.staged[key]?.file === staging {
                 state.staged[key]!.machine.changed()
@@ -206,15 +215,15 @@ public final class LocalWrites: Sendable {
     }
 
     /// fsync (or the close of the only writer): publishes what changed in `identifier`'s shared
-    /// staging file (or `owner`'s). Nil when nothing did.
-    public func sync(_ identifier: ItemIdentifier, owner: String? = nil) async throws(CacheError) -> PublishedVersion? {
-        try await sync(Key(identifier: identifier, owner: owner), expected: nil)
+    /// staging file. Nil when nothing did.
+    public func sync(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
+        try await sync(Key(identifier: identifier, owner: nil), expected: nil)
     }
 
     /// `sync` of a write handle's staging file, wherever a rename moved it; nil when it is no
     /// longer the item's (dropped: its item was replaced or its token ended).
     public func sync(_ staging: StagingFile) async throws(CacheError) -> PublishedVersion? {
-        try await sync(Key(identifier: staging.identifier, owner: staging.owner), expected: staging)
+        try await sync(Self.key(of: staging), expected: staging)
     }
 
     private func sync(_ key: Key, expected: StagingFile?) async throws(CacheError) -> PublishedVersion? {
@@ -246,7 +255,7 @@ public final class LocalWrites: Sendable {
     public func abandon(_ staging: StagingFile) async -> Bool {
         await gate.acquire()
         defer { gate.release() }
-        let key = Key(identifier: staging.identifier, owner: staging.owner)
+        let key = Self.key(of: staging)
         let dropped = state.withLock { state -> Bool in
             guard state.staged[key]?.file === staging else { return false }
             state.staged[key] = nil
@@ -261,16 +270,14 @@ public final class LocalWrites: Sendable {
     }
 
     /// A write handle closes; the last one publishes (by moving the staging file) or drops it.
-    public func closeWriter(
-        _ identifier: ItemIdentifier, owner: String? = nil
-    ) async throws(CacheError) -> PublishedVersion? {
-        try await closeWriter(Key(identifier: identifier, owner: owner), expected: nil)
+    public func closeWriter(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
+        try await closeWriter(Key(identifier: identifier, owner: nil), expected: nil)
     }
 
     /// `closeWriter` of a write handle's staging file, wherever a rename moved it; nil when it
     /// is no longer the item's (dropped: its item was replaced or its token ended).
     public func closeWriter(_ staging: StagingFile) async throws(CacheError) -> PublishedVersion? {
-        try await closeWriter(Key(identifier: staging.identifier, owner: staging.owner), expected: staging)
+        try await closeWriter(Self.key(of: staging), expected: staging)
     }
 
     private func closeWriter(_ key: Key, expected: StagingFile?) async throws(CacheError) -> PublishedVersion? {
@@ -376,9 +383,7 @@ public final class LocalWrites: Sendable {
     /// identifier starts clean.
     /// Also what lies under `identifier` (a directory deleted with its contents: D-374).
     public func forget(_ identifier: ItemIdentifier) {
-        func under(_ candidate: ItemIdentifier) -> Bool {
-            Self.rekeyed(candidate, from: identifier, to: identifier) != nil
-        }
+        func under(_ candidate: ItemIdentifier) -> Bool { Self.lies(candidate, atOrUnder: identifier) }
         let dropped = state.withLock { state -> ([StagingFile], [ItemIdentifier]) in
             var files: [StagingFile] = []
             for key in state.staged.keys where under(key.identifier) {
@@ -488,7 +493,7 @@ public final class LocalWrites: Sendable {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let busy = state.withLock { state -> Bool in
                     let busy = state.callsInFlight.keys.contains { key in
-                        identifiers.contains { Self.rekeyed(key, from: $0, to: $0) != nil }
+                        identifiers.contains { Self.lies(key, atOrUnder: $0) }
                     }
                     if busy { state.blockedMoves.append(continuation) }
                     return busy
@@ -521,7 +526,7 @@ public final class LocalWrites: Sendable {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let proceed = state.withLock { state -> Bool in
                     let current = Self.uploadKey(identifier, version: version, in: state.uploads)
-                    if state.moving.contains(where: { Self.rekeyed(current, from: $0, to: $0) != nil }) {
+                    if state.moving.contains(where: { Self.lies(current, atOrUnder: $0) }) {
                         state.blockedCalls.append(continuation)
                         return false
                     }
