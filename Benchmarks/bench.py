@@ -149,12 +149,20 @@ class ProviderFS(FusePeer):
         return [self.bench.providerfs, "mount", "--source", self.bench.source, self.root, "--cache", self.cache,
                 "--foreground"]
 
-    def environment(self):
-        # Write rows (issue 14) need a writable mount: off by default until writing is complete
-        # (D-350). Read rows run on the default mount.
-        if not self.bench.writes:
-            return None
-        return dict(os.environ, PROVIDERFS_WRITES="1")
+
+
+class ProviderFSReadOnly(ProviderFS):
+    """ProviderFS with `--read-only`: reads of materialized files may pass through to the cache file
+    and use the page cache (a writable mount, the default, serves every read through the daemon,
+    D-363). Added by --with-read-only; never in write rows."""
+    name = "providerfs-ro"
+
+    def prepare(self):
+        self.cache = os.path.join(self.bench.work, "providerfs-ro-cache")
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+    def command(self):
+        return super().command() + ["--read-only"]
 
 
 class ProviderFSNoPassthrough(ProviderFS):
@@ -167,7 +175,7 @@ class ProviderFSNoPassthrough(ProviderFS):
         shutil.rmtree(self.cache, ignore_errors=True)
 
     def command(self):
-        return super().command() + ["--no-passthrough"]
+        return super().command() + ["--no-passthrough", "--read-only"]
 
 
 class ProviderFSBaseline(ProviderFS):
@@ -245,12 +253,14 @@ class Bench:
         # is about reads that reach the daemon, D-340).
         if self.args.with_no_passthrough or access_rows:
             self.peers.append(ProviderFSNoPassthrough(self))
+        if self.args.with_read_only and not self.writes:
+            self.peers.append(ProviderFSReadOnly(self))
         if self.args.baseline:
             self.peers.append(ProviderFSBaseline(self))
         if access_rows:
             # After the mounts they read through (peers start in order).
             for mount in [peer for peer in self.peers if isinstance(peer, ProviderFS)]:
-                if not isinstance(mount, ProviderFSNoPassthrough):  # access paths never pass through
+                if not isinstance(mount, (ProviderFSNoPassthrough, ProviderFSReadOnly)):  # never pass through
                     self.peers.append(AccessPathView(self, mount))
 
     def cleanup(self):
@@ -279,6 +289,8 @@ def main():
     parser.add_argument("--providerfs", required=True)
     parser.add_argument("--with-no-passthrough", action="store_true",
                         help="add a ProviderFS peer mounted with --no-passthrough")
+    parser.add_argument("--with-read-only", action="store_true",
+                        help="add a ProviderFS peer mounted with --read-only (passthrough and page cache)")
     parser.add_argument("--baseline", metavar="BINARY",
                         help="add a peer 'providerfs-base': the same mount from another providerfs binary (A/B)")
     args = parser.parse_args()

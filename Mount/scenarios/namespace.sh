@@ -3,14 +3,13 @@
 # mv of a file and of a directory, mv over an existing file, ln -s, rm, rm -r, and rmdir of a
 # non-empty directory (ENOTEMPTY). After each step the SOURCE directory shows the change. A
 # `providerfs present` process watching a file hears accommodatePresentedItemDeletion before `rm`
-# of that file returns. Writing is on with PROVIDERFS_WRITES=1 until issue 14 is complete (D-350).
+# of that file returns.
 source "$(dirname "$0")/lib.sh"
 scenario_start
 
 make_file docs/a.txt 4KiB
 make_file docs/b.txt 8KiB
 make_file keep/c.txt 1KiB
-export PROVIDERFS_WRITES=1
 mount_source
 
 mkdir -p "$MNT/projects/2026/q4"

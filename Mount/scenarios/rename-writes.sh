@@ -4,12 +4,11 @@
 # rename it over doc.txt) 10 times, and a writer whose file is renamed while it is open (a rotated
 # log). Every file must have its own bytes at the mount at once and at the provider once the
 # write-back is done; nothing may be left under an old name and no conflict copy may appear.
-# Writing is on with PROVIDERFS_WRITES=1 until issue 14 is complete (D-350).
+#
 source "$(dirname "$0")/lib.sh"
 scenario_start
 
 printf 'old\n' >"$SRC/a.txt"
-export PROVIDERFS_WRITES=1
 mount_source
 
 python3 - "$MNT" "$SRC" >"$S/out/renames.out" 2>&1 <<'PY' || fail "the renames failed: $(cat "$S/out/renames.out")"

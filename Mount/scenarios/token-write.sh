@@ -3,14 +3,12 @@
 # path creates and writes files that the plain path and the provider then have; a read token's
 # path refuses writes with EACCES; a writer whose token expires with its file open gets EACCES for
 # its next write and for its close, and nothing it wrote is published: the file stays the empty
-# one its create made, at the mount and at the provider. Writing is on with PROVIDERFS_WRITES=1
-# until issue 14 is complete (D-350).
+# one its create made, at the mount and at the provider.
 source "$(dirname "$0")/lib.sh"
 scenario_start
 
 mkdir -p "$SRC/inbox"
 printf 'kept\n' >"$SRC/inbox/kept.txt"
-export PROVIDERFS_WRITES=1
 mount_source
 
 # wait_for_source FILE TEXT: the provider (the source directory) has TEXT in FILE within 10 s.

@@ -38,7 +38,8 @@ final class Dispatcher: Sendable {
         self.passthrough =
             passthrough
             ?? Passthrough(
-                requested: options.passthrough, logger: logger, simulatedFailure: options.simulatedBackingFailure)
+                requested: options.passthrough, logger: logger, simulatedFailure: options.simulatedBackingFailure,
+                directIOMmap: options.directIOMmap)
     }
 
     static func from(_ request: fuse_req_t?) -> Dispatcher {

@@ -41,6 +41,10 @@ public struct FUSEMountOptions: Sendable {
     /// kernel or the privileges do not allow it, reads go through the daemon as without it. False
     /// leaves libfuse's I/O untouched.
     public var passthrough: Bool
+    /// Ask the kernel for FUSE_DIRECT_IO_ALLOW_MMAP (Linux ≥ 6.6): mmap(MAP_SHARED) of a handle the
+    /// file system opened with direct I/O goes through the node's page cache instead of failing
+    /// with ENODEV. A writable mount needs it: every handle there is direct I/O (D-363, D-376).
+    public var directIOMmap: Bool
     /// Tests only: every backing-file registration fails with this errno instead of reaching the
     /// kernel, as it does for a daemon without CAP_SYS_ADMIN (EPERM).
     public var simulatedBackingFailure: Int32?
@@ -51,8 +55,10 @@ public struct FUSEMountOptions: Sendable {
     public init(
         fileSystemName: String = "providerfs", subtype: String = "providerfs", allowOther: Bool = false,
         readOnly: Bool = false, maxThreads: Int = 1, attributeTimeout: Duration = .seconds(1),
-        readAheadKiB: Int? = 1024, debug: Bool = false, passthrough: Bool = true, extraOptions: [String] = []
+        readAheadKiB: Int? = 1024, debug: Bool = false, passthrough: Bool = true, directIOMmap: Bool = false,
+        extraOptions: [String] = []
     ) {
+        self.directIOMmap = directIOMmap
         self.fileSystemName = fileSystemName
         self.subtype = subtype
         self.allowOther = allowOther
@@ -187,10 +193,12 @@ public final class FUSEServer: Sendable {
         }
         logger.info("mounted at \(mountpoint) with -o \(options.optionString)")
         // Requests and replies pass through our hooks from here on (the kernel's INIT is queued
-        // but not read before the loop starts), so the INIT reply can offer passthrough.
-        if options.passthrough {
+        // but not read before the loop starts), so the INIT reply can offer passthrough and mmap
+        // of direct I/O handles.
+        if options.passthrough || options.directIOMmap {
             installPassthroughHooks(session: session, passthrough: dispatcher.passthrough)
-        } else {
+        }
+        if !options.passthrough {
             logger.info("passthrough: off for this mount; reads go through the daemon")
         }
 

@@ -46,6 +46,9 @@ enum FUSEKernelABI {
     static let initExt: UInt32 = 1 << 30  // FUSE_INIT_EXT: flags2 is valid
     static let writebackCache: UInt32 = 1 << 16  // FUSE_WRITEBACK_CACHE (excludes passthrough)
     static let passthroughInFlags2: UInt32 = 1 << 5  // FUSE_PASSTHROUGH = 1 << 37, i.e. flags2 bit 5
+    /// FUSE_DIRECT_IO_ALLOW_MMAP = 1 << 36, i.e. flags2 bit 4 (Linux ≥ 6.6): mmap(MAP_SHARED) of a
+    /// handle opened with FOPEN_DIRECT_IO, through the node's page cache, instead of ENODEV.
+    static let directIOAllowMmapInFlags2: UInt32 = 1 << 4
     /// struct fuse_open_out: fh u64, open_flags u32 @8, backing_id i32 @12 (7.40; `padding` before).
     static let openOutSize = 16
     static let openOutFlags = 8
@@ -104,6 +107,8 @@ final class Passthrough: Sendable {
     /// its way); 5 × 20 ms outside tests.
     private let conflictRetries: Int
     private let conflictRetryDelay: Duration
+    /// Ask the kernel for FUSE_DIRECT_IO_ALLOW_MMAP in the INIT reply (D-376).
+    private let directIOMmap: Bool
     private let deviceFD = Atomic<Int32>(-1)
     /// The INIT request's `unique` is in `state.initUnique`; this says whether one is pending, so
     /// that other replies need no lock.
@@ -132,6 +137,10 @@ final class Passthrough: Sendable {
         var availability = Availability.awaitingInit
         var initUnique: UInt64 = 0
         var kernelOffered = false
+        /// The kernel offered FUSE_DIRECT_IO_ALLOW_MMAP.
+        var kernelOfferedMmap = false
+        /// FUSE_DIRECT_IO_ALLOW_MMAP was negotiated.
+        var directIOMmapNegotiated = false
         /// `unique` of OPEN requests not answered yet.
         var openRequests: Set<UInt64> = []
         var nodes: [UInt64: NodeMode] = [:]
@@ -147,8 +156,10 @@ final class Passthrough: Sendable {
 
     init(
         requested: Bool, logger: Logger, pool: BlockingIOPool = .shared, simulatedFailure: Int32? = nil,
-        backing: BackingFiles = .kernel, conflictRetries: Int = 5, conflictRetryDelay: Duration = .milliseconds(20)
+        backing: BackingFiles = .kernel, conflictRetries: Int = 5, conflictRetryDelay: Duration = .milliseconds(20),
+        directIOMmap: Bool = false
     ) {
+        self.directIOMmap = directIOMmap
         self.logger = logger
         self.pool = pool
         self.simulatedFailure = simulatedFailure
@@ -247,14 +258,17 @@ final class Passthrough: Sendable {
         }
         let body = request + FUSEKernelABI.inHeaderSize
         var offered = false
+        var offeredMmap = false
         if count >= FUSEKernelABI.inHeaderSize + FUSEKernelABI.initInFlags2 + 4 {
             let flags = body.loadUnaligned(fromByteOffset: FUSEKernelABI.initInFlags, as: UInt32.self)
             let flags2 = body.loadUnaligned(fromByteOffset: FUSEKernelABI.initInFlags2, as: UInt32.self)
             offered = flags & FUSEKernelABI.initExt != 0 && flags2 & FUSEKernelABI.passthroughInFlags2 != 0
+            offeredMmap = flags & FUSEKernelABI.initExt != 0 && flags2 & FUSEKernelABI.directIOAllowMmapInFlags2 != 0
         }
         state.withLock {
             $0.initUnique = unique
             $0.kernelOffered = offered
+            $0.kernelOfferedMmap = offeredMmap
         }
         initPending.store(true, ordering: .releasing)
     }
@@ -274,10 +288,10 @@ final class Passthrough: Sendable {
         let unique = header.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
         let body: UnsafeMutableRawPointer? = count == 2 ? iov[1].iov_base : nil
         let bodyLength = count == 2 ? iov[1].iov_len : 0
-        enum Kind { case initReply(offered: Bool), openReply, other }
+        enum Kind { case initReply(offered: Bool, offeredMmap: Bool), openReply, other }
         let kind = state.withLock { state -> Kind in
             if initPending && unique == state.initUnique {
-                return .initReply(offered: state.kernelOffered)
+                return .initReply(offered: state.kernelOffered, offeredMmap: state.kernelOfferedMmap)
             }
             if state.openRequests.remove(unique) != nil { return .openReply }
             return .other
@@ -300,53 +314,79 @@ final class Passthrough: Sendable {
                 reply.storeBytes(of: flags, toByteOffset: FUSEKernelABI.openOutFlags, as: UInt32.self)
                 reply.storeBytes(of: backingID, toByteOffset: FUSEKernelABI.openOutBackingID, as: Int32.self)
             }
-        case .initReply(let offered):
+        case .initReply(let offered, let offeredMmap):
             self.initPending.store(false, ordering: .releasing)
-            return sendInitReply(fd, iov, count, error: error, body: body, length: bodyLength, offered: offered)
+            return sendInitReply(
+                fd, iov, count, error: error, body: body, length: bodyLength, offered: offered,
+                offeredMmap: offeredMmap)
         }
     }
 
+    /// The INIT reply, with FUSE_PASSTHROUGH (when requested and offered) and
+    /// FUSE_DIRECT_IO_ALLOW_MMAP (when `directIOMmap` and offered) added.
     private func sendInitReply(
         _ fd: Int32, _ iov: UnsafeMutablePointer<iovec>, _ count: Int32, error: Int32,
-        body: UnsafeMutableRawPointer?, length: Int, offered: Bool
+        body: UnsafeMutableRawPointer?, length: Int, offered: Bool, offeredMmap: Bool
     ) -> Int {
+        let passthroughRequested = state.withLock { $0.availability == .awaitingInit }
         guard error == 0, let body, length >= FUSEKernelABI.initOutMaxStackDepth + 4 else {
             markUnavailable("the INIT reply has no room for passthrough (old protocol)")
+            if directIOMmap { logger.info("mmap of direct I/O handles: not negotiated (old protocol)") }
             return writev(fd, iov, count)
         }
-        guard offered else {
+        var passthrough = passthroughRequested
+        if passthrough && !offered {
             markUnavailable(
                 "the kernel did not offer FUSE_PASSTHROUGH; it needs Linux 6.9 or later with CONFIG_FUSE_PASSTHROUGH")
-            return writev(fd, iov, count)
+            passthrough = false
         }
         let flags = body.loadUnaligned(fromByteOffset: FUSEKernelABI.initOutFlags, as: UInt32.self)
-        guard flags & FUSEKernelABI.writebackCache == 0 else {
+        if passthrough && flags & FUSEKernelABI.writebackCache != 0 {
             markUnavailable("the writeback cache is on, and the kernel allows passthrough only without it")
-            return writev(fd, iov, count)
+            passthrough = false
         }
+        if directIOMmap && !offeredMmap {
+            logger.info(
+                "mmap of direct I/O handles: the kernel did not offer FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6 or later); "
+                    + "mmap(MAP_SHARED) of a file on this mount fails with ENODEV")
+        }
+        let mmap = directIOMmap && offeredMmap
+        guard passthrough || mmap else { return writev(fd, iov, count) }
         let result = sendRewritten(fd, iov, body: body, length: length) { reply in
             let flags = reply.loadUnaligned(fromByteOffset: FUSEKernelABI.initOutFlags, as: UInt32.self)
-            let flags2 = reply.loadUnaligned(fromByteOffset: FUSEKernelABI.initOutFlags2, as: UInt32.self)
+            var flags2 = reply.loadUnaligned(fromByteOffset: FUSEKernelABI.initOutFlags2, as: UInt32.self)
+            if passthrough { flags2 |= FUSEKernelABI.passthroughInFlags2 }
+            if mmap { flags2 |= FUSEKernelABI.directIOAllowMmapInFlags2 }
             reply.storeBytes(
                 of: flags | FUSEKernelABI.initExt, toByteOffset: FUSEKernelABI.initOutFlags, as: UInt32.self)
-            reply.storeBytes(
-                of: flags2 | FUSEKernelABI.passthroughInFlags2, toByteOffset: FUSEKernelABI.initOutFlags2,
-                as: UInt32.self)
-            reply.storeBytes(
-                of: FUSEKernelABI.maxStackDepth, toByteOffset: FUSEKernelABI.initOutMaxStackDepth, as: UInt32.self)
+            reply.storeBytes(of: flags2, toByteOffset: FUSEKernelABI.initOutFlags2, as: UInt32.self)
+            if passthrough {
+                reply.storeBytes(
+                    of: FUSEKernelABI.maxStackDepth, toByteOffset: FUSEKernelABI.initOutMaxStackDepth,
+                    as: UInt32.self)
+            }
         }
         let savedErrno = errno
         if result >= 0 {
-            state.withLock { state in
-                if state.availability == .awaitingInit { state.availability = .active }
+            if passthrough {
+                state.withLock { state in
+                    if state.availability == .awaitingInit { state.availability = .active }
+                }
+                logger.info("passthrough: negotiated; reads of materialized files are served by the kernel")
             }
-            logger.info("passthrough: negotiated; reads of materialized files are served by the kernel")
+            if mmap {
+                state.withLock { $0.directIOMmapNegotiated = true }
+                logger.info("mmap of direct I/O handles: negotiated (FUSE_DIRECT_IO_ALLOW_MMAP)")
+            }
         } else {
             markUnavailable("the INIT reply could not be sent")
         }
         errno = savedErrno
         return result
     }
+
+    /// FUSE_DIRECT_IO_ALLOW_MMAP was negotiated: mmap(MAP_SHARED) of direct I/O handles works.
+    var directIOMmapNegotiated: Bool { state.withLock { $0.directIOMmapNegotiated } }
 
     /// writev with the second buffer replaced by a copy that `edit` changed (libfuse's buffer is
     /// left alone). Keeps writev's errno.

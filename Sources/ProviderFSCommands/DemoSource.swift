@@ -26,7 +26,7 @@ import Musl
 /// `MountComposition.makeDemo` seeds the mount's fault store with `faults`.
 public struct DemoSource: Sendable {
     /// Bumped whenever the generated tree changes; an older tree is regenerated.
-    public static let formatVersion = 1
+    public static let formatVersion = 2
 
     /// The demo directory (holds `source/` and the manifest).
     public let directory: String
@@ -76,8 +76,10 @@ public struct DemoSource: Sendable {
             throw DemoSourceError("cannot create the demo in \(staging): \(error)")
         }
         if fileManager.fileExists(atPath: directory) {
-            // An older or damaged demo: replace it (it holds nothing but generated files).
-            try? fileManager.removeItem(atPath: directory)
+            // An older or damaged demo: moved aside, not removed (the mount is writable, so it may
+            // hold what its user wrote).
+            let aside = directory + ".old-\(Int(Date().timeIntervalSince1970))-\(getpid())"
+            if rename(directory, aside) != 0 { try? fileManager.removeItem(atPath: directory) }
         }
         guard rename(staging, directory) == 0 else {
             let reason = String(cString: strerror(errno))
@@ -92,8 +94,9 @@ public struct DemoSource: Sendable {
     static func load(at directory: String) throws -> DemoSource {
         let data = try Data(contentsOf: URL(fileURLWithPath: directory + "/demo-manifest.json"))
         let manifest = try JSONDecoder().decode(Manifest.self, from: data)
-        guard manifest.version == formatVersion,
-            FileManager.default.fileExists(atPath: directory + "/source/" + failingItem)
+        // The items may have been changed or removed through the (writable) mount: only the format
+        // decides whether the demo is outdated.
+        guard manifest.version == formatVersion, FileManager.default.fileExists(atPath: directory + "/source")
         else { throw DemoSourceError("demo at \(directory) is outdated") }
         let faults = manifest.faults.map {
             FaultRule(
@@ -132,7 +135,14 @@ public struct DemoSource: Sendable {
               cat Faults/fails-halfway.bin > /dev/null     # fails with EIO halfway, on purpose
               getfattr -n user.providerfs.error Faults/fails-halfway.bin
 
-            The mount is read-only for now: writes fail with EROFS.
+            The mount is writable: what you write here is uploaded to the demo's source folder
+            in the background (`providerfs status` shows dirty, uploading, materialized):
+
+              echo "my note" > Documents/notes/mine.txt
+              getfattr -n user.providerfs.state Documents/notes/mine.txt
+              mv Documents/notes/mine.txt Documents/letters/
+
+            `providerfs mount --demo --read-only` mounts it read-only (writes fail with EROFS).
 
             """)
         try write(

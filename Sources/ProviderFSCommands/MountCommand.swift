@@ -25,7 +25,7 @@ struct MountCommand: CLICommand {
     static let summary = "mount a provider (a directory, or the demo) as a FUSE file system"
     static let usage = """
         providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
-                         [--allow-other] [--no-passthrough] [--require-token]
+                         [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION]
         """
 
@@ -43,6 +43,9 @@ struct MountCommand: CLICommand {
         var cleanedStaleMounts = 0
         /// Let the kernel serve reads of materialized files from the cache (FUSE passthrough).
         var passthrough = true
+        /// `--read-only`: every change fails with EROFS, for the kernel too (MS_RDONLY); reads may
+        /// then use passthrough and the page cache (D-363, D-376).
+        var readOnly = false
         /// How long a download may deliver nothing before its readers get ETIMEDOUT (nil: the
         /// cache's default, `CacheOptions.stallTimeout`).
         var stallTimeout: Duration?
@@ -67,6 +70,7 @@ struct MountCommand: CLICommand {
         let logArgument = try arguments.option("--log")
         let allowOther = try arguments.flag("--allow-other")
         let noPassthrough = try arguments.flag("--no-passthrough")
+        let readOnly = try arguments.flag("--read-only")
         let requireToken = try arguments.flag("--require-token")
         // Internal: an `-o` option of the mount-helper form that this version does not know and
         // that looks like a misspelled security option (MountHelperForm.swift).
@@ -97,6 +101,7 @@ struct MountCommand: CLICommand {
                 demo: demo, source: sourceArgument, mountpoint: mountpointArgument, cache: cacheArgument,
                 log: logArgument, allowOther: allowOther)
             plan.passthrough = !noPassthrough
+            plan.readOnly = readOnly
             plan.requireToken = requireToken
             plan.stallTimeout = stallTimeout
             if plan.cleanedStaleMounts > 0 {
@@ -221,8 +226,8 @@ struct MountCommand: CLICommand {
             var fileSystemOptions = FileSystemOptions()
             if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
             if plan.requireToken { fileSystemOptions.plainPaths = MountPlainPaths() }
-            // Writing is being built (issue 14): off unless asked for, until it is complete (D-350).
-            fileSystemOptions.writable = currentEnvironment()["PROVIDERFS_WRITES"] == "1"
+            // Writable unless --read-only (D-376; D-350 kept it off while writing was being built).
+            fileSystemOptions.writable = !plan.readOnly
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: claims)
@@ -241,7 +246,10 @@ struct MountCommand: CLICommand {
             // it an ordinary user's create met the r-x modes first and got EACCES).
             readOnly: !fileSystem.isWritable,
             debug: currentEnvironment()["PROVIDERFS_FUSE_DEBUG"] == "1",
-            passthrough: plan.passthrough)
+            passthrough: plan.passthrough,
+            // Every handle of a writable mount is direct I/O (D-363): without this mmap(MAP_SHARED)
+            // of any file there fails with ENODEV (D-376).
+            directIOMmap: fileSystem.isWritable)
         let record = MountRecord(
             pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,
             mountpoint: plan.mountpoint,
@@ -312,6 +320,7 @@ struct MountCommand: CLICommand {
         if plan.demo { arguments.removeAll { $0 == "--source=\(plan.source)" } }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }
+        if plan.readOnly { arguments.append("--read-only") }
         if plan.requireToken { arguments.append("--require-token") }
         if let stallTimeout = plan.stallTimeout {
             arguments.append("--stall-timeout=" + durationArgument(stallTimeout))
@@ -385,7 +394,7 @@ struct MountCommand: CLICommand {
                 ("providerfs status \(m)/FILE", "state, progress, version, last error"),
                 ("cat \(m)/FILE", "downloads only what is read"),
                 ("providerfs download \(m)/FILE", "materializes it, with progress"),
-            ]
+            ] + (plan.readOnly ? [] : [("cp FILE \(m)/", "written through; uploaded to the source in the background")])
         }
         return [
             ("ls -lR \(m)", "placeholders: real sizes, nothing downloaded"),
@@ -395,8 +404,10 @@ struct MountCommand: CLICommand {
             ("getfattr -d \(m)/README.txt", "the same state as extended attributes"),
             ("providerfs download \(m)/Documents", "materializes a folder, with progress"),
             ("cat \(m)/Faults/fails-halfway.bin", "fails halfway with 'Input/output error'"),
-            ("providerfs fault add \(m)/Projects --stall 5s", "the provider stalls on cue; fault clear --all"),
-        ]
+        ] + (plan.readOnly ? [] : [("echo hi > \(m)/Documents/hi.txt", "written through; uploaded in the background")])
+            + [
+                ("providerfs fault add \(m)/Projects --stall 5s", "the provider stalls on cue; fault clear --all")
+            ]
     }
 
     static func waitForReadiness(_ fd: Int32, timeout: Duration) -> Readiness {

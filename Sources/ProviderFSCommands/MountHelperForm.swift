@@ -6,8 +6,8 @@
 /// not in that form (then the CLI reports an unknown command as usual).
 ///
 /// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
-/// `log=FILE`, `allow_other`, `no_passthrough`, `require_token`, `stall_timeout=D`; `-f` runs in the
-/// foreground. Generic mount options (rw, ro, defaults, noauto, nofail, _netdev, user, x-systemd.*,
+/// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`,
+/// `stall_timeout=D`; `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
 /// …) are mount(8)'s business and ignored, except one that looks like a misspelled
 /// `require_token` (`require-token`, `require_token=yes`, …): that is refused, never ignored, so
 /// that a mount meant to be locked down does not come up open (D-333).
@@ -41,6 +41,8 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--log=" + option.dropFirst("log=".count))
         } else if option == "allow_other" {
             result.append("--allow-other")
+        } else if option == "ro" {
+            if !result.contains("--read-only") { result.append("--read-only") }
         } else if option == "no_passthrough" {
             result.append("--no-passthrough")
         } else if option == "require_token" {

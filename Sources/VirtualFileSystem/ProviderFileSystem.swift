@@ -36,10 +36,9 @@ public struct FileSystemOptions: Sendable {
     /// allows, every kernel cache of plain nodes off (ProviderFileSystem+Sandbox.swift). Nil:
     /// plain paths are open to every caller the kernel lets in.
     public var plainPaths: (any PlainPathPolicy)?
-    /// Let changes through (issue 14, being built): when false, or when the provider does not
-    /// offer `.writing`, every change fails with EROFS (and `providerfs mount` mounts read-only
-    /// for the kernel too). Off by default until writing is complete; `providerfs mount` turns it
-    /// on when `PROVIDERFS_WRITES=1` (D-350).
+    /// Let changes through: when false, or when the provider does not offer `.writing`, every
+    /// change fails with EROFS (and `providerfs mount` mounts read-only for the kernel too).
+    /// `providerfs mount` sets it unless `--read-only` (D-376); off here, for tests of the read path.
     public var writable = false
     public init() {}
 }

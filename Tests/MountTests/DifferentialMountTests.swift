@@ -68,7 +68,7 @@ struct DifferentialMountTests {
     func mount() throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
             ["--source", source, "--cache", cache],
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_WRITES": "1"])
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
     }
 
     /// Polls until the tree under `root` equals `expected` (modes not compared: the provider may

@@ -70,10 +70,9 @@ struct NamespaceMountTests {
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func mount(writable: Bool = true) throws -> MountedFileSystem {
-        var environment = ["PROVIDERFS_RUNTIME_DIR": runtime]
-        if writable { environment["PROVIDERFS_WRITES"] = "1" }
-        return try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"], environment: environment)
+        try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", scratch + "/cache"] + (writable ? [] : ["--read-only"]),
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
     }
 
     /// The tree every test starts from, made under `base` (the source, or a plain directory).
@@ -316,7 +315,7 @@ struct NamespaceMountTests {
         let mount = try MountedFileSystem.providerfs(
             ["--source", source, "--cache", scratch + "/cache"],
             environment: [
-                "PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_WRITES": "1", "PROVIDERFS_CLAIM_TIMEOUT": "120s",
+                "PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_CLAIM_TIMEOUT": "120s",
             ])
         defer { mount.stop() }
         let go = scratch + "/go"

@@ -3,6 +3,8 @@
 // reach the daemon; anything else still goes through it. "Reached the daemon" is counted in
 // libfuse's own request trace (PROVIDERFS_FUSE_DEBUG=1 / `--debug`: one line per request with its
 // opcode and node), after dropping the page cache so that nothing is served from memory.
+// Passthrough is for `--read-only` mounts: a writable mount's handles are all direct I/O (D-363),
+// which `aWritableMountReadsThroughTheDaemon` checks.
 
 import FUSEAdapter
 import Foundation
@@ -100,7 +102,7 @@ struct PassthroughMountTests {
 
     func mount(_ extra: [String] = [], environment: [String: String] = [:]) throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"] + extra,
+            ["--source", source, "--cache", scratch + "/cache", "--read-only"] + extra,
             environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_FUSE_DEBUG": "1"].merging(environment) {
                 $1
             })
@@ -192,7 +194,7 @@ struct PassthroughMountTests {
         defer { cleanup() }
         // The demo's failing item stops at 4 MiB of 8 (EIO after the retry budget): a partial file.
         let mount = try MountedFileSystem.providerfs(
-            ["--demo"],
+            ["--demo", "--read-only"],
             environment: [
                 "PROVIDERFS_RUNTIME_DIR": runtime, "XDG_DATA_HOME": scratch + "/data",
                 "XDG_CACHE_HOME": scratch + "/cache", "PROVIDERFS_FUSE_DEBUG": "1",

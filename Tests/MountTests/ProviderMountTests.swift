@@ -37,9 +37,9 @@ struct ProviderMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    func mount() throws -> MountedFileSystem {
+    func mount(_ extra: [String] = []) throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+            ["--source", source, "--cache", cache] + extra, environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
     }
 
     func state(_ path: String) -> String? {
@@ -158,10 +158,10 @@ struct ProviderMountTests {
         #expect(lines.allSatisfy { $0.hasPrefix(expected) })
     }
 
-    @Test func writesFailWithEROFSAndTheSourceIsUntouched() throws {
+    @Test func writesFailWithEROFSOnAReadOnlyMountAndTheSourceIsUntouched() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try mount()
+        let mount = try mount(["--read-only"])
         defer { mount.stop() }
         let m = quoted(mount.mountpoint)
         for command in [
@@ -302,14 +302,26 @@ struct ProviderMountTests {
         #expect(helper.status == 0, "\(helper)")
         #expect(MountTable.entry(at: mountpoint)?.fileSystemType == "fuse.providerfs")
         #expect(try shell("cat \(quoted(mountpoint))/hello.txt").output == "hello, provider\n")
+        // Writable by default: the write reaches the source (write-back).
+        #expect(try shell("echo helper > \(quoted(mountpoint))/written.txt").status == 0)
+        let uploaded = ContinuousClock.now + .seconds(20)
+        while (try? readFile(source + "/written.txt")) != Array("helper\n".utf8) && ContinuousClock.now < uploaded {
+            usleep(50_000)
+        }
+        #expect((try? readFile(source + "/written.txt")) == Array("helper\n".utf8))
         #expect(try shell("\(environment) umount \(quoted(mountpoint))").status == 0)
         waitUntilUnmounted(mountpoint)
+        unlink(source + "/written.txt")
 
         // An fstab line, from a private fstab file (never /etc/fstab).
         let fstab = scratch + "/fstab"
-        writeTestFile(fstab, Array("\(source) \(mountpoint) fuse.providerfs noauto,nofail,cache=\(cache) 0 0\n".utf8))
+        writeTestFile(
+            fstab, Array("\(source) \(mountpoint) fuse.providerfs noauto,nofail,ro,cache=\(cache) 0 0\n".utf8))
         let fromFstab = try shell("\(environment) mount --fstab \(quoted(fstab)) \(quoted(mountpoint))")
         #expect(fromFstab.status == 0, "\(fromFstab)")
+        // `ro` is --read-only: read-only for the kernel too.
+        let options = try shell("findmnt -n -o OPTIONS --target \(quoted(mountpoint))").output
+        #expect(options.split(separator: ",").first == "ro", "\(options)")
         #expect(
             try shell("sha256sum < \(quoted(mountpoint))/other.bin").output
                 == (try shell("sha256sum < \(quoted(source))/other.bin").output))
