@@ -27,6 +27,10 @@ public final class StagingFile: Sendable {
     let pool: BlockingIOPool
     /// The length as written (kept here: every write and truncate goes through this object).
     private let length: Locked<Int64>
+    /// When the bytes or the length last changed (wall clock), nil when not since it was made or
+    /// since an explicit mtime was set (`setModified(nil)`): st_mtime while it is open, and the
+    /// published version's mtime.
+    private let lastChange = Locked<ItemTime?>(nil)
 
     init(identifier: ItemIdentifier, owner: String? = nil, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
         self.currentIdentifier = Locked(identifier)
@@ -41,6 +45,13 @@ public final class StagingFile: Sendable {
 
     /// The staged length.
     public var size: Int64 { length.withLock { $0 } }
+
+    /// When the bytes or the length last changed; nil when they did not since the copy was made
+    /// or since `setModified(nil)`.
+    public var modified: ItemTime? { lastChange.withLock { $0 } }
+
+    /// Sets `modified`: now at a change, nil when an explicit mtime replaced it (utimens).
+    public func setModified(_ time: ItemTime?) { lastChange.withLock { $0 = time } }
 
     /// The item now has `identifier` (a rename at a provider whose identifiers are paths).
     func rename(to identifier: ItemIdentifier) { currentIdentifier.withLock { $0 = identifier } }

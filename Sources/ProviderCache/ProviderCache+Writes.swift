@@ -130,7 +130,10 @@ public final class LocalWrites: Sendable {
             environment.logger.debug(
                 "\(item.identifier): a writer joins staging \(file.path) (\(writerCount(of: item.identifier, owner: owner)) writers)"
             )
-            if truncating { try await file.truncate(to: 0) }
+            if truncating {
+                try await file.truncate(to: 0)
+                file.setModified(wallClockTime())
+            }
             return file
         }
         var source: ContentEntry?
@@ -152,6 +155,8 @@ public final class LocalWrites: Sendable {
             throw error
         }
         if let source { content.unpin(source) }
+        // O_TRUNC of a file with bytes is a change (st_mtime now); of an empty one, nothing.
+        if truncating && item.size > 0 { file.setModified(wallClockTime()) }
         let base = catalog.providerBase(of: item.identifier)
         state.withLock { state in
             var machine = StagingMachine(startsModified: truncating && item.size > 0)
@@ -178,6 +183,16 @@ public final class LocalWrites: Sendable {
         }
     }
 
+    /// The length and last change of the item's shared staging file while write handles have it
+    /// open (nil: none; `modified` nil: unchanged since it was made or since an explicit mtime).
+    public func staged(_ identifier: ItemIdentifier) -> (size: Int64, modified: ItemTime?)? {
+        state.withLock { state in
+            guard !state.staged.isEmpty, let file = state.staged[Key(identifier: identifier, owner: nil)]?.file
+            else { return nil }
+            return (file.size, file.modified)
+        }
+    }
+
     /// `bytes` written at `offset` into the item's staging file.
     public func write(_ staging: StagingFile, _ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
         try await staging.write(bytes, at: offset)
@@ -201,6 +216,7 @@ public final class LocalWrites: Sendable {
     }
 
     private func markChanged(_ staging: StagingFile) {
+        staging.setModified(wallClockTime())
         let key = Self.key(of: staging)
         state.withLock { state in
             if state.staged[key]?.file === staging {
@@ -323,10 +339,13 @@ public final class LocalWrites: Sendable {
         let record = try await content.publish(staged.file, as: version, moving: moving)
         environment.logger.debug(
             "\(identifier): published \(version) (\(record.size) bytes) as content file \(record.fileNumber)")
-        let now = wallClockTime()
+        // The last change's time (close and fsync change nothing, as on a local file system); an
+        // explicit mtime set after it (utimens during the edit, D-375) stays.
+        let modified =
+            staged.file.modified ?? catalog.knownItem(identifier)?.modificationTime ?? wallClockTime()
         guard
             let item = catalog.publishLocal(
-                identifier, version: version, size: record.size, modificationTime: now)
+                identifier, version: version, size: record.size, modificationTime: modified)
         else {
             throw CacheError(.notFound, "\(identifier) is gone from the catalog")
         }
@@ -465,6 +484,15 @@ public final class LocalWrites: Sendable {
         }
     }
 
+    /// utimens set `identifier`'s mtime: its open staging copies show and publish that one until
+    /// their next change.
+    public func modificationSet(of identifier: ItemIdentifier) {
+        let files = state.withLock { state in
+            state.staged.filter { $0.key.identifier == identifier }.map(\.value.file)
+        }
+        for file in files { file.setModified(nil) }
+    }
+
     /// The mount itself changed `identifier`'s provider version `from` into `to` (D-375): edits
     /// that started from `from` (a queued upload, open staging copies) now start from `to`, so
     /// their upload does not take the mount's own chmod or utimens for a conflicting change.
@@ -473,8 +501,7 @@ public final class LocalWrites: Sendable {
             for key in state.staged.keys where key.identifier == identifier && state.staged[key]!.base == from {
                 state.staged[key]!.base = to
             }
-            guard state.uploads[identifier]?.record.baseVersion == from else { return nil }
-            state.uploads[identifier]!.rebase(to: to)
+            guard state.uploads[identifier]?.rebase(from: from, to: to) == true else { return nil }
             return state.uploads[identifier]!.record
         }
         if let saved { save(saved) }
@@ -637,6 +664,7 @@ public final class LocalWrites: Sendable {
             result = .success(uploaded)
         } catch let error as ProviderError where error.code == .versionChanged {
             // Keep both: the local edit under a conflict name, the provider's under the original.
+            environment.logger.notice("\(identifier): the provider's version changed since the edit began: \(error)")
             do {
                 let (name, created) = try await uploadConflictCopy(current, from: path)
                 conflictName = name

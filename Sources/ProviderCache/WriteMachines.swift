@@ -203,8 +203,22 @@ struct UploadMachine: Sendable, Equatable {
     /// The item was renamed (its identifier changed).
     mutating func rename(to identifier: ItemIdentifier) { record.identifier = identifier }
 
-    /// The base the edit started from was changed by the mount itself into `version` (D-375).
-    mutating func rebase(to version: ContentVersion) { record.baseVersion = version }
+    /// The mount itself changed the provider's version `from` into `to` (chmod, utimens, D-375):
+    /// the queued edit's base, and the provider version that the next edit will start from
+    /// after an upload (`providerVersion` while materialized), follow. Returns whether anything
+    /// changed.
+    mutating func rebase(from: ContentVersion, to: ContentVersion) -> Bool {
+        var changed = false
+        if record.baseVersion == from {
+            record.baseVersion = to
+            changed = true
+        }
+        if record.providerVersion == from {
+            record.providerVersion = to
+            changed = true
+        }
+        return changed
+    }
 
     /// The provider's version changed since the edit began: the local edit was kept under
     /// `conflictName`; the item is the provider's again.

@@ -310,6 +310,16 @@ extension ProviderFileSystem {
         guard let item = state.withLock({ $0.removed.isEmpty ? nil : $0.removed[inode] }) else { return nil }
         var attributes = attributes(of: item, presentBytes: item.size, inode: inode)
         attributes.linkCount = 0
+        // Open for writing when it was removed: its handles go on writing their (unlinked) staging
+        // copy, and fstat shows its length and last change, as for an unlinked local file.
+        if let staging = writeHandles.withLock({ $0.values.first { $0.inode == inode }?.staging }) {
+            attributes.size = staging.size
+            attributes.blocks = (staging.size + 511) / 512
+            if let modified = staging.modified {
+                attributes.modificationTime = Timestamp(seconds: modified.seconds, nanoseconds: modified.nanoseconds)
+                attributes.changeTime = attributes.modificationTime
+            }
+        }
         return attributes
     }
 
@@ -384,6 +394,8 @@ extension ProviderFileSystem {
             } else {
                 cache.keepAttributes(wanted, for: item)
             }
+            // An explicit mtime replaces the open edit's last change, until its next one.
+            if wanted.modificationTime != nil { cache.writes.modificationSet(of: item.identifier) }
         }
         return try await getAttributes(inode, context: context)
     }

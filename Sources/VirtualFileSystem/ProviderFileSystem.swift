@@ -190,7 +190,11 @@ public final class ProviderFileSystem: FileSystem {
         of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false
     ) -> NodeAttributes {
         let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
-        let time = Timestamp(seconds: item.modificationTime.seconds, nanoseconds: item.modificationTime.nanoseconds)
+        // Writable: the staged length and last change while write handles are open
+        // (ProviderFileSystem+Writes).
+        let staged = item.kind == .file && isWritable ? cache.writes.staged(item.identifier) : nil
+        let modified = staged?.modified ?? item.modificationTime
+        let time = Timestamp(seconds: modified.seconds, nanoseconds: modified.nanoseconds)
         let type: NodeType
         var blocks: Int64 = 0
         switch item.kind {
@@ -201,15 +205,17 @@ public final class ProviderFileSystem: FileSystem {
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
             blocks = (presentBytes + 511) / 512
         }
-        // Read-only mount: no write bits, whatever the provider says. Writable: the provider's
-        // bits, and the staged length while write handles are open (ProviderFileSystem+Writes).
+        // Read-only mount: no write bits, whatever the provider says. Writable: the provider's bits.
         let writable = isWritable
-        let stagedSize = item.kind == .file && writable ? cache.writes.stagedSize(of: item.identifier) : nil
+        let stagedSize = staged?.size
         // Link count 1 for directories too: the number of subdirectories is not known without
         // listing, and fts (FileManager's enumerator, find) reads nlink 2 as "no subdirectories"
         // and skips them; 1 means "unknown" to it, as on btrfs.
+        // A read-only mount lets its owner into every directory (r-x at least); a writable one
+        // shows what chmod set, as the provider stores it (chmod 0644 of a directory shows 0644).
         let mask: UInt16 = writable ? 0o7777 : 0o555
-        let permissions = item.kind == .directory ? (item.permissions | 0o500) & mask : item.permissions & mask
+        let permissions =
+            item.kind == .directory && !writable ? (item.permissions | 0o500) & mask : item.permissions & mask
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,

@@ -1,14 +1,11 @@
 // The write path (issue 14) judged against a plain directory: TestSupport's differential tester
 // runs seeded random sequences of namespace and write operations on a temporary directory and on
-// a `providerfs mount --source` started with PROVIDERFS_WRITES=1, step by step, results and errno
-// compared; the fsx-style random I/O checker runs on files of the mount; afterwards the source
-// directory must come to hold what the reference holds (write-back done), polled with a deadline.
+// a (writable) `providerfs mount --source`, step by step, results and errno compared; the
+// fsx-style random I/O checker runs on files of the mount; afterwards the source directory must
+// come to hold what the reference holds (write-back done), polled with a deadline. Every
+// difference allowed is a `KnownDeviation` or a checker option with its SEMANTICS.md reason.
 //
-// GATED until the write path is merged: these run only with PROVIDERFS_WRITE_TESTS=1 (without it
-// Swift Testing reports them skipped, saying why). On a read-only mount they fail at the first
-// write with EROFS. The gate goes when writing lands (docs/TESTING.md).
-//
-// Replay: PROVIDERFS_WRITE_TESTS=1 PROVIDERFS_DIFF_SEED=<seed> PROVIDERFS_DIFF_SEQUENCES=1
+// Replay: PROVIDERFS_DIFF_SEED=<seed> PROVIDERFS_DIFF_SEQUENCES=1
 //         PROVIDERFS_DIFF_STEPS=<n> swift test --filter DifferentialMountTests
 //         (PROVIDERFS_FSX_SEED / PROVIDERFS_FSX_RUNS / PROVIDERFS_FSX_OPERATIONS for the checker)
 
@@ -22,15 +19,8 @@ import Glibc
 import TestScheduling
 #endif
 
-/// Whether the write-path mount tests run: only with PROVIDERFS_WRITE_TESTS=1 until issue 14's
-/// write path is merged.
-enum WriteTestGate {
-    static var enabled: Bool { currentEnvironment()["PROVIDERFS_WRITE_TESTS"] == "1" }
-}
-
 @Suite(
     .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"),
-    .enabled(if: WriteTestGate.enabled, "write path not merged yet: set PROVIDERFS_WRITE_TESTS=1 to run"),
     .blockingThreads)
 struct DifferentialMountTests {
     let scratch: String
@@ -165,7 +155,11 @@ struct DifferentialMountTests {
             let name = "fsx-\(index).bin"
             let report = RandomIOChecker.run(
                 path: mounted.path(name), seed: baseSeed &+ UInt64(index),
-                options: RandomIOOptions(operations: operations, maximumFileSize: 4 << 20))
+                // A new descriptor reads the last published version (SEMANTICS.md "What readers
+                // see": atomic publish), so the checker fsyncs before it opens one. Mapped reads
+                // stay in the mix (D-376).
+                options: RandomIOOptions(
+                    operations: operations, maximumFileSize: 4 << 20, fsyncBeforeOtherDescriptors: true))
             #expect(report.passed, "\(report)")
             guard report.passed else { return }
             expected[name] = report.expectedContents

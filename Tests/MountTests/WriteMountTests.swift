@@ -216,6 +216,23 @@ struct WriteMountTests {
             var info = stat()
             #expect(stat(mount.source("t\(index)"), &info) == 0 && info.st_mtim.tv_sec == 1_000_000_000 + index)
         }
+        // After the uploads: a utimens, then a new edit, which starts from the version the utimens
+        // made, not from the one the upload made (a conflict copy before the fix).
+        for index in 0..<5 { #expect(waitForState(mount.path("t\(index)"), "materialized")) }
+        let again = """
+            import os, sys
+            m = sys.argv[1]
+            for i in range(5):
+                os.utime(m + "/t%d" % i, (1000000500, 1000000500))
+                with open(m + "/t%d" % i, "a") as f:
+                    f.write("more\\n")
+            """
+        let rerun = try shell("python3 -c \(quoted(again)) \(quoted(mount.mount.mountpoint))")
+        #expect(rerun.status == 0, "\(rerun)")
+        for index in 0..<5 {
+            #expect(waitForSource(mount.source("t\(index)"), Array("t\(index)\nmore\n".utf8)))
+            #expect(waitForState(mount.path("t\(index)"), "materialized"))
+        }
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: mount.tree)) ?? []).sorted()
         #expect(!names.contains { $0.contains("conflict") }, "\(names)")
     }
