@@ -239,6 +239,12 @@ extension LocalDirectoryProvider {
         }
         defer { close(source) }
 
+        // A replace changes a file's bytes, not the directory's entries: the directory's times are
+        // put back afterwards, so that `tar x`'s or `rsync -a`'s directory mtimes survive the
+        // write-back of the files inside (the temporary file and the swap change them).
+        var directoryTimes = stat()
+        var keepDirectoryTimes = false
+        if case .replace = target { keepDirectoryTimes = fstat(directory.fd, &directoryTimes) == 0 }
         let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
         let staged = openat(directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard staged >= 0 else { throw Self.writeError(errno, "create a staging file in \(Self.describe(parent))") }
@@ -304,6 +310,12 @@ extension LocalDirectoryProvider {
             }
         }
         published = true
+        if keepDirectoryTimes {
+            // A change made by someone else in the directory meanwhile loses its mtime to this one
+            // (docs/SEMANTICS.md, LocalDirectoryProvider).
+            var times = [directoryTimes.st_atim, directoryTimes.st_mtim]
+            _ = futimens(directory.fd, &times)
+        }
         // The rename is durable once the directory is (the staging file's bytes already are).
         _ = fsync(directory.fd)
         var info = stat()

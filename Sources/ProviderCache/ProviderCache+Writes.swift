@@ -343,10 +343,15 @@ public final class LocalWrites: Sendable {
         // explicit mtime set after it (utimens during the edit, D-375) stays.
         let modified =
             staged.file.modified ?? catalog.knownItem(identifier)?.modificationTime ?? wallClockTime()
-        guard
-            let item = catalog.publishLocal(
+        var published = catalog.publishLocal(
+            identifier, version: version, size: record.size, modificationTime: modified)
+        if published == nil, (try? await catalog.item(identifier, maximumAge: .zero)) != nil {
+            // Not known under this identifier: a move of a directory above it (RENAME_EXCHANGE of
+            // two directories) may have left the catalog to list it again. The provider says.
+            published = catalog.publishLocal(
                 identifier, version: version, size: record.size, modificationTime: modified)
-        else {
+        }
+        guard let item = published else {
             throw CacheError(.notFound, "\(identifier) is gone from the catalog")
         }
         let actions = state.withLock { state -> [UploadMachine.Action] in

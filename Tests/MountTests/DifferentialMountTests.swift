@@ -109,7 +109,13 @@ struct DifferentialMountTests {
                 seed: seed, steps: steps, reference: DirectoryRunner(root: reference + "/" + name),
                 subject: DirectoryRunner(root: mounted.path(name)), deviations: Self.deviations)
             #expect(report.passed, "\(report)")
-            guard report.passed else { return }
+            guard report.passed else {
+                // PROVIDERFS_LOG_LEVEL=debug in the test's environment makes this the whole story.
+                print(
+                    "daemon log (last 80 lines):\n"
+                        + mounted.child.standardError.split(separator: "\n").suffix(80).joined(separator: "\n"))
+                return
+            }
             passed += 1
         }
 
