@@ -157,8 +157,9 @@ extension Catalog {
         catalog.items.index(forKey: identifier).map { catalog.items.keys[$0] } ?? identifier
     }
 
-    /// Forgets an item the provider no longer has (and its descendants).
-    func removeItem(_ identifier: ItemIdentifier) {
+    /// Forgets an item the provider no longer has (and its descendants). `keepingContent`: their
+    /// content records stay (an exchange, whose content the content store re-keyed).
+    func removeItem(_ identifier: ItemIdentifier, keepingContent: Bool = false) {
         guard identifier != .root else { return }
         var told: [CatalogChange] = []
         let (removed, superseded) = state.withLock { catalog -> ([ItemIdentifier], [Superseded]) in
@@ -167,7 +168,7 @@ extension Catalog {
                 told.append(.entry(directory: item.parent, name: item.name, identifier: identifier))
             }
             let removed = Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
-            return (removed, superseded)
+            return (removed, keepingContent ? [] : superseded)
         }
         tell(told)
         if !removed.isEmpty {

@@ -83,6 +83,30 @@ extension Catalog {
         removeItem(identifier)
     }
 
+    /// RENAME_EXCHANGE of `one` and `other` at a provider whose identifiers are paths: both
+    /// subtrees are forgotten, to be listed again, but their local versions (written files,
+    /// Catalog+Local.swift) change places, as the content store's records do, so that written
+    /// bytes not yet uploaded stay with their items.
+    func exchanged(_ one: ItemIdentifier, _ other: ItemIdentifier) {
+        func swapped(_ identifier: ItemIdentifier) -> ItemIdentifier? {
+            identifier.rebased(from: one, to: other) ?? identifier.rebased(from: other, to: one)
+        }
+        state.withLock { catalog in
+            for identifier in [one, other] {
+                if let item = catalog.items[identifier] { Self.noteChange(in: [item.parent], of: &catalog) }
+            }
+            var moved: [(ItemIdentifier, LocalVersion)] = []
+            for identifier in Array(catalog.localVersions.keys) {
+                guard let target = swapped(identifier) else { continue }
+                moved.append((target, catalog.localVersions.removeValue(forKey: identifier)!))
+            }
+            for (target, local) in moved { catalog.localVersions[target] = local }
+        }
+        content.identifiersMoved(swapped)
+        removeItem(one, keepingContent: true)
+        removeItem(other, keepingContent: true)
+    }
+
     /// The listings of `directories` are asked for again when next used (an exchange).
     func expireListings(_ directories: [ItemIdentifier]) {
         let expired = environment.timeline.now - environment.options.directoryTTL

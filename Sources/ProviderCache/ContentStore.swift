@@ -290,13 +290,19 @@ public final class ContentStore: Sendable {
     /// readable through the handles that pin them; missing ones fail) and the moved item's next
     /// open makes a new entry.
     func identifiersMoved(_ moves: [ItemIdentifier: ItemIdentifier]) {
+        identifiersMoved { moves[$0] }
+    }
+
+    /// `identifiersMoved` with the moves as a function (nil: not moved); a swap of two subtrees
+    /// works (every record leaves its key before any arrives).
+    func identifiersMoved(_ moves: (ItemIdentifier) -> ItemIdentifier?) {
         let (retired, moved) = state.withLock { state -> ([ContentEntry], [(old: ContentRecord, new: ContentRecord)]) in
             guard !state.entries.isEmpty || !state.records.isEmpty else { return ([], []) }
             var retired: [ContentEntry] = []
             var moved: [(old: ContentRecord, new: ContentRecord)] = []
             var liveMoved: [(old: ContentRecord, new: ContentRecord)] = []
             for (key, entry) in state.entries {
-                guard let identifier = moves[key.identifier] else { continue }
+                guard let identifier = moves(key.identifier) else { continue }
                 // Noted before the entry leaves the table: its idle handler may run at once on
                 // another thread, and must find the moved record (else it deletes the file).
                 entry.noteMoved(to: identifier)
@@ -310,14 +316,16 @@ public final class ContentStore: Sendable {
                 new.identifier = identifier
                 liveMoved.append((record, new))
             }
+            var arriving: [ContentRecord] = []
             for (key, record) in state.records {
-                guard let identifier = moves[key.identifier] else { continue }
+                guard let identifier = moves(key.identifier) else { continue }
                 state.records[key] = nil
                 var new = record
                 new.identifier = identifier
-                state.records[ContentKey(identifier: identifier, version: key.version)] = new
+                arriving.append(new)
                 moved.append((record, new))
             }
+            for new in arriving { state.records[ContentKey(identifier: new.identifier, version: new.version)] = new }
             for (old, new) in liveMoved {
                 state.records[ContentKey(identifier: new.identifier, version: new.version)] = new
                 moved.append((old, new))

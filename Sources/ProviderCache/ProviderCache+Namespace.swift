@@ -77,9 +77,13 @@ extension ProviderCache {
             // Both items changed places: the catalog forgets both (their listings are asked for
             // again) rather than re-keying two subtrees into each other's identifiers. Open
             // writers and queued uploads follow their items (D-371).
-            if moved.identifier == replaced.identifier { writes.exchange(item.identifier, replaced.identifier) }
-            catalog.deleted(item.identifier)
-            catalog.deleted(replaced.identifier)
+            if moved.identifier == replaced.identifier {
+                writes.exchange(item.identifier, replaced.identifier)
+                catalog.exchanged(item.identifier, replaced.identifier)
+            } else {
+                catalog.deleted(item.identifier)
+                catalog.deleted(replaced.identifier)
+            }
             catalog.created(moved)
             catalog.expireListings([item.parent, parent])
             return (moved, [:])

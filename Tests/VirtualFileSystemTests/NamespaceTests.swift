@@ -452,6 +452,59 @@ struct NamespaceTests {
             } == .permissionDenied)
     }
 
+    /// RENAME_EXCHANGE of two directories whose files have published versions not uploaded yet:
+    /// each file keeps its written bytes and its upload, under the swapped identifiers (the
+    /// catalog forgot both subtrees and superseded their content: the next open was ESTALE, the
+    /// uploads found no content).
+    @Test func exchangingDirectoriesKeepsTheirFilesUnuploadedVersions() async throws {
+        let fixture = try writableFixture()
+        fixture.provider.addDirectory("a")
+        fixture.provider.addDirectory("b")
+        fixture.provider.putFile("a/h", .bytes(Array("A0".utf8)))
+        fixture.provider.putFile("b/h", .bytes(Array("B0".utf8)))
+        let fileSystem = try fixture.makeFileSystem()
+        func inode(_ directory: String, _ name: String) async throws -> InodeNumber {
+            let parent = try await fileSystem.lookup(parent: .root, name: directory, context: .kernel).inode
+            return try await fileSystem.lookup(parent: parent, name: name, context: .kernel).inode
+        }
+        func read(_ directory: String) async throws -> [UInt8] {
+            let file = try await inode(directory, "h")
+            let opened = try await fileSystem.open(file, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+            defer { Task { await fileSystem.release(file, handle: opened.handle) } }
+            return try await fileSystem.read(file, handle: opened.handle, offset: 0, count: 100, context: .kernel).bytes
+        }
+        for (path, bytes) in [("a/h", "A1"), ("b/h", "B1")] {
+            fixture.faults.add(
+                FaultRule(identifier: ItemIdentifier(path), fault: .failAfter(offset: 0, errno: EIO), on: .upload))
+            let file = try await inode(String(path.prefix(1)), "h")
+            let writer = try await fileSystem.open(
+                file, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: .kernel)
+            _ = try await fileSystem.write(
+                file, handle: writer.handle, offset: 0, data: Array(bytes.utf8), context: .kernel)
+            try await fileSystem.flush(file, handle: writer.handle, context: .kernel)
+            await fileSystem.release(file, handle: writer.handle)
+        }
+        try await fileSystem.rename(
+            parent: .root, name: "a", newParent: .root, newName: "b", flags: 1 << 1, context: .kernel)  // RENAME_EXCHANGE
+        #expect(try await read("a") == Array("B1".utf8))
+        #expect(try await read("b") == Array("A1".utf8))
+        _ = fixture.faults.clear()
+        let deadline = ContinuousClock.now + .seconds(15)
+        func uploaded() -> Bool {
+            fixture.provider.content(of: "a/h")?.0 == .bytes(Array("B1".utf8))
+                && fixture.provider.content(of: "b/h")?.0 == .bytes(Array("A1".utf8))
+        }
+        while !uploaded() && ContinuousClock.now < deadline {
+            fixture.clock.advance(by: .seconds(1))
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(
+            uploaded(),
+            "a/h: \(String(describing: fixture.provider.content(of: "a/h"))), b/h: \(String(describing: fixture.provider.content(of: "b/h")))"
+        )
+        #expect(try await names(fileSystem, .root) == ["a", "b"])
+    }
+
     @Test("a file renamed while a write handle is open, or while its upload waits, ends up whole under the new name")
     func renameCarriesOpenWritersAndUploads() async throws {
         let fixture = try writableFixture()
