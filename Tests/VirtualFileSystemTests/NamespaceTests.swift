@@ -484,8 +484,9 @@ struct NamespaceTests {
             try await fileSystem.flush(file, handle: writer.handle, context: .kernel)
             await fileSystem.release(file, handle: writer.handle)
         }
+        // RENAME_EXCHANGE
         try await fileSystem.rename(
-            parent: .root, name: "a", newParent: .root, newName: "b", flags: 1 << 1, context: .kernel)  // RENAME_EXCHANGE
+            parent: .root, name: "a", newParent: .root, newName: "b", flags: 1 << 1, context: .kernel)
         #expect(try await read("a") == Array("B1".utf8))
         #expect(try await read("b") == Array("A1".utf8))
         _ = fixture.faults.clear()
