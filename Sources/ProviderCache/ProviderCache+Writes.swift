@@ -113,9 +113,10 @@ public final class LocalWrites: Sendable {
     /// A write handle opens on `item` (its current version): joins the item's staging file, or
     /// makes one — empty when `truncating`, else a copy of the current content, downloaded first
     /// when not all present. `owner`: the token id of an access path's writer, whose staging file
-    /// is its token's own (nil: the item's shared one).
+    /// is its token's own (nil: the item's shared one). `touching`: a change even when the file
+    /// is empty (O_TRUNC of an existing file moves its mtime; a create's own open does not).
     public func openWriter(
-        _ item: ProviderItem, truncating: Bool, owner: String? = nil
+        _ item: ProviderItem, truncating: Bool, touching: Bool = false, owner: String? = nil
     ) async throws(CacheError) -> StagingFile {
         guard item.kind == .file else { throw CacheError(.wrongKind, "\(item.identifier) is not a file") }
         await gate.acquire()
@@ -155,11 +156,12 @@ public final class LocalWrites: Sendable {
             throw error
         }
         if let source { content.unpin(source) }
-        // O_TRUNC of a file with bytes is a change (st_mtime now); of an empty one, nothing.
-        if truncating && item.size > 0 { file.setModified(wallClockTime()) }
+        // O_TRUNC of a file with bytes, or of an existing one (`touching`), is a change (st_mtime now).
+        let changed = truncating && (item.size > 0 || touching)
+        if changed { file.setModified(wallClockTime()) }
         let base = catalog.providerBase(of: item.identifier)
         state.withLock { state in
-            var machine = StagingMachine(startsModified: truncating && item.size > 0)
+            var machine = StagingMachine(startsModified: changed)
             machine.openWriter()
             state.staged[key] = Staged(machine: machine, file: file, base: base)
         }

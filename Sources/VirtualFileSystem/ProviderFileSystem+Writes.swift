@@ -85,20 +85,22 @@ extension ProviderFileSystem {
             returnScopedUse(use)
             throw error
         }
+        // O_TRUNC of an existing file is a change even when it is empty (its mtime moves).
         return try await openWriter(
-            inode, identifier: node.identifier, item: item, truncating: flags.truncates, context: context,
-            scoped: scoped, use: use)
+            inode, identifier: node.identifier, item: item, truncating: flags.truncates, touching: flags.truncates,
+            context: context, scoped: scoped, use: use)
     }
 
     /// A write handle on `item`'s staging file: the shared one, or through an access path its
     /// token's own (D-369). Gives `use` back when it fails.
     private func openWriter(
-        _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool,
+        _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool, touching: Bool = false,
         context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil
     ) async throws(FileSystemError) -> OpenedFile {
         let staging: StagingFile
         do {
-            staging = try await cache.writes.openWriter(item, truncating: truncating, owner: scoped?.tokenID)
+            staging = try await cache.writes.openWriter(
+                item, truncating: truncating, touching: touching, owner: scoped?.tokenID)
         } catch {
             returnScopedUse(use)
             throw FileSystemError(error)
