@@ -354,11 +354,25 @@ public final class Catalog: Sendable {
     /// for the listing TTL (that one name when the provider can look names up, else a new
     /// listing).
     public func child(named name: String, of directory: ItemIdentifier) async throws(CacheError) -> ProviderItem? {
+        if answersByName(directory, name) { return try await recheckMissingChild(named: name, of: directory) }
         if let found = try await child(named: name, of: directory, maximumAge: environment.options.directoryTTL) {
             return found
         }
         guard let age = listingAge(of: directory), age >= environment.options.missRefreshInterval else { return nil }
         return try await recheckMissingChild(named: name, of: directory)
+    }
+
+    /// Whether a lookup of `name` in `directory` asks the provider for that name alone (D-378): a
+    /// listing this session took went stale (a change reported since, as every change made
+    /// through the mount is, or past its age) and the provider looks names up. Listing again for
+    /// one name made `tar x` into a directory list it whole for every file's LOOKUP: quadratic.
+    private func answersByName(_ directory: ItemIdentifier, _ name: String) -> Bool {
+        guard environment.provider.capabilities.contains(.namedChildLookup),
+            state.withLock({ $0.listedAt[directory] != nil }),
+            case .unknown = cachedChild(named: name, of: directory, maximumAge: environment.options.directoryTTL)
+        else { return false }
+        guard environment.provider.capabilities.contains(.listingChangeTracking) else { return true }
+        return !revalidateListing(of: directory, with: environment.provider, at: environment.timeline.now)
     }
 
     /// The immediate twin of `child(named:of:)`: the same answer when the catalog can give it
@@ -564,10 +578,14 @@ public final class Catalog: Sendable {
             default: throw failure
             }
         }
-        guard let found else { return nil }
-        // Another identifier under that name in the index is the old holder of the name.
         let key = NameKey(name)
         let previous = state.withLock { $0.names[directory]?[key] }
+        guard let found else {
+            // Gone from the provider while the listing still has it.
+            if let previous { removeItem(previous) }
+            return nil
+        }
+        // Another identifier under that name in the index is the old holder of the name.
         if let previous, previous != found.identifier { removeItem(previous) }
         return apply(found)
     }

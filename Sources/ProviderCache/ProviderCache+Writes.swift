@@ -682,7 +682,11 @@ public final class LocalWrites: Sendable {
         } catch {
             result = .failure(error)
         }
-        endUploadCall(identifier)
+        // The result is applied before the call counts as ended: a move or a chmod/utimens that
+        // waited for it (D-372, D-375) then sees the provider version this upload made, and
+        // rebases from it (applied after, it was left with the version before its own change,
+        // and the next edit became a conflict copy).
+        defer { endUploadCall(identifier) }
         switch result {
         case .success(let uploaded):
             if let conflictName {

@@ -218,7 +218,15 @@ struct WriteMountTests {
         }
         // After the uploads: a utimens, then a new edit, which starts from the version the utimens
         // made, not from the one the upload made (a conflict copy before the fix).
-        for index in 0..<5 { #expect(waitForState(mount.path("t\(index)"), "materialized")) }
+        for index in 0..<5 {
+            let materialized = waitForState(mount.path("t\(index)"), "materialized")
+            #expect(materialized)
+            if !materialized {
+                print(
+                    "daemon log:\n"
+                        + mount.mount.child.standardError.split(separator: "\n").suffix(60).joined(separator: "\n"))
+            }
+        }
         let again = """
             import os, sys
             m = sys.argv[1]
@@ -235,6 +243,13 @@ struct WriteMountTests {
         }
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: mount.tree)) ?? []).sorted()
         #expect(!names.contains { $0.contains("conflict") }, "\(names)")
+        if names.contains(where: { $0.contains("conflict") }) {
+            print(
+                "daemon log at the end:\n"
+                    + mount.mount.child.standardError.split(separator: "\n").filter { !$0.contains(" debug ") }.suffix(
+                        80
+                    ).joined(separator: "\n"))
+        }
     }
 
     @Test func twoWritersShareOneStagingCopy() throws {
