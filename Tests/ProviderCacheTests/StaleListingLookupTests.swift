@@ -1,0 +1,81 @@
+// D-378: a LOOKUP in a directory whose listing went stale asks a provider that looks names up
+// (`.namedChildLookup`) for that one name instead of listing the directory again; readdir still
+// lists again. Counted at the provider; manual clock, no sleeps.
+
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+
+/// Forwards to an InMemoryProvider, adds a named-child lookup, and counts both kinds of call.
+final class NameCountingProvider: Provider, Sendable {
+    let base: InMemoryProvider
+    private let calls = Locked((listings: 0, names: 0))
+
+    init(base: InMemoryProvider) { self.base = base }
+
+    var capabilities: ProviderCapabilities { base.capabilities.union(.namedChildLookup) }
+    var listings: Int { calls.withLock { $0.listings } }
+    var names: Int { calls.withLock { $0.names } }
+
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
+
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        calls.withLock { $0.listings += 1 }
+        return try await base.children(of: identifier)
+    }
+
+    func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
+        calls.withLock { $0.names += 1 }
+        return try await base.children(of: directory).first { $0.name == name }
+    }
+
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+}
+
+@Suite struct StaleListingLookupTests {
+    @Test func aLookupInAStaleListingAsksForTheNameAloneAndReaddirListsAgain() async throws {
+        let base = InMemoryProvider()
+        base.addDirectory("d")
+        for name in ["a", "b", "c"] { base.putFile("d/\(name)", .bytes(Array(name.utf8))) }
+        let provider = NameCountingProvider(base: base)
+        let clock = ManualClock()
+        let directory = try TemporaryDirectory(prefix: "providerfs-stale-listing")
+        defer { directory.remove() }
+        let options = CacheFixture.defaultOptions()
+        let cache = try ProviderCache(
+            provider: provider, directory: directory.path, store: InMemoryMetadataStore(), clock: clock,
+            options: options)
+        let d = ItemIdentifier("d")
+        #expect(try await cache.catalog.children(of: d, maximumAge: nil).map(\.name) == ["a", "b", "c"])
+        #expect(provider.listings == 1)
+
+        // Fresh: answered from the listing, nothing asked.
+        #expect(try await cache.catalog.child(named: "a", of: d)?.name == "a")
+        #expect(provider.listings == 1 && provider.names == 0)
+
+        // Stale (past directoryTTL); meanwhile a changed, b was removed, e was created.
+        base.putFile("d/a", .bytes(Array("a2".utf8)))
+        base.remove("d/b")
+        base.putFile("d/e", .bytes(Array("e".utf8)))
+        clock.advance(by: options.directoryTTL)
+        #expect(try await cache.catalog.child(named: "missing", of: d) == nil)
+        #expect(try await cache.catalog.child(named: "a", of: d)?.size == 2, "the changed item, asked alone")
+        #expect(try await cache.catalog.child(named: "b", of: d) == nil, "removed at the provider")
+        #expect(try await cache.catalog.child(named: "e", of: d)?.name == "e")
+        #expect(provider.listings == 1, "no listing for a lookup")
+        #expect(provider.names == 4)
+        #expect(!cache.catalog.cachedChildNames(of: d).map(\.name).contains("b"))
+
+        // readdir of the stale listing lists again.
+        #expect(
+            try await cache.catalog.children(of: d, maximumAge: options.directoryTTL).map(\.name) == ["a", "c", "e"])
+        #expect(provider.listings == 2)
+        await cache.shutdown()
+    }
+}
