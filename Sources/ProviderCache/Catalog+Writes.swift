@@ -32,9 +32,20 @@ extension ItemIdentifier {
 
 extension Catalog {
     /// Counts a change made through the mount in `directories` as a change report (see the top).
-    private static func noteChange(in directories: [ItemIdentifier], of catalog: inout State) {
+    /// Their own mtimes changed with their entries: they are asked for again when next used, and
+    /// the kernel drops their attributes (returned, for `tell`), before the provider's own report
+    /// arrives (a stat right after a create showed the directory's old mtime).
+    @discardableResult
+    private static func noteChange(in directories: [ItemIdentifier], of catalog: inout State) -> [CatalogChange] {
         catalog.changeCount &+= 1
-        for directory in directories { catalog.lastChange[directory] = catalog.changeCount }
+        var told: [CatalogChange] = []
+        for directory in directories {
+            catalog.lastChange[directory] = catalog.changeCount
+            guard catalog.items[directory] != nil else { continue }
+            catalog.dirty.insert(directory)
+            told.append(.attributes(directory))
+        }
+        return told
     }
 
     /// Places `item` under its name in its parent's listing (when the parent is listed) and in
@@ -63,24 +74,26 @@ extension Catalog {
     /// refused to create over it, so it was deleted there meanwhile).
     func created(_ item: ProviderItem) {
         let now = environment.timeline.now
-        let previous = state.withLock { catalog -> ItemIdentifier? in
-            Self.noteChange(in: [item.parent], of: &catalog)
+        let (previous, directories) = state.withLock { catalog -> (ItemIdentifier?, [CatalogChange]) in
+            let directories = Self.noteChange(in: [item.parent], of: &catalog)
             let previous = catalog.names[item.parent]?[NameKey(item.name)]
-            return previous == item.identifier ? nil : previous
+            return (previous == item.identifier ? nil : previous, directories)
         }
         if let previous { removeItem(previous) }
         state.withLock { catalog in Self.place(item, at: now, in: &catalog) }
         save([item])
-        tell([.entry(directory: item.parent, name: item.name, identifier: item.identifier)])
+        tell([.entry(directory: item.parent, name: item.name, identifier: item.identifier)] + directories)
     }
 
     /// An item the mount deleted at the provider: removed with its descendants; handles that pin
     /// its content keep their present bytes (missing ones fail as a deletion, EIO).
     func deleted(_ identifier: ItemIdentifier) {
-        state.withLock { catalog in
-            if let item = catalog.items[identifier] { Self.noteChange(in: [item.parent], of: &catalog) }
+        let directories = state.withLock { catalog -> [CatalogChange] in
+            guard let item = catalog.items[identifier] else { return [] }
+            return Self.noteChange(in: [item.parent], of: &catalog)
         }
         removeItem(identifier)
+        tell(directories)
     }
 
     /// RENAME_EXCHANGE of `one` and `other` at a provider whose identifiers are paths: both
@@ -91,9 +104,12 @@ extension Catalog {
         func swapped(_ identifier: ItemIdentifier) -> ItemIdentifier? {
             identifier.rebased(from: one, to: other) ?? identifier.rebased(from: other, to: one)
         }
-        state.withLock { catalog in
+        let directories = state.withLock { catalog -> [CatalogChange] in
+            var directories: [CatalogChange] = []
             for identifier in [one, other] {
-                if let item = catalog.items[identifier] { Self.noteChange(in: [item.parent], of: &catalog) }
+                if let item = catalog.items[identifier] {
+                    directories += Self.noteChange(in: [item.parent], of: &catalog)
+                }
             }
             var moved: [(ItemIdentifier, LocalVersion)] = []
             for identifier in Array(catalog.localVersions.keys) {
@@ -101,10 +117,12 @@ extension Catalog {
                 moved.append((target, catalog.localVersions.removeValue(forKey: identifier)!))
             }
             for (target, local) in moved { catalog.localVersions[target] = local }
+            return directories
         }
         content.identifiersMoved(swapped)
         removeItem(one, keepingContent: true)
         removeItem(other, keepingContent: true)
+        tell(directories)
     }
 
     /// The listings of `directories` are asked for again when next used (an exchange).
@@ -126,7 +144,8 @@ extension Catalog {
     func moved(
         _ old: ProviderItem, to item: ProviderItem, replaced: ItemIdentifier?
     ) -> [ItemIdentifier: ItemIdentifier] {
-        state.withLock { catalog in Self.noteChange(in: [old.parent, item.parent], of: &catalog) }
+        let directories = state.withLock { catalog in Self.noteChange(in: [old.parent, item.parent], of: &catalog) }
+        defer { tell(directories) }
         if let replaced, replaced != old.identifier { removeItem(replaced) }
         let moves =
             old.identifier == item.identifier ? [:] : identifiersMoved(from: old.identifier, to: item.identifier)

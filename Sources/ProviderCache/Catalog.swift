@@ -19,6 +19,9 @@ public enum CatalogChange: Sendable, Equatable {
     case entry(directory: ItemIdentifier, name: String, identifier: ItemIdentifier?)
     /// Any entry of `directory` may have changed.
     case entries(directory: ItemIdentifier)
+    /// The item's own attributes changed (a directory's mtime, when the mount changed its
+    /// entries), not its name.
+    case attributes(ItemIdentifier)
     /// Anything may have changed (the provider lost track).
     case everything
 }

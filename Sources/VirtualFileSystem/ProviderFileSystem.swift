@@ -883,7 +883,7 @@ extension ProviderFileSystem: KernelCacheCoherent {
         var wholeDirectories: [ItemIdentifier: [(name: String, identifier: ItemIdentifier)]] = [:]
         for change in changes {
             switch change {
-            case .entry: break
+            case .entry, .attributes: break
             case .entries(let directory): wholeDirectories[directory] = cache.catalog.cachedChildNames(of: directory)
             case .everything: everything = true
             }
@@ -904,6 +904,8 @@ extension ProviderFileSystem: KernelCacheCoherent {
             for change in changes {
                 switch change {
                 case .entry(let directory, let name, let identifier): add(directory, name, identifier)
+                case .attributes(let identifier):
+                    if let node = state.inodes.inode(of: identifier) { result.append(.attributes(node)) }
                 case .entries(let directory):
                     for child in wholeDirectories[directory] ?? [] { add(directory, child.name, child.identifier) }
                 case .everything: break
