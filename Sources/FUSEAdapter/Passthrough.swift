@@ -139,8 +139,6 @@ final class Passthrough: Sendable {
         var kernelOffered = false
         /// The kernel offered FUSE_DIRECT_IO_ALLOW_MMAP.
         var kernelOfferedMmap = false
-        /// FUSE_DIRECT_IO_ALLOW_MMAP was negotiated.
-        var directIOMmapNegotiated = false
         /// `unique` of OPEN requests not answered yet.
         var openRequests: Set<UInt64> = []
         var nodes: [UInt64: NodeMode] = [:]
@@ -375,7 +373,6 @@ final class Passthrough: Sendable {
                 logger.info("passthrough: negotiated; reads of materialized files are served by the kernel")
             }
             if mmap {
-                state.withLock { $0.directIOMmapNegotiated = true }
                 logger.info("mmap of direct I/O handles: negotiated (FUSE_DIRECT_IO_ALLOW_MMAP)")
             }
         } else {
@@ -384,9 +381,6 @@ final class Passthrough: Sendable {
         errno = savedErrno
         return result
     }
-
-    /// FUSE_DIRECT_IO_ALLOW_MMAP was negotiated: mmap(MAP_SHARED) of direct I/O handles works.
-    var directIOMmapNegotiated: Bool { state.withLock { $0.directIOMmapNegotiated } }
 
     /// writev with the second buffer replaced by a copy that `edit` changed (libfuse's buffer is
     /// left alone). Keeps writev's errno.

@@ -179,11 +179,7 @@ public final class LocalWrites: Sendable {
 
     /// The staged length of `identifier`'s shared staging file while it has one (stat shows it;
     /// a token's own copy is not shown, D-369).
-    public func stagedSize(of identifier: ItemIdentifier) -> Int64? {
-        state.withLock { state in
-            state.staged.isEmpty ? nil : state.staged[Key(identifier: identifier, owner: nil)]?.file.size
-        }
-    }
+    public func stagedSize(of identifier: ItemIdentifier) -> Int64? { staged(identifier)?.size }
 
     /// The length and last change of the item's shared staging file while write handles have it
     /// open (nil: none; `modified` nil: unchanged since it was made or since an explicit mtime).
