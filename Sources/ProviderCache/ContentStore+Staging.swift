@@ -1,8 +1,9 @@
 // Staging copies and their atomic publish (issue 14, docs/SEMANTICS.md "Writes"). A staging file
 // is a private copy in `<cache>/staging/` that every write handle of one item writes; a publish
 // makes it a new, complete content entry of a version the provider never mints ("local:…"). A
-// complete content file is never written again: the staging file becomes one only by a rename
-// once no writer is left, and is copied otherwise.
+// complete content file is never written again: a publish renames the staging file into the
+// content store, and a change through a write handle still open after that (a flush or fsync that
+// is not the last close) first copies it to a new staging file (D-379).
 
 import Diagnostics
 public import ProviderModel
@@ -22,11 +23,25 @@ public final class StagingFile: Sendable {
     /// Whose private copy it is: nil for the item's shared one (plain paths), else the id of the
     /// token whose access path opened it (its writes are dropped if the token ends).
     public let owner: String?
-    let path: String
-    let fd: Int32
     let pool: BlockingIOPool
-    /// The length as written (kept here: every write and truncate goes through this object).
-    private let length: Locked<Int64>
+
+    /// The file the handles write, and its length as written (kept here: every write and
+    /// truncate goes through this object). Every use of the descriptor holds the lock, so a
+    /// publish that renames the file away and a change that copies it back never meet a write.
+    private struct Storage {
+        var fd: Int32
+        var path: String
+        var length: Int64
+        /// Where a publish moved the file (a content file now, never written again): the next
+        /// change copies it to a new staging file first (D-379). Nil: `path` is the staging file.
+        var publishedAs: String?
+        /// Dropped unpublished: a copy made after this is not kept under `staging/`.
+        var discarded = false
+        /// Copies made after publishes (their names: the first path with "-N").
+        var copies = 0
+        let firstPath: String
+    }
+    private let storage: Locked<Storage>
     /// When the bytes or the length last changed (wall clock), nil when not since it was made or
     /// since an explicit mtime was set (`setModified(nil)`): st_mtime while it is open, and the
     /// published version's mtime.
@@ -35,16 +50,17 @@ public final class StagingFile: Sendable {
     init(identifier: ItemIdentifier, owner: String? = nil, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
         self.currentIdentifier = Locked(identifier)
         self.owner = owner
-        self.path = path
-        self.fd = fd
         self.pool = pool
-        self.length = Locked(size)
+        self.storage = Locked(Storage(fd: fd, path: path, length: size, firstPath: path))
     }
 
-    deinit { close(fd) }
+    deinit { storage.withLock { _ = close($0.fd) } }
+
+    /// The staging file's path now (a publish and a later change move it).
+    var path: String { storage.withLock { $0.path } }
 
     /// The staged length.
-    public var size: Int64 { length.withLock { $0 } }
+    public var size: Int64 { storage.withLock { $0.length } }
 
     /// When the bytes or the length last changed; nil when they did not since the copy was made
     /// or since `setModified(nil)`.
@@ -61,81 +77,144 @@ public final class StagingFile: Sendable {
         return CacheError(code, "cannot \(what) the staging file \(path): \(error.message)")
     }
 
+    /// Runs `body` with the file to change: when a publish moved the staging file into the
+    /// content store, a copy of it becomes the staging file first (on the pool; lock held).
+    private func changing<T>(
+        _ body: (Int32, String, inout Int64) throws(CacheError) -> T
+    ) throws(CacheError) -> T {
+        try storage.withLock { (storage: inout Storage) throws(CacheError) -> T in
+            try Self.restage(&storage)
+            return try body(storage.fd, storage.path, &storage.length)
+        }
+    }
+
+    /// A published (moved) staging file is copied back to a new staging file, which the handles
+    /// write from now on.
+    private static func restage(_ storage: inout Storage) throws(CacheError) {
+        guard storage.publishedAs != nil else { return }
+        storage.copies += 1
+        let path = "\(storage.firstPath)-\(storage.copies)"
+        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure(Errno.current, "create", path) }
+        if storage.length > 0, let error = copyFile(from: storage.fd, to: fd, size: storage.length) {
+            close(fd)
+            unlink(path)
+            throw failure(error, "copy the published version into", path)
+        }
+        close(storage.fd)
+        storage.fd = fd
+        storage.path = path
+        storage.publishedAs = nil
+        if storage.discarded { unlink(path) }
+    }
+
     /// Writes all of `bytes` at `offset`; ENOSPC leaves the staging file as it was before the
     /// bytes that did not fit (the writer gets ENOSPC, nothing published is touched).
     public func write(_ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
-        let fd = self.fd
-        let path = self.path
         try await pool.run { () throws(CacheError) -> Void in
-            let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
-                guard let base = raw.baseAddress, raw.count > 0 else { return .success(()) }
-                return writeFully(fd, from: base, count: raw.count, at: offset)
+            try self.changing { (fd, path, length) throws(CacheError) -> Void in
+                let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
+                    guard let base = raw.baseAddress, raw.count > 0 else { return .success(()) }
+                    return writeFully(fd, from: base, count: raw.count, at: offset)
+                }
+                if case .failure(let error) = written { throw Self.failure(error, "write", path) }
+                length = max(length, offset + Int64(bytes.count))
             }
-            if case .failure(let error) = written { throw Self.failure(error, "write", path) }
         }
-        let end = offset + Int64(bytes.count)
-        length.withLock { $0 = max($0, end) }
     }
 
     /// Sets the length (zeros past the old end).
     public func truncate(to size: Int64) async throws(CacheError) {
-        let fd = self.fd
-        let path = self.path
         try await pool.run { () throws(CacheError) -> Void in
-            guard ftruncate(fd, off_t(size)) == 0 else { throw Self.failure(Errno.current, "truncate", path) }
+            try self.changing { (fd, path, length) throws(CacheError) -> Void in
+                guard ftruncate(fd, off_t(size)) == 0 else { throw Self.failure(Errno.current, "truncate", path) }
+                length = size
+            }
         }
-        length.withLock { $0 = size }
     }
 
     /// fallocate(2) of the staging file: the space for `offset..<offset+length` reserved, so that
     /// writes there cannot fail with ENOSPC; the length grows to its end unless `keepSize`. A
     /// cache file system without fallocate gets the length only (ftruncate).
     public func allocate(offset: Int64, length: Int64, keepSize: Bool) async throws(CacheError) {
-        let fd = self.fd
-        let path = self.path
         let end = offset + length
-        let grows = !keepSize && end > size
         try await pool.run { () throws(CacheError) -> Void in
-            if fileAllocate(fd, keepSize: keepSize, offset: offset, length: length) == 0 { return }
-            let error = Errno.current
-            guard error.rawValue == EOPNOTSUPP || error.rawValue == ENOSYS else {
-                throw Self.failure(error, "allocate space in", path)
+            try self.changing { (fd, path, staged) throws(CacheError) -> Void in
+                let grows = !keepSize && end > staged
+                if fileAllocate(fd, keepSize: keepSize, offset: offset, length: length) != 0 {
+                    let error = Errno.current
+                    guard error.rawValue == EOPNOTSUPP || error.rawValue == ENOSYS else {
+                        throw Self.failure(error, "allocate space in", path)
+                    }
+                    if grows, ftruncate(fd, off_t(end)) != 0 {
+                        throw Self.failure(Errno.current, "extend", path)
+                    }
+                }
+                if grows { staged = max(staged, end) }
             }
-            if grows, ftruncate(fd, off_t(end)) != 0 { throw Self.failure(Errno.current, "extend", path) }
         }
-        if grows { self.length.withLock { $0 = max($0, end) } }
     }
 
     /// Up to `count` bytes at `offset` (fewer at the end).
     public func read(offset: Int64, count: Int) async throws(CacheError) -> ReadData {
         let end = min(size, offset + Int64(count))
         guard offset < end else { return ReadData(buffer: AlignedBuffer(capacity: 0), count: 0) }
-        let fd = self.fd
-        let path = self.path
         let wanted = Int(end - offset)
         return try await pool.run { () throws(CacheError) -> ReadData in
             let buffer = AlignedBuffer(capacity: wanted)
-            let outcome = buffer.withUnsafeMutableBytes { raw -> Result<Int, CacheError> in
-                var done = 0
-                while done < wanted {
-                    let got = pread(fd, raw.baseAddress! + done, wanted - done, off_t(offset + Int64(done)))
-                    if got < 0, errno == EINTR { continue }
-                    guard got >= 0 else { return .failure(Self.failure(Errno.current, "read", path)) }
-                    if got == 0 { break }
-                    done += got
+            let outcome = self.storage.withLock { storage in
+                buffer.withUnsafeMutableBytes { raw -> Result<Int, CacheError> in
+                    var done = 0
+                    while done < wanted {
+                        let got = pread(storage.fd, raw.baseAddress! + done, wanted - done, off_t(offset + Int64(done)))
+                        if got < 0, errno == EINTR { continue }
+                        guard got >= 0 else { return .failure(Self.failure(Errno.current, "read", storage.path)) }
+                        if got == 0 { break }
+                        done += got
+                    }
+                    return .success(done)
                 }
-                return .success(done)
             }
             return ReadData(buffer: buffer, count: try outcome.get())
         }
     }
 
-    /// fdatasync.
-    func sync() async throws(CacheError) {
-        let fd = self.fd
-        let path = self.path
-        try await pool.run { () throws(CacheError) -> Void in
-            guard retryingOnInterrupt({ fdatasync(fd) }) == 0 else { throw Self.failure(Errno.current, "sync", path) }
+    /// Publishes the file: synced, then renamed to `target` (a content file from now on; the
+    /// next change copies it back first). Returns its length. Called on the pool.
+    fileprivate func moveOut(to target: String) throws(CacheError) -> Int64 {
+        try storage.withLock { (storage: inout Storage) throws(CacheError) -> Int64 in
+            // Published already and marked changed again by a write that finished before that
+            // publish: the same bytes, published again from a copy.
+            try Self.restage(&storage)
+            guard retryingOnInterrupt({ fdatasync(storage.fd) }) == 0 else {
+                throw Self.failure(Errno.current, "sync", storage.path)
+            }
+            guard renameFile(storage.path, target) == 0 else {
+                throw CacheError(.io, "cannot publish \(storage.path): \(Errno.current.message)")
+            }
+            storage.publishedAs = target
+            return storage.length
+        }
+    }
+
+    /// Undoes `moveOut(to: target)` when its record could not be saved: the file is the staging
+    /// file again (or, when a change copied it since, the moved file is deleted).
+    fileprivate func moveBack(from target: String) {
+        storage.withLock { storage in
+            if storage.publishedAs == target, renameFile(target, storage.path) == 0 {
+                storage.publishedAs = nil
+            } else {
+                unlink(target)
+            }
+        }
+    }
+
+    /// Dropped unpublished: the staging file is deleted (its handles keep the descriptor); a
+    /// file a publish moved into the content store is not touched.
+    fileprivate func discard() {
+        storage.withLock { storage in
+            storage.discarded = true
+            if storage.publishedAs == nil { unlink(storage.path) }
         }
     }
 }
@@ -174,41 +253,19 @@ extension ContentStore {
 
     /// Deletes a staging file that is not published (its handle keeps the descriptor).
     func discardStaging(_ staging: StagingFile) {
-        unlink(staging.path)
+        staging.discard()
     }
 
     /// Makes the staging file's bytes a complete content record of `version`, durable (synced,
-    /// then saved) before it returns: by renaming the staging file when `moving` (no writer is
-    /// left), else by copying it. The record is stored, not opened; the catalog then makes it the
-    /// item's version. On failure nothing is published and the staging file is as it was.
-    func publish(
-        _ staging: StagingFile, as version: ContentVersion, moving: Bool
-    ) async throws(CacheError) -> ContentRecord {
+    /// then saved) before it returns, by renaming the staging file into the content store (a
+    /// handle that changes it afterwards copies it back first, D-379). The record is stored, not
+    /// opened; the catalog then makes it the item's version. On failure nothing is published and
+    /// the staging file is as it was.
+    func publish(_ staging: StagingFile, as version: ContentVersion) async throws(CacheError) -> ContentRecord {
         let number = reserveFileNumber()
         let target = "\(directory)/content/\(number)"
-        let size = staging.size
-        try await staging.sync()
-        let sourceFD = staging.fd
-        let sourcePath = staging.path
-        try await environment.pool.run { () throws(CacheError) -> Void in
-            if moving {
-                guard rename(sourcePath, target) == 0 else {
-                    throw CacheError(.io, "cannot publish \(sourcePath): \(Errno.current.message)")
-                }
-                return
-            }
-            let fd = open(target, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw CacheError(.io, "cannot create \(target): \(Errno.current.message)") }
-            defer { close(fd) }
-            var failure = size > 0 ? copyFile(from: sourceFD, to: fd, size: size) : nil
-            if failure == nil, ftruncate(fd, off_t(size)) != 0 { failure = Errno.current }
-            if failure == nil, retryingOnInterrupt({ fdatasync(fd) }) != 0 { failure = Errno.current }
-            if let failure {
-                unlink(target)
-                throw CacheError(
-                    failure == .noSpace || failure.rawValue == EDQUOT ? .noSpace : .io,
-                    "cannot publish into \(target): \(failure.message)")
-            }
+        let size = try await environment.pool.run { () throws(CacheError) -> Int64 in
+            try staging.moveOut(to: target)
         }
         var present = ByteRanges()
         if size > 0 { present.insert(0..<size) }
@@ -217,8 +274,8 @@ extension ContentStore {
         do {
             try environment.store.saveContent(record)
         } catch {
-            // Not durable: nothing is published (the staging file stays, when it was copied).
-            if moving { _ = rename(target, sourcePath) } else { unlink(target) }
+            // Not durable: nothing is published.
+            staging.moveBack(from: target)
             throw CacheError(.io, "cannot save the published version of \(staging.identifier): \(error)")
         }
         addRecord(record)
@@ -245,6 +302,9 @@ extension ContentStore {
     }
 }
 
+/// rename(2) (the name is taken by `StagingFile.rename(to:)` inside the class).
+private func renameFile(_ from: String, _ to: String) -> Int32 { rename(from, to) }
+
 /// Copies `size` bytes from the start of `source` to the start of `target` (pread/pwrite in 1 MiB
 /// steps). Nil when done.
 func copyFile(from source: Int32, to target: Int32, size: Int64) -> Errno? {
@@ -252,7 +312,7 @@ func copyFile(from source: Int32, to target: Int32, size: Int64) -> Errno? {
 }
 
 private func copyByReading(from source: Int32, to target: Int32, from start: Int64, size: Int64) -> Errno? {
-    let chunk = 1 << 20
+    let chunk = Int(min(Int64(1 << 20), max(size - start, 1)))
     let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 4096)
     defer { buffer.deallocate() }
     var position = start

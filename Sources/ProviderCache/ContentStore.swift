@@ -52,10 +52,56 @@ public final class ContentStore: Sendable {
         var version: ContentVersion
     }
 
+    /// Values by (identifier, version), grouped by identifier: what one item has is found
+    /// without a scan of everything (a publish supersedes the item's other versions; with one
+    /// flat table that scan made untar quadratic, D-379).
+    struct ContentTable<Value>: Sequence {
+        private var byItem: [ItemIdentifier: [ContentVersion: Value]] = [:]
+        private(set) var count = 0
+
+        var isEmpty: Bool { count == 0 }
+
+        subscript(key: ContentKey) -> Value? {
+            get { byItem[key.identifier]?[key.version] }
+            set {
+                let had = byItem[key.identifier]?[key.version] != nil
+                if let newValue {
+                    byItem[key.identifier, default: [:]][key.version] = newValue
+                    if !had { count += 1 }
+                } else if had {
+                    byItem[key.identifier]![key.version] = nil
+                    if byItem[key.identifier]!.isEmpty { byItem[key.identifier] = nil }
+                    count -= 1
+                }
+            }
+        }
+
+        /// The versions `identifier` has, with their values.
+        func versions(of identifier: ItemIdentifier) -> [ContentVersion: Value] { byItem[identifier] ?? [:] }
+
+        var identifiers: Dictionary<ItemIdentifier, [ContentVersion: Value]>.Keys { byItem.keys }
+
+        var values: [Value] { byItem.values.flatMap(\.values) }
+
+        func makeIterator() -> AnyIterator<(key: ContentKey, value: Value)> {
+            var items = byItem.makeIterator()
+            var current: (ItemIdentifier, Dictionary<ContentVersion, Value>.Iterator)?
+            return AnyIterator {
+                while true {
+                    if let (identifier, _) = current, let (version, value) = current!.1.next() {
+                        return (ContentKey(identifier: identifier, version: version), value)
+                    }
+                    guard let (identifier, versions) = items.next() else { return nil }
+                    current = (identifier, versions.makeIterator())
+                }
+            }
+        }
+    }
+
     private struct State {
-        var entries: [ContentKey: ContentEntry] = [:]
+        var entries = ContentTable<ContentEntry>()
         /// Content records loaded from the store and not opened yet (or closed while idle).
-        var records: [ContentKey: ContentRecord] = [:]
+        var records = ContentTable<ContentRecord>()
         var nextFileNumber: Int64 = 1
         var isShutDown = false
     }
@@ -88,7 +134,7 @@ public final class ContentStore: Sendable {
     /// Deletes content files no record names (a crash before their first range-map save, or a
     /// record deleted while its file was kept open), at startup before any entry exists.
     private func removeUnreferencedFiles() {
-        let referenced = state.withLock { state in Set(state.records.values.map(\.fileNumber)) }
+        let referenced = state.withLock { state in Set(state.records.map(\.value.fileNumber)) }
         guard let handle = opendir(directory + "/content") else { return }
         var stray: [String] = []
         while let entry = readdir(handle) {
@@ -267,12 +313,12 @@ public final class ContentStore: Sendable {
             guard !state.entries.isEmpty || !state.records.isEmpty else { return ([], []) }
             var entries: [ContentEntry] = []
             var records: [ContentRecord] = []
-            for (key, entry) in state.entries where key.identifier == identifier && key.version != current {
-                state.entries[key] = nil
+            for (version, entry) in state.entries.versions(of: identifier) where version != current {
+                state.entries[ContentKey(identifier: identifier, version: version)] = nil
                 entries.append(entry)
             }
-            for (key, record) in state.records where key.identifier == identifier && key.version != current {
-                state.records[key] = nil
+            for (version, record) in state.records.versions(of: identifier) where version != current {
+                state.records[ContentKey(identifier: identifier, version: version)] = nil
                 records.append(record)
             }
             return (entries, records)
@@ -405,7 +451,7 @@ public final class ContentStore: Sendable {
     /// Items with content in the store: an open entry or a stored record, of their current or an
     /// older version (`ProviderCache.contentActivity()`).
     var identifiersWithContent: Set<ItemIdentifier> {
-        state.withLock { Set($0.entries.keys.map(\.identifier)).union($0.records.keys.map(\.identifier)) }
+        state.withLock { Set($0.entries.identifiers).union($0.records.identifiers) }
     }
 
     /// Disk use of the cache directory (allocated blocks of the content files and of the metadata

@@ -250,11 +250,11 @@ public final class LocalWrites: Sendable {
                     return nil
                 }
                 return (state.staged[key]!.machine.sync(), state.staged[key]!)
-            }), case .publish(let moving)? = action
+            }), case .publish? = action
         else { return nil }
         environment.logger.debug("\(identifier): sync publishes staging \(staged.file.path)")
         do {
-            return try await publish(staged, moving: moving)
+            return try await publish(staged)
         } catch {
             state.withLock { $0.staged[key]?.machine.publishFailed() }
             throw error
@@ -283,7 +283,7 @@ public final class LocalWrites: Sendable {
         return true
     }
 
-    /// A write handle closes; the last one publishes (by moving the staging file) or drops it.
+    /// A write handle closes; the last one publishes what changed or drops the staging file.
     public func closeWriter(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
         try await closeWriter(Key(identifier: identifier, owner: nil), expected: nil)
     }
@@ -317,9 +317,9 @@ public final class LocalWrites: Sendable {
         case .discard:
             content.discardStaging(staged.file)
             return nil
-        case .publish(let moving):
+        case .publish:
             do {
-                return try await publish(staged, moving: moving)
+                return try await publish(staged)
             } catch {
                 environment.logger.error(
                     "\(identifier): the last write handle closed, and its publish failed: \(error)")
@@ -331,10 +331,10 @@ public final class LocalWrites: Sendable {
 
     /// The staging file as a new local version: a complete content record, the catalog's item,
     /// the upload queued.
-    private func publish(_ staged: Staged, moving: Bool) async throws(CacheError) -> PublishedVersion {
+    private func publish(_ staged: Staged) async throws(CacheError) -> PublishedVersion {
         let identifier = staged.file.identifier
         let version = ContentVersion("local:\(content.reserveFileNumber()).\(UInt32.random(in: 0...UInt32.max))")
-        let record = try await content.publish(staged.file, as: version, moving: moving)
+        let record = try await content.publish(staged.file, as: version)
         environment.logger.debug(
             "\(identifier): published \(version) (\(record.size) bytes) as content file \(record.fileNumber)")
         // The last change's time (close and fsync change nothing, as on a local file system); an

@@ -11,9 +11,9 @@ public import ProviderModel
 /// One item's staging copy (docs/SEMANTICS.md, "Writes").
 struct StagingMachine: Sendable, Equatable {
     enum Action: Sendable, Equatable {
-        /// Publish the staging file as a new version; `moving`: no writer is left, so the file
-        /// itself may become the content file (renamed), else it is copied.
-        case publish(moving: Bool)
+        /// Publish the staging file as a new version (it is renamed into the content store; a
+        /// writer that changes it afterwards copies it back first, D-379).
+        case publish
         /// Nothing to publish and no writer left: delete the staging file.
         case discard
     }
@@ -34,20 +34,20 @@ struct StagingMachine: Sendable, Equatable {
     mutating func sync() -> Action? {
         guard modified, !closed else { return nil }
         modified = false
-        return .publish(moving: false)
+        return .publish
     }
 
     /// A publish failed: the changes are still to be published.
     mutating func publishFailed() { modified = true }
 
-    /// A write handle is released; the last one publishes (by moving) or discards.
+    /// A write handle is released; the last one publishes or discards.
     mutating func closeWriter() -> Action? {
         writers = max(0, writers - 1)
         guard writers == 0, !closed else { return nil }
         closed = true
         if modified {
             modified = false
-            return .publish(moving: true)
+            return .publish
         }
         return .discard
     }

@@ -141,7 +141,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
 }
 
 @Suite struct StagingMachineTests {
-    @Test func lastWriterPublishesByMovingOnlyWhenChanged() {
+    @Test func lastWriterPublishesOnlyWhenChanged() {
         var machine = StagingMachine(startsModified: false)
         machine.openWriter()
         machine.openWriter()
@@ -151,18 +151,18 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         var changed = StagingMachine(startsModified: false)
         changed.openWriter()
         changed.changed()
-        #expect(changed.sync() == .publish(moving: false))
+        #expect(changed.sync() == .publish)
         #expect(changed.sync() == nil)
         changed.changed()
-        #expect(changed.closeWriter() == .publish(moving: true))
+        #expect(changed.closeWriter() == .publish)
     }
 
     @Test func aFailedPublishIsPublishedAgain() {
         var machine = StagingMachine(startsModified: true)
         machine.openWriter()
-        #expect(machine.sync() == .publish(moving: false))
+        #expect(machine.sync() == .publish)
         machine.publishFailed()
-        #expect(machine.closeWriter() == .publish(moving: true))
+        #expect(machine.closeWriter() == .publish)
     }
 }
 
@@ -342,11 +342,48 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         try await cache.writes.truncate(staging, to: 4)
         let synced = try #require(try await cache.writes.sync(item.identifier))
         #expect(try await readAll(cache, synced.item) == [UInt8(ascii: "x"), UInt8(ascii: "y"), 0, 0])
-        // fsync published a copy: the staging file is still the writers', and a close with no
-        // change since publishes nothing.
+        // fsync published the staging file (moved); the writers' next change works on a copy
+        // of it, which the last close publishes.
         try await cache.writes.truncate(staging, to: 1)
         let closed = try #require(try await cache.writes.closeWriter(item.identifier))
         #expect(try await readAll(cache, closed.item) == Array("x".utf8))
+        await cache.shutdown()
+    }
+
+    /// A publish renames the staging file into the content store (no copy); a handle that writes
+    /// again afterwards copies it back first, so the published version never changes (D-379).
+    @Test func aSyncPublishesByMovingAndTheNextChangeCopiesFirst() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("abcdef".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let staging = try await cache.writes.openWriter(item, truncating: false)
+        try await cache.writes.write(staging, Array("X".utf8), at: 0)
+        let stagedPath = staging.path
+        var before = stat()
+        #expect(stat(stagedPath, &before) == 0)
+        let first = try #require(try await cache.writes.sync(item.identifier))
+        // Moved, not copied: the content file is the staging file's inode, and it left staging/.
+        let firstPath = try #require(cache.content.contentFilePath(item.identifier, first.item.contentVersion))
+        var published = stat()
+        #expect(stat(firstPath, &published) == 0)
+        #expect(published.st_ino == before.st_ino)
+        #expect(access(stagedPath, F_OK) != 0)
+        let reader = try await cache.pinContent(of: first.item)
+        // The next write copies first: the published version keeps its bytes.
+        try await cache.writes.write(staging, Array("Y".utf8), at: 1)
+        #expect(staging.path != firstPath)
+        #expect(bytes(of: try await reader.read(offset: 0, count: 100)) == Array("Xbcdef".utf8))
+        #expect(try await staging.read(offset: 0, count: 100).count == 6)
+        let second = try #require(try await cache.writes.sync(item.identifier))
+        #expect(try await readAll(cache, second.item) == Array("XYcdef".utf8))
+        #expect(bytes(of: try await reader.read(offset: 0, count: 100)) == Array("Xbcdef".utf8))
+        cache.content.unpin(reader)
+        // Nothing changed since: the last close publishes nothing and deletes no content file.
+        #expect(try await cache.writes.closeWriter(item.identifier) == nil)
+        let secondPath = try #require(cache.content.contentFilePath(item.identifier, second.item.contentVersion))
+        #expect(access(secondPath, F_OK) == 0)
+        #expect(try await readAll(cache, second.item) == Array("XYcdef".utf8))
         await cache.shutdown()
     }
 
