@@ -60,6 +60,14 @@ public struct LocalDirectoryProvider: Provider {
         return try itemSync(identifier)
     }
 
+    /// `child(named:of:)` on the calling thread, for a directory that is watched (as `itemNow`):
+    /// a LOOKUP in a directory whose listing a change made stale is answered without a task or a
+    /// thread hop (D-380). Declined for anything else.
+    public func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild {
+        guard changes.isWatched(directory) else { return .declined }
+        return try childSync(named: name, of: directory).map { .found($0) } ?? .absent
+    }
+
     public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         try await LocalIO.run { try self.childrenSync(identifier) }
     }

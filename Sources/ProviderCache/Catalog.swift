@@ -386,8 +386,34 @@ public final class Catalog: Sendable {
         case .found(let item, let tracked): return .found(item, tracked: tracked)
         case .absent(let listingAge):
             // A miss re-lists (async) once the listing is older than missRefreshInterval.
-            return listingAge < environment.options.missRefreshInterval ? .absent : .unknown
-        case .unknown: return .unknown
+            if listingAge < environment.options.missRefreshInterval { return .absent }
+        case .unknown: break
+        }
+        return askedNow(named: name, of: directory)
+    }
+
+    /// What `child(named:of:)` would learn by asking the provider for the name alone
+    /// (`recheckMissingChild`), when the provider answers at once (`childNow`, a watched local
+    /// directory): recorded the same way, with no task and no thread hop. Only where the async
+    /// path would ask for the name alone (a listing of this session exists, `answersByName`);
+    /// `.unknown` when the provider declines or fails (the async path says why).
+    private func askedNow(named name: String, of directory: ItemIdentifier) -> ChildAnswer {
+        guard let provider = immediateMetadata, provider.capabilities.contains(.namedChildLookup),
+            state.withLock({ $0.listedAt[directory] != nil })
+        else { return .unknown }
+        let answer: ImmediateChild
+        do { answer = try provider.childNow(named: name, of: directory) } catch { return .unknown }
+        let previous = state.withLock { $0.names[directory]?[NameKey(name)] }
+        switch answer {
+        case .declined:
+            return .unknown
+        case .absent:
+            if let previous { removeItem(previous) }
+            return .absent
+        case .found(let found):
+            if let previous, previous != found.identifier { removeItem(previous) }
+            let applied = apply(found)
+            return .found(applied, tracked: isTracked(applied))
         }
     }
 

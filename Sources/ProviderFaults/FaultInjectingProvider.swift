@@ -77,6 +77,15 @@ public struct FaultInjectingProvider: Provider {
         return try base.itemNow(for: identifier).map(record)
     }
 
+    /// Declines while any rule strikes metadata (the slow path meets the fault); else the base's
+    /// answer.
+    public func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild {
+        guard !plan.hasMetadataRules else { return .declined }
+        let answer = try base.childNow(named: name, of: directory)
+        if case .found(let found) = answer, !plan.isEmpty { _ = record(found) }
+        return answer
+    }
+
     public func trackedChildren(
         of identifier: ItemIdentifier
     ) async throws -> (

@@ -39,6 +39,12 @@ public protocol Provider: Sendable {
     /// nil when answering might wait (the caller then calls `item(for:)`). The default declines.
     func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem?
 
+    /// `.immediateMetadata` with `.namedChildLookup`: what `child(named:of:)` would return (or
+    /// throw), answered on the calling thread under the same rules as `itemNow`; `.declined`
+    /// when answering might wait (the caller then calls `child(named:of:)`). The default
+    /// declines.
+    func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild
+
     /// `.listingChangeTracking`: lists like `children(of:)`, plus a token taken before the
     /// listing began; nil when changes there cannot be tracked (the cache then lists again
     /// whenever the listing expires). The default lists and gives no token.
@@ -137,6 +143,16 @@ public protocol Provider: Sendable {
 /// it refuses for a time (`FaultInjectingProvider`: an offline item gets no immediate answer, and
 /// no listing counts as unchanged while anything is offline). Callers never cast to find a
 /// capability, so nothing a base offers is lost by wrapping it.
+/// An immediate answer about one name of a directory (`Provider.childNow`).
+public enum ImmediateChild: Sendable, Equatable {
+    /// The directory has the child.
+    case found(ProviderItem)
+    /// The directory has no such child.
+    case absent
+    /// Not answered at once: ask `child(named:of:)`.
+    case declined
+}
+
 public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
     public let rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }
@@ -153,6 +169,8 @@ extension Provider {
     }
 
     public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? { nil }
+
+    public func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild { .declined }
 
     public func trackedChildren(
         of directory: ItemIdentifier

@@ -746,13 +746,15 @@ extension ProviderFileSystem: FileSystemFastPath {
             return .failure(refusal)
         }
         if let removed = removedAttributes(inode) { return .success(removed) }
-        // From memory only: a stale item is revalidated by the async path, off the FUSE thread.
+        // From memory, or from a provider that answers at once (`itemNow`: an lstat in a watched
+        // local directory, D-380); otherwise a stale item is revalidated by the async path, off
+        // the FUSE thread. (A directory the mount just changed is stale, and the kernel asks for
+        // its attributes before every LOOKUP in it: `tar x` paid a task and a thread hop per file.)
         guard let node = state.withLock({ $0.inodes[inode] }) else {
             return scopedTarget(inode).flatMap { scopedAttributesNow(inode, $0, context: context) }
         }
         guard
-            let item = cache.catalog.itemNow(
-                node.identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
+            let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
             item.kind == node.kind || node.identifier == .root
         else { return nil }
         return .success(

@@ -1,5 +1,7 @@
 // The fast-path twin of `item(for:)`: `itemNow(for:)` (D-229) may decline (nil), but whatever it
-// answers, an item or an error, must be exactly what `item(for:)` answers on the same state. Checked
+// answers, an item or an error, must be exactly what `item(for:)` answers on the same state. The
+// same for `childNow(named:of:)` against `child(named:of:)` (D-380), with every identifier split
+// into its directory and last name. Checked
 // over a varied tree and a sequence of changes, for the local provider and for the fault wrapper
 // over it, on every identifier of interest at every step.
 
@@ -17,10 +19,12 @@ import Glibc
 /// An answer of either path, comparable: the item, or the error it threw.
 private enum Answer: Equatable, CustomStringConvertible {
     case item(ProviderItem)
+    case absent
     case failure(ProviderError)
 
     var description: String {
         switch self {
+        case .absent: "absent"
         case .item(let item): "item \(item.identifier) \(item.kind) \(item.size) \(item.contentVersion)"
         case .failure(let error): "error \(error)"
         }
@@ -56,6 +60,30 @@ private func checkTwins(_ provider: any Provider, _ step: String) async -> (item
             slow = .failure(ProviderError.from(error))
         }
         #expect(now == slow, "\(step): itemNow(\(identifier)) answered \(now), item(for:) \(slow)")
+    }
+    for identifier in identifiers where !identifier.rawValue.isEmpty {
+        let raw = identifier.rawValue
+        let (directory, name) =
+            raw.lastIndex(of: "/").map { (ItemIdentifier(String(raw[..<$0])), String(raw[raw.index(after: $0)...])) }
+            ?? (.root, raw)
+        let now: Answer
+        do {
+            switch try provider.childNow(named: name, of: directory) {
+            case .declined: continue
+            case .absent: now = .absent
+            case .found(let item): now = .item(item)
+            }
+        } catch {
+            now = .failure(ProviderError.from(error))
+        }
+        if case .failure = now { answered.errors += 1 } else { answered.items += 1 }
+        let slow: Answer
+        do {
+            slow = try await provider.child(named: name, of: directory).map { .item($0) } ?? .absent
+        } catch {
+            slow = .failure(ProviderError.from(error))
+        }
+        #expect(now == slow, "\(step): childNow('\(name)' of \(directory)) answered \(now), child(named:of:) \(slow)")
     }
     return answered
 }

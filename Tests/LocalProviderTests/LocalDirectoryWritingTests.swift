@@ -251,6 +251,47 @@ struct LocalDirectoryWritingTests {
         #expect(try entries(root.path) == ["dir", "plain"])
     }
 
+    @Test("an empty create is made under its name at once: exclusive, its mode and mtime, no temporary file (D-380)")
+    func emptyCreate() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("dir/existing", [7, 7])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let empty = try localFile([], in: local)
+        let time = ItemTime(seconds: 1_600_000_000, nanoseconds: 5)
+        let item = try await provider.upload(
+            from: empty, to: .create(name: "new", in: ItemIdentifier("dir")), permissions: 0o640,
+            modificationTime: time)
+        #expect(item.identifier == ItemIdentifier("dir/new"))
+        #expect(item.size == 0)
+        #expect(item.modificationTime == time)
+        #expect(item.permissions == 0o640)
+        let info = try #require(lstatInfo(root.path + "/dir/new"))
+        #expect(info.st_mode & 0o7777 == 0o640 && info.st_size == 0)
+        #expect(try await provider.item(for: item.identifier) == item)
+        #expect(try entries(root.path + "/dir") == ["existing", "new"])
+        // Exclusive: a taken name (a file, or a directory) is EEXIST and stays as it was.
+        for taken in ["existing", "new"] {
+            let refused = await failure {
+                _ = try await provider.upload(
+                    from: empty, to: .create(name: taken, in: ItemIdentifier("dir")), permissions: nil,
+                    modificationTime: nil)
+            }
+            #expect(refused?.code == .alreadyExists, "\(taken)")
+        }
+        #expect(try readFile(root.path + "/dir/existing") == [7, 7])
+        // A name that is not valid is refused before anything is made.
+        let invalid = await failure {
+            _ = try await provider.upload(
+                from: empty, to: .create(name: "a/b", in: ItemIdentifier("dir")), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(invalid?.code == .invalidName)
+        #expect(try entries(root.path + "/dir") == ["existing", "new"])
+    }
+
     @Test("an upload replaces a file: new bytes and version, its permissions kept, the base version checked")
     func uploadReplace() async throws {
         let root = try TemporaryDirectory()

@@ -9,15 +9,35 @@ import TestSupport
 import Testing
 
 /// Forwards to an InMemoryProvider, adds a named-child lookup, and counts both kinds of call.
+/// `immediate`: it also answers names at once (`childNow`, counted apart), as a watched local
+/// directory does.
 final class NameCountingProvider: Provider, Sendable {
     let base: InMemoryProvider
-    private let calls = Locked((listings: 0, names: 0))
+    let immediate: Bool
+    private let calls = Locked((listings: 0, names: 0, immediateNames: 0))
 
-    init(base: InMemoryProvider) { self.base = base }
+    init(base: InMemoryProvider, immediate: Bool = false) {
+        self.base = base
+        self.immediate = immediate
+    }
 
-    var capabilities: ProviderCapabilities { base.capabilities.union(.namedChildLookup) }
+    var capabilities: ProviderCapabilities {
+        base.capabilities.union(immediate ? [.namedChildLookup, .immediateMetadata] : .namedChildLookup)
+    }
     var listings: Int { calls.withLock { $0.listings } }
     var names: Int { calls.withLock { $0.names } }
+    var immediateNames: Int { calls.withLock { $0.immediateNames } }
+
+    func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild {
+        guard immediate else { return .declined }
+        calls.withLock { $0.immediateNames += 1 }
+        let identifier = ItemIdentifier(directory == .root ? name : directory.rawValue + "/" + name)
+        do {
+            return try base.itemNow(for: identifier).map { .found($0) } ?? .declined
+        } catch let error as ProviderError where error.code == .noSuchItem {
+            return .absent
+        }
+    }
 
     func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
 
@@ -76,6 +96,66 @@ final class NameCountingProvider: Provider, Sendable {
         #expect(
             try await cache.catalog.children(of: d, maximumAge: options.directoryTTL).map(\.name) == ["a", "c", "e"])
         #expect(provider.listings == 2)
+        await cache.shutdown()
+    }
+
+    /// D-380: with a provider that answers a name at once (a watched local directory), the same
+    /// lookups are answered on the calling thread (`childNow`), with the same results, and no
+    /// async call at all.
+    @Test func aProviderThatAnswersAtOnceAnswersTheStaleLookupsWithoutATask() async throws {
+        let base = InMemoryProvider()
+        base.addDirectory("d")
+        for name in ["a", "b", "c"] { base.putFile("d/\(name)", .bytes(Array(name.utf8))) }
+        base.answersImmediately = true
+        let provider = NameCountingProvider(base: base, immediate: true)
+        let clock = ManualClock()
+        let directory = try TemporaryDirectory(prefix: "providerfs-stale-listing-now")
+        defer { directory.remove() }
+        let options = CacheFixture.defaultOptions()
+        let cache = try ProviderCache(
+            provider: provider, directory: directory.path, store: InMemoryMetadataStore(), clock: clock,
+            options: options)
+        let d = ItemIdentifier("d")
+        // Never listed: the immediate path does not answer (the async one lists).
+        guard case .unknown = cache.catalog.childNow(named: "a", of: d) else {
+            Issue.record("a directory never listed was answered at once")
+            return
+        }
+        #expect(try await cache.catalog.children(of: d, maximumAge: nil).map(\.name) == ["a", "b", "c"])
+        guard case .found(let fresh, _) = cache.catalog.childNow(named: "a", of: d) else {
+            Issue.record("a fresh listing did not answer")
+            return
+        }
+        #expect(fresh.size == 1)
+        #expect(provider.immediateNames == 0, "a fresh listing answers alone")
+
+        base.putFile("d/a", .bytes(Array("a2".utf8)))
+        base.remove("d/b")
+        base.putFile("d/e", .bytes(Array("e".utf8)))
+        clock.advance(by: options.directoryTTL)
+        guard case .absent = cache.catalog.childNow(named: "missing", of: d) else {
+            Issue.record("a missing name was not absent")
+            return
+        }
+        guard case .found(let changed, _) = cache.catalog.childNow(named: "a", of: d) else {
+            Issue.record("a changed item was not found")
+            return
+        }
+        #expect(changed.size == 2)
+        guard case .absent = cache.catalog.childNow(named: "b", of: d) else {
+            Issue.record("an item removed at the provider was not absent")
+            return
+        }
+        guard case .found(let created, _) = cache.catalog.childNow(named: "e", of: d) else {
+            Issue.record("an item created at the provider was not found")
+            return
+        }
+        #expect(created.name == "e")
+        #expect(provider.immediateNames == 4)
+        #expect(provider.names == 0 && provider.listings == 1, "no async call")
+        #expect(!cache.catalog.cachedChildNames(of: d).map(\.name).contains("b"))
+        // The async path sees what the immediate one recorded.
+        #expect(try await cache.catalog.child(named: "e", of: d)?.name == "e")
         await cache.shutdown()
     }
 }

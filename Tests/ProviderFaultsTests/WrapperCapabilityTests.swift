@@ -51,6 +51,10 @@ private final class RecordingProvider: Provider {
         calls.withLock { $0.append("itemNow") }
         return makeItem("now")
     }
+    func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild {
+        calls.withLock { $0.append("childNow") }
+        return .found(makeItem("child-now"))
+    }
     func trackedChildren(
         of directory: ItemIdentifier
     ) async throws -> (
@@ -162,7 +166,14 @@ private func exercise(_ capability: ProviderCapabilities, on provider: any Provi
     case .namedChildLookup:
         return try await provider.child(named: "listed", of: .root)?.name ?? "nil"
     case .immediateMetadata:
-        return try provider.itemNow(for: ItemIdentifier("f"))?.name ?? "nil"
+        let item = try provider.itemNow(for: ItemIdentifier("f"))?.name ?? "nil"
+        let child: String
+        switch try provider.childNow(named: "f", of: .root) {
+        case .found(let found): child = found.name
+        case .absent: child = "absent"
+        case .declined: child = "declined"
+        }
+        return "\(item) \(child)"
     case .listingChangeTracking:
         let (children, token) = try await provider.trackedChildren(of: .root)
         return
@@ -180,15 +191,15 @@ private func exercise(_ capability: ProviderCapabilities, on provider: any Provi
 
 /// What the recording provider answers for each capability, and what the defaults answer.
 private let baseAnswers: [ProviderCapabilities: String] = [
-    .namedChildLookup: "looked-up", .immediateMetadata: "now",
+    .namedChildLookup: "looked-up", .immediateMetadata: "now child-now",
     .listingChangeTracking: "[\"tracked\"] base token changed: false", .changeNotifying: "pushed",
 ]
 private let defaultAnswers: [ProviderCapabilities: String] = [
-    .namedChildLookup: "listed", .immediateMetadata: "nil",
+    .namedChildLookup: "listed", .immediateMetadata: "nil declined",
     .listingChangeTracking: "[\"listed\"] no token changed: true", .changeNotifying: "nothing pushed",
 ]
 private let expectedCalls: [ProviderCapabilities: [String]] = [
-    .namedChildLookup: ["child"], .immediateMetadata: ["itemNow"],
+    .namedChildLookup: ["child"], .immediateMetadata: ["itemNow", "childNow"],
     .listingChangeTracking: ["trackedChildren", "hasChanges"], .changeNotifying: ["observeChanges"],
 ]
 
