@@ -35,6 +35,8 @@ public final class StagingFile: Sendable {
         /// Where a publish moved the file (a content file now, never written again): the next
         /// change copies it to a new staging file first (D-379). Nil: `path` is the staging file.
         var publishedAs: String?
+        /// The moved file's bytes were forced to disk (a publish without it: D-381).
+        var publishedSynced = false
         /// Dropped unpublished: a copy made after this is not kept under `staging/`.
         var discarded = false
         /// Copies made after publishes (their names: the first path with "-N").
@@ -61,6 +63,12 @@ public final class StagingFile: Sendable {
 
     /// The staged length.
     public var size: Int64 { storage.withLock { $0.length } }
+
+    /// Whether the last publish forced the bytes to disk; nil while the file is not published
+    /// (a change since made it a staging file again).
+    var publishedDurably: Bool? {
+        storage.withLock { $0.publishedAs == nil ? nil : $0.publishedSynced }
+    }
 
     /// When the bytes or the length last changed; nil when they did not since the copy was made
     /// or since `setModified(nil)`.
@@ -179,21 +187,38 @@ public final class StagingFile: Sendable {
         }
     }
 
-    /// Publishes the file: synced, then renamed to `target` (a content file from now on; the
-    /// next change copies it back first). Returns its length. Called on the pool.
-    fileprivate func moveOut(to target: String) throws(CacheError) -> Int64 {
+    /// Publishes the file: synced (when `syncing`), then renamed to `target` (a content file
+    /// from now on; the next change copies it back first). Returns its length. On the pool.
+    fileprivate func moveOut(to target: String, syncing: Bool) throws(CacheError) -> Int64 {
         try storage.withLock { (storage: inout Storage) throws(CacheError) -> Int64 in
             // Published already and marked changed again by a write that finished before that
             // publish: the same bytes, published again from a copy.
             try Self.restage(&storage)
-            guard retryingOnInterrupt({ fdatasync(storage.fd) }) == 0 else {
-                throw Self.failure(Errno.current, "sync", storage.path)
+            if syncing {
+                guard retryingOnInterrupt({ fdatasync(storage.fd) }) == 0 else {
+                    throw Self.failure(Errno.current, "sync", storage.path)
+                }
             }
             guard renameFile(storage.path, target) == 0 else {
                 throw CacheError(.io, "cannot publish \(storage.path): \(Errno.current.message)")
             }
             storage.publishedAs = target
+            storage.publishedSynced = syncing
             return storage.length
+        }
+    }
+
+    /// fsync(2) with nothing changed since a publish that did not force the bytes to disk
+    /// (D-381): forces them now. On the pool.
+    func syncPublished() async throws(CacheError) {
+        try await pool.run { () throws(CacheError) -> Void in
+            try self.storage.withLock { (storage: inout Storage) throws(CacheError) -> Void in
+                guard storage.publishedAs != nil, !storage.publishedSynced else { return }
+                guard retryingOnInterrupt({ fdatasync(storage.fd) }) == 0 else {
+                    throw Self.failure(Errno.current, "sync", storage.publishedAs ?? storage.path)
+                }
+                storage.publishedSynced = true
+            }
         }
     }
 
@@ -256,16 +281,18 @@ extension ContentStore {
         staging.discard()
     }
 
-    /// Makes the staging file's bytes a complete content record of `version`, durable (synced,
-    /// then saved) before it returns, by renaming the staging file into the content store (a
+    /// Makes the staging file's bytes a complete content record of `version`, durable (synced
+    /// unless not `syncing`, D-381; then saved) before it returns, by renaming the staging file into the content store (a
     /// handle that changes it afterwards copies it back first, D-379). The record is stored, not
     /// opened; the catalog then makes it the item's version. On failure nothing is published and
     /// the staging file is as it was.
-    func publish(_ staging: StagingFile, as version: ContentVersion) async throws(CacheError) -> ContentRecord {
+    func publish(
+        _ staging: StagingFile, as version: ContentVersion, syncing: Bool = true
+    ) async throws(CacheError) -> ContentRecord {
         let number = reserveFileNumber()
         let target = "\(directory)/content/\(number)"
         let size = try await environment.pool.run { () throws(CacheError) -> Int64 in
-            try staging.moveOut(to: target)
+            try staging.moveOut(to: target, syncing: syncing)
         }
         var present = ByteRanges()
         if size > 0 { present.insert(0..<size) }

@@ -31,6 +31,9 @@ public final class LocalWrites: Sendable {
         var file: StagingFile
         /// The provider version the edit started from, for a first upload record.
         var base: ContentVersion?
+        /// The edit started from an empty version (a new file): its publishes at close do not
+        /// force the bytes to disk; fsync's do (D-381).
+        var startedEmpty = false
     }
 
     /// Whose staging copy: the item's shared one (`owner` nil: plain paths), or a token's own
@@ -163,7 +166,7 @@ public final class LocalWrites: Sendable {
         state.withLock { state in
             var machine = StagingMachine(startsModified: changed)
             machine.openWriter()
-            state.staged[key] = Staged(machine: machine, file: file, base: base)
+            state.staged[key] = Staged(machine: machine, file: file, base: base, startedEmpty: item.size == 0)
         }
         environment.logger.debug(
             "\(item.identifier): a writer opens new staging \(file.path) from \(source.map { "\($0.version)" } ?? "nothing")"
@@ -228,19 +231,20 @@ public final class LocalWrites: Sendable {
         state.withLock { $0.staged[Key(identifier: identifier, owner: owner)]?.machine.writers ?? 0 }
     }
 
-    /// fsync (or the close of the only writer): publishes what changed in `identifier`'s shared
-    /// staging file. Nil when nothing did.
-    public func sync(_ identifier: ItemIdentifier) async throws(CacheError) -> PublishedVersion? {
-        try await sync(Key(identifier: identifier, owner: nil), expected: nil)
+    /// fsync (`durable`) or a flush (close(2)): publishes what changed in `identifier`'s shared
+    /// staging file. Nil when nothing did. `durable`: the bytes are forced to disk, also those of
+    /// a publish before it that did not (D-381).
+    public func sync(_ identifier: ItemIdentifier, durable: Bool = true) async throws(CacheError) -> PublishedVersion? {
+        try await sync(Key(identifier: identifier, owner: nil), expected: nil, durable: durable)
     }
 
     /// `sync` of a write handle's staging file, wherever a rename moved it; nil when it is no
     /// longer the item's (dropped: its item was replaced or its token ended).
-    public func sync(_ staging: StagingFile) async throws(CacheError) -> PublishedVersion? {
-        try await sync(Self.key(of: staging), expected: staging)
+    public func sync(_ staging: StagingFile, durable: Bool = true) async throws(CacheError) -> PublishedVersion? {
+        try await sync(Self.key(of: staging), expected: staging, durable: durable)
     }
 
-    private func sync(_ key: Key, expected: StagingFile?) async throws(CacheError) -> PublishedVersion? {
+    private func sync(_ key: Key, expected: StagingFile?, durable: Bool) async throws(CacheError) -> PublishedVersion? {
         await gate.acquire()
         defer { gate.release() }
         let identifier = key.identifier
@@ -250,11 +254,16 @@ public final class LocalWrites: Sendable {
                     return nil
                 }
                 return (state.staged[key]!.machine.sync(), state.staged[key]!)
-            }), case .publish? = action
+            })
         else { return nil }
+        guard case .publish? = action else {
+            // Nothing changed since the last publish; an fsync still forces its bytes to disk.
+            if durable { try await staged.file.syncPublished() }
+            return nil
+        }
         environment.logger.debug("\(identifier): sync publishes staging \(staged.file.path)")
         do {
-            return try await publish(staged)
+            return try await publish(staged, syncing: durable || !staged.startedEmpty)
         } catch {
             state.withLock { $0.staged[key]?.machine.publishFailed() }
             throw error
@@ -319,7 +328,7 @@ public final class LocalWrites: Sendable {
             return nil
         case .publish:
             do {
-                return try await publish(staged)
+                return try await publish(staged, syncing: !staged.startedEmpty)
             } catch {
                 environment.logger.error(
                     "\(identifier): the last write handle closed, and its publish failed: \(error)")
@@ -331,10 +340,12 @@ public final class LocalWrites: Sendable {
 
     /// The staging file as a new local version: a complete content record, the catalog's item,
     /// the upload queued.
-    private func publish(_ staged: Staged) async throws(CacheError) -> PublishedVersion {
+    /// `syncing`: the bytes are forced to disk before the record is saved (not for a new file's
+    /// publish at close, D-381).
+    private func publish(_ staged: Staged, syncing: Bool) async throws(CacheError) -> PublishedVersion {
         let identifier = staged.file.identifier
         let version = ContentVersion("local:\(content.reserveFileNumber()).\(UInt32.random(in: 0...UInt32.max))")
-        let record = try await content.publish(staged.file, as: version)
+        let record = try await content.publish(staged.file, as: version, syncing: syncing)
         environment.logger.debug(
             "\(identifier): published \(version) (\(record.size) bytes) as content file \(record.fileNumber)")
         // The last change's time (close and fsync change nothing, as on a local file system); an

@@ -249,13 +249,16 @@ extension ProviderFileSystem {
         await cache.writes.abandon(writer.staging)
     }
 
-    /// fsync of a write handle publishes what changed (under a write claim).
-    func syncWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
+    /// fsync of a write handle publishes what changed (under a write claim), its bytes forced to
+    /// disk; a flush's publish (`durable` false) does not force those of a new file (D-381).
+    func syncWriter(
+        _ handle: FileHandleID, context: RequestContext?, durable: Bool = true
+    ) async throws(FileSystemError) {
         guard let writer = writeHandle(handle) else { return }
-        if let context { try await checkWriting(writer, "fsync", context: context) }
+        if let context { try await checkWriting(writer, durable ? "fsync" : "flush", context: context) }
         try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
-                return try await self.cache.writes.sync(writer.staging)
+                return try await self.cache.writes.sync(writer.staging, durable: durable)
             } catch {
                 throw FileSystemError(error)
             }
@@ -279,7 +282,7 @@ extension ProviderFileSystem {
                 "flush of write handle \(handle) by process \(flusher), not its opener \(opener): not published")
             return
         }
-        try await syncWriter(handle, context: context)
+        try await syncWriter(handle, context: context, durable: false)
     }
 
     /// The process (thread group) of the request's thread; nil for internal calls or when the

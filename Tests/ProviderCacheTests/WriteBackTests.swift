@@ -387,6 +387,34 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         await cache.shutdown()
     }
 
+    /// D-381: a new file's publish at close does not force its bytes to disk (as close(2) on a
+    /// local file system); fsync does, also with nothing changed since; an edit of a file that
+    /// had bytes forces them at every publish.
+    @Test func aNewFilesCloseIsNotForcedToDiskButFsyncIs() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("new", .bytes([]))
+        fixture.provider.base.putFile("old", .bytes(Array("abc".utf8)))
+        let cache = try fixture.makeCache()
+        let new = try await cache.catalog.item(ItemIdentifier("new"), maximumAge: .zero)
+        let staging = try await cache.writes.openWriter(new, truncating: true)
+        try await cache.writes.write(staging, Array("hello".utf8), at: 0)
+        let closed = try #require(try await cache.writes.sync(staging, durable: false))
+        #expect(try await readAll(cache, closed.item) == Array("hello".utf8))
+        #expect(staging.publishedDurably == false)
+        #expect(try await cache.writes.sync(staging, durable: true) == nil, "nothing changed")
+        #expect(staging.publishedDurably == true)
+        #expect(try await cache.writes.closeWriter(new.identifier) == nil)
+
+        let old = try await cache.catalog.item(ItemIdentifier("old"), maximumAge: .zero)
+        let edit = try await cache.writes.openWriter(old, truncating: false)
+        try await cache.writes.write(edit, Array("X".utf8), at: 0)
+        let published = try #require(try await cache.writes.sync(edit, durable: false))
+        #expect(try await readAll(cache, published.item) == Array("Xbc".utf8))
+        #expect(edit.publishedDurably == true, "an edit of bytes the provider has is forced at close too")
+        #expect(try await cache.writes.closeWriter(old.identifier) == nil)
+        await cache.shutdown()
+    }
+
     @Test func aFailedUploadIsAnErrorRetriedWithBackoff() async throws {
         let fixture = try WriteFixture()
         fixture.provider.base.putFile("f", .bytes(Array("old".utf8)))
