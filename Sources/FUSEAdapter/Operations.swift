@@ -98,12 +98,22 @@ extension Dispatcher {
             let timeout = dispatcher.options.attributeTimeout.fuseSeconds
             let changes = attributeChanges(attributes, toSet: toSet)
             let handle = fileInfo.map { FileHandleID($0.pointee.fh) }
-            dispatcher.respond(request, "setattr") { fs, context throws(FileSystemError) in
-                try await fs.setAttributes(InodeNumber(inode), changes: changes, handle: handle, context: context)
-            } reply: { request, attributes in
+            let reply: @Sendable (fuse_req_t, NodeAttributes) -> Int32 = { request, attributes in
                 var value = attributes.statValue
                 return fuse_reply_attr(request, &value, timeout)
             }
+            // A chown that changes nothing (tar x as root, for every file) needs no task.
+            guard
+                !dispatcher.answerNow(
+                    request, "setattr",
+                    now: { fs, context in fs.setAttributesNow(InodeNumber(inode), changes: changes, context: context) },
+                    reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "setattr",
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.setAttributes(InodeNumber(inode), changes: changes, handle: handle, context: context)
+                }, reply: reply)
         }
 
         ops.readlink = { request, inode in

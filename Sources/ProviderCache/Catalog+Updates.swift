@@ -20,9 +20,21 @@ extension Catalog {
             if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
             let old = catalog.items[item.identifier]
             if let old, old != item, old.identifier != .root {
-                told.append(.entry(directory: old.parent, name: old.name, identifier: old.identifier))
-                if old.name != item.name || old.parent != item.parent {
-                    told.append(.entry(directory: item.parent, name: item.name, identifier: old.identifier))
+                if old.kind == .directory, item.kind == .directory, old.name == item.name, old.parent == item.parent,
+                    catalog.metadataOnly.remove(old.identifier) != nil
+                {
+                    // A directory's own metadata, known to be no more (its mtime moves with every
+                    // entry the mount makes in it): its attributes, not its dentry. Dropping the
+                    // dentry made the kernel forget the directory and look it up again before
+                    // every path walk through it (a new inode each time, D-382). A directory
+                    // replaced under its name (a rename over it, an exchange) is not in
+                    // `metadataOnly`: its dentry goes, and with it what the kernel holds below.
+                    told.append(.attributes(old.identifier))
+                } else {
+                    told.append(.entry(directory: old.parent, name: old.name, identifier: old.identifier))
+                    if old.name != item.name || old.parent != item.parent {
+                        told.append(.entry(directory: item.parent, name: item.name, identifier: old.identifier))
+                    }
                 }
             }
             if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
@@ -168,6 +180,7 @@ extension Catalog {
                 told.append(.entry(directory: item.parent, name: item.name, identifier: identifier))
             }
             let removed = Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
+            if !catalog.metadataOnly.isEmpty { for gone in removed { catalog.metadataOnly.remove(gone) } }
             return (removed, keepingContent ? [] : superseded)
         }
         tell(told)

@@ -43,6 +43,7 @@ extension Catalog {
             catalog.lastChange[directory] = catalog.changeCount
             guard catalog.items[directory] != nil else { continue }
             catalog.dirty.insert(directory)
+            catalog.metadataOnly.insert(directory)
             told.append(.attributes(directory))
         }
         return told

@@ -86,6 +86,11 @@ public final class Catalog: Sendable {
         /// report about that directory's entries. A listing started before it may miss the change.
         var changeCount: UInt64 = 0
         var lastChange: [ItemIdentifier: UInt64] = [:]
+        /// Directories whose next change is known to be their own metadata only (the mount made
+        /// or removed an entry in them; the provider reported their attributes changed): the
+        /// kernel is told to drop their attributes, not their dentry (D-382). Anything else that
+        /// touches them (a membership report, a removal) takes them out.
+        var metadataOnly: Set<ItemIdentifier> = []
         /// Items with a local version (Catalog+Local.swift): served instead of the provider's.
         var localVersions: [ItemIdentifier: LocalVersion] = [:]
     }
@@ -217,12 +222,22 @@ public final class Catalog: Sendable {
                         // still show the old metadata.
                         catalog.lastChange[directory] = catalog.changeCount
                     }
-                    told.append(.entry(directory: directory, name: name, identifier: identifier))
+                    if !membership, let identifier, catalog.items[identifier]?.kind == .directory {
+                        // A directory's own metadata (the local provider restores a directory's
+                        // times after every upload into it): its attributes, not its dentry,
+                        // whose drop made the kernel forget and look up again (D-382).
+                        catalog.metadataOnly.insert(identifier)
+                        told.append(.attributes(identifier))
+                    } else {
+                        if let identifier, !catalog.metadataOnly.isEmpty { catalog.metadataOnly.remove(identifier) }
+                        told.append(.entry(directory: directory, name: name, identifier: identifier))
+                    }
                 case .entries(let directory):
                     expire(directory)
                     for child in catalog.children[directory] ?? [] {
                         catalog.dirty.insert(child)
                         catalog.refreshedAt[child] = nil
+                        if !catalog.metadataOnly.isEmpty { catalog.metadataOnly.remove(child) }
                     }
                     told.append(.entries(directory: directory))
                 }

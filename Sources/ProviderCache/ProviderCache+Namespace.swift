@@ -108,7 +108,10 @@ extension ProviderCache {
         // version this changes. Edits that started from the version before follow it (D-375).
         await writes.beginMove([identifier])
         defer { writes.endMove([identifier]) }
-        let before = try? await providerCall { try await provider.item(for: identifier) }
+        // The version before, at once when the provider can tell it (a watched local directory:
+        // one lstat, no hop to its threads).
+        var before = try? provider.itemNow(for: identifier)
+        if before == nil { before = try? await providerCall { try await provider.item(for: identifier) } }
         let item = try await providerCall { try await provider.setAttributes(identifier, changes) }
         if let before, before.contentVersion != item.contentVersion {
             writes.rebase(identifier, from: before.contentVersion, to: item.contentVersion)

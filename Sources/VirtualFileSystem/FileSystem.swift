@@ -315,7 +315,9 @@ public protocol FileSystem: Sendable {
 /// Answers that need no waiting, given on the FUSE thread that received the request (no task, no
 /// thread hop). Each returns nil when the answer needs the provider, a download or anything else
 /// that may wait; the adapter then calls the async method. They may do local blocking I/O at most
-/// of the page-cache kind (FUSE threads are libfuse's to block), never provider calls.
+/// of the page-cache kind (FUSE threads are libfuse's to block), and ask the provider only for
+/// what it answers at once (`.immediateMetadata`: a local lstat or fstatat), never for anything
+/// that may wait on a network or a lock.
 public protocol FileSystemFastPath: Sendable {
     func lookupNow(parent: InodeNumber, name: String, context: RequestContext) -> Result<Entry, FileSystemError>?
     func getAttributesNow(_ inode: InodeNumber, context: RequestContext) -> Result<NodeAttributes, FileSystemError>?
@@ -329,6 +331,18 @@ public protocol FileSystemFastPath: Sendable {
     ) -> Result<OpenedFile, FileSystemError>?
     func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>?
     func flushNow(_ inode: InodeNumber, handle: FileHandleID, context: RequestContext) -> Result<Void, FileSystemError>?
+    /// A setattr that changes nothing the file system keeps (a chown to the owner every node
+    /// already has, as `tar x` and `cp -a` run as that user send for every file): its answer is
+    /// getattr's.
+    func setAttributesNow(
+        _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
+    ) -> Result<NodeAttributes, FileSystemError>?
+}
+
+extension FileSystemFastPath {
+    public func setAttributesNow(
+        _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
+    ) -> Result<NodeAttributes, FileSystemError>? { nil }
 }
 
 extension FileSystem {

@@ -737,6 +737,20 @@ extension ProviderFileSystem: FileSystemFastPath {
         }
     }
 
+    /// Only a chown to the mounting user (and group), which every node has, or an atime alone
+    /// (not kept), on a plain node of a writable mount without the token requirement: what the
+    /// async path would answer after its checks, getattr's answer (D-382). Anything else: nil.
+    public func setAttributesNow(
+        _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
+    ) -> Result<NodeAttributes, FileSystemError>? {
+        guard changes.size == nil, changes.permissions == nil, changes.modificationTime == nil,
+            changes.uid == nil || changes.uid == options.uid, changes.gid == nil || changes.gid == options.gid,
+            isWritable, !requiresToken, inode != .root, state.withLock({ $0.inodes[inode] != nil }),
+            removedAttributes(inode) == nil
+        else { return nil }
+        return getAttributesNow(inode, context: context)
+    }
+
     public func getAttributesNow(
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {

@@ -15,9 +15,15 @@ import TestSupport
 import Testing
 import VirtualFileSystem
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @Suite("Fast path twins: the immediate answers are the async ones")
 struct FastPathTwinTests {
-    @Test("lookupNow, getAttributesNow, openNow, readNow, flushNow, releaseNow agree with their async twins")
+    @Test(
+        "lookupNow, getAttributesNow, setAttributesNow, openNow, readNow, flushNow, releaseNow agree with their async twins"
+    )
     func fileSystemTwinsAgree() async throws {
         let baseSeed = SeededRandom.seedFromEnvironment()
         let sequences = environmentInteger("PROVIDERFS_TWIN_SEQUENCES", default: 8)
@@ -34,7 +40,7 @@ struct FastPathTwinTests {
             }
             answered.merge(run.answered, uniquingKeysWith: +)
         }
-        for twin in ["lookup", "lookup miss", "getattr", "open", "read", "flush", "release"] {
+        for twin in ["lookup", "lookup miss", "getattr", "setattr", "open", "read", "flush", "release"] {
             #expect(answered[twin, default: 0] > 0, "the immediate \(twin) never answered: the check is empty")
         }
     }
@@ -72,6 +78,8 @@ private final class TwinRun: @unchecked Sendable {
         // Whole files: what is present after the downloads settle does not depend on timing.
         options.cache.backgroundCompletion = true
         options.revalidateOnOpen = random.next() % 2 == 0
+        // Half the sequences on a writable mount (setattr answers at once only there).
+        options.writable = random.next() % 2 == 0
         provider.addDirectory("d")
         for path in ["a", "d/e", "d/f"] { provider.putFile(path, .ramp(seed: 1, size: 100_000)) }
         provider.answersImmediately = true
@@ -101,7 +109,7 @@ private final class TwinRun: @unchecked Sendable {
     func execute(steps: Int) async -> [String] {
         for step in 0..<steps {
             await settle()
-            switch random.next() % 12 {
+            switch random.next() % 13 {
             case 0: clock.advance(by: pick([.milliseconds(100), .milliseconds(600), .milliseconds(1100), .seconds(6)]))
             case 1: remoteChange()
             case 2: provider.answersImmediately.toggle()
@@ -111,6 +119,7 @@ private final class TwinRun: @unchecked Sendable {
             case 7: await checkAttributes(step)
             case 8: await checkOpen(step)
             case 9, 10: await checkRead(step)
+            case 11: await checkSetAttributes(step)
             default: await checkRelease(step)
             }
         }
@@ -205,6 +214,26 @@ private final class TwinRun: @unchecked Sendable {
         }
         answered["getattr", default: 0] += 1
         expectEqual("step \(step): getattr \(path)", Outcome(immediate), async)
+    }
+
+    /// A chown to the owner every node has, an atime alone, or a change the immediate path
+    /// declines (another owner, a mode).
+    func checkSetAttributes(_ step: Int) async {
+        let (path, node) = pick(nodes.sorted { $0.key < $1.key })
+        // The mount's owner (FileSystemOptions' default).
+        let owner = getuid()
+        let group = getgid()
+        let changes = pick([
+            AttributeChanges(uid: owner, gid: group), AttributeChanges(uid: owner),
+            AttributeChanges(accessTime: Timestamp(seconds: 1_000, nanoseconds: 0)),
+            AttributeChanges(uid: owner &+ 1), AttributeChanges(permissions: 0o600),
+        ])
+        guard let immediate = now.setAttributesNow(node.inode, changes: changes, context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.setAttributes(node.inode, changes: changes, handle: nil, context: .kernel)
+        }
+        answered["setattr", default: 0] += 1
+        expectEqual("step \(step): setattr \(changes) of \(path)", Outcome(immediate), async)
     }
 
     func checkOpen(_ step: Int) async {
