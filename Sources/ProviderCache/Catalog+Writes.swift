@@ -186,7 +186,7 @@ extension Catalog {
             for identifier in catalog.items.keys {
                 if let moved = identifier.rebased(from: from, to: to) { moves[identifier] = moved }
             }
-            guard !moves.isEmpty else { return ([:], []) }
+            guard !moves.isEmpty || !catalog.localVersions.isEmpty else { return ([:], []) }
             func map(_ identifier: ItemIdentifier) -> ItemIdentifier { moves[identifier] ?? identifier }
             var items: [(ItemIdentifier, ProviderItem)] = []
             for (old, new) in moves {
@@ -208,7 +208,14 @@ extension Catalog {
             rekey(&catalog.listedAt)
             rekey(&catalog.refreshedAt)
             rekey(&catalog.lastChange)
-            rekey(&catalog.localVersions)  // local versions of written files (Catalog+Local.swift)
+            // Local versions of written files (Catalog+Local.swift), also of items the catalog
+            // forgot (an exchange forgets both subtrees but keeps their local versions, D-383).
+            var localMoves: [(ItemIdentifier, LocalVersion)] = []
+            for identifier in Array(catalog.localVersions.keys) {
+                guard let moved = identifier.rebased(from: from, to: to) else { continue }
+                localMoves.append((moved, catalog.localVersions.removeValue(forKey: identifier)!))
+            }
+            for (moved, local) in localMoves { catalog.localVersions[moved] = local }
             // A listing token names the directory where it was taken: a moved one is revalidated
             // by a new listing instead.
             for old in moves.keys { catalog.listingTokens[old] = nil }
@@ -221,14 +228,16 @@ extension Catalog {
             let saved = items.map { StoredItem(item: $0.1, childrenListed: catalog.children[$0.0] != nil) }
             return (moves, saved)
         }
-        guard !moves.isEmpty else { return [:] }
-        do {
-            try environment.store.deleteItems(Array(moves.keys))
-            try environment.store.saveItems(saved)
-        } catch {
-            environment.logger.warning("cannot re-key moved items in the metadata store: \(error)")
+        if !moves.isEmpty {
+            do {
+                try environment.store.deleteItems(Array(moves.keys))
+                try environment.store.saveItems(saved)
+            } catch {
+                environment.logger.warning("cannot re-key moved items in the metadata store: \(error)")
+            }
         }
-        content.identifiersMoved(moves)
+        // Every content record below `from`, also those of items the catalog forgot (D-383).
+        content.identifiersMoved { $0.rebased(from: from, to: to) }
         return moves
     }
 }

@@ -130,7 +130,7 @@ extension ProviderCache {
     public func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
         let moves = catalog.identifiersMoved(from: from, to: to)
         attributeOverrides.rekey(moves)
-        if !moves.isEmpty { writes.rekey(from: from, to: to) }  // the write-back queue
+        if from != to { writes.rekey(from: from, to: to) }  // the write-back queue, forgotten items too (D-383)
         return moves
     }
 

@@ -256,7 +256,23 @@ extension ProviderFileSystem {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
+        let writers = writeHandles.withLock { $0.values.map(\.identifier) }
         state.withLock { state in
+            if moved.identifier != source.identifier, mode != .exchange {
+                // At a provider whose identifiers are paths everything below the item moves with
+                // it, also what the catalog no longer knows (an exchange forgets both subtrees)
+                // while the kernel still holds it: nodes, open handles, writers (D-383).
+                func follow(_ identifier: ItemIdentifier) {
+                    guard moves[identifier] == nil,
+                        let rebased = identifier.rebased(from: source.identifier, to: moved.identifier)
+                    else { return }
+                    moves[identifier] = rebased
+                }
+                for identifier in state.inodes.identifiers { follow(identifier) }
+                for file in state.files.values { follow(file.identifier) }
+                for directory in state.directories.values { follow(directory.identifier) }
+                for identifier in writers { follow(identifier) }
+            }
             if let destination {
                 if mode == .exchange {
                     // The kernel swapped the two names' nodes: each node follows its item. At a

@@ -83,6 +83,34 @@ struct DifferentialMountTests {
         }
     }
 
+    /// Sequences that once failed, replayed on every run (their seeds in the report of the run
+    /// that found them): D-383, a rename of a directory above items an exchange had made the
+    /// catalog forget left their nodes and open handles under the old path (fstat ENOENT; a
+    /// directory listed but unreadable).
+    static let regressionSeeds: [UInt64] = [18_279_128_783_547_457_624, 4_684_424_414_077_234_649]
+
+    @Test func sequencesThatOnceFailedStillMatch() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer {
+            mounted.stop()
+            #expect(MountTable.entry(at: mounted.mountpoint) == nil, "the mount outlived the test")
+        }
+        for (index, seed) in Self.regressionSeeds.enumerated() {
+            let name = "regression-\(index)"
+            mkdir(reference + "/" + name, 0o755)
+            guard mkdir(mounted.path(name), 0o755) == 0 else {
+                Issue.record("mkdir \(name) through the mount: \(Errno.current)")
+                return
+            }
+            let report = DifferentialTester.run(
+                seed: seed, steps: 300, reference: DirectoryRunner(root: reference + "/" + name),
+                subject: DirectoryRunner(root: mounted.path(name)), deviations: Self.deviations)
+            #expect(report.passed, "\(report)")
+        }
+    }
+
     @Test func randomSequencesOnTheMountMatchATemporaryDirectory() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
