@@ -336,7 +336,7 @@ extension LocalDirectoryProvider {
     }
 
     /// An empty `.create` (a `create(2)` through the mount, D-361): made under its name at once,
-    /// exclusively (O_EXCL), with its mode and mtime, not synced (D-381). No
+    /// exclusively (O_EXCL), with its mode and mtime, then synced with its directory. No
     /// temporary file and no rename: an empty file has no partial state for anyone to see (a
     /// failure after the open removes it again), and on ext4 without a journal (this project's
     /// CI) every inode allocated and freed makes the next allocations slower (D-380).
@@ -365,9 +365,9 @@ extension LocalDirectoryProvider {
             var times = Self.times(modification: modificationTime)
             guard futimens(created, &times) == 0 else { throw Self.writeError(errno, "utimens of \(name)") }
         }
-        // Not synced: like creat(2), the name and the empty inode reach the disk at the file
-        // system's own pace, or with the first upload of the file's content, which syncs the
-        // file and the directory (D-381).
+        guard fsync(created) == 0 else { throw Self.writeError(errno, "fsync of \(name)") }
+        // The name is durable once the directory is.
+        _ = fsync(directory.fd)
         var info = stat()
         guard fstat(created, &info) == 0 else { throw Self.writeError(errno, "fstat \(name)") }
         let identifier = Self.identifier(of: name, in: parent)

@@ -180,7 +180,6 @@ extension Catalog {
                 told.append(.entry(directory: item.parent, name: item.name, identifier: identifier))
             }
             let removed = Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
-            if !catalog.metadataOnly.isEmpty { for gone in removed { catalog.metadataOnly.remove(gone) } }
             return (removed, keepingContent ? [] : superseded)
         }
         tell(told)
@@ -200,6 +199,7 @@ extension Catalog {
         while let next = stack.popLast() {
             guard let item = catalog.items.removeValue(forKey: next) else { continue }
             removed.append(next)
+            if !catalog.metadataOnly.isEmpty { catalog.metadataOnly.remove(next) }
             stack += catalog.children.removeValue(forKey: next) ?? []
             catalog.listedAt[next] = nil
             catalog.listingTokens[next] = nil

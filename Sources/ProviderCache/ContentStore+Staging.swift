@@ -35,8 +35,6 @@ public final class StagingFile: Sendable {
         /// Where a publish moved the file (a content file now, never written again): the next
         /// change copies it to a new staging file first (D-379). Nil: `path` is the staging file.
         var publishedAs: String?
-        /// The moved file's bytes were forced to disk (a publish without it: D-381).
-        var publishedSynced = false
         /// Dropped unpublished: a copy made after this is not kept under `staging/`.
         var discarded = false
         /// Copies made after publishes (their names: the first path with "-N").
@@ -44,6 +42,10 @@ public final class StagingFile: Sendable {
         let firstPath: String
     }
     private let storage: Locked<Storage>
+    /// `storage.length` as of its last change, readable without waiting for I/O that holds
+    /// `storage` (a restage copy, a publish's fdatasync): stat and getattr read it while other
+    /// locks are held (a leaf, set with `storage` held).
+    private let lengthNow: Locked<Int64>
     /// When the bytes or the length last changed (wall clock), nil when not since it was made or
     /// since an explicit mtime was set (`setModified(nil)`): st_mtime while it is open, and the
     /// published version's mtime.
@@ -54,6 +56,7 @@ public final class StagingFile: Sendable {
         self.owner = owner
         self.pool = pool
         self.storage = Locked(Storage(fd: fd, path: path, length: size, firstPath: path))
+        self.lengthNow = Locked(size)
     }
 
     deinit { storage.withLock { _ = close($0.fd) } }
@@ -62,13 +65,7 @@ public final class StagingFile: Sendable {
     var path: String { storage.withLock { $0.path } }
 
     /// The staged length.
-    public var size: Int64 { storage.withLock { $0.length } }
-
-    /// Whether the last publish forced the bytes to disk; nil while the file is not published
-    /// (a change since made it a staging file again).
-    var publishedDurably: Bool? {
-        storage.withLock { $0.publishedAs == nil ? nil : $0.publishedSynced }
-    }
+    public var size: Int64 { lengthNow.withLock { $0 } }
 
     /// When the bytes or the length last changed; nil when they did not since the copy was made
     /// or since `setModified(nil)`.
@@ -92,6 +89,7 @@ public final class StagingFile: Sendable {
     ) throws(CacheError) -> T {
         try storage.withLock { (storage: inout Storage) throws(CacheError) -> T in
             try Self.restage(&storage)
+            defer { lengthNow.withLock { [length = storage.length] in $0 = length } }
             return try body(storage.fd, storage.path, &storage.length)
         }
     }
@@ -203,22 +201,7 @@ public final class StagingFile: Sendable {
                 throw CacheError(.io, "cannot publish \(storage.path): \(Errno.current.message)")
             }
             storage.publishedAs = target
-            storage.publishedSynced = syncing
             return storage.length
-        }
-    }
-
-    /// fsync(2) with nothing changed since a publish that did not force the bytes to disk
-    /// (D-381): forces them now. On the pool.
-    func syncPublished() async throws(CacheError) {
-        try await pool.run { () throws(CacheError) -> Void in
-            try self.storage.withLock { (storage: inout Storage) throws(CacheError) -> Void in
-                guard storage.publishedAs != nil, !storage.publishedSynced else { return }
-                guard retryingOnInterrupt({ fdatasync(storage.fd) }) == 0 else {
-                    throw Self.failure(Errno.current, "sync", storage.publishedAs ?? storage.path)
-                }
-                storage.publishedSynced = true
-            }
         }
     }
 
@@ -298,6 +281,7 @@ extension ContentStore {
         if size > 0 { present.insert(0..<size) }
         let record = ContentRecord(
             identifier: staging.identifier, version: version, size: size, fileNumber: number, present: present)
+        if !syncing { unsynced.withLock { _ = $0.insert(number) } }
         do {
             try environment.store.saveContent(record)
         } catch {
@@ -307,6 +291,31 @@ extension ContentStore {
         }
         addRecord(record)
         return record
+    }
+
+    /// fsync(2) through the mount: the content file of (`identifier`, `version`) forced to disk
+    /// if a publish left it unsynced (D-381). On the pool.
+    func syncIfUnsynced(_ identifier: ItemIdentifier, _ version: ContentVersion) async throws(CacheError) {
+        guard let number = fileNumber(of: identifier, version), unsynced.withLock({ $0.contains(number) }) else {
+            return
+        }
+        let path = "\(directory)/content/\(number)"
+        try await environment.pool.run { () throws(CacheError) -> Void in
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw CacheError(.io, "cannot open \(path) to sync it: \(Errno.current.message)") }
+            defer { close(fd) }
+            guard retryingOnInterrupt({ fdatasync(fd) }) == 0 else {
+                throw CacheError(.io, "cannot sync \(path): \(Errno.current.message)")
+            }
+        }
+        unsynced.withLock { _ = $0.remove(number) }
+    }
+
+    /// Whether the content file of (`identifier`, `version`) was published without being synced
+    /// and not synced since.
+    func isUnsynced(_ identifier: ItemIdentifier, _ version: ContentVersion) -> Bool {
+        guard let number = fileNumber(of: identifier, version) else { return false }
+        return unsynced.withLock { $0.contains(number) }
     }
 
     /// The path of the content file of (`identifier`, `version`), if the store has it.

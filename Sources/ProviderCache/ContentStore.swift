@@ -38,6 +38,9 @@ public final class ContentStore: Sendable {
     /// opens of one item share one entry. Taken only on a pool thread (or a FUSE thread's
     /// `pinNow`), never with a lock of the cache held.
     private let creationLock = Lock()
+    /// Content files published without fdatasync (a new file's close, D-381), by file number:
+    /// an fsync through the mount syncs the item's current one.
+    let unsynced = Locked<Set<Int64>>([])
     /// Range-map saves queued for the next batch, and how many batch flushes are running (shutdown
     /// waits for those: an entry closed while idle is only reachable from a running flush).
     private let pendingPersists = Locked<

@@ -255,19 +255,32 @@ public final class LocalWrites: Sendable {
                 }
                 return (state.staged[key]!.machine.sync(), state.staged[key]!)
             })
-        else { return nil }
+        else {
+            if durable { try await makeDurable(identifier) }
+            return nil
+        }
         guard case .publish? = action else {
             // Nothing changed since the last publish; an fsync still forces its bytes to disk.
-            if durable { try await staged.file.syncPublished() }
+            if durable { try await makeDurable(identifier) }
             return nil
         }
         environment.logger.debug("\(identifier): sync publishes staging \(staged.file.path)")
         do {
-            return try await publish(staged, syncing: durable || !staged.startedEmpty)
+            let published = try await publish(staged, syncing: durable || !staged.startedEmpty)
+            // Whatever another handle published before without syncing (D-381).
+            if durable { try await makeDurable(identifier) }
+            return published
         } catch {
             state.withLock { $0.staged[key]?.machine.publishFailed() }
             throw error
         }
+    }
+
+    /// fsync(2) through any handle of `identifier`: its current version's content file is
+    /// forced to disk if a publish at close left it unsynced (D-381).
+    public func makeDurable(_ identifier: ItemIdentifier) async throws(CacheError) {
+        guard let version = catalog.currentVersion(of: identifier) else { return }
+        try await content.syncIfUnsynced(identifier, version)
     }
 
     /// The writes of a token that ended are dropped: its staging file `staging` is discarded
@@ -373,6 +386,11 @@ public final class LocalWrites: Sendable {
             return state.uploads[identifier]!.published(version, base: staged.base)
         }
         perform(identifier, actions)
+        // Its next publishes replace bytes the provider will have: synced (D-381).
+        let key = Self.key(of: staged.file)
+        state.withLock { state in
+            if state.staged[key]?.file === staged.file { state.staged[key]!.startedEmpty = false }
+        }
         return PublishedVersion(item: item)
     }
 

@@ -254,7 +254,15 @@ extension ProviderFileSystem {
     func syncWriter(
         _ handle: FileHandleID, context: RequestContext?, durable: Bool = true
     ) async throws(FileSystemError) {
-        guard let writer = writeHandle(handle) else { return }
+        guard let writer = writeHandle(handle) else {
+            // fsync of a handle open for reading: what a close published unsynced is synced now
+            // (D-381; `sync FILE`, dpkg's deferred fsync).
+            guard durable, let identifier = state.withLock({ $0.files[handle]?.identifier }) else { return }
+            do throws(CacheError) { try await cache.writes.makeDurable(identifier) } catch {
+                throw FileSystemError(error)
+            }
+            return
+        }
         if let context { try await checkWriting(writer, durable ? "fsync" : "flush", context: context) }
         try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
