@@ -16,6 +16,7 @@ extension Catalog {
             var item = item
             // A local version is served instead of the provider's (Catalog+Local.swift).
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }
+            if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
             catalog.refreshedAt[item.identifier] = now
             if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
             let old = catalog.items[item.identifier]
@@ -104,6 +105,7 @@ extension Catalog {
                 let old = catalog.items[item.identifier]
                 if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
                 if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }  // Catalog+Local.swift
+                if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
                 if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
                     superseded += Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog)
                     if old.kind != item.kind {
@@ -171,6 +173,60 @@ extension Catalog {
 
     /// Forgets an item the provider no longer has (and its descendants). `keepingContent`: their
     /// content records stay (an exchange, whose content the content store re-keyed).
+    /// A directory a write-back upload is writing into keeps the metadata the catalog had when
+    /// the upload began (D-384): what the provider shows meanwhile is passing — the upload's
+    /// temporary file and rename move the directory's mtime, and the local provider then puts
+    /// the times back (D-377). A stat in that window showed an mtime the directory never keeps.
+    /// Not when the mount itself changed the directory meanwhile.
+    static func holdWhileWrittenInto(_ item: inout ProviderItem, in catalog: State) {
+        guard item.kind == .directory, catalog.writtenInto[item.identifier] != nil,
+            !catalog.changedWhileWritten.contains(item.identifier),
+            let old = catalog.items[item.identifier], old.kind == .directory
+        else { return }
+        item.modificationTime = old.modificationTime
+        item.contentVersion = old.contentVersion
+        item.size = old.size
+    }
+
+    /// A write-back upload into `directory` begins (D-384). `current`: the directory as the
+    /// provider shows it right before (its `itemNow`); without it nothing is held, and false
+    /// is returned (no `endWriting` then).
+    func beginWriting(into directory: ItemIdentifier, current: ProviderItem?) -> Bool {
+        let first = state.withLock { catalog -> Bool? in
+            if let count = catalog.writtenInto[directory] {
+                catalog.writtenInto[directory] = count + 1
+                return false
+            }
+            return current == nil ? nil : true
+        }
+        guard let first else { return false }
+        guard first, let current else { return true }
+        // Recorded as it is before the upload touches it, then held.
+        apply(current)
+        state.withLock { catalog in catalog.writtenInto[directory, default: 0] += 1 }
+        return true
+    }
+
+    /// That upload ended: the directory's metadata is asked for again when next used, and the
+    /// kernel drops what it holds of it.
+    func endWriting(into directory: ItemIdentifier) {
+        let ended = state.withLock { catalog -> Bool in
+            guard let count = catalog.writtenInto[directory] else { return false }
+            if count > 1 {
+                catalog.writtenInto[directory] = count - 1
+                return false
+            }
+            catalog.writtenInto[directory] = nil
+            catalog.changedWhileWritten.remove(directory)
+            guard catalog.items[directory] != nil else { return false }
+            catalog.dirty.insert(directory)
+            catalog.refreshedAt[directory] = nil
+            catalog.metadataOnly.insert(directory)
+            return true
+        }
+        if ended { tell([.attributes(directory)]) }
+    }
+
     func removeItem(_ identifier: ItemIdentifier, keepingContent: Bool = false) {
         guard identifier != .root else { return }
         var told: [CatalogChange] = []

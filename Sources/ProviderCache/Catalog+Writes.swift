@@ -44,6 +44,7 @@ extension Catalog {
             guard catalog.items[directory] != nil else { continue }
             catalog.dirty.insert(directory)
             catalog.metadataOnly.insert(directory)
+            if catalog.writtenInto[directory] != nil { catalog.changedWhileWritten.insert(directory) }
             told.append(.attributes(directory))
         }
         return told

@@ -91,6 +91,10 @@ public final class Catalog: Sendable {
         /// kernel is told to drop their attributes, not their dentry (D-382). Anything else that
         /// touches them (a membership report, a removal) takes them out.
         var metadataOnly: Set<ItemIdentifier> = []
+        /// Directories a write-back upload is writing into now, with how many (D-384), and those
+        /// of them the mount itself changed meanwhile (their held metadata is not theirs any more).
+        var writtenInto: [ItemIdentifier: Int] = [:]
+        var changedWhileWritten: Set<ItemIdentifier> = []
         /// Items with a local version (Catalog+Local.swift): served instead of the provider's.
         var localVersions: [ItemIdentifier: LocalVersion] = [:]
     }

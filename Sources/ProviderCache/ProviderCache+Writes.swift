@@ -682,6 +682,9 @@ public final class LocalWrites: Sendable {
         }
         // No move through the mount changes the item's name while the provider's call runs.
         identifier = await beginUploadCall(identifier, version: version)
+        // Its directory's metadata is passing until the call ends (D-384).
+        let directory = catalog.knownItem(identifier)?.parent ?? item.parent
+        let holding = catalog.beginWriting(into: directory, current: try? provider.itemNow(for: directory))
         // The base as it is now: a chmod or utimens through the mount may have rebased it while
         // this call waited (D-375).
         let base = state.withLock { state -> ContentVersion? in
@@ -711,7 +714,10 @@ public final class LocalWrites: Sendable {
         // waited for it (D-372, D-375) then sees the provider version this upload made, and
         // rebases from it (applied after, it was left with the version before its own change,
         // and the next edit became a conflict copy).
-        defer { endUploadCall(identifier) }
+        defer {
+            if holding { catalog.endWriting(into: directory) }
+            endUploadCall(identifier)
+        }
         switch result {
         case .success(let uploaded):
             if let conflictName {
