@@ -78,8 +78,9 @@ private final class TwinRun: @unchecked Sendable {
         // Whole files: what is present after the downloads settle does not depend on timing.
         options.cache.backgroundCompletion = true
         options.revalidateOnOpen = random.next() % 2 == 0
-        // Half the sequences on a writable mount (setattr answers at once only there).
-        options.writable = random.next() % 2 == 0
+        // Every other sequence on a writable mount (setattr answers at once only there); by the
+        // seed's parity, so that the eight sequences always include writable ones.
+        options.writable = seed % 2 == 0
         provider.addDirectory("d")
         for path in ["a", "d/e", "d/f"] { provider.putFile(path, .ramp(seed: 1, size: 100_000)) }
         provider.answersImmediately = true
@@ -109,7 +110,7 @@ private final class TwinRun: @unchecked Sendable {
     func execute(steps: Int) async -> [String] {
         for step in 0..<steps {
             await settle()
-            switch random.next() % 13 {
+            switch random.next() % 14 {
             case 0: clock.advance(by: pick([.milliseconds(100), .milliseconds(600), .milliseconds(1100), .seconds(6)]))
             case 1: remoteChange()
             case 2: provider.answersImmediately.toggle()
@@ -119,7 +120,7 @@ private final class TwinRun: @unchecked Sendable {
             case 7: await checkAttributes(step)
             case 8: await checkOpen(step)
             case 9, 10: await checkRead(step)
-            case 11: await checkSetAttributes(step)
+            case 11, 12: await checkSetAttributes(step)
             default: await checkRelease(step)
             }
         }
