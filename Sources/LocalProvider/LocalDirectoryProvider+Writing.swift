@@ -324,14 +324,22 @@ extension LocalDirectoryProvider {
             _ = futimens(directory.fd, &times)
         }
         // The rename is durable once the directory is (the staging file's bytes already are).
+        return try Self.durableItem(staged, named: name, in: directory, parent: parent)
+    }
+
+    /// The file `fd` just published as `name` in `directory`, as an item, once the directory
+    /// (its new entry) is synced.
+    private static func durableItem(
+        _ fd: Int32, named name: String, in directory: OpenDirectory, parent: ItemIdentifier
+    ) throws -> ProviderItem {
         _ = fsync(directory.fd)
         var info = stat()
-        guard fstat(staged, &info) == 0 else { throw Self.writeError(errno, "fstat \(name)") }
-        let identifier = Self.identifier(of: name, in: parent)
+        guard fstat(fd, &info) == 0 else { throw writeError(errno, "fstat \(name)") }
+        let published = identifier(of: name, in: parent)
         guard
-            let item = Self.makeItem(
-                identifier: identifier, parent: parent, name: name, path: { directory.path + "/" + name }, info: info)
-        else { throw ProviderError(.io, "\(identifier.rawValue) is not a file after the upload") }
+            let item = makeItem(
+                identifier: published, parent: parent, name: name, path: { directory.path + "/" + name }, info: info)
+        else { throw ProviderError(.io, "\(published.rawValue) is not a file after the upload") }
         return item
     }
 
@@ -366,15 +374,7 @@ extension LocalDirectoryProvider {
             guard futimens(created, &times) == 0 else { throw Self.writeError(errno, "utimens of \(name)") }
         }
         guard fsync(created) == 0 else { throw Self.writeError(errno, "fsync of \(name)") }
-        // The name is durable once the directory is.
-        _ = fsync(directory.fd)
-        var info = stat()
-        guard fstat(created, &info) == 0 else { throw Self.writeError(errno, "fstat \(name)") }
-        let identifier = Self.identifier(of: name, in: parent)
-        guard
-            let item = Self.makeItem(
-                identifier: identifier, parent: parent, name: name, path: { directory.path + "/" + name }, info: info)
-        else { throw ProviderError(.io, "\(identifier.rawValue) is not a file after its creation") }
+        let item = try Self.durableItem(created, named: name, in: directory, parent: parent)
         kept = true
         return item
     }
