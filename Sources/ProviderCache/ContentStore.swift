@@ -333,17 +333,12 @@ public final class ContentStore: Sendable {
         }
     }
 
-    /// Items were re-keyed (old → new identifier: a move at a provider whose identifiers are
-    /// paths, `Catalog.identifiersMoved`). Stored records follow their item under its new key;
-    /// open entries cannot change their identifier, so they are retired (their present bytes stay
-    /// readable through the handles that pin them; missing ones fail) and the moved item's next
-    /// open makes a new entry.
-    func identifiersMoved(_ moves: [ItemIdentifier: ItemIdentifier]) {
-        identifiersMoved { moves[$0] }
-    }
-
-    /// `identifiersMoved` with the moves as a function (nil: not moved); a swap of two subtrees
-    /// works (every record leaves its key before any arrives).
+    /// Items were re-keyed (old → new identifier, nil: not moved; a move at a provider whose
+    /// identifiers are paths, `Catalog.identifiersMoved`). Stored records follow their item under
+    /// its new key; open entries cannot change their identifier, so they are retired (their
+    /// present bytes stay readable through the handles that pin them; missing ones fail) and the
+    /// moved item's next open makes a new entry. A swap of two subtrees works (every record
+    /// leaves its key before any arrives).
     func identifiersMoved(_ moves: (ItemIdentifier) -> ItemIdentifier?) {
         let (retired, moved) = state.withLock { state -> ([ContentEntry], [(old: ContentRecord, new: ContentRecord)]) in
             guard !state.entries.isEmpty || !state.records.isEmpty else { return ([], []) }
