@@ -14,6 +14,9 @@ struct LocalVersion: Sendable, Equatable {
     var modificationTime: ItemTime
     /// Not uploaded yet (dirty, uploading, error): the provider's metadata does not replace it.
     var pending: Bool
+    /// While pending: permission bits a chmod during the edit set, which its upload carries
+    /// (D-385).
+    var permissions: UInt16? = nil
     /// Once uploaded: the provider's version that holds these bytes.
     var providerVersion: ContentVersion?
     /// Provider versions known to be older than the local one (what its edits started from, or
@@ -34,6 +37,7 @@ extension Catalog {
             item.contentVersion = local.version
             item.size = local.size
             item.modificationTime = local.modificationTime
+            if let permissions = local.permissions { item.permissions = permissions }
         } else if item.contentVersion == local.providerVersion || local.older.contains(item.contentVersion) {
             item.contentVersion = local.version
             item.size = local.size
@@ -46,9 +50,12 @@ extension Catalog {
 
     /// Makes `version` (just published) the item's version: new size and time, the old content
     /// superseded (handles that pinned it keep reading it), the observer told. Returns the item.
+    /// `permissions`: a chmod the edit carries (D-385); a pending version's stays unless this one
+    /// sets its own.
     @discardableResult
     func publishLocal(
-        _ identifier: ItemIdentifier, version: ContentVersion, size: Int64, modificationTime: ItemTime
+        _ identifier: ItemIdentifier, version: ContentVersion, size: Int64, modificationTime: ItemTime,
+        permissions: UInt16? = nil
     ) -> ProviderItem? {
         guard
             let current = state.withLock({ catalog -> ProviderItem? in
@@ -57,9 +64,10 @@ extension Catalog {
                 var older = previous?.older ?? []
                 if let provider = previous?.providerVersion { older.insert(provider) }
                 if previous == nil { older.insert(item.contentVersion) }
+                let carried = permissions ?? (previous?.pending == true ? previous?.permissions : nil)
                 catalog.localVersions[identifier] = LocalVersion(
                     version: version, size: size, modificationTime: modificationTime, pending: true,
-                    providerVersion: nil, older: older)
+                    permissions: carried, providerVersion: nil, older: older)
                 return item
             })
         else { return nil }
@@ -75,7 +83,8 @@ extension Catalog {
             if record.isPending || record.providerVersion != nil {
                 catalog.localVersions[record.identifier] = LocalVersion(
                     version: record.localVersion, size: item.size, modificationTime: item.modificationTime,
-                    pending: record.isPending, providerVersion: record.providerVersion,
+                    pending: record.isPending, permissions: record.isPending ? record.permissions : nil,
+                    providerVersion: record.providerVersion,
                     older: Set([record.baseVersion].compactMap { $0 }))
             }
         }
@@ -89,6 +98,7 @@ extension Catalog {
             guard var local = catalog.localVersions[identifier], local.version == version else { return }
             if let base { local.older.insert(base) }
             local.pending = false
+            local.permissions = nil
             local.providerVersion = providerVersion
             catalog.localVersions[identifier] = local
         }

@@ -34,6 +34,9 @@ public final class LocalWrites: Sendable {
         /// The edit started from an empty version (a new file): its publishes at close do not
         /// force the bytes to disk; fsync's do (D-381).
         var startedEmpty = false
+        /// Permission bits a chmod set while a publish was to come: its publish and upload carry
+        /// them (D-385). Cleared by the publish.
+        var permissions: UInt16?
     }
 
     /// Whose staging copy: the item's shared one (`owner` nil: plain paths), or a token's own
@@ -184,13 +187,32 @@ public final class LocalWrites: Sendable {
     /// a token's own copy is not shown, D-369).
     public func stagedSize(of identifier: ItemIdentifier) -> Int64? { staged(identifier)?.size }
 
-    /// The length and last change of the item's shared staging file while write handles have it
-    /// open (nil: none; `modified` nil: unchanged since it was made or since an explicit mtime).
-    public func staged(_ identifier: ItemIdentifier) -> (size: Int64, modified: ItemTime?)? {
+    /// The length, last change and held permissions of the item's shared staging file while
+    /// write handles have it open (nil: none; `modified` nil: unchanged since it was made or
+    /// since an explicit mtime; `permissions` nil: none held, D-385).
+    public func staged(_ identifier: ItemIdentifier) -> (size: Int64, modified: ItemTime?, permissions: UInt16?)? {
         state.withLock { state in
-            guard !state.staged.isEmpty, let file = state.staged[Key(identifier: identifier, owner: nil)]?.file
+            guard !state.staged.isEmpty, let staged = state.staged[Key(identifier: identifier, owner: nil)]
             else { return nil }
-            return (file.size, file.modified)
+            return (staged.file.size, staged.file.modified, staged.permissions)
+        }
+    }
+
+    /// chmod or utimens of `identifier` while its shared staging copy has changes to publish and
+    /// no token has a copy of its own: kept with the edit, which publishes and uploads them (the
+    /// upload carries the permissions and the mtime), instead of a provider call of their own
+    /// (D-385). A write after an explicit mtime moves it again, as on a local file system. False
+    /// (nothing kept) otherwise.
+    public func holdAttributes(_ changes: ItemAttributeChanges, of identifier: ItemIdentifier) -> Bool {
+        let key = Key(identifier: identifier, owner: nil)
+        return state.withLock { state in
+            guard let staged = state.staged[key], staged.machine.publishes,
+                !state.staged.keys.contains(where: { $0.identifier == identifier && $0.owner != nil })
+            else { return false }
+            if let permissions = changes.permissions { state.staged[key]!.permissions = permissions }
+            // Under the lock: a publish that takes the staged edit sees the time with it.
+            if let time = changes.modificationTime { staged.file.setModified(time) }
+            return true
         }
     }
 
@@ -365,13 +387,21 @@ public final class LocalWrites: Sendable {
         // explicit mtime set after it (utimens during the edit, D-375) stays.
         let modified =
             staged.file.modified ?? catalog.knownItem(identifier)?.modificationTime ?? wallClockTime()
+        // A chmod held during the edit (D-385), taken with the bytes (a later one is the next
+        // publish's).
+        let key = Self.key(of: staged.file)
+        let permissions = state.withLock { state -> UInt16? in
+            guard state.staged[key]?.file === staged.file else { return staged.permissions }
+            defer { state.staged[key]!.permissions = nil }
+            return state.staged[key]!.permissions
+        }
         var published = catalog.publishLocal(
-            identifier, version: version, size: record.size, modificationTime: modified)
+            identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions)
         if published == nil, (try? await catalog.item(identifier, maximumAge: .zero)) != nil {
             // Not known under this identifier: a move of a directory above it (RENAME_EXCHANGE of
             // two directories) may have left the catalog to list it again. The provider says.
             published = catalog.publishLocal(
-                identifier, version: version, size: record.size, modificationTime: modified)
+                identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions)
         }
         guard let item = published else {
             throw CacheError(.notFound, "\(identifier) is gone from the catalog")
@@ -383,11 +413,10 @@ public final class LocalWrites: Sendable {
                         identifier: identifier, localVersion: version, baseVersion: staged.base, phase: .materialized),
                     initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
             }
-            return state.uploads[identifier]!.published(version, base: staged.base)
+            return state.uploads[identifier]!.published(version, base: staged.base, permissions: permissions)
         }
         perform(identifier, actions)
         // Its next publishes replace bytes the provider will have: synced (D-381).
-        let key = Self.key(of: staged.file)
         state.withLock { state in
             if state.staged[key]?.file === staged.file { state.staged[key]!.startedEmpty = false }
         }
@@ -687,14 +716,15 @@ public final class LocalWrites: Sendable {
         let holding = catalog.beginWriting(into: directory, current: try? provider.itemNow(for: directory))
         // The base as it is now: a chmod or utimens through the mount may have rebased it while
         // this call waited (D-375).
-        let base = state.withLock { state -> ContentVersion? in
-            guard let machine = state.uploads[identifier], machine.inFlight == version else { return base }
-            return machine.record.baseVersion
+        // The permissions a chmod during the edit set (D-385) ride along.
+        let (base, permissions) = state.withLock { state -> (ContentVersion?, UInt16?) in
+            guard let machine = state.uploads[identifier], machine.inFlight == version else { return (base, nil) }
+            return (machine.record.baseVersion, machine.record.permissions)
         }
         let current = catalog.knownItem(identifier) ?? item
         do {
             let uploaded = try await provider.upload(
-                from: path, to: .replace(identifier, baseVersion: base), permissions: nil,
+                from: path, to: .replace(identifier, baseVersion: base), permissions: permissions,
                 modificationTime: current.modificationTime)
             result = .success(uploaded)
         } catch let error as ProviderError where error.code == .versionChanged {

@@ -79,6 +79,10 @@ public final class SQLiteMetadataStore: MetadataStore {
                 )
                 """)
         }
+        // A chmod carried by a pending upload (D-385).
+        migrator.registerMigration("provider cache v5: upload permissions") { db in
+            try db.execute("ALTER TABLE uploads ADD COLUMN permissions INTEGER")
+        }
         return migrator
     }
 
@@ -246,13 +250,15 @@ public final class SQLiteMetadataStore: MetadataStore {
                 let attempts: Int64 = try row["attempts"]
                 let lastError: String? = try row["last_error"]
                 let conflictName: String? = try row["conflict_name"]
+                let permissions: Int64? = try row["permissions"]
                 result.append(
                     UploadRecord(
                         identifier: ItemIdentifier(identifier), localVersion: ContentVersion(local),
                         baseVersion: base.map { ContentVersion($0) }, phase: UploadPhase(rawValue: phase) ?? .dirty,
                         attempts: Int(attempts), lastError: lastError,
                         providerVersion: provider.map { ContentVersion($0) },
-                        conflictName: conflictName))
+                        conflictName: conflictName,
+                        permissions: permissions.map { UInt16(truncatingIfNeeded: $0) }))
             }
             return result
         }
@@ -263,13 +269,13 @@ public final class SQLiteMetadataStore: MetadataStore {
             try db.execute(
                 """
                 INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
-                    provider_version, conflict_name)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    provider_version, conflict_name, permissions)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                 [
                     record.identifier.rawValue, record.localVersion.rawValue, record.baseVersion?.rawValue,
                     record.phase.rawValue, Int64(record.attempts), record.lastError, record.providerVersion?.rawValue,
-                    record.conflictName,
+                    record.conflictName, record.permissions.map { Int64($0) },
                 ])
         }
     }

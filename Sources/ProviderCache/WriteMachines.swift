@@ -21,6 +21,9 @@ struct StagingMachine: Sendable, Equatable {
     private(set) var writers = 0
     /// Bytes changed (write, truncate, or an O_TRUNC/create start) since the last publish.
     private(set) var modified = false
+    /// A publish is to come (at the last close, or the next fsync): a chmod or utimens now can
+    /// ride on it instead of reaching the provider on its own (D-385).
+    var publishes: Bool { modified && !closed }
     /// The staging file is gone (published by moving, or discarded): no more writes.
     private(set) var closed = false
 
@@ -80,10 +83,13 @@ public struct UploadRecord: Sendable, Equatable {
     public var providerVersion: ContentVersion?
     /// When the local edit was kept beside a conflicting provider version: the conflict copy's name.
     public var conflictName: String?
+    /// Permission bits a chmod during the edit set (D-385), for the upload to carry; nil: the
+    /// provider's stay.
+    public var permissions: UInt16?
     public init(
         identifier: ItemIdentifier, localVersion: ContentVersion, baseVersion: ContentVersion?,
         phase: UploadPhase = .dirty, attempts: Int = 0, lastError: String? = nil,
-        providerVersion: ContentVersion? = nil, conflictName: String? = nil
+        providerVersion: ContentVersion? = nil, conflictName: String? = nil, permissions: UInt16? = nil
     ) {
         self.identifier = identifier
         self.localVersion = localVersion
@@ -93,6 +99,7 @@ public struct UploadRecord: Sendable, Equatable {
         self.lastError = lastError
         self.providerVersion = providerVersion
         self.conflictName = conflictName
+        self.permissions = permissions
     }
 
     /// Still to upload (dirty, uploading, error): the local version must be served meanwhile.
@@ -140,14 +147,18 @@ struct UploadMachine: Sendable, Equatable {
     }
 
     /// A new local version was published; `base`: the provider's version the edit started from
-    /// (used when nothing was pending; a pending edit keeps its own base).
-    mutating func published(_ version: ContentVersion, base: ContentVersion?) -> [Action] {
+    /// (used when nothing was pending; a pending edit keeps its own base). `permissions`: a
+    /// chmod the edit carries (D-385); one an earlier pending version carries stays unless
+    /// this one sets its own.
+    mutating func published(_ version: ContentVersion, base: ContentVersion?, permissions: UInt16? = nil) -> [Action] {
         if record.phase == .materialized {
             // After an upload the provider's version is the local one: the next edit starts
             // there (a writer that fsynced, was uploaded, and wrote on); else from `base`.
             record.baseVersion = record.providerVersion ?? base
             record.providerVersion = nil
+            record.permissions = nil
         }
+        if let permissions { record.permissions = permissions }
         record.localVersion = version
         record.attempts = 0
         record.conflictName = nil
@@ -167,6 +178,7 @@ struct UploadMachine: Sendable, Equatable {
         if version == record.localVersion {
             record.phase = .materialized
             record.providerVersion = providerVersion
+            record.permissions = nil  // the provider has them now
             return [.save(record)]
         }
         // A newer version was published meanwhile: it is uploaded next, from what this one made.
@@ -226,6 +238,7 @@ struct UploadMachine: Sendable, Equatable {
         inFlight = nil
         record.phase = .materialized
         record.conflictName = conflictName
+        record.permissions = nil
         record.attempts = 0
         record.lastError = nil
         return [.save(record)]

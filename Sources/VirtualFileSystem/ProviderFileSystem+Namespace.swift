@@ -394,14 +394,15 @@ extension ProviderFileSystem {
         if let gid = changes.gid, gid != options.gid {
             throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
         }
-        let wanted = ItemAttributeChanges(
-            permissions: changes.permissions.map { $0 & 0o7777 },
-            modificationTime: changes.modificationTime.map {
-                ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds)
-            })
+        let wanted = Self.itemChanges(changes)
         if wanted != ItemAttributeChanges() {
+            let storesAttributes = cache.providerCapabilities.contains(.storesAttributes)
+            if storesAttributes, node.kind == .file, cache.writes.holdAttributes(wanted, of: node.identifier) {
+                // Carried by the open edit's publish and upload (D-385).
+                return try await getAttributes(inode, context: context)
+            }
             let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
-            if cache.providerCapabilities.contains(.storesAttributes) {
+            if storesAttributes {
                 do {
                     _ = try await cache.setAttributes(of: item.identifier, wanted)
                 } catch {

@@ -194,6 +194,7 @@ public final class ProviderFileSystem: FileSystem {
         // (ProviderFileSystem+Writes).
         let staged = item.kind == .file && isWritable ? cache.writes.staged(item.identifier) : nil
         let modified = staged?.modified ?? item.modificationTime
+        let shownPermissions = staged?.permissions ?? item.permissions  // a chmod the open edit holds (D-385)
         let time = Timestamp(seconds: modified.seconds, nanoseconds: modified.nanoseconds)
         let type: NodeType
         var blocks: Int64 = 0
@@ -215,7 +216,7 @@ public final class ProviderFileSystem: FileSystem {
         // shows what chmod set, as the provider stores it (chmod 0644 of a directory shows 0644).
         let mask: UInt16 = writable ? 0o7777 : 0o555
         let permissions =
-            item.kind == .directory && !writable ? (item.permissions | 0o500) & mask : item.permissions & mask
+            item.kind == .directory && !writable ? (shownPermissions | 0o500) & mask : shownPermissions & mask
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: options.uid, gid: options.gid,
@@ -737,18 +738,34 @@ extension ProviderFileSystem: FileSystemFastPath {
         }
     }
 
-    /// Only a chown to the mounting user (and group), which every node has, or an atime alone
-    /// (not kept), on a plain node of a writable mount without the token requirement: what the
-    /// async path would answer after its checks, getattr's answer (D-382). Anything else: nil.
+    /// On a plain node of a writable mount without the token requirement: a chown to the
+    /// mounting user (and group), which every node has, or an atime alone (not kept), answered
+    /// as the async path would after its checks, with getattr's answer (D-382); and a chmod or
+    /// utimens of a file whose open edit has a publish to come, at a provider that stores them,
+    /// which the edit carries (`LocalWrites.holdAttributes`, D-385). Anything else: nil.
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        guard changes.size == nil, changes.permissions == nil, changes.modificationTime == nil,
+        guard changes.size == nil,
             changes.uid == nil || changes.uid == options.uid, changes.gid == nil || changes.gid == options.gid,
-            isWritable, !requiresToken, inode != .root, state.withLock({ $0.inodes[inode] != nil }),
+            isWritable, !requiresToken, inode != .root, let node = state.withLock({ $0.inodes[inode] }),
             removedAttributes(inode) == nil
         else { return nil }
+        if changes.permissions != nil || changes.modificationTime != nil {
+            guard node.kind == .file, cache.providerCapabilities.contains(.storesAttributes),
+                cache.writes.holdAttributes(Self.itemChanges(changes), of: node.identifier)
+            else { return nil }
+        }
         return getAttributesNow(inode, context: context)
+    }
+
+    /// setattr's permissions and mtime as the provider takes them.
+    static func itemChanges(_ changes: AttributeChanges) -> ItemAttributeChanges {
+        ItemAttributeChanges(
+            permissions: changes.permissions.map { $0 & 0o7777 },
+            modificationTime: changes.modificationTime.map {
+                ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds)
+            })
     }
 
     public func getAttributesNow(

@@ -252,6 +252,57 @@ struct WriteMountTests {
         }
     }
 
+    /// D-385: what `tar x` does to each file (create, write, futimens, fchown, fchmod, close):
+    /// the chmod and utimens ride the edit's upload. They show at once through the mount, and at
+    /// the provider once uploaded; a write after an explicit mtime moves it again; a chmod of a
+    /// file open without changes reaches the provider at once.
+    @Test func chmodAndUtimensOfAnOpenEditRideItsUpload() throws {
+        guard requireFUSE() else { return }
+        let mount = try WritableMount(prefix: "write-held-attributes")
+        defer { mount.stop() }
+        writeTestFile(mount.source("clean"), Array("clean\n".utf8))
+        let script = """
+            import os, stat, sys, time
+            m = sys.argv[1]
+            fd = os.open(m + "/t", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, b"tar\\n")
+            os.utime(fd, (1000000100, 1000000200))
+            os.fchown(fd, os.getuid(), os.getgid())
+            os.fchmod(fd, 0o751)
+            for info in (os.fstat(fd), os.stat(m + "/t")):
+                assert stat.S_IMODE(info.st_mode) == 0o751, oct(info.st_mode)
+                assert info.st_mtime == 1000000200, info.st_mtime
+                assert info.st_size == 4, info.st_size
+            os.close(fd)
+            info = os.stat(m + "/t")
+            assert stat.S_IMODE(info.st_mode) == 0o751 and info.st_mtime == 1000000200, info
+            # An explicit mtime, then a write: the write's time wins, as on a local file system.
+            fd = os.open(m + "/w", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, b"a")
+            os.utime(fd, (1000000100, 1000000300))
+            os.write(fd, b"b")
+            os.close(fd)
+            assert os.stat(m + "/w").st_mtime > time.time() - 3600
+            # Open for writing, nothing written: nothing to publish, the chmod goes at once.
+            fd = os.open(m + "/clean", os.O_WRONLY)
+            os.fchmod(fd, 0o700)
+            assert stat.S_IMODE(os.stat(sys.argv[2]).st_mode) == 0o700
+            os.close(fd)
+            """
+        let run = try shell(
+            "python3 -c \(quoted(script)) \(quoted(mount.mount.mountpoint)) \(quoted(mount.source("clean"))) 2>&1")
+        #expect(run.status == 0, "\(run)")
+        #expect(waitForSource(mount.source("t"), Array("tar\n".utf8)))
+        #expect(waitForState(mount.path("t"), "materialized"))
+        var info = stat()
+        #expect(stat(mount.source("t"), &info) == 0)
+        #expect(info.st_mode & 0o7777 == 0o751, "mode \(String(info.st_mode, radix: 8))")
+        #expect(info.st_mtim.tv_sec == 1_000_000_200)
+        #expect(waitForSource(mount.source("w"), Array("ab".utf8)))
+        #expect(waitForState(mount.path("w"), "materialized"))
+        #expect(stat(mount.source("w"), &info) == 0 && info.st_mtim.tv_sec > 1_000_000_300)
+    }
+
     @Test func twoWritersShareOneStagingCopy() throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-two")

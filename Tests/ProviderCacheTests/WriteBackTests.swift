@@ -18,6 +18,8 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     private let control = Locked<
         (failures: Int, uploads: Int, started: Int, held: Bool, waiting: [CheckedContinuation<Void, Never>])
     >((0, 0, 0, false, []))
+    /// The permissions and mtime the last upload that got through carried.
+    let carried = Locked<(permissions: UInt16?, modificationTime: ItemTime?)>((nil, nil))
 
     var capabilities: ProviderCapabilities { base.capabilities.union(.writing) }
     func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
@@ -85,6 +87,7 @@ final class UploadingProvider: Provider, @unchecked Sendable {
             }
         }
         base.putFile(path, .bytes(bytes))
+        carried.withLock { $0 = (permissions, modificationTime) }
         return try await base.item(for: ItemIdentifier(path))
     }
 }
@@ -521,6 +524,58 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         await restarted.shutdown()
     }
 
+    /// D-385: a chmod and a utimens while the edit has a publish to come are the edit's: shown at
+    /// once, published with it, carried by its upload (also after a restart), never a provider
+    /// call of their own. Without a publish to come they are not held.
+    @Test func aChmodAndUtimensDuringAnEditRideItsPublishAndUploadAcrossARestart() async throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-writes-held")
+        defer { directory.remove() }
+        let store = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
+        let fixture = try WriteFixture(store: store)
+        fixture.provider.base.putFile("f", .bytes(Array("old".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let change = ItemAttributeChanges(permissions: 0o640, modificationTime: time)
+        #expect(!cache.writes.holdAttributes(change, of: item.identifier), "no edit open")
+        let staging = try await cache.writes.openWriter(item, truncating: false)
+        #expect(!cache.writes.holdAttributes(change, of: item.identifier), "an edit with nothing to publish")
+        try await cache.writes.write(staging, Array("new".utf8), at: 0)
+        #expect(cache.writes.holdAttributes(change, of: item.identifier))
+        let shown = try #require(cache.writes.staged(item.identifier))
+        #expect(shown.permissions == 0o640 && shown.modified == time)
+        fixture.provider.hold()
+        let published = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(published.item.permissions == 0o640 && published.item.modificationTime == time)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        // "Crash" before the upload got through.
+        await cache.shutdown()
+        fixture.provider.failNext(1)
+        fixture.provider.release()
+        #expect(await eventually { fixture.provider.uploadCount == 1 })
+        fixture.provider.hold()
+        let restarted = try fixture.makeCache()
+        #expect(restarted.writes.uploadRecord(of: item.identifier)?.permissions == 0o640)
+        // A listing while it is pending shows the edit's permissions and time, not the provider's.
+        let listed = try await restarted.catalog.children(of: .root, maximumAge: .zero)
+        let served = try #require(listed.first { $0.name == "f" })
+        #expect(served.permissions == 0o640 && served.modificationTime == time)
+        fixture.provider.release()
+        #expect(await restarted.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("new".utf8)))
+        let carried = fixture.provider.carried.withLock { $0 }
+        #expect(carried.permissions == 0o640 && carried.modificationTime == time)
+        #expect(restarted.writes.uploadRecord(of: item.identifier)?.permissions == nil)
+        // The next edit, without a chmod, carries none.
+        let next = try await restarted.catalog.item(item.identifier, maximumAge: .zero)
+        let again = try await restarted.writes.openWriter(next, truncating: false)
+        try await restarted.writes.write(again, Array("N".utf8), at: 0)
+        _ = try await restarted.writes.closeWriter(item.identifier)
+        #expect(await restarted.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.carried.withLock { $0.permissions } == nil)
+        await restarted.shutdown()
+    }
+
     @Test func theSQLiteStoreKeepsUploadRecords() throws {
         let directory = try TemporaryDirectory(prefix: "providerfs-uploads-sqlite")
         defer { directory.remove() }
@@ -528,7 +583,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         let record = UploadRecord(
             identifier: ItemIdentifier("a/b"), localVersion: ContentVersion("local:3.9"),
             baseVersion: ContentVersion("v1"), phase: .error, attempts: 2, lastError: "EIO: no", providerVersion: nil,
-            conflictName: "b (conflict S)")
+            conflictName: "b (conflict S)", permissions: 0o640)
         try store.saveUpload(record)
         let reopened = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
         #expect(try reopened.loadUploads() == [record])
