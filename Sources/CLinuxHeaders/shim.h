@@ -28,4 +28,16 @@ static inline int providerfs_fallocate(int fd, int mode, long long offset, long 
 }
 // utimensat's "leave this time alone" (a macro Swift does not import).
 #define PROVIDERFS_UTIME_OMIT 1073741822L
+// utimensat's "now", and open's O_TMPFILE (macros Swift does not import).
+#define PROVIDERFS_UTIME_NOW 1073741823L
+// O_TMPFILE is __O_TMPFILE | O_DIRECTORY, whose value differs by architecture; <fcntl.h> gives it
+// only under _GNU_SOURCE. The kernel's generic value, else x86's.
+#include <fcntl.h>
+#if defined(O_TMPFILE)
+#define PROVIDERFS_O_TMPFILE O_TMPFILE
+#elif defined(__O_TMPFILE)
+#define PROVIDERFS_O_TMPFILE __O_TMPFILE
+#else
+#define PROVIDERFS_O_TMPFILE (020000000 | O_DIRECTORY)
+#endif
 #endif

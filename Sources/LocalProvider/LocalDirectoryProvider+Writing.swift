@@ -200,6 +200,36 @@ extension LocalDirectoryProvider {
         }
     }
 
+    /// A create through the mount made now, uploaded later (D-386): the name checked free, the
+    /// directory's mtime moved as the create moves it (under the directory's entry lock, so an
+    /// upload's restore of the directory's times cannot undo it), the identifier noted, so that
+    /// the `.create` upload keeps the directory's times then. Only in a watched directory (a
+    /// local file system: nothing here waits on a network).
+    public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
+        guard changes.isWatched(parent) else { return nil }
+        try Self.checkNewName(name)
+        let directory = try openDirectory(parent)
+        defer { close(directory.fd) }
+        var info = stat()
+        if fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+            throw ProviderError(.alreadyExists, "\(name) exists in \(Self.describe(parent))", errno: EEXIST)
+        }
+        guard errno == ENOENT else { throw Self.writeError(errno, "lstat \(name) in \(Self.describe(parent))") }
+        let identifier = Self.identifier(of: name, in: parent)
+        entries.deferred(identifier)
+        var after = stat()
+        let touched = entries.withLock(parent) { () -> Bool in
+            var times = [timespec(tv_sec: 0, tv_nsec: utimeOmit), timespec(tv_sec: 0, tv_nsec: utimeNow)]
+            return futimens(directory.fd, &times) == 0 && fstat(directory.fd, &after) == 0
+        }
+        guard touched, parent != .root, let (grandparent, directoryName) = try? Self.split(parent) else {
+            return DeferredCreate(identifier: identifier, directory: nil)
+        }
+        let item = Self.makeItem(
+            identifier: parent, parent: grandparent, name: directoryName, path: { directory.path }, info: after)
+        return DeferredCreate(identifier: identifier, directory: item)
+    }
+
     // MARK: Upload
 
     /// Copies `localFile` into a staging file next to the destination, then publishes it with
@@ -238,20 +268,35 @@ extension LocalDirectoryProvider {
             throw ProviderError(.io, "open \(localFile): \(String(cString: strerror(code)))", errno: code)
         }
         defer { close(source) }
-        if case .create = target {
+        // A create `deferCreateNow` handed out already moved the directory's mtime (D-386).
+        var deferred: ItemIdentifier?
+        if case .create = target, entries.isDeferred(Self.identifier(of: name, in: parent)) {
+            deferred = Self.identifier(of: name, in: parent)
+        }
+        if case .create = target, deferred == nil {
             var sourceInfo = stat()
             if fstat(source, &sourceInfo) == 0, sourceInfo.st_size == 0 {
                 return try createEmpty(
                     name, in: directory, parent: parent, permissions: permissions, modificationTime: modificationTime)
             }
         }
+        if let published = try uploadUnnamed(
+            source, to: target, name: name, in: directory, parent: parent, existing: existing,
+            keepingDirectoryTimes: deferred != nil || { if case .replace = target { true } else { false } }(),
+            permissions: permissions, modificationTime: modificationTime, cancelled: cancelled)
+        {
+            if let deferred { entries.created(deferred) }
+            return published
+        }
 
         // A replace changes a file's bytes, not the directory's entries: the directory's times are
         // put back afterwards, so that `tar x`'s or `rsync -a`'s directory mtimes survive the
-        // write-back of the files inside (the temporary file and the swap change them).
+        // write-back of the files inside (the temporary file and the swap change them). So does a
+        // deferred create (D-386).
         var directoryTimes = stat()
         var keepDirectoryTimes = false
         if case .replace = target { keepDirectoryTimes = fstat(directory.fd, &directoryTimes) == 0 }
+        if deferred != nil { keepDirectoryTimes = fstat(directory.fd, &directoryTimes) == 0 }
         let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
         let staged = openat(directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard staged >= 0 else { throw Self.writeError(errno, "create a staging file in \(Self.describe(parent))") }
@@ -323,7 +368,101 @@ extension LocalDirectoryProvider {
             var times = [directoryTimes.st_atim, directoryTimes.st_mtim]
             _ = futimens(directory.fd, &times)
         }
+        if let deferred { entries.created(deferred) }
         // The rename is durable once the directory is (the staging file's bytes already are).
+        return try Self.durableItem(staged, named: name, in: directory, parent: parent)
+    }
+
+    /// The upload through an unnamed temporary file (O_TMPFILE, D-386): filled, chmod-ed, timed and
+    /// synced without touching the directory; then, under the directory's entry lock, linked in
+    /// (a create: under its name, exclusively; a replace: under a temporary name swapped with the
+    /// file by RENAME_EXCHANGE, the version checked, the old file unlinked) and the directory's
+    /// times put back when `keepingDirectoryTimes`. The directory's times are read right before
+    /// the link, inside the lock: a create `deferCreateNow` made meanwhile in the directory keeps
+    /// its mtime. Nil when the file system has no O_TMPFILE (the caller uses a named temporary).
+    private func uploadUnnamed(
+        _ source: Int32, to target: UploadTarget, name: String, in directory: OpenDirectory, parent: ItemIdentifier,
+        existing: stat?, keepingDirectoryTimes: Bool, permissions: UInt16?, modificationTime: ItemTime?,
+        cancelled: () -> Bool
+    ) throws -> ProviderItem? {
+        let staged = openat(directory.fd, ".", openUnnamedTemporary | O_WRONLY | O_CLOEXEC, 0o600)
+        guard staged >= 0 else {
+            let code = errno
+            if code == EOPNOTSUPP || code == EISDIR || code == EINVAL || code == ENOENT { return nil }
+            throw Self.writeError(code, "create a staging file in \(Self.describe(parent))")
+        }
+        defer { close(staged) }
+        try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
+        let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
+        guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
+        if let modificationTime {
+            var times = Self.times(modification: modificationTime)
+            guard futimens(staged, &times) == 0 else {
+                throw Self.writeError(errno, "utimens of \(name)'s staging file")
+            }
+        }
+        guard fsync(staged) == 0 else { throw Self.writeError(errno, "fsync of \(name)'s staging file") }
+        uploadHooks?.beforePublish()
+        if cancelled() { throw CancellationError() }
+        let unnamed = "/proc/self/fd/\(staged)"
+        try entries.withLock(parent) { () throws -> Void in
+            var directoryTimes = stat()
+            let keep = keepingDirectoryTimes && fstat(directory.fd, &directoryTimes) == 0
+            defer {
+                if keep {
+                    var times = [directoryTimes.st_atim, directoryTimes.st_mtim]
+                    _ = futimens(directory.fd, &times)
+                }
+            }
+            switch target {
+            case .create:
+                guard linkat(AT_FDCWD, unnamed, directory.fd, name, AT_SYMLINK_FOLLOW) == 0 else {
+                    throw Self.writeError(errno, "create \(name)")
+                }
+            case .replace(let identifier, let baseVersion):
+                let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
+                guard linkat(AT_FDCWD, unnamed, directory.fd, temporary, AT_SYMLINK_FOLLOW) == 0 else {
+                    throw Self.writeError(errno, "link the staging file of \(name)")
+                }
+                var linked = true
+                defer { if linked { unlinkat(directory.fd, temporary, 0) } }
+                if renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange) == 0 {
+                    // `temporary` names the replaced file now (unlinked by the defer).
+                    var info = stat()
+                    if let baseVersion, fstatat(directory.fd, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+                        let replaced = Self.version(of: info)
+                        if replaced != baseVersion {
+                            _ = renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange)
+                            throw ProviderError(
+                                .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(replaced)")
+                        }
+                    }
+                    return
+                }
+                let code = errno
+                if code == ENOENT { throw Self.writeError(code, "replace \(identifier.rawValue): it is gone") }
+                guard code == EINVAL || code == ENOSYS else {
+                    throw Self.writeError(code, "replace \(identifier.rawValue)")
+                }
+                // No RENAME_EXCHANGE: check, then rename (docs/SEMANTICS.md).
+                if let baseVersion {
+                    var info = stat()
+                    guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                        throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+                    }
+                    let current = Self.version(of: info)
+                    guard current == baseVersion else {
+                        throw ProviderError(
+                            .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
+                    }
+                }
+                guard renameat(directory.fd, temporary, directory.fd, name) == 0 else {
+                    throw Self.writeError(errno, "replace \(identifier.rawValue)")
+                }
+                linked = false
+            }
+        }
+        // The link is durable once the directory is (the file's bytes already are).
         return try Self.durableItem(staged, named: name, in: directory, parent: parent)
     }
 
@@ -570,4 +709,24 @@ final class UploadHooks: Sendable {
         self.afterCopyStep = afterCopyStep
         self.beforePublish = beforePublish
     }
+}
+
+/// Per-directory locks around the entry changes that put a directory's times back, and around
+/// `deferCreateNow`'s touch of a directory, so that one never undoes the other (D-386); and the
+/// creates `deferCreateNow` handed out whose `.create` upload has not happened (in memory: after
+/// a restart such an upload moves the directory's mtime, as an ordinary create does).
+final class DirectoryEntries: Sendable {
+    private let stripes = (0..<64).map { _ in Lock() }
+    private let pending = Locked<Set<ItemIdentifier>>([])
+
+    func withLock<T, E: Error>(_ directory: ItemIdentifier, _ body: () throws(E) -> T) throws(E) -> T {
+        var hasher = Hasher()
+        hasher.combine(directory)
+        let stripe = stripes[Int(UInt(bitPattern: hasher.finalize()) % UInt(stripes.count))]
+        return try stripe.withLock(body)
+    }
+
+    func deferred(_ identifier: ItemIdentifier) { _ = pending.withLock { $0.insert(identifier) } }
+    func isDeferred(_ identifier: ItemIdentifier) -> Bool { pending.withLock { $0.contains(identifier) } }
+    func created(_ identifier: ItemIdentifier) { _ = pending.withLock { $0.remove(identifier) } }
 }

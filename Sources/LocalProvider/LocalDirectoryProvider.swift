@@ -33,9 +33,12 @@ public struct LocalDirectoryProvider: Provider {
         .writing, .symbolicLinks, .exchangingMoves, .storesAttributes,
     ]
     /// inotify watches of the listed directories (D-224).
-    private let changes = DirectoryChangeWatcher()
+    let changes = DirectoryChangeWatcher()
     /// Test hooks of uploads; nil outside tests.
     var uploadHooks: UploadHooks?
+    /// Per-directory locks around entry changes that restore the directory's times, and the
+    /// creates handed out by `deferCreateNow` (LocalDirectoryProvider+Writing.swift, D-386).
+    let entries = DirectoryEntries()
 
     public init(root: String) {
         var trimmed = root

@@ -147,3 +147,85 @@ extension Catalog {
     @discardableResult
     func applyCreated(_ item: ProviderItem) -> ProviderItem { apply(item) }
 }
+
+// Files created through the mount, not at the provider yet (D-386): `ProviderCache.createFile`
+// records one with `createdUnborn`; its `.create` upload (or a birth before a namespace change,
+// `ProviderCache.bearUnborn`) ends it with `born`.
+extension Catalog {
+    /// Records `item`, made by the mount alone, in its parent's listing; the provider's answers
+    /// about its identifier are not taken until `born`. `directory`: the parent as the provider
+    /// shows it now (its mtime moved by `deferCreateNow`).
+    /// False (nothing recorded) when the name is one not at the provider yet already: the
+    /// provider cannot tell two creates of it apart, the catalog must (O_EXCL).
+    func createdUnborn(_ item: ProviderItem, directory: ProviderItem?) -> Bool {
+        let now = environment.timeline.now
+        let previous = state.withLock { catalog -> ItemIdentifier?? in
+            if catalog.unborn.contains(item.identifier) { return .none }
+            let previous = catalog.names[item.parent]?[NameKey(item.name)]
+            return .some(previous == item.identifier ? nil : previous)
+        }
+        guard let previous else { return false }
+        if let previous { removeItem(previous) }
+        let recorded = state.withLock { catalog -> Bool in
+            guard catalog.unborn.insert(item.identifier).inserted else { return false }
+            catalog.items[item.identifier] = item
+            // A new file: a local version left by an earlier file of that name is not its base.
+            catalog.localVersions[item.identifier] = nil
+            catalog.refreshedAt[item.identifier] = now
+            if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
+            if catalog.children[item.parent] != nil {
+                catalog.children[item.parent]!.insert(item.identifier)
+                catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
+            }
+            return true
+        }
+        guard recorded else { return false }
+        save([item])
+        if let directory { apply(directory) }
+        return true
+    }
+
+    /// A restart: `identifier`, stored, is still to be created at the provider.
+    func restoreUnborn(_ identifier: ItemIdentifier) {
+        state.withLock { catalog in
+            if catalog.items[identifier] != nil { catalog.unborn.insert(identifier) }
+        }
+    }
+
+    /// The provider has `identifier` now: its answers count again.
+    func born(_ identifier: ItemIdentifier) {
+        _ = state.withLock { $0.unborn.remove(identifier) }
+    }
+
+    func isUnborn(_ identifier: ItemIdentifier) -> Bool {
+        state.withLock { $0.unborn.isEmpty ? false : $0.unborn.contains(identifier) }
+    }
+
+    /// The item when it is not at the provider yet.
+    func unbornItem(_ identifier: ItemIdentifier) -> ProviderItem? {
+        state.withLock { catalog in
+            guard !catalog.unborn.isEmpty, catalog.unborn.contains(identifier) else { return nil }
+            return catalog.items[identifier]
+        }
+    }
+
+    /// The unborn items at or under `roots`.
+    func unborn(atOrUnder roots: [ItemIdentifier]) -> [ItemIdentifier] {
+        state.withLock { catalog in
+            guard !catalog.unborn.isEmpty else { return [] }
+            let roots = Set(roots)
+            // Up each one's parents (identifiers need not be paths).
+            return catalog.unborn.filter { candidate in
+                var next: ItemIdentifier? = candidate
+                var steps = 0
+                while let current = next, steps < 4096 {
+                    if roots.contains(current) { return true }
+                    if current == .root { return false }
+                    next = catalog.items[current]?.parent
+                    steps += 1
+                }
+                return false
+            }
+        }
+    }
+}

@@ -14,6 +14,14 @@ extension Catalog {
         var told: [CatalogChange] = []
         let (changed, superseded, item) = state.withLock { catalog -> (Bool, [Superseded], ProviderItem) in
             var item = item
+            // Not at the provider yet: the catalog's item is the truth until its `.create` upload
+            // (what the provider says of the identifier meanwhile is someone else's), with its
+            // local version on top (D-386).
+            if !catalog.unborn.isEmpty, catalog.unborn.contains(item.identifier),
+                let ours = catalog.items[item.identifier]
+            {
+                item = ours
+            }
             // A local version is served instead of the provider's (Catalog+Local.swift).
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }
             if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
@@ -69,6 +77,15 @@ extension Catalog {
             // Two listings can overlap (a background refresh and a lookup miss): one taken
             // before the listing already applied is older news and is dropped.
             if let applied = catalog.listedAt[directory], applied > now { return ([], [], []) }
+            // Files created through the mount that the provider does not have yet stay listed,
+            // and someone else's file under one of their names waits for their upload (D-386).
+            var listed = listed
+            if !catalog.unborn.isEmpty {
+                listed.removeAll { catalog.unborn.contains($0.identifier) }
+                for identifier in catalog.unborn {
+                    if let item = catalog.items[identifier], item.parent == directory { listed.append(item) }
+                }
+            }
             // The provider reported a change in the directory after this listing began: it may
             // not show it, so it stands (it is newer than what the catalog has) but is not
             // trusted past this answer (expired, no token) and reported items stay dirty.
@@ -256,6 +273,7 @@ extension Catalog {
             guard let item = catalog.items.removeValue(forKey: next) else { continue }
             removed.append(next)
             if !catalog.metadataOnly.isEmpty { catalog.metadataOnly.remove(next) }
+            if !catalog.unborn.isEmpty { catalog.unborn.remove(next) }
             stack += catalog.children.removeValue(forKey: next) ?? []
             catalog.listedAt[next] = nil
             catalog.listingTokens[next] = nil

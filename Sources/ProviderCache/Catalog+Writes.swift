@@ -221,6 +221,9 @@ extension Catalog {
             // by a new listing instead.
             for old in moves.keys { catalog.listingTokens[old] = nil }
             for (old, new) in moves where catalog.dirty.remove(old) != nil { catalog.dirty.insert(new) }
+            if !catalog.unborn.isEmpty {
+                for (old, new) in moves where catalog.unborn.remove(old) != nil { catalog.unborn.insert(new) }
+            }
             // Moved: the next change of a moved directory drops its dentry (D-382).
             if !catalog.metadataOnly.isEmpty { for old in moves.keys { catalog.metadataOnly.remove(old) } }
             // The parent of `from` still lists it under its old identifier (the caller moves it).

@@ -97,6 +97,10 @@ public final class Catalog: Sendable {
         var changedWhileWritten: Set<ItemIdentifier> = []
         /// Items with a local version (Catalog+Local.swift): served instead of the provider's.
         var localVersions: [ItemIdentifier: LocalVersion] = [:]
+        /// Files created through the mount that the provider does not have yet (D-386): the
+        /// catalog's item is the truth until their `.create` upload; what the provider says of
+        /// their identifier meanwhile (nothing, or someone else's file of that name) is not.
+        var unborn: Set<ItemIdentifier> = []
     }
 
     /// Content of an item that the catalog no longer has in that version: every version of
@@ -323,6 +327,7 @@ public final class Catalog: Sendable {
         guard let item = catalog.items[identifier] else { return nil }
         if identifier == .root && item.contentVersion.rawValue == "root" { return nil }
         guard let maximumAge else { return item }
+        if !catalog.unborn.isEmpty, catalog.unborn.contains(identifier) { return item }  // D-386
         if !catalog.dirty.isEmpty, catalog.dirty.contains(identifier) { return nil }
         guard let at = catalog.refreshedAt[identifier], now - at < maximumAge else { return nil }
         return item
@@ -427,6 +432,7 @@ public final class Catalog: Sendable {
         case .declined:
             return .unknown
         case .absent:
+            if let previous, let unborn = unbornItem(previous) { return .found(unborn, tracked: false) }
             if let previous { removeItem(previous) }
             return .absent
         case .found(let found):
@@ -629,6 +635,8 @@ public final class Catalog: Sendable {
         let key = NameKey(name)
         let previous = state.withLock { $0.names[directory]?[key] }
         guard let found else {
+            // Not at the provider yet (D-386).
+            if let previous, let unborn = unbornItem(previous) { return unborn }
             // Gone from the provider while the listing still has it.
             if let previous { removeItem(previous) }
             return nil

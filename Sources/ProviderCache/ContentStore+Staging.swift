@@ -230,6 +230,23 @@ public final class StagingFile: Sendable {
 extension ContentStore {
     private var stagingDirectory: String { directory + "/staging" }
 
+    /// An empty file to upload as an empty one (a create made at the provider at once, D-361; an
+    /// unborn file's birth, D-386). Made once: a restart's cleanup of staging/ removes it, and a
+    /// hop to the pool per create was a measurable part of `tar x`.
+    func emptyFile() async throws(CacheError) -> String {
+        let directory = stagingDirectory
+        let empty = directory + "/empty"
+        var info = stat()
+        if stat(empty, &info) == 0 && info.st_size == 0 { return empty }
+        try await environment.pool.run { () throws(CacheError) -> Void in
+            _ = mkdir(directory, 0o700)
+            let fd = open(empty, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw CacheError(.io, "cannot create \(empty): \(Errno.current.message)") }
+            close(fd)
+        }
+        return empty
+    }
+
     /// A new staging file for `identifier`: a copy of `source`'s bytes (every one present: the
     /// caller made sure), or empty when `source` is nil.
     func makeStaging(

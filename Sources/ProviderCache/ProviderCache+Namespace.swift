@@ -5,7 +5,7 @@
 public import ProviderModel
 
 extension ProviderCache {
-    private func providerCall<T: Sendable>(_ body: () async throws -> T) async throws(CacheError) -> T {
+    func providerCall<T: Sendable>(_ body: () async throws -> T) async throws(CacheError) -> T {
         do {
             return try await body()
         } catch {
@@ -46,6 +46,15 @@ extension ProviderCache {
         // meet the next file of that name as a conflict.
         await writes.beginMove([item.identifier])
         defer { writes.endMove([item.identifier]) }
+        // A file not at the provider yet goes with its write-back record alone; a directory with
+        // such files in it is not empty, which the provider says once they are there (D-386).
+        if item.kind == .file, catalog.isUnborn(item.identifier) {
+            writes.forget(item.identifier)
+            catalog.deleted(item.identifier)
+            attributeOverrides.remove(item.identifier)
+            return
+        }
+        if item.kind == .directory { try await bearUnborn(atOrUnder: [item.identifier]) }
         do {
             try await provider.delete(item.identifier, kind: item.kind)
         } catch {
@@ -70,6 +79,8 @@ extension ProviderCache {
         let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])
         await writes.beginMove(moving)
         defer { writes.endMove(moving) }
+        // What the move takes along must be at the provider (D-386).
+        try await bearUnborn(atOrUnder: moving)
         let moved = try await providerCall {
             try await provider.move(item.identifier, to: parent, named: name, mode: mode)
         }
@@ -108,6 +119,7 @@ extension ProviderCache {
         // version this changes. Edits that started from the version before follow it (D-375).
         await writes.beginMove([identifier])
         defer { writes.endMove([identifier]) }
+        try await bearUnborn(atOrUnder: [identifier])  // D-386
         // The version before, at once when the provider can tell it (a watched local directory:
         // one lstat, no hop to its threads).
         var before = try? provider.itemNow(for: identifier)

@@ -101,7 +101,9 @@ public final class LocalWrites: Sendable {
         }
         var actions: [(ItemIdentifier, [UploadMachine.Action])] = []
         for record in records {
-            catalog.restoreLocal(record)
+            // (A create closed unwritten has no local version: its empty file is still to make.)
+            if !record.localVersion.isUnborn { catalog.restoreLocal(record) }
+            if record.creates { catalog.restoreUnborn(record.identifier) }
             let started = state.withLock { state -> [UploadMachine.Action] in
                 var machine = UploadMachine(
                     record: record, initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
@@ -305,6 +307,60 @@ public final class LocalWrites: Sendable {
         try await content.syncIfUnsynced(identifier, version)
     }
 
+    // MARK: Files created through the mount (D-386)
+
+    /// A file created through the mount that the provider gets later: its write-back record
+    /// (a `.create` of `item`'s version, the empty "unborn:" one until a publish replaces it) is
+    /// saved but not started. The first publish starts it with its bytes; a last close with
+    /// nothing written, or a restart, starts it as it is (the empty file).
+    func parkCreate(_ item: ProviderItem) {
+        let record = UploadRecord(
+            identifier: item.identifier, localVersion: item.contentVersion, baseVersion: nil, phase: .dirty,
+            creates: true)
+        state.withLock { state in
+            state.uploads[item.identifier] = UploadMachine(
+                record: record, initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
+        }
+        save(record)
+    }
+
+    /// Starts the parked create of `identifier`, if it has one that nothing started (no publish).
+    private func startParkedCreate(_ identifier: ItemIdentifier) {
+        let actions = state.withLock { state -> [UploadMachine.Action] in
+            guard let machine = state.uploads[identifier], machine.record.creates,
+                machine.record.localVersion.isUnborn, machine.inFlight == nil, machine.record.phase == .dirty
+            else { return [] }
+            return state.uploads[identifier]!.start()
+        }
+        perform(identifier, actions)
+    }
+
+    /// `identifier`, unborn, was created at the provider as the empty `created` by a namespace
+    /// change that needed it there first (`ProviderCache.bearUnborn`): a record still to upload
+    /// replaces that version next; one that had nothing but the empty file is done. Open edits
+    /// start from `created`.
+    func bornEmpty(_ identifier: ItemIdentifier, as created: ContentVersion, unborn: ContentVersion) {
+        let (saved, deleted) = state.withLock { state -> (UploadRecord?, Bool) in
+            for key in state.staged.keys where key.identifier == identifier && state.staged[key]!.base == unborn {
+                state.staged[key]!.base = created
+            }
+            guard var machine = state.uploads[identifier], machine.record.creates else { return (nil, false) }
+            if machine.record.localVersion.isUnborn {
+                state.uploads[identifier] = nil
+                return (nil, true)
+            }
+            machine.bornEmpty(as: created)
+            state.uploads[identifier] = machine
+            return (machine.record, false)
+        }
+        if let saved { save(saved) }
+        if deleted {
+            do { try environment.store.deleteUpload(identifier) } catch {
+                environment.logger.warning("cannot delete an upload record: \(error)")
+            }
+        }
+    }
+
     /// The writes of a token that ended are dropped: its staging file `staging` is discarded
     /// unpublished, at once, whatever its handles do next (their token checks refuse them; their
     /// closes find nothing to publish). Nothing already published changes. False when `staging`
@@ -360,6 +416,8 @@ public final class LocalWrites: Sendable {
         case nil: return nil
         case .discard:
             content.discardStaging(staged.file)
+            // A new file closed unwritten (`touch`): created at the provider empty (D-386).
+            startParkedCreate(identifier)
             return nil
         case .publish:
             do {
@@ -691,7 +749,9 @@ public final class LocalWrites: Sendable {
         let result: Result<ProviderItem, any Error>
         var conflictName: String?
         var entry: ContentEntry?
-        if let item = catalog.knownItem(identifier), item.contentVersion == version,
+        // A file created through the mount and closed unwritten: the empty file (D-386).
+        let empty = version.isUnborn ? try? await content.emptyFile() : nil
+        if !version.isUnborn, let item = catalog.knownItem(identifier), item.contentVersion == version,
             let pinned = try? await content.pin(item, isCurrent: { _ in true })
         {
             entry = pinned
@@ -700,8 +760,9 @@ public final class LocalWrites: Sendable {
         // Every byte of the version must be in its content file: a pin of a version the store
         // has no complete record of (a race with a move) makes an empty entry, whose file would
         // upload as zeros.
-        guard let item = catalog.knownItem(identifier), let entry, entry.isMaterialized,
-            let path = content.contentFilePath(identifier, version)
+        guard let item = catalog.knownItem(identifier),
+            let path = empty
+                ?? entry.flatMap({ $0.isMaterialized ? content.contentFilePath(identifier, version) : nil })
         else {
             // (A move during the pin retires the pinned entry: retried under the new identifier.)
             let (current, next, _) = applyToUpload(identifier, version: version) {
@@ -717,17 +778,24 @@ public final class LocalWrites: Sendable {
         // The base as it is now: a chmod or utimens through the mount may have rebased it while
         // this call waited (D-375).
         // The permissions a chmod during the edit set (D-385) ride along.
-        let (base, permissions) = state.withLock { state -> (ContentVersion?, UInt16?) in
-            guard let machine = state.uploads[identifier], machine.inFlight == version else { return (base, nil) }
-            return (machine.record.baseVersion, machine.record.permissions)
+        let (base, permissions, creates) = state.withLock { state -> (ContentVersion?, UInt16?, Bool) in
+            guard let machine = state.uploads[identifier], machine.inFlight == version else {
+                return (base, nil, false)
+            }
+            return (machine.record.baseVersion, machine.record.permissions, machine.record.creates)
         }
         let current = catalog.knownItem(identifier) ?? item
         do {
+            // Not at the provider yet (D-386): created under its name, with its mode and mtime.
+            let target: UploadTarget =
+                creates ? .create(name: current.name, in: current.parent) : .replace(identifier, baseVersion: base)
             let uploaded = try await provider.upload(
-                from: path, to: .replace(identifier, baseVersion: base), permissions: permissions,
+                from: path, to: target, permissions: creates ? permissions ?? current.permissions : permissions,
                 modificationTime: current.modificationTime)
             result = .success(uploaded)
-        } catch let error as ProviderError where error.code == .versionChanged {
+        } catch let error as ProviderError
+            where error.code == .versionChanged || (creates && error.code == .alreadyExists)
+        {
             // Keep both: the local edit under a conflict name, the provider's under the original.
             environment.logger.notice("\(identifier): the provider's version changed since the edit began: \(error)")
             do {
@@ -750,6 +818,9 @@ public final class LocalWrites: Sendable {
         }
         switch result {
         case .success(let uploaded):
+            // Created (or kept as a conflict copy): the provider's answers about the identifier
+            // count again (D-386).
+            if creates { catalog.born(identifier) }
             if let conflictName {
                 catalog.dropLocal(identifier)
                 catalog.applyCreated(uploaded)
@@ -767,6 +838,8 @@ public final class LocalWrites: Sendable {
                     catalog.localUploaded(
                         current, version: version, providerVersion: uploaded.contentVersion, base: base)
                 }
+                // An empty file created unwritten: the provider's empty version is the item's now.
+                if creates { catalog.apply(uploaded) }
                 perform(current, next)
             }
         case .failure(let error):
@@ -837,27 +910,36 @@ func wallClockTime() -> ItemTime {
 }
 
 extension ProviderCache {
-    /// Creates the empty file `name` in `parent` at the provider at once (an empty `.create`
-    /// upload, D-361), so its identifier is the provider's from the start; the catalog records it.
+    /// A new empty file `name` in `parent`, as create(2) through the mount makes it.
+    ///
+    /// Where the provider defers creates (`deferCreateNow`, D-386) nothing is made there now: the
+    /// name is checked free, the directory's mtime moves, and the catalog holds the file (its
+    /// identifier the one the provider will give it) until the write-back's `.create` upload of
+    /// its first version, or of the empty file when it is closed unwritten. Elsewhere the empty
+    /// file is made at the provider at once (an empty `.create` upload, D-361), so its identifier
+    /// is the provider's from the start.
     public func createFile(
         named name: String, in parent: ItemIdentifier, permissions: UInt16
     ) async throws(CacheError) -> ProviderItem {
-        let stagingDirectory = directory + "/staging"
-        let empty = stagingDirectory + "/empty"
         let provider = environment.provider
+        let deferred: DeferredCreate?
+        do { deferred = try provider.deferCreateNow(named: name, in: parent) } catch { throw CacheError.from(error) }
+        if let deferred {
+            let item = ProviderItem(
+                identifier: deferred.identifier, parent: parent, name: name, kind: .file, size: 0,
+                modificationTime: wallClockTime(), contentVersion: .unborn(content.reserveFileNumber()),
+                permissions: permissions)
+            // The catalog first: a crash before the record leaves an item the provider never had,
+            // which the next revalidation drops (the other order left a record of nothing).
+            guard catalog.createdUnborn(item, directory: deferred.directory) else {
+                throw CacheError(.exists, "'\(name)' exists")
+            }
+            writes.parkCreate(item)
+            return item
+        }
         let created: ProviderItem
         do {
-            // Made once (a restart's cleanup of staging/ removes it): a hop to the pool per create
-            // was a measurable part of `tar x`.
-            var info = stat()
-            if stat(empty, &info) != 0 || info.st_size != 0 {
-                try await environment.pool.run { () throws(CacheError) -> Void in
-                    _ = mkdir(stagingDirectory, 0o700)
-                    let fd = open(empty, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-                    guard fd >= 0 else { throw CacheError(.io, "cannot create \(empty): \(Errno.current.message)") }
-                    close(fd)
-                }
-            }
+            let empty = try await content.emptyFile()
             created = try await provider.upload(
                 from: empty, to: .create(name: name, in: parent), permissions: permissions,
                 modificationTime: wallClockTime())
@@ -865,5 +947,27 @@ extension ProviderCache {
             throw CacheError.from(error)
         }
         return catalog.applyCreated(created)
+    }
+
+    /// Creates at the provider, now and empty, the files at or under `roots` that were created
+    /// through the mount and are not there yet (D-386): a namespace change (a rename, an rmdir, a
+    /// chmod at the provider) needs them there first. Their queued uploads then replace that
+    /// empty version. Call with `writes.beginMove(roots)` held: no upload call of theirs runs.
+    func bearUnborn(atOrUnder roots: [ItemIdentifier]) async throws(CacheError) {
+        let provider = environment.provider
+        for identifier in catalog.unborn(atOrUnder: roots) {
+            guard let item = catalog.unbornItem(identifier) else { continue }
+            let empty = try await content.emptyFile()
+            let created = try await providerCall {
+                try await provider.upload(
+                    from: empty, to: .create(name: item.name, in: item.parent), permissions: item.permissions,
+                    modificationTime: item.modificationTime)
+            }
+            environment.logger.debug("\(identifier): created at the provider before a change of its name")
+            writes.bornEmpty(identifier, as: created.contentVersion, unborn: item.contentVersion)
+            catalog.born(identifier)
+            if created.identifier != identifier { identifiersMoved(from: identifier, to: created.identifier) }
+            catalog.apply(created)
+        }
     }
 }

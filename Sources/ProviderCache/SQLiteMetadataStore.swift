@@ -79,9 +79,10 @@ public final class SQLiteMetadataStore: MetadataStore {
                 )
                 """)
         }
-        // A chmod carried by a pending upload (D-385).
-        migrator.registerMigration("provider cache v5: upload permissions") { db in
+        // A chmod carried by a pending upload (D-385); an upload that creates the file (D-386).
+        migrator.registerMigration("provider cache v5: upload permissions, creates") { db in
             try db.execute("ALTER TABLE uploads ADD COLUMN permissions INTEGER")
+            try db.execute("ALTER TABLE uploads ADD COLUMN creates INTEGER NOT NULL DEFAULT 0")
         }
         return migrator
     }
@@ -251,6 +252,7 @@ public final class SQLiteMetadataStore: MetadataStore {
                 let lastError: String? = try row["last_error"]
                 let conflictName: String? = try row["conflict_name"]
                 let permissions: Int64? = try row["permissions"]
+                let creates: Int64 = try row["creates"]
                 result.append(
                     UploadRecord(
                         identifier: ItemIdentifier(identifier), localVersion: ContentVersion(local),
@@ -258,7 +260,7 @@ public final class SQLiteMetadataStore: MetadataStore {
                         attempts: Int(attempts), lastError: lastError,
                         providerVersion: provider.map { ContentVersion($0) },
                         conflictName: conflictName,
-                        permissions: permissions.map { UInt16(truncatingIfNeeded: $0) }))
+                        permissions: permissions.map { UInt16(truncatingIfNeeded: $0) }, creates: creates != 0))
             }
             return result
         }
@@ -269,13 +271,13 @@ public final class SQLiteMetadataStore: MetadataStore {
             try db.execute(
                 """
                 INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
-                    provider_version, conflict_name, permissions)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    provider_version, conflict_name, permissions, creates)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                 [
                     record.identifier.rawValue, record.localVersion.rawValue, record.baseVersion?.rawValue,
                     record.phase.rawValue, Int64(record.attempts), record.lastError, record.providerVersion?.rawValue,
-                    record.conflictName, record.permissions.map { Int64($0) },
+                    record.conflictName, record.permissions.map { Int64($0) }, Int64(record.creates ? 1 : 0),
                 ])
         }
     }

@@ -86,10 +86,14 @@ public struct UploadRecord: Sendable, Equatable {
     /// Permission bits a chmod during the edit set (D-385), for the upload to carry; nil: the
     /// provider's stay.
     public var permissions: UInt16?
+    /// The provider does not have the file yet (created through the mount, D-386): the upload is
+    /// a `.create` under the item's name. Cleared once it got through.
+    public var creates: Bool
     public init(
         identifier: ItemIdentifier, localVersion: ContentVersion, baseVersion: ContentVersion?,
         phase: UploadPhase = .dirty, attempts: Int = 0, lastError: String? = nil,
-        providerVersion: ContentVersion? = nil, conflictName: String? = nil, permissions: UInt16? = nil
+        providerVersion: ContentVersion? = nil, conflictName: String? = nil, permissions: UInt16? = nil,
+        creates: Bool = false
     ) {
         self.identifier = identifier
         self.localVersion = localVersion
@@ -100,6 +104,7 @@ public struct UploadRecord: Sendable, Equatable {
         self.providerVersion = providerVersion
         self.conflictName = conflictName
         self.permissions = permissions
+        self.creates = creates
     }
 
     /// Still to upload (dirty, uploading, error): the local version must be served meanwhile.
@@ -175,6 +180,7 @@ struct UploadMachine: Sendable, Equatable {
         inFlight = nil
         record.attempts = 0
         record.lastError = nil
+        record.creates = false  // the provider has the file now
         if version == record.localVersion {
             record.phase = .materialized
             record.providerVersion = providerVersion
@@ -232,6 +238,13 @@ struct UploadMachine: Sendable, Equatable {
         return changed
     }
 
+    /// The file, not at the provider yet, was created there empty as `created` (D-386): the
+    /// upload is a replace of that version now.
+    mutating func bornEmpty(as created: ContentVersion) {
+        record.creates = false
+        record.baseVersion = created
+    }
+
     /// The provider's version changed since the edit began: the local edit was kept under
     /// `conflictName`; the item is the provider's again.
     mutating func conflictResolved(conflictName: String) -> [Action] {
@@ -239,8 +252,19 @@ struct UploadMachine: Sendable, Equatable {
         record.phase = .materialized
         record.conflictName = conflictName
         record.permissions = nil
+        record.creates = false
         record.attempts = 0
         record.lastError = nil
         return [.save(record)]
     }
+}
+
+extension ContentVersion {
+    /// The version of a file created through the mount that neither a publish nor the provider
+    /// has given content yet (D-386): empty, its bytes nowhere.
+    static func unborn(_ number: Int64) -> ContentVersion {
+        ContentVersion("unborn:\(number).\(UInt32.random(in: 0...UInt32.max))")
+    }
+
+    var isUnborn: Bool { rawValue.hasPrefix("unborn:") }
 }

@@ -86,6 +86,13 @@ public struct FaultInjectingProvider: Provider {
         return answer
     }
 
+    /// Declines while any rule strikes writes (the create then reaches the provider at once, and
+    /// meets the fault there); else the base's answer.
+    public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
+        guard !plan.hasWriteRules else { return nil }
+        return try base.deferCreateNow(named: name, in: parent)
+    }
+
     public func trackedChildren(
         of identifier: ItemIdentifier
     ) async throws -> (

@@ -115,6 +115,27 @@ public protocol Provider: Sendable {
     /// Changes the item's permissions and modification time (what `.storesAttributes` says the
     /// provider keeps; without it the call may succeed and keep nothing). Returns the item after.
     func setAttributes(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) async throws -> ProviderItem
+
+    /// A file the caller creates now and gives the provider later, with a `.create(name:in:)`
+    /// upload (D-386): checks the name as that upload would (`.invalidName`; `.alreadyExists`
+    /// when taken), moves the directory's metadata as a create does (its mtime to now), and
+    /// returns the identifier the upload will give the file. The later upload then leaves the
+    /// directory's times as they are by then (the create already moved them, and an explicit
+    /// mtime set since stays). Nil: the provider does not defer here (the caller creates the
+    /// file at once). Answered at once, never waiting on a network, like `itemNow`.
+    func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate?
+}
+
+/// What `Provider.deferCreateNow` promises.
+public struct DeferredCreate: Sendable, Equatable {
+    /// The identifier the `.create` upload will give the file.
+    public var identifier: ItemIdentifier
+    /// The directory after its metadata moved, when the provider can tell it at once.
+    public var directory: ProviderItem?
+    public init(identifier: ItemIdentifier, directory: ProviderItem?) {
+        self.identifier = identifier
+        self.directory = directory
+    }
 }
 
 /// What a provider offers beyond `item`, `children` and `fetchContents`. Each capability names
@@ -171,6 +192,8 @@ extension Provider {
     public func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? { nil }
 
     public func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild { .declined }
+
+    public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? { nil }
 
     public func trackedChildren(
         of directory: ItemIdentifier

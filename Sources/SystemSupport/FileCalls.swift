@@ -36,3 +36,9 @@ public let fallocateKeepSize = Int32(PROVIDERFS_FALLOC_FL_KEEP_SIZE)
 
 /// utimensat(2)'s UTIME_OMIT (a time left as it is).
 public let utimeOmit = Int(PROVIDERFS_UTIME_OMIT)
+
+/// utimensat(2)'s UTIME_NOW (the time set to now).
+public let utimeNow = Int(PROVIDERFS_UTIME_NOW)
+
+/// open(2)'s O_TMPFILE: an unnamed file in the directory opened, linked in later with linkat(2).
+public let openUnnamedTemporary = Int32(PROVIDERFS_O_TMPFILE)

@@ -39,6 +39,20 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         try await base.move(identifier, to: parent, named: name, mode: mode)
     }
 
+    func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
+        try await base.delete(identifier, kind: kind)
+    }
+
+    /// Whether creates are deferred (`deferCreateNow`, D-386), as the local provider does.
+    let defers = Locked(false)
+
+    func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
+        guard defers.withLock({ $0 }) else { return nil }
+        let path = parent == .root ? name : parent.rawValue + "/" + name
+        if base.content(of: path) != nil { throw ProviderError(.alreadyExists, "\(path) exists", errno: EEXIST) }
+        return DeferredCreate(identifier: ItemIdentifier(path), directory: nil)
+    }
+
     /// The next `count` uploads fail with EIO.
     func failNext(_ count: Int) { control.withLock { $0.failures = count } }
     var uploadCount: Int { control.withLock { $0.uploads } }
@@ -576,6 +590,146 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         await restarted.shutdown()
     }
 
+    // MARK: Creates the provider gets later (D-386)
+
+    /// A deferred create makes nothing at the provider until the first publish's upload, which
+    /// is a `.create` with the bytes, mode and mtime; meanwhile listings and lookups keep the file.
+    @Test func aDeferredCreateReachesTheProviderWithItsFirstUpload() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
+        let item = try await cache.createFile(named: "n", in: .root, permissions: 0o640)
+        #expect(item.identifier == ItemIdentifier("n"))
+        #expect(fixture.provider.base.content(of: "n") == nil)
+        #expect(fixture.provider.uploadCount == 0)
+        // A new listing and a lookup do not lose it.
+        let listed = try await cache.catalog.children(of: .root, maximumAge: .zero)
+        #expect(listed.map(\.name) == ["n"])
+        #expect(try await cache.catalog.item(item.identifier, maximumAge: .zero).contentVersion == item.contentVersion)
+        // Taken: the name is refused as create(2) with O_EXCL would.
+        await #expect(throws: CacheError.self) {
+            _ = try await cache.createFile(named: "n", in: .root, permissions: 0o600)
+        }
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(staging, Array("bytes".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "n")?.0 == .bytes(Array("bytes".utf8)))
+        #expect(fixture.provider.carried.withLock { $0.permissions } == 0o640)
+        #expect(fixture.provider.uploadCount == 1, "one upload: no empty create before it")
+        #expect(!cache.catalog.isUnborn(item.identifier))
+        #expect(cache.writes.uploadRecord(of: item.identifier)?.creates == false)
+        await cache.shutdown()
+    }
+
+    /// `touch`: created and closed unwritten, the empty file is made at the provider.
+    @Test func aDeferredCreateClosedUnwrittenIsMadeEmpty() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        let item = try await cache.createFile(named: "e", in: .root, permissions: 0o644)
+        _ = try await cache.writes.openWriter(item, truncating: true)
+        #expect(try await cache.writes.closeWriter(item.identifier) == nil)
+        #expect(await eventually { fixture.provider.base.content(of: "e")?.0 == .bytes([]) })
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        let after = try await cache.catalog.item(item.identifier, maximumAge: .zero)
+        #expect(!after.contentVersion.isUnborn && after.size == 0)
+        await cache.shutdown()
+    }
+
+    /// A restart resumes both kinds: a file published and not uploaded, and one created and never
+    /// closed (made empty). Meanwhile the catalog keeps serving them.
+    @Test func deferredCreatesSurviveARestart() async throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-writes-unborn")
+        defer { directory.remove() }
+        let store = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
+        let fixture = try WriteFixture(store: store)
+        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.hold()
+        let cache = try fixture.makeCache()
+        let written = try await cache.createFile(named: "w", in: .root, permissions: 0o644)
+        let staging = try await cache.writes.openWriter(written, truncating: true)
+        try await cache.writes.write(staging, Array("kept".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(written.identifier)
+        let open = try await cache.createFile(named: "o", in: .root, permissions: 0o644)
+        _ = try await cache.writes.openWriter(open, truncating: true)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        await cache.shutdown()  // "crash": o's writer never closed, w's upload never got through
+        fixture.provider.failNext(1)
+        fixture.provider.release()
+        #expect(await eventually { fixture.provider.uploadCount == 1 })
+        fixture.provider.hold()
+        let restarted = try fixture.makeCache()
+        #expect(restarted.catalog.isUnborn(written.identifier) && restarted.catalog.isUnborn(open.identifier))
+        let listed = try await restarted.catalog.children(of: .root, maximumAge: .zero)
+        #expect(Set(listed.map(\.name)) == ["w", "o"])
+        let served = try #require(listed.first { $0.name == "w" })
+        #expect(try await readAll(restarted, served) == Array("kept".utf8))
+        fixture.provider.release()
+        #expect(await restarted.writes.waitUntilUploaded(written.identifier))
+        #expect(await restarted.writes.waitUntilUploaded(open.identifier))
+        #expect(fixture.provider.base.content(of: "w")?.0 == .bytes(Array("kept".utf8)))
+        #expect(fixture.provider.base.content(of: "o")?.0 == .bytes([]))
+        await restarted.shutdown()
+    }
+
+    /// Namespace changes that need the file at the provider make it there first (empty, its
+    /// upload replacing that next); an unlink of it touches nothing at the provider.
+    @Test func renamesAndRmdirBearTheFileFirstAndUnlinkDropsIt() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.addDirectory("d")
+        let cache = try fixture.makeCache()
+        let directory = try await cache.catalog.item(ItemIdentifier("d"), maximumAge: .zero)
+        let item = try await cache.createFile(named: "n", in: directory.identifier, permissions: 0o644)
+        fixture.provider.hold()
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(staging, Array("moved".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        fixture.provider.release()
+        // rmdir: the file is there (or is made there first), so the directory is not empty.
+        await #expect(throws: CacheError.self) { try await cache.delete(directory) }
+        #expect(fixture.provider.base.content(of: "d/n") != nil)
+        let current = try await cache.catalog.item(item.identifier, maximumAge: .zero)
+        let (moved, _) = try await cache.move(
+            current, to: .root, named: "m", mode: .replacing, replaced: nil)
+        #expect(await cache.writes.waitUntilUploaded(moved.identifier))
+        #expect(fixture.provider.base.content(of: "m")?.0 == .bytes(Array("moved".utf8)))
+        #expect(fixture.provider.base.content(of: "d/n") == nil)
+        // unlink of a file the provider never had.
+        let gone = try await cache.createFile(named: "g", in: .root, permissions: 0o644)
+        try await cache.delete(gone)
+        #expect(fixture.provider.base.content(of: "g") == nil)
+        #expect(cache.writes.uploadRecord(of: gone.identifier) == nil)
+        let names = try await cache.catalog.children(of: .root, maximumAge: .zero).map(\.name)
+        #expect(!names.contains("g"))
+        await cache.shutdown()
+    }
+
+    /// Someone else makes a file of the same name at the provider before the upload: both are
+    /// kept, the provider's under the name, the mount's as a conflict copy.
+    @Test func aNameTakenAtTheProviderMeanwhileIsAConflictCopy() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        let item = try await cache.createFile(named: "c.txt", in: .root, permissions: 0o644)
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        fixture.provider.base.putFile("c.txt", .bytes(Array("theirs".utf8)))
+        // Meanwhile the mount keeps showing its own file.
+        let listed = try await cache.catalog.children(of: .root, maximumAge: .zero)
+        #expect(listed.first { $0.name == "c.txt" }?.contentVersion == item.contentVersion)
+        try await cache.writes.write(staging, Array("ours".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await eventually { cache.writes.uploadRecord(of: item.identifier)?.conflictName != nil })
+        let conflict = try #require(cache.writes.uploadRecord(of: item.identifier)?.conflictName)
+        #expect(conflict.hasPrefix("c (conflict ") && conflict.hasSuffix(").txt"))
+        #expect(fixture.provider.base.content(of: "c.txt")?.0 == .bytes(Array("theirs".utf8)))
+        #expect(fixture.provider.base.content(of: conflict)?.0 == .bytes(Array("ours".utf8)))
+        await cache.shutdown()
+    }
+
     @Test func theSQLiteStoreKeepsUploadRecords() throws {
         let directory = try TemporaryDirectory(prefix: "providerfs-uploads-sqlite")
         defer { directory.remove() }
@@ -583,7 +737,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         let record = UploadRecord(
             identifier: ItemIdentifier("a/b"), localVersion: ContentVersion("local:3.9"),
             baseVersion: ContentVersion("v1"), phase: .error, attempts: 2, lastError: "EIO: no", providerVersion: nil,
-            conflictName: "b (conflict S)", permissions: 0o640)
+            conflictName: "b (conflict S)", permissions: 0o640, creates: true)
         try store.saveUpload(record)
         let reopened = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
         #expect(try reopened.loadUploads() == [record])
