@@ -199,12 +199,26 @@ extension Dispatcher {
         ops.write = { request, inode, buffer, size, offset, fileInfo in
             let handle = FileHandleID(fileInfo!.pointee.fh)
             let data = buffer.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            Dispatcher.from(request).respond(request, "write") { fs, context throws(FileSystemError) in
-                try await fs.write(
-                    InodeNumber(inode), handle: handle, offset: Int64(offset), data: data, context: context)
-            } reply: { request, written in
+            let dispatcher = Dispatcher.from(request)
+            let reply: @Sendable (fuse_req_t, Int) -> Int32 = { request, written in
                 fuse_reply_write(request, written)
             }
+            // A small file's bytes go into its staging copy here: no task (D-387).
+            guard
+                !dispatcher.answerNow(
+                    request, "write",
+                    now: { fs, context in
+                        fs.writeNow(
+                            InodeNumber(inode), handle: handle, offset: Int64(offset), data: data, context: context)
+                    },
+                    reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "write",
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.write(
+                        InodeNumber(inode), handle: handle, offset: Int64(offset), data: data, context: context)
+                }, reply: reply)
         }
 
         ops.flush = { request, inode, fileInfo in
@@ -337,11 +351,24 @@ extension Dispatcher {
 
         ops.getxattr = { request, inode, name, size in
             let name = decodeName(name)
-            Dispatcher.from(request).respond(request, "getxattr") { fs, context throws(FileSystemError) in
-                try await fs.getExtendedAttribute(InodeNumber(inode), name: name, context: context)
-            } reply: { request, value in
+            let dispatcher = Dispatcher.from(request)
+            let reply: @Sendable (fuse_req_t, [UInt8]) -> Int32 = { request, value in
                 replyXattr(request, value, capacity: size)
             }
+            // security.capability before a first write, and any other name not ours: no task.
+            guard
+                !dispatcher.answerNow(
+                    request, "getxattr",
+                    now: { fs, context in
+                        fs.getExtendedAttributeNow(InodeNumber(inode), name: name, context: context)
+                    },
+                    reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "getxattr",
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.getExtendedAttribute(InodeNumber(inode), name: name, context: context)
+                }, reply: reply)
         }
 
         ops.listxattr = { request, inode, size in

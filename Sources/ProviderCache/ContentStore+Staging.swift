@@ -50,6 +50,9 @@ public final class StagingFile: Sendable {
     /// since an explicit mtime was set (`setModified(nil)`): st_mtime while it is open, and the
     /// published version's mtime.
     private let lastChange = Locked<ItemTime?>(nil)
+    /// Permission bits a chmod set while a publish was to come (D-385): the next publish takes
+    /// them; until then stat shows them, also through a handle whose item was deleted.
+    private let heldPermissions = Locked<UInt16?>(nil)
 
     init(identifier: ItemIdentifier, owner: String? = nil, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
         self.currentIdentifier = Locked(identifier)
@@ -73,6 +76,18 @@ public final class StagingFile: Sendable {
 
     /// Sets `modified`: now at a change, nil when an explicit mtime replaced it (utimens).
     public func setModified(_ time: ItemTime?) { lastChange.withLock { $0 = time } }
+
+    /// Permission bits held for the next publish (D-385), nil: none.
+    public var permissions: UInt16? { heldPermissions.withLock { $0 } }
+
+    func holdPermissions(_ permissions: UInt16) { heldPermissions.withLock { $0 = permissions } }
+
+    /// The held permission bits, for a publish, which clears them.
+    func takePermissions() -> UInt16? {
+        heldPermissions.withLock { value in
+            defer { value = nil }; return value
+        }
+    }
 
     /// The item now has `identifier` (a rename at a provider whose identifiers are paths).
     func rename(to identifier: ItemIdentifier) { currentIdentifier.withLock { $0 = identifier } }
@@ -127,6 +142,26 @@ public final class StagingFile: Sendable {
                 length = max(length, offset + Int64(bytes.count))
             }
         }
+    }
+
+    /// `write` on the calling thread (D-387): when the file needs no copy first (not published
+    /// since its last change), nobody holds it now (a publish, a write on the pool), and the
+    /// bytes end within `limit` (a small file's writes: page-cache I/O, never much dirty data on
+    /// a FUSE thread). Nil otherwise, for `write`.
+    public func writeNow(_ bytes: [UInt8], at offset: Int64, limit: Int64) -> Result<Void, CacheError>? {
+        guard offset >= 0, offset + Int64(bytes.count) <= limit else { return nil }
+        let outcome = storage.withLockIfAvailable { storage -> Result<Void, CacheError>? in
+            guard storage.publishedAs == nil else { return nil }
+            let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
+                guard let base = raw.baseAddress, raw.count > 0 else { return .success(()) }
+                return writeFully(storage.fd, from: base, count: raw.count, at: offset)
+            }
+            if case .failure(let error) = written { return .failure(Self.failure(error, "write", storage.path)) }
+            storage.length = max(storage.length, offset + Int64(bytes.count))
+            lengthNow.withLock { [length = storage.length] in $0 = length }
+            return .success(())
+        }
+        return outcome ?? nil
     }
 
     /// Sets the length (zeros past the old end).

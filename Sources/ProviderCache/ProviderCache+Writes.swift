@@ -34,9 +34,6 @@ public final class LocalWrites: Sendable {
         /// The edit started from an empty version (a new file): its publishes at close do not
         /// force the bytes to disk; fsync's do (D-381).
         var startedEmpty = false
-        /// Permission bits a chmod set while a publish was to come: its publish and upload carry
-        /// them (D-385). Cleared by the publish.
-        var permissions: UInt16?
     }
 
     /// Whose staging copy: the item's shared one (`owner` nil: plain paths), or a token's own
@@ -196,7 +193,7 @@ public final class LocalWrites: Sendable {
         state.withLock { state in
             guard !state.staged.isEmpty, let staged = state.staged[Key(identifier: identifier, owner: nil)]
             else { return nil }
-            return (staged.file.size, staged.file.modified, staged.permissions)
+            return (staged.file.size, staged.file.modified, staged.file.permissions)
         }
     }
 
@@ -211,7 +208,8 @@ public final class LocalWrites: Sendable {
             guard let staged = state.staged[key], staged.machine.publishes,
                 !state.staged.keys.contains(where: { $0.identifier == identifier && $0.owner != nil })
             else { return false }
-            if let permissions = changes.permissions { state.staged[key]!.permissions = permissions }
+            // On the file: a handle whose item is deleted meanwhile still shows them (fstat).
+            if let permissions = changes.permissions { staged.file.holdPermissions(permissions) }
             // Under the lock: a publish that takes the staged edit sees the time with it.
             if let time = changes.modificationTime { staged.file.setModified(time) }
             return true
@@ -222,6 +220,14 @@ public final class LocalWrites: Sendable {
     public func write(_ staging: StagingFile, _ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
         try await staging.write(bytes, at: offset)
         markChanged(staging)
+    }
+
+    /// `write` on the calling thread when the staging file takes it at once (`StagingFile.writeNow`:
+    /// a small file's bytes, D-387); nil otherwise.
+    public func writeNow(_ staging: StagingFile, _ bytes: [UInt8], at offset: Int64) -> Result<Void, CacheError>? {
+        guard let outcome = staging.writeNow(bytes, at: offset, limit: 1 << 20) else { return nil }
+        if case .success = outcome { markChanged(staging) }
+        return outcome
     }
 
     /// The staging file's length set to `size`.
@@ -448,11 +454,7 @@ public final class LocalWrites: Sendable {
         // A chmod held during the edit (D-385), taken with the bytes (a later one is the next
         // publish's).
         let key = Self.key(of: staged.file)
-        let permissions = state.withLock { state -> UInt16? in
-            guard state.staged[key]?.file === staged.file else { return staged.permissions }
-            defer { state.staged[key]!.permissions = nil }
-            return state.staged[key]!.permissions
-        }
+        let permissions = staged.file.takePermissions()
         var published = catalog.publishLocal(
             identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions)
         if published == nil, (try? await catalog.item(identifier, maximumAge: .zero)) != nil {

@@ -75,6 +75,14 @@ public struct Locked<State>: @unchecked Sendable {
         defer { storage.unlock() }
         return try body(&storage.header)
     }
+
+    /// `withLock` when no other thread holds the lock now; nil, the body not run, when one does.
+    @inlinable
+    public func withLockIfAvailable<T, E: Error>(_ body: (inout State) throws(E) -> T) throws(E) -> T? {
+        guard storage.tryLock() else { return nil }
+        defer { storage.unlock() }
+        return try body(&storage.header)
+    }
 }
 
 /// The storage of a `Locked`: the state as the header, then a `pthread_mutex_t` in the elements
@@ -110,6 +118,13 @@ final class LockedStorage<State>: ManagedBuffer<State, UInt64> {
     func lock() {
         let rc = pthread_mutex_lock(mutex)
         precondition(rc == 0, "Locked.withLock failed with \(rc): re-entrant locking (EDEADLK=\(EDEADLK)) is a bug")
+    }
+
+    @usableFromInline
+    func tryLock() -> Bool {
+        let rc = pthread_mutex_trylock(mutex)
+        precondition(rc == 0 || rc == EBUSY, "Locked.withLockIfAvailable failed with \(rc)")
+        return rc == 0
     }
 
     @usableFromInline

@@ -337,9 +337,26 @@ public protocol FileSystemFastPath: Sendable {
     func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>?
+    /// A write that the file system takes at once (a small file's bytes into its staging copy).
+    func writeNow(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
+    ) -> Result<Int, FileSystemError>?
+    /// A getxattr of a name the file system never has: the kernel asks for
+    /// `security.capability` before the first write through every new descriptor.
+    func getExtendedAttributeNow(
+        _ inode: InodeNumber, name: String, context: RequestContext
+    ) -> Result<[UInt8], FileSystemError>?
 }
 
 extension FileSystemFastPath {
+    public func writeNow(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
+    ) -> Result<Int, FileSystemError>? { nil }
+
+    public func getExtendedAttributeNow(
+        _ inode: InodeNumber, name: String, context: RequestContext
+    ) -> Result<[UInt8], FileSystemError>? { nil }
+
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? { nil }

@@ -331,6 +331,7 @@ extension ProviderFileSystem {
         if let staging = writeHandles.withLock({ $0.values.first { $0.inode == inode }?.staging }) {
             attributes.size = staging.size
             attributes.blocks = (staging.size + 511) / 512
+            if let permissions = staging.permissions { attributes.permissions = permissions & 0o7777 }  // D-385
             if let modified = staging.modified {
                 attributes.modificationTime = Timestamp(seconds: modified.seconds, nanoseconds: modified.nanoseconds)
                 attributes.changeTime = attributes.modificationTime

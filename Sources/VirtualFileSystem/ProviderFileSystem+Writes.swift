@@ -145,6 +145,21 @@ extension ProviderFileSystem {
         return data.count
     }
 
+    /// `write` on the FUSE thread (D-387): a plain handle's bytes that its staging file takes at
+    /// once (`LocalWrites.writeNow`: within the first MiB, no copy-back, nobody holding the file).
+    /// A token's handle (its checks) and anything else: nil, for `write`.
+    public func writeNow(
+        _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
+    ) -> Result<Int, FileSystemError>? {
+        guard offset >= 0, let writer = writeHandle(handle), writer.scoped == nil,
+            let outcome = cache.writes.writeNow(writer.staging, data, at: offset)
+        else { return nil }
+        switch outcome {
+        case .success: return .success(data.count)
+        case .failure(let error): return .failure(FileSystemError(error))
+        }
+    }
+
     /// setattr's size (truncate(2), ftruncate(2) when `handle` is set). Returns the attributes after.
     func truncate(
         _ inode: InodeNumber, to size: Int64, handle: FileHandleID?, context: RequestContext

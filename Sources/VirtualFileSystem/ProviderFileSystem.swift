@@ -595,6 +595,8 @@ public final class ProviderFileSystem: FileSystem {
         guard let node = try anyNode(inode, context: context, operation: "getxattr") else {
             throw FileSystemError(.noAttribute, "no attribute \(name)")
         }
+        // A name not the mount's: none, whatever the item's state (as getExtendedAttributeNow).
+        guard name.hasPrefix("user.providerfs.") else { throw FileSystemError(.noAttribute, "no attribute \(name)") }
         let status = try status(of: node)
         let value: String
         switch name {
@@ -757,6 +759,18 @@ extension ProviderFileSystem: FileSystemFastPath {
             else { return nil }
         }
         return getAttributesNow(inode, context: context)
+    }
+
+    /// getxattr of a name other than the mount's own (`user.providerfs.*`) on a plain node,
+    /// without the token requirement: ENODATA, as the async path answers after its checks. The
+    /// kernel asks `security.capability` before the first write of every descriptor: `tar x` paid
+    /// a task and a thread hop for it per file.
+    public func getExtendedAttributeNow(
+        _ inode: InodeNumber, name: String, context: RequestContext
+    ) -> Result<[UInt8], FileSystemError>? {
+        guard !requiresToken, !name.hasPrefix("user.providerfs."), state.withLock({ $0.inodes[inode] != nil })
+        else { return nil }
+        return .failure(FileSystemError(.noAttribute, "no attribute \(name)"))
     }
 
     /// setattr's permissions and mtime as the provider takes them.

@@ -88,9 +88,11 @@ struct DifferentialMountTests {
     /// catalog forget left their nodes and open handles under the old path (fstat ENOENT; a
     /// directory listed but unreadable); D-384, a stat of a directory while the write-back
     /// replaced a file in it showed the mtime of the upload's temporary file (timing-dependent:
-    /// 2 of 8 replays failed before the fix, 0 of 10 after).
+    /// 2 of 8 replays failed before the fix, 0 of 10 after); D-385, a chmod held by an open edit
+    /// was lost from fstat once a rename replaced the file (its staged edit dropped).
     static let regressionSeeds: [UInt64] = [
         18_279_128_783_547_457_624, 4_684_424_414_077_234_649, 6_867_958_465_429_425_710,
+        14_055_210_015_656_341_209,
     ]
 
     @Test func sequencesThatOnceFailedStillMatch() throws {

@@ -40,7 +40,7 @@ struct FastPathTwinTests {
             }
             answered.merge(run.answered, uniquingKeysWith: +)
         }
-        for twin in ["lookup", "lookup miss", "getattr", "setattr", "open", "read", "flush", "release"] {
+        for twin in ["lookup", "lookup miss", "getattr", "setattr", "getxattr", "open", "read", "flush", "release"] {
             #expect(answered[twin, default: 0] > 0, "the immediate \(twin) never answered: the check is empty")
         }
     }
@@ -209,6 +209,17 @@ private final class TwinRun: @unchecked Sendable {
 
     func checkAttributes(_ step: Int) async {
         let (path, node) = pick(nodes.sorted { $0.key < $1.key })
+        // Every other time an xattr: a name the mount never has (answered at once), or its own.
+        if random.next() % 2 == 0 {
+            let name = pick(["security.capability", "user.other", "trusted.x", ProviderFileSystem.AttributeName.state])
+            guard let immediate = now.getExtendedAttributeNow(node.inode, name: name, context: .kernel) else { return }
+            let async = await outcome { () throws(FileSystemError) in
+                try await self.slow.getExtendedAttribute(node.inode, name: name, context: .kernel)
+            }
+            answered["getxattr", default: 0] += 1
+            expectEqual("step \(step): getxattr \(name) of \(path)", Outcome(immediate), async)
+            return
+        }
         guard let immediate = now.getAttributesNow(node.inode, context: .kernel) else { return }
         let async = await outcome { () throws(FileSystemError) in
             try await self.slow.getAttributes(node.inode, context: .kernel)

@@ -119,6 +119,66 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
         await fs.shutdown()
     }
 
+    /// D-387: `writeNow` (the FUSE thread's write) is `write`'s twin: the same random writes into
+    /// two files, one through `writeNow` wherever it answers, publish the same bytes and sizes;
+    /// it declines past the first MiB, for a staging file published since its last change (a
+    /// copy-back first), and for a handle that is not a writer.
+    @Test func writeNowAgreesWithWrite() async throws {
+        let fixture = try VFSFixture(options: Self.writable())
+        let provider = WritingMemoryProvider()
+        let fs = try makeFileSystem(fixture, provider)
+        var random = SeededRandom(seed: SeededRandom.seedFromEnvironment())
+        let flags = OpenFlags(rawValue: O_RDWR | O_CREAT)
+        let (fastEntry, fast) = try await fs.create(
+            parent: .root, name: "fast", permissions: 0o644, flags: flags, context: .kernel)
+        let (slowEntry, slow) = try await fs.create(
+            parent: .root, name: "slow", permissions: 0o644, flags: flags, context: .kernel)
+        let (fastInode, slowInode) = (fastEntry.attributes.inode, slowEntry.attributes.inode)
+        var answered = 0
+        var declined = 0
+        for step in 0..<200 {
+            let offset = Int64(random.next() % (step % 20 == 19 ? 3 << 20 : 900 << 10))
+            let data = (0..<Int(random.next() % 70_000)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            if step % 37 == 36 {
+                // An fsync publishes by moving the staging file: the next write copies it back.
+                try await fs.fsync(fastInode, handle: fast.handle, dataOnly: false, context: .kernel)
+                try await fs.fsync(slowInode, handle: slow.handle, dataOnly: false, context: .kernel)
+                #expect(
+                    fs.writeNow(fastInode, handle: fast.handle, offset: 0, data: [1], context: .kernel) == nil,
+                    "a published staging file is written after its copy-back, on the pool")
+            }
+            switch fs.writeNow(fastInode, handle: fast.handle, offset: offset, data: data, context: .kernel) {
+            case .success(let count)?:
+                #expect(count == data.count)
+                #expect(offset + Int64(data.count) <= 1 << 20)
+                answered += 1
+            case .failure(let error)?:
+                Issue.record("writeNow failed: \(error)")
+            case nil:
+                declined += 1
+                _ = try await fs.write(fastInode, handle: fast.handle, offset: offset, data: data, context: .kernel)
+            }
+            _ = try await fs.write(slowInode, handle: slow.handle, offset: offset, data: data, context: .kernel)
+            #expect(
+                try await fs.getAttributes(fastInode, context: .kernel).size
+                    == (try await fs.getAttributes(slowInode, context: .kernel).size))
+        }
+        #expect(answered > 0 && declined > 0, "answered \(answered), declined \(declined)")
+        #expect(fs.writeNow(fastInode, handle: FileHandleID(999_999), offset: 0, data: [1], context: .kernel) == nil)
+        for (inode, opened) in [(fastInode, fast), (slowInode, slow)] {
+            try await fs.flush(inode, handle: opened.handle, context: .kernel)
+            await fs.release(inode, handle: opened.handle)
+        }
+        let fastBytes = try await readBytes(
+            fs, fastInode, try await fs.open(fastInode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel).handle,
+            count: 4 << 20)
+        let slowBytes = try await readBytes(
+            fs, slowInode, try await fs.open(slowInode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel).handle,
+            count: 4 << 20)
+        #expect(fastBytes.count == slowBytes.count && fastBytes == slowBytes)
+        await fs.shutdown()
+    }
+
     @Test func allocateExtendsWithZerosOrKeepsTheSize() async throws {
         let fixture = try VFSFixture(options: Self.writable())
         let provider = WritingMemoryProvider()
