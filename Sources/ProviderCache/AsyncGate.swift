@@ -22,6 +22,15 @@ final class AsyncGate: Sendable {
         }
     }
 
+    /// Enters when the gate is open now; false (not entered) when someone holds it.
+    func tryAcquire() -> Bool {
+        state.withLock { state -> Bool in
+            if state.busy { return false }
+            state.busy = true
+            return true
+        }
+    }
+
     /// Hands the gate to the next waiter (which stays busy), or opens it.
     func release() {
         let next = state.withLock { state -> CheckedContinuation<Void, Never>? in

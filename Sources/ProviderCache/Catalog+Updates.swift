@@ -54,10 +54,19 @@ extension Catalog {
                     catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
                 }
             }
+            // A directory's own metadata (its mtime moves with every entry made in it) is not
+            // saved: the next session asks for it anyway, and `tar x` saved every directory once
+            // per file made in it (D-387).
+            let directoryMetadata =
+                old?.kind == .directory && item.kind == .directory && old?.name == item.name
+                && old?.parent == item.parent
             guard let old, old.contentVersion != item.contentVersion || old.kind != item.kind else {
-                return (old != item, [], item)
+                return (old != item && !directoryMetadata, [], item)
             }
-            return (true, Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog), item)
+            return (
+                !directoryMetadata, Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog),
+                item
+            )
         }
         if changed { save([item]) }
         tell(told)

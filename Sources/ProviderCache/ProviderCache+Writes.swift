@@ -367,6 +367,33 @@ public final class LocalWrites: Sendable {
         }
     }
 
+    /// `closeWriter` of a write handle on the calling thread, when it publishes nothing (other
+    /// writers remain, or nothing changed since the last publish: `tar`'s RELEASE after the
+    /// FLUSH that published) and the gate is free now (D-387). False: nothing done, for
+    /// `closeWriter`.
+    public func closeWriterNow(_ staging: StagingFile) -> Bool {
+        guard gate.tryAcquire() else { return false }
+        defer { gate.release() }
+        let key = Self.key(of: staging)
+        let outcome = state.withLock { state -> (done: Bool, discard: Bool) in
+            // No longer the item's (dropped, replaced): nothing to publish, as `closeWriter`.
+            guard state.staged[key]?.file === staging else { return (true, false) }
+            var machine = state.staged[key]!.machine
+            let action = machine.closeWriter()
+            if action == .publish { return (false, false) }
+            state.staged[key]!.machine = machine
+            guard action == .discard else { return (true, false) }
+            state.staged[key] = nil
+            return (true, true)
+        }
+        guard outcome.done else { return false }
+        if outcome.discard {
+            content.discardStaging(staging)
+            startParkedCreate(staging.identifier)
+        }
+        return true
+    }
+
     /// The writes of a token that ended are dropped: its staging file `staging` is discarded
     /// unpublished, at once, whatever its handles do next (their token checks refuse them; their
     /// closes find nothing to publish). Nothing already published changes. False when `staging`

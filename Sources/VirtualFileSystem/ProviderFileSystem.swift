@@ -838,7 +838,13 @@ extension ProviderFileSystem: FileSystemFastPath {
 
     /// `release`, which never waits.
     public func releaseNow(_ inode: InodeNumber, handle: FileHandleID) -> Result<Void, FileSystemError>? {
-        if writeHandle(handle) != nil { return nil }  // a writer's last close publishes: async
+        if let writer = writeHandle(handle) {
+            // A plain writer's release that publishes nothing (the flush before it did): here
+            // (D-387). One that publishes, or a token's (its use ends, its checks): async.
+            guard writer.scoped == nil, cache.writes.closeWriterNow(writer.staging) else { return nil }
+            writeHandles.withLock { _ = $0.removeValue(forKey: handle) }
+            return .success(())
+        }
         releaseHandle(handle)
         return .success(())
     }

@@ -165,10 +165,19 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
         }
         #expect(answered > 0 && declined > 0, "answered \(answered), declined \(declined)")
         #expect(fs.writeNow(fastInode, handle: FileHandleID(999_999), offset: 0, data: [1], context: .kernel) == nil)
+        // releaseNow: declined while the release would publish; after the flush that published,
+        // it releases here what `release` would (nothing left to publish).
+        #expect(fs.releaseNow(fastInode, handle: fast.handle) == nil, "the last close publishes: async")
         for (inode, opened) in [(fastInode, fast), (slowInode, slow)] {
             try await fs.flush(inode, handle: opened.handle, context: .kernel)
-            await fs.release(inode, handle: opened.handle)
         }
+        if case .success? = fs.releaseNow(fastInode, handle: fast.handle) {
+        } else {
+            Issue.record("releaseNow declined a release that publishes nothing")
+        }
+        await fs.release(slowInode, handle: slow.handle)
+        #expect(fs.cache.writes.writerCount(of: ItemIdentifier("fast")) == 0)
+        #expect(fs.cache.writes.staging(of: ItemIdentifier("fast")) == nil)
         let fastBytes = try await readBytes(
             fs, fastInode, try await fs.open(fastInode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel).handle,
             count: 4 << 20)
