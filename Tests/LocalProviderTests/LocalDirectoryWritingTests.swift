@@ -385,6 +385,47 @@ struct LocalDirectoryWritingTests {
         #expect(try entries(root.path) == ["f", "g", "h"])
     }
 
+    /// D-386: a deferred create checks the name as `.create` would and moves the directory's mtime
+    /// now; its later `.create` upload keeps the directory's times (an explicit mtime set since
+    /// stays), where an ordinary `.create` moves them. Only in a watched directory.
+    @Test("deferCreateNow: the name checked, the directory's mtime moved now and kept by the upload")
+    func deferredCreate() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        try FileManager.default.createDirectory(atPath: root.path + "/d", withIntermediateDirectories: false)
+        try root.write("d/taken", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let d = ItemIdentifier("d")
+        #expect(try provider.deferCreateNow(named: "n", in: d) == nil, "not watched yet: created at once")
+        _ = try await provider.trackedChildren(of: d)
+        var old = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, root.path + "/d", &old, 0) == 0)
+        #expect(throws: ProviderError.self) { _ = try provider.deferCreateNow(named: "taken", in: d) }
+        #expect(throws: ProviderError.self) { _ = try provider.deferCreateNow(named: "a/b", in: d) }
+        let deferred = try #require(try provider.deferCreateNow(named: "n", in: d))
+        #expect(deferred.identifier == ItemIdentifier("d/n"))
+        #expect(try entries(root.path + "/d") == ["taken"], "nothing made at the provider")
+        let touched = try #require(lstatInfo(root.path + "/d")).st_mtim.tv_sec
+        #expect(touched > 1_000_000_000, "the create moved the directory's mtime")
+        #expect(deferred.directory?.modificationTime.seconds == Int64(touched))
+        // tar sets the directory's mtime after its files; the upload comes later and keeps it.
+        var explicit = [timespec(tv_sec: 1_000_000_500, tv_nsec: 0), timespec(tv_sec: 1_000_000_500, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, root.path + "/d", &explicit, 0) == 0)
+        let source = try localFile(Array("bytes".utf8), in: local)
+        let created = try await provider.upload(
+            from: source, to: .create(name: "n", in: d), permissions: 0o640, modificationTime: nil)
+        #expect(created.identifier == deferred.identifier && created.permissions == 0o640)
+        #expect(FileManager.default.contents(atPath: root.path + "/d/n").map { [UInt8]($0) } == Array("bytes".utf8))
+        #expect(lstatInfo(root.path + "/d")?.st_mtim.tv_sec == 1_000_000_500)
+        // An ordinary create moves it.
+        _ = try await provider.upload(
+            from: source, to: .create(name: "m", in: d), permissions: nil, modificationTime: nil)
+        #expect((lstatInfo(root.path + "/d")?.st_mtim.tv_sec ?? 0) > 1_000_000_500)
+        #expect(try entries(root.path + "/d") == ["m", "n", "taken"], "no staging file left")
+    }
+
     @Test("an upload cancelled midway leaves nothing: no file, no staging file")
     func uploadCancelled() async throws {
         let root = try TemporaryDirectory()
