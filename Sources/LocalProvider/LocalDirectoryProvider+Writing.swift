@@ -216,19 +216,23 @@ extension LocalDirectoryProvider {
         }
         guard errno == ENOENT else { throw Self.writeError(errno, "lstat \(name) in \(Self.describe(parent))") }
         let identifier = Self.identifier(of: name, in: parent)
-        entries.deferred(identifier)
         var after = stat()
         let touched = entries.withLock(parent) { () -> Bool in
             var times = [timespec(tv_sec: 0, tv_nsec: utimeOmit), timespec(tv_sec: 0, tv_nsec: utimeNow)]
             return futimens(directory.fd, &times) == 0 && fstat(directory.fd, &after) == 0
         }
-        guard touched, parent != .root, let (grandparent, directoryName) = try? Self.split(parent) else {
+        // Not allowed to set the directory's times (not its owner): created at once instead.
+        guard touched else { return nil }
+        entries.deferred(identifier)
+        guard parent != .root, let (grandparent, directoryName) = try? Self.split(parent) else {
             return DeferredCreate(identifier: identifier, directory: nil)
         }
         let item = Self.makeItem(
             identifier: parent, parent: grandparent, name: directoryName, path: { directory.path }, info: after)
         return DeferredCreate(identifier: identifier, directory: item)
     }
+
+    public func forgetDeferredCreate(_ identifier: ItemIdentifier) { entries.created(identifier) }
 
     // MARK: Upload
 
@@ -385,6 +389,8 @@ extension LocalDirectoryProvider {
         existing: stat?, keepingDirectoryTimes: Bool, permissions: UInt16?, modificationTime: ItemTime?,
         cancelled: () -> Bool
     ) throws -> ProviderItem? {
+        // linkat(2) of an unnamed file goes through /proc/self/fd: without /proc, a named file.
+        guard Self.hasProcFileDescriptors else { return nil }
         let staged = openat(directory.fd, ".", openUnnamedTemporary | O_WRONLY | O_CLOEXEC, 0o600)
         guard staged >= 0 else {
             let code = errno
@@ -432,7 +438,10 @@ extension LocalDirectoryProvider {
                     if let baseVersion, fstatat(directory.fd, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
                         let replaced = Self.version(of: info)
                         if replaced != baseVersion {
-                            _ = renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange)
+                            // `temporary` is the other writer's version: never unlinked unless it
+                            // is back under its name.
+                            linked =
+                                renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange) == 0
                             throw ProviderError(
                                 .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(replaced)")
                         }
@@ -465,6 +474,9 @@ extension LocalDirectoryProvider {
         // The link is durable once the directory is (the file's bytes already are).
         return try Self.durableItem(staged, named: name, in: directory, parent: parent)
     }
+
+    /// Whether /proc/self/fd exists (an unnamed file is linked in through it).
+    static let hasProcFileDescriptors = access("/proc/self/fd", F_OK) == 0
 
     /// The file `fd` just published as `name` in `directory`, as an item, once the directory
     /// (its new entry) is synced.

@@ -121,6 +121,16 @@ extension Catalog {
         }
     }
 
+    /// A chmod reached the provider: a pending local version that carried held permissions
+    /// (D-385) shows these now.
+    func permissionsSet(_ identifier: ItemIdentifier, to permissions: UInt16) {
+        state.withLock { catalog in
+            guard var local = catalog.localVersions[identifier], local.pending, local.permissions != nil else { return }
+            local.permissions = permissions
+            catalog.localVersions[identifier] = local
+        }
+    }
+
     /// The local version is given up (kept as a conflict copy): the provider's is asked for.
     func dropLocal(_ identifier: ItemIdentifier) {
         state.withLock { catalog in
@@ -166,8 +176,10 @@ extension Catalog {
         }
         guard let previous else { return false }
         if let previous { removeItem(previous) }
-        let recorded = state.withLock { catalog -> Bool in
-            guard catalog.unborn.insert(item.identifier).inserted else { return false }
+        let recorded = state.withLock { catalog -> [CatalogChange]? in
+            guard catalog.unborn.insert(item.identifier).inserted else { return nil }
+            // The directory's entries changed: its attributes, not its dentry (D-382).
+            let directories = Self.noteChange(in: [item.parent], of: &catalog)
             catalog.items[item.identifier] = item
             // A new file: a local version left by an earlier file of that name is not its base.
             catalog.localVersions[item.identifier] = nil
@@ -177,11 +189,12 @@ extension Catalog {
                 catalog.children[item.parent]!.insert(item.identifier)
                 catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
             }
-            return true
+            return directories
         }
-        guard recorded else { return false }
+        guard let recorded else { return false }
         save([item])
         if let directory { apply(directory) }
+        tell(recorded)
         return true
     }
 

@@ -36,7 +36,7 @@ extension Catalog {
     /// the kernel drops their attributes (returned, for `tell`), before the provider's own report
     /// arrives (a stat right after a create showed the directory's old mtime).
     @discardableResult
-    private static func noteChange(in directories: [ItemIdentifier], of catalog: inout State) -> [CatalogChange] {
+    static func noteChange(in directories: [ItemIdentifier], of catalog: inout State) -> [CatalogChange] {
         catalog.changeCount &+= 1
         var told: [CatalogChange] = []
         for directory in directories {

@@ -48,12 +48,7 @@ extension ProviderCache {
         defer { writes.endMove([item.identifier]) }
         // A file not at the provider yet goes with its write-back record alone; a directory with
         // such files in it is not empty, which the provider says once they are there (D-386).
-        if item.kind == .file, catalog.isUnborn(item.identifier) {
-            writes.forget(item.identifier)
-            catalog.deleted(item.identifier)
-            attributeOverrides.remove(item.identifier)
-            return
-        }
+        if item.kind == .file, dropUnborn(item.identifier) { return }
         if item.kind == .directory { try await bearUnborn(atOrUnder: [item.identifier]) }
         do {
             try await provider.delete(item.identifier, kind: item.kind)
@@ -65,6 +60,18 @@ extension ProviderCache {
         writes.forget(item.identifier)
         catalog.deleted(item.identifier)
         attributeOverrides.remove(item.identifier)
+    }
+
+    /// Forgets `identifier` when it is a file the provider does not have yet (D-386): its records
+    /// and the catalog's item. True when it was one.
+    @discardableResult
+    public func dropUnborn(_ identifier: ItemIdentifier) -> Bool {
+        guard catalog.isUnborn(identifier) else { return false }
+        environment.provider.forgetDeferredCreate(identifier)
+        writes.forget(identifier)
+        catalog.deleted(identifier)
+        attributeOverrides.remove(identifier)
+        return true
     }
 
     /// rename: `item` now `name` in `parent` (`mode`: rename(2)'s flags). `replaced`: the item at
@@ -119,12 +126,18 @@ extension ProviderCache {
         // version this changes. Edits that started from the version before follow it (D-375).
         await writes.beginMove([identifier])
         defer { writes.endMove([identifier]) }
-        try await bearUnborn(atOrUnder: [identifier])  // D-386
+        // Not at the provider yet: made there first (a directory's unborn files need not be).
+        if catalog.isUnborn(identifier) { try await bearUnborn(atOrUnder: [identifier]) }  // D-386
         // The version before, at once when the provider can tell it (a watched local directory:
         // one lstat, no hop to its threads).
         var before = try? provider.itemNow(for: identifier)
         if before == nil { before = try? await providerCall { try await provider.item(for: identifier) } }
         let item = try await providerCall { try await provider.setAttributes(identifier, changes) }
+        // A queued upload that carries a chmod held earlier must not undo this one (D-385).
+        if let permissions = changes.permissions {
+            writes.permissionsSet(identifier, to: permissions)
+            catalog.permissionsSet(identifier, to: permissions)
+        }
         if let before, before.contentVersion != item.contentVersion {
             writes.rebase(identifier, from: before.contentVersion, to: item.contentVersion)
             catalog.providerVersionChanged(

@@ -100,7 +100,16 @@ public final class LocalWrites: Sendable {
         for record in records {
             // (A create closed unwritten has no local version: its empty file is still to make.)
             if !record.localVersion.isUnborn { catalog.restoreLocal(record) }
-            if record.creates { catalog.restoreUnborn(record.identifier) }
+            if record.creates {
+                // Its item is gone from the catalog: nothing to create (D-386).
+                guard catalog.knownItem(record.identifier) != nil else {
+                    do { try environment.store.deleteUpload(record.identifier) } catch {
+                        environment.logger.warning("cannot delete an upload record: \(error)")
+                    }
+                    continue
+                }
+                catalog.restoreUnborn(record.identifier)
+            }
             let started = state.withLock { state -> [UploadMachine.Action] in
                 var machine = UploadMachine(
                     record: record, initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
@@ -341,6 +350,38 @@ public final class LocalWrites: Sendable {
         perform(identifier, actions)
     }
 
+    /// Drops the record of `identifier` when it is a create whose running version is `version`
+    /// (its item gone from the catalog). True when dropped.
+    private func dropOrphanedCreate(_ identifier: ItemIdentifier, version: ContentVersion) -> Bool {
+        let dropped = state.withLock { state -> Bool in
+            guard let machine = state.uploads[identifier], machine.record.creates, machine.inFlight == version else {
+                return false
+            }
+            state.uploads[identifier] = nil
+            return true
+        }
+        guard dropped else { return false }
+        environment.provider.forgetDeferredCreate(identifier)
+        environment.logger.notice("\(identifier): its item is gone before its create reached the provider: dropped")
+        do { try environment.store.deleteUpload(identifier) } catch {
+            environment.logger.warning("cannot delete an upload record: \(error)")
+        }
+        return true
+    }
+
+    /// A chmod of `identifier` reached the provider: a queued upload that carries permissions held
+    /// earlier (D-385) carries these now, or it would undo the chmod.
+    func permissionsSet(_ identifier: ItemIdentifier, to permissions: UInt16) {
+        let saved = state.withLock { state -> UploadRecord? in
+            guard var machine = state.uploads[identifier], machine.record.isPending, machine.record.permissions != nil
+            else { return nil }
+            machine.carry(permissions: permissions)
+            state.uploads[identifier] = machine
+            return machine.record
+        }
+        if let saved { save(saved) }
+    }
+
     /// `identifier`, unborn, was created at the provider as the empty `created` by a namespace
     /// change that needed it there first (`ProviderCache.bearUnborn`): a record still to upload
     /// replaces that version next; one that had nothing but the empty file is done. Open edits
@@ -381,6 +422,12 @@ public final class LocalWrites: Sendable {
             var machine = state.staged[key]!.machine
             let action = machine.closeWriter()
             if action == .publish { return (false, false) }
+            // A parked create would start (a record saved): not on the FUSE thread (D-386).
+            if action == .discard, let upload = state.uploads[staging.identifier], upload.record.creates,
+                upload.record.localVersion.isUnborn
+            {
+                return (false, false)
+            }
             state.staged[key]!.machine = machine
             guard action == .discard else { return (true, false) }
             state.staged[key] = nil
@@ -789,6 +836,10 @@ public final class LocalWrites: Sendable {
         // Every byte of the version must be in its content file: a pin of a version the store
         // has no complete record of (a race with a move) makes an empty entry, whose file would
         // upload as zeros.
+        // A file to create whose item the catalog lost (its directory removed outside the mount,
+        // D-386): there is nothing to create it from or in; the record goes, or it would retry
+        // forever.
+        if catalog.knownItem(identifier) == nil, dropOrphanedCreate(identifier, version: version) { return }
         guard let item = catalog.knownItem(identifier),
             let path = empty
                 ?? entry.flatMap({ $0.isMaterialized ? content.contentFilePath(identifier, version) : nil })
@@ -801,6 +852,12 @@ public final class LocalWrites: Sendable {
         }
         // No move through the mount changes the item's name while the provider's call runs.
         identifier = await beginUploadCall(identifier, version: version)
+        // The record went while this waited (a delete, or a birth that left nothing to upload,
+        // D-386): nothing to send, and its identifier may name another file by now.
+        guard state.withLock({ $0.uploads[identifier]?.inFlight == version }) else {
+            endUploadCall(identifier)
+            return
+        }
         // Its directory's metadata is passing until the call ends (D-384).
         let directory = catalog.knownItem(identifier)?.parent ?? item.parent
         let holding = catalog.beginWriting(into: directory, current: try? provider.itemNow(for: directory))

@@ -238,6 +238,9 @@ struct UploadMachine: Sendable, Equatable {
         return changed
     }
 
+    /// A chmod reached the provider while this record waits: it carries that mode now (D-385).
+    mutating func carry(permissions: UInt16) { record.permissions = permissions }
+
     /// The file, not at the provider yet, was created there empty as `created` (D-386): the
     /// upload is a replace of that version now.
     mutating func bornEmpty(as created: ContentVersion) {

@@ -93,6 +93,8 @@ public struct FaultInjectingProvider: Provider {
         return try base.deferCreateNow(named: name, in: parent)
     }
 
+    public func forgetDeferredCreate(_ identifier: ItemIdentifier) { base.forgetDeferredCreate(identifier) }
+
     public func trackedChildren(
         of identifier: ItemIdentifier
     ) async throws -> (

@@ -124,6 +124,10 @@ public protocol Provider: Sendable {
     /// mtime set since stays). Nil: the provider does not defer here (the caller creates the
     /// file at once). Answered at once, never waiting on a network, like `itemNow`.
     func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate?
+
+    /// The deferred create of `identifier` will not be uploaded (the file was deleted, or its
+    /// create failed, before it reached the provider): whatever the provider keeps for it goes.
+    func forgetDeferredCreate(_ identifier: ItemIdentifier)
 }
 
 /// What `Provider.deferCreateNow` promises.
@@ -194,6 +198,8 @@ extension Provider {
     public func childNow(named name: String, of directory: ItemIdentifier) throws -> ImmediateChild { .declined }
 
     public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? { nil }
+
+    public func forgetDeferredCreate(_ identifier: ItemIdentifier) {}
 
     public func trackedChildren(
         of directory: ItemIdentifier

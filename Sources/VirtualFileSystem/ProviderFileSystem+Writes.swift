@@ -41,16 +41,17 @@ extension ProviderFileSystem {
         if let scoped = site.scoped {
             use = try decideToken(scoped.token, context: context, use: true, operation: "create").id
         }
-        // The name is made at the provider at once, empty (D-361): its identifier is stable, and
-        // O_EXCL is the provider's (`.create` never replaces).
+        // The name is made at the provider at once, empty (D-361), or checked free there and made
+        // by the first upload (D-386); O_EXCL is the provider's either way.
         let item: ProviderItem
         let created: Entry
+        do {
+            item = try await cache.createFile(named: name, in: site.directory, permissions: permissions & 0o7777)
+        } catch {
+            returnScopedUse(use)
+            throw FileSystemError(error)
+        }
         do throws(FileSystemError) {
-            do {
-                item = try await cache.createFile(named: name, in: site.directory, permissions: permissions & 0o7777)
-            } catch {
-                throw FileSystemError(error)
-            }
             // Through an access path: the node of the new file under the token, as lookup's.
             created =
                 site.scoped == nil
@@ -58,14 +59,20 @@ extension ProviderFileSystem {
                 : try await createdEntry(item, parent: parent, site: site, context: context)
         } catch {
             returnScopedUse(use)
+            cache.dropUnborn(item.identifier)  // create(2) failed: no trace of a deferred create
             throw error
         }
         var scoped: ScopedNode?
         if site.scoped != nil, case .node(let node)? = scopedTarget(created.attributes.inode) { scoped = node }
-        let opened = try await openWriter(
-            created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context,
-            scoped: scoped, use: use)
-        return (created, opened)
+        do {
+            let opened = try await openWriter(
+                created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context,
+                scoped: scoped, use: use)
+            return (created, opened)
+        } catch {
+            cache.dropUnborn(item.identifier)
+            throw error
+        }
     }
 
     /// open(2) with O_WRONLY, O_RDWR or O_TRUNC of a plain node, or of an access path's node

@@ -43,6 +43,10 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         try await base.delete(identifier, kind: kind)
     }
 
+    func setAttributes(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) async throws -> ProviderItem {
+        try await base.setAttributes(identifier, changes)
+    }
+
     /// Whether creates are deferred (`deferCreateNow`, D-386), as the local provider does.
     let defers = Locked(false)
 
@@ -727,6 +731,42 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(conflict.hasPrefix("c (conflict ") && conflict.hasSuffix(").txt"))
         #expect(fixture.provider.base.content(of: "c.txt")?.0 == .bytes(Array("theirs".utf8)))
         #expect(fixture.provider.base.content(of: conflict)?.0 == .bytes(Array("ours".utf8)))
+        await cache.shutdown()
+    }
+
+    /// Review of D-385/D-386: a chmod that reaches the provider while an upload carrying an
+    /// earlier held chmod waits is not undone by it; a create whose item the catalog lost is
+    /// dropped, not retried forever.
+    @Test func aLaterChmodWinsAndAnOrphanedCreateIsDropped() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("old".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let staging = try await cache.writes.openWriter(item, truncating: false)
+        try await cache.writes.write(staging, Array("new".utf8), at: 0)
+        #expect(cache.writes.holdAttributes(ItemAttributeChanges(permissions: 0o640), of: item.identifier))
+        // The upload fails once and waits for its retry (a running one would make the chmod wait).
+        fixture.provider.failNext(1)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await eventually { cache.writes.uploadRecord(of: item.identifier)?.phase == .error })
+        _ = try await cache.setAttributes(of: item.identifier, ItemAttributeChanges(permissions: 0o600))
+        #expect(cache.writes.uploadRecord(of: item.identifier)?.permissions == 0o600)
+        #expect(cache.catalog.knownItem(item.identifier)?.permissions == 0o600)
+        fixture.clock.advance(by: .seconds(2))
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.carried.withLock { $0.permissions } == 0o600)
+
+        fixture.provider.defers.withLock { $0 = true }
+        let new = try await cache.createFile(named: "o", in: .root, permissions: 0o644)
+        let newStaging = try await cache.writes.openWriter(new, truncating: true)
+        try await cache.writes.write(newStaging, Array("x".utf8), at: 0)
+        fixture.provider.failNext(1)
+        _ = try await cache.writes.closeWriter(new.identifier)
+        #expect(await eventually { cache.writes.uploadRecord(of: new.identifier)?.phase == .error })
+        cache.catalog.removeItem(new.identifier)  // as when its directory goes outside the mount
+        fixture.clock.advance(by: .seconds(2))
+        #expect(await eventually { cache.writes.uploadRecord(of: new.identifier) == nil })
+        #expect(fixture.provider.base.content(of: "o") == nil)
         await cache.shutdown()
     }
 
