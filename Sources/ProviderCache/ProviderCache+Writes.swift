@@ -456,6 +456,7 @@ public final class LocalWrites: Sendable {
             return true
         }
         guard dropped else { return false }
+        startParkedCreate(staging.identifier)  // (none: a token's creates are not deferred)
         environment.logger.notice(
             "\(staging.identifier): the writes through token \(staging.owner ?? "-") are dropped unpublished (its access ended)"
         )
@@ -1004,12 +1005,18 @@ extension ProviderCache {
     /// its first version, or of the empty file when it is closed unwritten. Elsewhere the empty
     /// file is made at the provider at once (an empty `.create` upload, D-361), so its identifier
     /// is the provider's from the start.
+    /// `deferring` false: made at once whatever the provider offers (a create through a token's
+    /// access path, whose expiry must find the file at the provider, D-386).
     public func createFile(
-        named name: String, in parent: ItemIdentifier, permissions: UInt16
+        named name: String, in parent: ItemIdentifier, permissions: UInt16, deferring: Bool = true
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
-        let deferred: DeferredCreate?
-        do { deferred = try provider.deferCreateNow(named: name, in: parent) } catch { throw CacheError.from(error) }
+        var deferred: DeferredCreate?
+        if deferring {
+            do { deferred = try provider.deferCreateNow(named: name, in: parent) } catch {
+                throw CacheError.from(error)
+            }
+        }
         if let deferred {
             let item = ProviderItem(
                 identifier: deferred.identifier, parent: parent, name: name, kind: .file, size: 0,

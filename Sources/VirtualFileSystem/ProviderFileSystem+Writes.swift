@@ -46,7 +46,10 @@ extension ProviderFileSystem {
         let item: ProviderItem
         let created: Entry
         do {
-            item = try await cache.createFile(named: name, in: site.directory, permissions: permissions & 0o7777)
+            // Through an access path never deferred: a token's expiry leaves the empty file at the
+            // provider at once, as it always did (D-386).
+            item = try await cache.createFile(
+                named: name, in: site.directory, permissions: permissions & 0o7777, deferring: site.scoped == nil)
         } catch {
             returnScopedUse(use)
             throw FileSystemError(error)
