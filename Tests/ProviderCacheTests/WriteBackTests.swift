@@ -752,6 +752,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         _ = try await cache.setAttributes(of: item.identifier, ItemAttributeChanges(permissions: 0o600))
         #expect(cache.writes.uploadRecord(of: item.identifier)?.permissions == 0o600)
         #expect(cache.catalog.knownItem(item.identifier)?.permissions == 0o600)
+        #expect(await eventually { fixture.clock.sleeperCount > 0 })  // the retry's backoff began
         fixture.clock.advance(by: .seconds(2))
         #expect(await cache.writes.waitUntilUploaded(item.identifier))
         #expect(fixture.provider.carried.withLock { $0.permissions } == 0o600)
@@ -764,6 +765,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         _ = try await cache.writes.closeWriter(new.identifier)
         #expect(await eventually { cache.writes.uploadRecord(of: new.identifier)?.phase == .error })
         cache.catalog.removeItem(new.identifier)  // as when its directory goes outside the mount
+        #expect(await eventually { fixture.clock.sleeperCount > 0 })
         fixture.clock.advance(by: .seconds(2))
         #expect(await eventually { cache.writes.uploadRecord(of: new.identifier) == nil })
         #expect(fixture.provider.base.content(of: "o") == nil)
