@@ -20,7 +20,7 @@ import VirtualFileSystem
 import Glibc
 #endif
 
-@Suite("The adapter's OPEN reply reaches the kernel with the file system's answer", .timeLimit(.minutes(1)))
+@Suite("The adapter's OPEN reply reaches the kernel with the file system's answer", .timeLimit(.minutes(3)))
 struct OpenReplyTests {
     @Test(
         "keep_cache and direct_io as the file system answered; a passthrough handle has neither",

@@ -284,7 +284,7 @@ struct LocalDirectoryProviderTests {
     }
 }
 
-@Suite("LocalDirectoryProvider: direct transfer into a file", .timeLimit(.minutes(1)))
+@Suite("LocalDirectoryProvider: direct transfer into a file", .timeLimit(.minutes(3)))
 struct LocalDirectTransferTests {
     /// Transfers `range` of `identifier` into `descriptor` at the same offsets, `chunk` at a time.
     func transferAll(

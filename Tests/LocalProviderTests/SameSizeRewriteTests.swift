@@ -20,7 +20,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("LocalDirectoryProvider: a same-size rewrite between a read and its check", .timeLimit(.minutes(1)))
+@Suite("LocalDirectoryProvider: a same-size rewrite between a read and its check", .timeLimit(.minutes(3)))
 struct SameSizeRewriteTests {
     struct Source {
         let root: TemporaryDirectory

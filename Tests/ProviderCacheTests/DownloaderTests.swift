@@ -9,7 +9,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("Downloader: lazy, shared, failing well", .timeLimit(.minutes(1)))
+@Suite("Downloader: lazy, shared, failing well", .timeLimit(.minutes(3)))
 struct DownloaderTests {
     @Test("the first read fetches the range it needs first, then the rest follows in the background")
     func readerFirst() async throws {
@@ -385,7 +385,7 @@ final class HangingMetadataProvider: InMemoryProviderWrapper {
     }
 }
 
-@Suite("Metadata deadlines", .timeLimit(.minutes(1)))
+@Suite("Metadata deadlines", .timeLimit(.minutes(3)))
 struct MetadataDeadlineTests {
     @Test("a hung metadata call falls back to the cached metadata at the deadline, never hangs")
     func hungMetadata() async throws {

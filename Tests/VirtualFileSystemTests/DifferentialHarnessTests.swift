@@ -91,7 +91,9 @@ struct DifferentialHarnessTests {
             #expect(kinds.isSuperset(of: ["regular", "directory", "symbolicLink"]), "\(kinds)")
             #expect(nonEmptyReads > 50, "only \(nonEmptyReads) reads returned bytes")
             #expect(renamed > 10, "only \(renamed) renames succeeded")
-            #expect(linkTargets > 10, "only \(linkTargets) readlinks succeeded")
+            // Successful readlinks over 20 × 250 random steps: median 28, 14 the least of 150
+            // random base seeds, and once 10 in CI; a threshold in the tail made the suite flaky.
+            #expect(linkTargets >= 5, "only \(linkTargets) readlinks succeeded")
         }
     }
 

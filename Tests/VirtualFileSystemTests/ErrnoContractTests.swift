@@ -73,7 +73,7 @@ struct ErrnoSituation: Sendable {
     typealias Scenario = @Sendable () async throws -> FileSystemError?
 }
 
-@Suite("Errno contract", .timeLimit(.minutes(1)))
+@Suite("Errno contract", .timeLimit(.minutes(3)))
 struct ErrnoContractTests {
     static let heading = "### Errno contract"
 

@@ -64,7 +64,7 @@ enum TierSituation: String, CaseIterable, Sendable, CustomStringConvertible {
     var description: String { rawValue }
 }
 
-@Suite("Fault tier: every fault × first read, partial cache, concurrent readers", .timeLimit(.minutes(1)))
+@Suite("Fault tier: every fault × first read, partial cache, concurrent readers", .timeLimit(.minutes(3)))
 struct FaultTierTests {
     /// What one reader got: its bytes in order, and the error that ended it (nil: read to the end).
     struct Outcome: Sendable {

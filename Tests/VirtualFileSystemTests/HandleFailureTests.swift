@@ -14,7 +14,7 @@ import VirtualFileSystem
 import Glibc
 #endif
 
-@Suite("A failed download holds for the handle that met it", .timeLimit(.minutes(1)))
+@Suite("A failed download holds for the handle that met it", .timeLimit(.minutes(3)))
 struct HandleFailureTests {
     @Test("later reads of missing bytes fail at once with no fetch; present bytes are served; a new open retries")
     func failureHoldsUntilReopened() async throws {

@@ -62,7 +62,7 @@ private func names(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber) async
     try await listAll(fileSystem, inode).map(\.name).filter { $0 != "." && $0 != ".." }
 }
 
-@Suite("Namespace changes (VFS)", .timeLimit(.minutes(1)))
+@Suite("Namespace changes (VFS)", .timeLimit(.minutes(3)))
 struct NamespaceTests {
     @Test("mkdir answers an entry that lookup then finds, counted like a lookup; the provider has it")
     func makeDirectory() async throws {

@@ -10,7 +10,7 @@ import VirtualFileSystem
 import Glibc
 #endif
 
-@Suite("ProviderFileSystem", .timeLimit(.minutes(1)))
+@Suite("ProviderFileSystem", .timeLimit(.minutes(3)))
 struct ProviderFileSystemTests {
     @Test("ls -lR and stat of every item read metadata only, never content")
     func listingReadsNoContent() async throws {

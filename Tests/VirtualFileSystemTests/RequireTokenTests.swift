@@ -96,7 +96,7 @@ private func expectFastRefusal<T>(
     #expect(error.errno == .permissionDenied, "\(what): \(error)", sourceLocation: sourceLocation)
 }
 
-@Suite("Require-token mode (plain paths only for the owner's providerfs commands)", .timeLimit(.minutes(1)))
+@Suite("Require-token mode (plain paths only for the owner's providerfs commands)", .timeLimit(.minutes(3)))
 struct RequireTokenTests {
     @Test("a stranger is refused every operation on plain nodes, also nodes and handles the owner's command made")
     func strangerRefusedEverywhere() async throws {

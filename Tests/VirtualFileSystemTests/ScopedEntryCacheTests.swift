@@ -84,7 +84,7 @@ private struct EntryCacheFixture {
     }
 }
 
-@Suite("Access paths in the kernel's caches (D-345, D-346)", .timeLimit(.minutes(1)))
+@Suite("Access paths in the kernel's caches (D-345, D-346)", .timeLimit(.minutes(3)))
 struct ScopedEntryCacheTests {
     @Test("the entry and attribute timeouts are the token's time left, capped by the mount's; the fast path's too")
     func timeoutIsTimeLeft() async throws {
