@@ -155,7 +155,21 @@ extension Catalog {
 
     /// Records an item the provider just made (a file created through the mount).
     @discardableResult
-    func applyCreated(_ item: ProviderItem) -> ProviderItem { apply(item) }
+    func applyCreated(_ item: ProviderItem) -> ProviderItem {
+        let applied = apply(item)
+        state.withLock { Self.noteAppeared(applied.identifier, in: applied.parent, of: &$0) }
+        return applied
+    }
+
+    /// `identifier` appeared at the provider in `directory` with no change the catalog counted
+    /// (a conflict copy, a birth): counted now for a listing of `directory` on its way, which may
+    /// have been taken before it (D-388).
+    static func noteAppeared(_ identifier: ItemIdentifier, in directory: ItemIdentifier, of catalog: inout State) {
+        guard !catalog.listingsInFlight.isEmpty, catalog.listingsInFlight[directory] != nil else { return }
+        catalog.changeCount &+= 1
+        catalog.lastChange[directory] = catalog.changeCount
+        noteEntry(identifier, in: directory, present: true, of: &catalog)
+    }
 }
 
 // Files created through the mount, not at the provider yet (D-386): `ProviderCache.createFile`
@@ -207,7 +221,12 @@ extension Catalog {
 
     /// The provider has `identifier` now: its answers count again.
     func born(_ identifier: ItemIdentifier) {
-        _ = state.withLock { $0.unborn.remove(identifier) }
+        state.withLock { catalog in
+            guard catalog.unborn.remove(identifier) != nil, let parent = catalog.items[identifier]?.parent else {
+                return
+            }
+            Self.noteAppeared(identifier, in: parent, of: &catalog)
+        }
     }
 
     func isUnborn(_ identifier: ItemIdentifier) -> Bool {

@@ -95,6 +95,17 @@ extension Catalog {
                     if let item = catalog.items[identifier], item.parent == directory { listed.append(item) }
                 }
             }
+            // What the mount changed in the directory after this listing began stands: a file
+            // created (or born) meanwhile stays, one deleted or moved away stays gone (D-388).
+            if let changeCount, let changes = catalog.changedWhileListed[directory] {
+                let newer = changes.filter { $0.value.count > changeCount }
+                if !newer.isEmpty {
+                    listed.removeAll { newer[$0.identifier] != nil }
+                    for (identifier, change) in newer where change.present {
+                        if let item = catalog.items[identifier], item.parent == directory { listed.append(item) }
+                    }
+                }
+            }
             // The provider reported a change in the directory after this listing began: it may
             // not show it, so it stands (it is newer than what the catalog has) but is not
             // trusted past this answer (expired, no token) and reported items stay dirty.

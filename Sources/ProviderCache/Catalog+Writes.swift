@@ -50,6 +50,17 @@ extension Catalog {
         return told
     }
 
+    /// `identifier` was made or moved in `directory` (present) or deleted or moved out of it
+    /// (absent) through the mount, at the current `changeCount`: a listing of `directory` on its
+    /// way now, begun before, shows the directory without this change and must not undo it
+    /// (`applyListing`, D-388).
+    static func noteEntry(
+        _ identifier: ItemIdentifier, in directory: ItemIdentifier, present: Bool, of catalog: inout State
+    ) {
+        guard !catalog.listingsInFlight.isEmpty, catalog.listingsInFlight[directory] != nil else { return }
+        catalog.changedWhileListed[directory, default: [:]][identifier] = (catalog.changeCount, present)
+    }
+
     /// Places `item` under its name in its parent's listing (when the parent is listed) and in
     /// the item table, confirmed now.
     private static func place(_ item: ProviderItem, at now: Duration, in catalog: inout State) {
@@ -79,10 +90,16 @@ extension Catalog {
         let (previous, directories) = state.withLock { catalog -> (ItemIdentifier?, [CatalogChange]) in
             let directories = Self.noteChange(in: [item.parent], of: &catalog)
             let previous = catalog.names[item.parent]?[NameKey(item.name)]
+            if let previous, previous != item.identifier {
+                Self.noteEntry(previous, in: item.parent, present: false, of: &catalog)
+            }
             return (previous == item.identifier ? nil : previous, directories)
         }
         if let previous { removeItem(previous) }
-        state.withLock { catalog in Self.place(item, at: now, in: &catalog) }
+        state.withLock { catalog in
+            Self.place(item, at: now, in: &catalog)
+            Self.noteEntry(item.identifier, in: item.parent, present: true, of: &catalog)
+        }
         save([item])
         tell([.entry(directory: item.parent, name: item.name, identifier: item.identifier)] + directories)
     }
@@ -92,7 +109,9 @@ extension Catalog {
     func deleted(_ identifier: ItemIdentifier) {
         let directories = state.withLock { catalog -> [CatalogChange] in
             guard let item = catalog.items[identifier] else { return [] }
-            return Self.noteChange(in: [item.parent], of: &catalog)
+            let directories = Self.noteChange(in: [item.parent], of: &catalog)
+            Self.noteEntry(identifier, in: item.parent, present: false, of: &catalog)
+            return directories
         }
         removeItem(identifier)
         tell(directories)
@@ -146,7 +165,12 @@ extension Catalog {
     func moved(
         _ old: ProviderItem, to item: ProviderItem, replaced: ItemIdentifier?
     ) -> [ItemIdentifier: ItemIdentifier] {
-        let directories = state.withLock { catalog in Self.noteChange(in: [old.parent, item.parent], of: &catalog) }
+        let directories = state.withLock { catalog in
+            let directories = Self.noteChange(in: [old.parent, item.parent], of: &catalog)
+            if let replaced { Self.noteEntry(replaced, in: item.parent, present: false, of: &catalog) }
+            Self.noteEntry(old.identifier, in: old.parent, present: false, of: &catalog)
+            return directories
+        }
         defer { tell(directories) }
         if let replaced, replaced != old.identifier { removeItem(replaced) }
         let moves =
@@ -161,6 +185,7 @@ extension Catalog {
             var placed = item
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&placed, in: &catalog) }
             Self.place(placed, at: now, in: &catalog)
+            Self.noteEntry(placed.identifier, in: placed.parent, present: true, of: &catalog)
             return placed
         }
         save([item])

@@ -101,6 +101,12 @@ public final class Catalog: Sendable {
         /// catalog's item is the truth until their `.create` upload; what the provider says of
         /// their identifier meanwhile (nothing, or someone else's file of that name) is not.
         var unborn: Set<ItemIdentifier> = []
+        /// Listings of a directory on their way now, with how many, and what the mount changed in
+        /// those directories meanwhile: a child made or moved in (present) or deleted or moved
+        /// out (absent), at which `changeCount`. A listing taken before such a change does not
+        /// undo it (D-388). Kept only while a listing of the directory is on its way.
+        var listingsInFlight: [ItemIdentifier: Int] = [:]
+        var changedWhileListed: [ItemIdentifier: [ItemIdentifier: (count: UInt64, present: Bool)]] = [:]
     }
 
     /// Content of an item that the catalog no longer has in that version: every version of
@@ -503,7 +509,17 @@ public final class Catalog: Sendable {
         let tracking = environment.provider.capabilities.contains(.listingChangeTracking) ? environment.provider : nil
         if let tracking, revalidateListing(of: identifier, with: tracking, at: now) { return }
         // Read before the provider's token: a change reported after it may be missing from the listing.
-        let changeCount = state.withLock { $0.changeCount }
+        let changeCount = state.withLock { catalog -> UInt64 in
+            catalog.listingsInFlight[identifier, default: 0] += 1
+            return catalog.changeCount
+        }
+        defer {
+            state.withLock { catalog in
+                let left = (catalog.listingsInFlight[identifier] ?? 1) - 1
+                catalog.listingsInFlight[identifier] = left > 0 ? left : nil
+                if left <= 0 { catalog.changedWhileListed[identifier] = nil }
+            }
+        }
         do {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {

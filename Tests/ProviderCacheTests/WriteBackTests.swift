@@ -25,7 +25,30 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
     func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? { try base.itemNow(for: identifier) }
     func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
-        try await base.children(of: identifier)
+        let children = try await base.children(of: identifier)
+        // A held listing is taken now and answered when released.
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let wait = listingHold.withLock { hold -> Bool in
+                guard hold.armed else { return false }
+                hold.armed = false
+                hold.waiting = continuation
+                return true
+            }
+            if !wait { continuation.resume() }
+        }
+        return children
+    }
+
+    private let listingHold = Locked<(armed: Bool, waiting: CheckedContinuation<Void, Never>?)>((false, nil))
+    /// The next listing is taken at once and answered only at `releaseListing`.
+    func holdNextListing() { listingHold.withLock { $0.armed = true } }
+    var isHoldingListing: Bool { listingHold.withLock { $0.waiting != nil } }
+    func releaseListing() {
+        let waiting = listingHold.withLock { hold in
+            defer { hold.waiting = nil }
+            return hold.waiting
+        }
+        waiting?.resume()
     }
     func fetchContents(
         of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
@@ -624,6 +647,54 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(fixture.provider.uploadCount == 1, "one upload: no empty create before it")
         #expect(!cache.catalog.isUnborn(item.identifier))
         #expect(cache.writes.uploadRecord(of: item.identifier)?.creates == false)
+        await cache.shutdown()
+    }
+
+    /// A listing the provider took before files were created, born or deleted through the mount,
+    /// and answered after, does not undo those changes (D-388): it dropped a file created and
+    /// uploaded meanwhile from the directory until it was listed again, and brought back one
+    /// deleted meanwhile.
+    @Test(arguments: [false, true]) func aListingTakenBeforeChangesThroughTheMountDoesNotUndoThem(
+        deferring: Bool
+    ) async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = deferring }
+        fixture.provider.base.putFile("old", .bytes([1]))
+        fixture.provider.base.putFile("was", .bytes([2]))
+        fixture.provider.base.addDirectory("d")
+        let cache = try fixture.makeCache()
+        _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
+        // A file written and closed, its upload held (its birth, when deferred).
+        let unborn = try await cache.createFile(named: "late", in: .root, permissions: 0o644)
+        let staging = try await cache.writes.openWriter(unborn, truncating: true)
+        try await cache.writes.write(staging, Array("late".utf8), at: 0)
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(unborn.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        fixture.provider.holdNextListing()
+        let listing = Task { try await cache.catalog.children(of: .root, maximumAge: .zero).map(\.name) }
+        #expect(await eventually { fixture.provider.isHoldingListing })
+        // While the listing waits: the upload gets through (a birth, when deferred), a file is
+        // created, one is deleted and one renamed.
+        fixture.provider.release()
+        #expect(await cache.writes.waitUntilUploaded(unborn.identifier))
+        #expect(fixture.provider.base.content(of: "late") != nil)
+        let created = try await cache.createFile(named: "new", in: .root, permissions: 0o644)
+        try await cache.delete(try await cache.catalog.item(ItemIdentifier("old"), maximumAge: .zero))
+        #expect(fixture.provider.base.content(of: "old") == nil)
+        let was = try await cache.catalog.item(ItemIdentifier("was"), maximumAge: .zero)
+        _ = try await cache.move(was, to: .root, named: "is", mode: .replacing, replaced: nil)
+        fixture.provider.releaseListing()
+        let answered = Set(try await listing.value)
+        #expect(answered == ["d", "is", "late", "new"])
+        // What the catalog keeps until the listing is taken again.
+        let kept = try await cache.catalog.children(of: .root, maximumAge: .seconds(3600)).map(\.name)
+        #expect(Set(kept) == ["d", "is", "late", "new"])
+        #expect(try await cache.catalog.child(named: "new", of: .root)?.identifier == created.identifier)
+        #expect(try await cache.catalog.child(named: "old", of: .root) == nil)
+        // A listing taken after all of it agrees.
+        let fresh = try await cache.catalog.children(of: .root, maximumAge: .zero).map(\.name)
+        #expect(Set(fresh) == ["d", "is", "late", "new"])
         await cache.shutdown()
     }
 
