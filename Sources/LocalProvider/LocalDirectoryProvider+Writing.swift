@@ -284,10 +284,11 @@ extension LocalDirectoryProvider {
                     name, in: directory, parent: parent, permissions: permissions, modificationTime: modificationTime)
             }
         }
-        if let published = try uploadUnnamed(
-            source, to: target, name: name, in: directory, parent: parent, existing: existing,
-            keepingDirectoryTimes: deferred != nil || { if case .replace = target { true } else { false } }(),
-            permissions: permissions, modificationTime: modificationTime, cancelled: cancelled)
+        if uploadHooks?.namedTemporary != true,
+            let published = try uploadUnnamed(
+                source, to: target, name: name, in: directory, parent: parent, existing: existing,
+                keepingDirectoryTimes: deferred != nil || { if case .replace = target { true } else { false } }(),
+                permissions: permissions, modificationTime: modificationTime, cancelled: cancelled)
         {
             if let deferred { entries.created(deferred) }
             return published
@@ -305,67 +306,21 @@ extension LocalDirectoryProvider {
         let staged = openat(directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard staged >= 0 else { throw Self.writeError(errno, "create a staging file in \(Self.describe(parent))") }
         defer { close(staged) }
-        var published = false
-        defer { if !published { unlinkat(directory.fd, temporary, 0) } }
+        var removeTemporary = true
+        defer { if removeTemporary { unlinkat(directory.fd, temporary, 0) } }
 
-        try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
-        let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
-        guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
-        if let modificationTime {
-            var times = Self.times(modification: modificationTime)
-            guard futimens(staged, &times) == 0 else {
-                throw Self.writeError(errno, "utimens of \(name)'s staging file")
-            }
-        }
-        guard fsync(staged) == 0 else { throw Self.writeError(errno, "fsync of \(name)'s staging file") }
-        uploadHooks?.beforePublish()
-        if cancelled() { throw CancellationError() }
+        try fill(
+            staged, from: source, name: name, existing: existing, permissions: permissions,
+            modificationTime: modificationTime, cancelled: cancelled)
 
         switch target {
         case .create:
             try Self.publishExclusively(directory.fd, temporary, as: name)
+            removeTemporary = false
         case .replace(let identifier, let baseVersion):
-            // RENAME_EXCHANGE (D-372): the file must still be there, so a move or delete since the
-            // check above is ENOENT (a plain rename would make a new file under the old name),
-            // and what it swaps out is the version checked, else it is swapped back.
-            if renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange) == 0 {
-                // `temporary` names the replaced file now.
-                var info = stat()
-                if let baseVersion, fstatat(directory.fd, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
-                    let replaced = Self.version(of: info)
-                    if replaced != baseVersion {
-                        _ = renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange)
-                        throw ProviderError(
-                            .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(replaced)")
-                    }
-                }
-                unlinkat(directory.fd, temporary, 0)
-            } else {
-                let code = errno
-                if code == ENOENT { throw Self.writeError(code, "replace \(identifier.rawValue): it is gone") }
-                guard code == EINVAL || code == ENOSYS else {
-                    throw Self.writeError(code, "replace \(identifier.rawValue)")
-                }
-                // A file system without RENAME_EXCHANGE: check, then rename. A writer that
-                // replaces the file between the two calls is overwritten, and a move between
-                // them leaves the upload under the old name (docs/SEMANTICS.md).
-                if let baseVersion {
-                    var info = stat()
-                    guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
-                        throw Self.writeError(errno, "lstat \(identifier.rawValue)")
-                    }
-                    let current = Self.version(of: info)
-                    guard current == baseVersion else {
-                        throw ProviderError(
-                            .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
-                    }
-                }
-                guard renameat(directory.fd, temporary, directory.fd, name) == 0 else {
-                    throw Self.writeError(errno, "replace \(identifier.rawValue)")
-                }
-            }
+            removeTemporary = false  // `replace` sees to it
+            try Self.replace(identifier, named: name, with: temporary, in: directory.fd, baseVersion: baseVersion)
         }
-        published = true
         if keepDirectoryTimes {
             // A change made by someone else in the directory meanwhile loses its mtime to this one
             // (docs/SEMANTICS.md, LocalDirectoryProvider).
@@ -398,18 +353,9 @@ extension LocalDirectoryProvider {
             throw Self.writeError(code, "create a staging file in \(Self.describe(parent))")
         }
         defer { close(staged) }
-        try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
-        let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
-        guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
-        if let modificationTime {
-            var times = Self.times(modification: modificationTime)
-            guard futimens(staged, &times) == 0 else {
-                throw Self.writeError(errno, "utimens of \(name)'s staging file")
-            }
-        }
-        guard fsync(staged) == 0 else { throw Self.writeError(errno, "fsync of \(name)'s staging file") }
-        uploadHooks?.beforePublish()
-        if cancelled() { throw CancellationError() }
+        try fill(
+            staged, from: source, name: name, existing: existing, permissions: permissions,
+            modificationTime: modificationTime, cancelled: cancelled)
         let unnamed = "/proc/self/fd/\(staged)"
         try entries.withLock(parent) { () throws -> Void in
             var directoryTimes = stat()
@@ -430,49 +376,78 @@ extension LocalDirectoryProvider {
                 guard linkat(AT_FDCWD, unnamed, directory.fd, temporary, AT_SYMLINK_FOLLOW) == 0 else {
                     throw Self.writeError(errno, "link the staging file of \(name)")
                 }
-                var linked = true
-                defer { if linked { unlinkat(directory.fd, temporary, 0) } }
-                if renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange) == 0 {
-                    // `temporary` names the replaced file now (unlinked by the defer).
-                    var info = stat()
-                    if let baseVersion, fstatat(directory.fd, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
-                        let replaced = Self.version(of: info)
-                        if replaced != baseVersion {
-                            // `temporary` is the other writer's version: never unlinked unless it
-                            // is back under its name.
-                            linked =
-                                renameAt2(directory.fd, temporary, directory.fd, name, flags: RenameFlags.exchange) == 0
-                            throw ProviderError(
-                                .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(replaced)")
-                        }
-                    }
-                    return
-                }
-                let code = errno
-                if code == ENOENT { throw Self.writeError(code, "replace \(identifier.rawValue): it is gone") }
-                guard code == EINVAL || code == ENOSYS else {
-                    throw Self.writeError(code, "replace \(identifier.rawValue)")
-                }
-                // No RENAME_EXCHANGE: check, then rename (docs/SEMANTICS.md).
-                if let baseVersion {
-                    var info = stat()
-                    guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
-                        throw Self.writeError(errno, "lstat \(identifier.rawValue)")
-                    }
-                    let current = Self.version(of: info)
-                    guard current == baseVersion else {
-                        throw ProviderError(
-                            .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
-                    }
-                }
-                guard renameat(directory.fd, temporary, directory.fd, name) == 0 else {
-                    throw Self.writeError(errno, "replace \(identifier.rawValue)")
-                }
-                linked = false
+                try Self.replace(identifier, named: name, with: temporary, in: directory.fd, baseVersion: baseVersion)
             }
         }
         // The link is durable once the directory is (the file's bytes already are).
         return try Self.durableItem(staged, named: name, in: directory, parent: parent)
+    }
+
+    /// Fills the staging file `staged` with `source`'s bytes, gives it its mode (`permissions`, else
+    /// the replaced file's, else 0644) and mtime, and syncs it: all before it gets a name.
+    private func fill(
+        _ staged: Int32, from source: Int32, name: String, existing: stat?, permissions: UInt16?,
+        modificationTime: ItemTime?, cancelled: () -> Bool
+    ) throws {
+        try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
+        let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
+        guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
+        if let modificationTime {
+            var times = Self.times(modification: modificationTime)
+            guard futimens(staged, &times) == 0 else {
+                throw Self.writeError(errno, "utimens of \(name)'s staging file")
+            }
+        }
+        guard fsync(staged) == 0 else { throw Self.writeError(errno, "fsync of \(name)'s staging file") }
+        uploadHooks?.beforePublish()
+        if cancelled() { throw CancellationError() }
+    }
+
+    /// Puts the staged file `temporary` in `directory` in the place of `name`, which must still be
+    /// the file the upload's base version names (D-372): RENAME_EXCHANGE, so that a move or delete
+    /// since the caller's check is ENOENT (a plain rename would make a new file under the old
+    /// name), and the version swapped out is checked, else swapped back. On a file system without
+    /// RENAME_EXCHANGE: check, then rename; a writer that replaces the file between the two calls
+    /// is overwritten, and a move between them leaves the upload under the old name
+    /// (docs/SEMANTICS.md). `temporary` is gone afterwards, thrown or not, except after a failed
+    /// swap back: then it names the other writer's version, which is never unlinked.
+    private static func replace(
+        _ identifier: ItemIdentifier, named name: String, with temporary: String, in directory: Int32,
+        baseVersion: ContentVersion?
+    ) throws {
+        var removeTemporary = true
+        defer { if removeTemporary { unlinkat(directory, temporary, 0) } }
+        if renameAt2(directory, temporary, directory, name, flags: RenameFlags.exchange) == 0 {
+            // `temporary` names the replaced file now (unlinked by the defer).
+            var info = stat()
+            if let baseVersion, fstatat(directory, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+                let replaced = version(of: info)
+                if replaced != baseVersion {
+                    removeTemporary = renameAt2(directory, temporary, directory, name, flags: RenameFlags.exchange) == 0
+                    throw ProviderError(
+                        .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(replaced)")
+                }
+            }
+            return
+        }
+        let code = errno
+        if code == ENOENT { throw writeError(code, "replace \(identifier.rawValue): it is gone") }
+        guard code == EINVAL || code == ENOSYS else { throw writeError(code, "replace \(identifier.rawValue)") }
+        if let baseVersion {
+            var info = stat()
+            guard fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw writeError(errno, "lstat \(identifier.rawValue)")
+            }
+            let current = version(of: info)
+            guard current == baseVersion else {
+                throw ProviderError(
+                    .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
+            }
+        }
+        guard renameat(directory, temporary, directory, name) == 0 else {
+            throw writeError(errno, "replace \(identifier.rawValue)")
+        }
+        removeTemporary = false
     }
 
     /// Whether /proc/self/fd exists (an unnamed file is linked in through it).
@@ -710,16 +685,20 @@ extension LocalDirectoryProvider {
 }
 
 /// Test hooks of uploads (LocalDirectoryWritingTests): called on the provider's I/O thread after
-/// each copy step (with the bytes copied so far) and right before the publishing rename.
+/// each copy step (with the bytes copied so far) and right before the publishing rename;
+/// `namedTemporary` takes the path of a file system without O_TMPFILE (or of a system without
+/// /proc) where O_TMPFILE works.
 final class UploadHooks: Sendable {
     let afterCopyStep: @Sendable (Int64) -> Void
     let beforePublish: @Sendable () -> Void
+    let namedTemporary: Bool
     init(
         afterCopyStep: @escaping @Sendable (Int64) -> Void = { _ in },
-        beforePublish: @escaping @Sendable () -> Void = {}
+        beforePublish: @escaping @Sendable () -> Void = {}, namedTemporary: Bool = false
     ) {
         self.afterCopyStep = afterCopyStep
         self.beforePublish = beforePublish
+        self.namedTemporary = namedTemporary
     }
 }
 

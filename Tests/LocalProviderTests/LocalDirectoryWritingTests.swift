@@ -345,8 +345,11 @@ struct LocalDirectoryWritingTests {
         #expect(try entries(root.path) == ["d", "f"])
     }
 
-    @Test("a replace whose file is moved, or replaced by another, just before it publishes changes nothing (D-372)")
-    func replaceRacingAMove() async throws {
+    /// Both ways of publishing: an unnamed temporary file (O_TMPFILE) and a named one.
+    @Test(
+        "a replace whose file is moved, or replaced by another, just before it publishes changes nothing (D-372)",
+        arguments: [false, true])
+    func replaceRacingAMove(namedTemporary: Bool) async throws {
         let root = try TemporaryDirectory()
         defer { root.remove() }
         try root.write("f", Array("old content".utf8))
@@ -357,7 +360,8 @@ struct LocalDirectoryWritingTests {
         let source = try localFile(Array("new!".utf8), in: local)
         // Moved after the upload looked at it, before it publishes: a plain rename would make a
         // new "f" beside the moved one.
-        provider.uploadHooks = UploadHooks(beforePublish: { _ = rename(root.path + "/f", root.path + "/g") })
+        provider.uploadHooks = UploadHooks(
+            beforePublish: { _ = rename(root.path + "/f", root.path + "/g") }, namedTemporary: namedTemporary)
         let moved = await failure {
             _ = try await provider.upload(
                 from: source, to: .replace(ItemIdentifier("f"), baseVersion: before.contentVersion), permissions: nil,
@@ -371,10 +375,11 @@ struct LocalDirectoryWritingTests {
         // back. The other file is intact.
         try root.write("f", Array("first".utf8))
         let first = try await provider.item(for: ItemIdentifier("f"))
-        provider.uploadHooks = UploadHooks(beforePublish: {
-            _ = rename(root.path + "/f", root.path + "/h")
-            try? root.write("f", Array("another file".utf8))
-        })
+        provider.uploadHooks = UploadHooks(
+            beforePublish: {
+                _ = rename(root.path + "/f", root.path + "/h")
+                try? root.write("f", Array("another file".utf8))
+            }, namedTemporary: namedTemporary)
         let replaced = await failure {
             _ = try await provider.upload(
                 from: source, to: .replace(ItemIdentifier("f"), baseVersion: first.contentVersion), permissions: nil,
@@ -383,6 +388,19 @@ struct LocalDirectoryWritingTests {
         #expect(replaced?.code == .versionChanged, "\(String(describing: replaced))")
         #expect(try readFile(root.path + "/f") == Array("another file".utf8))
         #expect(try entries(root.path) == ["f", "g", "h"])
+
+        // With nothing in the way a replace and a create go through, and leave no staging file.
+        provider.uploadHooks = UploadHooks(namedTemporary: namedTemporary)
+        let current = try await provider.item(for: ItemIdentifier("f"))
+        let uploaded = try await provider.upload(
+            from: source, to: .replace(ItemIdentifier("f"), baseVersion: current.contentVersion), permissions: 0o600,
+            modificationTime: nil)
+        #expect(try readFile(root.path + "/f") == Array("new!".utf8))
+        #expect(uploaded.size == 4 && uploaded.permissions == 0o600)
+        _ = try await provider.upload(
+            from: source, to: .create(name: "c", in: .root), permissions: nil, modificationTime: nil)
+        #expect(try readFile(root.path + "/c") == Array("new!".utf8))
+        #expect(try entries(root.path) == ["c", "f", "g", "h"])
     }
 
     /// D-386: a deferred create checks the name as `.create` would and moves the directory's mtime
