@@ -5,7 +5,8 @@
 //
 // Each change also counts as a change report for its directories (`changeCount`,
 // `lastChange`): a listing that started before it and ends after it may not show it, so it is
-// applied as raced (expired, listed again when next used) instead of undoing the change. The
+// applied as raced (expired, listed again when next used), and the change, recorded while a
+// listing of its directory is on its way (`noteEntry`), wins over that listing (D-388). The
 // provider's own report of the same change (inotify for a local directory) arrives later and
 // only makes the catalog ask again: the item is already where the report says.
 
