@@ -238,7 +238,7 @@ extension NodeType {
 extension NodeAttributes {
     var statValue: stat {
         var result = stat()
-        result.st_ino = ino_t(inode.rawValue)
+        result.st_ino = ino_t(serialNumber)  // the item's number, not the node id (D-389)
         result.st_mode = type.modeBits | mode_t(permissions & 0o7777)
         result.st_nlink = nlink_t(linkCount)
         result.st_uid = uid

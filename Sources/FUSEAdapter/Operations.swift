@@ -512,7 +512,7 @@ private func replyDirectory(_ request: fuse_req_t, _ entries: [DirectoryEntry], 
     var used = 0
     for entry in entries {
         var attributes = stat()
-        attributes.st_ino = ino_t(entry.inode.rawValue)
+        attributes.st_ino = ino_t(entry.serialNumber)
         attributes.st_mode = entry.type.modeBits
         let needed = fuse_add_direntry(
             request, buffer + used, capacity - used, entry.name, &attributes, off_t(Int64(bitPattern: entry.cookie)))

@@ -195,8 +195,10 @@ extension Catalog {
             // The directory's entries changed: its attributes, not its dentry (D-382).
             let directories = Self.noteChange(in: [item.parent], of: &catalog)
             catalog.items[item.identifier] = item
-            // A new file: a local version left by an earlier file of that name is not its base.
+            // A new file: a local version left by an earlier file of that name is not its base,
+            // and its number is its own (D-389).
             catalog.localVersions[item.identifier] = nil
+            catalog.serials.renew(item.identifier)
             catalog.refreshedAt[item.identifier] = now
             if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
             if catalog.children[item.parent] != nil {

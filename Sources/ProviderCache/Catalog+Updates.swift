@@ -48,6 +48,9 @@ extension Catalog {
             }
             if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
             catalog.items[item.identifier] = item
+            // Another kind under the identifier is another item: another number (D-389).
+            if let old, old.kind != item.kind { catalog.serials.renew(item.identifier) }
+            catalog.serials.number(for: item.identifier)
             if item.identifier != .root, catalog.children[item.parent] != nil {
                 if catalog.children[item.parent]!.insert(item.identifier).inserted || old?.name != item.name {
                     if let old { catalog.names[item.parent]?[NameKey(old.name)] = nil }
@@ -158,6 +161,7 @@ extension Catalog {
                     }
                     toSave.append(item)
                     catalog.items[item.identifier] = item
+                    catalog.serials.number(for: item.identifier)
                     if old?.name != item.name { renamed = true }
                 }
                 if catalog.refreshedAt.updateValue(now, forKey: item.identifier) == now { stampedTwice = true }
@@ -292,6 +296,7 @@ extension Catalog {
         while let next = stack.popLast() {
             guard let item = catalog.items.removeValue(forKey: next) else { continue }
             removed.append(next)
+            catalog.serials.remove(next)
             if !catalog.metadataOnly.isEmpty { catalog.metadataOnly.remove(next) }
             if !catalog.unborn.isEmpty { catalog.unborn.remove(next) }
             stack += catalog.children.removeValue(forKey: next) ?? []
@@ -330,7 +335,11 @@ extension Catalog {
     func save(_ items: [ProviderItem]) {
         guard !items.isEmpty else { return }
         let stored = state.withLock { catalog in
-            items.map { StoredItem(item: $0, childrenListed: catalog.children[$0.identifier] != nil) }
+            items.map {
+                StoredItem(
+                    item: $0, childrenListed: catalog.children[$0.identifier] != nil,
+                    serial: catalog.serials.number(for: $0.identifier))
+            }
         }
         do { try environment.store.saveItems(stored) } catch {
             environment.logger.warning("cannot save items to the metadata store: \(error)")

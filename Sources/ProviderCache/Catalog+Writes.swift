@@ -66,6 +66,7 @@ extension Catalog {
     /// the item table, confirmed now.
     private static func place(_ item: ProviderItem, at now: Duration, in catalog: inout State) {
         catalog.items[item.identifier] = item
+        catalog.serials.number(for: item.identifier)
         catalog.refreshedAt[item.identifier] = now
         if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
         guard item.identifier != .root, catalog.children[item.parent] != nil else { return }
@@ -142,8 +143,15 @@ extension Catalog {
             return directories
         }
         content.identifiersMoved(swapped)
+        // The items are forgotten but keep their numbers, swapped with their places: listed
+        // again, each shows the st_ino it had (D-389).
+        let kept = state.withLock { catalog in
+            catalog.serials.rekey(swapped)
+            return catalog.serials.numbers.filter { swapped($0.key) != nil }
+        }
         removeItem(one, keepingContent: true)
         removeItem(other, keepingContent: true)
+        state.withLock { catalog in catalog.serials.restoreKept(kept) }
         tell(directories)
     }
 
@@ -235,6 +243,7 @@ extension Catalog {
             rekey(&catalog.listedAt)
             rekey(&catalog.refreshedAt)
             rekey(&catalog.lastChange)
+            catalog.serials.rekey(moves)  // an item keeps its st_ino when it moves (D-389)
             // Local versions of written files (Catalog+Local.swift), also of items the catalog
             // forgot (an exchange forgets both subtrees but keeps their local versions, D-383).
             var localMoves: [(ItemIdentifier, LocalVersion)] = []
@@ -257,7 +266,11 @@ extension Catalog {
                 catalog.children[parent]!.insert(to)
                 if let name = catalog.items[to]?.name { catalog.names[parent]?[NameKey(name)] = to }
             }
-            let saved = items.map { StoredItem(item: $0.1, childrenListed: catalog.children[$0.0] != nil) }
+            let saved = items.map {
+                StoredItem(
+                    item: $0.1, childrenListed: catalog.children[$0.0] != nil,
+                    serial: catalog.serials.number(for: $0.0))
+            }
             return (moves, saved)
         }
         if !moves.isEmpty {

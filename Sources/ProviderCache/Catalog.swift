@@ -107,6 +107,9 @@ public final class Catalog: Sendable {
         /// undo it (D-388). Kept only while a listing of the directory is on its way.
         var listingsInFlight: [ItemIdentifier: Int] = [:]
         var changedWhileListed: [ItemIdentifier: [ItemIdentifier: (count: UInt64, present: Bool)]] = [:]
+        /// Every item's st_ino (D-389): handed out where an item enters `items`, re-keyed with
+        /// it, dropped with it, saved with it.
+        var serials = ItemSerials()
     }
 
     /// Content of an item that the catalog no longer has in that version: every version of
@@ -128,8 +131,12 @@ public final class Catalog: Sendable {
         self.environment = environment
         self.content = content
         var catalog = State()
+        var unnumbered: [ItemIdentifier] = []
         for stored in storedItems {
             catalog.items[stored.item.identifier] = stored.item
+            if catalog.serials.restore(stored.item.identifier, stored.serial) {
+                unnumbered.append(stored.item.identifier)
+            }
             if stored.childrenListed, stored.item.kind == .directory {
                 catalog.children[stored.item.identifier, default: []] = catalog.children[stored.item.identifier] ?? []
             }
@@ -145,6 +152,21 @@ public final class Catalog: Sendable {
                 uniquingKeysWith: { first, _ in first })
         }
         if catalog.items[.root] == nil { catalog.items[.root] = Self.placeholderRoot() }
+        // Rows of an older cache had no number: numbered once, after every kept number is known,
+        // and saved so the next session shows the same ones.
+        catalog.serials.numberRestored(unnumbered)
+        let unnumberedSet = Set(unnumbered)
+        let renumbered = storedItems.filter { unnumberedSet.contains($0.item.identifier) }
+            .map { stored in
+                var stored = stored
+                stored.serial = catalog.serials[stored.item.identifier] ?? 0
+                return stored
+            }
+        if !renumbered.isEmpty {
+            do { try environment.store.saveItems(renumbered) } catch {
+                environment.logger.warning("cannot save the items' serial numbers to the metadata store: \(error)")
+            }
+        }
         state = Locked(catalog)
         let provider = environment.provider
         pushesChanges = provider.capabilities.contains(.changeNotifying)
@@ -175,6 +197,18 @@ public final class Catalog: Sendable {
     /// The content version the catalog holds for `identifier` (nil: not known).
     func currentVersion(of identifier: ItemIdentifier) -> ContentVersion? {
         state.withLock { $0.items[identifier]?.contentVersion }
+    }
+
+    /// What stat shows as the item's st_ino (D-389): its number for as long as the catalog holds
+    /// it, and across sessions. An identifier the catalog does not hold gets one now (kept until
+    /// the item is removed).
+    public func serialNumber(of identifier: ItemIdentifier) -> UInt64 {
+        state.withLock { $0.serials.number(for: identifier) }
+    }
+
+    /// The numbers of `identifiers`, in order (one lock for a directory's listing).
+    public func serialNumbers(of identifiers: [ItemIdentifier]) -> [UInt64] {
+        state.withLock { catalog in identifiers.map { catalog.serials.number(for: $0) } }
     }
 
     /// Whether the catalog holds a listing of `identifier` (from any session).

@@ -10,9 +10,12 @@ import SystemSupport
 public struct StoredItem: Sendable, Equatable {
     public var item: ProviderItem
     public var childrenListed: Bool
-    public init(item: ProviderItem, childrenListed: Bool) {
+    /// What stat shows as st_ino (`ItemSerials`, D-389); 0: none kept (a row of an older cache).
+    public var serial: UInt64
+    public init(item: ProviderItem, childrenListed: Bool, serial: UInt64 = 0) {
         self.item = item
         self.childrenListed = childrenListed
+        self.serial = serial
     }
 }
 

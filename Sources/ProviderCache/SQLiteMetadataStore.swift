@@ -84,6 +84,11 @@ public final class SQLiteMetadataStore: MetadataStore {
             try db.execute("ALTER TABLE uploads ADD COLUMN permissions INTEGER")
             try db.execute("ALTER TABLE uploads ADD COLUMN creates INTEGER NOT NULL DEFAULT 0")
         }
+        // The item's serial number, what stat shows as st_ino (D-389). Rows of older caches keep
+        // NULL and get a number when loaded.
+        migrator.registerMigration("provider cache v6: item serial numbers") { db in
+            try db.execute("ALTER TABLE items ADD COLUMN serial INTEGER")
+        }
         return migrator
     }
 
@@ -110,7 +115,11 @@ public final class SQLiteMetadataStore: MetadataStore {
                     contentVersion: ContentVersion(try row["version"] as String),
                     permissions: UInt16(truncatingIfNeeded: try row["permissions"] as Int64),
                     symbolicLinkTarget: try row["link_target"])
-                result.append(StoredItem(item: item, childrenListed: try row["children_listed"]))
+                let serial: Int64? = try row["serial"]
+                result.append(
+                    StoredItem(
+                        item: item, childrenListed: try row["children_listed"],
+                        serial: UInt64(clamping: max(0, serial ?? 0))))
             }
             return result
         }
@@ -124,18 +133,19 @@ public final class SQLiteMetadataStore: MetadataStore {
                 try db.execute(
                     """
                     INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
-                        version, permissions, link_target, children_listed)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        version, permissions, link_target, children_listed, serial)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
                         kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
                         mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
                         permissions = excluded.permissions, link_target = excluded.link_target,
-                        children_listed = excluded.children_listed
+                        children_listed = excluded.children_listed, serial = excluded.serial
                     """,
                     [
                         item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
                         item.modificationTime.seconds, item.modificationTime.nanoseconds, item.contentVersion.rawValue,
                         Int64(item.permissions), item.symbolicLinkTarget, stored.childrenListed,
+                        Int64(clamping: stored.serial),
                     ])
             }
         }

@@ -716,6 +716,9 @@ public struct DifferentialReport: Sendable, CustomStringConvertible {
     /// The operations run (up to and including a divergence).
     public var operations: [FileOperation]
     public var divergence: Divergence?
+    /// Where an item's identity first differed (st_ino changed while the reference's did not, or
+    /// two items shared one number; `IdentityTracker`), with the step it followed.
+    public var identityDifference: (step: Int, operation: FileOperation, problem: String)?
     /// Differences of the final trees (empty when they agree, or when a step diverged).
     public var treeDifferences: [String]
     /// Each known deviation's reason and how many steps it excused (every one listed, 0 too).
@@ -723,12 +726,16 @@ public struct DifferentialReport: Sendable, CustomStringConvertible {
     public var referenceRoot: String
     public var subjectRoot: String
 
-    public var passed: Bool { divergence == nil && treeDifferences.isEmpty }
+    public var passed: Bool { divergence == nil && identityDifference == nil && treeDifferences.isEmpty }
 
     public var description: String {
         var lines: [String] = []
         if let divergence {
             lines.append("differential run, seed \(seed): diverged at \(divergence)")
+        } else if let identityDifference {
+            lines.append(
+                "differential run, seed \(seed): identity differs after step #\(identityDifference.step) \(identityDifference.operation): \(identityDifference.problem)"
+            )
         } else if !treeDifferences.isEmpty {
             lines.append("differential run, seed \(seed): every step agreed, the final trees differ:")
             lines += treeDifferences.map { "  " + $0 }
@@ -757,7 +764,8 @@ public enum DifferentialTester {
     /// two roots (`ignoring` top-level names of the subject, such as a mount's own entries).
     public static func run(
         seed: UInt64, steps: Int, reference: any FileOperationRunner, subject: any FileOperationRunner,
-        deviations: [KnownDeviation] = [], comparePermissions: Bool = true, ignoring: Set<String> = []
+        deviations: [KnownDeviation] = [], comparePermissions: Bool = true, ignoring: Set<String> = [],
+        checkIdentity: Bool = true
     ) -> DifferentialReport {
         let excluded = deviations.reduce(into: Set<FileOperation.Kind>()) { $0.formUnion($1.excludedKinds) }
         var generator = FileOperationGenerator(
@@ -770,27 +778,93 @@ public enum DifferentialTester {
             reference.closeAll()
             subject.closeAll()
         }
+        var identities = IdentityTracker()
         for step in 0..<steps {
             let operation = generator.next()
             report.operations.append(operation)
             let expected = reference.perform(operation)
             let actual = subject.perform(operation)
-            if expected == actual { continue }
-            if let index = deviations.firstIndex(where: { $0.accepts(operation, expected, actual) }) {
+            if expected != actual {
+                guard let index = deviations.firstIndex(where: { $0.accepts(operation, expected, actual) }) else {
+                    report.divergence = Divergence(
+                        step: step, operation: operation, reference: expected, subject: actual)
+                    break
+                }
                 used[index] += 1
-                continue
             }
-            report.divergence = Divergence(step: step, operation: operation, reference: expected, subject: actual)
-            break
+            // Every item keeps its st_ino as long as the reference's keeps its own (D-389).
+            if checkIdentity,
+                let problem = identities.check(reference: reference.root, subject: subject.root, ignoring: ignoring)
+            {
+                report.identityDifference = (step, operation, problem)
+                break
+            }
         }
         report.deviationsUsed = zip(deviations, used).map { ($0.reason, $1) }
-        guard report.divergence == nil else { return report }
+        guard report.divergence == nil, report.identityDifference == nil else { return report }
         reference.closeAll()
         subject.closeAll()
         let expectedTree = FileTreeSnapshot.capture(reference.root)
         let actualTree = FileTreeSnapshot.capture(subject.root, ignoring: ignoring)
         report.treeDifferences = actualTree.differences(from: expectedTree, comparePermissions: comparePermissions)
         return report
+    }
+}
+
+// MARK: - Identity
+
+/// Judges the subject's st_ino against the reference's, step by step: two paths show one number
+/// on the subject exactly when they do on the reference (hard links), and an item the reference
+/// kept (its number unchanged from one step to the next) kept its number on the subject too,
+/// through renames, writes and everything else. Numbers themselves are never compared, and a
+/// number the reference freed may come back for another item on either side.
+public struct IdentityTracker: Sendable {
+    /// The reference's number → the subject's, for the items of the last check.
+    private var mapping: [UInt64: UInt64] = [:]
+
+    public init() {}
+
+    /// Relative path → st_ino (lstat) of everything under `root`.
+    public static func numbers(_ root: String, ignoring: Set<String> = []) -> [String: UInt64] {
+        var numbers: [String: UInt64] = [:]
+        func walk(_ relative: String) {
+            let directory = relative.isEmpty ? root : root + "/" + relative
+            guard case .success(let names) = directoryNames(directory) else { return }
+            for name in names where !(relative.isEmpty && ignoring.contains(name)) {
+                let child = relative.isEmpty ? name : relative + "/" + name
+                var info = stat()
+                guard lstat(root + "/" + child, &info) == 0 else { continue }
+                numbers[child] = UInt64(info.st_ino)
+                if FileKind(mode: info.st_mode) == .directory { walk(child) }
+            }
+        }
+        walk("")
+        return numbers
+    }
+
+    /// nil when the subject's identities agree with the reference's, else what differs. Paths
+    /// on one side only are left to the comparison of trees.
+    public mutating func check(reference: String, subject: String, ignoring: Set<String> = []) -> String? {
+        let expected = Self.numbers(reference)
+        let actual = Self.numbers(subject, ignoring: ignoring)
+        var next: [UInt64: UInt64] = [:]
+        var owner: [UInt64: (reference: UInt64, path: String)] = [:]
+        for (path, number) in expected.sorted(by: { $0.key < $1.key }) {
+            guard let shown = actual[path] else { continue }
+            if let other = next[number], other != shown {
+                return "\(path) shows st_ino \(shown), another name of the same item shows \(other)"
+            }
+            if let taken = owner[shown], taken.reference != number {
+                return "\(path) shows st_ino \(shown), which \(taken.path), another item, shows too"
+            }
+            if let before = mapping[number], before != shown {
+                return "\(path) changed its st_ino from \(before) to \(shown) (the reference's stayed \(number))"
+            }
+            next[number] = shown
+            owner[shown] = (number, path)
+        }
+        mapping = next
+        return nil
     }
 }
 

@@ -43,7 +43,13 @@ public struct Timestamp: Sendable, Hashable, Comparable {
 
 /// What `stat(2)` shows for a node.
 public struct NodeAttributes: Sendable, Equatable {
+    /// The kernel's node (the FUSE node id): may change while the item lives (a forgotten node
+    /// is looked up under a new number).
     public var inode: InodeNumber
+    /// What stat shows as st_ino: the item's number for its whole life in the mount, across
+    /// renames, uploads, new versions and remounts (D-389). Defaults to the node id for nodes
+    /// that are not items.
+    public var serialNumber: UInt64
     public var type: NodeType
     /// Permission bits only (mode & 0o7777).
     public var permissions: UInt16
@@ -64,9 +70,10 @@ public struct NodeAttributes: Sendable, Equatable {
     public init(
         inode: InodeNumber, type: NodeType, permissions: UInt16, linkCount: UInt32, uid: UInt32, gid: UInt32,
         size: Int64, blocks: Int64, blockSize: UInt32 = 4096, accessTime: Timestamp, modificationTime: Timestamp,
-        changeTime: Timestamp
+        changeTime: Timestamp, serialNumber: UInt64? = nil
     ) {
         self.inode = inode
+        self.serialNumber = serialNumber ?? inode.rawValue
         self.type = type
         self.permissions = permissions
         self.linkCount = linkCount
@@ -166,11 +173,14 @@ public struct OpenedFile: Sendable, Equatable {
 public struct DirectoryEntry: Sendable, Equatable {
     public var name: String
     public var inode: InodeNumber
+    /// What readdir shows as d_ino: the item's st_ino (`NodeAttributes.serialNumber`).
+    public var serialNumber: UInt64
     public var type: NodeType
     public var cookie: UInt64
-    public init(name: String, inode: InodeNumber, type: NodeType, cookie: UInt64) {
+    public init(name: String, inode: InodeNumber, serialNumber: UInt64? = nil, type: NodeType, cookie: UInt64) {
         self.name = name
         self.inode = inode
+        self.serialNumber = serialNumber ?? inode.rawValue
         self.type = type
         self.cookie = cookie
     }

@@ -174,13 +174,15 @@ extension ProviderFileSystem {
         let coordination = namespaceClaims
         let claim = try await coordination.acquireNamespaceClaims(
             NamespaceClaimRequest(change: .deleting(path: path, isDirectory: directory), context: context))
+        // Its open descriptors keep showing its st_ino (its number goes with it).
+        let serial = cache.catalog.serialNumber(of: item.identifier)
         do {
             try await cache.delete(item)
         } catch {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
-        state.withLock { Self.detachRemoved(item, in: &$0) }
+        state.withLock { Self.detachRemoved(item, serial: serial, in: &$0) }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -249,6 +251,8 @@ extension ProviderFileSystem {
                 context: context))
         var moves: [ItemIdentifier: ItemIdentifier]
         let moved: ProviderItem
+        // A replaced item's descriptors keep showing its st_ino (its number goes with it).
+        let destinationSerial = destination.map { cache.catalog.serialNumber(of: $0.identifier) }
         do {
             (moved, moves) = try await cache.move(
                 source, to: to.directory, named: newName, mode: mode, replaced: destination)
@@ -289,7 +293,7 @@ extension ProviderFileSystem {
                     }
                 } else {
                     // Replaced: its open descriptors keep its last attributes (and their bytes).
-                    Self.detachRemoved(destination, in: &state)
+                    Self.detachRemoved(destination, serial: destinationSerial ?? 0, in: &state)
                 }
             }
             state.inodes.rekey(moves)
@@ -323,8 +327,8 @@ extension ProviderFileSystem {
     /// The attributes of a node whose item was deleted or replaced through the mount (an
     /// unlinked open file): its last ones, with link count 0 as on a local file system.
     func removedAttributes(_ inode: InodeNumber) -> NodeAttributes? {
-        guard let item = state.withLock({ $0.removed.isEmpty ? nil : $0.removed[inode] }) else { return nil }
-        var attributes = attributes(of: item, presentBytes: item.size, inode: inode)
+        guard let (item, serial) = state.withLock({ $0.removed.isEmpty ? nil : $0.removed[inode] }) else { return nil }
+        var attributes = attributes(of: item, presentBytes: item.size, inode: inode, serial: serial)
         attributes.linkCount = 0
         // Open for writing when it was removed: its handles go on writing their (unlinked) staging
         // copy, and fstat shows its length and last change, as for an unlinked local file.
@@ -343,8 +347,8 @@ extension ProviderFileSystem {
     /// The item is gone from its name: a node the kernel holds keeps answering its last
     /// attributes (`removedAttributes`), and its number is no longer handed out for the identifier.
     /// Called with the state locked.
-    static func detachRemoved(_ item: ProviderItem, in state: inout State) {
-        if let inode = state.inodes.inode(of: item.identifier) { state.removed[inode] = item }
+    static func detachRemoved(_ item: ProviderItem, serial: UInt64, in state: inout State) {
+        if let inode = state.inodes.inode(of: item.identifier) { state.removed[inode] = (item, serial) }
         state.inodes.detach(item.identifier)
     }
 

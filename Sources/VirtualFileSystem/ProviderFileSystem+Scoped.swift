@@ -146,14 +146,19 @@ extension ProviderFileSystem {
         NodeAttributes(
             inode: inode, type: .directory, permissions: 0o111, linkCount: 1, uid: options.uid, gid: options.gid,
             size: 0, blocks: 0, accessTime: Timestamp(seconds: 0), modificationTime: Timestamp(seconds: 0),
-            changeTime: Timestamp(seconds: 0))
+            changeTime: Timestamp(seconds: 0), serialNumber: Self.accessPathSerial(inode))
     }
+
+    /// The st_ino of an access path's own directories (`.scoped`, `.scoped/<token>`): out of the
+    /// range of items' numbers (`Catalog.serialNumber`), which count up from 1 (D-389).
+    static func accessPathSerial(_ inode: InodeNumber) -> UInt64 { (1 << 62) | inode.rawValue }
 
     /// `.scoped/<token>`: a read-only directory with the granted item's times.
     func tokenDirectoryAttributes(
         _ inode: InodeNumber, scopeItem: ProviderItem, _ check: ScopedCheck
     ) -> NodeAttributes {
         var attributes = attributes(of: scopeItem, presentBytes: 0, inode: inode)
+        attributes.serialNumber = Self.accessPathSerial(inode)
         attributes.type = .directory
         attributes.permissions = 0o555
         attributes.size = 0
@@ -367,17 +372,30 @@ extension ProviderFileSystem {
                         ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0,
                         check: check)
             }
+            // d_ino: an item's own st_ino, an access path's synthetic directories their own (D-389).
+            let itemParent =
+                parentInode == (scopedDirectoryInode ?? .root) ? nil : cache.catalog.knownItem(open.identifier)?.parent
             var entries = [
-                DirectoryEntry(name: ".", inode: open.inode, type: .directory, cookie: 1),
-                DirectoryEntry(name: "..", inode: parentInode, type: .directory, cookie: 2),
+                DirectoryEntry(
+                    name: ".", inode: open.inode,
+                    serialNumber: node.role == .token
+                        ? Self.accessPathSerial(open.inode) : cache.catalog.serialNumber(of: open.identifier),
+                    type: .directory, cookie: 1),
+                DirectoryEntry(
+                    name: "..", inode: parentInode,
+                    serialNumber: itemParent.map { cache.catalog.serialNumber(of: $0) }
+                        ?? Self.accessPathSerial(parentInode),
+                    type: .directory, cookie: 2),
             ]
-            for child in children {
+            let serials = cache.catalog.serialNumbers(of: children.map(\.identifier))
+            for (child, serial) in zip(children, serials) {
                 let inode = bindScoped(
                     ScopedKey(token: node.token, role: .item(child.identifier)), kind: child.kind, references: 0,
                     check: check)
                 entries.append(
                     DirectoryEntry(
-                        name: child.name, inode: inode, type: NodeType(child.kind), cookie: UInt64(entries.count + 1)))
+                        name: child.name, inode: inode, serialNumber: serial, type: NodeType(child.kind),
+                        cookie: UInt64(entries.count + 1)))
             }
             let built = entries
             state.withLock { $0.directories[handle]?.snapshot = built }

@@ -127,7 +127,7 @@ public final class ProviderFileSystem: FileSystem {
         /// Nodes whose item was deleted or replaced through the mount while the kernel still holds
         /// them (an open descriptor): their last item, answered by getattr (link count 0) until
         /// forgotten (ProviderFileSystem+Namespace.swift).
-        var removed: [InodeNumber: ProviderItem] = [:]
+        var removed: [InodeNumber: (item: ProviderItem, serial: UInt64)] = [:]
         mutating func allocateHandle() -> FileHandleID {
             defer { nextHandle += 1 }
             return FileHandleID(nextHandle)
@@ -186,8 +186,10 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     /// `presentBytes`: how much of the item's current version is stored locally (st_blocks).
+    /// `serial`: the st_ino to show (nil: the item's, `Catalog.serialNumber`; a removed node keeps
+    /// the one it had).
     func attributes(
-        of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false
+        of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false, serial: UInt64? = nil
     ) -> NodeAttributes {
         let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
         // Writable: the staged length and last change while write handles are open
@@ -222,7 +224,8 @@ public final class ProviderFileSystem: FileSystem {
             uid: options.uid, gid: options.gid,
             size: item.kind == .symbolicLink
                 ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
-            blocks: blocks, accessTime: time, modificationTime: time, changeTime: time)
+            blocks: blocks, accessTime: time, modificationTime: time, changeTime: time,
+            serialNumber: serial ?? cache.catalog.serialNumber(of: item.identifier))
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
         attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
         return attributes
@@ -373,14 +376,18 @@ public final class ProviderFileSystem: FileSystem {
                 throw FileSystemError(error)
             }
             let parentIdentifier = cache.catalog.knownItem(open.identifier)?.parent ?? .root
+            // d_ino is each item's st_ino (D-389); the node ids stay the kernel's.
+            let serials = cache.catalog.serialNumbers(
+                of: [open.identifier, open.identifier == .root ? .root : parentIdentifier] + children.map(\.identifier))
             let built = state.withLock { state -> [DirectoryEntry] in
                 let parentInode = state.inodes.bind(parentIdentifier, kind: .directory).0
                 var entries = [
-                    DirectoryEntry(name: ".", inode: open.inode, type: .directory, cookie: 1),
+                    DirectoryEntry(name: ".", inode: open.inode, serialNumber: serials[0], type: .directory, cookie: 1),
                     DirectoryEntry(
-                        name: "..", inode: open.identifier == .root ? .root : parentInode, type: .directory, cookie: 2),
+                        name: "..", inode: open.identifier == .root ? .root : parentInode, serialNumber: serials[1],
+                        type: .directory, cookie: 2),
                 ]
-                for child in children {
+                for (child, serial) in zip(children, serials.dropFirst(2)) {
                     // A provider item named `.scoped` at the root is hidden by the access paths.
                     if open.identifier == .root, child.name == Self.scopedDirectoryName, state.scopedDirectory != nil {
                         continue
@@ -388,7 +395,7 @@ public final class ProviderFileSystem: FileSystem {
                     let inode = state.inodes.bind(child.identifier, kind: child.kind).0
                     entries.append(
                         DirectoryEntry(
-                            name: child.name, inode: inode, type: NodeType(child.kind),
+                            name: child.name, inode: inode, serialNumber: serial, type: NodeType(child.kind),
                             cookie: UInt64(entries.count + 1)))
                 }
                 state.directories[handle]?.snapshot = entries

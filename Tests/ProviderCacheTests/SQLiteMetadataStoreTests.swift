@@ -38,4 +38,32 @@ struct SQLiteMetadataStoreTests {
         let reopened = try SQLiteMetadataStore(path: path)
         #expect(try reopened.loadContents().first { $0.identifier == ItemIdentifier("b") } == record)
     }
+
+    @Test(
+        "an item's serial number is saved and loaded; a row saved before serial numbers were kept loads with none (0)")
+    func itemSerialMigration() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")
+        defer { directory.remove() }
+        let path = directory.path + "/metadata.sqlite"
+        do {
+            let old = try DatabaseQueue(path: path, migrator: SQLiteMetadataStore.migrator.prefix(5))
+            try old.write { db in
+                try db.execute(
+                    """
+                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds, version,
+                        permissions, children_listed)
+                    VALUES ('old', '', 'old', 'file', 1, 0, 0, 'v1', 420, 0)
+                    """)
+            }
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        #expect(try store.loadItems().map(\.serial) == [0])
+        let item = ProviderItem(
+            identifier: ItemIdentifier("new"), parent: .root, name: "new", kind: .file, size: 2,
+            modificationTime: ItemTime(seconds: 1), contentVersion: ContentVersion("v2"))
+        try store.saveItems([StoredItem(item: item, childrenListed: false, serial: 4_000_000_007)])
+        let reopened = try SQLiteMetadataStore(path: path)
+        let loaded = try reopened.loadItems().first { $0.item.identifier == ItemIdentifier("new") }
+        #expect(loaded?.serial == 4_000_000_007)
+    }
 }
