@@ -173,6 +173,36 @@ struct DifferentialHarnessTests {
         #expect(divergence.description.contains("bytes differ first at offset 10"), "\(divergence)")
     }
 
+    @Test("a subject whose renamed file comes out as a copy (a new st_ino) is caught at that rename")
+    func aChangedIdentityIsCaught() throws {
+        var copiedAt: Int?
+        let report = try withTwoRoots { reference, subject in
+            let subjectRunner = TamperingRunner(root: subject) { index, operation, result in
+                // The renamed file replaced by a copy of itself: same bytes and mode, new inode.
+                guard copiedAt == nil, case .rename(_, let to, .plain) = operation, result == .done else {
+                    return result
+                }
+                let path = subject + "/" + to
+                var info = stat()
+                guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+                    let bytes = try? readFile(path)
+                else { return result }
+                try? writeFile(path + ".copy", bytes)
+                chmod(path + ".copy", info.st_mode & 0o7777)
+                rename(path + ".copy", path)
+                copiedAt = index
+                return result
+            }
+            return DifferentialTester.run(
+                seed: 7, steps: 400, reference: DirectoryRunner(root: reference), subject: subjectRunner)
+        }
+        let step = try #require(copiedAt, "the sequence renamed no file")
+        let difference = try #require(report.identityDifference, "\(report)")
+        #expect(difference.step == step)
+        #expect(difference.problem.contains("st_ino"), "\(difference.problem)")
+        #expect(!report.passed && report.description.contains("identity differs after step #\(step)"))
+    }
+
     @Test("a file planted in the subject is found by a listing or by the final tree comparison")
     func aPlantedFileIsCaught() throws {
         for seed: UInt64 in [3, 5] {
