@@ -1,5 +1,8 @@
-// Node numbers for provider items: stable for the life of a mount while the kernel holds them,
-// never reused within a mount, with lookup counts the kernel's `forget` pays back.
+// Node numbers (FUSE node ids) for provider items: stable for the life of a mount while the kernel
+// holds them, never reused within a mount for another item, with lookup counts the kernel's
+// `forget` pays back. An item's node id is its serial number (its st_ino, D-389) whenever no other
+// node holds that number, so traces name items by the number stat shows; otherwise, and for
+// access-path nodes, a spare id from 2^62 up. st_ino is the serial number either way.
 
 import ProviderModel
 
@@ -30,7 +33,9 @@ struct InodeTable {
     private(set) var nodes: [InodeNumber: Node] = [:]
     private var byIdentifier: [ItemIdentifier: InodeNumber] = [:]
     private var bindings: [ItemIdentifier: UInt64] = [:]
-    private var nextInode: UInt64 = 2
+    /// The first node id that is not an item's serial number (those count up from 1).
+    static let spareBase: UInt64 = 1 << 62
+    private var nextSpare: UInt64 = InodeTable.spareBase
 
     init() {
         nodes[.root] = Node(identifier: .root, kind: .directory, lookupCount: 1, generation: 1)
@@ -50,22 +55,25 @@ struct InodeTable {
         return read(&nodes.values[index])
     }
 
-    /// A fresh number that no item node will get (access-path nodes, kept by ProviderFileSystem).
+    /// A fresh number that no item's serial number is (access-path nodes, kept by
+    /// ProviderFileSystem; an item whose serial number another node holds).
     mutating func reserve() -> InodeNumber {
-        defer { nextInode += 1 }
-        return InodeNumber(nextInode)
+        defer { nextSpare += 1 }
+        return InodeNumber(nextSpare)
     }
 
     /// The node of `identifier`, made if needed. A node whose kind no longer matches is detached
     /// and replaced, so the kernel never sees a file turn into a directory under one number.
-    /// `generation` counts how often the identifier was bound in this mount.
-    mutating func bind(_ identifier: ItemIdentifier, kind: ItemKind) -> (InodeNumber, UInt64) {
+    /// `generation` counts how often the identifier was bound in this mount. `serial`: the item's
+    /// serial number, the new node's id unless another node holds it.
+    mutating func bind(_ identifier: ItemIdentifier, kind: ItemKind, serial: UInt64) -> (InodeNumber, UInt64) {
         if let inode = byIdentifier[identifier], let node = nodes[inode] {
             if node.kind == kind || identifier == .root { return (inode, node.generation) }
             byIdentifier[identifier] = nil
         }
-        let inode = InodeNumber(nextInode)
-        nextInode += 1
+        let inode =
+            serial > InodeNumber.root.rawValue && serial < Self.spareBase && nodes[InodeNumber(serial)] == nil
+            ? InodeNumber(serial) : reserve()
         let generation = (bindings[identifier] ?? 0) + 1
         bindings[identifier] = generation
         nodes[inode] = Node(identifier: identifier, kind: kind, lookupCount: 0, generation: generation)
@@ -75,7 +83,7 @@ struct InodeTable {
 
     /// `bind` plus one kernel reference, for a lookup reply: an existing node is found and
     /// counted with one hash of the identifier and one of the number (this runs on every LOOKUP).
-    mutating func bindLookedUp(_ identifier: ItemIdentifier, kind: ItemKind) -> (InodeNumber, UInt64) {
+    mutating func bindLookedUp(_ identifier: ItemIdentifier, kind: ItemKind, serial: UInt64) -> (InodeNumber, UInt64) {
         if let inode = byIdentifier[identifier], let index = nodes.index(forKey: inode) {
             // The node is checked and counted in place: reading `nodes.values[index]` would copy
             // it (and retain its strings) for each field.
@@ -86,7 +94,7 @@ struct InodeTable {
             }
             if let generation = count(&nodes.values[index]) { return (inode, generation) }
         }
-        let (inode, generation) = bind(identifier, kind: kind)
+        let (inode, generation) = bind(identifier, kind: kind, serial: serial)
         nodes[inode]?.lookupCount += 1
         return (inode, generation)
     }

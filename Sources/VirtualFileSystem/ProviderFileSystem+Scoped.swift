@@ -149,9 +149,9 @@ extension ProviderFileSystem {
             changeTime: Timestamp(seconds: 0), serialNumber: Self.accessPathSerial(inode))
     }
 
-    /// The st_ino of an access path's own directories (`.scoped`, `.scoped/<token>`): out of the
-    /// range of items' numbers (`Catalog.serialNumber`), which count up from 1 (D-389).
-    static func accessPathSerial(_ inode: InodeNumber) -> UInt64 { (1 << 62) | inode.rawValue }
+    /// The st_ino of an access path's own directories (`.scoped`, `.scoped/<token>`): their node
+    /// id, which is out of the range of items' numbers (`InodeTable.reserve`, D-389).
+    static func accessPathSerial(_ inode: InodeNumber) -> UInt64 { inode.rawValue }
 
     /// `.scoped/<token>`: a read-only directory with the granted item's times.
     func tokenDirectoryAttributes(

@@ -232,10 +232,14 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     func entry(for item: ProviderItem, presentBytes: Int64, tracked: Bool) -> Entry {
-        let (inode, generation) = state.withLock { $0.inodes.bindLookedUp(item.identifier, kind: item.kind) }
+        let serial = cache.catalog.serialNumber(of: item.identifier)
+        let (inode, generation) = state.withLock {
+            $0.inodes.bindLookedUp(item.identifier, kind: item.kind, serial: serial)
+        }
         let timeout = trackedTimeout(tracked)
         return Entry(
-            attributes: attributes(of: item, presentBytes: presentBytes, inode: inode, tracked: tracked),
+            attributes: attributes(
+                of: item, presentBytes: presentBytes, inode: inode, tracked: tracked, serial: serial),
             generation: generation, attributeTimeout: timeout ?? options.attributeTimeout,
             entryTimeout: timeout ?? options.entryTimeout)
     }
@@ -380,7 +384,7 @@ public final class ProviderFileSystem: FileSystem {
             let serials = cache.catalog.serialNumbers(
                 of: [open.identifier, open.identifier == .root ? .root : parentIdentifier] + children.map(\.identifier))
             let built = state.withLock { state -> [DirectoryEntry] in
-                let parentInode = state.inodes.bind(parentIdentifier, kind: .directory).0
+                let parentInode = state.inodes.bind(parentIdentifier, kind: .directory, serial: serials[1]).0
                 var entries = [
                     DirectoryEntry(name: ".", inode: open.inode, serialNumber: serials[0], type: .directory, cookie: 1),
                     DirectoryEntry(
@@ -392,7 +396,7 @@ public final class ProviderFileSystem: FileSystem {
                     if open.identifier == .root, child.name == Self.scopedDirectoryName, state.scopedDirectory != nil {
                         continue
                     }
-                    let inode = state.inodes.bind(child.identifier, kind: child.kind).0
+                    let inode = state.inodes.bind(child.identifier, kind: child.kind, serial: serial).0
                     entries.append(
                         DirectoryEntry(
                             name: child.name, inode: inode, serialNumber: serial, type: NodeType(child.kind),
