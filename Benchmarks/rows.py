@@ -554,6 +554,75 @@ class Untar(WriteRow):
         return "≥0.5× bindfs", "yes" if ok else "no"
 
 
+def tree_signature(root):
+    """Relative path -> (kind, link target | size and sha256 | mode) of everything under `root`,
+    links not followed: what a correct extraction must reproduce."""
+    import hashlib, stat as stat_module
+    signature = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            relative = os.path.relpath(path, root)
+            if stat_module.S_ISLNK(info.st_mode):
+                signature[relative] = ("link", os.readlink(path))
+            elif stat_module.S_ISDIR(info.st_mode):
+                signature[relative] = ("dir", stat_module.S_IMODE(info.st_mode))
+            else:
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                signature[relative] = ("file", stat_module.S_IMODE(info.st_mode), info.st_size, digest)
+    return signature
+
+
+class UntarReal(WriteRow):
+    """tar x of /usr/include and /usr/share/man (about 33,000 entries, thousands of symbolic links:
+    tar's placeholder check of st_ino runs on every one), then a correctness check: tar must exit
+    0 and the extracted tree must equal a plain extraction (kinds, link targets, modes, bytes);
+    a peer that extracts wrongly gets no value, and the log says what differs (issue 23)."""
+    key = "untar-real"
+    title = "untar of /usr/include + /usr/share/man, checked"
+    unit = "entries/s"
+
+    def iterations(self, default):
+        return min(default, 3)
+
+    def create_data(self, bench):
+        self.tarball = os.path.join(bench.work, "usr-tree.tar")
+        self.reference = os.path.join(bench.work, "usr-tree-reference")
+        if os.path.exists(self.tarball):
+            return
+        subprocess.run(["tar", "cf", self.tarball, "-C", "/", "usr/include", "usr/share/man"], check=True)
+        listing = subprocess.run(["tar", "tf", self.tarball], check=True, capture_output=True).stdout
+        self.entries = listing.count(b"\n")
+        os.makedirs(self.reference)
+        subprocess.run(["tar", "xf", self.tarball, "-C", self.reference], check=True)
+        self.expected = tree_signature(self.reference)
+
+    def measure(self, bench, peer):
+        relative = self.folder(bench, peer)
+        directory = os.path.join(peer.root, relative)
+        os.makedirs(directory)
+        try:
+            start = time.perf_counter()
+            result = subprocess.run(["tar", "xf", self.tarball, "-C", directory], capture_output=True)
+            elapsed = time.perf_counter() - start
+            if result.returncode != 0:
+                raise RuntimeError(f"tar exited {result.returncode}: {result.stderr.decode()[:300]}")
+            actual = tree_signature(directory)
+            wrong = sorted(k for k in set(actual) | set(self.expected) if actual.get(k) != self.expected.get(k))
+            if wrong:
+                raise RuntimeError(f"{len(wrong)} entries differ from a plain extraction, first {wrong[:3]}")
+            return self.entries / elapsed
+        finally:
+            self.cleanup(bench, relative)
+
+    def target_check(self, medians):
+        ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
+        ok = ours is not None and bindfs is not None and ours >= 0.8 * bindfs
+        return "≥0.8× bindfs", "yes" if ok else "no"
+
+
 class SQLiteInserts(WriteRow):
     """sqlite3 (Python's module, the same library) creates a database on the peer and inserts rows
     one transaction each, in its default rollback-journal mode: every commit creates, writes,
@@ -595,5 +664,5 @@ class SQLiteInserts(WriteRow):
 ROWS = [
     ColdSequential(), WarmReread(), StatFiles(), StatFilesUncached(), OpenReadFiles(), FioRandomWarm(),
     TimeToFirstByte(), OpenReadFilesFirst(), AccessPathOpenRead(), AccessPathOpenClose(), AccessPathBulk(),
-    AccessPathBulkDaemon(), SequentialWrite(), Untar(), SQLiteInserts()
+    AccessPathBulkDaemon(), SequentialWrite(), Untar(), UntarReal(), SQLiteInserts()
 ]
