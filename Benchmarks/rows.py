@@ -623,6 +623,93 @@ class UntarReal(WriteRow):
         return "≥0.8× bindfs", "yes" if ok else "no"
 
 
+class SaveLoop(WriteRow):
+    """An editor's save, 200 times: write a temporary file (20 KB), fsync it, rename it over the
+    document (issue 23). The document must end with the last save's bytes."""
+    key = "save-loop"
+    title = "editor save: write + fsync + rename over, ×200"
+    unit = "saves/s"
+    saves = 200
+
+    def measure(self, bench, peer):
+        relative = self.folder(bench, peer)
+        directory = os.path.join(peer.root, relative)
+        os.makedirs(directory)
+        try:
+            temporary, document = os.path.join(directory, "doc.tmp"), os.path.join(directory, "doc.txt")
+            start = time.perf_counter()
+            for index in range(self.saves):
+                data = index.to_bytes(4, "big") * 5000
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(temporary, document)
+            elapsed = time.perf_counter() - start
+            with open(document, "rb") as f:
+                if f.read() != data:
+                    raise RuntimeError("the document does not hold the last save")
+            return self.saves / elapsed
+        finally:
+            self.cleanup(bench, relative)
+
+    def target_check(self, medians):
+        ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
+        ok = ours is not None and bindfs is not None and ours >= 0.5 * bindfs
+        return "≥0.5× bindfs", "yes" if ok else "no"
+
+
+class GitClone(WriteRow):
+    """git clone (local, --no-hardlinks) of a repository of 2,000 files in 100 commits onto the
+    peer, then git fsck and a diff of the work tree against the origin's (issue 23)."""
+    key = "git-clone"
+    title = "git clone of a 2,000-file, 100-commit repository, checked"
+    unit = "s"
+    higher_is_better = False
+
+    def create_data(self, bench):
+        self.origin = os.path.join(bench.work, "origin.git")
+        self.checkout = os.path.join(bench.work, "origin-tree")
+        if os.path.exists(self.origin):
+            return
+        environment = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b",
+                           GIT_COMMITTER_EMAIL="b@b")
+        subprocess.run(["git", "init", "-q", self.checkout], check=True)
+        for commit in range(100):
+            for index in range(20):
+                path = os.path.join(self.checkout, f"dir{commit % 10}", f"file{commit:03}-{index:02}.c")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(os.urandom(100 + (commit * 37 + index * 101) % 4000))
+            subprocess.run(["git", "-C", self.checkout, "add", "-A"], check=True, env=environment)
+            subprocess.run(["git", "-C", self.checkout, "commit", "-qm", f"commit {commit}"], check=True,
+                           env=environment)
+        subprocess.run(["git", "clone", "-q", "--bare", self.checkout, self.origin], check=True)
+
+    def measure(self, bench, peer):
+        relative = self.folder(bench, peer)
+        directory = os.path.join(peer.root, relative)
+        os.makedirs(directory)
+        try:
+            clone = os.path.join(directory, "clone")
+            start = time.perf_counter()
+            subprocess.run(["git", "clone", "-q", "--no-hardlinks", self.origin, clone], check=True)
+            elapsed = time.perf_counter() - start
+            subprocess.run(["git", "-C", clone, "fsck", "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(["diff", "-r", "-q", "-x", ".git", self.checkout, clone], check=True,
+                           stdout=subprocess.DEVNULL)
+            return elapsed
+        finally:
+            self.cleanup(bench, relative)
+
+    def target_check(self, medians):
+        ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
+        ok = ours is not None and bindfs is not None and ours <= bindfs / 0.8
+        return "≥0.8× bindfs", "yes" if ok else "no"
+
+
 class SQLiteInserts(WriteRow):
     """sqlite3 (Python's module, the same library) creates a database on the peer and inserts rows
     one transaction each, in its default rollback-journal mode: every commit creates, writes,
@@ -664,5 +751,6 @@ class SQLiteInserts(WriteRow):
 ROWS = [
     ColdSequential(), WarmReread(), StatFiles(), StatFilesUncached(), OpenReadFiles(), FioRandomWarm(),
     TimeToFirstByte(), OpenReadFilesFirst(), AccessPathOpenRead(), AccessPathOpenClose(), AccessPathBulk(),
-    AccessPathBulkDaemon(), SequentialWrite(), Untar(), UntarReal(), SQLiteInserts()
+    AccessPathBulkDaemon(), SequentialWrite(), Untar(), UntarReal(), SaveLoop(), GitClone(),
+    SQLiteInserts()
 ]

@@ -227,6 +227,10 @@ extension Catalog {
             guard catalog.unborn.remove(identifier) != nil, let parent = catalog.items[identifier]?.parent else {
                 return
             }
+            // A change of the directory: a name lookup asked of the provider before it does not
+            // undo it (`changeMark`, D-392).
+            catalog.changeCount &+= 1
+            catalog.lastChange[parent] = catalog.changeCount
             Self.noteAppeared(identifier, in: parent, of: &catalog)
         }
     }

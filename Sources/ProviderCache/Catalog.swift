@@ -466,6 +466,7 @@ public final class Catalog: Sendable {
             state.withLock({ $0.listedAt[directory] != nil })
         else { return .unknown }
         let answer: ImmediateChild
+        let asked = changeMark(of: directory)
         do { answer = try provider.childNow(named: name, of: directory) } catch { return .unknown }
         let previous = state.withLock { $0.names[directory]?[NameKey(name)] }
         switch answer {
@@ -473,6 +474,8 @@ public final class Catalog: Sendable {
             return .unknown
         case .absent:
             if let previous, let unborn = unbornItem(previous) { return .found(unborn, tracked: false) }
+            // Changed through the mount while the provider was asked (D-392): the async path decides.
+            if previous != nil, changeMark(of: directory) != asked { return .unknown }
             if let previous { removeItem(previous) }
             return .absent
         case .found(let found):
@@ -667,6 +670,7 @@ public final class Catalog: Sendable {
             return try await child(named: name, of: directory, maximumAge: .zero)
         }
         let found: ProviderItem?
+        let asked = changeMark(of: directory)
         do {
             found = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 try await lookup.child(named: name, of: directory)
@@ -687,6 +691,9 @@ public final class Catalog: Sendable {
         guard let found else {
             // Not at the provider yet (D-386).
             if let previous, let unborn = unbornItem(previous) { return unborn }
+            // The mount changed the directory while the provider was asked (a birth, a create, a
+            // rename): the answer may predate the change and does not undo it (D-392).
+            if let previous, changeMark(of: directory) != asked { return knownItem(previous) }
             // Gone from the provider while the listing still has it.
             if let previous { removeItem(previous) }
             return nil
@@ -694,6 +701,12 @@ public final class Catalog: Sendable {
         // Another identifier under that name in the index is the old holder of the name.
         if let previous, previous != found.identifier { removeItem(previous) }
         return apply(found)
+    }
+
+    /// The count of the last change the mount made in `directory` (`noteChange`, a birth): an
+    /// answer the provider gave about the directory while it moved was asked before the change.
+    func changeMark(of directory: ItemIdentifier) -> UInt64 {
+        state.withLock { $0.lastChange[directory] ?? 0 }
     }
 
     /// The names and identifiers the cached listing of `directory` has, without asking the provider.

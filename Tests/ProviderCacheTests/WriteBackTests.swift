@@ -21,7 +21,12 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     /// The permissions and mtime the last upload that got through carried.
     let carried = Locked<(permissions: UInt16?, modificationTime: ItemTime?)>((nil, nil))
 
-    var capabilities: ProviderCapabilities { base.capabilities.union(.writing) }
+    var capabilities: ProviderCapabilities {
+        base.capabilities.union(looksUpNames.withLock { $0 } ? [.writing, .namedChildLookup] : .writing)
+    }
+    /// Whether a lookup asks for one name (`.namedChildLookup`; answered from a listing, so
+    /// `holdNextListing` holds it too).
+    let looksUpNames = Locked(false)
     func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
     func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? { try base.itemNow(for: identifier) }
     func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
@@ -695,6 +700,36 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         // A listing taken after all of it agrees.
         let fresh = try await cache.catalog.children(of: .root, maximumAge: .zero).map(\.name)
         #expect(Set(fresh) == ["d", "is", "late", "new"])
+        await cache.shutdown()
+    }
+
+    /// D-392: a name asked of the provider before a deferred file's birth and answered after it
+    /// ("absent") does not remove the file (an editor's rename of its just-saved temporary file
+    /// failed with ENOENT, and the catalog forgot a file the source had).
+    @Test func aNameAskedBeforeABirthDoesNotUndoIt() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.looksUpNames.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
+        let unborn = try await cache.createFile(named: "doc.tmp", in: .root, permissions: 0o644)
+        let staging = try await cache.writes.openWriter(unborn, truncating: true)
+        try await cache.writes.write(staging, Array("saved".utf8), at: 0)
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(unborn.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        // The listing is past its age: a lookup asks the provider for the name alone.
+        fixture.clock.advance(by: fixture.options.directoryTTL + .seconds(1))
+        fixture.provider.holdNextListing()
+        let lookup = Task { try await cache.catalog.child(named: "doc.tmp", of: .root) }
+        #expect(await eventually { fixture.provider.isHoldingListing }, "the provider was asked for the name")
+        // While the answer ("absent") is on its way, the file is born at the provider.
+        fixture.provider.release()
+        #expect(await cache.writes.waitUntilUploaded(unborn.identifier))
+        #expect(fixture.provider.base.content(of: "doc.tmp")?.0 == .bytes(Array("saved".utf8)))
+        fixture.provider.releaseListing()
+        #expect(try await lookup.value?.identifier == unborn.identifier)
+        #expect(cache.catalog.knownItem(unborn.identifier) != nil, "the catalog still has the file")
         await cache.shutdown()
     }
 
