@@ -36,7 +36,8 @@ private func recordingCache(_ fixture: WriteFixture) throws -> (ProviderCache, L
             guard fstat(descriptor, &info) == 0 else { return Errno.current }
             var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
             let got = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
-            let path = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")) ?? "?"
+            let path =
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")) ?? "?"
             if let error = fileDataSync(descriptor) { return error }
             log.withLock {
                 $0.append(

@@ -92,7 +92,8 @@ struct WriteConflictTests {
             notes, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: .kernel)
         // Someone else rewrites the source while the edit is open.
         try source.write("notes.txt", Array("theirs, longer\n".utf8))
-        _ = try await fileSystem.write(notes, handle: writer.handle, offset: 0, data: Array("ours\n".utf8), context: .kernel)
+        _ = try await fileSystem.write(
+            notes, handle: writer.handle, offset: 0, data: Array("ours\n".utf8), context: .kernel)
         try await fileSystem.flush(notes, handle: writer.handle, context: .kernel)
         await fileSystem.release(notes, handle: writer.handle)
         let identifier = ItemIdentifier("notes.txt")
@@ -152,7 +153,8 @@ struct WriteConflictTests {
         let writer = try await fileSystem.open(open, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
         _ = try await fileSystem.setAttributes(
             open, changes: AttributeChanges(modificationTime: time), handle: nil, context: .kernel)
-        _ = try await fileSystem.write(open, handle: writer.handle, offset: 4, data: Array("more\n".utf8), context: .kernel)
+        _ = try await fileSystem.write(
+            open, handle: writer.handle, offset: 4, data: Array("more\n".utf8), context: .kernel)
         try await fileSystem.flush(open, handle: writer.handle, context: .kernel)
         await fileSystem.release(open, handle: writer.handle)
 
