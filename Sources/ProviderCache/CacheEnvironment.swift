@@ -10,6 +10,8 @@ struct CacheEnvironment: Sendable {
     let options: CacheOptions
     let pool: BlockingIOPool
     let logger: Logger
-    /// How cache files are synced before a range-map save (fdatasync; a seam for tests).
+    /// How cache files are synced (fdatasync; a seam for tests): a content file before its
+    /// range-map save, a staging file before a publish renames it, a content file an fsync
+    /// makes durable (D-381).
     var fileSync: FileSync = fileDataSync
 }

@@ -9,10 +9,11 @@ import Glibc
 import Musl
 #endif
 
-/// How a cache file's written bytes are made durable before its range map is saved: given the
-/// file's descriptor, nil when they are, else the error. `fileDataSync` (fdatasync) in production;
-/// tests inject one to record the sync points or to fail them (`ProviderCache.init(fileSync:)`).
-/// Called on a `BlockingIOPool` thread.
+/// How a cache file's written bytes are made durable: a content file's before its range map is
+/// saved, a staging file's before a publish renames it into the content store, a file published
+/// unsynced at fsync (D-381). Given the file's descriptor, nil when they are, else the error.
+/// `fileDataSync` (fdatasync) in production; tests inject one to record the sync points or to
+/// fail them (`ProviderCache.init(fileSync:)`). Called on a `BlockingIOPool` thread.
 public typealias FileSync = @Sendable (_ descriptor: Int32) -> Errno?
 
 /// fdatasync, retried on EINTR.

@@ -220,18 +220,15 @@ public final class StagingFile: Sendable {
         }
     }
 
-    /// Publishes the file: synced (when `syncing`), then renamed to `target` (a content file
-    /// from now on; the next change copies it back first). Returns its length. On the pool.
-    fileprivate func moveOut(to target: String, syncing: Bool) throws(CacheError) -> Int64 {
+    /// Publishes the file: synced through `sync` (nil: not synced, D-381), then renamed to
+    /// `target` (a content file from now on; the next change copies it back first). Returns its
+    /// length. On the pool.
+    fileprivate func moveOut(to target: String, sync: FileSync?) throws(CacheError) -> Int64 {
         try storage.withLock { (storage: inout Storage) throws(CacheError) -> Int64 in
             // Published already and marked changed again by a write that finished before that
             // publish: the same bytes, published again from a copy.
             try Self.restage(&storage)
-            if syncing {
-                guard retryingOnInterrupt({ fdatasync(storage.fd) }) == 0 else {
-                    throw Self.failure(Errno.current, "sync", storage.path)
-                }
-            }
+            if let sync, let error = sync(storage.fd) { throw Self.failure(error, "sync", storage.path) }
             guard renameFile(storage.path, target) == 0 else {
                 throw CacheError(.io, "cannot publish \(storage.path): \(Errno.current.message)")
             }
@@ -326,8 +323,10 @@ extension ContentStore {
     ) async throws(CacheError) -> ContentRecord {
         let number = reserveFileNumber()
         let target = "\(directory)/content/\(number)"
+        // Synced through the cache's seam (`CacheEnvironment.fileSync`), as downloads are.
+        let sync = syncing ? environment.fileSync : nil
         let size = try await environment.pool.run { () throws(CacheError) -> Int64 in
-            try staging.moveOut(to: target, syncing: syncing)
+            try staging.moveOut(to: target, sync: sync)
         }
         var present = ByteRanges()
         if size > 0 { present.insert(0..<size) }
@@ -352,13 +351,12 @@ extension ContentStore {
             return
         }
         let path = "\(directory)/content/\(number)"
+        let sync = environment.fileSync
         try await environment.pool.run { () throws(CacheError) -> Void in
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { throw CacheError(.io, "cannot open \(path) to sync it: \(Errno.current.message)") }
             defer { close(fd) }
-            guard retryingOnInterrupt({ fdatasync(fd) }) == 0 else {
-                throw CacheError(.io, "cannot sync \(path): \(Errno.current.message)")
-            }
+            if let error = sync(fd) { throw CacheError(.io, "cannot sync \(path): \(error.message)") }
         }
         unsynced.withLock { _ = $0.remove(number) }
     }

@@ -44,8 +44,9 @@ public final class ProviderCache: Sendable {
     let attributeOverrides: AttributeOverrides
 
     /// Opens the cache in `directory` (created if needed), loading the items and range maps the
-    /// store kept from earlier sessions. `fileSync` makes a cache file's bytes durable before its
-    /// range map is saved (fdatasync; tests record or fail it).
+    /// store kept from earlier sessions. `fileSync` makes a cache file's bytes durable: before its
+    /// range map is saved, a staging file's before a publish renames it into the content store,
+    /// and an unsynced published one's at fsync (fdatasync; tests record or fail it).
     public init(
         provider: any Provider, directory: String, store: any MetadataStore,
         clock: any Clock<Duration> = ContinuousClock(), options: CacheOptions = CacheOptions(),

@@ -20,6 +20,8 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     >((0, 0, 0, false, []))
     /// The permissions and mtime the last upload that got through carried.
     let carried = Locked<(permissions: UInt16?, modificationTime: ItemTime?)>((nil, nil))
+    /// Every upload call's target, in order (a replace's base version is the conflict check).
+    let targets = Locked<[UploadTarget]>([])
 
     var capabilities: ProviderCapabilities {
         base.capabilities.union(looksUpNames.withLock { $0 } ? [.writing, .namedChildLookup] : .writing)
@@ -103,6 +105,7 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     func upload(
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem {
+        targets.withLock { $0.append(target) }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = control.withLock { state -> Bool in
                 state.started += 1
@@ -523,7 +526,12 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         // The provider's version changes before the upload gets through.
         fixture.provider.base.putFile("notes.txt", .bytes(Array("remote".utf8)))
         fixture.provider.release()
-        #expect(await eventually { cache.writes.uploadRecord(of: item.identifier)?.conflictName != nil })
+        // Waits for the upload's outcome, whichever it is (an upload sent without its base
+        // version gets through at once and fails the checks below, not a 10 s wait).
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(
+            fixture.provider.targets.value.first == .replace(item.identifier, baseVersion: item.contentVersion),
+            "the upload carries the version the edit started from: \(fixture.provider.targets.value)")
         let conflictName = try #require(cache.writes.uploadRecord(of: item.identifier)?.conflictName)
         #expect(conflictName.hasPrefix("notes (conflict "))
         #expect(conflictName.hasSuffix(").txt"))
