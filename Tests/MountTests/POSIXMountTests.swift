@@ -49,9 +49,10 @@ struct POSIXMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    func mount() throws -> MountedFileSystem {
+    func mount(_ extra: [String] = []) throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+            ["--source", source, "--cache", scratch + "/cache"] + extra,
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
     }
 
     @Test func fifosSocketsAndDevicesAreRefusedWithEPERMAndRegularMknodWorks() throws {
@@ -95,7 +96,7 @@ struct POSIXMountTests {
         chmod(source + "/tool", 0o6755)
         writeTestFile(source + "/plain", Array("x".utf8))
         mkdir(source + "/shared", 0o755)
-        let mount = try mount()
+        let mount = try mount(["--allow-other"])  // the other user's write and fstat below
         defer { mount.stop() }
         #expect(lstatInfo(mount.path("tool")).map { $0.st_mode & 0o7777 } == 0o6755)
         #expect(outcome { chmod(mount.path("plain"), 0o4711) } == 0)
@@ -104,6 +105,25 @@ struct POSIXMountTests {
         #expect(lstatInfo(mount.path("shared")).map { $0.st_mode & 0o7777 } == 0o1777)
         #expect(lstatInfo(source + "/plain").map { $0.st_mode & 0o7777 } == 0o4711)
         #expect(lstatInfo(source + "/shared").map { $0.st_mode & 0o7777 } == 0o1777)
+        // A write by another user (a descriptor root opened, then written after setuid: the
+        // scratch directories are 0700) clears setuid, and setgid with group execute (every handle
+        // of a writable mount is direct I/O: the kernel leaves this to the file system); root's
+        // write keeps them.
+        writeTestFile(source + "/shared-tool", Array("x".utf8))
+        chmod(source + "/shared-tool", 0o6777)
+        let other = try shell(
+            """
+            python3 -c 'import os, sys
+            fd = os.open(sys.argv[1], os.O_WRONLY)
+            os.setgid(65534); os.setuid(65534); os.write(fd, b"y")
+            print(oct(os.fstat(fd).st_mode & 0o7777)); os.close(fd)' \(quoted(mount.path("shared-tool")))
+            """)
+        #expect(other.output == "0o777\n", "\(other.output) \(other.error)")
+        #expect(eventually { lstatInfo(source + "/shared-tool").map { $0.st_mode & 0o7777 } == 0o777 })
+        #expect(outcome { chmod(mount.path("shared-tool"), 0o6777) } == 0)
+        let byRoot = try shell(
+            "printf z >> \(quoted(mount.path("shared-tool"))) && stat -c %a \(quoted(mount.path("shared-tool")))")
+        #expect(byRoot.output == "6777\n", "\(byRoot.output) \(byRoot.error)")
         // The mount is nosuid: the bits are shown, never acted on.
         let options = try shell("findmnt -n -o OPTIONS --mountpoint \(quoted(mount.mountpoint))")
         #expect(options.output.split(separator: ",").contains("nosuid"), "\(options.output)")

@@ -110,6 +110,44 @@ struct POSIXConformanceTests {
         #expect(shared.attributes.permissions == 0o1555)
     }
 
+    @Test("a write by a caller other than root clears setuid, and setgid with group execute; root's keeps them")
+    func writeByAnotherUserClearsSetuidAndSetgid() async throws {
+        let fixture = try VFSFixture(options: writableOptions())
+        let cases: [(name: String, permissions: UInt16, uid: UInt32, after: UInt16)] = [
+            ("suid", 0o4777, 1000, 0o777), ("sgid", 0o2775, 1000, 0o775), ("both", 0o6777, 1000, 0o777),
+            // setgid without group execute marks mandatory locking: kept, as Linux keeps it.
+            ("lock", 0o2764, 1000, 0o2764), ("root", 0o6777, 0, 0o6777),
+        ]
+        for item in cases {
+            fixture.provider.putFile(item.name, .bytes([1, 2]))
+            _ = try await fixture.provider.setAttributes(
+                ItemIdentifier(item.name), ItemAttributeChanges(permissions: item.permissions))
+        }
+        let fileSystem = try fixture.makeFileSystem()
+        for item in cases {
+            let context = RequestContext(threadID: 0, uid: item.uid, gid: item.uid)
+            let file = try await fileSystem.lookup(parent: .root, name: item.name, context: context)
+            #expect(file.attributes.permissions == item.permissions, "\(item.name)")
+            let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_WRONLY), context: context)
+            // The FUSE thread's write leaves a write that clears bits to the async path.
+            if fileSystem.writeNow(file.inode, handle: opened.handle, offset: 0, data: [9], context: context) == nil {
+                #expect(
+                    try await fileSystem.write(
+                        file.inode, handle: opened.handle, offset: 0, data: [9], context: context) == 1)
+            } else {
+                #expect(item.after == item.permissions, "\(item.name): written on the FUSE thread, bits kept")
+            }
+            #expect(
+                try await fileSystem.getAttributes(file.inode, context: context).permissions == item.after,
+                "\(item.name)")
+            try await fileSystem.flush(file.inode, handle: opened.handle, context: context)
+            await fileSystem.release(file.inode, handle: opened.handle)
+            let after = try await fileSystem.getAttributes(file.inode, context: context)
+            #expect(after.permissions == item.after, "\(item.name)")
+            #expect(try await readAll(fileSystem, file.inode) == [9, 2], "\(item.name)")
+        }
+    }
+
     @Test("truncate past the largest file the cache can hold: EFBIG (not EIO), the file unchanged")
     func truncatePastTheLargestFileIsEFBIG() async throws {
         let fixture = try VFSFixture(options: writableOptions())
