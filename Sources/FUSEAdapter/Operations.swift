@@ -303,6 +303,32 @@ extension Dispatcher {
             }
         }
 
+        // mkfifo(3), bind(2) of a Unix socket and mknod(2) (D-391): a regular file is made, the
+        // other types are refused by the file system (EPERM). Without this operation the kernel
+        // answers ENOSYS, which tools do not expect.
+        ops.mknod = { request, parent, name, mode, _ in
+            let name = decodeName(name)
+            let type: MknodType
+            switch mode & S_IFMT {
+            case 0, S_IFREG: type = .regular
+            case S_IFIFO: type = .fifo
+            case S_IFSOCK: type = .socket
+            case S_IFCHR: type = .characterDevice
+            case S_IFBLK: type = .blockDevice
+            default:
+                fuse_reply_err(request, EINVAL)  // the kernel lets no other type through
+                return
+            }
+            Dispatcher.from(request).respond(request, "mknod") { fs, context throws(FileSystemError) in
+                try await fs.makeNode(
+                    parent: InodeNumber(parent), name: name, type: type, permissions: UInt16(mode & 0o7777),
+                    context: context)
+            } reply: { request, entry in
+                var param = entry.entryParam
+                return fuse_reply_entry(request, &param)
+            }
+        }
+
         ops.symlink = { request, target, parent, name in
             let target = decodeName(target)
             let name = decodeName(name)

@@ -400,7 +400,7 @@ public struct LocalDirectoryProvider: Provider {
             identifier: identifier, parent: parent, name: name,
             kind: kind, size: Int64(info.st_size),
             modificationTime: ItemTime(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int32(info.st_mtim.tv_nsec)),
-            contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o777), symbolicLinkTarget: target)
+            contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o7777), symbolicLinkTarget: target)
     }
 }
 

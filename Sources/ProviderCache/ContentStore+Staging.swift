@@ -93,7 +93,9 @@ public final class StagingFile: Sendable {
     func rename(to identifier: ItemIdentifier) { currentIdentifier.withLock { $0 = identifier } }
 
     private static func failure(_ error: Errno, _ what: String, _ path: String) -> CacheError {
-        let code: CacheError.Code = error == .noSpace || error.rawValue == EDQUOT ? .noSpace : .io
+        // EFBIG: past the cache file system's largest file (truncate(2) and write(2) say so, D-391).
+        let code: CacheError.Code =
+            error == .noSpace || error.rawValue == EDQUOT ? .noSpace : error == .fileTooLarge ? .tooLarge : .io
         return CacheError(code, "cannot \(what) the staging file \(path): \(error.message)")
     }
 

@@ -54,7 +54,8 @@ public struct ProviderItem: Sendable, Hashable {
     public var modificationTime: ItemTime
     /// The content version; fetches name it so that a changed item is detected, never mixed.
     public var contentVersion: ContentVersion
-    /// Permission bits the provider suggests (mode & 0o777); write bits are dropped by read-only mounts.
+    /// Permission bits the provider suggests (mode & 0o7777: setuid, setgid and sticky too, D-391);
+    /// write bits are dropped by read-only mounts.
     public var permissions: UInt16
     /// The target of a symbolic link, nil for other kinds.
     public var symbolicLinkTarget: String?

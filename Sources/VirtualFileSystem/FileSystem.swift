@@ -28,6 +28,11 @@ public enum NodeType: Sendable, Equatable {
     case regular, directory, symbolicLink
 }
 
+/// The file type mknod(2) asks for (the kernel refuses directories and unknown types itself).
+public enum MknodType: Sendable, Equatable {
+    case regular, fifo, socket, characterDevice, blockDevice
+}
+
 /// Seconds and nanoseconds since the epoch, as `struct timespec` carries them.
 public struct Timestamp: Sendable, Hashable, Comparable {
     public var seconds: Int64
@@ -295,6 +300,12 @@ public protocol FileSystem: Sendable {
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
         context: RequestContext
     ) async throws(FileSystemError)
+    /// mknod(2) (and bind(2) of a Unix socket, mkfifo(3)). The default makes a regular file as
+    /// `create` then `release` would (as `touch` does) and refuses every other type with EPERM,
+    /// as a Linux file system that cannot store them (vfat) does (D-391).
+    func makeNode(
+        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, context: RequestContext
+    ) async throws(FileSystemError) -> Entry
     /// link(2): a second name for `inode`. The default refuses with EPERM, as a Linux file
     /// system without hard links (vfat) does.
     func makeHardLink(
@@ -373,6 +384,26 @@ extension FileSystemFastPath {
 }
 
 extension FileSystem {
+    public func makeNode(
+        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        guard type == .regular else {
+            throw FileSystemError(.notPermitted, "mknod: a \(type) cannot be stored by the provider")
+        }
+        return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
+    }
+
+    /// mknod(2) of a regular file: `create` (O_WRONLY | O_CREAT | O_EXCL), then `release`.
+    func makeEmptyFile(
+        parent: InodeNumber, name: String, permissions: UInt16, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        let (entry, opened) = try await create(
+            parent: parent, name: name, permissions: permissions, flags: OpenFlags(rawValue: 0o1 | 0o100 | 0o200),
+            context: context)
+        await release(entry.inode, handle: opened.handle)
+        return entry
+    }
+
     public func makeHardLink(
         _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {

@@ -131,6 +131,20 @@ extension ProviderFileSystem {
         return try await createdEntry(item, parent: parent, site: site, context: context)
     }
 
+    /// mknod(2): a regular file as `create` and `release` make it (the protocol's default). A
+    /// FIFO, socket or device cannot be stored by a provider: EPERM, as a Linux file system
+    /// without them (vfat) answers, after the checks mkdir makes (D-391).
+    public func makeNode(
+        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        guard type == .regular else {
+            let site = try changeSite(parent, "mknod", context: context)
+            try checkName(name, in: site, "mknod")
+            throw FileSystemError(.notPermitted, "mknod: a provider cannot store a \(type)")
+        }
+        return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
+    }
+
     /// link(2): providers have no hard links (an item has one parent and one name), so EPERM, as
     /// a Linux file system without them answers; EROFS first on a read-only mount.
     public func makeHardLink(

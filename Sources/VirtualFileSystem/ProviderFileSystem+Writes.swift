@@ -147,6 +147,9 @@ extension ProviderFileSystem {
         }
         guard offset >= 0 else { throw FileSystemError(.invalidArgument, "negative offset") }
         try await checkWriting(writer, "write", context: context)
+        if let permissions = permissionsAfterWrite(writer, context: context) {
+            _ = try await changeAttributes(inode, AttributeChanges(permissions: permissions), context: context)
+        }
         do {
             try await cache.writes.write(writer.staging, data, at: offset)
         } catch {
@@ -162,12 +165,27 @@ extension ProviderFileSystem {
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
     ) -> Result<Int, FileSystemError>? {
         guard offset >= 0, let writer = writeHandle(handle), writer.scoped == nil,
+            permissionsAfterWrite(writer, context: context) == nil,
             let outcome = cache.writes.writeNow(writer.staging, data, at: offset)
         else { return nil }
         switch outcome {
         case .success: return .success(data.count)
         case .failure(let error): return .failure(FileSystemError(error))
         }
+    }
+
+    /// The permissions a write by this caller leaves (D-391), nil when it changes none: a write
+    /// clears setuid, and setgid when group-execute is set, unless the caller is root (standing
+    /// for CAP_FSETID), as Linux's file_remove_privs does. The kernel leaves this to the file
+    /// system for direct-I/O handles (FUSE_WRITE_KILL_SUIDGID), which every handle of a writable
+    /// mount is (D-363); truncate(2) comes with its own mode change.
+    func permissionsAfterWrite(_ writer: WriteHandle, context: RequestContext) -> UInt16? {
+        guard context.uid != 0, let item = cache.catalog.knownItem(writer.identifier) else { return nil }
+        let shown = cache.writes.staged(writer.identifier)?.permissions ?? cache.shown(item).permissions
+        guard shown & 0o6000 != 0 else { return nil }
+        var kept = shown & ~0o4000
+        if shown & 0o2010 == 0o2010 { kept &= ~0o2000 }
+        return kept == shown ? nil : kept
     }
 
     /// setattr's size (truncate(2), ftruncate(2) when `handle` is set). Returns the attributes after.

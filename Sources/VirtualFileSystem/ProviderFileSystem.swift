@@ -216,7 +216,8 @@ public final class ProviderFileSystem: FileSystem {
         // and skips them; 1 means "unknown" to it, as on btrfs.
         // A read-only mount lets its owner into every directory (r-x at least); a writable one
         // shows what chmod set, as the provider stores it (chmod 0644 of a directory shows 0644).
-        let mask: UInt16 = writable ? 0o7777 : 0o555
+        // setuid, setgid and sticky show as stored (D-391; the mount is nosuid).
+        let mask: UInt16 = writable ? 0o7777 : 0o7555
         let permissions =
             item.kind == .directory && !writable ? (shownPermissions | 0o500) & mask : shownPermissions & mask
         var attributes = NodeAttributes(

@@ -672,6 +672,25 @@ struct LocalDirectoryWritingTests {
         #expect(gone?.code == .noSuchItem)
     }
 
+    @Test("setuid, setgid and sticky: shown as the source stores them and stored by setAttributes (D-391)")
+    func specialPermissionBits() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("tool", [1])
+        #expect(chmod(root.path + "/tool", 0o6755) == 0)
+        #expect(mkdir(root.path + "/shared", 0o755) == 0 && chmod(root.path + "/shared", 0o1777) == 0)
+        try root.write("plain", [2])
+        #expect(chmod(root.path + "/plain", 0o644) == 0)
+        let provider = LocalDirectoryProvider(root: root.path)
+        #expect(try await provider.item(for: ItemIdentifier("tool")).permissions == 0o6755)
+        #expect(try await provider.children(of: .root).map(\.permissions).sorted() == [0o644, 0o1777, 0o6755])
+        let changed = try await provider.setAttributes(
+            ItemIdentifier("plain"), ItemAttributeChanges(permissions: 0o4711))
+        #expect(changed.permissions == 0o4711)
+        #expect(try #require(lstatInfo(root.path + "/plain")).st_mode & 0o7777 == 0o4711)
+        #expect(try await provider.item(for: ItemIdentifier("plain")).permissions == 0o4711)
+    }
+
     @Test("staging names are never items: not listed, not looked up, not reported as changes")
     func stagingNamesHidden() async throws {
         let root = try TemporaryDirectory()

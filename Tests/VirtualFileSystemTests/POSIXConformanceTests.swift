@@ -1,0 +1,176 @@
+// What pjdfstest found where bindfs does better (issue 23 item 4, D-391): mknod of each type,
+// setuid/setgid/sticky on a read-only mount (LocalDirectoryWritingTests: as a local source stores
+// them), EFBIG for a size past the largest file.
+
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestSupport
+import Testing
+import VirtualFileSystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+private func writableOptions() -> FileSystemOptions {
+    var options = VFSFixture.defaultOptions()
+    options.writable = true
+    return options
+}
+
+private func failure(_ body: () async throws -> Void) async -> Errno? {
+    do {
+        try await body()
+        return nil
+    } catch let error as FileSystemError {
+        return error.errno
+    } catch {
+        return nil
+    }
+}
+
+private func listedNames(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber) async throws -> [String] {
+    try await listAll(fileSystem, inode).map(\.name).filter { $0 != "." && $0 != ".." }
+}
+
+@Suite("POSIX conformance (VFS, D-391)", .timeLimit(.minutes(3)))
+struct POSIXConformanceTests {
+    @Test("mknod of a FIFO, socket or device: EPERM, nothing made; a bad name or a read-only mount answers first")
+    func mknodOfSpecialFilesIsRefused() async throws {
+        let fixture = try VFSFixture(options: writableOptions())
+        let fileSystem = try fixture.makeFileSystem()
+        for type in [MknodType.fifo, .socket, .characterDevice, .blockDevice] {
+            #expect(
+                await failure {
+                    _ = try await fileSystem.makeNode(
+                        parent: .root, name: "special", type: type, permissions: 0o644, context: .kernel)
+                } == .notPermitted, "\(type)")
+        }
+        #expect(try await listedNames(fileSystem, .root) == [])
+        #expect((try? await fixture.provider.item(for: ItemIdentifier("special"))) == nil)
+        #expect(
+            await failure {
+                _ = try await fileSystem.makeNode(
+                    parent: .root, name: "a/b", type: .fifo, permissions: 0o644, context: .kernel)
+            } == .invalidArgument)
+        #expect(
+            await failure {
+                _ = try await fileSystem.makeNode(
+                    parent: .root, name: String(repeating: "x", count: 256), type: .fifo, permissions: 0o644,
+                    context: .kernel)
+            } == .nameTooLong)
+
+        let readOnly = try VFSFixture()
+        let readOnlyFileSystem = try readOnly.makeFileSystem()
+        for type in [MknodType.regular, .fifo, .socket] {
+            #expect(
+                await failure {
+                    _ = try await readOnlyFileSystem.makeNode(
+                        parent: .root, name: "n", type: type, permissions: 0o644, context: .kernel)
+                } == .readOnlyFileSystem, "\(type)")
+        }
+    }
+
+    @Test("mknod of a regular file makes an empty file with the mode asked for, as create and close would")
+    func mknodOfARegularFileMakesIt() async throws {
+        let fixture = try VFSFixture(options: writableOptions())
+        let fileSystem = try fixture.makeFileSystem()
+        let made = try await fileSystem.makeNode(
+            parent: .root, name: "plain", type: .regular, permissions: 0o640, context: .kernel)
+        #expect(made.attributes.type == .regular)
+        #expect(made.attributes.size == 0)
+        #expect(made.attributes.permissions == 0o640)
+        #expect(fileSystem.openFileCount == 0)
+        let found = try await fileSystem.lookup(parent: .root, name: "plain", context: .kernel)
+        #expect(found.inode == made.inode)
+        #expect(try await listedNames(fileSystem, .root) == ["plain"])
+        // The name is taken now: a second one is EEXIST, as mknod(2) answers.
+        #expect(
+            await failure {
+                _ = try await fileSystem.makeNode(
+                    parent: .root, name: "plain", type: .regular, permissions: 0o644, context: .kernel)
+            } == .fileExists)
+    }
+
+    @Test("a read-only mount drops write bits but shows setuid, setgid and sticky")
+    func readOnlyMountShowsSpecialBits() async throws {
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("tool", .bytes([1]))
+        fixture.provider.addDirectory("shared")
+        let fileSystem = try fixture.makeFileSystem()
+        let tool = try await fileSystem.lookup(parent: .root, name: "tool", context: .kernel)
+        _ = try await fixture.provider.setAttributes(ItemIdentifier("tool"), ItemAttributeChanges(permissions: 0o6775))
+        _ = try await fixture.provider.setAttributes(
+            ItemIdentifier("shared"), ItemAttributeChanges(permissions: 0o1777))
+        fixture.clock.advance(by: .seconds(10))  // past the attribute and directory TTLs
+        let toolAttributes = try await fileSystem.getAttributes(tool.inode, context: .kernel)
+        #expect(toolAttributes.permissions == 0o6555)
+        let shared = try await fileSystem.lookup(parent: .root, name: "shared", context: .kernel)
+        #expect(shared.attributes.permissions == 0o1555)
+    }
+
+    @Test("a write by a caller other than root clears setuid, and setgid with group execute; root's keeps them")
+    func writeByAnotherUserClearsSetuidAndSetgid() async throws {
+        let fixture = try VFSFixture(options: writableOptions())
+        let cases: [(name: String, permissions: UInt16, uid: UInt32, after: UInt16)] = [
+            ("suid", 0o4777, 1000, 0o777), ("sgid", 0o2775, 1000, 0o775), ("both", 0o6777, 1000, 0o777),
+            // setgid without group execute marks mandatory locking: kept, as Linux keeps it.
+            ("lock", 0o2764, 1000, 0o2764), ("root", 0o6777, 0, 0o6777),
+        ]
+        for item in cases {
+            fixture.provider.putFile(item.name, .bytes([1, 2]))
+            _ = try await fixture.provider.setAttributes(
+                ItemIdentifier(item.name), ItemAttributeChanges(permissions: item.permissions))
+        }
+        let fileSystem = try fixture.makeFileSystem()
+        for item in cases {
+            let context = RequestContext(threadID: 0, uid: item.uid, gid: item.uid)
+            let file = try await fileSystem.lookup(parent: .root, name: item.name, context: context)
+            #expect(file.attributes.permissions == item.permissions, "\(item.name)")
+            let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_WRONLY), context: context)
+            // The FUSE thread's write leaves a write that clears bits to the async path.
+            if fileSystem.writeNow(file.inode, handle: opened.handle, offset: 0, data: [9], context: context) == nil {
+                #expect(
+                    try await fileSystem.write(
+                        file.inode, handle: opened.handle, offset: 0, data: [9], context: context) == 1)
+            } else {
+                #expect(item.after == item.permissions, "\(item.name): written on the FUSE thread, bits kept")
+            }
+            #expect(
+                try await fileSystem.getAttributes(file.inode, context: context).permissions == item.after,
+                "\(item.name)")
+            try await fileSystem.flush(file.inode, handle: opened.handle, context: context)
+            await fileSystem.release(file.inode, handle: opened.handle)
+            let after = try await fileSystem.getAttributes(file.inode, context: context)
+            #expect(after.permissions == item.after, "\(item.name)")
+            #expect(try await readAll(fileSystem, file.inode) == [9, 2], "\(item.name)")
+        }
+    }
+
+    @Test("truncate past the largest file the cache can hold: EFBIG (not EIO), the file unchanged")
+    func truncatePastTheLargestFileIsEFBIG() async throws {
+        let fixture = try VFSFixture(options: writableOptions())
+        fixture.provider.putFile("f", .bytes([1, 2, 3]))
+        let fileSystem = try fixture.makeFileSystem()
+        let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        // The largest file is the cache file system's (16 TiB on ext4); a file-size limit of
+        // 1 TiB stands for it on any file system (SIGXFSZ ignored: the call fails with EFBIG).
+        let limit: rlim_t = 1 << 40
+        var saved = rlimit()
+        #expect(getrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &saved) == 0)
+        let previousHandler = signal(SIGXFSZ, SIG_IGN)
+        var lowered = saved
+        lowered.rlim_cur = min(limit, saved.rlim_max)
+        #expect(setrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &lowered) == 0)
+        let refused = await failure {
+            _ = try await fileSystem.setAttributes(
+                file.inode, changes: AttributeChanges(size: 1 << 41), handle: nil, context: .kernel)
+        }
+        #expect(setrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &saved) == 0)
+        signal(SIGXFSZ, previousHandler)
+        #expect(refused == .fileTooLarge)
+        #expect(try await fileSystem.getAttributes(file.inode, context: .kernel).size == 3)
+        #expect(try await readAll(fileSystem, file.inode) == [1, 2, 3])
+    }
+}
