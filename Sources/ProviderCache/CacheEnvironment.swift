@@ -12,4 +12,6 @@ struct CacheEnvironment: Sendable {
     let logger: Logger
     /// How cache files are synced before a range-map save (fdatasync; a seam for tests).
     var fileSync: FileSync = fileDataSync
+    /// What the cache's file system has free (fstatvfs; a seam for tests of a full disk).
+    var freeSpace: FreeSpace = fileSystemFreeSpace
 }

@@ -96,6 +96,15 @@ public final class SQLiteMetadataStore: MetadataStore {
         }
     }
 
+    /// `queue.write`, a full disk read as `.noSpace` (ENOSPC where it reaches a writer, D-390).
+    private func writing(_ updates: (Database) throws -> Void) throws {
+        do {
+            try queue.write(updates)
+        } catch let error as DatabaseError where error.code == .diskFull {
+            throw CacheError(.noSpace, "\(error)")
+        }
+    }
+
     public func loadItems() throws -> [StoredItem] {
         try queue.read { db in
             var result: [StoredItem] = []
@@ -118,7 +127,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func saveItems(_ items: [StoredItem]) throws {
         guard !items.isEmpty else { return }
-        try queue.write { db in
+        try writing { db in
             for stored in items {
                 let item = stored.item
                 try db.execute(
@@ -143,7 +152,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func deleteItems(_ identifiers: [ItemIdentifier]) throws {
         guard !identifiers.isEmpty else { return }
-        try queue.write { db in
+        try writing { db in
             for identifier in identifiers {
                 try db.execute("DELETE FROM items WHERE identifier = ?", [identifier.rawValue])
             }
@@ -174,7 +183,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func saveContent(_ record: ContentRecord) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute(
                 """
                 INSERT INTO contents (identifier, version, size, file_number, present, error_code, error_message,
@@ -194,7 +203,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute(
                 "DELETE FROM contents WHERE identifier = ? AND version = ?", [identifier.rawValue, version.rawValue])
         }
@@ -219,7 +228,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws {
-        try queue.write { db in
+        try writing { db in
             guard let override else {
                 try db.execute("DELETE FROM attributes WHERE identifier = ?", [identifier.rawValue])
                 return
@@ -267,7 +276,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func saveUpload(_ record: UploadRecord) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute(
                 """
                 INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
@@ -283,7 +292,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func deleteUpload(_ identifier: ItemIdentifier) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute("DELETE FROM uploads WHERE identifier = ?", [identifier.rawValue])
         }
     }
