@@ -59,7 +59,8 @@ public final class ProviderCache: Sendable {
         // Rows a full disk refused are written again later (D-390).
         storeWrites = FullDiskStore(store)
         let environment = CacheEnvironment(
-            provider: provider, store: storeWrites, timeline: Timeline(clock), options: options, pool: pool, logger: logger,
+            provider: provider, store: storeWrites, timeline: Timeline(clock), options: options, pool: pool,
+            logger: logger,
             fileSync: fileSync, freeSpace: freeSpace)
         self.environment = environment
         attributeOverrides = AttributeOverrides(environment: environment)
@@ -179,7 +180,8 @@ public final class ProviderCache: Sendable {
         // the next start, D-390).
         if !storeWrites.flush() {
             environment.logger.warning(
-                "\(storeWrites.pendingCount) rows of the metadata store could not be written (the cache's disk is full)")
+                "\(storeWrites.pendingCount) rows of the metadata store could not be written (the cache's disk is full)"
+            )
         }
     }
 }
