@@ -33,6 +33,15 @@ private func fill(_ path: String) -> Int {
     return writeUntilFull(descriptor, chunk: [UInt8](repeating: 0, count: 1 << 20), limit: 1 << 40).written
 }
 
+/// Writes `bytes` as the file `path`; false on any failure (never a crash: a regression must fail
+/// this test, not end the run with the mount left behind).
+private func put(_ path: String, _ bytes: [UInt8]) -> Bool {
+    let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard descriptor >= 0 else { return false }
+    let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+    return close(descriptor) == 0 && written == bytes.count
+}
+
 /// Bytes free on the file system of `path`.
 private func freeBytes(_ path: String) -> Int64 {
     var space = statvfs()
@@ -91,8 +100,7 @@ struct FullDiskMountTests {
         #expect(waitForFree(tmpfs.path, atLeast: 64 << 20), "\(freeBytes(tmpfs.path)) bytes free")
 
         // Something else fills the disk.
-        writeTestFile(mount.path("kept"), Array("kept".utf8))
-        writeTestFile(mount.path("doomed"), Array("doomed".utf8))
+        #expect(put(mount.path("kept"), Array("kept".utf8)) && put(mount.path("doomed"), Array("doomed".utf8)))
         #expect(waitForSource(tree + "/doomed", Array("doomed".utf8)))
         #expect(fill(tmpfs.path + "/filler") >= 0)
         let created = open(mount.path("new"), O_WRONLY | O_CREAT | O_TRUNC, 0o644)
@@ -146,7 +154,7 @@ struct FullDiskMountTests {
         #expect(fill(source.path + "/filler") > 0)
         let bytes = patternBytes(count: 1 << 20, seed: 7)
         // (Created empty at the source is not possible either: the create waits for the upload.)
-        writeTestFile(mount.path("f"), bytes)
+        #expect(put(mount.path("f"), bytes))
         #expect(waitForState(mount.path("f"), "error"))
         if case .success(let value) = ExtendedAttributes.value("user.providerfs.error", of: mount.path("f")) {
             let text = String(decoding: value, as: UTF8.self)
