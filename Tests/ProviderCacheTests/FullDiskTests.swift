@@ -239,6 +239,33 @@ final class FullDiskFixture: @unchecked Sendable {
         await cache.shutdown()
     }
 
+    /// `FullDiskStore`: a refused row is written at the next write or at `flush`, and a kept row
+    /// never comes back over a newer one written since.
+    @Test func refusedRowsAreWrittenAgainNeverOverNewerOnes() throws {
+        let base = FillableStore()
+        let store = FullDiskStore(base)
+        let id = ItemIdentifier("f")
+        func record(_ version: String) -> UploadRecord {
+            UploadRecord(identifier: id, localVersion: ContentVersion(version), baseVersion: nil)
+        }
+        try store.saveUpload(record("l1"))
+        base.full.withLock { $0 = true }
+        #expect(throws: CacheError.self) { try store.saveUpload(record("l2")) }
+        #expect(throws: CacheError.self) { try store.deleteItems([ItemIdentifier("gone")]) }
+        #expect(store.pendingCount == 2)
+        base.full.withLock { $0 = false }
+        try store.saveUpload(record("l3"))
+        #expect(store.flush())
+        #expect(try base.loadUploads().map(\.localVersion) == [ContentVersion("l3")])
+        // A delete refused, then nothing else written: `flush` (the shutdown) writes it.
+        base.full.withLock { $0 = true }
+        #expect(throws: CacheError.self) { try store.deleteUpload(id) }
+        #expect(!store.flush())
+        base.full.withLock { $0 = false }
+        #expect(store.flush() && store.pendingCount == 0)
+        #expect(try base.loadUploads().isEmpty)
+    }
+
     /// An upload refused for want of space at the provider shows as ENOSPC (it showed "EIO:
     /// upload failed: noSpace"), then goes through when retried.
     @Test func anUploadWithNoRoomAtTheProviderIsENOSPC() async throws {
