@@ -14,4 +14,6 @@ struct CacheEnvironment: Sendable {
     /// range-map save, a staging file before a publish renames it, a content file an fsync
     /// makes durable (D-381).
     var fileSync: FileSync = fileDataSync
+    /// What the cache's file system has free (fstatvfs; a seam for tests of a full disk).
+    var freeSpace: FreeSpace = fileSystemFreeSpace
 }

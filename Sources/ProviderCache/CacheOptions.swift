@@ -55,5 +55,10 @@ public struct CacheOptions: Sendable {
     /// `maximumUploadRetryDelay` (issue 14, write-back).
     public var uploadRetryDelay: Duration = .seconds(1)
     public var maximumUploadRetryDelay: Duration = .seconds(300)
+    /// Space on the cache's file system that writes into staging copies leave free: a write,
+    /// fallocate or copy that needs new blocks and would leave less fails with ENOSPC (D-390), so
+    /// that what was written before it can still be published (the metadata store's rows, a
+    /// copy-back) and queued rows and deletes still reach the store.
+    public var reservedSpace: Int64 = 8 << 20
     public init() {}
 }

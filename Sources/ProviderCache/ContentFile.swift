@@ -21,6 +21,19 @@ public let fileDataSync: FileSync = { descriptor in
     retryingOnInterrupt({ fdatasync(descriptor) }) == 0 ? nil : Errno.current
 }
 
+/// Bytes free for an unprivileged writer on the file system of a descriptor (fstatvfs: blocks
+/// available times the fragment size); nil when it cannot be told. `fileSystemFreeSpace` in
+/// production; tests inject one to make the cache's disk full without filling one
+/// (`ProviderCache.init(freeSpace:)`). Called on the thread that writes a staging file.
+public typealias FreeSpace = @Sendable (_ descriptor: Int32) -> Int64?
+
+/// fstatvfs(2): `f_bavail * f_frsize`.
+public let fileSystemFreeSpace: FreeSpace = { descriptor in
+    var space = statvfs()
+    guard fstatvfs(descriptor, &space) == 0 else { return nil }
+    return Int64(space.f_bavail) * Int64(space.f_frsize)
+}
+
 /// A sparse file holding (some of) the bytes of one content version, at their own offsets.
 final class ContentFile: MappedFileRanges {
     let path: String

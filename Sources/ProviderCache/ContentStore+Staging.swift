@@ -15,6 +15,23 @@ import Glibc
 import Musl
 #endif
 
+/// What writes into staging files leave free on the cache's file system (D-390).
+struct StagingSpace: Sendable {
+    /// Bytes to leave free (`CacheOptions.reservedSpace`).
+    var reserve: Int64
+    var free: FreeSpace
+
+    /// Nil when `need` new bytes fit above the reserve (or the free space cannot be told), else
+    /// the ENOSPC to give.
+    func refusal(_ need: Int64, fd: Int32, _ what: String, _ path: String) -> CacheError? {
+        guard need > 0, let free = free(fd), free - need < reserve else { return nil }
+        return CacheError(
+            .noSpace,
+            "cannot \(what) the staging file \(path): \(need) bytes more would leave \(max(0, free - need)) of the "
+                + "\(free) free on the cache's file system, under the \(reserve) kept free (D-390)")
+    }
+}
+
 /// The staging file of one item: shared by its write handles, written at any offset.
 public final class StagingFile: Sendable {
     /// The item it stages; a rename through the mount moves it (D-371).
@@ -24,6 +41,7 @@ public final class StagingFile: Sendable {
     /// token whose access path opened it (its writes are dropped if the token ends).
     public let owner: String?
     let pool: BlockingIOPool
+    let space: StagingSpace
 
     /// The file the handles write, and its length as written (kept here: every write and
     /// truncate goes through this object). Every use of the descriptor holds the lock, so a
@@ -40,6 +58,9 @@ public final class StagingFile: Sendable {
         /// Copies made after publishes (their names: the first path with "-N").
         var copies = 0
         let firstPath: String
+        /// Ranges that have blocks (written, copied or fallocated): writing there again needs no
+        /// new space; anywhere else it does, and is checked against the reserve (D-390).
+        var backed: ByteRanges
     }
     private let storage: Locked<Storage>
     /// `storage.length` as of its last change, readable without waiting for I/O that holds
@@ -54,15 +75,29 @@ public final class StagingFile: Sendable {
     /// them; until then stat shows them, also through a handle whose item was deleted.
     private let heldPermissions = Locked<UInt16?>(nil)
 
-    init(identifier: ItemIdentifier, owner: String? = nil, path: String, fd: Int32, size: Int64, pool: BlockingIOPool) {
+    init(
+        identifier: ItemIdentifier, owner: String? = nil, path: String, fd: Int32, size: Int64, pool: BlockingIOPool,
+        space: StagingSpace
+    ) {
         self.currentIdentifier = Locked(identifier)
         self.owner = owner
         self.pool = pool
-        self.storage = Locked(Storage(fd: fd, path: path, length: size, firstPath: path))
+        self.space = space
+        self.storage = Locked(
+            Storage(fd: fd, path: path, length: size, firstPath: path, backed: ByteRanges(size > 0 ? [0..<size] : [])))
         self.lengthNow = Locked(size)
     }
 
-    deinit { storage.withLock { _ = close($0.fd) } }
+    deinit { storage.withLock { if $0.fd >= 0 { _ = close($0.fd) } } }
+
+    /// Its last write handle closed (published or dropped): the descriptor is closed now, so that
+    /// a dropped file's blocks are free at once (D-390), whoever still holds this object.
+    fileprivate func retire() {
+        storage.withLock { storage in
+            if storage.fd >= 0 { close(storage.fd) }
+            storage.fd = -1
+        }
+    }
 
     /// The staging file's path now (a publish and a later change move it).
     var path: String { storage.withLock { $0.path } }
@@ -102,21 +137,24 @@ public final class StagingFile: Sendable {
     /// Runs `body` with the file to change: when a publish moved the staging file into the
     /// content store, a copy of it becomes the staging file first (on the pool; lock held).
     private func changing<T>(
-        _ body: (Int32, String, inout Int64) throws(CacheError) -> T
+        _ body: (inout Storage) throws(CacheError) -> T
     ) throws(CacheError) -> T {
         try storage.withLock { (storage: inout Storage) throws(CacheError) -> T in
-            try Self.restage(&storage)
+            try Self.restage(&storage, space: space)
             defer { lengthNow.withLock { [length = storage.length] in $0 = length } }
-            return try body(storage.fd, storage.path, &storage.length)
+            return try body(&storage)
         }
     }
 
     /// A published (moved) staging file is copied back to a new staging file, which the handles
     /// write from now on.
-    private static func restage(_ storage: inout Storage) throws(CacheError) {
+    private static func restage(_ storage: inout Storage, space: StagingSpace) throws(CacheError) {
         guard storage.publishedAs != nil else { return }
         storage.copies += 1
         let path = "\(storage.firstPath)-\(storage.copies)"
+        if let refusal = space.refusal(storage.length, fd: storage.fd, "copy the published version into", path) {
+            throw refusal
+        }
         let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw failure(Errno.current, "create", path) }
         if storage.length > 0, let error = copyFile(from: storage.fd, to: fd, size: storage.length) {
@@ -128,22 +166,40 @@ public final class StagingFile: Sendable {
         storage.fd = fd
         storage.path = path
         storage.publishedAs = nil
+        storage.backed = ByteRanges(storage.length > 0 ? [0..<storage.length] : [])
         if storage.discarded { unlink(path) }
     }
 
-    /// Writes all of `bytes` at `offset`; ENOSPC leaves the staging file as it was before the
-    /// bytes that did not fit (the writer gets ENOSPC, nothing published is touched).
+    /// Writes all of `bytes` at `offset`, or none of them: a write that needs new blocks and would
+    /// leave less than the reserve free fails with ENOSPC before it writes anything (D-390); an
+    /// ENOSPC from the file system itself (someone else filled it) takes back the length it
+    /// added. Either way what was written before stays, and nothing published is touched.
     public func write(_ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
         try await pool.run { () throws(CacheError) -> Void in
-            try self.changing { (fd, path, length) throws(CacheError) -> Void in
-                let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
-                    guard let base = raw.baseAddress, raw.count > 0 else { return .success(()) }
-                    return writeFully(fd, from: base, count: raw.count, at: offset)
-                }
-                if case .failure(let error) = written { throw Self.failure(error, "write", path) }
-                length = max(length, offset + Int64(bytes.count))
+            try self.changing { (storage: inout Storage) throws(CacheError) -> Void in
+                try Self.write(bytes, at: offset, into: &storage, space: self.space)
             }
         }
+    }
+
+    /// `write`'s body, with the lock held.
+    private static func write(
+        _ bytes: [UInt8], at offset: Int64, into storage: inout Storage, space: StagingSpace
+    ) throws(CacheError) {
+        guard !bytes.isEmpty else { return }
+        let range = offset..<(offset + Int64(bytes.count))
+        let need = storage.backed.missing(in: range).reduce(Int64(0)) { $0 + Int64($1.count) }
+        if let refusal = space.refusal(need, fd: storage.fd, "write", storage.path) { throw refusal }
+        let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
+            writeFully(storage.fd, from: raw.baseAddress!, count: raw.count, at: offset)
+        }
+        if case .failure(let error) = written {
+            // Bytes that landed past the old end before the failure are not the file's.
+            if range.upperBound > storage.length { _ = ftruncate(storage.fd, off_t(storage.length)) }
+            throw failure(error, "write", storage.path)
+        }
+        storage.backed.insert(range)
+        storage.length = max(storage.length, range.upperBound)
     }
 
     /// `write` on the calling thread (D-387): when the file needs no copy first (not published
@@ -154,12 +210,11 @@ public final class StagingFile: Sendable {
         guard offset >= 0, offset + Int64(bytes.count) <= limit else { return nil }
         let outcome = storage.withLockIfAvailable { storage -> Result<Void, CacheError>? in
             guard storage.publishedAs == nil else { return nil }
-            let written = bytes.withUnsafeBytes { raw -> Result<Void, Errno> in
-                guard let base = raw.baseAddress, raw.count > 0 else { return .success(()) }
-                return writeFully(storage.fd, from: base, count: raw.count, at: offset)
+            do throws(CacheError) {
+                try Self.write(bytes, at: offset, into: &storage, space: space)
+            } catch {
+                return .failure(error)
             }
-            if case .failure(let error) = written { return .failure(Self.failure(error, "write", storage.path)) }
-            storage.length = max(storage.length, offset + Int64(bytes.count))
             lengthNow.withLock { [length = storage.length] in $0 = length }
             return .success(())
         }
@@ -169,9 +224,13 @@ public final class StagingFile: Sendable {
     /// Sets the length (zeros past the old end).
     public func truncate(to size: Int64) async throws(CacheError) {
         try await pool.run { () throws(CacheError) -> Void in
-            try self.changing { (fd, path, length) throws(CacheError) -> Void in
-                guard ftruncate(fd, off_t(size)) == 0 else { throw Self.failure(Errno.current, "truncate", path) }
-                length = size
+            try self.changing { (storage: inout Storage) throws(CacheError) -> Void in
+                // (Growing makes a hole: no blocks, nothing to check.)
+                guard ftruncate(storage.fd, off_t(size)) == 0 else {
+                    throw Self.failure(Errno.current, "truncate", storage.path)
+                }
+                storage.length = size
+                storage.backed.remove(size..<Int64.max)
             }
         }
     }
@@ -182,8 +241,11 @@ public final class StagingFile: Sendable {
     public func allocate(offset: Int64, length: Int64, keepSize: Bool) async throws(CacheError) {
         let end = offset + length
         try await pool.run { () throws(CacheError) -> Void in
-            try self.changing { (fd, path, staged) throws(CacheError) -> Void in
-                let grows = !keepSize && end > staged
+            try self.changing { (storage: inout Storage) throws(CacheError) -> Void in
+                let (fd, path) = (storage.fd, storage.path)
+                let grows = !keepSize && end > storage.length
+                let need = storage.backed.missing(in: offset..<end).reduce(Int64(0)) { $0 + Int64($1.count) }
+                if let refusal = self.space.refusal(need, fd: fd, "allocate space in", path) { throw refusal }
                 if fileAllocate(fd, keepSize: keepSize, offset: offset, length: length) != 0 {
                     let error = Errno.current
                     guard error.rawValue == EOPNOTSUPP || error.rawValue == ENOSYS else {
@@ -192,8 +254,11 @@ public final class StagingFile: Sendable {
                     if grows, ftruncate(fd, off_t(end)) != 0 {
                         throw Self.failure(Errno.current, "extend", path)
                     }
+                } else {
+                    // Reserved: writes there cannot fail for want of space, nor are they refused.
+                    storage.backed.insert(offset..<end)
                 }
-                if grows { staged = max(staged, end) }
+                if grows { storage.length = max(storage.length, end) }
             }
         }
     }
@@ -229,7 +294,7 @@ public final class StagingFile: Sendable {
         try storage.withLock { (storage: inout Storage) throws(CacheError) -> Int64 in
             // Published already and marked changed again by a write that finished before that
             // publish: the same bytes, published again from a copy.
-            try Self.restage(&storage)
+            try Self.restage(&storage, space: space)
             if let sync, let error = sync(storage.fd) { throw Self.failure(error, "sync", storage.path) }
             guard renameFile(storage.path, target) == 0 else {
                 throw CacheError(.io, "cannot publish \(storage.path): \(Errno.current.message)")
@@ -291,9 +356,11 @@ extension ContentStore {
         let directory = stagingDirectory
         let sourceFD = source?.file.fd
         let size = source?.size ?? 0
+        let space = StagingSpace(reserve: environment.options.reservedSpace, free: environment.freeSpace)
         let fd = try await environment.pool.run { () throws(CacheError) -> Int32 in
             // (the staging directory is made on first use)
             _ = mkdir(directory, 0o700)
+            if let sourceFD, let refusal = space.refusal(size, fd: sourceFD, "copy into", path) { throw refusal }
             let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
                 throw CacheError(.io, "cannot create the staging file \(path): \(Errno.current.message)")
@@ -307,12 +374,18 @@ extension ContentStore {
             }
             return fd
         }
-        return StagingFile(identifier: identifier, owner: owner, path: path, fd: fd, size: size, pool: environment.pool)
+        return StagingFile(
+            identifier: identifier, owner: owner, path: path, fd: fd, size: size, pool: environment.pool, space: space)
     }
 
     /// Deletes a staging file that is not published (its handle keeps the descriptor).
     func discardStaging(_ staging: StagingFile) {
         staging.discard()
+    }
+
+    /// The last write handle of `staging` closed: its descriptor is closed now (D-390).
+    func retireStaging(_ staging: StagingFile) {
+        staging.retire()
     }
 
     /// Makes the staging file's bytes a complete content record of `version`, durable (synced
@@ -340,7 +413,10 @@ extension ContentStore {
         } catch {
             // Not durable: nothing is published.
             staging.moveBack(from: target)
-            throw CacheError(.io, "cannot save the published version of \(staging.identifier): \(error)")
+            // A full disk is ENOSPC to the writer whose fsync or close this was, not EIO (D-390).
+            let full = (error as? CacheError)?.code == .noSpace
+            throw CacheError(
+                full ? .noSpace : .io, "cannot save the published version of \(staging.identifier): \(error)")
         }
         addRecord(record)
         return record

@@ -436,6 +436,7 @@ public final class LocalWrites: Sendable {
         guard outcome.done else { return false }
         if outcome.discard {
             content.discardStaging(staging)
+            content.retireStaging(staging)
             startParkedCreate(staging.identifier)
         }
         return true
@@ -497,16 +498,26 @@ public final class LocalWrites: Sendable {
         case nil: return nil
         case .discard:
             content.discardStaging(staged.file)
+            content.retireStaging(staged.file)
             // A new file closed unwritten (`touch`): created at the provider empty (D-386).
             startParkedCreate(identifier)
             return nil
         case .publish:
+            // No handle writes it any more: its descriptor goes now, published or not (D-390).
+            defer { content.retireStaging(staged.file) }
             do {
                 return try await publish(staged, syncing: !staged.startedEmpty)
             } catch {
+                // The close(2) before this release got the same error (its flush published).
                 environment.logger.error(
-                    "\(identifier): the last write handle closed, and its publish failed: \(error)")
+                    "\(identifier): the last write handle closed, and its publish failed: \(error); "
+                        + "the unpublished writes are dropped")
                 content.discardStaging(staged.file)
+                // A new file: created at the provider as the mount shows it, empty (D-386, D-390).
+                if let upload = uploadRecord(of: identifier), upload.creates, upload.localVersion.isUnborn {
+                    environment.logger.notice("\(identifier): created at the provider empty, as nothing was published")
+                }
+                startParkedCreate(identifier)
                 throw error
             }
         }

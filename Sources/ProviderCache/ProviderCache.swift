@@ -42,21 +42,27 @@ public final class ProviderCache: Sendable {
     let environment: CacheEnvironment
     /// chmod and utimens the provider does not store (AttributeOverrides.swift).
     let attributeOverrides: AttributeOverrides
+    /// The store as the cache writes it: rows a full disk refused are kept to write again.
+    let storeWrites: FullDiskStore
 
     /// Opens the cache in `directory` (created if needed), loading the items and range maps the
     /// store kept from earlier sessions. `fileSync` makes a cache file's bytes durable: before its
     /// range map is saved, a staging file's before a publish renames it into the content store,
-    /// and an unsynced published one's at fsync (fdatasync; tests record or fail it).
+    /// and an unsynced published one's at fsync (fdatasync; tests record or fail it). `freeSpace`
+    /// says what the cache's file system has free (fstatvfs; tests make it full, D-390).
     public init(
         provider: any Provider, directory: String, store: any MetadataStore,
         clock: any Clock<Duration> = ContinuousClock(), options: CacheOptions = CacheOptions(),
         pool: BlockingIOPool = .shared, logger: Logger = Logger(label: "providerfs.cache"),
-        fileSync: @escaping FileSync = fileDataSync
+        fileSync: @escaping FileSync = fileDataSync, freeSpace: @escaping FreeSpace = fileSystemFreeSpace
     ) throws(CacheError) {
         self.directory = directory
+        // Rows a full disk refused are written again later (D-390).
+        storeWrites = FullDiskStore(store)
         let environment = CacheEnvironment(
-            provider: provider, store: store, timeline: Timeline(clock), options: options, pool: pool, logger: logger,
-            fileSync: fileSync)
+            provider: provider, store: storeWrites, timeline: Timeline(clock), options: options, pool: pool,
+            logger: logger,
+            fileSync: fileSync, freeSpace: freeSpace)
         self.environment = environment
         attributeOverrides = AttributeOverrides(environment: environment)
         do {
@@ -123,7 +129,9 @@ public final class ProviderCache: Sendable {
             case .uploading: status.state = .uploading
             case .error:
                 status.state = .error
-                status.lastError = RecordedError(code: .io, message: "upload failed: \(upload.lastError ?? "")")
+                // Its errno is the failure's (ENOSPC for a full provider), EIO when it names none.
+                status.lastError = RecordedError(
+                    code: upload.lastErrorCode ?? .io, message: "upload failed: \(upload.lastError ?? "")")
             case .materialized: break
             }
         }
@@ -169,5 +177,12 @@ public final class ProviderCache: Sendable {
         await writes.shutdown()
         await catalog.shutdown()
         await content.shutdown()
+        // Rows a full disk refused, now that space may be back (a delete must not be undone by
+        // the next start, D-390).
+        if !storeWrites.flush() {
+            environment.logger.warning(
+                "\(storeWrites.pendingCount) rows of the metadata store could not be written (the cache's disk is full)"
+            )
+        }
     }
 }

@@ -101,6 +101,15 @@ public final class SQLiteMetadataStore: MetadataStore {
         }
     }
 
+    /// `queue.write`, a full disk read as `.noSpace` (ENOSPC where it reaches a writer, D-390).
+    private func writing(_ updates: (Database) throws -> Void) throws {
+        do {
+            try queue.write(updates)
+        } catch let error as DatabaseError where error.code == .diskFull {
+            throw CacheError(.noSpace, "\(error)")
+        }
+    }
+
     public func loadItems() throws -> [StoredItem] {
         try queue.read { db in
             var result: [StoredItem] = []
@@ -127,7 +136,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func saveItems(_ items: [StoredItem]) throws {
         guard !items.isEmpty else { return }
-        try queue.write { db in
+        try writing { db in
             for stored in items {
                 let item = stored.item
                 try db.execute(
@@ -153,7 +162,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func deleteItems(_ identifiers: [ItemIdentifier]) throws {
         guard !identifiers.isEmpty else { return }
-        try queue.write { db in
+        try writing { db in
             for identifier in identifiers {
                 try db.execute("DELETE FROM items WHERE identifier = ?", [identifier.rawValue])
             }
@@ -184,7 +193,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func saveContent(_ record: ContentRecord) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute(
                 """
                 INSERT INTO contents (identifier, version, size, file_number, present, error_code, error_message,
@@ -204,7 +213,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute(
                 "DELETE FROM contents WHERE identifier = ? AND version = ?", [identifier.rawValue, version.rawValue])
         }
@@ -229,7 +238,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws {
-        try queue.write { db in
+        try writing { db in
             guard let override else {
                 try db.execute("DELETE FROM attributes WHERE identifier = ?", [identifier.rawValue])
                 return
@@ -277,7 +286,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func saveUpload(_ record: UploadRecord) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute(
                 """
                 INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
@@ -293,7 +302,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func deleteUpload(_ identifier: ItemIdentifier) throws {
-        try queue.write { db in
+        try writing { db in
             try db.execute("DELETE FROM uploads WHERE identifier = ?", [identifier.rawValue])
         }
     }

@@ -107,6 +107,13 @@ public struct UploadRecord: Sendable, Equatable {
         self.creates = creates
     }
 
+    /// What the last failure was: the code its message starts with ("noSpace: …", as
+    /// `CacheError` prints itself, D-390), nil when there is none or it names no code.
+    public var lastErrorCode: CacheError.Code? {
+        guard let lastError, let colon = lastError.firstIndex(of: ":") else { return nil }
+        return CacheError.Code(rawValue: String(lastError[..<colon]))
+    }
+
     /// Still to upload (dirty, uploading, error): the local version must be served meanwhile.
     public var isPending: Bool { phase != .materialized }
 }

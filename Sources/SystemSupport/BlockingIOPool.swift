@@ -18,7 +18,10 @@ public final class BlockingIOPool: @unchecked Sendable {
     // is only waited on with `mutex` held. Both pthread objects are heap-allocated and never move.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let condition: UnsafeMutablePointer<pthread_cond_t>
-    private var work: [@Sendable () -> Void] = []
+    /// Queued work from `head` on; a slot before `head` is emptied when its item is taken, so that
+    /// what a closure captured (a staging file's descriptor) goes when the work is done, not after
+    /// 64 more items (issue 23: a deleted staging file stayed open and the cache disk full).
+    private var work: [(@Sendable () -> Void)?] = []
     private var head = 0
     private var stopped = false
     private var running = 0
@@ -108,7 +111,8 @@ public final class BlockingIOPool: @unchecked Sendable {
                 pthread_cond_wait(condition, mutex)
             }
             if head == work.count && stopped { break }
-            let item = work[head]
+            let item = work[head]!
+            work[head] = nil
             head += 1
             if head > 64 && head * 2 > work.count {
                 work.removeFirst(head)

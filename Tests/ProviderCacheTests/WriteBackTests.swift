@@ -87,8 +87,12 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         return DeferredCreate(identifier: ItemIdentifier(path), directory: nil)
     }
 
-    /// The next `count` uploads fail with EIO.
-    func failNext(_ count: Int) { control.withLock { $0.failures = count } }
+    /// The next `count` uploads fail with `error` (EIO unless told).
+    func failNext(_ count: Int, with error: ProviderError = ProviderError(.io, "injected upload failure", errno: EIO)) {
+        failure.withLock { $0 = error }
+        control.withLock { $0.failures = count }
+    }
+    private let failure = Locked(ProviderError(.io, "injected upload failure", errno: EIO))
     var uploadCount: Int { control.withLock { $0.uploads } }
     /// Upload calls begun (held ones included).
     var startedCount: Int { control.withLock { $0.started } }
@@ -121,7 +125,7 @@ final class UploadingProvider: Provider, @unchecked Sendable {
             state.failures -= 1
             return true
         }
-        if fail { throw ProviderError(.io, "injected upload failure", errno: EIO) }
+        if fail { throw failure.withLock { $0 } }
         let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: localFile)))
         let path: String
         switch target {

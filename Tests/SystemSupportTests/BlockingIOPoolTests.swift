@@ -44,3 +44,24 @@ struct BlockingIOPoolTests {
         }
     }
 }
+
+@Suite("BlockingIOPool releases work", .blockingThreads)
+struct BlockingIOPoolReleaseTests {
+    final class Captured: Sendable {}
+
+    /// What a finished closure captured is released once the work is done, not after 64 more
+    /// items (a staging file's descriptor stayed open, and the cache disk full, D-390).
+    @Test func finishedWorkIsReleased() async {
+        let pool = BlockingIOPool(threadCount: 1)
+        defer { pool.shutdown() }
+        weak var released: Captured?
+        do {
+            let captured = Captured()
+            released = captured
+            await pool.run { () -> Void in _ = captured }
+        }
+        // One thread, in order: when this returns, the first item's turn is over.
+        await pool.run { () -> Void in }
+        #expect(released == nil)
+    }
+}
