@@ -392,7 +392,7 @@ struct ProviderFileSystemTests {
         }
     }
 
-    @Test("forget drops nodes; node numbers are never reused within a mount")
+    @Test("forget drops nodes; a node number comes back only for its own item, with a new generation (D-389)")
     func inodeLifecycle() async throws {
         let fixture = try VFSFixture()
         fixture.provider.putFile("f", .bytes([1]))
@@ -405,8 +405,18 @@ struct ProviderFileSystemTests {
             _ = try await fileSystem.getAttributes(first.inode, context: .kernel)
         }
         let later = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
-        #expect(later.inode != first.inode)
+        // The item's serial number is its node id while no other node holds it: (node id,
+        // generation) is still never the same twice, as FUSE requires.
+        #expect(later.inode == first.inode && later.attributes.serialNumber == first.attributes.serialNumber)
         #expect(later.generation > first.generation)
+        // Another item under the name (a directory now): another number. (A file deleted and
+        // made again between two looks is, to a provider whose identifiers are paths, the same
+        // item changed: SEMANTICS "Identity".)
+        fixture.provider.remove("f")
+        fixture.provider.addDirectory("f")
+        fixture.clock.advance(by: .seconds(3600))
+        let other = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        #expect(other.attributes.serialNumber != first.attributes.serialNumber && other.inode != first.inode)
     }
 
     @Test("open takes a read claim and release gives it back; a refused claim fails the open")
