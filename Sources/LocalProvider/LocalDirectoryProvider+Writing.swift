@@ -37,6 +37,7 @@ extension LocalDirectoryProvider {
         try Task.checkCancellation()
         return try await LocalIO.run {
             try Self.checkNewName(name)
+            try self.checkPathFits(name, in: parent)
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
             guard mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) == 0 else {
@@ -55,6 +56,7 @@ extension LocalDirectoryProvider {
         try Task.checkCancellation()
         return try await LocalIO.run {
             try Self.checkNewName(name)
+            try self.checkPathFits(name, in: parent)
             guard !target.isEmpty, !target.utf8.contains(0) else {
                 throw ProviderError(.invalidName, "'\(target)' is not a symbolic link target", errno: EINVAL)
             }
@@ -121,6 +123,7 @@ extension LocalDirectoryProvider {
         return try await LocalIO.run {
             let (sourceParent, sourceName) = try Self.split(identifier)
             try Self.checkNewName(name)
+            try self.checkPathFits(name, in: parent)
             let source = try self.openDirectory(sourceParent)
             defer { close(source.fd) }
             let destination = try self.openDirectory(parent)
@@ -208,6 +211,7 @@ extension LocalDirectoryProvider {
     public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
         guard changes.isWatched(parent) else { return nil }
         try Self.checkNewName(name)
+        try checkPathFits(name, in: parent)
         let directory = try openDirectory(parent)
         defer { close(directory.fd) }
         var info = stat()
@@ -248,6 +252,7 @@ extension LocalDirectoryProvider {
         switch target {
         case .create(let newName, let directory):
             try Self.checkNewName(newName)
+            try checkPathFits(newName, in: directory)
             (parent, name) = (directory, newName)
         case .replace(let identifier, _):
             (parent, name) = try Self.split(identifier)
@@ -605,6 +610,19 @@ extension LocalDirectoryProvider {
 
     /// Refuses a name a new item cannot have: empty, ".", "..", with "/" or NUL, longer than 255
     /// bytes (ENAMETOOLONG), or an upload staging file's name.
+    /// A new item's whole path at the source must fit PATH_MAX: the provider works with paths
+    /// below its root. Checked where the item is made (a deferred create included), so that an
+    /// item the source could never hold is refused at once with ENAMETOOLONG, as bindfs refuses
+    /// it, instead of living in the mount with an upload that can never go (D-393).
+    func checkPathFits(_ name: String, in parent: ItemIdentifier) throws {
+        let length = root.utf8.count + 1 + (parent == .root ? 0 : parent.rawValue.utf8.count + 1) + name.utf8.count
+        guard length < Int(PATH_MAX) else {
+            throw ProviderError(
+                .invalidName, "the source path of '\(name)' would be \(length) bytes, PATH_MAX is \(PATH_MAX)",
+                errno: ENAMETOOLONG)
+        }
+    }
+
     static func checkNewName(_ name: String) throws {
         guard isNameComponent(name), !name.utf8.contains(UInt8(ascii: "/")) else {
             throw ProviderError(.invalidName, "'\(name)' is not a file name", errno: EINVAL)

@@ -1,5 +1,11 @@
 public import ProviderModel
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
 /// A cache failure, as readers see it. VirtualFileSystem maps each code to a `FileSystemError`
 /// (and so to the one errno table); docs/SEMANTICS.md lists the mapping.
 public struct CacheError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -26,6 +32,8 @@ public struct CacheError: Error, Sendable, Equatable, CustomStringConvertible {
         case cancelled
         /// A name the provider rejects.
         case invalidName
+        /// A name or path longer than the provider can hold (the provider's errno ENAMETOOLONG).
+        case nameTooLong
         /// A local I/O error on a cache file or the metadata store.
         case io
         /// The bytes of a checksummed fetch do not match the provider's checksum (or the stream
@@ -63,7 +71,7 @@ public struct CacheError: Error, Sendable, Equatable, CustomStringConvertible {
         case .accessDenied: self.init(.accessDenied, error.message)
         case .timedOut: self.init(.timedOut, error.message)
         case .cancelled: self.init(.cancelled, error.message)
-        case .invalidName: self.init(.invalidName, error.message)
+        case .invalidName: self.init(error.errno == ENAMETOOLONG ? .nameTooLong : .invalidName, error.message)
         case .alreadyExists: self.init(.exists, error.message)
         case .notEmpty: self.init(.notEmpty, error.message)
         case .notSupported: self.init(.unsupported, error.message)

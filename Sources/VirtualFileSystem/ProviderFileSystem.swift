@@ -914,6 +914,7 @@ extension FileSystemError {
         case .noSpace: code = .noSpace
         case .cancelled: code = .interrupted
         case .invalidName: code = .invalidArgument
+        case .nameTooLong: code = .nameTooLong
         case .io: code = .io
         // Bytes that did not match their checksum were never delivered: a failed download (EIO).
         case .corrupt: code = .downloadFailed

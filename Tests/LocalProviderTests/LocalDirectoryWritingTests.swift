@@ -128,6 +128,54 @@ struct LocalDirectoryWritingTests {
         #expect(atRoot?.code == .invalidName)
     }
 
+    @Test("an item whose source path would pass PATH_MAX is refused with ENAMETOOLONG where it is made (D-393)")
+    func pathsPastPathMax() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        // A directory whose own source path is 100 bytes short of PATH_MAX.
+        let component = String(repeating: "d", count: 250)
+        var deep = component
+        while root.path.utf8.count + 1 + deep.utf8.count + 1 + component.utf8.count < Int(PATH_MAX) - 102 {
+            deep += "/" + component
+        }
+        let last = Int(PATH_MAX) - 100 - (root.path.utf8.count + 1 + deep.utf8.count + 1)
+        deep += "/" + String(repeating: "e", count: last)
+        #expect(root.path.utf8.count + 1 + deep.utf8.count == Int(PATH_MAX) - 100)
+        #expect(mkdirAll(root.path + "/" + deep))
+        try root.write("file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile([1, 2, 3], in: local)
+        let parent = ItemIdentifier(deep)
+        let tooLong = String(repeating: "n", count: 220)
+        let calls: [(String, () async throws -> Void)] = [
+            ("mkdir", { _ = try await provider.createDirectory(named: tooLong, in: parent, permissions: 0o755) }),
+            ("symlink", { _ = try await provider.createSymbolicLink(named: tooLong, in: parent, target: "a") }),
+            (
+                "upload",
+                {
+                    _ = try await provider.upload(
+                        from: source, to: .create(name: tooLong, in: parent), permissions: nil, modificationTime: nil)
+                }
+            ),
+            (
+                "move",
+                { _ = try await provider.move(ItemIdentifier("file"), to: parent, named: tooLong, mode: .replacing) }
+            ),
+        ]
+        for (call, body) in calls {
+            let error = await failure(body)
+            #expect(
+                error?.code == .invalidName && error?.errno == ENAMETOOLONG, "\(call): \(String(describing: error))")
+        }
+        #expect(try entries(root.path + "/" + deep) == [], "nothing was made")
+        #expect(try entries(root.path) == [String(deep.prefix(250)), "file"].sorted(), "nothing moved")
+        // A name that fits is made.
+        let fits = String(repeating: "n", count: 90)
+        #expect(try await provider.createDirectory(named: fits, in: parent, permissions: 0o755).name == fits)
+    }
+
     @Test("a symbolic link in the parent path is never followed out of the source")
     func symlinkedParentEscaping() async throws {
         let root = try TemporaryDirectory()
@@ -723,4 +771,14 @@ struct LocalDirectoryWritingTests {
             if case .entry(_, let name) = change { #expect(!name.hasPrefix(".providerfs-upload-"), "\(change)") }
         }
     }
+}
+
+/// mkdir -p, one component at a time (each call's path fits PATH_MAX).
+private func mkdirAll(_ path: String) -> Bool {
+    var current = ""
+    for component in path.split(separator: "/") {
+        current += "/" + component
+        if mkdir(current, 0o755) != 0 && errno != EEXIST { return false }
+    }
+    return true
 }
