@@ -42,7 +42,8 @@ public struct PDFValidation: Sendable, Equatable, Codable {
     /// Every warning qpdf gave while reading, checking and reading page content, in order (a
     /// damaged cross-reference table, a stream of the wrong length, …). Not empty: `repaired`.
     public var warnings: [String]
-    /// qpdf had to repair or work around something: accepted (unless strict) but flagged.
+    /// qpdf had to repair or work around something in the objects, streams or pages: accepted
+    /// (unless strict) but flagged. Wrong linearization data does not count (D-395).
     public var repaired: Bool { !warnings.isEmpty }
     /// The libqpdf version that decided.
     public var validator: String
@@ -139,7 +140,8 @@ public enum PDFValidator {
         guard pages >= 0 else { throw .damaged(warnings.named(lastError(qpdf).message)) }
         guard pages > 0 else { throw .noPages }
 
-        // Every object and stream read and decoded, as `qpdf --check` does.
+        // Every object and stream read and decoded, as `qpdf --check` does; not its linearization
+        // check (no C entry point; readers ignore bad linearization data, so it repairs nothing: D-395).
         let check = qpdf_check_pdf(qpdf)
         warnings.collect(qpdf)
         if check & QPDF_ERRORS != 0 { throw .damaged(warnings.named(lastError(qpdf).message)) }

@@ -60,6 +60,17 @@ struct CoordinateCommand: CLICommand {
         }
     }
 
+    /// CMD could not be run: 127 when it was not found, 126 when it was found but could not be
+    /// executed (not executable, a directory, a bad format), as `env`, `timeout` and `nohup` do.
+    static func spawnFailure(_ executable: String, _ error: Errno) -> CommandFailure {
+        if error.rawValue == ENOENT {
+            let place = executable.contains("/") ? "no such file" : "not found in PATH"
+            return CommandFailure("cannot run '\(executable)': \(place).", status: ExitStatus.commandNotFound)
+        }
+        return CommandFailure(
+            "cannot run '\(executable)': \(error.message).", status: ExitStatus.commandNotExecutable)
+    }
+
     /// Runs CMD and returns its exit status, or 128+signal. CMD gets our stdin, stdout and stderr,
     /// and `claimDescriptors` (the sockets of the server connections that hold the claim,
     /// close-on-exec here): the server releases a claim when the last copy of its socket is
@@ -71,9 +82,6 @@ struct CoordinateCommand: CLICommand {
     /// once, even if something CMD left running still holds a copy of the socket.
     static func runChild(_ command: [String], claimDescriptors: [Int32]) async throws -> Int32 {
         let executable = command[0]
-        // Without a slash, /usr/bin/env looks CMD up in PATH (and exits 127 when it is not found).
-        let path = executable.contains("/") ? executable : "/usr/bin/env"
-        let arguments = executable.contains("/") ? command : [path] + command
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -88,13 +96,15 @@ struct CoordinateCommand: CLICommand {
             // dup2 onto itself clears FD_CLOEXEC in the child only (POSIX 2024; glibc ≥ 2.29, musl).
             posix_spawn_file_actions_adddup2(&actions, descriptor, descriptor)
         }
-        let argv = arguments.map { strdup($0) } + [nil]
+        let argv = command.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
+        // posix_spawnp searches PATH as execvp does when CMD has no slash; glibc reports the
+        // exec's error here, so CMD that cannot be run is told apart from CMD that failed.
         let rc = withCleanSpawnAttributes(newSession: false) {
-            posix_spawn(&pid, path, &actions, $0, argv, environ)
+            posix_spawnp(&pid, executable, &actions, $0, argv, environ)
         }
-        guard rc == 0 else { throw CommandFailure("cannot run \(executable): \(Errno(rc).message)") }
+        guard rc == 0 else { throw spawnFailure(executable, Errno(rc)) }
         let child = pid
         return await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
             Thread.detachNewThread {

@@ -34,7 +34,9 @@ struct DownloadCommand: CLICommand {
         try arguments.finish()
         var info = stat()
         guard stat(path, &info) == 0 else {
-            if Errno.current == .notConnected { throw CommandFailure(staleMountAdvice(mountPointPath(path))) }
+            if Errno.current == .notConnected {
+                throw CommandFailure(staleMountAdvice(staleMountPoint(containing: path)))
+            }
             throw CommandFailure("\(path): \(Errno.current.message)")
         }
         let (client, root) = try ControlClient.forMount(containing: path)

@@ -6,6 +6,10 @@ public enum ExitStatus {
     public static let usage: Int32 = 64
     /// A coordination claim was not granted before its deadline (sysexits EX_TEMPFAIL).
     public static let timeout: Int32 = 75
+    /// `coordinate`'s CMD was found but could not be executed (as `env` and `timeout` exit).
+    public static let commandNotExecutable: Int32 = 126
+    /// `coordinate`'s CMD was not found (as `env` and `timeout` exit).
+    public static let commandNotFound: Int32 = 127
 }
 
 /// A command line that cannot be run as written. Printed as one sentence; exits 64.

@@ -202,6 +202,54 @@ func cleanStaleProviderFSMount(_ mountpoint: String) throws(CommandFailure) {
     MountRegistry.remove(mountpoint: path)
 }
 
+/// The mount point of the stale mount that `path` (failing with ENOTCONN) lies in, for the
+/// advice: the longest mount in /proc/self/mountinfo that contains the path. The path is resolved
+/// first as far as lstat sees (absolute, symbolic links followed, "." and ".." applied); realpath
+/// cannot be used, since every lstat inside the stale mount fails. Falls back to that path.
+func staleMountPoint(containing path: String) -> String {
+    let absolute = resolvedAsFarAsReadable(path)
+    let containing = MountTable.current().map(\.mountPoint).filter { mountPoint in
+        mountPoint != "/" && (absolute == mountPoint || absolute.hasPrefix(mountPoint + "/"))
+    }
+    return containing.max { $0.count < $1.count } ?? absolute
+}
+
+/// `path` made absolute, its symbolic links followed until a component cannot be lstat'ed; the
+/// rest is kept as written, with "." and ".." applied to the text.
+func resolvedAsFarAsReadable(_ path: String) -> String {
+    var pending = path.split(separator: "/").map(String.init)
+    var resolved =
+        path.hasPrefix("/") ? [] : FileManager.default.currentDirectoryPath.split(separator: "/").map(String.init)
+    var readable = true
+    var links = 0
+    while !pending.isEmpty {
+        let name = pending.removeFirst()
+        if name == "." { continue }
+        if name == ".." {
+            _ = resolved.popLast()
+            continue
+        }
+        resolved.append(name)
+        guard readable else { continue }
+        let current = "/" + resolved.joined(separator: "/")
+        var info = stat()
+        guard lstat(current, &info) == 0 else {
+            readable = false
+            continue
+        }
+        guard info.st_mode & S_IFMT == S_IFLNK, links < 40 else { continue }
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink(current, &buffer, Int(PATH_MAX))
+        guard length > 0 else { continue }
+        let target = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        links += 1
+        resolved.removeLast()
+        if target.hasPrefix("/") { resolved = [] }
+        pending = target.split(separator: "/").map(String.init) + pending
+    }
+    return "/" + resolved.joined(separator: "/")
+}
+
 /// The one sentence telling the user how to clean a stale mount.
 func staleMountAdvice(_ mountpoint: String) -> String {
     "\(mountpoint) is a stale ProviderFS mount (its daemon is gone: 'Transport endpoint is not connected'); "

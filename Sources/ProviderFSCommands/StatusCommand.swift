@@ -96,7 +96,9 @@ struct StatusCommand: CLICommand {
     static func item(_ path: String, io: CommandIO) throws -> Int32 {
         var info = stat()
         if stat(path, &info) != 0 {
-            if Errno.current == .notConnected { throw CommandFailure(staleMountAdvice(mountPointPath(path))) }
+            if Errno.current == .notConnected {
+                throw CommandFailure(staleMountAdvice(staleMountPoint(containing: path)))
+            }
             throw CommandFailure("\(path): \(Errno.current.message)")
         }
         guard MountTable.containing(path)?.fileSystemType == "fuse.providerfs" else {

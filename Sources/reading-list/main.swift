@@ -27,7 +27,8 @@ let usage = """
            reading-list report [--json] [--limit N]
            reading-list --version
     Every command takes --data-dir DIR (default: $XDG_DATA_HOME/reading-list, else
-    ~/.local/share/reading-list). ID may be any unique prefix of a document's id.
+    ~/.local/share/reading-list); options may come before or after the command.
+    ID may be any unique prefix of a document's id.
     Exit status: 0 done, 1 failed (an import, a missing id), 64 usage error, 130/143 cancelled.
     """
 
@@ -35,91 +36,6 @@ enum Exit {
     static let success: Int32 = 0
     static let failure: Int32 = 1
     static let usage: Int32 = 64
-}
-
-struct UsageError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// The command line, parsed strictly: an unknown flag is an error.
-struct Arguments {
-    var command: String
-    var operands: [String] = []
-    var json = false
-    var strict = false
-    var cat = false
-    var passwordFile: String?
-    var dataDirectory: String?
-    var limit = 50
-
-    init(_ raw: [String]) throws(UsageError) {
-        guard let first = raw.first else { throw UsageError("no command given") }
-        command = first
-        var index = 1
-        func value(_ flag: String) throws(UsageError) -> String {
-            index += 1
-            guard index < raw.count, !raw[index].isEmpty else { throw UsageError("\(flag) needs a value") }
-            return raw[index]
-        }
-        var operandsOnly = false
-        while index < raw.count {
-            let argument = raw[index]
-            if operandsOnly || !argument.hasPrefix("-") || argument == "-" {
-                operands.append(argument)
-            } else {
-                var flag = argument
-                var inline: String?
-                if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
-                    flag = String(argument[..<equals])
-                    inline = String(argument[argument.index(after: equals)...])
-                }
-                func take() throws(UsageError) -> String {
-                    if let inline {
-                        guard !inline.isEmpty else { throw UsageError("\(flag) needs a value") }
-                        return inline
-                    }
-                    return try value(flag)
-                }
-                switch flag {
-                case "--": operandsOnly = true
-                case "--json": json = true
-                case "--strict": strict = true
-                case "--cat": cat = true
-                case "--password-file": passwordFile = try take()
-                case "--data-dir": dataDirectory = try take()
-                case "--limit":
-                    let text = try take()
-                    guard let number = Int(text), number > 0, number <= 100_000 else {
-                        throw UsageError("--limit needs a count from 1 to 100000, not '\(text)'")
-                    }
-                    limit = number
-                default: throw UsageError("unknown option '\(argument)'")
-                }
-                if inline != nil, ["--json", "--strict", "--cat", "--"].contains(flag) {
-                    throw UsageError("\(flag) takes no value")
-                }
-            }
-            index += 1
-        }
-        let allowed: [String: Set<String>] = [
-            "import": ["json", "strict", "password"], "list": ["json"], "open": ["cat"], "remove": [],
-            "reconcile": ["json"], "report": ["json", "limit"],
-        ]
-        guard let flags = allowed[command] else { throw UsageError("unknown command '\(command)'") }
-        let used: [(String, Bool)] = [
-            ("json", json), ("strict", strict), ("cat", cat), ("password", passwordFile != nil), ("limit", limit != 50),
-        ]
-        for (name, set) in used where set && !flags.contains(name) {
-            throw UsageError("'\(command)' does not take --\(name == "password" ? "password-file" : name)")
-        }
-        switch command {
-        case "import": guard !operands.isEmpty else { throw UsageError("import needs at least one PATH") }
-        case "open", "remove":
-            guard operands.count == 1 else { throw UsageError("\(command) needs exactly one ID") }
-        default: guard operands.isEmpty else { throw UsageError("\(command) takes no operands") }
-        }
-    }
 }
 
 /// Lines to stdout and stderr, and JSON lines.
@@ -209,9 +125,9 @@ func run() async -> Int32 {
         Output.line(usage)
         return raw.isEmpty ? Exit.usage : Exit.success
     }
-    let arguments: Arguments
+    let arguments: ReadingListArguments
     do {
-        arguments = try Arguments(raw)
+        arguments = try ReadingListArguments(raw)
     } catch {
         Output.error(error.description)
         FileHandle.standardError.write(Data((usage + "\n").utf8))
@@ -313,7 +229,7 @@ func run() async -> Int32 {
 }
 
 func importAll(
-    _ arguments: Arguments, location: LibraryLocation, store: RecordStore, options: ImportOptions
+    _ arguments: ReadingListArguments, location: LibraryLocation, store: RecordStore, options: ImportOptions
 ) async -> Int32 {
     let signals = SignalCancellation()
     let importer = Importer(location: location, store: store, checkpoint: pauseHook())

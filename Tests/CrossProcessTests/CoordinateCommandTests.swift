@@ -120,6 +120,33 @@ import TestScheduling
         #expect(holder.stop() == 0)
     }
 
+    /// A command that cannot be run exits 127 (not found) or 126 (found, not executable), as `env`
+    /// and `timeout` do, with one sentence from `providerfs coordinate` (issue 24), and leaves no claim.
+    @Test func commandThatCannotBeRunExits127Or126() throws {
+        let world = try CoordinationWorld()
+        defer { world.tearDown() }
+        try Data("echo ran\n".utf8).write(to: URL(fileURLWithPath: world.path("plain")))  // mode 0644
+        try FileManager.default.createDirectory(atPath: world.path("bin"), withIntermediateDirectories: true)
+        try Data("echo ran\n".utf8).write(to: URL(fileURLWithPath: world.path("bin/pfs-plain")))
+        let cases: [(command: String, status: Int32)] = [
+            ("pfs-no-such-command", 127),  // looked up in PATH, not there
+            (#""$F/no-such-file""#, 127),
+            (#""$F/plain""#, 126),  // a file without execute permission
+            (#""$F/bin""#, 126),  // a directory
+            ("pfs-plain", 126),  // found in PATH but not executable
+        ]
+        for (command, status) in cases {
+            let child = try shell(
+                world, #"PATH="$F/bin:$PATH" $PF coordinate --write "$F/doc" -- \#(command) 2>&1"#)
+            #expect(child.stop() == status, "\(command)")
+            let lines = child.output_
+            #expect(lines.count == 1, "\(command): \(lines)")
+            let line = lines.first ?? ""
+            #expect(line.hasPrefix("providerfs coordinate: cannot run ") && line.hasSuffix("."), "\(line)")
+        }
+        #expect(world.eventually { $0.claims.isEmpty })
+    }
+
     // MARK: The claim lives as long as the command (issue 11 item 6, D-136)
 
     /// Waits (10 s at most) for `name` to hold a number, e.g. a pid or a `date +%s%N` stamp.

@@ -158,11 +158,31 @@ struct CommandEdgeTests {
         var info = stat()
         #expect(stat(mount.mountpoint, &info) == -1 && errno == ENOTCONN)
 
-        let status = try providerfs(["status", mount.mountpoint + "/x"], runtime: runtime)
-        #expect(status.status == 1)
-        #expect(status.error.contains("stale ProviderFS mount"), "\(status.error)")
-        #expect(status.error.contains("providerfs unmount \(mount.mountpoint)"))
-        #expect(status.error.contains("fusermount3 -uz"))
+        // A path deep inside, given absolute, relative, or through a symbolic link from outside:
+        // the advice names the mount point, never the path (issue 24).
+        symlink(mount.mountpoint, scratch + "/link")
+        let shell = "cd \"$1\" && exec \"$2\" \"$3\" \"$4\""
+        let binary = productsDirectory + "/providerfs"
+        let environment = ["PROVIDERFS_RUNTIME_DIR": runtime]
+        for command in ["status", "download"] {
+            let results = [
+                try providerfs([command, mount.mountpoint + "/x"], runtime: runtime),
+                try providerfs([command, mount.mountpoint + "/sub/dir/x"], runtime: runtime),
+                try providerfs([command, scratch + "/link/sub/../x"], runtime: runtime),
+                try ChildProcess.run(
+                    "/bin/sh", ["-c", shell, "sh", scratch, binary, command, "link/sub/x"],
+                    environment: environment),
+            ]
+            for result in results {
+                #expect(result.status == 1)
+                #expect(result.error.contains("stale ProviderFS mount"), "\(result.error)")
+                #expect(
+                    result.error.contains("'providerfs unmount \(mount.mountpoint)'")
+                        && result.error.contains("'fusermount3 -uz \(mount.mountpoint)'"),
+                    "\(command): \(result.error)")
+                #expect(result.error.split(separator: "\n").count == 1, "one sentence")
+            }
+        }
 
         let unmount = try providerfs(["unmount", mount.mountpoint], runtime: runtime)
         #expect(unmount.status == 0, "\(unmount)")

@@ -128,6 +128,41 @@ struct PDFValidatorTests {
         #expect(result.encrypted)
     }
 
+    @Test("linearization is not checked: a wrong /E in a linearized file imports clean, as D-395 decides")
+    func linearizationProblemsAreNotRepairs() throws {
+        let plain = try file("plain.pdf", TestPDF(pages: 3).bytes())
+        let linearized = directory.path + "/linearized.pdf"
+        try qpdf(["--linearize", plain, linearized])
+        // Change the linearization dictionary's /E (end of the first page) to a wrong value of the
+        // same width, so that no offset moves: the objects, streams and pages stay intact.
+        var bytes = try readFile(linearized)
+        let key = Array("/E ".utf8)
+        guard let at = (0..<min(bytes.count, 300)).first(where: { bytes[$0..<($0 + key.count)].elementsEqual(key) })
+        else {
+            Issue.record("no /E in the linearization dictionary")
+            return
+        }
+        let digits = bytes[(at + key.count)...].prefix { (48...57).contains($0) }
+        guard let end = Int(String(decoding: digits, as: UTF8.self)) else {
+            Issue.record("no number after /E")
+            return
+        }
+        let wrong = Array(String(String(end + 10).count == digits.count ? end + 10 : end - 10).utf8)
+        bytes.replaceSubrange(digits.startIndex..<digits.endIndex, with: wrong)
+        try directory.write("wrong-e.pdf", bytes)
+        let damaged = directory.path + "/wrong-e.pdf"
+        // The fixture is what it claims: qpdf --check warns about linearization, and only that.
+        let check = try qpdfCheck(damaged)
+        #expect(check.status == 3, "\(check.output)")
+        let warnings = check.output.split(separator: "\n").filter { $0.hasPrefix("WARNING:") }
+        #expect(warnings.count == 1 && warnings.allSatisfy { $0.contains("(/E) mismatch") }, "\(check.output)")
+        for path in [linearized, damaged] {
+            let result = try PDFValidator.validate(path: path, options: PDFValidationOptions(strict: true))
+            #expect(result.pageCount == 3)
+            #expect(!result.repaired && result.warnings.isEmpty, "\(path): \(result.warnings)")
+        }
+    }
+
     @Test("concurrent validations do not disturb each other")
     func concurrent() async throws {
         let good = try file("good.pdf", TestPDF(pages: 5).bytes())
@@ -168,6 +203,20 @@ struct PDFValidatorTests {
             }
         }
         #expect(clean < 200, "every mutation passed as clean")
+    }
+
+    /// `qpdf --check PATH`: its exit status and its stdout and stderr together.
+    func qpdfCheck(_ path: String) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/qpdf")
+        process.arguments = ["--check", path]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
     }
 
     func qpdf(_ arguments: [String]) throws {
