@@ -200,12 +200,15 @@ public final class TokenAuthority: Sendable {
     /// thread to its process with a /proc read, which a token bound to no process does not need
     /// (D-344). Same answers as `check(_:caller:)` with `TokenCaller(pid: pid(), uid: uid)`.
     public func check(_ token: String, uid: UInt32, pid: () -> Int32) -> TokenDecision {
-        if case .token(let bytes) = format.parse(token) {
+        switch format.parse(token) {
+        case .token(let bytes):
             let presented = hash(bytes)
             let now = time.elapsed()
             if let grant = state.withLock({ $0.allowedForAnyProcess(hash: presented, uid: uid, now: now) }) {
                 return .allowed(grant)
             }
+        case .denied(.notAToken): return .denied(.notAToken)  // no process needed: nothing is logged
+        case .denied: break
         }
         return decide(token, caller: TokenCaller(pid: pid(), uid: uid), consume: false)
     }
@@ -238,6 +241,9 @@ public final class TokenAuthority: Sendable {
 
     private func decide(_ token: String, caller: TokenCaller, consume: Bool) -> TokenDecision {
         let parsed = format.parse(token)
+        // A name that cannot be a token (a probe such as `.providerfs-package`) is no guess: not
+        // logged, not counted, answered even while the user is throttled (D-394).
+        if parsed == .denied(.notAToken) { return .denied(.notAToken) }
         var presented: [UInt8]?
         if case .token(let bytes) = parsed { presented = hash(bytes) }
         let now = time.elapsed()

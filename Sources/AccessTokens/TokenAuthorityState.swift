@@ -214,11 +214,13 @@ extension TokenAuthorityState {
         case verifyProcess(id: String, startTime: UInt64)
     }
 
-    /// Guessing-like reasons count towards the rate limit; the others show the token was real.
+    /// Guesses count towards the rate limit: names with the token prefix `pfs_` that are no
+    /// token of this mount. A name without the prefix can never grant access (D-394); the other
+    /// reasons show the token was real.
     static func countsAsGuess(_ reason: TokenDenialReason) -> Bool {
         switch reason {
         case .malformed, .truncated, .foreignMount, .unknown: true
-        case .rateLimited, .expired, .revoked, .usedUp, .wrongProcess, .processReused: false
+        case .notAToken, .rateLimited, .expired, .revoked, .usedUp, .wrongProcess, .processReused: false
         }
     }
 

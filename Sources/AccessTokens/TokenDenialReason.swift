@@ -4,7 +4,12 @@
 public enum TokenDenialReason: String, Codable, Sendable, Hashable, CaseIterable {
     /// Too many denials for this user in the last second: refused without looking the token up.
     case rateLimited
-    /// Not a token of this format at all (empty, too long, non-ASCII, wrong prefix or characters).
+    /// A name that cannot be a token at all: it does not start with the prefix `pfs_` (empty,
+    /// `.git`, `.providerfs-package`, `Thumbs.db`, an uppercase `PFS_…`). It can never grant
+    /// access, so it is no guess: not counted, not logged, not throttled, and an access path
+    /// answers ENOENT for it as a directory without the entry would (D-394).
+    case notAToken
+    /// Starts with `pfs_` but is not a token of this format (too long, non-ASCII, wrong characters).
     case malformed
     /// The start of a token of this mount, cut short.
     case truncated
@@ -25,8 +30,11 @@ public enum TokenDenialReason: String, Codable, Sendable, Hashable, CaseIterable
     /// One sentence for a person.
     public var explanation: String {
         switch self {
-        case .rateLimited: "too many refused tokens from this user in the last second; try again later"
-        case .malformed: "this is not an access token"
+        case .rateLimited:
+            "refused without being checked: this user presented too many unknown or malformed tokens "
+                + "(guesses) within a second; access paths work again a second after the guesses stop"
+        case .notAToken: "not an access token (tokens start with pfs_)"
+        case .malformed: "a malformed token: it starts with pfs_ but is not an access token"
         case .truncated: "the token is incomplete (cut short)"
         case .foreignMount: "the token belongs to another mount"
         case .unknown: "no such token was granted on this mount"

@@ -37,15 +37,17 @@ struct TokenFormat: Sendable {
     }
 
     /// Classifies `text` without looking anything up: this mount's well-formed token (its
-    /// bytes), or why not. Never reads more than `length + 1` bytes of the input.
+    /// bytes), or why not: `notAToken` without the prefix `pfs_`, else `malformed`, `truncated`
+    /// or `foreignMount`. Never reads more than `length + 1` bytes of the input.
     func parse(_ text: String) -> Parsed {
+        // Not starting with the whole prefix, it cannot be a token: no guess (D-394).
+        guard text.utf8.starts(with: Self.prefix) else { return .denied(.notAToken) }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Self.length)
         for byte in text.utf8 {
             bytes.append(byte)
             if bytes.count > Self.length { return .denied(.malformed) }
         }
-        if bytes.isEmpty { return .denied(.malformed) }
         // The prefix, then the tag, then "_", then the secret; a valid start of each part that
         // ends early is truncated, anything else is malformed.
         let tagStart = Self.prefix.count

@@ -69,6 +69,8 @@ package struct MountScopedAccess: ScopedAccessProvider {
             .allowed(
                 scope: grant.scope.identifier, writable: grant.mode.allows(.readWrite), id: grant.id,
                 caching: caching(of: grant))
+        case .denied(.notAToken):
+            .notAToken(reason: TokenDenialReason.notAToken.explanation)
         case .denied(let reason):
             .denied(reason: reason.explanation)
         }

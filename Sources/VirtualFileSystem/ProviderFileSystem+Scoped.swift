@@ -73,6 +73,11 @@ extension ProviderFileSystem {
             // Never the token: the authority logs it by id (or not at all for a guess).
             logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")
             throw FileSystemError(.accessDenied, "access path refused: \(reason)")
+        case .notAToken(let reason):
+            // A probe (the coordinator's package marker, `.git`, …): no entry, no refusal; not
+            // logged above debug, so a flood of probes fills no log (D-394).
+            logger.debug("\(operation) under .scoped: no such entry (\(reason))")
+            throw FileSystemError(.notFound, "no such entry under .scoped: \(reason)")
         }
     }
 

@@ -25,6 +25,10 @@ public enum ScopedAccessDecision: Sendable, Equatable {
     case allowed(scope: String, writable: Bool, id: String, caching: ScopedKernelCaching = .never)
     /// Refused: why, in a sentence (logged and put in the EACCES error's message).
     case denied(reason: String)
+    /// The name cannot be a token at all (a probe such as `.providerfs-package` or `.git`): no
+    /// guess, so the provider neither logs nor counts it, and `.scoped` answers ENOENT as a
+    /// directory without such an entry would (D-394). Why, in a sentence.
+    case notAToken(reason: String)
 }
 
 /// Checks tokens of access paths. The calls are synchronous and short: they run on every

@@ -131,7 +131,7 @@ struct TokenPersistenceTests {
         limits.auditEntries = 50
         limits.deniedPerWindow = Int.max
         let fixture = TokenFixture(directory: directory.path, limits: limits)
-        for _ in 0..<500 { _ = fixture.authority.check("x", caller: me) }
+        for _ in 0..<500 { _ = fixture.authority.check("pfs_x", caller: me) }
         let log = fixture.authority.auditLog()
         #expect(log.count == 50)
         #expect(log.last?.sequence == 500)

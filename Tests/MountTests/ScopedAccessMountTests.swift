@@ -66,10 +66,11 @@ struct ScopedAccessMountTests {
         #expect(
             try shell("cp -r \(a) \(quoted(scratch + "/copy")) && cat \(quoted(scratch + "/copy/inner/notes.txt"))")
                 .output == "notes\n")
-        // `..` of the folder's path is `.scoped`, where "private.txt" is just a bad token. (Two
-        // levels up is the mount's root: a plain path, open to anyone until --require-token.)
+        // `..` of the folder's path is `.scoped`, where "private.txt" cannot even be a token: no
+        // such entry (D-394). (Two levels up is the mount's root: a plain path, open to anyone
+        // until --require-token.)
         let outside = try shell("cat \(a)/../private.txt 2>&1")
-        #expect(outside.status != 0 && outside.output.contains("Permission denied"), "\(outside.output)")
+        #expect(outside.status != 0 && outside.output.contains("No such file or directory"), "\(outside.output)")
 
         // Revocation while a handle is open: its next read fails with EACCES.
         let descriptor = open(file.accessPath, O_RDONLY)

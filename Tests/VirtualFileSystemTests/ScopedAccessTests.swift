@@ -105,12 +105,39 @@ struct ScopedAccessTests {
     func badTokens() async throws {
         let scoped = try ScopedFixture()
         let issued = try scoped.grant("d")
-        let message = await expectDenied("malformed") { _ = try await scoped.resolve("garbage") }
-        #expect(message.contains("not an access token"))
+        let message = await expectDenied("malformed") { _ = try await scoped.resolve("pfs_garbage!") }
+        #expect(message.contains("malformed"))
         await expectDenied("truncated") { _ = try await scoped.resolve(String(issued.token.dropLast(3))) }
         var other = Array(issued.token)
         other[other.count - 1] = other.last == "a" ? "b" : "a"
         await expectDenied("unknown") { _ = try await scoped.resolve(String(other)) }
+    }
+
+    @Test("names that cannot be tokens (the coordinator's package probe, .git): ENOENT, unlogged, never throttling")
+    func probesAreNotGuesses() async throws {
+        let scoped = try ScopedFixture()
+        let issued = try scoped.grant("d")
+        let directory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
+        // Far more than the 20 guesses a second that throttle a user, all within one instant.
+        for round in 0..<500 {
+            let name = [".providerfs-package", ".git", "Thumbs.db", "PFS_X"][round % 4]
+            do {
+                _ = try await scoped.fileSystem.lookup(parent: directory.inode, name: name, context: .kernel)
+                Issue.record("\(name) was found under .scoped")
+            } catch {
+                #expect(error.code == .notFound && error.errno == .noSuchFileOrDirectory, "\(name): \(error)")
+                #expect(error.message.contains("not an access token"))
+            }
+        }
+        #expect(scoped.authority.auditLog().map(\.event) == [.grant])
+        // The user's real access path still works, and reads its bytes.
+        let file = try await scoped.resolve(issued.token, "sub/y")
+        #expect(try await readAll(scoped.fileSystem, file.inode) == Array("why\n".utf8))
+        // Real guesses are still limited.
+        let guess = "pfs_\(scoped.authority.mountTag)_" + String(repeating: "c", count: 32)
+        for _ in 0..<21 { await expectDenied("guess") { _ = try await scoped.resolve(guess) } }
+        let message = await expectDenied("throttled") { _ = try await scoped.resolve(issued.token) }
+        #expect(message.contains("too many unknown or malformed tokens"))
     }
 
     @Test("a file grant: .scoped/<token>/ holds just the file; reads give its bytes, direct I/O, no caches")
@@ -466,7 +493,11 @@ struct ScopedAccessTests {
         }
         #expect(reason == TokenDenialReason.wrongProcess.explanation)
         #expect(
-            access.recordUse("nope", context: ownThread) == .denied(reason: TokenDenialReason.malformed.explanation))
+            access.recordUse("pfs_nope!", context: ownThread)
+                == .denied(reason: TokenDenialReason.malformed.explanation))
+        #expect(
+            access.recordUse("nope", context: ownThread)
+                == .notAToken(reason: TokenDenialReason.notAToken.explanation))
         let real = MountScopedAccess(authority: authority)
         #expect(real.caller(RequestContext(threadID: getpid(), uid: 1, gid: 1)).pid == getpid())
     }
