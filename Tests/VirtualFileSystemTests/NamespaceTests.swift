@@ -42,24 +42,7 @@ private struct TwoTokens: ScopedAccessProvider {
 }
 
 private func writableFixture() throws -> VFSFixture {
-    var options = VFSFixture.defaultOptions()
-    options.writable = true
-    return try VFSFixture(options: options)
-}
-
-private func errno(_ body: () async throws -> Void) async -> Errno? {
-    do {
-        try await body()
-        return nil
-    } catch let error as FileSystemError {
-        return error.errno
-    } catch {
-        return nil
-    }
-}
-
-private func names(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber) async throws -> [String] {
-    try await listAll(fileSystem, inode).map(\.name).filter { $0 != "." && $0 != ".." }
+    try VFSFixture(options: VFSFixture.writableOptions())
 }
 
 @Suite("Namespace changes (VFS)", .timeLimit(.minutes(3)))
@@ -68,7 +51,7 @@ struct NamespaceTests {
     func makeDirectory() async throws {
         let fixture = try writableFixture()
         let fileSystem = try fixture.makeFileSystem()
-        #expect(try await names(fileSystem, .root) == [])
+        #expect(try await childNames(fileSystem, .root) == [])
         let made = try await fileSystem.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
         #expect(made.attributes.type == .directory)
         let found = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
@@ -76,14 +59,14 @@ struct NamespaceTests {
         // Two references (mkdir's and lookup's): one forget leaves the node known.
         fileSystem.forget(made.inode, count: 1)
         _ = try await fileSystem.getAttributes(made.inode, context: .kernel)
-        #expect(try await names(fileSystem, .root) == ["d"])
+        #expect(try await childNames(fileSystem, .root) == ["d"])
         #expect(try await fixture.provider.item(for: ItemIdentifier("d")).kind == .directory)
         let nested = try await fileSystem.makeDirectory(
             parent: made.inode, name: "e", permissions: 0o700, context: .kernel)
-        #expect(try await names(fileSystem, made.inode) == ["e"])
+        #expect(try await childNames(fileSystem, made.inode) == ["e"])
         #expect(nested.attributes.type == .directory)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
             }
                 == .fileExists)
@@ -96,7 +79,7 @@ struct NamespaceTests {
         let fileSystem = try fixture.makeFileSystem()
         for name in ["", ".", "..", "a/b"] {
             #expect(
-                await errno {
+                await failureErrno {
                     _ = try await fileSystem.makeDirectory(
                         parent: .root, name: name, permissions: 0o755, context: .kernel)
                 }
@@ -104,22 +87,22 @@ struct NamespaceTests {
         }
         let long = String(repeating: "x", count: 256)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.makeDirectory(parent: .root, name: long, permissions: 0o755, context: .kernel)
             }
                 == .nameTooLong)
         let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.makeDirectory(
                     parent: file.inode, name: "x", permissions: 0o755, context: .kernel)
             }
                 == .notDirectory)
         #expect(
-            await errno { try await fileSystem.unlink(parent: .root, name: "missing", context: .kernel) }
+            await failureErrno { try await fileSystem.unlink(parent: .root, name: "missing", context: .kernel) }
                 == .noSuchFileOrDirectory)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.makeHardLink(file.inode, newParent: .root, newName: "g", context: .kernel)
             }
                 == .notPermitted)
@@ -127,7 +110,7 @@ struct NamespaceTests {
         let linkless = InMemoryProvider(capabilities: [.writing])
         let withoutLinks = try fixture.makeFileSystem(provider: linkless)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await withoutLinks.makeSymbolicLink(parent: .root, name: "l", target: "f", context: .kernel)
             }
                 == .notPermitted)
@@ -136,7 +119,7 @@ struct NamespaceTests {
         let readOnly = try VFSFixture()
         let plain = try readOnly.makeFileSystem()
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await plain.makeDirectory(parent: .root, name: "d", permissions: 0o755, context: .kernel)
             }
                 == .readOnlyFileSystem)
@@ -145,7 +128,7 @@ struct NamespaceTests {
         readOnlyProvider.putFile("f", .bytes([1]))
         let declining = try unwritable.makeFileSystem(provider: readOnlyProvider)
         #expect(
-            await errno { try await declining.unlink(parent: .root, name: "f", context: .kernel) }
+            await failureErrno { try await declining.unlink(parent: .root, name: "f", context: .kernel) }
                 == .readOnlyFileSystem)
     }
 
@@ -159,21 +142,23 @@ struct NamespaceTests {
         let fileSystem = try fixture.makeFileSystem()
         fileSystem.setNamespaceClaims(claims)
         let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
-        #expect(await errno { try await fileSystem.unlink(parent: .root, name: "d", context: .kernel) } == .isDirectory)
         #expect(
-            await errno { try await fileSystem.removeDirectory(parent: d.inode, name: "f", context: .kernel) }
+            await failureErrno { try await fileSystem.unlink(parent: .root, name: "d", context: .kernel) }
+                == .isDirectory)
+        #expect(
+            await failureErrno { try await fileSystem.removeDirectory(parent: d.inode, name: "f", context: .kernel) }
                 == .notDirectory)
         #expect(
-            await errno { try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel) }
+            await failureErrno { try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel) }
                 == .notEmpty)
-        #expect(try await names(fileSystem, d.inode) == ["f"])
+        #expect(try await childNames(fileSystem, d.inode) == ["f"])
         try await fileSystem.unlink(parent: d.inode, name: "f", context: .kernel)
-        #expect(try await names(fileSystem, d.inode) == [])
+        #expect(try await childNames(fileSystem, d.inode) == [])
         #expect(
-            await errno { _ = try await fileSystem.lookup(parent: d.inode, name: "f", context: .kernel) }
+            await failureErrno { _ = try await fileSystem.lookup(parent: d.inode, name: "f", context: .kernel) }
                 == .noSuchFileOrDirectory)
         try await fileSystem.removeDirectory(parent: .root, name: "d", context: .kernel)
-        #expect(try await names(fileSystem, .root) == ["e"])
+        #expect(try await childNames(fileSystem, .root) == ["e"])
         #expect(fixture.provider.allItems.map(\.identifier.rawValue).sorted() == ["", "e"])
         #expect(
             claims.log.withLock { $0 } == [
@@ -220,11 +205,11 @@ struct NamespaceTests {
         let f = try await fileSystem.lookup(parent: sub.inode, name: "f", context: .kernel)
         try await fileSystem.rename(
             parent: a.inode, name: "sub", newParent: b.inode, newName: "moved", flags: 0, context: .kernel)
-        #expect(try await names(fileSystem, a.inode) == [])
-        #expect(try await names(fileSystem, b.inode) == ["moved"])
+        #expect(try await childNames(fileSystem, a.inode) == [])
+        #expect(try await childNames(fileSystem, b.inode) == ["moved"])
         let moved = try await fileSystem.lookup(parent: b.inode, name: "moved", context: .kernel)
         #expect(moved.inode == sub.inode)
-        #expect(try await names(fileSystem, moved.inode) == ["f"])
+        #expect(try await childNames(fileSystem, moved.inode) == ["f"])
         let movedFile = try await fileSystem.lookup(parent: moved.inode, name: "f", context: .kernel)
         #expect(movedFile.inode == f.inode)
         let opened = try await fileSystem.open(movedFile.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
@@ -237,7 +222,7 @@ struct NamespaceTests {
         #expect(claims.log.withLock { $0 } == ["move a/sub b/moved", "finish true"])
         // Into itself: EINVAL.
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "b", newParent: moved.inode, newName: "x", flags: 0, context: .kernel)
             } == .invalidArgument)
@@ -258,27 +243,27 @@ struct NamespaceTests {
         let y = try await fileSystem.lookup(parent: .root, name: "y", context: .kernel)
         let opened = try await fileSystem.open(y.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "x", newParent: .root, newName: "y", flags: 1, context: .kernel)
             } == .fileExists)
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "x", newParent: .root, newName: "d", flags: 0, context: .kernel)
             } == .isDirectory)
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "d", newParent: .root, newName: "x", flags: 0, context: .kernel)
             } == .notDirectory)
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "d", newParent: .root, newName: "full", flags: 0, context: .kernel)
             } == .notEmpty)
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "x", newParent: .root, newName: "y", flags: 4, context: .kernel)
             } == .invalidArgument)
@@ -286,7 +271,7 @@ struct NamespaceTests {
             parent: .root, name: "d", newParent: .root, newName: "empty", flags: 0, context: .kernel)
         try await fileSystem.rename(
             parent: .root, name: "x", newParent: .root, newName: "y", flags: 0, context: .kernel)
-        #expect(try await names(fileSystem, .root) == ["empty", "full", "p", "q", "y"])
+        #expect(try await childNames(fileSystem, .root) == ["empty", "full", "p", "q", "y"])
         let old = try await fileSystem.read(y.inode, handle: opened.handle, offset: 0, count: 10, context: .kernel)
         #expect(String(decoding: old.bytes, as: UTF8.self) == "old")
         await fileSystem.release(y.inode, handle: opened.handle)
@@ -303,7 +288,7 @@ struct NamespaceTests {
         #expect(q.attributes.type == .regular)
         #expect(p.attributes.type == .directory)
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "p", newParent: .root, newName: "nothing", flags: 2, context: .kernel)
             } == .noSuchFileOrDirectory)
@@ -324,7 +309,7 @@ struct NamespaceTests {
         #expect(after.permissions == 0o600)
         #expect(after.modificationTime == time)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.setAttributes(
                     f.inode, changes: AttributeChanges(uid: 12345), handle: nil, context: .kernel)
             } == .notPermitted)
@@ -359,7 +344,7 @@ struct NamespaceTests {
         let provider = ChangeNotifyingProvider(base: fixture.provider)
         let fileSystem = try fixture.makeFileSystem(provider: provider)
         let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
-        #expect(try await names(fileSystem, d.inode) == ["f"])
+        #expect(try await childNames(fileSystem, d.inode) == ["f"])
         _ = try await fileSystem.makeDirectory(parent: d.inode, name: "new", permissions: 0o755, context: .kernel)
         try await fileSystem.rename(
             parent: d.inode, name: "f", newParent: d.inode, newName: "g", flags: 0, context: .kernel)
@@ -369,9 +354,9 @@ struct NamespaceTests {
             .membership(directory: ItemIdentifier("d"), name: "f"),
             .membership(directory: ItemIdentifier("d"), name: "g"),
         ])
-        #expect(try await names(fileSystem, d.inode) == ["g", "new"])
+        #expect(try await childNames(fileSystem, d.inode) == ["g", "new"])
         _ = try await fileSystem.lookup(parent: d.inode, name: "g", context: .kernel)
-        #expect(try await names(fileSystem, d.inode) == ["g", "new"])
+        #expect(try await childNames(fileSystem, d.inode) == ["g", "new"])
     }
 
     @Test("a listing taken before a mkdir and applied after it does not lose the new directory")
@@ -383,12 +368,12 @@ struct NamespaceTests {
         let fileSystem = try fixture.makeFileSystem(provider: provider)
         let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
         provider.holdNextListing()
-        let listing = Task { try await names(fileSystem, d.inode) }
+        let listing = Task { try await childNames(fileSystem, d.inode) }
         while !provider.isHoldingListing { await Task.yield() }
         _ = try await fileSystem.makeDirectory(parent: d.inode, name: "new", permissions: 0o755, context: .kernel)
         provider.releaseListing()
         _ = try await listing.value
-        #expect(try await names(fileSystem, d.inode) == ["f", "new"])
+        #expect(try await childNames(fileSystem, d.inode) == ["f", "new"])
         _ = try await fileSystem.lookup(parent: d.inode, name: "new", context: .kernel)
     }
 
@@ -405,21 +390,21 @@ struct NamespaceTests {
         let readWrite = try await fileSystem.lookup(parent: scoped.inode, name: "rw", context: .kernel)
         let file = try await fileSystem.lookup(parent: scoped.inode, name: "file", context: .kernel)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.makeDirectory(
                     parent: readOnly.inode, name: "x", permissions: 0o755, context: .kernel)
             } == .permissionDenied)
         #expect(
-            await errno { try await fileSystem.unlink(parent: readOnly.inode, name: "f", context: .kernel) }
+            await failureErrno { try await fileSystem.unlink(parent: readOnly.inode, name: "f", context: .kernel) }
                 == .permissionDenied)
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.makeDirectory(
                     parent: scoped.inode, name: "x", permissions: 0o755, context: .kernel)
             } == .permissionDenied)
         // Beside a granted file: refused; the granted file itself cannot be removed through it.
         #expect(
-            await errno { try await fileSystem.unlink(parent: file.inode, name: "f", context: .kernel) }
+            await failureErrno { try await fileSystem.unlink(parent: file.inode, name: "f", context: .kernel) }
                 == .permissionDenied)
         let made = try await fileSystem.makeDirectory(
             parent: readWrite.inode, name: "new", permissions: 0o755, context: .kernel)
@@ -432,21 +417,21 @@ struct NamespaceTests {
         try await fileSystem.rename(
             parent: readWrite.inode, name: "new", newParent: readWrite.inode, newName: "newer", flags: 0,
             context: .kernel)
-        #expect(try await names(fileSystem, made.inode) == ["g"])
+        #expect(try await childNames(fileSystem, made.inode) == ["g"])
         try await fileSystem.rename(
             parent: readWrite.inode, name: "newer", newParent: readWrite.inode, newName: "new", flags: 0,
             context: .kernel)
         // Between an access path and a plain path: EXDEV.
         #expect(
-            await errno {
+            await failureErrno {
                 try await fileSystem.rename(
                     parent: .root, name: "top", newParent: made.inode, newName: "top", flags: 0, context: .kernel)
             } == .crossDevice)
         try await fileSystem.unlink(parent: made.inode, name: "g", context: .kernel)
         try await fileSystem.removeDirectory(parent: readWrite.inode, name: "new", context: .kernel)
-        #expect(try await names(fileSystem, readWrite.inode) == [])
+        #expect(try await childNames(fileSystem, readWrite.inode) == [])
         #expect(
-            await errno {
+            await failureErrno {
                 _ = try await fileSystem.makeDirectory(
                     parent: .root, name: ".scoped", permissions: 0o755, context: .kernel)
             } == .permissionDenied)
@@ -503,7 +488,7 @@ struct NamespaceTests {
             uploaded(),
             "a/h: \(String(describing: fixture.provider.content(of: "a/h"))), b/h: \(String(describing: fixture.provider.content(of: "b/h")))"
         )
-        #expect(try await names(fileSystem, .root) == ["a", "b"])
+        #expect(try await childNames(fileSystem, .root) == ["a", "b"])
     }
 
     @Test("a file renamed while a write handle is open, or while its upload waits, ends up whole under the new name")
@@ -543,7 +528,7 @@ struct NamespaceTests {
         await fileSystem.release(f, handle: writer.handle)
         #expect(try await read("g") == Array("hello after".utf8))
         #expect(
-            await errno { _ = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel) }
+            await failureErrno { _ = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel) }
                 == .noSuchFileOrDirectory)
         #expect(await providerBytes("g", "hello after"), "\(String(describing: fixture.provider.content(of: "g")))")
         #expect(fixture.provider.content(of: "f") == nil)
@@ -565,7 +550,7 @@ struct NamespaceTests {
         try await renaming.value
         #expect(try await read("h") == Array("v2".utf8))
         #expect(await providerBytes("h", "v2"), "\(String(describing: fixture.provider.content(of: "h")))")
-        #expect(try await names(fileSystem, .root) == ["h"], "no conflict copy, nothing left under the old names")
+        #expect(try await childNames(fileSystem, .root) == ["h"], "no conflict copy, nothing left under the old names")
         #expect(fileSystem.cache.writes.pendingUploads.isEmpty)
     }
 
@@ -611,6 +596,6 @@ struct NamespaceTests {
             try await Task.sleep(for: .milliseconds(2))
         }
         #expect(fixture.provider.content(of: "f")?.0 == .bytes(Array("new".utf8)))
-        #expect(try await names(fileSystem, .root) == ["f"], "no conflict copy")
+        #expect(try await childNames(fileSystem, .root) == ["f"], "no conflict copy")
     }
 }

@@ -13,49 +13,28 @@ import VirtualFileSystem
 import Glibc
 #endif
 
-private func writableOptions() -> FileSystemOptions {
-    var options = VFSFixture.defaultOptions()
-    options.writable = true
-    return options
-}
-
-private func failure(_ body: () async throws -> Void) async -> Errno? {
-    do {
-        try await body()
-        return nil
-    } catch let error as FileSystemError {
-        return error.errno
-    } catch {
-        return nil
-    }
-}
-
-private func listedNames(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber) async throws -> [String] {
-    try await listAll(fileSystem, inode).map(\.name).filter { $0 != "." && $0 != ".." }
-}
-
 @Suite("POSIX conformance (VFS, D-391)", .timeLimit(.minutes(3)))
 struct POSIXConformanceTests {
     @Test("mknod of a FIFO, socket or device: EPERM, nothing made; a bad name or a read-only mount answers first")
     func mknodOfSpecialFilesIsRefused() async throws {
-        let fixture = try VFSFixture(options: writableOptions())
+        let fixture = try VFSFixture(options: VFSFixture.writableOptions())
         let fileSystem = try fixture.makeFileSystem()
         for type in [MknodType.fifo, .socket, .characterDevice, .blockDevice] {
             #expect(
-                await failure {
+                await failureErrno {
                     _ = try await fileSystem.makeNode(
                         parent: .root, name: "special", type: type, permissions: 0o644, context: .kernel)
                 } == .notPermitted, "\(type)")
         }
-        #expect(try await listedNames(fileSystem, .root) == [])
+        #expect(try await childNames(fileSystem, .root) == [])
         #expect((try? await fixture.provider.item(for: ItemIdentifier("special"))) == nil)
         #expect(
-            await failure {
+            await failureErrno {
                 _ = try await fileSystem.makeNode(
                     parent: .root, name: "a/b", type: .fifo, permissions: 0o644, context: .kernel)
             } == .invalidArgument)
         #expect(
-            await failure {
+            await failureErrno {
                 _ = try await fileSystem.makeNode(
                     parent: .root, name: String(repeating: "x", count: 256), type: .fifo, permissions: 0o644,
                     context: .kernel)
@@ -65,7 +44,7 @@ struct POSIXConformanceTests {
         let readOnlyFileSystem = try readOnly.makeFileSystem()
         for type in [MknodType.regular, .fifo, .socket] {
             #expect(
-                await failure {
+                await failureErrno {
                     _ = try await readOnlyFileSystem.makeNode(
                         parent: .root, name: "n", type: type, permissions: 0o644, context: .kernel)
                 } == .readOnlyFileSystem, "\(type)")
@@ -74,7 +53,7 @@ struct POSIXConformanceTests {
 
     @Test("mknod of a regular file makes an empty file with the mode asked for, as create and close would")
     func mknodOfARegularFileMakesIt() async throws {
-        let fixture = try VFSFixture(options: writableOptions())
+        let fixture = try VFSFixture(options: VFSFixture.writableOptions())
         let fileSystem = try fixture.makeFileSystem()
         let made = try await fileSystem.makeNode(
             parent: .root, name: "plain", type: .regular, permissions: 0o640, context: .kernel)
@@ -84,10 +63,10 @@ struct POSIXConformanceTests {
         #expect(fileSystem.openFileCount == 0)
         let found = try await fileSystem.lookup(parent: .root, name: "plain", context: .kernel)
         #expect(found.inode == made.inode)
-        #expect(try await listedNames(fileSystem, .root) == ["plain"])
+        #expect(try await childNames(fileSystem, .root) == ["plain"])
         // The name is taken now: a second one is EEXIST, as mknod(2) answers.
         #expect(
-            await failure {
+            await failureErrno {
                 _ = try await fileSystem.makeNode(
                     parent: .root, name: "plain", type: .regular, permissions: 0o644, context: .kernel)
             } == .fileExists)
@@ -112,7 +91,7 @@ struct POSIXConformanceTests {
 
     @Test("a write by a caller other than root clears setuid, and setgid with group execute; root's keeps them")
     func writeByAnotherUserClearsSetuidAndSetgid() async throws {
-        let fixture = try VFSFixture(options: writableOptions())
+        let fixture = try VFSFixture(options: VFSFixture.writableOptions())
         let cases: [(name: String, permissions: UInt16, uid: UInt32, after: UInt16)] = [
             ("suid", 0o4777, 1000, 0o777), ("sgid", 0o2775, 1000, 0o775), ("both", 0o6777, 1000, 0o777),
             // setgid without group execute marks mandatory locking: kept, as Linux keeps it.
@@ -150,7 +129,7 @@ struct POSIXConformanceTests {
 
     @Test("truncate past the largest file the cache can hold: EFBIG (not EIO), the file unchanged")
     func truncatePastTheLargestFileIsEFBIG() async throws {
-        let fixture = try VFSFixture(options: writableOptions())
+        let fixture = try VFSFixture(options: VFSFixture.writableOptions())
         fixture.provider.putFile("f", .bytes([1, 2, 3]))
         let fileSystem = try fixture.makeFileSystem()
         let file = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
@@ -163,7 +142,7 @@ struct POSIXConformanceTests {
         var lowered = saved
         lowered.rlim_cur = min(limit, saved.rlim_max)
         #expect(setrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &lowered) == 0)
-        let refused = await failure {
+        let refused = await failureErrno {
             _ = try await fileSystem.setAttributes(
                 file.inode, changes: AttributeChanges(size: 1 << 41), handle: nil, context: .kernel)
         }

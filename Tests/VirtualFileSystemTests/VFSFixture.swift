@@ -45,6 +45,33 @@ final class VFSFixture: Sendable {
     deinit { directory.remove() }
 }
 
+extension VFSFixture {
+    /// The default options of a writable mount.
+    static func writableOptions() -> FileSystemOptions {
+        var options = VFSFixture.defaultOptions()
+        options.writable = true
+        return options
+    }
+}
+
+/// The errno `body` failed with: nil when it did not fail (or failed with something that is not
+/// a `FileSystemError`).
+func failureErrno(_ body: () async throws -> Void) async -> Errno? {
+    do {
+        try await body()
+        return nil
+    } catch let error as FileSystemError {
+        return error.errno
+    } catch {
+        return nil
+    }
+}
+
+/// A directory's names, without "." and "..".
+func childNames(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber) async throws -> [String] {
+    try await listAll(fileSystem, inode).map(\.name).filter { $0 != "." && $0 != ".." }
+}
+
 /// Every entry of a directory, read `limit` at a time through cookies.
 func listAll(_ fileSystem: ProviderFileSystem, _ inode: InodeNumber, limit: Int = 1000) async throws -> [DirectoryEntry]
 {
