@@ -2,7 +2,7 @@
 ROWS. `measure(bench, peer)` returns one number (or None to skip that peer); `higher_is_better`
 decides how ratios are computed; `target` (optional) is checked against the medians.
 """
-import os, shutil, statistics, subprocess, time
+import contextlib, os, shutil, statistics, subprocess, time
 
 
 
@@ -484,6 +484,18 @@ class WriteRow(Row):
     def cleanup(self, bench, relative):
         shutil.rmtree(os.path.join(bench.source, relative), ignore_errors=True)
 
+    @contextlib.contextmanager
+    def pass_directory(self, bench, peer):
+        """A fresh folder of this pass on `peer` (yielded as its path there), removed through the
+        source directory afterwards (untimed)."""
+        relative = self.folder(bench, peer)
+        directory = os.path.join(peer.root, relative)
+        os.makedirs(directory)
+        try:
+            yield directory
+        finally:
+            self.cleanup(bench, relative)
+
 
 class SequentialWrite(WriteRow):
     key = "seqwrite"
@@ -492,12 +504,9 @@ class SequentialWrite(WriteRow):
     size = 512 * MiB
 
     def measure(self, bench, peer):
-        relative = self.folder(bench, peer)
-        directory = os.path.join(peer.root, relative)
-        os.makedirs(directory)
         chunk = os.urandom(MiB)
-        path = os.path.join(directory, "seq.bin")
-        try:
+        with self.pass_directory(bench, peer) as directory:
+            path = os.path.join(directory, "seq.bin")
             start = time.perf_counter()
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -509,8 +518,6 @@ class SequentialWrite(WriteRow):
             elapsed = time.perf_counter() - start
             assert os.stat(path).st_size == self.size
             return self.size / MiB / elapsed
-        finally:
-            self.cleanup(bench, relative)
 
     def target_check(self, medians):
         ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
@@ -537,16 +544,11 @@ class Untar(WriteRow):
         shutil.rmtree(tree)
 
     def measure(self, bench, peer):
-        relative = self.folder(bench, peer)
-        directory = os.path.join(peer.root, relative)
-        os.makedirs(directory)
-        try:
+        with self.pass_directory(bench, peer) as directory:
             start = time.perf_counter()
             subprocess.run(["tar", "xf", self.tarball, "-C", directory], check=True)
             elapsed = time.perf_counter() - start
             return UNTAR_FILES / elapsed
-        finally:
-            self.cleanup(bench, relative)
 
     def target_check(self, medians):
         ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
@@ -600,10 +602,7 @@ class UntarReal(WriteRow):
         self.expected = tree_signature(self.reference)
 
     def measure(self, bench, peer):
-        relative = self.folder(bench, peer)
-        directory = os.path.join(peer.root, relative)
-        os.makedirs(directory)
-        try:
+        with self.pass_directory(bench, peer) as directory:
             start = time.perf_counter()
             result = subprocess.run(["tar", "xf", self.tarball, "-C", directory], capture_output=True)
             elapsed = time.perf_counter() - start
@@ -614,8 +613,6 @@ class UntarReal(WriteRow):
             if wrong:
                 raise RuntimeError(f"{len(wrong)} entries differ from a plain extraction, first {wrong[:3]}")
             return self.entries / elapsed
-        finally:
-            self.cleanup(bench, relative)
 
     def target_check(self, medians):
         ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
@@ -632,10 +629,7 @@ class SaveLoop(WriteRow):
     saves = 200
 
     def measure(self, bench, peer):
-        relative = self.folder(bench, peer)
-        directory = os.path.join(peer.root, relative)
-        os.makedirs(directory)
-        try:
+        with self.pass_directory(bench, peer) as directory:
             temporary, document = os.path.join(directory, "doc.tmp"), os.path.join(directory, "doc.txt")
             start = time.perf_counter()
             for index in range(self.saves):
@@ -652,8 +646,6 @@ class SaveLoop(WriteRow):
                 if f.read() != data:
                     raise RuntimeError("the document does not hold the last save")
             return self.saves / elapsed
-        finally:
-            self.cleanup(bench, relative)
 
     def target_check(self, medians):
         ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
@@ -689,10 +681,7 @@ class GitClone(WriteRow):
         subprocess.run(["git", "clone", "-q", "--bare", self.checkout, self.origin], check=True)
 
     def measure(self, bench, peer):
-        relative = self.folder(bench, peer)
-        directory = os.path.join(peer.root, relative)
-        os.makedirs(directory)
-        try:
+        with self.pass_directory(bench, peer) as directory:
             clone = os.path.join(directory, "clone")
             start = time.perf_counter()
             subprocess.run(["git", "clone", "-q", "--no-hardlinks", self.origin, clone], check=True)
@@ -701,8 +690,6 @@ class GitClone(WriteRow):
             subprocess.run(["diff", "-r", "-q", "-x", ".git", self.checkout, clone], check=True,
                            stdout=subprocess.DEVNULL)
             return elapsed
-        finally:
-            self.cleanup(bench, relative)
 
     def target_check(self, medians):
         ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
@@ -721,10 +708,7 @@ class SQLiteInserts(WriteRow):
 
     def measure(self, bench, peer):
         import sqlite3
-        relative = self.folder(bench, peer)
-        directory = os.path.join(peer.root, relative)
-        os.makedirs(directory)
-        try:
+        with self.pass_directory(bench, peer) as directory:
             path = os.path.join(directory, "bench.db")
             connection = sqlite3.connect(path, isolation_level=None)
             try:
@@ -744,8 +728,6 @@ class SQLiteInserts(WriteRow):
             finally:
                 connection.close()
             return 300 / elapsed
-        finally:
-            self.cleanup(bench, relative)
 
 
 ROWS = [
