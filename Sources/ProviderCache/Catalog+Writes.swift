@@ -216,12 +216,20 @@ extension Catalog {
     @discardableResult
     func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
         guard from != to, from != .root else { return [:] }
-        let (moves, saved) = state.withLock { catalog -> ([ItemIdentifier: ItemIdentifier], [StoredItem]) in
+        let (moves, saved, subtree) = state.withLock {
+            catalog -> ([ItemIdentifier: ItemIdentifier], [StoredItem], Bool) in
+            // Only a directory (or an item the catalog does not know) has identifiers below it: a
+            // file's move re-keys its own entries, not a scan of every item (D-401).
+            let subtree = catalog.items[from].map { $0.kind == .directory } ?? true
             var moves: [ItemIdentifier: ItemIdentifier] = [:]
-            for identifier in catalog.items.keys {
-                if let moved = identifier.rebased(from: from, to: to) { moves[identifier] = moved }
+            if subtree {
+                for identifier in catalog.items.keys {
+                    if let moved = identifier.rebased(from: from, to: to) { moves[identifier] = moved }
+                }
+            } else {
+                moves[from] = to
             }
-            guard !moves.isEmpty || !catalog.localVersions.isEmpty else { return ([:], []) }
+            guard !moves.isEmpty || !catalog.localVersions.isEmpty else { return ([:], [], subtree) }
             func map(_ identifier: ItemIdentifier) -> ItemIdentifier { moves[identifier] ?? identifier }
             var items: [(ItemIdentifier, ProviderItem)] = []
             for (old, new) in moves {
@@ -247,9 +255,11 @@ extension Catalog {
             // Local versions of written files (Catalog+Local.swift), also of items the catalog
             // forgot (an exchange forgets both subtrees but keeps their local versions, D-383).
             var localMoves: [(ItemIdentifier, LocalVersion)] = []
-            for identifier in Array(catalog.localVersions.keys) {
-                guard let moved = identifier.rebased(from: from, to: to) else { continue }
-                localMoves.append((moved, catalog.localVersions.removeValue(forKey: identifier)!))
+            for identifier in subtree ? Array(catalog.localVersions.keys) : [from] {
+                guard let moved = identifier.rebased(from: from, to: to),
+                    let local = catalog.localVersions.removeValue(forKey: identifier)
+                else { continue }
+                localMoves.append((moved, local))
             }
             for (moved, local) in localMoves { catalog.localVersions[moved] = local }
             // A listing token names the directory where it was taken: a moved one is revalidated
@@ -271,7 +281,7 @@ extension Catalog {
                     item: $0.1, childrenListed: catalog.children[$0.0] != nil,
                     serial: catalog.serials.number(for: $0.0))
             }
-            return (moves, saved)
+            return (moves, saved, subtree)
         }
         if !moves.isEmpty {
             do {
@@ -282,7 +292,7 @@ extension Catalog {
             }
         }
         // Every content record below `from`, also those of items the catalog forgot (D-383).
-        content.identifiersMoved { $0.rebased(from: from, to: to) }
+        content.identifiersMoved(among: subtree ? nil : [from]) { $0.rebased(from: from, to: to) }
         return moves
     }
 }

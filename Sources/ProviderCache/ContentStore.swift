@@ -339,14 +339,33 @@ public final class ContentStore: Sendable {
     /// present bytes stay readable through the handles that pin them; missing ones fail) and the
     /// moved item's next open makes a new entry. A swap of two subtrees works (every record
     /// leaves its key before any arrives).
-    func identifiersMoved(_ moves: (ItemIdentifier) -> ItemIdentifier?) {
+    /// `candidates`: the only identifiers that can move (a file's move: itself), so that a move
+    /// costs what it touches instead of a scan of every record (D-401); nil: every identifier.
+    func identifiersMoved(among candidates: [ItemIdentifier]? = nil, _ moves: (ItemIdentifier) -> ItemIdentifier?) {
+        // Matches are collected before the tables change: a table changed while it is iterated is
+        // copied whole first.
+        func matches<Value>(in table: ContentTable<Value>) -> [(key: ContentKey, value: Value, to: ItemIdentifier)] {
+            var found: [(key: ContentKey, value: Value, to: ItemIdentifier)] = []
+            if let candidates {
+                for identifier in candidates {
+                    guard let target = moves(identifier) else { continue }
+                    for (version, value) in table.versions(of: identifier) {
+                        found.append((ContentKey(identifier: identifier, version: version), value, target))
+                    }
+                }
+            } else {
+                for (key, value) in table {
+                    if let target = moves(key.identifier) { found.append((key, value, target)) }
+                }
+            }
+            return found
+        }
         let (retired, moved) = state.withLock { state -> ([ContentEntry], [(old: ContentRecord, new: ContentRecord)]) in
             guard !state.entries.isEmpty || !state.records.isEmpty else { return ([], []) }
             var retired: [ContentEntry] = []
             var moved: [(old: ContentRecord, new: ContentRecord)] = []
             var liveMoved: [(old: ContentRecord, new: ContentRecord)] = []
-            for (key, entry) in state.entries {
-                guard let identifier = moves(key.identifier) else { continue }
+            for (key, entry, identifier) in matches(in: state.entries) {
                 // Noted before the entry leaves the table: its idle handler may run at once on
                 // another thread, and must find the moved record (else it deletes the file).
                 entry.noteMoved(to: identifier)
@@ -361,8 +380,7 @@ public final class ContentStore: Sendable {
                 liveMoved.append((record, new))
             }
             var arriving: [ContentRecord] = []
-            for (key, record) in state.records {
-                guard let identifier = moves(key.identifier) else { continue }
+            for (key, record, identifier) in matches(in: state.records) {
                 state.records[key] = nil
                 var new = record
                 new.identifier = identifier

@@ -57,7 +57,7 @@ extension ProviderCache {
             // Already gone: what was asked for is true; the catalog learns it.
             guard failure.code == .notFound else { throw failure }
         }
-        writes.forget(item.identifier)
+        writes.forget(item.identifier, subtree: item.kind == .directory)
         catalog.deleted(item.identifier)
         attributeOverrides.remove(item.identifier)
     }
@@ -68,7 +68,7 @@ extension ProviderCache {
     public func dropUnborn(_ identifier: ItemIdentifier) -> Bool {
         guard catalog.isUnborn(identifier) else { return false }
         environment.provider.forgetDeferredCreate(identifier)
-        writes.forget(identifier)
+        writes.forget(identifier, subtree: false)  // an unborn item is a file
         catalog.deleted(identifier)
         attributeOverrides.remove(identifier)
         return true
@@ -108,12 +108,14 @@ extension ProviderCache {
         }
         if let replaced, replaced.identifier != item.identifier {
             attributeOverrides.remove(replaced.identifier)
-            writes.forget(replaced.identifier)
+            writes.forget(replaced.identifier, subtree: replaced.kind == .directory)
         }
         let moves = catalog.moved(item, to: moved, replaced: replaced?.identifier)
         attributeOverrides.rekey(moves)
         // Open writers publish, and queued uploads go, under the new identifier (D-371).
-        if moved.identifier != item.identifier { writes.rekey(from: item.identifier, to: moved.identifier) }
+        if moved.identifier != item.identifier {
+            writes.rekey(from: item.identifier, to: moved.identifier, subtree: item.kind == .directory)
+        }
         return (moved, moves)
     }
 
@@ -153,9 +155,11 @@ extension ProviderCache {
     /// `ItemIdentifier.rebased(from:to:)` gives, in the catalog, the store and the content store.
     @discardableResult
     public func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
+        let subtree = catalog.knownItem(from).map { $0.kind == .directory } ?? true
         let moves = catalog.identifiersMoved(from: from, to: to)
         attributeOverrides.rekey(moves)
-        if from != to { writes.rekey(from: from, to: to) }  // the write-back queue, forgotten items too (D-383)
+        // The write-back queue, forgotten items too (D-383).
+        if from != to { writes.rekey(from: from, to: to, subtree: subtree) }
         return moves
     }
 

@@ -593,8 +593,10 @@ public final class LocalWrites: Sendable {
 
     /// Moves every record under `old` (the item, or a directory and its contents when identifiers
     /// are paths) to the same place under `new`: the namespace's renames call this.
-    public func rekey(from old: ItemIdentifier, to new: ItemIdentifier) {
-        rekey { Self.rekeyed($0, from: old, to: new) }
+    /// `subtree` false: `old` is a file, nothing lies under it, and only its own entries are
+    /// looked up (no scan of every write-back entry, D-401).
+    public func rekey(from old: ItemIdentifier, to new: ItemIdentifier, subtree: Bool = true) {
+        rekey(among: subtree ? nil : old) { Self.rekeyed($0, from: old, to: new) }
     }
 
     /// Two items swapped places (RENAME_EXCHANGE at a provider whose identifiers are paths):
@@ -608,14 +610,16 @@ public final class LocalWrites: Sendable {
     /// unlinked file) and its write-back entry is forgotten, so that the item that takes its
     /// identifier starts clean.
     /// Also what lies under `identifier` (a directory deleted with its contents: D-374).
-    public func forget(_ identifier: ItemIdentifier) {
+    /// `subtree` false: `identifier` is a file, and only its own entries are looked up (D-401).
+    public func forget(_ identifier: ItemIdentifier, subtree: Bool = true) {
         func under(_ candidate: ItemIdentifier) -> Bool { Self.lies(candidate, atOrUnder: identifier) }
         let dropped = state.withLock { state -> ([StagingFile], [ItemIdentifier]) in
             var files: [StagingFile] = []
-            for key in state.staged.keys where under(key.identifier) {
+            for key in Array(state.staged.keys) where under(key.identifier) {
                 files.append(state.staged.removeValue(forKey: key)!.file)
             }
-            let uploads = state.uploads.keys.filter(under)
+            let uploads =
+                subtree ? state.uploads.keys.filter(under) : state.uploads[identifier] == nil ? [] : [identifier]
             for upload in uploads { state.uploads[upload] = nil }
             return (files, uploads)
         }
@@ -629,19 +633,30 @@ public final class LocalWrites: Sendable {
 
     /// Moves the staging copies (which later publish under the new identifier, D-371) and the
     /// write-back entries whose identifier `target` maps, all at once (a swap works).
-    private func rekey(_ target: (ItemIdentifier) -> ItemIdentifier?) {
+    /// `candidate`: the only identifier that can move (a file), else every entry is asked.
+    private func rekey(among candidate: ItemIdentifier? = nil, _ target: (ItemIdentifier) -> ItemIdentifier?) {
         let moved = state.withLock { state -> [(ItemIdentifier, UploadMachine)] in
+            // Staged copies are the open writers: few. Matches are collected before a table
+            // changes (one changed while iterated is copied whole first).
             var stagedMoves: [(Key, Staged)] = []
             for (key, staged) in state.staged {
                 guard let identifier = target(key.identifier) else { continue }
-                state.staged[key] = nil
+                stagedMoves.append((key, staged))
                 staged.file.rename(to: identifier)
-                stagedMoves.append((Key(identifier: identifier, owner: key.owner), staged))
             }
-            for (key, staged) in stagedMoves { state.staged[key] = staged }
+            for (key, _) in stagedMoves { state.staged[key] = nil }
+            for (key, staged) in stagedMoves {
+                state.staged[Key(identifier: staged.file.identifier, owner: key.owner)] = staged
+            }
             var moved: [(ItemIdentifier, UploadMachine)] = []
             var machines: [(ItemIdentifier, UploadMachine)] = []
-            for (identifier, machine) in state.uploads {
+            let matching: [(ItemIdentifier, UploadMachine)] =
+                if let candidate {
+                    state.uploads[candidate].map { [(candidate, $0)] } ?? []
+                } else {
+                    state.uploads.filter { target($0.key) != nil }.map { ($0.key, $0.value) }
+                }
+            for (identifier, machine) in matching {
                 guard let newIdentifier = target(identifier) else { continue }
                 state.uploads[identifier] = nil
                 var machine = machine
