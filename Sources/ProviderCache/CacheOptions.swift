@@ -55,6 +55,16 @@ public struct CacheOptions: Sendable {
     /// `maximumUploadRetryDelay` (issue 14, write-back).
     public var uploadRetryDelay: Duration = .seconds(1)
     public var maximumUploadRetryDelay: Duration = .seconds(300)
+    /// The write-back settle (D-405): a publish's upload starts this long after it, so that the
+    /// next publish of a file still being written (a database's next commit) replaces it, and a
+    /// file deleted meanwhile (a journal) never reaches the provider; never later than
+    /// `maximumUploadSettle` after the oldest publish waiting. Zero: at once. `providerfs mount`
+    /// sets 500 ms and 5 s.
+    public var uploadSettle: Duration = .zero
+    public var maximumUploadSettle: Duration = .seconds(5)
+    /// How long the end of the cache (an unmount) waits for uploads it starts or finds running;
+    /// what is left stays queued for the next start. Zero: no wait.
+    public var shutdownFlush: Duration = .zero
     /// Space on the cache's file system that writes into staging copies leave free: a write,
     /// fallocate or copy that needs new blocks and would leave less fails with ENOSPC (D-390), so
     /// that what was written before it can still be published (the metadata store's rows, a

@@ -559,7 +559,9 @@ public final class LocalWrites: Sendable {
                         identifier: identifier, localVersion: version, baseVersion: staged.base, phase: .materialized),
                     initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
             }
-            return state.uploads[identifier]!.published(version, base: staged.base, permissions: permissions)
+            return state.uploads[identifier]!.published(
+                version, base: staged.base, permissions: permissions, now: environment.timeline.now,
+                settle: environment.options.uploadSettle, maximumSettle: environment.options.maximumUploadSettle)
         }
         perform(identifier, actions)
         // Its next publishes replace bytes the provider will have: synced (D-381).
@@ -821,6 +823,15 @@ public final class LocalWrites: Sendable {
             case .save(let record): save(record)
             case .upload(let version, let base):
                 spawn { await self.upload(identifier, version: version, base: base) }
+            case .settle(let delay, let version):
+                let timeline = environment.timeline
+                spawn {
+                    do { try await timeline.sleep(for: delay) } catch { return }
+                    let (current, next, _) = self.applyToUpload(identifier, version: version) {
+                        $0.settleDue(version, now: timeline.now)
+                    }
+                    self.perform(current, next)
+                }
             case .retry(let delay, let version):
                 let timeline = environment.timeline
                 spawn {
@@ -945,7 +956,7 @@ public final class LocalWrites: Sendable {
                 perform(current, next)
             } else {
                 let (current, next, phase) = applyToUpload(identifier, version: version) {
-                    $0.uploaded(version, providerVersion: uploaded.contentVersion)
+                    $0.uploaded(version, providerVersion: uploaded.contentVersion, now: self.environment.timeline.now)
                 }
                 if phase == .materialized {
                     catalog.localUploaded(
@@ -1003,10 +1014,33 @@ public final class LocalWrites: Sendable {
         return name + suffix
     }
 
+    /// Starts the uploads waiting out their settle (D-405) and waits, up to `limit`, for them and
+    /// for those running to end. Failed ones retry at the next start, as every queued one does.
+    func flush(within limit: Duration) async {
+        guard limit > .zero else { return }
+        let started = state.withLock { state -> [(ItemIdentifier, [UploadMachine.Action])] in
+            var started: [(ItemIdentifier, [UploadMachine.Action])] = []
+            for identifier in Array(state.uploads.keys) {
+                let actions = state.uploads[identifier]!.expedite()
+                if !actions.isEmpty { started.append((identifier, actions)) }
+            }
+            return started
+        }
+        for (identifier, actions) in started { perform(identifier, actions) }
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            let running = state.withLock { state in state.uploads.values.contains { $0.inFlight != nil } }
+            guard running else { return }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        environment.logger.warning("uploads still running after \(limit): they resume at the next start")
+    }
+
     /// Cancels retries and running uploads (a restart resumes them from the queue). Does not wait
     /// for an upload call that ignores cancellation: its outcome, if it comes, is still recorded
     /// (the provider's call is atomic, and the base version check sees a repeated one).
     func shutdown() async {
+        await flush(within: environment.options.shutdownFlush)
         let tasks = state.withLock { state -> [Task<Void, Never>] in
             state.closed = true
             return Array(state.tasks.values)

@@ -128,10 +128,18 @@ struct UploadMachine: Sendable, Equatable {
         case retry(after: Duration, version: ContentVersion)
         /// Save the record (durable queue).
         case save(UploadRecord)
+        /// The write-back settle (D-405): call `settleDue` on the machine of `version` after the
+        /// delay.
+        case settle(after: Duration, version: ContentVersion)
     }
     private(set) var record: UploadRecord
     /// The version the running upload sends (nil: none runs).
     private(set) var inFlight: ContentVersion?
+    /// When the newest local version may start its upload (D-405): set by a publish made with a
+    /// settle, cleared when an upload starts. On the host's timeline.
+    private(set) var settleDeadline: Duration?
+    /// When the oldest publish still waiting out the settle was made: bounds the settle.
+    private var settlingSince: Duration?
     let initialBackoff: Duration
     let maximumBackoff: Duration
 
@@ -153,6 +161,8 @@ struct UploadMachine: Sendable, Equatable {
 
     private mutating func begin() -> [Action] {
         guard inFlight == nil else { return [] }
+        settleDeadline = nil
+        settlingSince = nil
         record.phase = .uploading
         inFlight = record.localVersion
         return [.save(record), .upload(version: record.localVersion, base: record.baseVersion)]
@@ -162,7 +172,12 @@ struct UploadMachine: Sendable, Equatable {
     /// (used when nothing was pending; a pending edit keeps its own base). `permissions`: a
     /// chmod the edit carries (D-385); one an earlier pending version carries stays unless
     /// this one sets its own.
-    mutating func published(_ version: ContentVersion, base: ContentVersion?, permissions: UInt16? = nil) -> [Action] {
+    /// `settle` (D-405): the upload starts that long after the newest publish, and no later than
+    /// `maximumSettle` after the oldest one it waits for (`now`: the host's timeline).
+    mutating func published(
+        _ version: ContentVersion, base: ContentVersion?, permissions: UInt16? = nil, now: Duration = .zero,
+        settle: Duration = .zero, maximumSettle: Duration = .zero
+    ) -> [Action] {
         if record.phase == .materialized {
             // After an upload the provider's version is the local one: the next edit starts
             // there (a writer that fsynced, was uploaded, and wrote on); else from `base`.
@@ -174,16 +189,41 @@ struct UploadMachine: Sendable, Equatable {
         record.localVersion = version
         record.attempts = 0
         record.conflictName = nil
+        var waits: [Action] = []
+        if settle > .zero {
+            let since = settlingSince ?? now
+            settlingSince = since
+            let deadline = min(now + settle, since + max(settle, maximumSettle))
+            settleDeadline = deadline
+            waits = [.settle(after: max(.zero, deadline - now), version: version)]
+        }
         if inFlight != nil {
             record.phase = .uploading
-            return [.save(record)]
+            return [.save(record)] + waits
         }
         record.phase = .dirty
-        return [.save(record)] + begin()
+        return waits.isEmpty ? [.save(record)] + begin() : [.save(record)] + waits
+    }
+
+    /// The settle of `version` has passed (D-405): its upload starts, unless a newer publish
+    /// waits for its own, an upload runs (its end starts the next), or one started already.
+    mutating func settleDue(_ version: ContentVersion, now: Duration) -> [Action] {
+        guard version == record.localVersion, let deadline = settleDeadline, now >= deadline, inFlight == nil,
+            record.phase == .dirty
+        else { return [] }
+        return begin()
+    }
+
+    /// Starts the upload of a version waiting out its settle now (an unmount's flush, D-405).
+    mutating func expedite() -> [Action] {
+        guard settleDeadline != nil, inFlight == nil, record.phase == .dirty else { return [] }
+        return begin()
     }
 
     /// The upload of `version` made the provider's `providerVersion`.
-    mutating func uploaded(_ version: ContentVersion, providerVersion: ContentVersion) -> [Action] {
+    mutating func uploaded(
+        _ version: ContentVersion, providerVersion: ContentVersion, now: Duration = .zero
+    ) -> [Action] {
         inFlight = nil
         record.attempts = 0
         record.lastError = nil
@@ -194,8 +234,13 @@ struct UploadMachine: Sendable, Equatable {
             record.permissions = nil  // the provider has them now
             return [.save(record)]
         }
-        // A newer version was published meanwhile: it is uploaded next, from what this one made.
+        // A newer version was published meanwhile: it is uploaded next, from what this one made
+        // (once its settle has passed: its timer starts it then).
         record.baseVersion = providerVersion
+        if let deadline = settleDeadline, now < deadline {
+            record.phase = .dirty
+            return [.save(record)]
+        }
         return begin()
     }
 

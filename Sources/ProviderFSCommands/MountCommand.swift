@@ -228,6 +228,10 @@ struct MountCommand: CLICommand {
             if plan.requireToken { fileSystemOptions.plainPaths = MountPlainPaths() }
             // Writable unless --read-only (D-376; D-350 kept it off while writing was being built).
             fileSystemOptions.writable = !plan.readOnly
+            // The write-back settle, and how long an unmount waits for what it starts (D-405).
+            fileSystemOptions.cache.uploadSettle = .milliseconds(500)
+            fileSystemOptions.cache.maximumUploadSettle = .seconds(5)
+            fileSystemOptions.cache.shutdownFlush = .seconds(10)
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: claims)

@@ -269,6 +269,59 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(delays == [.seconds(1), .seconds(2), .seconds(4), .seconds(5), .seconds(5)])
     }
 
+    @Test func theSettleWaitsForTheLastPublishBoundedByTheFirst() {
+        // D-405: each publish moves the start to `settle` after it, never past `maximumSettle`
+        // after the first one still waiting; a timer of an older version does nothing.
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l0"), baseVersion: nil, phase: .materialized))
+        func publish(_ n: Int, at now: Duration) -> [UploadMachine.Action] {
+            machine.published(
+                ContentVersion("l\(n)"), base: ContentVersion("v1"), now: now, settle: .seconds(1),
+                maximumSettle: .seconds(3))
+        }
+        #expect(publish(1, at: .zero).contains(.settle(after: .seconds(1), version: ContentVersion("l1"))))
+        #expect(machine.record.phase == .dirty && machine.inFlight == nil)
+        #expect(publish(2, at: .milliseconds(900)).contains(.settle(after: .seconds(1), version: ContentVersion("l2"))))
+        #expect(machine.settleDue(ContentVersion("l1"), now: .seconds(1)).isEmpty, "an older version's timer")
+        #expect(
+            publish(3, at: .milliseconds(2500)).contains(
+                .settle(after: .milliseconds(500), version: ContentVersion("l3"))),
+            "bounded by the first publish + 3 s")
+        #expect(machine.settleDue(ContentVersion("l2"), now: .milliseconds(1900)).isEmpty)
+        #expect(machine.settleDue(ContentVersion("l3"), now: .milliseconds(2999)).isEmpty, "not yet")
+        #expect(
+            machine.settleDue(ContentVersion("l3"), now: .seconds(3)).contains(
+                .upload(version: ContentVersion("l3"), base: ContentVersion("v1"))))
+        // A publish while it uploads waits for its own settle; the upload's end does not start it.
+        #expect(
+            publish(4, at: .milliseconds(3100)).contains(.settle(after: .seconds(1), version: ContentVersion("l4"))))
+        let ended = machine.uploaded(
+            ContentVersion("l3"), providerVersion: ContentVersion("v2"), now: .milliseconds(3200))
+        #expect(!ended.contains { if case .upload = $0 { true } else { false } })
+        #expect(machine.record.phase == .dirty)
+        #expect(
+            machine.settleDue(ContentVersion("l4"), now: .milliseconds(4100)).contains(
+                .upload(version: ContentVersion("l4"), base: ContentVersion("v2"))))
+        // Without a settle a publish uploads at once (unit tests, restarts).
+        _ = machine.uploaded(ContentVersion("l4"), providerVersion: ContentVersion("v3"))
+        #expect(
+            machine.published(ContentVersion("l5"), base: nil).contains(
+                .upload(version: ContentVersion("l5"), base: ContentVersion("v3"))))
+    }
+
+    @Test func anUnmountsFlushStartsWhatWaitsOutItsSettle() {
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l0"), baseVersion: nil, phase: .materialized))
+        _ = machine.published(
+            ContentVersion("l1"), base: ContentVersion("v1"), now: .zero, settle: .seconds(1),
+            maximumSettle: .seconds(5))
+        #expect(machine.expedite().contains(.upload(version: ContentVersion("l1"), base: ContentVersion("v1"))))
+        #expect(machine.expedite().isEmpty, "one upload")
+        #expect(machine.settleDue(ContentVersion("l1"), now: .seconds(1)).isEmpty, "its timer finds it started")
+    }
+
     @Test func aRestartResumesAnUploadThatWasRunning() {
         var machine = UploadMachine(
             record: UploadRecord(
@@ -331,6 +384,35 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(try await readAll(cache, current) == Array("hello world".utf8), "its file outlived the reader")
         #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("g")))
         #expect(cache.status(of: ItemIdentifier("g"))?.state == .materialized)
+    }
+
+    /// D-405: an upload starts only once its settle has passed, and a file made and deleted
+    /// within it (a database's journal) never reaches the provider.
+    @Test func theWriteBackSettles() async throws {
+        let fixture = try WriteFixture()
+        fixture.options.uploadSettle = .seconds(1)
+        fixture.options.maximumUploadSettle = .seconds(5)
+        fixture.provider.defers.withLock { $0 = true }  // as the local provider (D-386)
+        fixture.provider.base.putFile("db", .bytes(Array("v0".utf8)))
+        let cache = try fixture.makeCache()
+        let db = try await cache.catalog.item(ItemIdentifier("db"), maximumAge: .zero)
+        let journal = try await cache.createFile(named: "db-journal", in: .root, permissions: 0o644)
+        let journalWriter = try await cache.writes.openWriter(journal, truncating: true)
+        try await cache.writes.write(journalWriter, Array("undo".utf8), at: 0)
+        _ = try #require(try await cache.writes.sync(journalWriter, durable: true))
+        let writer = try await cache.writes.openWriter(db, truncating: false)
+        try await cache.writes.write(writer, Array("v1".utf8), at: 0)
+        _ = try #require(try await cache.writes.sync(writer, durable: true))
+        #expect(try await cache.writes.closeWriter(journal.identifier) == nil)
+        try await cache.delete(try #require(cache.catalog.knownItem(journal.identifier)))
+        #expect(await fixture.clock.waitForSleeper(until: fixture.clock.now.advanced(by: .seconds(1))))
+        #expect(fixture.provider.startedCount == 0, "nothing uploads before the settle")
+        fixture.clock.advance(by: .seconds(1))
+        #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("db")))
+        #expect(fixture.provider.base.content(of: "db")?.0 == .bytes(Array("v1".utf8)))
+        #expect(fixture.provider.uploadCount == 1, "the journal never reached the provider")
+        #expect(fixture.provider.base.content(of: "db-journal") == nil)
+        #expect(try await cache.writes.closeWriter(db.identifier) == nil)
     }
 
     @Test func aPublishIsANewLocalVersionUploadedAndKeptAcrossListings() async throws {
