@@ -37,6 +37,21 @@ extension ProviderCache {
         return item
     }
 
+    /// link: `name` in `parent`, a second name of the file `item` (`.hardLinks`, D-396). A file
+    /// not at the provider yet is made there first (empty; its queued upload then writes its
+    /// bytes into the file, which every name shows). No upload call of it runs meanwhile.
+    public func link(
+        _ item: ProviderItem, to parent: ItemIdentifier, named name: String
+    ) async throws(CacheError) -> ProviderItem {
+        let provider = environment.provider
+        await writes.beginMove([item.identifier])
+        defer { writes.endMove([item.identifier]) }
+        try await bearUnborn(atOrUnder: [item.identifier])
+        let linked = try await providerCall { try await provider.link(item.identifier, to: parent, named: name) }
+        catalog.linked(linked, to: item.identifier)
+        return linked
+    }
+
     /// unlink, rmdir: the item is gone from the provider and the catalog; handles that pin its
     /// content keep their present bytes.
     public func delete(_ item: ProviderItem) async throws(CacheError) {

@@ -99,6 +99,11 @@ public protocol Provider: Sendable {
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem
 
+    /// `.hardLinks`: a second name `name` in `parent` for the file `identifier` (link(2)).
+    /// Returns the new name's item (its own identifier, the file's `hardLinkIdentity`).
+    /// `.alreadyExists` when the name is taken, `.wrongKind` when the item is not a file.
+    func link(_ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String) async throws -> ProviderItem
+
     /// Deletes the item, a directory only when it is empty (`.notEmpty` otherwise). `kind` is
     /// what the caller believes it is: `.wrongKind` when it is another kind (unlink(2) of a
     /// directory, rmdir(2) of a file), `.noSuchItem` when it is gone.

@@ -145,13 +145,47 @@ extension ProviderFileSystem {
         return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
     }
 
-    /// link(2): providers have no hard links (an item has one parent and one name), so EPERM, as
-    /// a Linux file system without them answers; EROFS first on a read-only mount.
+    /// link(2): a second name for a file at a provider with hard links (`.hardLinks`, D-396),
+    /// made there at once (a file not there yet is made first); both names are then one node,
+    /// one st_ino, with st_nlink the number of names. EPERM for a directory or a symbolic link,
+    /// and at a provider without hard links (as vfat); EXDEV through an access path (as between
+    /// two mounts); EEXIST for a name taken; EROFS on a read-only mount.
     public func makeHardLink(
         _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
-        _ = try changeSite(newParent, "link", context: context)
-        throw FileSystemError(.notPermitted, "link: the provider has no hard links")
+        let site = try changeSite(newParent, "link", context: context)
+        try checkName(newName, in: site, "link")
+        guard site.scoped == nil, scopedTarget(inode) == nil else {
+            throw FileSystemError(.crossDevice, "link: through an access path")
+        }
+        if let removed = removedAttributes(inode), removed.linkCount == 0 {
+            throw FileSystemError(.notFound, "link: the file was removed")
+        }
+        let node = try node(inode)
+        guard node.kind == .file else {
+            throw FileSystemError(.notPermitted, "link: \(node.identifier) is a \(node.kind)")
+        }
+        guard cache.providerCapabilities.contains(.hardLinks) else {
+            throw FileSystemError(.notPermitted, "link: the provider has no hard links")
+        }
+        if try await existingChild(named: newName, in: site) != nil {
+            throw FileSystemError(.exists, "link: '\(newName)' exists")
+        }
+        let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+        let linked: ProviderItem
+        do {
+            linked = try await cache.link(item, to: site.directory, named: newName)
+        } catch {
+            throw FileSystemError(error)
+        }
+        // The new name is another name of the node (the kernel links its inode to the new dentry).
+        guard let generation = state.withLock({ $0.inodes.addName(linked.identifier, to: inode) }) else {
+            return try await lookup(parent: newParent, name: newName, context: context)
+        }
+        let timeout = trackedTimeout(cache.catalog.isTracked(linked))
+        return Entry(
+            attributes: try await getAttributes(inode, context: context), generation: generation,
+            attributeTimeout: timeout ?? options.attributeTimeout, entryTimeout: timeout ?? options.entryTimeout)
     }
 
     public func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) {
@@ -342,8 +376,7 @@ extension ProviderFileSystem {
     /// unlinked open file): its last ones, with link count 0 as on a local file system.
     func removedAttributes(_ inode: InodeNumber) -> NodeAttributes? {
         guard let (item, serial) = state.withLock({ $0.removed.isEmpty ? nil : $0.removed[inode] }) else { return nil }
-        var attributes = attributes(of: item, presentBytes: item.size, inode: inode, serial: serial)
-        attributes.linkCount = 0
+        var attributes = attributes(of: item, presentBytes: item.size, inode: inode, serial: serial, links: 0)
         // Open for writing when it was removed: its handles go on writing their (unlinked) staging
         // copy, and fstat shows its length and last change, as for an unlinked local file.
         if let staging = writeHandles.withLock({ $0.values.first { $0.inode == inode }?.staging }) {
@@ -360,10 +393,10 @@ extension ProviderFileSystem {
 
     /// The item is gone from its name: a node the kernel holds keeps answering its last
     /// attributes (`removedAttributes`), and its number is no longer handed out for the identifier.
-    /// Called with the state locked.
+    /// A node of a file with other names goes on under one of them (D-396). Called with the state
+    /// locked.
     static func detachRemoved(_ item: ProviderItem, serial: UInt64, in state: inout State) {
-        if let inode = state.inodes.inode(of: item.identifier) { state.removed[inode] = (item, serial) }
-        state.inodes.detach(item.identifier)
+        if let inode = state.inodes.detach(item.identifier) { state.removed[inode] = (item, serial) }
     }
 
     /// Before an item is deleted, replaced or moved: the content that open handles of it (or of
