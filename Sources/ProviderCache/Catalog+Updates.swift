@@ -78,7 +78,8 @@ extension Catalog {
                         }
                         continue
                     }
-                    guard var other = catalog.items[name], other.kind == .file,
+                    // A name with a local version keeps it (the write through it is the newer).
+                    guard var other = catalog.items[name], other.kind == .file, catalog.localVersions[name] == nil,
                         other.contentVersion != item.contentVersion || other.permissions != item.permissions
                             || other.modificationTime != item.modificationTime || other.size != item.size
                     else { continue }
@@ -91,7 +92,9 @@ extension Catalog {
                     catalog.items[name] = other
                     catalog.refreshedAt[name] = now
                     told.append(.entry(directory: other.parent, name: other.name, identifier: name))
-                    if superseded { shared += Self.takeContents(of: name, except: other.contentVersion, from: &catalog) }
+                    if superseded {
+                        shared += Self.takeContents(of: name, except: other.contentVersion, from: &catalog)
+                    }
                 }
             }
             guard let old, old.contentVersion != item.contentVersion || old.kind != item.kind else {
