@@ -89,7 +89,8 @@ private final class RecordingProvider: Provider {
         calls.withLock { $0.append("upload") }
         return makeItem("uploaded")
     }
-    func link(_ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String) async throws -> ProviderItem {
+    func link(_ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String) async throws -> ProviderItem
+    {
         calls.withLock { $0.append("link") }
         return makeItem("hard-\(name)")
     }
@@ -247,7 +248,9 @@ struct WrapperCapabilityTests {
         let wrapped = FaultInjectingProvider(wrapping: base, plan: FaultPlan())
         #expect(wrapped.capabilities == writeCapabilities)
         #expect(
-            await exerciseWrites(on: wrapped) == ["made-d", "linked-l", "uploaded", "moved-g", "attributed", "hard-h", "done"])
+            await exerciseWrites(on: wrapped) == [
+                "made-d", "linked-l", "uploaded", "moved-g", "attributed", "hard-h", "done",
+            ])
         #expect(base.calls.withLock { $0 } == writeCalls)
 
         // With rules in the plan (none about these items) the calls still reach the base.
