@@ -56,6 +56,7 @@ extension ProviderCache {
     /// content keep their present bytes.
     public func delete(_ item: ProviderItem) async throws(CacheError) {
         let provider = environment.provider
+        if item.kind == .file { try await uploadBeforeUnlinking(item.identifier) }
         // Like a move (D-372): no upload call for the item runs meanwhile. Then its queued upload
         // and unpublished writes go with it (D-374), else a retry would bring the file back or
         // meet the next file of that name as a conflict.
@@ -75,6 +76,27 @@ extension ProviderCache {
         writes.forget(item.identifier)
         catalog.deleted(item.identifier)
         attributeOverrides.remove(item.identifier)
+    }
+
+    /// One name of a file with other names goes (D-396): what was written through it and is not
+    /// at the provider yet must reach the file first, else it goes with the name's write-back
+    /// record and the other names never get it. Waits (real time, at most 30 s) for that upload;
+    /// one that failed (offline, an error) refuses the unlink instead, the name and its bytes kept.
+    private func uploadBeforeUnlinking(_ identifier: ItemIdentifier) async throws(CacheError) {
+        guard !catalog.otherNames(of: identifier).isEmpty else { return }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while let record = writes.uploadRecord(of: identifier), record.isPending {
+            if record.phase == .error {
+                throw CacheError(
+                    .io,
+                    "\(identifier) has other names, which would lose its bytes not uploaded yet: "
+                        + (record.lastError ?? "the upload failed"))
+            }
+            guard ContinuousClock.now < deadline else {
+                throw CacheError(.timedOut, "\(identifier): its upload did not end within 30 s; not unlinked")
+            }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
     }
 
     /// Forgets `identifier` when it is a file the provider does not have yet (D-386): its records

@@ -200,6 +200,67 @@ struct HardLinkTests {
         await fileSystem.shutdown()
     }
 
+    @Test("maildir delivery: write a new file, link it elsewhere, unlink the first name: the bytes stay")
+    func linkThenUnlinkKeepsTheBytes() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("tmp/keep", [])
+        try source.write("new/keep", [])
+        let fileSystem = try writableFileSystem(source, cache)
+        let tmp = try await resolve(fileSystem, "tmp")
+        let new = try await resolve(fileSystem, "new")
+        for round in 0..<20 {
+            let name = "message\(round)"
+            let (created, opened) = try await fileSystem.create(
+                parent: tmp.inode, name: name, permissions: 0o600, flags: OpenFlags(rawValue: O_WRONLY),
+                context: .kernel)
+            _ = try await fileSystem.write(
+                created.inode, handle: opened.handle, offset: 0, data: Array("body \(round)\n".utf8),
+                context: .kernel)
+            try await fileSystem.flush(created.inode, handle: opened.handle, context: .kernel)
+            await fileSystem.release(created.inode, handle: opened.handle)
+            _ = try await fileSystem.makeHardLink(created.inode, newParent: new.inode, newName: name, context: .kernel)
+            try await fileSystem.unlink(parent: tmp.inode, name: name, context: .kernel)
+            #expect(try await text(fileSystem, "new/\(name)") == "body \(round)\n")
+        }
+        #expect(await settled(fileSystem))
+        for round in 0..<20 {
+            #expect(sourceText(source, "new/message\(round)") == "body \(round)\n", "round \(round)")
+            #expect(sourceStat(source, "tmp/message\(round)") == nil)
+        }
+        await fileSystem.shutdown()
+    }
+
+    @Test("bytes written through one name and not uploaded yet reach the other names when that name is unlinked")
+    func unlinkRightAfterAWrite() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("a", Array("old\n".utf8))
+        let fileSystem = try writableFileSystem(source, cache)
+        let a = try await resolve(fileSystem, "a")
+        _ = try await fileSystem.makeHardLink(a.inode, newParent: .root, newName: "b", context: .kernel)
+        for round in 0..<10 {
+            try await overwrite(fileSystem, a.inode, "round \(round)\n")
+            let (name, other) = round % 2 == 0 ? ("a", "b") : ("b", "a")
+            try await fileSystem.unlink(parent: .root, name: name, context: .kernel)
+            #expect(try await text(fileSystem, other) == "round \(round)\n")
+            _ = try await fileSystem.makeHardLink(a.inode, newParent: .root, newName: name, context: .kernel)
+        }
+        #expect(await settled(fileSystem))
+        #expect(sourceText(source, "a") == "round 9\n")
+        #expect(sourceText(source, "b") == "round 9\n")
+        #expect(sourceStat(source, "a")?.st_ino == sourceStat(source, "b")?.st_ino)
+        await fileSystem.shutdown()
+    }
+
     @Test("links made at the source show as one file: one node, one st_ino, nlink the names; kept across a remount")
     func sourceMadeLinksAndRemount() async throws {
         let source = try TemporaryDirectory()
