@@ -85,8 +85,9 @@ extension LocalDirectoryProvider {
         }
     }
 
-    /// link(2) at the source: `linkat` of the file's name in its directory to `name` in
-    /// `parent`, both opened as every write call opens them (D-396).
+    /// link(2) at the source: `linkat` of the item's name in its directory to `name` in
+    /// `parent`, both opened as every write call opens them (D-396). A symbolic link is linked
+    /// itself, never followed, as link(2) does; a directory is refused (EPERM).
     public func link(
         _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String
     ) async throws -> ProviderItem {
@@ -102,10 +103,8 @@ extension LocalDirectoryProvider {
             guard fstatat(source.fd, sourceName, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                 throw Self.writeError(errno, "lstat \(identifier.rawValue)")
             }
-            guard info.st_mode & S_IFMT == S_IFREG else {
-                throw ProviderError(
-                    .wrongKind, "\(identifier.rawValue) is not a file",
-                    errno: info.st_mode & S_IFMT == S_IFDIR ? EPERM : EINVAL)
+            guard info.st_mode & S_IFMT != S_IFDIR else {
+                throw ProviderError(.wrongKind, "\(identifier.rawValue) is a directory", errno: EPERM)
             }
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }

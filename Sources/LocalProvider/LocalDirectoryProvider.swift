@@ -401,7 +401,7 @@ public struct LocalDirectoryProvider: Provider {
             kind: kind, size: Int64(info.st_size),
             modificationTime: ItemTime(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int32(info.st_mtim.tv_nsec)),
             contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o7777), symbolicLinkTarget: target,
-            hardLinkIdentity: kind == .file && info.st_nlink > 1 ? hardLinkIdentity(of: info) : nil)
+            hardLinkIdentity: kind != .directory && info.st_nlink > 1 ? hardLinkIdentity(of: info) : nil)
     }
 
     /// What every name of a file with several names shares (D-396): its device and inode.

@@ -328,7 +328,7 @@ extension Catalog {
     /// name replaced at the provider behind the mount), so it leaves the group with a number of
     /// its own (D-396). A name with a local version (written through the mount) stays.
     static func leaveGroupIfAnotherFile(_ item: ProviderItem, in catalog: inout State) {
-        guard item.hardLinkIdentity == nil, item.kind == .file, !catalog.serials.groups.isEmpty,
+        guard item.hardLinkIdentity == nil, item.kind != .directory, !catalog.serials.groups.isEmpty,
             catalog.localVersions[item.identifier] == nil
         else { return }
         let others = catalog.serials.otherNames(of: item.identifier)

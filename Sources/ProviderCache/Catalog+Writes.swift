@@ -111,6 +111,9 @@ extension Catalog {
     /// again (their ctime moved).
     func linked(_ item: ProviderItem, to existing: ItemIdentifier) {
         let others = state.withLock { catalog -> [ItemIdentifier] in
+            // A local version an earlier file of that name left is not this name's (its bytes
+            // went with that file).
+            catalog.localVersions[item.identifier] = nil
             catalog.serials.share(item.identifier, with: existing, link: item.hardLinkIdentity)
             let others = catalog.serials.otherNames(of: item.identifier)
             for name in others { catalog.dirty.insert(name) }

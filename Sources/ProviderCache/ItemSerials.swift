@@ -149,6 +149,13 @@ struct ItemSerials {
     /// listed again, get them.
     mutating func restoreKept(_ kept: [ItemIdentifier: UInt64]) {
         for (identifier, number) in kept where identifier != .root { numbers[identifier] = number }
+        // Names of one file among them (or with names elsewhere) are one group again (D-396).
+        let restored = Set(kept.values)
+        var holders: [UInt64: Set<ItemIdentifier>] = [:]
+        for (identifier, number) in numbers where identifier != .root && restored.contains(number) {
+            holders[number, default: []].insert(identifier)
+        }
+        for (number, names) in holders where names.count > 1 { groups[number] = names }
     }
 
     /// Identifiers re-keyed (a move at a provider whose identifiers are paths): each number

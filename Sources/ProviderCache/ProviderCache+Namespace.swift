@@ -53,8 +53,9 @@ extension ProviderCache {
     }
 
     /// unlink, rmdir: the item is gone from the provider and the catalog; handles that pin its
-    /// content keep their present bytes.
-    public func delete(_ item: ProviderItem) async throws(CacheError) {
+    /// content keep their present bytes. `heir`: another name of the same file (hard links,
+    /// D-396), which the open writers of this one go on writing under.
+    public func delete(_ item: ProviderItem, heir: ItemIdentifier? = nil) async throws(CacheError) {
         let provider = environment.provider
         if item.kind == .file { try await uploadBeforeUnlinking(item.identifier) }
         // Like a move (D-372): no upload call for the item runs meanwhile. Then its queued upload
@@ -73,6 +74,7 @@ extension ProviderCache {
             // Already gone: what was asked for is true; the catalog learns it.
             guard failure.code == .notFound else { throw failure }
         }
+        if let heir, item.kind != .directory { writes.handOverStaging(from: item.identifier, to: heir) }
         writes.forget(item.identifier)
         catalog.deleted(item.identifier)
         attributeOverrides.remove(item.identifier)
@@ -114,11 +116,16 @@ extension ProviderCache {
     /// rename: `item` now `name` in `parent` (`mode`: rename(2)'s flags). `replaced`: the item at
     /// the destination, if any (gone after a `.replacing` move; moved to `item`'s old place by an
     /// `.exchange`). Returns the moved item and the identifiers re-keyed (old → new) for the
-    /// tables above the cache keyed by identifier.
+    /// tables above the cache keyed by identifier. `heir`: another name of the replaced file
+    /// (hard links, D-396), which its open writers go on writing under.
     public func move(
-        _ item: ProviderItem, to parent: ItemIdentifier, named name: String, mode: MoveMode, replaced: ProviderItem?
+        _ item: ProviderItem, to parent: ItemIdentifier, named name: String, mode: MoveMode, replaced: ProviderItem?,
+        heir: ItemIdentifier? = nil
     ) async throws(CacheError) -> (item: ProviderItem, moves: [ItemIdentifier: ItemIdentifier]) {
         let provider = environment.provider
+        if let replaced, mode == .replacing, replaced.kind != .directory {
+            try await uploadBeforeUnlinking(replaced.identifier)
+        }
         // Upload calls for the items wait, and running ones end first (D-372).
         let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])
         await writes.beginMove(moving)
@@ -145,6 +152,7 @@ extension ProviderCache {
         }
         if let replaced, replaced.identifier != item.identifier {
             attributeOverrides.remove(replaced.identifier)
+            if let heir { writes.handOverStaging(from: replaced.identifier, to: heir) }
             writes.forget(replaced.identifier)
         }
         let moves = catalog.moved(item, to: moved, replaced: replaced?.identifier)
@@ -176,10 +184,13 @@ extension ProviderCache {
             catalog.permissionsSet(identifier, to: permissions)
         }
         if let before, before.contentVersion != item.contentVersion {
-            writes.rebase(identifier, from: before.contentVersion, to: item.contentVersion)
-            catalog.providerVersionChanged(
-                identifier, from: before.contentVersion, to: item.contentVersion,
-                modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
+            // The file's other names (hard links, D-396) changed with it.
+            for name in [identifier] + catalog.otherNames(of: identifier) {
+                writes.rebase(name, from: before.contentVersion, to: item.contentVersion)
+                catalog.providerVersionChanged(
+                    name, from: before.contentVersion, to: item.contentVersion,
+                    modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
+            }
         }
         catalog.apply(item)
         return item

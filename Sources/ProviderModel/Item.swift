@@ -59,9 +59,9 @@ public struct ProviderItem: Sendable, Hashable {
     public var permissions: UInt16
     /// The target of a symbolic link, nil for other kinds.
     public var symbolicLinkTarget: String?
-    /// A file with more than one name at a provider with `.hardLinks`: the same text for every
-    /// name of that file (a local directory: its device and inode), nil for a file with one name
-    /// and for other kinds. The catalog gives all names of one file one st_ino (D-396).
+    /// A file (or symbolic link) with more than one name at a provider with `.hardLinks`: the
+    /// same text for every name of it (a local directory: its device and inode), nil for one with
+    /// one name and for directories. The catalog gives all its names one st_ino (D-396).
     public var hardLinkIdentity: String?
 
     public init(

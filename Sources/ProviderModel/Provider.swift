@@ -99,9 +99,10 @@ public protocol Provider: Sendable {
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem
 
-    /// `.hardLinks`: a second name `name` in `parent` for the file `identifier` (link(2)).
-    /// Returns the new name's item (its own identifier, the file's `hardLinkIdentity`).
-    /// `.alreadyExists` when the name is taken, `.wrongKind` when the item is not a file.
+    /// `.hardLinks`: a second name `name` in `parent` for the file or symbolic link `identifier`
+    /// (link(2), the link itself, not followed). Returns the new name's item (its own
+    /// identifier, the shared `hardLinkIdentity`). `.alreadyExists` when the name is taken,
+    /// `.wrongKind` (EPERM) for a directory.
     func link(_ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String) async throws -> ProviderItem
 
     /// Deletes the item, a directory only when it is empty (`.notEmpty` otherwise). `kind` is

@@ -78,9 +78,9 @@ struct InodeTable {
         // number, which only the names of one file share): that node, so that every name is one
         // kernel inode with one page cache, and opens through any name reach one item (D-396).
         // A number's own node id is taken by the first of its names bound.
-        if kind == .file, serial > InodeNumber.root.rawValue, serial < Self.spareBase {
+        if kind != .directory, serial > InodeNumber.root.rawValue, serial < Self.spareBase {
             let shared = InodeNumber(serial)
-            if let index = nodes.index(forKey: shared), nodes.values[index].kind == .file,
+            if let index = nodes.index(forKey: shared), nodes.values[index].kind == kind,
                 byIdentifier[nodes.values[index].identifier] == shared
             {
                 nodes.values[index].otherNames.append(identifier)
@@ -132,8 +132,10 @@ struct InodeTable {
     /// The item is gone: its number is no longer handed out for the identifier (the node lives
     /// until forgotten; its operations fail with ENOENT). A node of a file with other names
     /// goes on under one of them (D-396). Returns the node when it lost its last name.
+    /// `heir`: another name of the file the catalog knows, which carries the node on when no other
+    /// name is bound to it.
     @discardableResult
-    mutating func detach(_ identifier: ItemIdentifier) -> InodeNumber? {
+    mutating func detach(_ identifier: ItemIdentifier, heir: ItemIdentifier? = nil) -> InodeNumber? {
         guard identifier != .root, let inode = byIdentifier.removeValue(forKey: identifier),
             let index = nodes.index(forKey: inode)
         else { return nil }
@@ -148,9 +150,24 @@ struct InodeTable {
                     return false
                 }
             }
+            if let heir, heir != identifier, byIdentifier[heir] == nil {
+                node.identifier = heir
+                byIdentifier[heir] = inode
+                return false
+            }
             return true
         }
         return drop(&nodes.values[index]) ? inode : nil
+    }
+
+    /// The name a node goes on under when `identifier`, its item's, goes: its first other name
+    /// still bound to it (what `detach` picks). Nil when `identifier` is not a node's item or the
+    /// node has no other name.
+    func heir(of identifier: ItemIdentifier) -> ItemIdentifier? {
+        guard let inode = byIdentifier[identifier], let node = nodes[inode], node.identifier == identifier else {
+            return nil
+        }
+        return node.otherNames.first { byIdentifier[$0] == inode }
     }
 
     /// `identifier`, a new name of the file `inode` is (link(2), D-396), bound to that node with

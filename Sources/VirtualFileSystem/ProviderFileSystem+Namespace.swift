@@ -162,8 +162,8 @@ extension ProviderFileSystem {
             throw FileSystemError(.notFound, "link: the file was removed")
         }
         let node = try node(inode)
-        guard node.kind == .file else {
-            throw FileSystemError(.notPermitted, "link: \(node.identifier) is a \(node.kind)")
+        guard node.kind != .directory else {
+            throw FileSystemError(.notPermitted, "link: \(node.identifier) is a directory")
         }
         guard cache.providerCapabilities.contains(.hardLinks) else {
             throw FileSystemError(.notPermitted, "link: the provider has no hard links")
@@ -224,13 +224,32 @@ extension ProviderFileSystem {
             NamespaceClaimRequest(change: .deleting(path: path, isDirectory: directory), context: context))
         // Its open descriptors keep showing its st_ino (its number goes with it).
         let serial = cache.catalog.serialNumber(of: item.identifier)
+        // A file with other names (D-396): its node, open handles and writers go on under one.
+        var heir: ItemIdentifier?
+        if !directory {
+            heir = state.withLock { $0.inodes.heir(of: item.identifier) }
+            if heir == nil { heir = cache.catalog.otherNames(of: item.identifier).first }
+        }
         do {
-            try await cache.delete(item)
+            try await cache.delete(item, heir: heir)
         } catch {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
-        state.withLock { Self.detachRemoved(item, serial: serial, in: &$0) }
+        state.withLock { state in
+            Self.detachRemoved(item, serial: serial, heir: heir, in: &state)
+            guard let heir else { return }
+            for (handle, file) in state.files where file.identifier == item.identifier {
+                state.files[handle]!.identifier = heir
+            }
+        }
+        if let heir {
+            writeHandles.withLock { handles in
+                for (handle, writer) in handles where writer.identifier == item.identifier {
+                    handles[handle]!.identifier = heir
+                }
+            }
+        }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -268,8 +287,14 @@ extension ProviderFileSystem {
         }
         let destination = try await existingChild(named: newName, in: to)
         if let destination {
-            // The same item under both names: nothing to do (POSIX).
+            // The same item under both names, or two names of one file (hard links, D-396):
+            // nothing to do (POSIX).
             if destination.identifier == source.identifier { return }
+            if source.kind != .directory,
+                cache.catalog.otherNames(of: source.identifier).contains(destination.identifier)
+            {
+                return
+            }
             switch mode {
             case .noReplace: throw FileSystemError(.exists, "rename: '\(newName)' exists")
             case .exchange: break
@@ -301,9 +326,15 @@ extension ProviderFileSystem {
         let moved: ProviderItem
         // A replaced item's descriptors keep showing its st_ino (its number goes with it).
         let destinationSerial = destination.map { cache.catalog.serialNumber(of: $0.identifier) }
+        // A replaced file with other names (D-396): its node, handles and writers go on under one.
+        var heir: ItemIdentifier?
+        if let destination, mode == .replacing, destination.kind != .directory {
+            heir = state.withLock { $0.inodes.heir(of: destination.identifier) }
+            if heir == nil { heir = cache.catalog.otherNames(of: destination.identifier).first }
+        }
         do {
             (moved, moves) = try await cache.move(
-                source, to: to.directory, named: newName, mode: mode, replaced: destination)
+                source, to: to.directory, named: newName, mode: mode, replaced: destination, heir: heir)
         } catch {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
@@ -340,8 +371,14 @@ extension ProviderFileSystem {
                         }
                     }
                 } else {
-                    // Replaced: its open descriptors keep its last attributes (and their bytes).
-                    Self.detachRemoved(destination, serial: destinationSerial ?? 0, in: &state)
+                    // Replaced: its open descriptors keep its last attributes (and their bytes);
+                    // a file with other names goes on under one (D-396).
+                    Self.detachRemoved(destination, serial: destinationSerial ?? 0, heir: heir, in: &state)
+                    if let heir {
+                        for (handle, file) in state.files where file.identifier == destination.identifier {
+                            state.files[handle]!.identifier = heir
+                        }
+                    }
                 }
             }
             state.inodes.rekey(moves)
@@ -359,6 +396,13 @@ extension ProviderFileSystem {
                 state.scoped[inode]!.role = .item(moved)
                 if state.scopedByKey[oldKey] == inode { state.scopedByKey[oldKey] = nil }
                 state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
+            }
+        }
+        if let heir, let destination {
+            writeHandles.withLock { handles in
+                for (handle, writer) in handles where writer.identifier == destination.identifier {
+                    handles[handle]!.identifier = heir
+                }
             }
         }
         // Write handles follow their items too (their staging copies moved with them, D-371).
@@ -395,8 +439,10 @@ extension ProviderFileSystem {
     /// attributes (`removedAttributes`), and its number is no longer handed out for the identifier.
     /// A node of a file with other names goes on under one of them (D-396). Called with the state
     /// locked.
-    static func detachRemoved(_ item: ProviderItem, serial: UInt64, in state: inout State) {
-        if let inode = state.inodes.detach(item.identifier) { state.removed[inode] = (item, serial) }
+    static func detachRemoved(
+        _ item: ProviderItem, serial: UInt64, heir: ItemIdentifier? = nil, in state: inout State
+    ) {
+        if let inode = state.inodes.detach(item.identifier, heir: heir) { state.removed[inode] = (item, serial) }
     }
 
     /// Before an item is deleted, replaced or moved: the content that open handles of it (or of

@@ -224,10 +224,10 @@ public final class ProviderFileSystem: FileSystem {
         // A file's st_nlink: how many names of it the catalog knows (hard links, D-396).
         var number = serial
         var linkCount = links ?? 1
-        if number == nil || (links == nil && item.kind == .file) {
+        if number == nil || (links == nil && item.kind != .directory) {
             let known = cache.catalog.serialAndLinks(of: item.identifier)
             number = number ?? known.serial
-            if links == nil, item.kind == .file { linkCount = known.links }
+            if links == nil, item.kind != .directory { linkCount = known.links }
         }
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: UInt32(linkCount),
@@ -243,14 +243,23 @@ public final class ProviderFileSystem: FileSystem {
 
     func entry(for item: ProviderItem, presentBytes: Int64, tracked: Bool) -> Entry {
         let (serial, links) = cache.catalog.serialAndLinks(of: item.identifier)
-        let (inode, generation) = state.withLock {
-            $0.inodes.bindLookedUp(item.identifier, kind: item.kind, serial: serial)
+        let (inode, generation, primary) = state.withLock { state in
+            let (inode, generation) = state.inodes.bindLookedUp(item.identifier, kind: item.kind, serial: serial)
+            return (inode, generation, state.inodes.identity(of: inode)?.identifier)
+        }
+        // Another name of a file whose node goes by one of its names (D-396): the node's item,
+        // which has what was written through the node (its local version, its open edit).
+        var item = item
+        var presentBytes = presentBytes
+        if let primary, primary != item.identifier, let known = cache.catalog.knownItem(primary) {
+            item = known
+            presentBytes = cache.content.presentBytes(of: known)
         }
         let timeout = trackedTimeout(tracked)
         return Entry(
             attributes: attributes(
                 of: item, presentBytes: presentBytes, inode: inode, tracked: tracked, serial: serial,
-                links: item.kind == .file ? links : 1),
+                links: item.kind == .directory ? 1 : links),
             generation: generation, attributeTimeout: timeout ?? options.attributeTimeout,
             entryTimeout: timeout ?? options.entryTimeout)
     }

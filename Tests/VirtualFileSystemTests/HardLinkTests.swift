@@ -261,6 +261,35 @@ struct HardLinkTests {
         await fileSystem.shutdown()
     }
 
+    @Test("a write handle open when its name is unlinked writes on into the file the other names keep")
+    func writerOutlivesItsName() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("a", Array("0123".utf8))
+        let fileSystem = try writableFileSystem(source, cache)
+        let a = try await resolve(fileSystem, "a")
+        _ = try await fileSystem.makeHardLink(a.inode, newParent: .root, newName: "b", context: .kernel)
+        let opened = try await fileSystem.open(a.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+        _ = try await fileSystem.write(
+            a.inode, handle: opened.handle, offset: 4, data: Array("45".utf8), context: .kernel)
+        try await fileSystem.unlink(parent: .root, name: "a", context: .kernel)
+        _ = try await fileSystem.write(
+            a.inode, handle: opened.handle, offset: 6, data: Array("67".utf8), context: .kernel)
+        #expect(try await fileSystem.getAttributes(a.inode, context: .kernel).size == 8)
+        try await fileSystem.flush(a.inode, handle: opened.handle, context: .kernel)
+        await fileSystem.release(a.inode, handle: opened.handle)
+        #expect(try await text(fileSystem, "b") == "01234567")
+        #expect(try await fileSystem.getAttributes(a.inode, context: .kernel).linkCount == 1)
+        #expect(await settled(fileSystem))
+        #expect(sourceText(source, "b") == "01234567")
+        #expect(sourceStat(source, "a") == nil)
+        await fileSystem.shutdown()
+    }
+
     @Test("links made at the source show as one file: one node, one st_ino, nlink the names; kept across a remount")
     func sourceMadeLinksAndRemount() async throws {
         let source = try TemporaryDirectory()
