@@ -32,17 +32,12 @@ struct DifferentialMountTests {
     /// What the mount may do differently from a directory, each with its reason.
     static let deviations: [KnownDeviation] = [
         .excluding(
-            [.link],
-            reason:
-                "hard links in random sequences still diverge now and then (writers open through several names with renames, exchanges and truncates by path: a write-back conflict, a stale size; D-396); link(2) is checked on its own below, by HardLinkTests and tar-tree.sh"
-        ),
-        .excluding(
             reason:
                 "a read-only descriptor reads the version published when it opened, not later unpublished writes (SEMANTICS.md \"What readers see\": atomic publish)"
         ) {
             if case .open(_, _, let flags, _) = $0 { return flags.access == .readOnly }
             return false
-        },
+        }
     ]
 
     init() throws {
