@@ -12,6 +12,7 @@ extension Catalog {
     func apply(_ item: ProviderItem) -> ProviderItem {
         let now = environment.timeline.now
         var told: [CatalogChange] = []
+        var copied: [ProviderItem] = []
         let (changed, superseded, item) = state.withLock { catalog -> (Bool, [Superseded], ProviderItem) in
             var item = item
             // Not at the provider yet: the catalog's item is the truth until its `.create` upload
@@ -90,6 +91,7 @@ extension Catalog {
                     other.permissions = item.permissions
                     other.hardLinkIdentity = item.hardLinkIdentity
                     catalog.items[name] = other
+                    copied.append(other)
                     catalog.refreshedAt[name] = now
                     told.append(.entry(directory: other.parent, name: other.name, identifier: name))
                     if superseded {
@@ -105,7 +107,7 @@ extension Catalog {
                 Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog) + shared, item
             )
         }
-        if changed { save([item]) }
+        if changed || !copied.isEmpty { save((changed ? [item] : []) + copied) }
         tell(told)
         finish(superseded, error: CacheError(.stale, "\(item.identifier) changed on the provider"))
         return item

@@ -147,9 +147,9 @@ extension ProviderFileSystem {
 
     /// link(2): a second name for a file at a provider with hard links (`.hardLinks`, D-396),
     /// made there at once (a file not there yet is made first); both names are then one node,
-    /// one st_ino, with st_nlink the number of names. EPERM for a directory or a symbolic link,
-    /// and at a provider without hard links (as vfat); EXDEV through an access path (as between
-    /// two mounts); EEXIST for a name taken; EROFS on a read-only mount.
+    /// one st_ino, with st_nlink the number of names. A symbolic link is linked itself. EPERM for
+    /// a directory, and at a provider without hard links (as vfat); EXDEV through an access path
+    /// (as between two mounts); EEXIST for a name taken; EROFS on a read-only mount.
     public func makeHardLink(
         _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
@@ -225,31 +225,15 @@ extension ProviderFileSystem {
         // Its open descriptors keep showing its st_ino (its number goes with it).
         let serial = cache.catalog.serialNumber(of: item.identifier)
         // A file with other names (D-396): its node, open handles and writers go on under one.
-        var heir: ItemIdentifier?
-        if !directory {
-            heir = state.withLock { $0.inodes.heir(of: item.identifier) }
-            if heir == nil { heir = cache.catalog.otherNames(of: item.identifier).first }
-        }
+        let heir = directory ? nil : self.heir(of: item.identifier)
         do {
             try await cache.delete(item, heir: heir)
         } catch {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
-        state.withLock { state in
-            Self.detachRemoved(item, serial: serial, heir: heir, in: &state)
-            guard let heir else { return }
-            for (handle, file) in state.files where file.identifier == item.identifier {
-                state.files[handle]!.identifier = heir
-            }
-        }
-        if let heir {
-            writeHandles.withLock { handles in
-                for (handle, writer) in handles where writer.identifier == item.identifier {
-                    handles[handle]!.identifier = heir
-                }
-            }
-        }
+        state.withLock { Self.detachRemoved(item, serial: serial, heir: heir, in: &$0) }
+        if let heir { handOverWriters(from: item.identifier, to: heir) }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -329,8 +313,7 @@ extension ProviderFileSystem {
         // A replaced file with other names (D-396): its node, handles and writers go on under one.
         var heir: ItemIdentifier?
         if let destination, mode == .replacing, destination.kind != .directory {
-            heir = state.withLock { $0.inodes.heir(of: destination.identifier) }
-            if heir == nil { heir = cache.catalog.otherNames(of: destination.identifier).first }
+            heir = self.heir(of: destination.identifier)
         }
         do {
             (moved, moves) = try await cache.move(
@@ -374,11 +357,6 @@ extension ProviderFileSystem {
                     // Replaced: its open descriptors keep its last attributes (and their bytes);
                     // a file with other names goes on under one (D-396).
                     Self.detachRemoved(destination, serial: destinationSerial ?? 0, heir: heir, in: &state)
-                    if let heir {
-                        for (handle, file) in state.files where file.identifier == destination.identifier {
-                            state.files[handle]!.identifier = heir
-                        }
-                    }
                 }
             }
             state.inodes.rekey(moves)
@@ -398,13 +376,7 @@ extension ProviderFileSystem {
                 state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
             }
         }
-        if let heir, let destination {
-            writeHandles.withLock { handles in
-                for (handle, writer) in handles where writer.identifier == destination.identifier {
-                    handles[handle]!.identifier = heir
-                }
-            }
-        }
+        if let heir, let destination { handOverWriters(from: destination.identifier, to: heir) }
         // Write handles follow their items too (their staging copies moved with them, D-371).
         if !moves.isEmpty {
             writeHandles.withLock { handles in
@@ -437,12 +409,31 @@ extension ProviderFileSystem {
 
     /// The item is gone from its name: a node the kernel holds keeps answering its last
     /// attributes (`removedAttributes`), and its number is no longer handed out for the identifier.
-    /// A node of a file with other names goes on under one of them (D-396). Called with the state
-    /// locked.
+    /// A node of a file with other names goes on under one of them, `heir`, and so do its open
+    /// handles (D-396). Called with the state locked.
     static func detachRemoved(
         _ item: ProviderItem, serial: UInt64, heir: ItemIdentifier? = nil, in state: inout State
     ) {
         if let inode = state.inodes.detach(item.identifier, heir: heir) { state.removed[inode] = (item, serial) }
+        guard let heir else { return }
+        for (handle, file) in state.files where file.identifier == item.identifier {
+            state.files[handle]!.identifier = heir
+        }
+    }
+
+    /// The name a file's node, handles and writers go on under when `identifier`, one of its
+    /// names, goes (hard links, D-396): the node's next name, else one the catalog knows. Nil
+    /// for a file with one name.
+    func heir(of identifier: ItemIdentifier) -> ItemIdentifier? {
+        state.withLock { $0.inodes.heir(of: identifier) } ?? cache.catalog.otherNames(of: identifier).first
+    }
+
+    /// Write handles of `old`, a name that went, write on under `heir` (its staging copies were
+    /// handed over by the cache, D-396).
+    func handOverWriters(from old: ItemIdentifier, to heir: ItemIdentifier) {
+        writeHandles.withLock { handles in
+            for (handle, writer) in handles where writer.identifier == old { handles[handle]!.identifier = heir }
+        }
     }
 
     /// Before an item is deleted, replaced or moved: the content that open handles of it (or of
