@@ -290,6 +290,47 @@ struct HardLinkTests {
         await fileSystem.shutdown()
     }
 
+    @Test("a file just linked, truncated through one name and written through the other, keeps the last bytes")
+    func truncateThroughOneNameWriteThroughTheOther() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("a/c/keep", [])
+        try source.write("b/keep", [])
+        let fileSystem = try writableFileSystem(source, cache)
+        let b = try await resolve(fileSystem, "b")
+        let c = try await resolve(fileSystem, "a/c")
+        let (created, opened) = try await fileSystem.create(
+            parent: b.inode, name: "h", permissions: 0o755, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
+        _ = try await fileSystem.write(
+            created.inode, handle: opened.handle, offset: 0, data: [UInt8](repeating: 7, count: 61256),
+            context: .kernel)
+        try await fileSystem.flush(created.inode, handle: opened.handle, context: .kernel)
+        await fileSystem.release(created.inode, handle: opened.handle)
+        _ = try await fileSystem.makeHardLink(created.inode, newParent: c.inode, newName: "l", context: .kernel)
+        let l = try await resolve(fileSystem, "a/c/l")
+        let truncating = try await fileSystem.open(
+            l.inode, flags: OpenFlags(rawValue: O_RDWR | O_TRUNC), context: .kernel)
+        try await fileSystem.flush(l.inode, handle: truncating.handle, context: .kernel)
+        await fileSystem.release(l.inode, handle: truncating.handle)
+        let h = try await resolve(fileSystem, "b/h")
+        let writing = try await fileSystem.open(h.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+        _ = try await fileSystem.write(
+            h.inode, handle: writing.handle, offset: 3154, data: [UInt8](repeating: 9, count: 9412), context: .kernel)
+        try await fileSystem.flush(h.inode, handle: writing.handle, context: .kernel)
+        await fileSystem.release(h.inode, handle: writing.handle)
+        let expected = [UInt8](repeating: 0, count: 3154) + [UInt8](repeating: 9, count: 9412)
+        #expect(try await readAll(fileSystem, try await resolve(fileSystem, "b/h").inode) == expected)
+        #expect(try await readAll(fileSystem, try await resolve(fileSystem, "a/c/l").inode) == expected)
+        #expect(await settled(fileSystem))
+        #expect(try Array(Data(contentsOf: URL(fileURLWithPath: source.path + "/b/h"))) == expected)
+        #expect(try Array(Data(contentsOf: URL(fileURLWithPath: source.path + "/a/c/l"))) == expected)
+        await fileSystem.shutdown()
+    }
+
     @Test("links made at the source show as one file: one node, one st_ino, nlink the names; kept across a remount")
     func sourceMadeLinksAndRemount() async throws {
         let source = try TemporaryDirectory()
