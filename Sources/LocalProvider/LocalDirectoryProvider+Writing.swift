@@ -85,6 +85,36 @@ extension LocalDirectoryProvider {
         }
     }
 
+    /// link(2) at the source: `linkat` of the item's name in its directory to `name` in
+    /// `parent`, both opened as every write call opens them (D-396). A symbolic link is linked
+    /// itself, never followed, as link(2) does; a directory is refused (EPERM).
+    public func link(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String
+    ) async throws -> ProviderItem {
+        // Nothing has happened yet: a cancelled caller changes nothing.
+        try Task.checkCancellation()
+        return try await LocalIO.run {
+            try Self.checkNewName(name)
+            try self.checkPathFits(name, in: parent)
+            let (sourceParent, sourceName) = try Self.split(identifier)
+            let source = try self.openDirectory(sourceParent)
+            defer { close(source.fd) }
+            var info = stat()
+            guard fstatat(source.fd, sourceName, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+            }
+            guard info.st_mode & S_IFMT != S_IFDIR else {
+                throw ProviderError(.wrongKind, "\(identifier.rawValue) is a directory", errno: EPERM)
+            }
+            let directory = try self.openDirectory(parent)
+            defer { close(directory.fd) }
+            guard linkat(source.fd, sourceName, directory.fd, name, 0) == 0 else {
+                throw Self.writeError(errno, "link \(identifier.rawValue) as \(name) in \(Self.describe(parent))")
+            }
+            return try self.itemAt(directory, name: name)
+        }
+    }
+
     public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
         // Nothing has happened yet: a cancelled caller changes nothing.
         try Task.checkCancellation()
@@ -277,6 +307,12 @@ extension LocalDirectoryProvider {
             throw ProviderError(.io, "open \(localFile): \(String(cString: strerror(code)))", errno: code)
         }
         defer { close(source) }
+        // A file with other names: its bytes are written in place, so every name keeps them (D-396).
+        if case .replace(let identifier, let baseVersion) = target, let existing, existing.st_nlink > 1 {
+            return try replaceInPlace(
+                identifier, named: name, in: directory, parent: parent, from: source, baseVersion: baseVersion,
+                permissions: permissions, modificationTime: modificationTime, cancelled: cancelled)
+        }
         // A create `deferCreateNow` handed out already moved the directory's mtime (D-386).
         var deferred: ItemIdentifier?
         if case .create = target, entries.isDeferred(Self.identifier(of: name, in: parent)) {
@@ -453,6 +489,56 @@ extension LocalDirectoryProvider {
             throw writeError(errno, "replace \(identifier.rawValue)")
         }
         removeTemporary = false
+    }
+
+    /// The upload of a file with more than one name (D-396): a rename would give this name a new
+    /// file and leave the other names the old one, so the bytes go into the file itself:
+    /// version checked, truncated, copied, mode and mtime set, synced. Not atomic: a reader of
+    /// the source meanwhile sees a part, and a crash mid-copy leaves one (docs/SEMANTICS.md). A
+    /// file without write permission is opened after a chmod u+w, its mode put back after.
+    private func replaceInPlace(
+        _ identifier: ItemIdentifier, named name: String, in directory: OpenDirectory, parent: ItemIdentifier,
+        from source: Int32, baseVersion: ContentVersion?, permissions: UInt16?, modificationTime: ItemTime?,
+        cancelled: () -> Bool
+    ) throws -> ProviderItem {
+        var fd = openat(directory.fd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+        var restoreMode: mode_t?
+        if fd < 0, errno == EACCES {
+            var info = stat()
+            if fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0,
+                fchmodat(directory.fd, name, (info.st_mode & 0o7777) | 0o200, 0) == 0
+            {
+                restoreMode = info.st_mode & 0o7777
+                fd = openat(directory.fd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+            }
+        }
+        guard fd >= 0 else {
+            let code = errno
+            if let restoreMode { _ = fchmodat(directory.fd, name, restoreMode, 0) }
+            throw Self.writeError(code, "open \(identifier.rawValue) to write it in place")
+        }
+        defer { close(fd) }
+        defer { if let restoreMode { _ = fchmod(fd, restoreMode) } }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw Self.writeError(errno, "fstat \(identifier.rawValue)") }
+        if let baseVersion, Self.version(of: info) != baseVersion {
+            throw ProviderError(
+                .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(Self.version(of: info))")
+        }
+        uploadHooks?.beforePublish()
+        if cancelled() { throw CancellationError() }
+        guard ftruncate(fd, 0) == 0 else { throw Self.writeError(errno, "truncate \(identifier.rawValue)") }
+        // Past the point of no return: the copy runs to its end.
+        try copyContents(from: source, to: fd, what: name, cancelled: { false })
+        let mode = permissions.map { mode_t($0 & 0o7777) } ?? restoreMode
+        restoreMode = nil
+        if let mode, fchmod(fd, mode) != 0 { throw Self.writeError(errno, "chmod of \(name)") }
+        if let modificationTime {
+            var times = Self.times(modification: modificationTime)
+            guard futimens(fd, &times) == 0 else { throw Self.writeError(errno, "utimens of \(name)") }
+        }
+        guard fsync(fd) == 0 else { throw Self.writeError(errno, "fsync of \(name)") }
+        return try Self.durableItem(fd, named: name, in: directory, parent: parent)
     }
 
     /// Whether /proc/self/fd exists (an unnamed file is linked in through it).

@@ -30,7 +30,7 @@ public struct LocalDirectoryProvider: Provider {
     /// change tokens and pushed changes (inotify), and writing (LocalDirectoryProvider+Writing).
     public let capabilities: ProviderCapabilities = [
         .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
-        .writing, .symbolicLinks, .exchangingMoves, .storesAttributes,
+        .writing, .symbolicLinks, .exchangingMoves, .storesAttributes, .hardLinks,
     ]
     /// inotify watches of the listed directories (D-224).
     let changes = DirectoryChangeWatcher()
@@ -400,8 +400,12 @@ public struct LocalDirectoryProvider: Provider {
             identifier: identifier, parent: parent, name: name,
             kind: kind, size: Int64(info.st_size),
             modificationTime: ItemTime(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int32(info.st_mtim.tv_nsec)),
-            contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o7777), symbolicLinkTarget: target)
+            contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o7777), symbolicLinkTarget: target,
+            hardLinkIdentity: kind != .directory && info.st_nlink > 1 ? hardLinkIdentity(of: info) : nil)
     }
+
+    /// What every name of a file with several names shares (D-396): its device and inode.
+    static func hardLinkIdentity(of info: stat) -> String { "d\(info.st_dev)-i\(info.st_ino)" }
 }
 
 /// A file opened for one fetch. Each `next` re-checks the version with `fstat`, so a file that is

@@ -12,6 +12,7 @@ extension Catalog {
     func apply(_ item: ProviderItem) -> ProviderItem {
         let now = environment.timeline.now
         var told: [CatalogChange] = []
+        var copied: [ProviderItem] = []
         let (changed, superseded, item) = state.withLock { catalog -> (Bool, [Superseded], ProviderItem) in
             var item = item
             // Not at the provider yet: the catalog's item is the truth until its `.create` upload
@@ -50,7 +51,8 @@ extension Catalog {
             catalog.items[item.identifier] = item
             // Another kind under the identifier is another item: another number (D-389).
             if let old, old.kind != item.kind { catalog.serials.renew(item.identifier) }
-            catalog.serials.number(for: item.identifier)
+            Self.leaveGroupIfAnotherFile(item, in: &catalog)
+            catalog.serials.number(for: item.identifier, link: item.hardLinkIdentity)
             if item.identifier != .root, catalog.children[item.parent] != nil {
                 if catalog.children[item.parent]!.insert(item.identifier).inserted || old?.name != item.name {
                     if let old { catalog.names[item.parent]?[NameKey(old.name)] = nil }
@@ -63,15 +65,49 @@ extension Catalog {
             let directoryMetadata =
                 old?.kind == .directory && item.kind == .directory && old?.name == item.name
                 && old?.parent == item.parent
+            // The other names of a file with hard links have its new content and attributes: the
+            // provider's are copied to them; a local version (written through this name, maybe
+            // not uploaded yet) is this name's alone, so they are asked for again (D-396).
+            var shared: [Superseded] = []
+            if !catalog.serials.groups.isEmpty, item.kind == .file {
+                let local = catalog.localVersions[item.identifier] != nil
+                for name in catalog.serials.otherNames(of: item.identifier) {
+                    if local {
+                        catalog.dirty.insert(name)
+                        if let other = catalog.items[name] {
+                            told.append(.entry(directory: other.parent, name: other.name, identifier: name))
+                        }
+                        continue
+                    }
+                    // A name with a local version keeps it (the write through it is the newer).
+                    guard var other = catalog.items[name], other.kind == .file, catalog.localVersions[name] == nil,
+                        other.contentVersion != item.contentVersion || other.permissions != item.permissions
+                            || other.modificationTime != item.modificationTime || other.size != item.size
+                    else { continue }
+                    let superseded = other.contentVersion != item.contentVersion
+                    other.size = item.size
+                    other.modificationTime = item.modificationTime
+                    other.contentVersion = item.contentVersion
+                    other.permissions = item.permissions
+                    other.hardLinkIdentity = item.hardLinkIdentity
+                    catalog.items[name] = other
+                    copied.append(other)
+                    catalog.refreshedAt[name] = now
+                    told.append(.entry(directory: other.parent, name: other.name, identifier: name))
+                    if superseded {
+                        shared += Self.takeContents(of: name, except: other.contentVersion, from: &catalog)
+                    }
+                }
+            }
             guard let old, old.contentVersion != item.contentVersion || old.kind != item.kind else {
-                return (old != item && !directoryMetadata, [], item)
+                return (old != item && !directoryMetadata, shared, item)
             }
             return (
-                !directoryMetadata, Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog),
-                item
+                !directoryMetadata,
+                Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog) + shared, item
             )
         }
-        if changed { save([item]) }
+        if changed || !copied.isEmpty { save((changed ? [item] : []) + copied) }
         tell(told)
         finish(superseded, error: CacheError(.stale, "\(item.identifier) changed on the provider"))
         return item
@@ -161,7 +197,8 @@ extension Catalog {
                     }
                     toSave.append(item)
                     catalog.items[item.identifier] = item
-                    catalog.serials.number(for: item.identifier)
+                    Self.leaveGroupIfAnotherFile(item, in: &catalog)
+                    catalog.serials.number(for: item.identifier, link: item.hardLinkIdentity)
                     if old?.name != item.name { renamed = true }
                 }
                 if catalog.refreshedAt.updateValue(now, forKey: item.identifier) == now { stampedTwice = true }
@@ -286,6 +323,20 @@ extension Catalog {
             }
         }
         finish(superseded, error: CacheError(.deletedRemotely, "\(identifier) was deleted on the provider"))
+    }
+
+    /// A name of a file with hard links that the provider now reports with no other name and
+    /// another content than the catalog's other names of that file have: another file now (one
+    /// name replaced at the provider behind the mount), so it leaves the group with a number of
+    /// its own (D-396). A name with a local version (written through the mount) stays.
+    static func leaveGroupIfAnotherFile(_ item: ProviderItem, in catalog: inout State) {
+        guard item.hardLinkIdentity == nil, item.kind != .directory, !catalog.serials.groups.isEmpty,
+            catalog.localVersions[item.identifier] == nil
+        else { return }
+        let others = catalog.serials.otherNames(of: item.identifier)
+        guard others.contains(where: { catalog.items[$0].map { $0.contentVersion != item.contentVersion } ?? false })
+        else { return }
+        catalog.serials.renew(item.identifier)
     }
 
     private static func removeSubtree(

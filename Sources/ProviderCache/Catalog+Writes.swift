@@ -66,7 +66,7 @@ extension Catalog {
     /// the item table, confirmed now.
     private static func place(_ item: ProviderItem, at now: Duration, in catalog: inout State) {
         catalog.items[item.identifier] = item
-        catalog.serials.number(for: item.identifier)
+        catalog.serials.number(for: item.identifier, link: item.hardLinkIdentity)
         catalog.refreshedAt[item.identifier] = now
         if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
         guard item.identifier != .root, catalog.children[item.parent] != nil else { return }
@@ -104,6 +104,23 @@ extension Catalog {
         }
         save([item])
         tell([.entry(directory: item.parent, name: item.name, identifier: item.identifier)] + directories)
+    }
+
+    /// A second name the mount made for the file `existing` (link(2) at the provider): placed as
+    /// `created` places it, with the file's number (D-396). The file's other names are asked for
+    /// again (their ctime moved).
+    func linked(_ item: ProviderItem, to existing: ItemIdentifier) {
+        let others = state.withLock { catalog -> [ItemIdentifier] in
+            // A local version an earlier file of that name left is not this name's (its bytes
+            // went with that file).
+            catalog.localVersions[item.identifier] = nil
+            catalog.serials.share(item.identifier, with: existing, link: item.hardLinkIdentity)
+            let others = catalog.serials.otherNames(of: item.identifier)
+            for name in others { catalog.dirty.insert(name) }
+            return others
+        }
+        created(item)
+        tell(others.map { .attributes($0) })
     }
 
     /// An item the mount deleted at the provider: removed with its descendants; handles that pin

@@ -206,6 +206,17 @@ public final class Catalog: Sendable {
         state.withLock { $0.serials.number(for: identifier) }
     }
 
+    /// The item's st_ino and st_nlink: its number and how many names the catalog knows for its
+    /// file (1 without hard links, D-396). One lock.
+    public func serialAndLinks(of identifier: ItemIdentifier) -> (serial: UInt64, links: Int) {
+        state.withLock { ($0.serials.number(for: identifier), $0.serials.linkCount(of: identifier)) }
+    }
+
+    /// The other names the catalog knows of the item's file (hard links, D-396), in no order.
+    public func otherNames(of identifier: ItemIdentifier) -> [ItemIdentifier] {
+        state.withLock { $0.serials.otherNames(of: identifier) }
+    }
+
     /// The numbers of `identifiers`, in order (one lock for a directory's listing).
     public func serialNumbers(of identifiers: [ItemIdentifier]) -> [UInt64] {
         state.withLock { catalog in identifiers.map { catalog.serials.number(for: $0) } }

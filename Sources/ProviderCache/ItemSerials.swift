@@ -15,8 +15,84 @@ struct ItemSerials {
     /// The next number to hand out: above every number in `numbers` and every one handed out
     /// in this session, so a number is never handed out twice while its item exists.
     private(set) var next: UInt64 = ItemSerials.root + 1
+    /// Numbers more than one identifier holds: the names of one file with hard links (D-396),
+    /// with those names. A number with one name is not here.
+    private(set) var groups: [UInt64: Set<ItemIdentifier>] = [:]
+    /// A provider's `hardLinkIdentity` → the number its names share and one name holding it
+    /// (checked before use: it may have moved or gone).
+    private var byLink: [String: (number: UInt64, holder: ItemIdentifier)] = [:]
 
     subscript(_ identifier: ItemIdentifier) -> UInt64? { numbers[identifier] }
+
+    /// How many names the catalog knows for the item's file: st_nlink (1 without hard links).
+    func linkCount(of identifier: ItemIdentifier) -> Int {
+        guard !groups.isEmpty, let number = numbers[identifier] else { return 1 }
+        return groups[number]?.count ?? 1
+    }
+
+    /// The other names of the item's file, in no order.
+    func otherNames(of identifier: ItemIdentifier) -> [ItemIdentifier] {
+        guard !groups.isEmpty, let number = numbers[identifier], let names = groups[number] else { return [] }
+        return names.filter { $0 != identifier }
+    }
+
+    /// The number of `identifier`, whose provider item has the hard-link identity `link`: the
+    /// number its other names have, when the catalog knows one (D-396). Two groups found to be
+    /// one file (names numbered before the catalog saw them linked) take the lower number.
+    @discardableResult
+    mutating func number(for identifier: ItemIdentifier, link: String?) -> UInt64 {
+        guard let link, identifier != .root else { return number(for: identifier) }
+        let own = numbers[identifier]
+        guard let known = byLink[link], let holder = liveHolder(of: known.number, known.holder) else {
+            let number = own ?? number(for: identifier)
+            byLink[link] = (number, identifier)
+            return number
+        }
+        if own == known.number { return known.number }
+        if let own, own < known.number {
+            let moving = groups.removeValue(forKey: known.number) ?? [holder]
+            for name in moving { numbers[name] = own }
+            groups[own, default: [identifier]].formUnion(moving)
+            byLink[link] = (own, identifier)
+            return own
+        }
+        join(identifier, known.number, holder: holder)
+        return known.number
+    }
+
+    /// A new name `identifier` of the file `existing` has (link(2) through the mount): its number.
+    @discardableResult
+    mutating func share(_ identifier: ItemIdentifier, with existing: ItemIdentifier, link: String?) -> UInt64 {
+        let number = number(for: existing)
+        join(identifier, number, holder: existing)
+        if let link { byLink[link] = (number, existing) }
+        return number
+    }
+
+    /// A name holding `number`: `holder` if it still does, else any name of its group.
+    private func liveHolder(of number: UInt64, _ holder: ItemIdentifier) -> ItemIdentifier? {
+        if numbers[holder] == number { return holder }
+        return groups[number]?.first
+    }
+
+    /// `identifier` takes `number`, which `holder` has.
+    private mutating func join(_ identifier: ItemIdentifier, _ number: UInt64, holder: ItemIdentifier) {
+        guard identifier != .root, numbers[identifier] != number else { return }
+        leave(identifier)
+        numbers[identifier] = number
+        if groups[number] != nil {
+            groups[number]!.insert(identifier)
+        } else if holder != identifier, numbers[holder] == number {
+            groups[number] = [holder, identifier]
+        }
+    }
+
+    /// `identifier` is no longer one of its group's names.
+    private mutating func leave(_ identifier: ItemIdentifier) {
+        guard !groups.isEmpty, let number = numbers[identifier], groups[number] != nil else { return }
+        groups[number]!.remove(identifier)
+        if groups[number]!.count < 2 { groups[number] = nil }
+    }
 
     /// The number of `identifier`, handed out now if it has none.
     @discardableResult
@@ -45,17 +121,26 @@ struct ItemSerials {
     /// number is known, so that none of them is handed out again).
     mutating func numberRestored(_ identifiers: [ItemIdentifier]) {
         for identifier in identifiers { number(for: identifier) }
+        // Names that kept one number are the names of one file (D-396).
+        var first: [UInt64: ItemIdentifier] = [:]
+        for (identifier, number) in numbers where identifier != .root {
+            if let holder = first.updateValue(identifier, forKey: number) {
+                groups[number, default: [holder]].insert(identifier)
+            }
+        }
     }
 
     /// The item is gone: its number goes with it.
     mutating func remove(_ identifier: ItemIdentifier) {
         guard identifier != .root else { return }
+        leave(identifier)
         numbers[identifier] = nil
     }
 
     /// A new item under an identifier an earlier one had: a new number.
     mutating func renew(_ identifier: ItemIdentifier) {
         guard identifier != .root else { return }
+        leave(identifier)
         numbers[identifier] = nil
         number(for: identifier)
     }
@@ -64,6 +149,13 @@ struct ItemSerials {
     /// listed again, get them.
     mutating func restoreKept(_ kept: [ItemIdentifier: UInt64]) {
         for (identifier, number) in kept where identifier != .root { numbers[identifier] = number }
+        // Names of one file among them (or with names elsewhere) are one group again (D-396).
+        let restored = Set(kept.values)
+        var holders: [UInt64: Set<ItemIdentifier>] = [:]
+        for (identifier, number) in numbers where identifier != .root && restored.contains(number) {
+            holders[number, default: []].insert(identifier)
+        }
+        for (number, names) in holders where names.count > 1 { groups[number] = names }
     }
 
     /// Identifiers re-keyed (a move at a provider whose identifiers are paths): each number
@@ -72,9 +164,15 @@ struct ItemSerials {
         guard !moves.isEmpty else { return }
         var moved: [(ItemIdentifier, UInt64)] = []
         for (old, new) in moves where old != .root {
-            if let number = numbers.removeValue(forKey: old) { moved.append((new, number)) }
+            if let number = numbers.removeValue(forKey: old) {
+                moved.append((new, number))
+                if !groups.isEmpty, groups[number] != nil { groups[number]!.remove(old) }
+            }
         }
-        for (new, number) in moved { numbers[new] = number }
+        for (new, number) in moved {
+            numbers[new] = number
+            if !groups.isEmpty, groups[number] != nil { groups[number]!.insert(new) }
+        }
     }
 
     /// Every identifier with a number for which `transform` gives a new one (an exchange swaps

@@ -37,10 +37,27 @@ extension ProviderCache {
         return item
     }
 
-    /// unlink, rmdir: the item is gone from the provider and the catalog; handles that pin its
-    /// content keep their present bytes.
-    public func delete(_ item: ProviderItem) async throws(CacheError) {
+    /// link: `name` in `parent`, a second name of the file `item` (`.hardLinks`, D-396). A file
+    /// not at the provider yet is made there first (empty; its queued upload then writes its
+    /// bytes into the file, which every name shows). No upload call of it runs meanwhile.
+    public func link(
+        _ item: ProviderItem, to parent: ItemIdentifier, named name: String
+    ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
+        await writes.beginMove([item.identifier])
+        defer { writes.endMove([item.identifier]) }
+        try await bearUnborn(atOrUnder: [item.identifier])
+        let linked = try await providerCall { try await provider.link(item.identifier, to: parent, named: name) }
+        catalog.linked(linked, to: item.identifier)
+        return linked
+    }
+
+    /// unlink, rmdir: the item is gone from the provider and the catalog; handles that pin its
+    /// content keep their present bytes. `heir`: another name of the same file (hard links,
+    /// D-396), which the open writers of this one go on writing under.
+    public func delete(_ item: ProviderItem, heir: ItemIdentifier? = nil) async throws(CacheError) {
+        let provider = environment.provider
+        if item.kind == .file { try await uploadBeforeUnlinking(item.identifier) }
         // Like a move (D-372): no upload call for the item runs meanwhile. Then its queued upload
         // and unpublished writes go with it (D-374), else a retry would bring the file back or
         // meet the next file of that name as a conflict.
@@ -57,9 +74,31 @@ extension ProviderCache {
             // Already gone: what was asked for is true; the catalog learns it.
             guard failure.code == .notFound else { throw failure }
         }
+        if let heir, item.kind != .directory { writes.handOverStaging(from: item.identifier, to: heir) }
         writes.forget(item.identifier, subtree: item.kind == .directory)
         catalog.deleted(item.identifier)
         attributeOverrides.remove(item.identifier)
+    }
+
+    /// One name of a file with other names goes (D-396): what was written through it and is not
+    /// at the provider yet must reach the file first, else it goes with the name's write-back
+    /// record and the other names never get it. Waits (real time, at most 30 s) for that upload;
+    /// one that failed (offline, an error) refuses the unlink instead, the name and its bytes kept.
+    private func uploadBeforeUnlinking(_ identifier: ItemIdentifier) async throws(CacheError) {
+        guard !catalog.otherNames(of: identifier).isEmpty else { return }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while let record = writes.uploadRecord(of: identifier), record.isPending {
+            if record.phase == .error {
+                throw CacheError(
+                    .io,
+                    "\(identifier) has other names, which would lose its bytes not uploaded yet: "
+                        + (record.lastError ?? "the upload failed"))
+            }
+            guard ContinuousClock.now < deadline else {
+                throw CacheError(.timedOut, "\(identifier): its upload did not end within 30 s; not unlinked")
+            }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
     }
 
     /// Forgets `identifier` when it is a file the provider does not have yet (D-386): its records
@@ -77,11 +116,16 @@ extension ProviderCache {
     /// rename: `item` now `name` in `parent` (`mode`: rename(2)'s flags). `replaced`: the item at
     /// the destination, if any (gone after a `.replacing` move; moved to `item`'s old place by an
     /// `.exchange`). Returns the moved item and the identifiers re-keyed (old → new) for the
-    /// tables above the cache keyed by identifier.
+    /// tables above the cache keyed by identifier. `heir`: another name of the replaced file
+    /// (hard links, D-396), which its open writers go on writing under.
     public func move(
-        _ item: ProviderItem, to parent: ItemIdentifier, named name: String, mode: MoveMode, replaced: ProviderItem?
+        _ item: ProviderItem, to parent: ItemIdentifier, named name: String, mode: MoveMode, replaced: ProviderItem?,
+        heir: ItemIdentifier? = nil
     ) async throws(CacheError) -> (item: ProviderItem, moves: [ItemIdentifier: ItemIdentifier]) {
         let provider = environment.provider
+        if let replaced, mode == .replacing, replaced.kind != .directory {
+            try await uploadBeforeUnlinking(replaced.identifier)
+        }
         // Upload calls for the items wait, and running ones end first (D-372).
         let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])
         await writes.beginMove(moving)
@@ -108,6 +152,7 @@ extension ProviderCache {
         }
         if let replaced, replaced.identifier != item.identifier {
             attributeOverrides.remove(replaced.identifier)
+            if let heir { writes.handOverStaging(from: replaced.identifier, to: heir) }
             writes.forget(replaced.identifier, subtree: replaced.kind == .directory)
         }
         let moves = catalog.moved(item, to: moved, replaced: replaced?.identifier)
@@ -141,10 +186,13 @@ extension ProviderCache {
             catalog.permissionsSet(identifier, to: permissions)
         }
         if let before, before.contentVersion != item.contentVersion {
-            writes.rebase(identifier, from: before.contentVersion, to: item.contentVersion)
-            catalog.providerVersionChanged(
-                identifier, from: before.contentVersion, to: item.contentVersion,
-                modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
+            // The file's other names (hard links, D-396) changed with it.
+            for name in [identifier] + catalog.otherNames(of: identifier) {
+                writes.rebase(name, from: before.contentVersion, to: item.contentVersion)
+                catalog.providerVersionChanged(
+                    name, from: before.contentVersion, to: item.contentVersion,
+                    modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
+            }
         }
         catalog.apply(item)
         return item

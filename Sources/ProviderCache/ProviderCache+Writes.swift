@@ -601,6 +601,21 @@ public final class LocalWrites: Sendable {
         rekey(among: subtree ? nil : old) { Self.rekeyed($0, from: old, to: new) }
     }
 
+    /// One name of a file with other names goes (D-396): the staging copies of its open writers
+    /// become `heir`'s, another name of the same file, and publish under it (its base version is
+    /// the same file's). A copy `heir` already has for the same owner stays, and the other goes
+    /// with the name.
+    public func handOverStaging(from old: ItemIdentifier, to heir: ItemIdentifier) {
+        state.withLock { state in
+            for key in Array(state.staged.keys) where key.identifier == old {
+                let target = Key(identifier: heir, owner: key.owner)
+                guard state.staged[target] == nil, let staged = state.staged.removeValue(forKey: key) else { continue }
+                staged.file.rename(to: heir)
+                state.staged[target] = staged
+            }
+        }
+    }
+
     /// Two items swapped places (RENAME_EXCHANGE at a provider whose identifiers are paths):
     /// each one's records, and those below it, take the other's identifiers.
     public func exchange(_ one: ItemIdentifier, _ other: ItemIdentifier) {
@@ -961,6 +976,15 @@ public final class LocalWrites: Sendable {
                 if phase == .materialized {
                     catalog.localUploaded(
                         current, version: version, providerVersion: uploaded.contentVersion, base: base)
+                }
+                // The file's other names (hard links, D-396) have the new version too: an edit
+                // through one of them that started from the version replaced starts from it now.
+                if let base {
+                    for name in catalog.otherNames(of: current) {
+                        rebase(name, from: base, to: uploaded.contentVersion)
+                        catalog.providerVersionChanged(
+                            name, from: base, to: uploaded.contentVersion, modificationTime: nil)
+                    }
                 }
                 // An empty file created unwritten: the provider's empty version is the item's now.
                 if creates { catalog.apply(uploaded) }

@@ -182,6 +182,13 @@ public struct FaultInjectingProvider: Provider {
                 from: localFile, to: target, permissions: permissions, modificationTime: modificationTime))
     }
 
+    public func link(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String
+    ) async throws -> ProviderItem {
+        try await strikeWrite(parent)
+        return record(try await base.link(identifier, to: parent, named: name))
+    }
+
     public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
         try await strikeWrite(identifier)
         try await base.delete(identifier, kind: kind)

@@ -59,11 +59,15 @@ public struct ProviderItem: Sendable, Hashable {
     public var permissions: UInt16
     /// The target of a symbolic link, nil for other kinds.
     public var symbolicLinkTarget: String?
+    /// A file (or symbolic link) with more than one name at a provider with `.hardLinks`: the
+    /// same text for every name of it (a local directory: its device and inode), nil for one with
+    /// one name and for directories. The catalog gives all its names one st_ino (D-396).
+    public var hardLinkIdentity: String?
 
     public init(
         identifier: ItemIdentifier, parent: ItemIdentifier, name: String, kind: ItemKind, size: Int64,
         modificationTime: ItemTime, contentVersion: ContentVersion, permissions: UInt16 = 0o644,
-        symbolicLinkTarget: String? = nil
+        symbolicLinkTarget: String? = nil, hardLinkIdentity: String? = nil
     ) {
         self.identifier = identifier
         self.parent = parent
@@ -74,5 +78,6 @@ public struct ProviderItem: Sendable, Hashable {
         self.contentVersion = contentVersion
         self.permissions = permissions
         self.symbolicLinkTarget = symbolicLinkTarget
+        self.hardLinkIdentity = hardLinkIdentity
     }
 }

@@ -99,6 +99,12 @@ public protocol Provider: Sendable {
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem
 
+    /// `.hardLinks`: a second name `name` in `parent` for the file or symbolic link `identifier`
+    /// (link(2), the link itself, not followed). Returns the new name's item (its own
+    /// identifier, the shared `hardLinkIdentity`). `.alreadyExists` when the name is taken,
+    /// `.wrongKind` (EPERM) for a directory.
+    func link(_ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String) async throws -> ProviderItem
+
     /// Deletes the item, a directory only when it is empty (`.notEmpty` otherwise). `kind` is
     /// what the caller believes it is: `.wrongKind` when it is another kind (unlink(2) of a
     /// directory, rmdir(2) of a file), `.noSuchItem` when it is gone.
@@ -179,8 +185,8 @@ public enum ImmediateChild: Sendable, Equatable {
 }
 
 public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
 
     public static let namedChildLookup = ProviderCapabilities(rawValue: 1 << 0)
     public static let immediateMetadata = ProviderCapabilities(rawValue: 1 << 1)

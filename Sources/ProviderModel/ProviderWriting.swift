@@ -64,6 +64,10 @@ extension ProviderCapabilities {
     /// `setAttributes` stores permissions and modification times at the provider. Without it the
     /// mount keeps them in its own metadata only (docs/SEMANTICS.md).
     public static let storesAttributes = ProviderCapabilities(rawValue: 1 << 7)
+    /// `link` works (needs `.writing` too): a file may have several names, each its own item
+    /// (identifier) with the same `hardLinkIdentity`, and a new version of it written through
+    /// any name is the content of all of them (D-396). Without it link(2) is EPERM.
+    public static let hardLinks = ProviderCapabilities(rawValue: 1 << 8)
 }
 
 /// The write calls' defaults: they decline, as a provider without `.writing` does.
@@ -84,6 +88,12 @@ extension Provider {
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem {
         throw ProviderError.notSupported("uploads")
+    }
+
+    public func link(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String
+    ) async throws -> ProviderItem {
+        throw ProviderError.notSupported("hard links")
     }
 
     public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {

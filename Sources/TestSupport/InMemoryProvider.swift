@@ -672,6 +672,12 @@ extension InMemoryProviderWrapper {
         try await base.upload(from: localFile, to: target, permissions: permissions, modificationTime: modificationTime)
     }
 
+    public func link(
+        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String
+    ) async throws -> ProviderItem {
+        try await base.link(identifier, to: parent, named: name)
+    }
+
     public func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
         try await base.delete(identifier, kind: kind)
     }

@@ -15,6 +15,9 @@ struct InodeTable {
         var generation: UInt64
         /// What the kernel's page cache of this node may hold, which decides FOPEN_KEEP_CACHE.
         var pageCache: PageCache = .empty
+        /// The file's other names (hard links) that resolved to this node (D-396): one of them
+        /// becomes `identifier` when that name goes.
+        var otherNames: [ItemIdentifier] = []
     }
 
     /// What a node's page cache in the kernel may hold.
@@ -71,6 +74,20 @@ struct InodeTable {
             if node.kind == kind || identifier == .root { return (inode, node.generation) }
             byIdentifier[identifier] = nil
         }
+        // Another name of a file whose node the kernel holds (a hard link: the same serial
+        // number, which only the names of one file share): that node, so that every name is one
+        // kernel inode with one page cache, and opens through any name reach one item (D-396).
+        // A number's own node id is taken by the first of its names bound.
+        if kind != .directory, serial > InodeNumber.root.rawValue, serial < Self.spareBase {
+            let shared = InodeNumber(serial)
+            if let index = nodes.index(forKey: shared), nodes.values[index].kind == kind,
+                byIdentifier[nodes.values[index].identifier] == shared
+            {
+                nodes.values[index].otherNames.append(identifier)
+                byIdentifier[identifier] = shared
+                return (shared, nodes.values[index].generation)
+            }
+        }
         let inode =
             serial > InodeNumber.root.rawValue && serial < Self.spareBase && nodes[InodeNumber(serial)] == nil
             ? InodeNumber(serial) : reserve()
@@ -106,16 +123,69 @@ struct InodeTable {
         if node.lookupCount == 0 {
             nodes[inode] = nil
             if byIdentifier[node.identifier] == inode { byIdentifier[node.identifier] = nil }
+            for name in node.otherNames where byIdentifier[name] == inode { byIdentifier[name] = nil }
         } else {
             nodes[inode] = node
         }
     }
 
     /// The item is gone: its number is no longer handed out for the identifier (the node lives
-    /// until forgotten; its operations fail with ENOENT).
-    mutating func detach(_ identifier: ItemIdentifier) {
-        guard identifier != .root else { return }
-        byIdentifier[identifier] = nil
+    /// until forgotten; its operations fail with ENOENT). A node of a file with other names
+    /// goes on under one of them (D-396). Returns the node when it lost its last name.
+    /// `heir`: another name of the file the catalog knows, which carries the node on when no other
+    /// name is bound to it.
+    @discardableResult
+    mutating func detach(_ identifier: ItemIdentifier, heir: ItemIdentifier? = nil) -> InodeNumber? {
+        guard identifier != .root, let inode = byIdentifier.removeValue(forKey: identifier),
+            let index = nodes.index(forKey: inode)
+        else { return nil }
+        func drop(_ node: inout Node) -> Bool {
+            node.otherNames.removeAll { $0 == identifier }
+            guard node.identifier == identifier else { return false }
+            // The first other name still bound here carries the node on.
+            while let next = node.otherNames.first {
+                node.otherNames.removeFirst()
+                if byIdentifier[next] == inode {
+                    node.identifier = next
+                    return false
+                }
+            }
+            if let heir, heir != identifier, byIdentifier[heir] == nil {
+                node.identifier = heir
+                byIdentifier[heir] = inode
+                return false
+            }
+            return true
+        }
+        return drop(&nodes.values[index]) ? inode : nil
+    }
+
+    /// The name a node goes on under when `identifier`, its item's, goes: its first other name
+    /// still bound to it (what `detach` picks). Nil when `identifier` is not a node's item or the
+    /// node has no other name.
+    func heir(of identifier: ItemIdentifier) -> ItemIdentifier? {
+        guard let inode = byIdentifier[identifier], let node = nodes[inode], node.identifier == identifier else {
+            return nil
+        }
+        return node.otherNames.first { byIdentifier[$0] == inode }
+    }
+
+    /// `identifier`, a new name of the file `inode` is (link(2), D-396), bound to that node with
+    /// one kernel reference. Nil when the node is gone.
+    mutating func addName(_ identifier: ItemIdentifier, to inode: InodeNumber) -> UInt64? {
+        guard let index = nodes.index(forKey: inode) else { return nil }
+        if byIdentifier[identifier] != inode {
+            byIdentifier[identifier] = inode
+            nodes.values[index].otherNames.append(identifier)
+        }
+        nodes.values[index].lookupCount += 1
+        return nodes.values[index].generation
+    }
+
+    /// The identifiers a node answers to: its item's and its other names' (D-396).
+    func names(of inode: InodeNumber) -> [ItemIdentifier] {
+        guard let node = nodes[inode] else { return [] }
+        return [node.identifier] + node.otherNames
     }
 
     /// Items were re-keyed (a move at a provider whose identifiers are paths): their nodes keep
@@ -124,8 +194,12 @@ struct InodeTable {
         guard !moves.isEmpty else { return }
         var moved: [(ItemIdentifier, InodeNumber)] = []
         for (old, new) in moves {
-            guard let inode = byIdentifier.removeValue(forKey: old) else { continue }
-            nodes[inode]?.identifier = new
+            guard let inode = byIdentifier.removeValue(forKey: old), let node = nodes[inode] else { continue }
+            if node.identifier == old {
+                nodes[inode]!.identifier = new
+            } else if let index = node.otherNames.firstIndex(of: old) {
+                nodes[inode]!.otherNames[index] = new
+            }
             moved.append((new, inode))
         }
         for (new, inode) in moved { byIdentifier[new] = inode }

@@ -145,13 +145,47 @@ extension ProviderFileSystem {
         return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
     }
 
-    /// link(2): providers have no hard links (an item has one parent and one name), so EPERM, as
-    /// a Linux file system without them answers; EROFS first on a read-only mount.
+    /// link(2): a second name for a file at a provider with hard links (`.hardLinks`, D-396),
+    /// made there at once (a file not there yet is made first); both names are then one node,
+    /// one st_ino, with st_nlink the number of names. A symbolic link is linked itself. EPERM for
+    /// a directory, and at a provider without hard links (as vfat); EXDEV through an access path
+    /// (as between two mounts); EEXIST for a name taken; EROFS on a read-only mount.
     public func makeHardLink(
         _ inode: InodeNumber, newParent: InodeNumber, newName: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
-        _ = try changeSite(newParent, "link", context: context)
-        throw FileSystemError(.notPermitted, "link: the provider has no hard links")
+        let site = try changeSite(newParent, "link", context: context)
+        try checkName(newName, in: site, "link")
+        guard site.scoped == nil, scopedTarget(inode) == nil else {
+            throw FileSystemError(.crossDevice, "link: through an access path")
+        }
+        if let removed = removedAttributes(inode), removed.linkCount == 0 {
+            throw FileSystemError(.notFound, "link: the file was removed")
+        }
+        let node = try node(inode)
+        guard node.kind != .directory else {
+            throw FileSystemError(.notPermitted, "link: \(node.identifier) is a directory")
+        }
+        guard cache.providerCapabilities.contains(.hardLinks) else {
+            throw FileSystemError(.notPermitted, "link: the provider has no hard links")
+        }
+        if try await existingChild(named: newName, in: site) != nil {
+            throw FileSystemError(.exists, "link: '\(newName)' exists")
+        }
+        let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+        let linked: ProviderItem
+        do {
+            linked = try await cache.link(item, to: site.directory, named: newName)
+        } catch {
+            throw FileSystemError(error)
+        }
+        // The new name is another name of the node (the kernel links its inode to the new dentry).
+        guard let generation = state.withLock({ $0.inodes.addName(linked.identifier, to: inode) }) else {
+            return try await lookup(parent: newParent, name: newName, context: context)
+        }
+        let timeout = trackedTimeout(cache.catalog.isTracked(linked))
+        return Entry(
+            attributes: try await getAttributes(inode, context: context), generation: generation,
+            attributeTimeout: timeout ?? options.attributeTimeout, entryTimeout: timeout ?? options.entryTimeout)
     }
 
     public func unlink(parent: InodeNumber, name: String, context: RequestContext) async throws(FileSystemError) {
@@ -190,13 +224,16 @@ extension ProviderFileSystem {
             NamespaceClaimRequest(change: .deleting(path: path, isDirectory: directory), context: context))
         // Its open descriptors keep showing its st_ino (its number goes with it).
         let serial = cache.catalog.serialNumber(of: item.identifier)
+        // A file with other names (D-396): its node, open handles and writers go on under one.
+        let heir = directory ? nil : self.heir(of: item.identifier)
         do {
-            try await cache.delete(item)
+            try await cache.delete(item, heir: heir)
         } catch {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
-        state.withLock { Self.detachRemoved(item, serial: serial, in: &$0) }
+        state.withLock { Self.detachRemoved(item, serial: serial, heir: heir, in: &$0) }
+        if let heir { handOverWriters(from: item.identifier, to: heir) }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -234,8 +271,14 @@ extension ProviderFileSystem {
         }
         let destination = try await existingChild(named: newName, in: to)
         if let destination {
-            // The same item under both names: nothing to do (POSIX).
+            // The same item under both names, or two names of one file (hard links, D-396):
+            // nothing to do (POSIX).
             if destination.identifier == source.identifier { return }
+            if source.kind != .directory,
+                cache.catalog.otherNames(of: source.identifier).contains(destination.identifier)
+            {
+                return
+            }
             switch mode {
             case .noReplace: throw FileSystemError(.exists, "rename: '\(newName)' exists")
             case .exchange: break
@@ -267,9 +310,14 @@ extension ProviderFileSystem {
         let moved: ProviderItem
         // A replaced item's descriptors keep showing its st_ino (its number goes with it).
         let destinationSerial = destination.map { cache.catalog.serialNumber(of: $0.identifier) }
+        // A replaced file with other names (D-396): its node, handles and writers go on under one.
+        var heir: ItemIdentifier?
+        if let destination, mode == .replacing, destination.kind != .directory {
+            heir = self.heir(of: destination.identifier)
+        }
         do {
             (moved, moves) = try await cache.move(
-                source, to: to.directory, named: newName, mode: mode, replaced: destination)
+                source, to: to.directory, named: newName, mode: mode, replaced: destination, heir: heir)
         } catch {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
@@ -306,8 +354,9 @@ extension ProviderFileSystem {
                         }
                     }
                 } else {
-                    // Replaced: its open descriptors keep its last attributes (and their bytes).
-                    Self.detachRemoved(destination, serial: destinationSerial ?? 0, in: &state)
+                    // Replaced: its open descriptors keep its last attributes (and their bytes);
+                    // a file with other names goes on under one (D-396).
+                    Self.detachRemoved(destination, serial: destinationSerial ?? 0, heir: heir, in: &state)
                 }
             }
             state.inodes.rekey(moves)
@@ -327,6 +376,7 @@ extension ProviderFileSystem {
                 state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
             }
         }
+        if let heir, let destination { handOverWriters(from: destination.identifier, to: heir) }
         // Write handles follow their items too (their staging copies moved with them, D-371).
         if !moves.isEmpty {
             writeHandles.withLock { handles in
@@ -342,8 +392,7 @@ extension ProviderFileSystem {
     /// unlinked open file): its last ones, with link count 0 as on a local file system.
     func removedAttributes(_ inode: InodeNumber) -> NodeAttributes? {
         guard let (item, serial) = state.withLock({ $0.removed.isEmpty ? nil : $0.removed[inode] }) else { return nil }
-        var attributes = attributes(of: item, presentBytes: item.size, inode: inode, serial: serial)
-        attributes.linkCount = 0
+        var attributes = attributes(of: item, presentBytes: item.size, inode: inode, serial: serial, links: 0)
         // Open for writing when it was removed: its handles go on writing their (unlinked) staging
         // copy, and fstat shows its length and last change, as for an unlinked local file.
         if let staging = writeHandles.withLock({ $0.values.first { $0.inode == inode }?.staging }) {
@@ -360,10 +409,31 @@ extension ProviderFileSystem {
 
     /// The item is gone from its name: a node the kernel holds keeps answering its last
     /// attributes (`removedAttributes`), and its number is no longer handed out for the identifier.
-    /// Called with the state locked.
-    static func detachRemoved(_ item: ProviderItem, serial: UInt64, in state: inout State) {
-        if let inode = state.inodes.inode(of: item.identifier) { state.removed[inode] = (item, serial) }
-        state.inodes.detach(item.identifier)
+    /// A node of a file with other names goes on under one of them, `heir`, and so do its open
+    /// handles (D-396). Called with the state locked.
+    static func detachRemoved(
+        _ item: ProviderItem, serial: UInt64, heir: ItemIdentifier? = nil, in state: inout State
+    ) {
+        if let inode = state.inodes.detach(item.identifier, heir: heir) { state.removed[inode] = (item, serial) }
+        guard let heir else { return }
+        for (handle, file) in state.files where file.identifier == item.identifier {
+            state.files[handle]!.identifier = heir
+        }
+    }
+
+    /// The name a file's node, handles and writers go on under when `identifier`, one of its
+    /// names, goes (hard links, D-396): the node's next name, else one the catalog knows. Nil
+    /// for a file with one name.
+    func heir(of identifier: ItemIdentifier) -> ItemIdentifier? {
+        state.withLock { $0.inodes.heir(of: identifier) } ?? cache.catalog.otherNames(of: identifier).first
+    }
+
+    /// Write handles of `old`, a name that went, write on under `heir` (its staging copies were
+    /// handed over by the cache, D-396).
+    func handOverWriters(from old: ItemIdentifier, to heir: ItemIdentifier) {
+        writeHandles.withLock { handles in
+            for (handle, writer) in handles where writer.identifier == old { handles[handle]!.identifier = heir }
+        }
     }
 
     /// Before an item is deleted, replaced or moved: the content that open handles of it (or of

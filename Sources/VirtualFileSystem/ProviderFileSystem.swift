@@ -172,7 +172,7 @@ public final class ProviderFileSystem: FileSystem {
             }
             return item
         } catch {
-            if error.code == .notFound { state.withLock { $0.inodes.detach(node.identifier) } }
+            if error.code == .notFound { _ = state.withLock { $0.inodes.detach(node.identifier) } }
             throw FileSystemError(error)
         }
     }
@@ -187,9 +187,10 @@ public final class ProviderFileSystem: FileSystem {
 
     /// `presentBytes`: how much of the item's current version is stored locally (st_blocks).
     /// `serial`: the st_ino to show (nil: the item's, `Catalog.serialNumber`; a removed node keeps
-    /// the one it had).
+    /// the one it had), and `links` its st_nlink (nil: the names the catalog knows, D-396).
     func attributes(
-        of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false, serial: UInt64? = nil
+        of item: ProviderItem, presentBytes: Int64, inode: InodeNumber, tracked: Bool = false, serial: UInt64? = nil,
+        links: Int? = nil
     ) -> NodeAttributes {
         let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
         // Writable: the staged length and last change while write handles are open
@@ -220,27 +221,45 @@ public final class ProviderFileSystem: FileSystem {
         let mask: UInt16 = writable ? 0o7777 : 0o7555
         let permissions =
             item.kind == .directory && !writable ? (shownPermissions | 0o500) & mask : shownPermissions & mask
+        // A file's st_nlink: how many names of it the catalog knows (hard links, D-396).
+        var number = serial
+        var linkCount = links ?? 1
+        if number == nil || (links == nil && item.kind != .directory) {
+            let known = cache.catalog.serialAndLinks(of: item.identifier)
+            number = number ?? known.serial
+            if links == nil, item.kind != .directory { linkCount = known.links }
+        }
         var attributes = NodeAttributes(
-            inode: inode, type: type, permissions: permissions, linkCount: 1,
+            inode: inode, type: type, permissions: permissions, linkCount: UInt32(linkCount),
             uid: options.uid, gid: options.gid,
             size: item.kind == .symbolicLink
                 ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time,
-            serialNumber: serial ?? cache.catalog.serialNumber(of: item.identifier))
+            serialNumber: number ?? 0)
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
         attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
         return attributes
     }
 
     func entry(for item: ProviderItem, presentBytes: Int64, tracked: Bool) -> Entry {
-        let serial = cache.catalog.serialNumber(of: item.identifier)
-        let (inode, generation) = state.withLock {
-            $0.inodes.bindLookedUp(item.identifier, kind: item.kind, serial: serial)
+        let (serial, links) = cache.catalog.serialAndLinks(of: item.identifier)
+        let (inode, generation, primary) = state.withLock { state in
+            let (inode, generation) = state.inodes.bindLookedUp(item.identifier, kind: item.kind, serial: serial)
+            return (inode, generation, state.inodes.identity(of: inode)?.identifier)
+        }
+        // Another name of a file whose node goes by one of its names (D-396): the node's item,
+        // which has what was written through the node (its local version, its open edit).
+        var item = item
+        var presentBytes = presentBytes
+        if let primary, primary != item.identifier, let known = cache.catalog.knownItem(primary) {
+            item = known
+            presentBytes = cache.content.presentBytes(of: known)
         }
         let timeout = trackedTimeout(tracked)
         return Entry(
             attributes: attributes(
-                of: item, presentBytes: presentBytes, inode: inode, tracked: tracked, serial: serial),
+                of: item, presentBytes: presentBytes, inode: inode, tracked: tracked, serial: serial,
+                links: item.kind == .directory ? 1 : links),
             generation: generation, attributeTimeout: timeout ?? options.attributeTimeout,
             entryTimeout: timeout ?? options.entryTimeout)
     }

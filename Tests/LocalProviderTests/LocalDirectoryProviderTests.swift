@@ -172,7 +172,7 @@ struct LocalDirectoryProviderTests {
         #expect(
             tracking.capabilities == [
                 .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
-                .writing, .symbolicLinks, .exchangingMoves, .storesAttributes,
+                .writing, .symbolicLinks, .exchangingMoves, .storesAttributes, .hardLinks,
             ])
         let (children, token) = try await tracking.trackedChildren(of: ItemIdentifier("a"))
         #expect(children.map(\.name) == ["b.txt"])

@@ -50,7 +50,59 @@ struct LocalDirectoryWritingTests {
     @Test("the provider reports every write capability")
     func capabilities() {
         let provider = LocalDirectoryProvider(root: "/nonexistent")
-        #expect(provider.capabilities.isSuperset(of: [.writing, .symbolicLinks, .exchangingMoves, .storesAttributes]))
+        #expect(
+            provider.capabilities.isSuperset(of: [
+                .writing, .symbolicLinks, .exchangingMoves, .storesAttributes, .hardLinks,
+            ]))
+    }
+
+    @Test("link makes a second name (EEXIST, a directory refused); an upload to a file with two names writes in place")
+    func hardLinks() async throws {
+        let root = try TemporaryDirectory()
+        let scratch = try TemporaryDirectory()
+        defer {
+            root.remove()
+            scratch.remove()
+        }
+        try root.write("a", Array("one".utf8))
+        try root.write("d/taken", [])
+        let provider = LocalDirectoryProvider(root: root.path)
+        #expect(try await provider.item(for: ItemIdentifier("a")).hardLinkIdentity == nil, "one name: no identity")
+        let linked = try await provider.link(ItemIdentifier("a"), to: ItemIdentifier("d"), named: "b")
+        #expect(linked.identifier == ItemIdentifier("d/b"))
+        let a = try await provider.item(for: ItemIdentifier("a"))
+        #expect(a.hardLinkIdentity != nil && a.hardLinkIdentity == linked.hardLinkIdentity)
+        #expect(a.contentVersion == linked.contentVersion)
+        #expect(lstatInfo(root.path + "/a")?.st_nlink == 2)
+        let taken = await failure {
+            _ = try await provider.link(ItemIdentifier("a"), to: ItemIdentifier("d"), named: "taken")
+        }
+        #expect(taken?.code == .alreadyExists)
+        let directory = await failure { _ = try await provider.link(ItemIdentifier("d"), to: .root, named: "e") }
+        #expect(directory?.code == .wrongKind && directory?.errno == EPERM)
+
+        // A stale base version: nothing written. The right one: the bytes go into the file, so
+        // both names have them, and the inode stays.
+        let inode = lstatInfo(root.path + "/a")?.st_ino
+        let stale = await failure {
+            _ = try await provider.upload(
+                from: try localFile(Array("stale".utf8), in: scratch),
+                to: .replace(ItemIdentifier("a"), baseVersion: ContentVersion("s1-m1-i1")),
+                permissions: nil, modificationTime: nil)
+        }
+        #expect(stale?.code == .versionChanged)
+        #expect(try String(contentsOfFile: root.path + "/d/b", encoding: .utf8) == "one")
+        let uploaded = try await provider.upload(
+            from: try localFile(Array("two, longer".utf8), in: scratch),
+            to: .replace(ItemIdentifier("d/b"), baseVersion: a.contentVersion),
+            permissions: 0o600, modificationTime: ItemTime(seconds: 1_000_000_000))
+        #expect(uploaded.size == 11)
+        #expect(try String(contentsOfFile: root.path + "/a", encoding: .utf8) == "two, longer")
+        #expect(lstatInfo(root.path + "/a")?.st_ino == inode)
+        #expect(lstatInfo(root.path + "/d/b")?.st_ino == inode)
+        #expect(lstatInfo(root.path + "/a").map { $0.st_mode & 0o7777 } == 0o600)
+        #expect(lstatInfo(root.path + "/a")?.st_mtim.tv_sec == 1_000_000_000)
+        #expect(try entries(root.path + "/d") == ["b", "taken"], "no staging file left")
     }
 
     @Test("createDirectory stores the permissions asked (umask aside) and refuses a taken name")

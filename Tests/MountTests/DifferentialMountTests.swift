@@ -33,7 +33,9 @@ struct DifferentialMountTests {
     static let deviations: [KnownDeviation] = [
         .excluding(
             [.link],
-            reason: "no hard links through the mount (issue 14: a clear errno, documented); checked on its own below"),
+            reason:
+                "link(2) in random sequences still loses a file's bytes about once in 40 sequences (an O_TRUNC open and a new write through two names of a file just linked, with renames and exchanges around; seed 5225216938297647926 reproduces it 2 runs in 3; D-396); link(2) is checked on its own below, by HardLinkTests, NamespaceMountTests and tar-tree.sh"
+        ),
         .excluding(
             reason:
                 "a read-only descriptor reads the version published when it opened, not later unpublished writes (SEMANTICS.md \"What readers see\": atomic publish)"
@@ -153,16 +155,20 @@ struct DifferentialMountTests {
             passed += 1
         }
 
-        // Hard links (excluded above): link(2) of a file is refused with an errno, nothing appears.
+        // Hard links (D-396): the second name is the same file, at the mount and at the source.
         let file = open(mounted.path("link-source"), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         #expect(file >= 0, "creating link-source through the mount: \(Errno.current)")
-        if file >= 0 { close(file) }
-        try writeFile(reference + "/link-source", [])
-        let linked = link(mounted.path("link-source"), mounted.path("hard-link"))
-        let linkErrno = errno
-        #expect(linked == -1, "link(2) through the mount succeeded")
-        #expect(access(mounted.path("hard-link"), F_OK) == -1)
-        if linked == -1 { print("link(2) through the mount: \(Errno(linkErrno))") }
+        if file >= 0 {
+            _ = write(file, "linked", 6)
+            close(file)
+        }
+        try writeFile(reference + "/link-source", Array("linked".utf8))
+        #expect(link(mounted.path("link-source"), mounted.path("hard-link")) == 0, "link(2): \(Errno.current)")
+        #expect(link(reference + "/link-source", reference + "/hard-link") == 0)
+        var one = stat()
+        var other = stat()
+        #expect(lstat(mounted.path("link-source"), &one) == 0 && lstat(mounted.path("hard-link"), &other) == 0)
+        #expect(one.st_ino == other.st_ino && one.st_nlink == 2 && other.st_nlink == 2)
 
         // Write-back: the source comes to hold what the reference holds.
         let expected = FileTreeSnapshot.capture(reference)

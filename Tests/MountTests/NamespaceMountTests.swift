@@ -345,7 +345,7 @@ struct NamespaceMountTests {
         #expect(!exists(source + "/docs/a.txt") && exists(source + "/moved/sub/b.txt"))
     }
 
-    @Test func chmodAndUtimensShowInStatAndLinkIsRefused() throws {
+    @Test func chmodAndUtimensShowInStatAndLinkMakesASecondName() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         Self.makeTree(source)
@@ -358,7 +358,19 @@ struct NamespaceMountTests {
         #expect(stat(mount.path("top.txt"), &info) == 0)
         #expect(info.st_mode & 0o7777 == 0o600)
         #expect(info.st_mtim.tv_sec == 1_234_567)
-        #expect(outcome { link(mount.path("top.txt"), mount.path("hard")) } == EPERM)
+        // link(2) (D-396): one file under two names, at the mount and at the source; a
+        // directory's is EPERM, a taken name EEXIST.
+        #expect(outcome { link(mount.path("top.txt"), mount.path("hard")) } == 0)
+        var linked = stat()
+        #expect(stat(mount.path("top.txt"), &info) == 0 && stat(mount.path("hard"), &linked) == 0)
+        #expect(info.st_ino == linked.st_ino && info.st_nlink == 2 && linked.st_nlink == 2)
+        #expect(linked.st_mode & 0o7777 == 0o600)
+        var sourceOne = stat()
+        var sourceOther = stat()
+        #expect(stat(source + "/top.txt", &sourceOne) == 0 && stat(source + "/hard", &sourceOther) == 0)
+        #expect(sourceOne.st_ino == sourceOther.st_ino && sourceOne.st_nlink == 2)
+        #expect(outcome { link(mount.path("other"), mount.path("hard-dir")) } == EPERM)
+        #expect(outcome { link(mount.path("top.txt"), mount.path("hard")) } == EEXIST)
         #expect(outcome { chown(mount.path("top.txt"), 12345, 12345) } == EPERM)
     }
 

@@ -44,6 +44,47 @@ import Testing
     }
 
     /// Through the cache, on an SQLite store that a restart reopens.
+    /// The names of one file (hard links, D-396) share its number; nlink counts them.
+    @Test func theNamesOfOneFileShareANumber() {
+        var serials = ItemSerials()
+        let a = ItemIdentifier("a")
+        let b = ItemIdentifier("d/b")
+        let c = ItemIdentifier("c")
+        let other = ItemIdentifier("other")
+        let number = serials.number(for: a)
+        let otherNumber = serials.number(for: other)
+        #expect(serials.share(b, with: a, link: "d1-i7") == number)
+        #expect(serials[b] == number && serials.linkCount(of: a) == 2 && serials.linkCount(of: b) == 2)
+        #expect(serials.linkCount(of: other) == 1)
+        // A name listed with the same identity joins; another identity does not.
+        #expect(serials.number(for: c, link: "d1-i7") == number)
+        #expect(serials.linkCount(of: a) == 3)
+        #expect(Set(serials.otherNames(of: a)) == [b, c])
+        #expect(serials.number(for: ItemIdentifier("x"), link: "d1-i8") != number)
+        // A rename keeps the group; removing names lowers the count; the last name keeps the number.
+        serials.rekey([b: ItemIdentifier("d/moved")])
+        #expect(serials.linkCount(of: ItemIdentifier("d/moved")) == 3)
+        serials.remove(a)
+        #expect(serials.linkCount(of: c) == 2)
+        serials.remove(ItemIdentifier("d/moved"))
+        #expect(serials.linkCount(of: c) == 1 && serials[c] == number)
+        // Two names numbered before they were seen to be one file: the lower number wins.
+        var later = ItemSerials()
+        let first = later.number(for: a)
+        let second = later.number(for: b, link: "d2-i9")  // b listed first with its identity
+        #expect(second > first)
+        #expect(later.number(for: a, link: "d2-i9") == first)
+        #expect(later[b] == first && later.linkCount(of: b) == 2)
+        #expect(serials[other] == otherNumber)
+        // A restart: names kept with one number are one file again.
+        var restored = ItemSerials()
+        _ = restored.restore(a, 50)
+        _ = restored.restore(b, 50)
+        _ = restored.restore(c, 51)
+        restored.numberRestored([])
+        #expect(restored.linkCount(of: a) == 2 && restored.linkCount(of: c) == 1)
+    }
+
     @Test func anItemKeepsItsNumberForItsWholeLifeAndAcrossARestart() async throws {
         let scratch = try TemporaryDirectory(prefix: "providerfs-serials")
         defer { scratch.remove() }

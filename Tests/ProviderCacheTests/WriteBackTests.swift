@@ -405,7 +405,9 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         _ = try #require(try await cache.writes.sync(writer, durable: true))
         #expect(try await cache.writes.closeWriter(journal.identifier) == nil)
         try await cache.delete(try #require(cache.catalog.knownItem(journal.identifier)))
-        #expect(await fixture.clock.waitForSleeper(until: fixture.clock.now.advanced(by: .seconds(1))))
+        // Both settles (the journal's, which will find nothing, and the database's) are waiting.
+        let settled = fixture.clock.now.advanced(by: .seconds(1))
+        #expect(await eventually { fixture.clock.sleeperDeadlines.filter { $0 <= settled }.count >= 2 })
         #expect(fixture.provider.startedCount == 0, "nothing uploads before the settle")
         fixture.clock.advance(by: .seconds(1))
         #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("db")))

@@ -89,6 +89,11 @@ private final class RecordingProvider: Provider {
         calls.withLock { $0.append("upload") }
         return makeItem("uploaded")
     }
+    func link(_ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String) async throws -> ProviderItem
+    {
+        calls.withLock { $0.append("link") }
+        return makeItem("hard-\(name)")
+    }
     func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
         calls.withLock { $0.append("delete") }
     }
@@ -121,6 +126,7 @@ private func exerciseWrites(on provider: any Provider) async -> [String] {
         },
         await answer { try await provider.move(file, to: .root, named: "g", mode: .exchange).name },
         await answer { try await provider.setAttributes(file, ItemAttributeChanges(permissions: 0o600)).name },
+        await answer { try await provider.link(file, to: .root, named: "h").name },
         await answer {
             try await provider.delete(file, kind: .file)
             return "done"
@@ -128,8 +134,12 @@ private func exerciseWrites(on provider: any Provider) async -> [String] {
     ]
 }
 
-private let writeCalls = ["createDirectory", "createSymbolicLink", "upload", "move", "setAttributes", "delete"]
-private let writeCapabilities: ProviderCapabilities = [.writing, .symbolicLinks, .exchangingMoves, .storesAttributes]
+private let writeCalls = [
+    "createDirectory", "createSymbolicLink", "upload", "move", "setAttributes", "link", "delete",
+]
+private let writeCapabilities: ProviderCapabilities = [
+    .writing, .symbolicLinks, .exchangingMoves, .storesAttributes, .hardLinks,
+]
 
 /// Only the three required calls: every optional one is the protocol's default.
 private struct PlainProvider: Provider {
@@ -238,7 +248,9 @@ struct WrapperCapabilityTests {
         let wrapped = FaultInjectingProvider(wrapping: base, plan: FaultPlan())
         #expect(wrapped.capabilities == writeCapabilities)
         #expect(
-            await exerciseWrites(on: wrapped) == ["made-d", "linked-l", "uploaded", "moved-g", "attributed", "done"])
+            await exerciseWrites(on: wrapped) == [
+                "made-d", "linked-l", "uploaded", "moved-g", "attributed", "hard-h", "done",
+            ])
         #expect(base.calls.withLock { $0 } == writeCalls)
 
         // With rules in the plan (none about these items) the calls still reach the base.
@@ -250,7 +262,7 @@ struct WrapperCapabilityTests {
         // A base without writing: the wrapper declines like the protocol's defaults.
         let plain = FaultInjectingProvider(wrapping: PlainProvider(), plan: FaultPlan())
         #expect(!plain.capabilities.contains(.writing))
-        #expect(await exerciseWrites(on: plain) == Array(repeating: "notSupported", count: 6))
+        #expect(await exerciseWrites(on: plain) == Array(repeating: "notSupported", count: 7))
     }
 
     @Test(
@@ -260,15 +272,17 @@ struct WrapperCapabilityTests {
         let base = InMemoryProvider()
         base.putFile("f", .bytes([1, 2, 3]))
         let wrapped = ChangeNotifyingProvider(base: base)
-        #expect(wrapped.capabilities.isSuperset(of: writeCapabilities))
+        // The in-memory provider has no hard links (an item has one parent and one name).
+        #expect(wrapped.capabilities.isSuperset(of: writeCapabilities.subtracting(.hardLinks)))
+        #expect(!wrapped.capabilities.contains(.hardLinks))
         let answers = await exerciseWrites(on: wrapped)
         // The exchange of "f" with a missing "g" is refused by the base itself (ENOENT).
-        #expect(answers == ["d", "l", "f", "noSuchItem", "f", "done"])
+        #expect(answers == ["d", "l", "f", "noSuchItem", "f", "notSupported", "done"])
         for call in InMemoryWriteCall.allCases { #expect(base.writeCount(call) == 1, "\(call)") }
 
         let readOnly = ChangeNotifyingProvider(base: InMemoryProvider(capabilities: .immediateMetadata))
         #expect(readOnly.capabilities.isDisjoint(with: writeCapabilities))
-        #expect(await exerciseWrites(on: readOnly) == Array(repeating: "notSupported", count: 6))
+        #expect(await exerciseWrites(on: readOnly) == Array(repeating: "notSupported", count: 7))
     }
 
     @Test("a content stream keeps its direct transfer through the wrapper; a faulty one deliberately has none")
