@@ -405,12 +405,21 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         _ = try #require(try await cache.writes.sync(writer, durable: true))
         #expect(try await cache.writes.closeWriter(journal.identifier) == nil)
         try await cache.delete(try #require(cache.catalog.knownItem(journal.identifier)))
-        // Both settles (the journal's, which will find nothing, and the database's) are waiting.
-        let settled = fixture.clock.now.advanced(by: .seconds(1))
-        #expect(await eventually { fixture.clock.sleeperDeadlines.filter { $0 <= settled }.count >= 2 })
+        // The settle timers sleep on the test's clock from whenever their tasks run: nothing
+        // starts in the first 900 ms of it, and the upload comes once it has passed 1 s.
+        for _ in 0..<9 {
+            fixture.clock.advance(by: .milliseconds(100))
+            await Task.yield()
+        }
         #expect(fixture.provider.startedCount == 0, "nothing uploads before the settle")
-        fixture.clock.advance(by: .seconds(1))
-        #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("db")))
+        var uploaded = false
+        for _ in 0..<60 where !uploaded {
+            fixture.clock.advance(by: .milliseconds(100))
+            uploaded = await eventually(.milliseconds(200)) {
+                cache.writes.uploadRecord(of: db.identifier)?.isPending == false
+            }
+        }
+        #expect(uploaded)
         #expect(fixture.provider.base.content(of: "db")?.0 == .bytes(Array("v1".utf8)))
         #expect(fixture.provider.uploadCount == 1, "the journal never reached the provider")
         #expect(fixture.provider.base.content(of: "db-journal") == nil)
