@@ -5,7 +5,8 @@
 # soon after a caught SIGINT, `cat` waiting the same way is gone soon after SIGKILL, `timeout 2 sh
 # -c 'echo x >> F'` ends at its 2 s, and after each the server shows no claim of that process
 # left waiting; nothing the stopped writers held reached the file. Then a read of a stalled
-# download (`providerfs fault add --stall`) ends with EINTR on SIGINT too (D-285). Times are the
+# download (`providerfs fault add --stall`) ends with EINTR on SIGINT too (D-285), and so does a
+# rename waiting for a stalled upload of its file (`fault add --on upload --stall`). Times are the
 # stopped process's own clock at its return against bash's at the kill. "Soon" is checked as a
 # ratio: within a twentieth of the 20 s the claim is held (the target is 100 ms; each time is
 # printed).
@@ -140,5 +141,41 @@ took_us="$(python3 -c "print(int(($ended - $sent) * 1e6))")"
 (( took_us < limit_us )) || fail "the stalled read took $took_us us to end after SIGINT (limit $limit_us us)"
 say "ok: a read of a stalled download got EINTR $(( took_us / 1000 )) ms after SIGINT"
 providerfs fault clear "$MNT/stuck.bin"
+
+# A rename waiting for an upload of its file to end (the upload stalls at the source): EINTR on
+# SIGINT, nothing renamed; once the upload is let go the rename goes through.
+cat >"$S/rename.py" <<'PY'
+import ctypes, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGINT, lambda number, frame: None)
+signal.siginterrupt(signal.SIGINT, True)
+print("RENAMING", flush=True)
+rc = libc.rename(sys.argv[1].encode(), sys.argv[2].encode())
+print("RESULT", rc, ctypes.get_errno() if rc < 0 else 0, "%.6f" % time.time(), flush=True)
+PY
+providerfs fault add "$MNT/f.txt" --on upload --stall --times 0
+printf 'uploading\n' >"$file"
+for _ in $(seq 100); do [[ "$(xattr "$file" state)" == uploading ]] && break; sleep 0.05; done
+[[ "$(xattr "$file" state)" == uploading ]] || fail "the upload of f.txt never started: $(xattr "$file" state)"
+out="$S/out/rename"
+python3 "$S/rename.py" "$file" "$MNT/g.txt" >"$out" 2>&1 &
+renamer=$!
+BACKGROUND+=("$renamer")
+for _ in $(seq 100); do grep -q RENAMING "$out" && break; sleep 0.05; done
+sleep 0.3
+kill -0 "$renamer" 2>/dev/null || fail "the rename did not wait for the upload: $(cat "$out")"
+sent="$EPOCHREALTIME"
+kill -INT "$renamer"
+wait_for_pid "$renamer" 5 || fail "the rename was still waiting 5 s after SIGINT"
+read -r _ rc err ended <<<"$(grep RESULT "$out" || true)"
+[[ "$rc" == "-1" && "$err" == "4" ]] || fail "the rename after SIGINT: $(cat "$out") (want RESULT -1 4, EINTR)"
+took_us="$(python3 -c "print(int(($ended - $sent) * 1e6))")"
+(( took_us < limit_us )) || fail "the rename took $took_us us to end after SIGINT (limit $limit_us us)"
+[[ -e "$file" && ! -e "$MNT/g.txt" ]] || fail "the interrupted rename renamed"
+say "ok: a rename waiting for a stalled upload got EINTR $(( took_us / 1000 )) ms after SIGINT, nothing renamed"
+providerfs fault clear "$MNT/f.txt" >/dev/null
+timeout 20 mv "$file" "$MNT/g.txt" || fail "the rename after the upload was let go failed"
+[[ "$(cat "$MNT/g.txt")" == "uploading" ]] || fail "g.txt: $(cat "$MNT/g.txt")"
+say "ok: once the upload went on, the rename went through"
 
 scenario_done
