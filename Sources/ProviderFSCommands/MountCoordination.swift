@@ -1,6 +1,7 @@
 // Coordination through the mount (DESIGN.md §4): the mount daemon runs an embedded coordination
 // server for the paths under its mount point, and every open-for-read through the mount takes a
-// read claim from it on behalf of the calling process. A library writer holding a write claim on
+// read claim from it on behalf of the calling process (every write open a write claim,
+// MountWriteClaims.swift, D-399). A library writer holding a write claim on
 // the item (through that same server: clients route paths under a fuse.providerfs mount to it) so
 // makes new opens wait until it is done, bounded by the claim deadline; a process that holds its
 // own claim (or whose ancestor does, e.g. `providerfs coordinate --write F -- CMD`) is not blocked.
