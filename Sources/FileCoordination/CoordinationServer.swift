@@ -439,25 +439,39 @@ package final class CoordinationServer: @unchecked Sendable {
             isDirectory: isDirectory, packageRoot: packageRoot)
     }
 
-    /// Async form of `claim(_:kind:…:completion:)`.
+    /// Async form of `claim(_:kind:…:completion:)`. Cancelling the task withdraws a claim that
+    /// still waits (for conflicting claims or presenters' answers): it throws `.cancelled` at once
+    /// (an interrupted FUSE request, D-400). A claim granted before the cancellation is returned.
     package func claim(
         _ path: String, kind: AccessKind, readingOptions: ReadingOptions = [], writingOptions: WritingOptions = [],
         identity: ItemIdentity? = nil, isDirectory: Bool = false, packageRoot: String? = nil,
         onBehalfOf pid: Int32, deadline: Duration
     ) async throws(CoordinationError) -> KernelClaim {
+        if Task.isCancelled { throw CoordinationError(.cancelled, "The coordination was cancelled.") }
+        let intent = try Self.kernelIntent(
+            path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, identity: identity,
+            isDirectory: isDirectory, packageRoot: packageRoot)
         // The result is handed over under a lock, not through the continuation: ThreadSanitizer
         // sees no happens-before from a resume on the server thread to a task resumed on a
         // custom executor, and reported the claim's fields as raced (see BlockingIOPool.run).
-        let box = Locked<Result<KernelClaim, CoordinationError>?>(nil)
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            claim(
-                path, kind: kind, readingOptions: readingOptions, writingOptions: writingOptions, identity: identity,
-                isDirectory: isDirectory, packageRoot: packageRoot, onBehalfOf: pid, deadline: deadline
-            ) { result in
-                box.withLock { $0 = result }
-                continuation.resume()
+        // `local` is the claim's number once submitted, for the cancellation handler.
+        let box = Locked<(result: Result<KernelClaim, CoordinationError>?, local: UInt64?)>((nil, nil))
+        let owner = mountOwner
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let local = owner.submit(
+                    intent, pid: pid, ancestry: { processAncestry(of: pid) }, deadline: deadline.nanosecondCount
+                ) { result in
+                    box.withLock { $0.result = result }
+                    continuation.resume()
+                }
+                box.withLock { $0.local = local }
+                // Cancelled before `local` was known to the handler: withdrawn here.
+                if Task.isCancelled { owner.cancel(local) }
             }
+        } onCancel: {
+            if let local = box.withLock({ $0.local }) { owner.cancel(local) }
         }
-        return try box.withLock { $0! }.get()
+        return try box.withLock { $0.result! }.get()
     }
 }

@@ -50,10 +50,18 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
         owner = host.addOwner(self)
     }
 
+    /// The purpose of every claim the mount takes for kernel callers: plain processes through the
+    /// mount do not coordinate with each other (their reads pin versions, their writes share one
+    /// staging copy, the kernel orders their namespace changes), only with coordinating clients
+    /// (rules 4–6; D-399).
+    static let purpose = "providerfs.mount"
+
+    /// Submits a claim; returns its number, for `cancel`.
+    @discardableResult
     func submit(
         _ intent: ClaimIntent, pid: Int32, ancestry: () -> [Int32], deadline: UInt64,
         completion: @escaping @Sendable (Result<KernelClaim, CoordinationError>) -> Void
-    ) {
+    ) -> UInt64 {
         let local = waiting.withLock { state -> UInt64 in
             let local = state.next
             state.next += 1
@@ -61,6 +69,14 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
             return local
         }
         host.submit(request(local, intent, pid: pid, waitDeadline: host.now &+ deadline), ancestry: ancestry)
+        return local
+    }
+
+    /// Withdraws claim `local` if it still waits: it fails with `.cancelled` (D-400). A granted
+    /// claim is left to its holder (the arbiter never cancels one).
+    func cancel(_ local: UInt64) {
+        guard waiting.withLock({ $0.table[local] != nil }) else { return }
+        host.cancel(ClaimID(owner: owner, local: local))
     }
 
     /// A claim granted at once, or nil (nothing submitted) when it would have to wait.
@@ -76,7 +92,7 @@ final class KernelClaimOwner: ArbiterSink, @unchecked Sendable {
 
     private func request(_ local: UInt64, _ intent: ClaimIntent, pid: Int32, waitDeadline: UInt64) -> ClaimRequest {
         ClaimRequest(
-            id: ClaimID(owner: owner, local: local), pid: pid, purpose: "providerfs.kernel.\(pid)", intents: [intent],
+            id: ClaimID(owner: owner, local: local), pid: pid, purpose: Self.purpose, intents: [intent],
             waitDeadline: waitDeadline, presenterTimeout: CoordinationDeadlines.default.presenterAnswer.nanosecondCount)
     }
 

@@ -44,7 +44,7 @@ extension ProviderCache {
         _ item: ProviderItem, to parent: ItemIdentifier, named name: String
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
-        await writes.beginMove([item.identifier])
+        try await writes.beginMove([item.identifier])
         defer { writes.endMove([item.identifier]) }
         try await bearUnborn(atOrUnder: [item.identifier])
         let linked = try await providerCall { try await provider.link(item.identifier, to: parent, named: name) }
@@ -61,7 +61,7 @@ extension ProviderCache {
         // Like a move (D-372): no upload call for the item runs meanwhile. Then its queued upload
         // and unpublished writes go with it (D-374), else a retry would bring the file back or
         // meet the next file of that name as a conflict.
-        await writes.beginMove([item.identifier])
+        try await writes.beginMove([item.identifier])
         defer { writes.endMove([item.identifier]) }
         // A file not at the provider yet goes with its write-back record alone; a directory with
         // such files in it is not empty, which the provider says once they are there (D-386).
@@ -128,7 +128,7 @@ extension ProviderCache {
         }
         // Upload calls for the items wait, and running ones end first (D-372).
         let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])
-        await writes.beginMove(moving)
+        try await writes.beginMove(moving)
         defer { writes.endMove(moving) }
         // What the move takes along must be at the provider (D-386).
         try await bearUnborn(atOrUnder: moving)
@@ -171,7 +171,7 @@ extension ProviderCache {
         let provider = environment.provider
         // Like a move (D-372): no upload call for the item runs meanwhile, so none meets the
         // version this changes. Edits that started from the version before follow it (D-375).
-        await writes.beginMove([identifier])
+        try await writes.beginMove([identifier])
         defer { writes.endMove([identifier]) }
         // Not at the provider yet: made there first (a directory's unborn files need not be).
         if catalog.isUnborn(identifier) { try await bearUnborn(atOrUnder: [identifier]) }  // D-386

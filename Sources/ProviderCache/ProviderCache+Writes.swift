@@ -65,7 +65,9 @@ public final class LocalWrites: Sendable {
         /// Items a move through the mount is moving (with what lies under them).
         var moving: [ItemIdentifier] = []
         var blockedCalls: [CheckedContinuation<Void, Never>] = []
-        var blockedMoves: [CheckedContinuation<Void, Never>] = []
+        /// Moves waiting for upload calls to end, by ticket (an interrupted one leaves, D-400).
+        var blockedMoves: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextMoveTicket: UInt64 = 1
     }
 
     private let state = Locked(State())
@@ -752,22 +754,36 @@ public final class LocalWrites: Sendable {
     /// under them) wait, and this waits for the ones at the provider to end, so that no upload
     /// addresses an item by a name the move is changing (it would write the old name anew, or
     /// replace another item that took it). Call `endMove` after the move and its re-keying.
-    func beginMove(_ identifiers: [ItemIdentifier]) async {
+    /// Cancelling the task (an interrupted request) ends the wait: the move is given up (its names
+    /// let go, as `endMove` does) and this throws `.cancelled` (D-400).
+    func beginMove(_ identifiers: [ItemIdentifier]) async throws(CacheError) {
         state.withLock { $0.moving += identifiers }
         while true {
+            if Task.isCancelled {
+                endMove(identifiers)
+                throw CacheError(.cancelled, "interrupted while waiting for an upload of the item to end")
+            }
             var clear = false
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let busy = state.withLock { state -> Bool in
-                    let busy = state.callsInFlight.keys.contains { key in
-                        identifiers.contains { Self.lies(key, atOrUnder: $0) }
+            let ticket = state.withLock { state -> UInt64 in
+                defer { state.nextMoveTicket += 1 }
+                return state.nextMoveTicket
+            }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let waits = state.withLock { state -> Bool in
+                        let busy = state.callsInFlight.keys.contains { key in
+                            identifiers.contains { Self.lies(key, atOrUnder: $0) }
+                        }
+                        if !busy { clear = true }
+                        // Cancelled before the handler could find it: not registered at all.
+                        guard busy, !Task.isCancelled else { return false }
+                        state.blockedMoves[ticket] = continuation
+                        return true
                     }
-                    if busy { state.blockedMoves.append(continuation) }
-                    return busy
+                    if !waits { continuation.resume() }
                 }
-                if !busy {
-                    clear = true
-                    continuation.resume()
-                }
+            } onCancel: {
+                state.withLock { $0.blockedMoves.removeValue(forKey: ticket) }?.resume()
             }
             if clear { return }
         }
@@ -810,8 +826,8 @@ public final class LocalWrites: Sendable {
         let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.callsInFlight[key, default: 1] -= 1
             if state.callsInFlight[key] == 0 { state.callsInFlight[key] = nil }
-            defer { state.blockedMoves = [] }
-            return state.blockedMoves
+            defer { state.blockedMoves = [:] }
+            return Array(state.blockedMoves.values)
         }
         for waiter in waiting { waiter.resume() }
     }

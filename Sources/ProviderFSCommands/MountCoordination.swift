@@ -1,6 +1,7 @@
 // Coordination through the mount (DESIGN.md §4): the mount daemon runs an embedded coordination
 // server for the paths under its mount point, and every open-for-read through the mount takes a
-// read claim from it on behalf of the calling process. A library writer holding a write claim on
+// read claim from it on behalf of the calling process (every write open a write claim,
+// MountWriteClaims.swift, D-399). A library writer holding a write claim on
 // the item (through that same server: clients route paths under a fuse.providerfs mount to it) so
 // makes new opens wait until it is done, bounded by the claim deadline; a process that holds its
 // own claim (or whose ancestor does, e.g. `providerfs coordinate --write F -- CMD`) is not blocked.
@@ -18,7 +19,8 @@ package final class MountReadClaims: ReadClaimProvider {
     let mountpoint: String
     /// How long an open waits for a conflicting claim before failing with ETIMEDOUT.
     let deadline: Duration
-    private let held = Locked<(next: UInt64, claims: [UInt64: KernelClaim])>((1, [:]))
+    /// Claims of open handles: read claims, and the write claims of write handles (D-399).
+    private let held = Locked<(next: UInt64, claims: [UInt64: (claim: KernelClaim, writes: Bool)])>((1, [:]))
 
     package init(server: CoordinationServer, mountpoint: String, deadline: Duration) {
         self.server = server
@@ -34,20 +36,20 @@ package final class MountReadClaims: ReadClaimProvider {
         } catch {
             throw Self.fileSystemError(error, path: path)
         }
-        return ReadClaimToken(rawValue: hold(claim))
+        return ReadClaimToken(rawValue: hold(claim, writes: false))
     }
 
     package func acquireReadClaimNow(_ request: ReadClaimRequest) -> ReadClaimToken? {
         let (path, pid) = target(of: request)
         guard let claim = server.claimNow(path, kind: .read, onBehalfOf: pid) else { return nil }
-        return ReadClaimToken(rawValue: hold(claim))
+        return ReadClaimToken(rawValue: hold(claim, writes: false))
     }
 
     /// `target(of:)` for the write claims (MountWriteClaims.swift).
     func claimTarget(of request: ReadClaimRequest) -> (path: String, pid: Int32) { target(of: request) }
 
     /// `hold(_:)` for the write claims (MountWriteClaims.swift): one table of held claims.
-    func holdClaim(_ claim: KernelClaim) -> UInt64 { hold(claim) }
+    func holdClaim(_ claim: KernelClaim, writes: Bool) -> UInt64 { hold(claim, writes: writes) }
 
     /// The path in the mount a request claims, and the process it claims for.
     private func target(of request: ReadClaimRequest) -> (path: String, pid: Int32) {
@@ -57,17 +59,17 @@ package final class MountReadClaims: ReadClaimProvider {
         )
     }
 
-    private func hold(_ claim: KernelClaim) -> UInt64 {
+    private func hold(_ claim: KernelClaim, writes: Bool) -> UInt64 {
         held.withLock { state -> UInt64 in
             let token = state.next
             state.next += 1
-            state.claims[token] = claim
+            state.claims[token] = (claim, writes)
             return token
         }
     }
 
     package func releaseReadClaim(_ token: ReadClaimToken) {
-        held.withLock { $0.claims.removeValue(forKey: token.rawValue) }?.release()
+        held.withLock { $0.claims.removeValue(forKey: token.rawValue) }?.claim.release()
     }
 
     /// Claims still held (open handles), for tests and diagnostics.
@@ -78,13 +80,14 @@ package final class MountReadClaims: ReadClaimProvider {
     /// pinned to the end whatever happens to the name, so their claims have nothing left to
     /// protect, and holding them would make the change wait for every reader that keeps a file
     /// open (`tail -f`, an editor) until the claim deadline. The tokens stay valid; releasing
-    /// them later does nothing more.
+    /// them later does nothing more. Write handles keep theirs: a publish never happens without
+    /// its write claim (D-399), and the change does not wait for them (one purpose, rules 4–6).
     package func endClaims(at path: String) {
         let prefix = path.hasSuffix("/") ? path : path + "/"
         let ending = held.withLock { state in
-            state.claims.values.filter { $0.path == path || $0.path.hasPrefix(prefix) }
+            state.claims.values.filter { !$0.writes && ($0.claim.path == path || $0.claim.path.hasPrefix(prefix)) }
         }
-        for claim in ending { claim.release() }
+        for held in ending { held.claim.release() }
     }
 
     /// Coordination failures as file-system errors (and so errno, through FileSystemError's table).

@@ -1,5 +1,6 @@
-// The write claims of publishes through the mount (issue 14): the same embedded coordination
-// server and claim table as `MountReadClaims`, kind `.write`. Ending one makes the arbiter send
+// The write claims of write handles through the mount (issue 14, D-399): the same embedded
+// coordination server and claim table as `MountReadClaims`, kind `.write`, taken at the write
+// open and held until the handle's release. Ending one makes the arbiter send
 // presentedItemDidChange to the item's presenters.
 
 import FileCoordination
@@ -15,13 +16,13 @@ extension MountReadClaims: WriteClaimProvider {
         } catch {
             throw Self.fileSystemError(error, path: path)
         }
-        return WriteClaimToken(rawValue: holdClaim(claim))
+        return WriteClaimToken(rawValue: holdClaim(claim, writes: true))
     }
 
     package func acquireWriteClaimNow(_ request: ReadClaimRequest) -> WriteClaimToken? {
         let (path, pid) = claimTarget(of: request)
         guard let claim = server.claimNow(path, kind: .write, onBehalfOf: pid) else { return nil }
-        return WriteClaimToken(rawValue: holdClaim(claim))
+        return WriteClaimToken(rawValue: holdClaim(claim, writes: true))
     }
 
     package func releaseWriteClaim(_ token: WriteClaimToken) {

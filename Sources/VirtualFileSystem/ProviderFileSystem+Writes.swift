@@ -1,7 +1,8 @@
 // Content changes through the mount (issue 14): create, open for writing (O_TRUNC included),
-// write, truncate, fsync, and the last close of a writer. Writes go to a staging copy shared by
-// the item's write handles (`LocalWrites`); it is published as a new version atomically, under a
-// short write claim, then uploaded by the write-back queue. docs/SEMANTICS.md, "Writes".
+// write, truncate, fsync, and the last close of a writer. Every write handle holds a write claim
+// from its open to its release (D-399); writes go to a staging copy shared by the item's write
+// handles (`LocalWrites`); it is published as a new version atomically, under those claims, then
+// uploaded by the write-back queue. docs/SEMANTICS.md, "Writes" and "Coordination".
 
 import Diagnostics
 import ProviderCache
@@ -26,6 +27,9 @@ struct WriteHandle: Sendable {
     /// and the use its open took, ended at release.
     var scoped: ProviderFileSystem.ScopedNode? = nil
     var scopedUse: String? = nil
+    /// The write claim taken at the open, ended at the release (D-399); nil when the mount's
+    /// claim provider takes no write claims.
+    var claim: WriteClaimToken? = nil
 }
 
 extension ProviderFileSystem {
@@ -41,6 +45,17 @@ extension ProviderFileSystem {
         if let scoped = site.scoped {
             use = try decideToken(scoped.token, context: context, use: true, operation: "create").id
         }
+        // The write claim on the new name comes first (D-399): a coordinated writer that holds
+        // the name (creating it) goes first, and nothing is made when the wait fails.
+        let claim: WriteClaimToken?
+        do throws(FileSystemError) {
+            let parentPath = cache.catalog.path(of: site.directory) ?? site.directory.rawValue
+            claim = try await acquireWriteClaim(
+                path: parentPath.isEmpty ? name : parentPath + "/" + name, identifier: nil, context: context)
+        } catch {
+            returnScopedUse(use)
+            throw error
+        }
         // The name is made at the provider at once, empty (D-361), or checked free there and made
         // by the first upload (D-386); O_EXCL is the provider's either way.
         let item: ProviderItem
@@ -51,6 +66,7 @@ extension ProviderFileSystem {
             item = try await cache.createFile(
                 named: name, in: site.directory, permissions: permissions & 0o7777, deferring: site.scoped == nil)
         } catch {
+            releaseWriteClaim(claim)
             returnScopedUse(use)
             throw FileSystemError(error)
         }
@@ -61,6 +77,7 @@ extension ProviderFileSystem {
                 ? entry(for: item, presentBytes: 0, tracked: false)
                 : try await createdEntry(item, parent: parent, site: site, context: context)
         } catch {
+            releaseWriteClaim(claim)
             returnScopedUse(use)
             cache.dropUnborn(item.identifier)  // create(2) failed: no trace of a deferred create
             throw error
@@ -70,7 +87,7 @@ extension ProviderFileSystem {
         do {
             let opened = try await openWriter(
                 created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context,
-                scoped: scoped, use: use)
+                scoped: scoped, use: use, claim: claim)
             return (created, opened)
         } catch {
             cache.dropUnborn(item.identifier)
@@ -85,11 +102,21 @@ extension ProviderFileSystem {
         scoped: ScopedNode? = nil, use: String? = nil
     ) async throws(FileSystemError) -> OpenedFile {
         let item: ProviderItem
+        let claim: WriteClaimToken?
         do throws(FileSystemError) {
             guard isWritable else { throw readOnly("open for writing") }
-            item = try await self.item(of: node, maximumAge: .zero)
-            guard item.kind == .file else {
-                throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+            // The write claim before the version is looked at (D-399): a coordinated holder
+            // publishes first, so this writer starts from the newest version.
+            claim = try await acquireWriteClaim(
+                path: cache.catalog.path(of: node.identifier), identifier: node.identifier, context: context)
+            do throws(FileSystemError) {
+                item = try await self.item(of: node, maximumAge: .zero)
+                guard item.kind == .file else {
+                    throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+                }
+            } catch {
+                releaseWriteClaim(claim)
+                throw error
             }
         } catch {
             returnScopedUse(use)
@@ -98,20 +125,44 @@ extension ProviderFileSystem {
         // O_TRUNC of an existing file is a change even when it is empty (its mtime moves).
         return try await openWriter(
             inode, identifier: node.identifier, item: item, truncating: flags.truncates, touching: flags.truncates,
-            context: context, scoped: scoped, use: use)
+            context: context, scoped: scoped, use: use, claim: claim)
+    }
+
+    /// The write claim of a write open (D-399): granted at once, or waited for FIFO behind the
+    /// conflicting claims of coordinating clients (never behind the mount's own handles: one
+    /// purpose) up to the claim deadline (ETIMEDOUT) or until the request is interrupted (EINTR,
+    /// D-400). Nil when the claim provider takes no write claims. `path`: relative to the mount
+    /// root (nil: the item's own path, else its identifier).
+    func acquireWriteClaim(
+        path: String?, identifier: ItemIdentifier?, context: RequestContext?
+    ) async throws(FileSystemError) -> WriteClaimToken? {
+        guard let writeClaims = claims as? any WriteClaimProvider else { return nil }
+        let relativePath = path ?? identifier.flatMap { cache.catalog.path(of: $0) ?? $0.rawValue } ?? ""
+        let request = ReadClaimRequest(
+            relativePath: relativePath, identifier: identifier ?? ItemIdentifier(relativePath),
+            context: context ?? RequestContext(threadID: getpid(), uid: getuid(), gid: getgid()))
+        if let token = writeClaims.acquireWriteClaimNow(request) { return token }
+        return try await writeClaims.acquireWriteClaim(request)
+    }
+
+    func releaseWriteClaim(_ token: WriteClaimToken?) {
+        guard let token, let writeClaims = claims as? any WriteClaimProvider else { return }
+        writeClaims.releaseWriteClaim(token)
     }
 
     /// A write handle on `item`'s staging file: the shared one, or through an access path its
     /// token's own (D-369). Gives `use` back when it fails.
+    /// `claim`: the handle's write claim, ended at its release (or here when this fails).
     private func openWriter(
         _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool, touching: Bool = false,
-        context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil
+        context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil, claim: WriteClaimToken?
     ) async throws(FileSystemError) -> OpenedFile {
         let staging: StagingFile
         do {
             staging = try await cache.writes.openWriter(
                 item, truncating: truncating, touching: touching, owner: scoped?.tokenID)
         } catch {
+            releaseWriteClaim(claim)
             returnScopedUse(use)
             throw FileSystemError(error)
         }
@@ -124,7 +175,8 @@ extension ProviderFileSystem {
         let opener = Self.process(of: context)
         writeHandles.withLock {
             $0[handle] = WriteHandle(
-                inode: inode, identifier: identifier, staging: staging, opener: opener, scoped: scoped, scopedUse: use)
+                inode: inode, identifier: identifier, staging: staging, opener: opener, scoped: scoped, scopedUse: use,
+                claim: claim)
         }
         // Direct I/O: the writes do not go through the page cache that readers of the published
         // version share (D-363).
@@ -217,11 +269,19 @@ extension ProviderFileSystem {
             // truncate(2) while write handles are open: their staging file (published with them).
             do { try await cache.writes.truncate(staging, to: size) } catch { throw FileSystemError(error) }
         } else {
-            // truncate(2) with no writer: a writer of its own, published at once.
-            let item = try await self.item(of: node, maximumAge: .zero)
+            // truncate(2) with no writer: a writer of its own, under its own write claim (D-399),
+            // published at once.
+            let claim = try await acquireWriteClaim(path: nil, identifier: node.identifier, context: context)
+            let item: ProviderItem
+            do throws(FileSystemError) {
+                item = try await self.item(of: node, maximumAge: .zero)
+            } catch {
+                releaseWriteClaim(claim)
+                throw error
+            }
             let opened = try await openWriter(
                 inode, identifier: node.identifier, item: item, truncating: size == 0, context: context,
-                scoped: scoped)
+                scoped: scoped, claim: claim)
             guard let writer = writeHandle(opened.handle) else {
                 throw FileSystemError(.badHandle, "truncate's handle vanished")
             }
@@ -292,8 +352,8 @@ extension ProviderFileSystem {
         await cache.writes.abandon(writer.staging)
     }
 
-    /// fsync of a write handle publishes what changed (under a write claim), its bytes forced to
-    /// disk; a flush's publish (`durable` false) does not force those of a new file (D-381).
+    /// fsync of a write handle publishes what changed (under the handle's write claim), its bytes
+    /// forced to disk; a flush's publish (`durable` false) does not force those of a new file (D-381).
     func syncWriter(
         _ handle: FileHandleID, context: RequestContext?, durable: Bool = true
     ) async throws(FileSystemError) {
@@ -307,7 +367,7 @@ extension ProviderFileSystem {
             return
         }
         if let context { try await checkWriting(writer, durable ? "fsync" : "flush", context: context) }
-        try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
+        try await publishing(writer) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
                 return try await self.cache.writes.sync(writer.staging, durable: durable)
             } catch {
@@ -359,9 +419,11 @@ extension ProviderFileSystem {
         return true
     }
 
+    /// The handle's last publish, then the end of its write claim (presenters get didChange).
     private func closeWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
         guard let writer = writeHandles.withLock({ $0.removeValue(forKey: handle) }) else { return }
-        try await withWriteClaim(writer, context: context) { () throws(FileSystemError) -> PublishedVersion? in
+        defer { releaseWriteClaim(writer.claim) }
+        try await publishing(writer) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
                 return try await self.cache.writes.closeWriter(writer.staging)
             } catch {
@@ -370,28 +432,12 @@ extension ProviderFileSystem {
         }
     }
 
-    /// Runs a publish under a short write claim on the item, then tells the kernel to forget the
-    /// node's attributes and cached pages when a version was published (D-363 on the claim).
-    private func withWriteClaim(
-        _ writer: WriteHandle, context: RequestContext?,
-        _ publish: () async throws(FileSystemError) -> PublishedVersion?
+    /// Runs a publish, under the write claim the handle holds since its open (D-399), then tells
+    /// the kernel to forget the node's attributes and cached pages when a version was published
+    /// (D-363).
+    private func publishing(
+        _ writer: WriteHandle, _ publish: () async throws(FileSystemError) -> PublishedVersion?
     ) async throws(FileSystemError) {
-        var token: WriteClaimToken?
-        if let writeClaims = claims as? any WriteClaimProvider {
-            let path = cache.catalog.path(of: writer.identifier) ?? writer.identifier.rawValue
-            let request = ReadClaimRequest(
-                relativePath: path, identifier: writer.identifier,
-                context: context ?? RequestContext(threadID: getpid(), uid: getuid(), gid: getgid()))
-            token = writeClaims.acquireWriteClaimNow(request)
-            // Handles open for reading through the mount hold read claims to their end; a publish
-            // does not wait for them (their version is pinned), only for coordinating clients.
-            if token == nil, !hasOpenReaders(writer.identifier) {
-                token = try? await writeClaims.acquireWriteClaim(request)
-            }
-        }
-        defer {
-            if let token, let writeClaims = claims as? any WriteClaimProvider { writeClaims.releaseWriteClaim(token) }
-        }
         guard try await publish() != nil else { return }
         if let invalidate = kernelInvalidation.withLock({ $0 })?.call {
             var nodes = [writer.inode]
@@ -401,9 +447,5 @@ extension ProviderFileSystem {
             }
             invalidate(nodes.flatMap { [KernelInvalidation.attributes($0), .content($0)] })
         }
-    }
-
-    private func hasOpenReaders(_ identifier: ItemIdentifier) -> Bool {
-        state.withLock { state in state.files.values.contains { $0.identifier == identifier } }
     }
 }

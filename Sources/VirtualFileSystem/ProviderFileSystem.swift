@@ -874,6 +874,7 @@ extension ProviderFileSystem: FileSystemFastPath {
             // (D-387). One that publishes, or a token's (its use ends, its checks): async.
             guard writer.scoped == nil, cache.writes.closeWriterNow(writer.staging) else { return nil }
             writeHandles.withLock { _ = $0.removeValue(forKey: handle) }
+            releaseWriteClaim(writer.claim)  // never waits
             return .success(())
         }
         releaseHandle(handle)

@@ -426,6 +426,43 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(try await cache.writes.closeWriter(db.identifier) == nil)
     }
 
+    /// D-400: a move waiting for an upload call of its item is interrupted (its task cancelled,
+    /// what FUSE_INTERRUPT does): it ends at once with `.cancelled`, nothing moved, and it holds
+    /// nothing up: the upload finishes under the old name and a later move goes through.
+    @Test func aMoveWaitingForAnUploadEndsAtOnceWhenCancelled() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("hello".utf8)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        fixture.provider.hold()
+        let staging = try await cache.writes.openWriter(item, truncating: false)
+        try await cache.writes.write(staging, Array(" world".utf8), at: 5)
+        let published = try #require(try await cache.writes.closeWriter(item.identifier))
+        let deadline = ContinuousClock.now + .seconds(10)
+        while fixture.provider.startedCount < 1, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(fixture.provider.startedCount == 1, "the upload call is at the provider, held")
+        let moving = Task {
+            try await cache.move(published.item, to: .root, named: "g", mode: .replacing, replaced: nil)
+        }
+        try await Task.sleep(for: .milliseconds(20))
+        moving.cancel()
+        let error = await #expect(throws: CacheError.self) {
+            _ = try await withDeadline(.seconds(10), "the cancelled move") { try await moving.value }
+        }
+        #expect(error?.code == .cancelled)
+        fixture.provider.release()
+        #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("f")))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("hello world".utf8)))
+        #expect(fixture.provider.base.content(of: "g") == nil, "the interrupted move moved nothing")
+        let current = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let (moved, _) = try await withDeadline(.seconds(10), "a later move") {
+            try await cache.move(current, to: .root, named: "g", mode: .replacing, replaced: nil)
+        }
+        #expect(moved.identifier == ItemIdentifier("g"))
+    }
+
     @Test func aPublishIsANewLocalVersionUploadedAndKeptAcrossListings() async throws {
         let fixture = try WriteFixture()
         fixture.provider.base.putFile("f", .bytes(Array("hello".utf8)))
