@@ -179,6 +179,20 @@ extension Catalog {
                 listings.insert(directory)
             }
         }
+        enqueueWanted(listings: listings, items: items)
+    }
+
+    /// A download found the provider's version of `identifier` changed (its readers got ESTALE):
+    /// refreshed now when someone wants to hear of it, so that they do.
+    func versionGone(_ identifier: ItemIdentifier) {
+        guard let listener = providerChanges, listener.wantsChanges(near: nil), let path = path(of: identifier),
+            listener.wantsChanges(near: path)
+        else { return }
+        enqueueWanted(listings: [], items: [identifier])
+    }
+
+    /// Adds to what the refresh loop refreshes, starting it if it is not running.
+    private func enqueueWanted(listings: Set<ItemIdentifier>, items: Set<ItemIdentifier>) {
         if listings.isEmpty && items.isEmpty { return }
         let start = wantedRefreshes.withLock { wanted -> Bool in
             guard !wanted.closed else { return false }

@@ -88,6 +88,13 @@ public final class ProviderCache: Sendable {
         }
         catalog = Catalog(
             stored: storedItems, content: content, environment: environment, providerChanges: providerChanges)
+        if providerChanges != nil {
+            // A fetch that finds a new version: the catalog learns it for presenters (D-403).
+            let catalog = self.catalog
+            content.versionGone.withLock {
+                $0 = Callback { [weak catalog] identifier in catalog?.versionGone(identifier) }
+            }
+        }
         writes = LocalWrites(
             environment: environment, catalog: catalog, content: content, initialBackoff: options.uploadRetryDelay,
             maximumBackoff: options.maximumUploadRetryDelay)

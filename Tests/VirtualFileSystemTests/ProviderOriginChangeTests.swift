@@ -185,4 +185,29 @@ struct ProviderOriginChangeTests {
         #expect(m.fileSystem.cache.catalog.knownItem(ItemIdentifier("d/g.txt"))?.contentVersion == before)
         await m.fileSystem.cache.shutdown()
     }
+
+    @Test("a read that finds a new version (ESTALE) makes the catalog learn it, and it is told")
+    func staleReadIsTold() async throws {
+        // A provider that pushes nothing: only the failed fetch says the version changed.
+        let fixture = try VFSFixture()
+        fixture.provider.putFile("f", .bytes(Array(repeating: 1, count: 200_000)))
+        let heard = RecordingProviderChanges()
+        let fileSystem = try fixture.makeFileSystem(providerChanges: heard)
+        let file = try await resolve(fileSystem, "f")
+        let opened = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+        fixture.provider.putFile("f", .bytes(Array(repeating: 2, count: 200_000)))
+        let failure = await failureErrno {
+            _ = try await fileSystem.read(file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
+        }
+        #expect(failure == .stale)
+        await fileSystem.release(file.inode, handle: opened.handle)
+        #expect(await Self.within(.seconds(1)) { !heard.heard.value.isEmpty } != nil)
+        await fileSystem.cache.catalog.waitForProviderChangeRefreshes()
+        #expect(heard.heard.value == [.changed(path: "f")])
+        let reread = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+        let bytes = try await fileSystem.read(file.inode, handle: reread.handle, offset: 0, count: 4, context: .kernel)
+        #expect(bytes.bytes == [2, 2, 2, 2])
+        await fileSystem.release(file.inode, handle: reread.handle)
+        await fileSystem.cache.shutdown()
+    }
 }
