@@ -5,7 +5,8 @@
 # presentedSubitemDidChange), a rename within the directory (presentedItemDidMove /
 # presentedSubitemDidMove), a delete (accommodatePresentedItemDeletion /
 # accommodatePresentedSubitemDeletion). A write through the mount reaches a presenter through its
-# publish claims only, not again when the mount sees its own upload at the source.
+# publish claims only, and a rename and a delete through the mount once each, not again when the
+# mount sees its own change at the source.
 source "$(dirname "$0")/lib.sh"
 scenario_start
 
@@ -92,5 +93,23 @@ claims="$(grep -c '"event":"relinquishToWriter"' "$S/out/b")"
 [[ "$changes" == "$claims" ]] \
     || fail "b heard $changes didChange for $claims write claims: one came from the provider side: $(cat "$S/out/b")"
 say "ok: the write through the mount reached the presenter through its claims only ($changes didChange, $claims claims)"
+
+# A rename and a delete through the mount take one claim each: b's presenter hears each once,
+# not again when the mount sees them at the source.
+started="$EPOCHREALTIME"
+mv "$MNT/docs/b.txt" "$MNT/docs/b2.txt"
+expect_event b "$started" "{\"event\":\"presentedItemDidMove\",\"path\":\"$MNT/docs/b.txt\",\"to\":\"$MNT/docs/b2.txt\"}"
+started="$EPOCHREALTIME"
+rm "$MNT/docs/b2.txt"
+expect_event b "$started" "{\"event\":\"accommodatePresentedItemDeletion\",\"path\":\"$MNT/docs/b2.txt\"}"
+[[ ! -e "$SRC/docs/b2.txt" && ! -e "$SRC/docs/b.txt" ]] || fail "the rename and delete through the mount did not reach the source"
+started="$EPOCHREALTIME"
+printf 'marker\n' >"$SRC/docs/marker2.txt"
+expect_event dir "$started" "{\"event\":\"presentedSubitemDidChange\",\"path\":\"$MNT/docs/marker2.txt\"}"
+for event in presentedItemDidMove accommodatePresentedItemDeletion; do
+    count="$(grep -c "\"event\":\"$event\"" "$S/out/b")"
+    [[ "$count" == 1 ]] || fail "b heard $event $count times: $(cat "$S/out/b")"
+done
+say "ok: a rename and a delete through the mount reached the presenter once each"
 
 scenario_done
