@@ -303,6 +303,73 @@ package struct Arbiter: Sendable {
         return actions
     }
 
+    // MARK: Provider changes
+
+    /// The purpose of what the provider did: no presenter has it, so every presenter hears.
+    package static let providerPurpose = "providerfs.provider"
+
+    /// The provider changed the item at `path` (new content or attributes, or a new item under
+    /// that name), seen by the mount that serves it: presenters hear what a completed coordinated
+    /// write of it sends (`finish`): didChange to the item's presenters, subitemDidChange (a
+    /// package presenter without it: didChange) to presenters of directories above. No claim is
+    /// involved: the change already happened where no claim could stop it.
+    package func itemChanged(path: String) -> [ArbiterAction] {
+        if presenters.isEmpty { return [] }
+        var actions: [ArbiterAction] = []
+        for presenter in presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) }) {
+            if presenter.path == path {
+                if presenter.methods.contains(.didChange) {
+                    actions.append(.deliver(presenter.id, messageID: 0, message: .didChange, claim: nil))
+                }
+            } else if Arbiter.isAncestor(presenter.path, of: path) {
+                if presenter.methods.contains(.subitemDidChange) {
+                    actions.append(
+                        .deliver(presenter.id, messageID: 0, message: .subitemDidChange(at: path), claim: nil))
+                } else if presenter.packageRoot != nil && presenter.methods.contains(.didChange) {
+                    actions.append(.deliver(presenter.id, messageID: 0, message: .didChange, claim: nil))
+                }
+            }
+        }
+        return actions
+    }
+
+    /// The provider deleted the item at `path`: what a coordinated delete asks before it is
+    /// granted, told after the fact (message number 0: no answer is awaited, none could stop
+    /// it): accommodateDeletion to presenters of the item and of everything inside it,
+    /// accommodateSubitemDeletion(at:) to presenters of directories above (one without it:
+    /// subitemDidChange(at:)). Presenters stay registered, as after a coordinated delete.
+    package func itemDeleted(path: String) -> [ArbiterAction] {
+        if presenters.isEmpty { return [] }
+        var actions: [ArbiterAction] = []
+        for presenter in presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) }) {
+            if presenter.path == path || Arbiter.isAncestor(path, of: presenter.path) {
+                if presenter.methods.contains(.accommodateDeletion) {
+                    actions.append(.deliver(presenter.id, messageID: 0, message: .accommodateDeletion, claim: nil))
+                }
+            } else if Arbiter.isAncestor(presenter.path, of: path) {
+                if presenter.methods.contains(.accommodateSubitemDeletion) {
+                    actions.append(
+                        .deliver(
+                            presenter.id, messageID: 0, message: .accommodateSubitemDeletion(at: path), claim: nil))
+                } else if presenter.methods.contains(.subitemDidChange) {
+                    actions.append(
+                        .deliver(presenter.id, messageID: 0, message: .subitemDidChange(at: path), claim: nil))
+                }
+            }
+        }
+        return actions
+    }
+
+    /// Whether a presenter would hear of a change at `path`: one presents it, an item inside it,
+    /// or a directory above it. Cheap with no presenter (the mount asks before refreshing an item
+    /// the provider reported changed).
+    package func isPresented(near path: String) -> Bool {
+        if presenters.isEmpty { return false }
+        return presenters.values.contains {
+            $0.path == path || Arbiter.isAncestor($0.path, of: path) || Arbiter.isAncestor(path, of: $0.path)
+        }
+    }
+
     // MARK: Time
 
     /// The earliest deadline (claim wait or presenter answer), if any: call `tick` then.

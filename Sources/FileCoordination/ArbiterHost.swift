@@ -147,6 +147,29 @@ package final class ArbiterHost: @unchecked Sendable {
         }
     }
 
+    /// The provider changed the item at `path` (`Arbiter.itemChanged`).
+    package func providerChanged(path: String) {
+        perform { arbiter, _ in arbiter.itemChanged(path: path) }
+    }
+
+    /// The provider deleted the item at `path` (`Arbiter.itemDeleted`).
+    package func providerDeleted(path: String) {
+        perform { arbiter, _ in arbiter.itemDeleted(path: path) }
+    }
+
+    /// The provider moved the item at `from` to `to`: `itemMoved` with a purpose no presenter has.
+    package func providerMoved(from: String, to: String) {
+        itemMoved(from: from, to: to, purpose: Arbiter.providerPurpose)
+    }
+
+    /// Whether any presenter is registered.
+    package var hasPresenters: Bool { state.withLock { $0.arbiter.presenterCount > 0 } }
+
+    /// Whether a presenter would hear of a change at `path` (`Arbiter.isPresented(near:)`).
+    package func isPresented(near path: String) -> Bool {
+        state.withLock { $0.arbiter.isPresented(near: path) }
+    }
+
     /// The claim dump: claims, presenters and recent events.
     package func dump() -> (
         claims: [ClaimSnapshot], presenters: [PresenterSnapshot], events: [ArbiterEvent], now: UInt64

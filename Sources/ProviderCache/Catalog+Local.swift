@@ -33,6 +33,11 @@ extension Catalog {
             catalog.localVersions[item.identifier] = nil
             return
         }
+        // Already the local version: the catalog's own item, which a listing keeps when the
+        // mount changed the directory meanwhile (D-388). Taking it for a provider version other
+        // than the upload's dropped the local version, and the next listing then told the
+        // upload's own version as a remote change (ESTALE for readers; D-403 found it).
+        if item.contentVersion == local.version { return }
         if local.pending {
             item.contentVersion = local.version
             item.size = local.size

@@ -8,11 +8,15 @@ import SystemSupport
 
 extension Catalog {
     /// Records new metadata for one item; a new content version supersedes the old content.
+    /// `origin`: `.provider` for an answer the provider gave on its own (a refresh, a lookup):
+    /// what it changed is told to the provider-change listener (D-403).
     @discardableResult
-    func apply(_ item: ProviderItem) -> ProviderItem {
+    func apply(_ item: ProviderItem, origin: ChangeOrigin = .mount) -> ProviderItem {
         let now = environment.timeline.now
         var told: [CatalogChange] = []
         var copied: [ProviderItem] = []
+        let listening = origin == .provider && listensForProviderChanges()
+        var reported: ProviderOriginChange?
         let (changed, superseded, item) = state.withLock { catalog -> (Bool, [Superseded], ProviderItem) in
             var item = item
             // Not at the provider yet: the catalog's item is the truth until its `.create` upload
@@ -48,6 +52,7 @@ extension Catalog {
                 }
             }
             if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
+            if listening { reported = Self.providerChange(from: old, to: item, in: catalog) }
             catalog.items[item.identifier] = item
             // Another kind under the identifier is another item: another number (D-389).
             if let old, old.kind != item.kind { catalog.serials.renew(item.identifier) }
@@ -110,6 +115,7 @@ extension Catalog {
         if changed || !copied.isEmpty { save((changed ? [item] : []) + copied) }
         tell(told)
         finish(superseded, error: CacheError(.stale, "\(item.identifier) changed on the provider"))
+        if let reported { announce([reported]) }
         return item
     }
 
@@ -120,6 +126,13 @@ extension Catalog {
         at now: Duration, changeCount: UInt64? = nil
     ) {
         var told: [CatalogChange] = []
+        let listening = listensForProviderChanges()
+        // What the provider changed (D-403): children gone, new, and changed or renamed.
+        var gone: [ProviderItem] = []
+        var appeared: [ProviderItem] = []
+        var reported: [ProviderOriginChange] = []
+        var directoryPath: String?
+        var own: [String: Int] = [:]
         let (toSave, removed, superseded) = state.withLock {
             catalog -> ([ProviderItem], [ItemIdentifier], [Superseded]) in
             // Two listings can overlap (a background refresh and a lookup miss): one taken
@@ -153,10 +166,15 @@ extension Catalog {
             var superseded: [Superseded] = []
             var removed: [ItemIdentifier] = []
             let oldIdentifiers = catalog.children[directory]
+            if listening, oldIdentifiers != nil {
+                directoryPath = Self.path(of: directory, in: catalog)
+                own = catalog.ownChanges
+            }
             // What a re-list changed is told (a first listing changes nothing anyone was told).
             func tellRemoved(_ identifier: ItemIdentifier) {
                 if oldIdentifiers != nil, let old = catalog.items[identifier] {
                     told.append(.entry(directory: directory, name: old.name, identifier: identifier))
+                    if directoryPath != nil { gone.append(old) }
                 }
             }
             // A re-list usually finds the same children: one set probe per child tells, instead of
@@ -189,6 +207,18 @@ extension Catalog {
                     }
                 }
                 if old != item {
+                    if let directoryPath {
+                        if old == nil {
+                            appeared.append(item)
+                        } else if let change = Self.providerChange(from: old, to: item, in: catalog) {
+                            // Its parent is this directory: the path the listing gives it.
+                            if case .moved(let from, _) = change {
+                                reported.append(.moved(from: from, to: Self.join(directoryPath, item.name)))
+                            } else {
+                                reported.append(change)
+                            }
+                        }
+                    }
                     if let old, oldIdentifiers != nil {
                         told.append(.entry(directory: directory, name: old.name, identifier: old.identifier))
                         if old.name != item.name {
@@ -231,6 +261,10 @@ extension Catalog {
         }
         save(toSave)
         tell(told)
+        let announced =
+            (directoryPath.map {
+                Self.listingChanges(in: $0, gone: gone, appeared: appeared, changed: reported)
+            } ?? []).filter { !Self.isOwn($0, own) }
         // A child gone from the listing is a deletion (EIO for a handle that still needs bytes),
         // as when a fetch or an item call finds it gone; only a new version is ESTALE (D-280).
         for content in superseded {
@@ -240,6 +274,7 @@ extension Catalog {
                 : CacheError(.stale, "\(content.identifier) changed on the provider")
             finish([content], error: error)
         }
+        announce(announced)
     }
 
     /// `identifier` as the catalog stores it. The name index, the item table and the node table
@@ -305,13 +340,20 @@ extension Catalog {
         if ended { tell([.attributes(directory)]) }
     }
 
-    func removeItem(_ identifier: ItemIdentifier, keepingContent: Bool = false) {
+    /// `origin`: `.provider` when the provider said the item is gone (D-403).
+    func removeItem(_ identifier: ItemIdentifier, keepingContent: Bool = false, origin: ChangeOrigin = .mount) {
         guard identifier != .root else { return }
         var told: [CatalogChange] = []
+        let listening = origin == .provider && listensForProviderChanges()
+        var reported: ProviderOriginChange?
         let (removed, superseded) = state.withLock { catalog -> ([ItemIdentifier], [Superseded]) in
             var superseded: [Superseded] = []
             if let item = catalog.items[identifier] {
                 told.append(.entry(directory: item.parent, name: item.name, identifier: identifier))
+                if listening, let directory = Self.path(of: item.parent, in: catalog) {
+                    let deleted = ProviderOriginChange.deleted(path: Self.join(directory, item.name))
+                    if !Self.isOwn(deleted, catalog.ownChanges) { reported = deleted }
+                }
             }
             let removed = Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
             return (removed, keepingContent ? [] : superseded)
@@ -323,6 +365,7 @@ extension Catalog {
             }
         }
         finish(superseded, error: CacheError(.deletedRemotely, "\(identifier) was deleted on the provider"))
+        if let reported { announce([reported]) }
     }
 
     /// A name of a file with hard links that the provider now reports with no other name and

@@ -50,6 +50,11 @@ public final class Catalog: Sendable {
     /// The provider, when it offers `.immediateMetadata` (`itemNow`).
     private let immediateMetadata: (any Provider)?
 
+    /// Who hears of changes the provider made (D-403); nil: nobody.
+    let providerChanges: (any ProviderChangeListener)?
+    /// Refreshes of items a listener wants that the provider reported changed (D-403).
+    let wantedRefreshes = Locked(WantedRefreshes())
+
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
     private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
 
@@ -110,6 +115,10 @@ public final class Catalog: Sendable {
         /// Every item's st_ino (D-389): handed out where an item enters `items`, re-keyed with
         /// it, dropped with it, saved with it.
         var serials = ItemSerials()
+        /// Paths (relative to the root) the mount is changing at the provider now, from before
+        /// its provider call until the catalog recorded the result, with how many changes: what
+        /// the provider shows of them meanwhile is the mount's own change (D-403).
+        var ownChanges: [String: Int] = [:]
     }
 
     /// Content of an item that the catalog no longer has in that version: every version of
@@ -127,8 +136,12 @@ public final class Catalog: Sendable {
     }
 
     /// A catalog of the items the store kept from earlier sessions.
-    init(stored storedItems: [StoredItem], content: ContentStore, environment: CacheEnvironment) {
+    init(
+        stored storedItems: [StoredItem], content: ContentStore, environment: CacheEnvironment,
+        providerChanges: (any ProviderChangeListener)? = nil
+    ) {
         self.environment = environment
+        self.providerChanges = providerChanges
         self.content = content
         var catalog = State()
         var unnumbered: [ItemIdentifier] = []
@@ -184,6 +197,12 @@ public final class Catalog: Sendable {
     /// Stops telling the observer and cancels (and awaits) the background re-listings.
     func shutdown() async {
         observeChanges(nil)
+        let wanted = wantedRefreshes.withLock { wanted in
+            wanted.closed = true
+            return wanted.task
+        }
+        wanted?.cancel()
+        await wanted?.value
         let running = refreshes.withLock { refreshes in
             refreshes.closed = true
             return Array(refreshes.tasks.values)
@@ -304,6 +323,7 @@ public final class Catalog: Sendable {
             return told
         }
         tell(told)
+        refreshWanted(changes)
     }
 
     // MARK: Items
@@ -325,7 +345,7 @@ public final class Catalog: Sendable {
             let item = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 try await provider.item(for: identifier)
             }
-            return apply(item)
+            return apply(item, origin: .provider)
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
@@ -333,7 +353,7 @@ public final class Catalog: Sendable {
                 if let fallback = knownItem(identifier) { return fallback }
                 throw failure
             case .notFound:
-                removeItem(identifier)
+                removeItem(identifier, origin: .provider)
                 throw failure
             default:
                 throw failure
@@ -356,7 +376,7 @@ public final class Catalog: Sendable {
         guard askingProvider, let provider = immediateMetadata, let item = try? provider.itemNow(for: identifier),
             item.identifier == identifier
         else { return nil }
-        return apply(item)
+        return apply(item, origin: .provider)
     }
 
     /// Whether the provider tells of every change of the item as it happens (`.changeNotifying`,
@@ -390,16 +410,7 @@ public final class Catalog: Sendable {
     /// The item's path relative to the provider root ("" for the root), from the known names of
     /// its ancestors; nil when an ancestor is not known.
     public func path(of identifier: ItemIdentifier) -> String? {
-        state.withLock { catalog in
-            var components: [String] = []
-            var current = identifier
-            while current != .root {
-                guard let item = catalog.items[current], components.count < 4096 else { return nil }
-                components.append(item.name)
-                current = item.parent
-            }
-            return components.reversed().joined(separator: "/")
-        }
+        state.withLock { Self.path(of: identifier, in: $0) }
     }
 
     // MARK: Children
@@ -487,11 +498,11 @@ public final class Catalog: Sendable {
             if let previous, let unborn = unbornItem(previous) { return .found(unborn, tracked: false) }
             // Changed through the mount while the provider was asked (D-392): the async path decides.
             if previous != nil, changeMark(of: directory) != asked { return .unknown }
-            if let previous { removeItem(previous) }
+            if let previous { removeItem(previous, origin: .provider) }
             return .absent
         case .found(let found):
-            if let previous, previous != found.identifier { removeItem(previous) }
-            let applied = apply(found)
+            if let previous, previous != found.identifier { removeItem(previous, origin: .provider) }
+            let applied = apply(found, origin: .provider)
             return .found(applied, tracked: isTracked(applied))
         }
     }
@@ -584,7 +595,7 @@ public final class Catalog: Sendable {
                 if state.withLock({ $0.children[identifier] != nil }) { return }
                 throw failure
             case .notFound:
-                removeItem(identifier)
+                removeItem(identifier, origin: .provider)
                 throw failure
             default:
                 throw failure
@@ -692,7 +703,7 @@ public final class Catalog: Sendable {
             // No answer from the provider: the listing we have stands (the name is missing).
             case .unreachable, .timedOut: return nil
             case .notFound:
-                removeItem(directory)
+                removeItem(directory, origin: .provider)
                 throw failure
             default: throw failure
             }
@@ -706,12 +717,12 @@ public final class Catalog: Sendable {
             // rename): the answer may predate the change and does not undo it (D-392).
             if let previous, changeMark(of: directory) != asked { return knownItem(previous) }
             // Gone from the provider while the listing still has it.
-            if let previous { removeItem(previous) }
+            if let previous { removeItem(previous, origin: .provider) }
             return nil
         }
         // Another identifier under that name in the index is the old holder of the name.
-        if let previous, previous != found.identifier { removeItem(previous) }
-        return apply(found)
+        if let previous, previous != found.identifier { removeItem(previous, origin: .provider) }
+        return apply(found, origin: .provider)
     }
 
     /// The count of the last change the mount made in `directory` (`noteChange`, a birth): an

@@ -40,6 +40,14 @@ public final class ContentEntry: Sendable {
         deferredPersist.withLock { $0 = Callback(handler) }
     }
 
+    /// Hears of a download that found the provider's version changed (its readers get ESTALE):
+    /// the catalog learns the new version for whoever wants to hear of it (D-403).
+    private let versionGone: Locked<Callback<ItemIdentifier>?> = Locked(nil)
+
+    func setVersionGone(_ handler: (@Sendable (ItemIdentifier) -> Void)?) {
+        versionGone.withLock { $0 = handler.map(Callback.init) }
+    }
+
     /// The machine, the continuations of its waiters, and the download task.
     private struct State {
         var machine: DownloadMachine
@@ -268,6 +276,9 @@ public final class ContentEntry: Sendable {
                 fetchedInDownload = false
                 environment.provider.downloadEnded(of: identifier, version: version, succeeded: false)
                 perform(actions)
+                if case .failed(let error, _) = end, error.code == .stale {
+                    versionGone.withLock({ $0 })?.call(identifier)
+                }
                 await persist()
                 // Readers that came after the failure start a fresh series of attempts (a new
                 // download, as the provider counts them).

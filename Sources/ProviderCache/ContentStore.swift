@@ -38,6 +38,8 @@ public final class ContentStore: Sendable {
     /// opens of one item share one entry. Taken only on a pool thread (or a FUSE thread's
     /// `pinNow`), never with a lock of the cache held.
     private let creationLock = Lock()
+    /// Told of a download that found the provider's version changed (`ContentEntry.setVersionGone`).
+    let versionGone = Locked<Callback<ItemIdentifier>?>(nil)
     /// Content files published without fdatasync (a new file's close, D-381), by file number:
     /// an fsync through the mount syncs the item's current one.
     let unsynced = Locked<Set<Int64>>([])
@@ -240,6 +242,7 @@ public final class ContentStore: Sendable {
         let entry = ContentEntry(record: record, file: file, environment: environment)
         entry.pin()
         entry.setDeferredPersist { [weak self] entry in self?.schedulePersist(entry) }
+        entry.setVersionGone(versionGone.withLock { $0 }?.call)
         entry.setIdleHandler { [weak self] entry in
             guard let self else { return }
             let key = ContentKey(identifier: entry.identifier, version: entry.version)

@@ -18,6 +18,8 @@ extension ProviderCache {
         named name: String, in parent: ItemIdentifier, permissions: UInt16
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
+        let own = catalog.beginOwnChange(of: [], naming: [(parent, name)])  // D-403
+        defer { catalog.endOwnChange(own) }
         let item = try await providerCall {
             try await provider.createDirectory(named: name, in: parent, permissions: permissions)
         }
@@ -30,6 +32,8 @@ extension ProviderCache {
         named name: String, in parent: ItemIdentifier, target: String
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
+        let own = catalog.beginOwnChange(of: [], naming: [(parent, name)])  // D-403
+        defer { catalog.endOwnChange(own) }
         let item = try await providerCall {
             try await provider.createSymbolicLink(named: name, in: parent, target: target)
         }
@@ -63,6 +67,8 @@ extension ProviderCache {
         // meet the next file of that name as a conflict.
         try await writes.beginMove([item.identifier])
         defer { writes.endMove([item.identifier]) }
+        let own = catalog.beginOwnChange(of: [item.identifier])  // D-403
+        defer { catalog.endOwnChange(own) }
         // A file not at the provider yet goes with its write-back record alone; a directory with
         // such files in it is not empty, which the provider says once they are there (D-386).
         if item.kind == .file, dropUnborn(item.identifier) { return }
@@ -130,6 +136,9 @@ extension ProviderCache {
         let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])
         try await writes.beginMove(moving)
         defer { writes.endMove(moving) }
+        // Both names are the mount's own change until the catalog recorded it (D-403).
+        let own = catalog.beginOwnChange(of: [item.identifier], naming: [(parent, name)])
+        defer { catalog.endOwnChange(own) }
         // What the move takes along must be at the provider (D-386).
         try await bearUnborn(atOrUnder: moving)
         let moved = try await providerCall {
@@ -173,6 +182,8 @@ extension ProviderCache {
         // version this changes. Edits that started from the version before follow it (D-375).
         try await writes.beginMove([identifier])
         defer { writes.endMove([identifier]) }
+        let own = catalog.beginOwnChange(of: [identifier])  // D-403
+        defer { catalog.endOwnChange(own) }
         // Not at the provider yet: made there first (a directory's unborn files need not be).
         if catalog.isUnborn(identifier) { try await bearUnborn(atOrUnder: [identifier]) }  // D-386
         // The version before, at once when the provider can tell it (a watched local directory:

@@ -927,6 +927,9 @@ public final class LocalWrites: Sendable {
             endUploadCall(identifier)
             return
         }
+        // What the provider shows of the item until its result is recorded is this upload
+        // (D-403: not told as a change of the provider's).
+        let own = catalog.beginOwnChange(of: [identifier])
         // Its directory's metadata is passing until the call ends (D-384).
         let directory = catalog.knownItem(identifier)?.parent ?? item.parent
         let holding = catalog.beginWriting(into: directory, current: try? provider.itemNow(for: directory))
@@ -969,6 +972,7 @@ public final class LocalWrites: Sendable {
         // and the next edit became a conflict copy).
         defer {
             if holding { catalog.endWriting(into: directory) }
+            catalog.endOwnChange(own)
             endUploadCall(identifier)
         }
         switch result {
@@ -1131,6 +1135,8 @@ extension ProviderCache {
             return item
         }
         let created: ProviderItem
+        let own = catalog.beginOwnChange(of: [], naming: [(parent, name)])  // D-403
+        defer { catalog.endOwnChange(own) }
         do {
             let empty = try await content.emptyFile()
             created = try await provider.upload(

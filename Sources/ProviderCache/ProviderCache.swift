@@ -50,11 +50,13 @@ public final class ProviderCache: Sendable {
     /// range map is saved, a staging file's before a publish renames it into the content store,
     /// and an unsynced published one's at fsync (fdatasync; tests record or fail it). `freeSpace`
     /// says what the cache's file system has free (fstatvfs; tests make it full, D-390).
+    /// `providerChanges` hears of changes the provider made (D-403: the mount's presenters).
     public init(
         provider: any Provider, directory: String, store: any MetadataStore,
         clock: any Clock<Duration> = ContinuousClock(), options: CacheOptions = CacheOptions(),
         pool: BlockingIOPool = .shared, logger: Logger = Logger(label: "providerfs.cache"),
-        fileSync: @escaping FileSync = fileDataSync, freeSpace: @escaping FreeSpace = fileSystemFreeSpace
+        fileSync: @escaping FileSync = fileDataSync, freeSpace: @escaping FreeSpace = fileSystemFreeSpace,
+        providerChanges: (any ProviderChangeListener)? = nil
     ) throws(CacheError) {
         self.directory = directory
         // Rows a full disk refused are written again later (D-390).
@@ -84,7 +86,15 @@ public final class ProviderCache: Sendable {
             guard let (version, kind) = versions[record.identifier] else { return false }
             return version == record.version && kind == .file
         }
-        catalog = Catalog(stored: storedItems, content: content, environment: environment)
+        catalog = Catalog(
+            stored: storedItems, content: content, environment: environment, providerChanges: providerChanges)
+        if providerChanges != nil {
+            // A fetch that finds a new version: the catalog learns it for presenters (D-403).
+            let catalog = self.catalog
+            content.versionGone.withLock {
+                $0 = Callback { [weak catalog] identifier in catalog?.versionGone(identifier) }
+            }
+        }
         writes = LocalWrites(
             environment: environment, catalog: catalog, content: content, initialBackoff: options.uploadRetryDelay,
             maximumBackoff: options.maximumUploadRetryDelay)

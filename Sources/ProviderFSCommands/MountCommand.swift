@@ -234,7 +234,9 @@ struct MountCommand: CLICommand {
             fileSystemOptions.cache.shutdownFlush = .seconds(10)
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
-                claims: claims)
+                claims: claims,
+                // Presenters hear what the provider changed (D-403).
+                providerChanges: MountProviderChanges(server: coordination, mountpoint: plan.mountpoint))
         } catch {
             throw CommandFailure("cannot open the provider: \(error.message)")
         }

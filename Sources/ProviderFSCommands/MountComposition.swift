@@ -26,7 +26,7 @@ package enum MountComposition {
     /// demo with its failing item when that file is first created.
     static func makeMount(
         source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
-        claims: any ReadClaimProvider = NoReadClaims()
+        claims: any ReadClaimProvider = NoReadClaims(), providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan, tokens: TokenAuthority) {
         // One authority: the control handler's token commands and the file system's access paths
         // (`MountScopedAccess`) see the same tokens.
@@ -36,13 +36,13 @@ package enum MountComposition {
         if demo {
             let (fileSystem, _, faults) = try makeDemoMount(
                 demoDirectory: UserDirectories.demoSource, cacheDirectory: cacheDirectory, options: options,
-                claims: claims, scopedAccess: scopedAccess)
+                claims: claims, scopedAccess: scopedAccess, providerChanges: providerChanges)
             return (fileSystem, faults, tokens)
         }
         let faults = try storedFaults(in: cacheDirectory)
         let fileSystem = try makeFileSystem(
             source: source, cacheDirectory: cacheDirectory, options: options, faults: faults, claims: claims,
-            scopedAccess: scopedAccess)
+            scopedAccess: scopedAccess, providerChanges: providerChanges)
         return (fileSystem, faults, tokens)
     }
 
@@ -87,12 +87,14 @@ package enum MountComposition {
     ///     directory (every mount's provider is wrapped in `FaultInjectingProvider`).
     ///   - claims: the coordination hook every open-for-read goes through.
     ///   - scopedAccess: checks access paths (`.scoped/<token>/…`); nil: the mount has none.
+    ///   - providerChanges: hears of changes the provider made (the mount's presenters, D-403).
     /// - Throws: `.notFound` / `.notADirectory` for a bad source, `.io` for a cache directory that
     ///   cannot be created or a metadata store that cannot be opened; the message says which.
     package static func makeFileSystem(
         source: String, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
         faults: FaultPlan? = nil, claims: any ReadClaimProvider = NoReadClaims(),
-        clock: any Clock<Duration> = ContinuousClock(), scopedAccess: (any ScopedAccessProvider)? = nil
+        clock: any Clock<Duration> = ContinuousClock(), scopedAccess: (any ScopedAccessProvider)? = nil,
+        providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> ProviderFileSystem {
         let plan: FaultPlan
         if let faults { plan = faults } else { plan = try storedFaults(in: cacheDirectory) }
@@ -100,7 +102,8 @@ package enum MountComposition {
         let store = try openMetadataStore(in: cacheDirectory)
         do {
             let cache = try ProviderCache(
-                provider: provider, directory: cacheDirectory, store: store, clock: clock, options: options.cache)
+                provider: provider, directory: cacheDirectory, store: store, clock: clock, options: options.cache,
+                providerChanges: providerChanges)
             return ProviderFileSystem(cache: cache, options: options, claims: claims, scopedAccess: scopedAccess)
         } catch {
             throw FileSystemError(error)
@@ -122,7 +125,7 @@ package enum MountComposition {
 
     static func makeDemoMount(
         demoDirectory: String?, cacheDirectory: String, options: FileSystemOptions, claims: any ReadClaimProvider,
-        scopedAccess: (any ScopedAccessProvider)? = nil
+        scopedAccess: (any ScopedAccessProvider)? = nil, providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> (ProviderFileSystem, DemoSource, FaultPlan) {
         let demo: DemoSource
         do {
@@ -133,7 +136,7 @@ package enum MountComposition {
         let faults = try storedFaults(in: cacheDirectory, seed: demo.faults)
         let fileSystem = try makeFileSystem(
             source: demo.sourceDirectory, cacheDirectory: cacheDirectory, options: options, faults: faults,
-            claims: claims, scopedAccess: scopedAccess)
+            claims: claims, scopedAccess: scopedAccess, providerChanges: providerChanges)
         return (fileSystem, demo, faults)
     }
 

@@ -34,11 +34,11 @@ final class VFSFixture: Sendable {
 
     func makeFileSystem(
         claims: any ReadClaimProvider = NoReadClaims(), provider wrapped: (any Provider)? = nil,
-        scopedAccess: (any ScopedAccessProvider)? = nil
+        scopedAccess: (any ScopedAccessProvider)? = nil, providerChanges: (any ProviderChangeListener)? = nil
     ) throws -> ProviderFileSystem {
         let cache = try ProviderCache(
             provider: wrapped ?? FaultInjectingProvider(wrapping: provider, plan: faults), directory: directory.path,
-            store: store, clock: clock, options: options.cache)
+            store: store, clock: clock, options: options.cache, providerChanges: providerChanges)
         return ProviderFileSystem(cache: cache, options: options, claims: claims, scopedAccess: scopedAccess)
     }
 
