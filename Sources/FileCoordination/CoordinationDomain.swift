@@ -197,6 +197,9 @@ package final class CoordinationDomain: Sendable {
         endpoint.submit(
             local: ticket.local, purpose: purpose, intents: intents, heldByCaller: held,
             waitTimeout: deadlines.claimWaitNanoseconds, presenterTimeout: deadlines.presenterAnswerNanoseconds)
+        // The connection may have broken before the ticket was listed, and its loss then moved
+        // nothing: move it now (D-402). Moving twice is harmless (only from the lost endpoint).
+        if endpoint.isLost { endpointLost(endpoint) }
         return ticket
     }
 
@@ -402,6 +405,11 @@ package final class CoordinationDomain: Sendable {
                     presenterTimeout: ticket.presenterTimeout)
             }
             return expired
+        }
+        if target.isLost {
+            // It died before the claims were on it, so its own loss may have found none of
+            // them: move them again.
+            moveClaims(from: target)
         }
         for ticket in expired {
             failed(

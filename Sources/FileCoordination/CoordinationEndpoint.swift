@@ -28,6 +28,8 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     /// Blocks until `waiter` has a result; the endpoint may read the answer on this thread. Nil
     /// when the endpoint died first: the domain then resubmits the claim elsewhere or fails it.
     func wait(for waiter: Waiter) -> Result<[String], CoordinationError>?
+    /// Whether the endpoint is gone (its connection broke); never for an in-process one.
+    var isLost: Bool { get }
     /// This connection as a holder of claims, for a successor server (D-402); nil in-process.
     var holderKey: ClaimHolder? { get }
     /// Re-establishes claims held under the dead server as `previous` (D-402).
@@ -106,6 +108,7 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
     func changeReaderDemand(by delta: Int) {}  // actions arrive on the acting thread
     func wait(for waiter: Waiter) -> Result<[String], CoordinationError>? { waiter.wait() }
     var holderKey: ClaimHolder? { nil }
+    var isLost: Bool { false }
     func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim]) {}
     var servesProviderMount: Bool { false }
     var claimDescriptor: Int32? { nil }

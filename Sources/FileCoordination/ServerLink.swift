@@ -41,6 +41,7 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     private var chunk = [UInt8](repeating: 0, count: 64 * 1024)
 
     var isDead: Bool { readState.withLock { $0.dead } }
+    var isLost: Bool { isDead }
 
     /// The socket: the server releases this connection's claims when its last copy is closed.
     var claimDescriptor: Int32? { isDead ? nil : fd }
