@@ -25,8 +25,8 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
     var unsent: [UInt8] = []
     private let outbox = Locked<[UInt8]>([])
     /// Claims granted to this connection and not yet released (any thread adds, the loop thread
-    /// removes): whether the connection holds claims a successor must await (D-402).
-    private let grantedLocals = Locked<Set<UInt64>>([])
+    /// removes), and whether the holders file lists this connection (D-402).
+    private let grants = Locked<(locals: Set<UInt64>, listed: Bool)>(([], false))
     /// The client's start time (/proc/PID/stat), read when it first holds a claim (loop thread).
     private var cachedStartTime: UInt64?
     private weak var server: CoordinationServer?
@@ -52,7 +52,17 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
     }
 
     /// Whether the connection holds granted claims.
-    var holdsClaims: Bool { grantedLocals.withLock { !$0.isEmpty } }
+    var holdsClaims: Bool { grants.withLock { !$0.locals.isEmpty } }
+
+    /// Before the holders file is written (loop thread): whether to list this connection, which
+    /// is whether it holds claims, noted in the same step — a grant racing with the write either
+    /// is listed now or finds the connection unlisted and asks for another write.
+    func markListed() -> Bool {
+        grants.withLock { grants -> Bool in
+            grants.listed = !grants.locals.isEmpty
+            return grants.listed
+        }
+    }
 
     /// The client process's start time, nil when it is gone (loop thread).
     var startTime: UInt64? {
@@ -60,22 +70,20 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
         return cachedStartTime
     }
 
-    /// The client released claim `local` (loop thread).
+    /// The client released claim `local` (loop thread). The file keeps listing the connection a
+    /// little (the server drops it later), so a client claiming in a loop costs no write per claim.
     func ended(_ local: UInt64) {
-        let nowEmpty = grantedLocals.withLock { locals -> Bool in
-            locals.remove(local) != nil && locals.isEmpty
-        }
-        if nowEmpty { server?.holdersChanged() }
+        grants.withLock { _ = $0.locals.remove(local) }
     }
 
     func granted(_ claim: ClaimID, paths: [String]) {
         // Recorded before the frame is queued: the server lists this connection as a holder
         // before the grant leaves (D-402).
-        let first = grantedLocals.withLock { locals -> Bool in
-            locals.insert(claim.local)
-            return locals.count == 1
+        let unlisted = grants.withLock { grants -> Bool in
+            grants.locals.insert(claim.local)
+            return !grants.listed
         }
-        if first { server?.holdersChanged() }
+        if unlisted { server?.holdersChanged() }
         send(.granted(local: claim.local, paths: paths))
     }
     func failed(_ claim: ClaimID, error: CoordinationError) {

@@ -64,6 +64,15 @@ package final class CoordinationServer: @unchecked Sendable {
     /// (pid, start time) to still be alive (loop thread).
     private var predecessors: [ClaimHolder: (pid: Int32, start: UInt64)] = [:]
     private var lastLivenessCheck: UInt64 = 0
+    /// The sessions (owners) the holders file lists now (loop thread).
+    private var listedHolders: Set<UInt64> = []
+    /// Since when the file lists a session that no longer holds anything (loop thread): dropped
+    /// from the file after `holderLinger`, so a client claiming in a loop costs no write per claim.
+    private var staleSince: UInt64?
+    /// When the listed sessions were last compared with the holding ones (loop thread).
+    private var lastHoldersCheck: UInt64 = 0
+    /// How long a former holder stays listed (D-402).
+    static let holderLinger: UInt64 = 100_000_000
 
     /// A server for `socketPath` over `host`. Nothing happens until `start()`.
     package init(
@@ -253,8 +262,9 @@ package final class CoordinationServer: @unchecked Sendable {
                 timeout = min(
                     timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
             }
-            if !predecessors.isEmpty {
-                timeout = min(timeout < 0 ? .max : timeout, 100)  // look at awaited holders' liveness
+            if !predecessors.isEmpty || !listedHolders.isEmpty {
+                // Look at awaited holders' liveness; drop former holders from the file.
+                timeout = min(timeout < 0 ? .max : timeout, 100)
             }
             let ready = poll(&fds, nfds_t(fds.count), timeout)
             if ready < 0 && errno != EINTR { break }
@@ -413,7 +423,6 @@ package final class CoordinationServer: @unchecked Sendable {
         close(session.fd)
         session.closed = true
         host.removeOwner(session.owner)
-        if session.holdsClaims { holdersChanged() }
     }
 
     // MARK: Holders and the grace period (D-402)
@@ -449,17 +458,39 @@ package final class CoordinationServer: @unchecked Sendable {
         lastLivenessCheck = now
         let awaited = host.awaitedHolders
         var gone: Set<ClaimHolder> = []
+        var changed = false
         for (holder, process) in predecessors {
             if !awaited.contains(holder) {
                 predecessors[holder] = nil
-                holdersChanged()
+                changed = true
             } else if ProcessInfoFiles.startTime(of: process.pid) != process.start {
                 gone.insert(holder)
                 predecessors[holder] = nil
-                holdersChanged()
+                changed = true
             }
         }
+        if changed { writeHolders() }
         if !gone.isEmpty { host.holdersGone(gone) }
+    }
+
+    /// Writes the holders file when a session holds claims the file does not list yet (at once:
+    /// its grant leaves after this), or when a listed one has held nothing for `holderLinger`.
+    private func updateHolders() {
+        var current: Set<UInt64> = []
+        for session in sessions.values where session.holdsClaims { current.insert(session.owner) }
+        let now = monotonicNanoseconds()
+        lastHoldersCheck = now
+        if !current.isSubset(of: listedHolders) {
+            writeHolders()
+        } else if current != listedHolders {
+            if let since = staleSince, now &- since >= Self.holderLinger {
+                writeHolders()
+            } else if staleSince == nil {
+                staleSince = now
+            }
+        } else {
+            staleSince = nil
+        }
     }
 
     /// Rewrites the holders file: this server's connections that hold granted claims, then the
@@ -469,8 +500,11 @@ package final class CoordinationServer: @unchecked Sendable {
         guard holdersFD >= 0 else { return }
         let me = getpid()
         var text = ""
-        for session in sessions.values where session.holdsClaims {
+        listedHolders = []
+        staleSince = nil
+        for session in sessions.values where session.markListed() {
             guard let start = session.startTime else { continue }
+            listedHolders.insert(session.owner)
             text += "\(me) \(session.owner) \(session.pid) \(start)\n"
         }
         for (holder, process) in predecessors {
@@ -486,11 +520,12 @@ package final class CoordinationServer: @unchecked Sendable {
         // Frames first taken, then the holders file written, then frames sent: a grant taken
         // here was recorded in its session before it was queued, so the file lists its holder.
         for session in sessions.values { session.takeOutbox() }
-        if holdersDirty.withLock({ dirty in
+        let dirty = holdersDirty.withLock { dirty in
             defer { dirty = false }
             return dirty
-        }) {
-            writeHolders()
+        }
+        if dirty || (!listedHolders.isEmpty && monotonicNanoseconds() &- lastHoldersCheck >= Self.holderLinger) {
+            updateHolders()
         }
         for session in Array(sessions.values) {
             guard !session.unsent.isEmpty else { continue }
