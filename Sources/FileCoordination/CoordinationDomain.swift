@@ -275,16 +275,15 @@ package final class CoordinationDomain: Sendable {
     }
 
     func failed(local: UInt64, error: CoordinationError) {
-        let found = state.withLock { state -> (Ticket, reclaimed: Bool)? in
-            if let ticket = state.tickets.removeValue(forKey: local) { return (ticket, false) }
+        let found = state.withLock { state -> (Ticket, reclaim: Bool, stillHeld: Bool)? in
+            if let ticket = state.tickets.removeValue(forKey: local) { return (ticket, false, false) }
             guard let ticket = state.reclaiming.removeValue(forKey: local) else { return nil }
-            // Released meanwhile: nobody to tell.
-            return state.held.removeValue(forKey: local) != nil ? (ticket, true) : nil
+            return (ticket, true, state.held.removeValue(forKey: local) != nil)
         }
-        guard let (ticket, reclaimed) = found else { return }
-        if reclaimed {
+        guard let (ticket, reclaim, stillHeld) = found else { return }
+        if reclaim {
             ticket.endpoint.changeReaderDemand(by: -1)
-            ticket.onLost?.claimLost(error)
+            if stillHeld { ticket.onLost?.claimLost(error) }  // released meanwhile: nobody to tell
             return
         }
         let (deliver, demand) = ticket.progress.withLock(Self.finish)
@@ -343,7 +342,12 @@ package final class CoordinationDomain: Sendable {
         }
         guard let target else {
             let seconds = Double(Self.reconnectWindow) / 1e9
-            for ticket in waiting {
+            let (waitingNow, lostNow) = state.withLock { state -> ([Ticket], [Ticket]) in
+                let lostNow = state.held.values.filter { $0.endpoint === lost }.sorted { $0.local < $1.local }
+                for ticket in lostNow { state.held[ticket.local] = nil }
+                return (state.tickets.values.filter { $0.endpoint === lost }, lostNow)
+            }
+            for ticket in waitingNow {
                 failed(
                     local: ticket.local,
                     error: CoordinationError(
@@ -351,10 +355,7 @@ package final class CoordinationDomain: Sendable {
                         "The connection to the coordination server was lost and no server answered within \(seconds)s: "
                             + "\(problem)."))
             }
-            let lostTickets = state.withLock { state in
-                held.filter { state.held[$0.local] === $0 && state.held.removeValue(forKey: $0.local) != nil }
-            }
-            for ticket in lostTickets {
+            for ticket in lostNow {
                 ticket.onLost?.claimLost(
                     CoordinationError(
                         .claimLost,
@@ -367,7 +368,11 @@ package final class CoordinationDomain: Sendable {
         let expired = state.withLock { state -> [Ticket] in
             var groups: [ClaimHolder: [ReclaimedClaim]] = [:]
             var order: [ClaimHolder] = []
-            for ticket in held where state.held[ticket.local] === ticket {
+            // Listed again under the lock: what is on the lost endpoint now (a grant read just
+            // before the loss may have moved a waiting claim to the held ones meanwhile).
+            let held = state.held.values.filter { $0.endpoint === lost }.sorted { $0.local < $1.local }
+            let waiting = state.tickets.values.filter { $0.endpoint === lost }.sorted { $0.local < $1.local }
+            for ticket in held {
                 let (voucher, paths) = ticket.progress.withLock { progress -> (ClaimHolder?, [String]) in
                     guard progress.endpoint === lost else { return (nil, []) }
                     progress.endpoint = target
@@ -386,7 +391,7 @@ package final class CoordinationDomain: Sendable {
             }
             for voucher in order { target.reclaim(previous: voucher, claims: groups[voucher]!) }
             var expired: [Ticket] = []
-            for ticket in waiting where state.tickets[ticket.local] === ticket {
+            for ticket in waiting {
                 let moved = ticket.progress.withLock { progress -> Bool in
                     guard progress.state == .waiting, progress.endpoint === lost else { return false }
                     progress.endpoint = target

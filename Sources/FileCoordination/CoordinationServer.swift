@@ -284,7 +284,8 @@ package final class CoordinationServer: @unchecked Sendable {
             flushAll()
             if !sessions.isEmpty || !host.isIdle {
                 idleSince = later
-            } else if let idleExit, later &- idleSince >= idleExit.nanosecondCount {
+            } else if let idleExit, later &- idleSince >= idleExit.nanosecondCount, predecessors.isEmpty {
+                // (Never while awaiting a predecessor's holders: a clean exit would forget them.)
                 acceptAll()  // a client that connected just now keeps the server alive
                 if sessions.isEmpty {
                     log("idle for \(idleExit); exiting")
