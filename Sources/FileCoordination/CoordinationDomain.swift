@@ -332,8 +332,10 @@ package final class CoordinationDomain: Sendable {
         var problem = "no coordination server could be reached"
         while target == nil {
             do {
+                // The next server on the same socket (a path may route elsewhere for a moment:
+                // under a mount being mounted again, to the standalone server).
                 let candidate = try resolveEndpoint(path)
-                if candidate !== lost { target = candidate }
+                if candidate !== lost && candidate.address == lost.address { target = candidate }
             } catch {
                 problem = error.message
             }

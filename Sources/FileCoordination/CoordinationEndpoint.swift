@@ -30,6 +30,9 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     func wait(for waiter: Waiter) -> Result<[String], CoordinationError>?
     /// Whether the endpoint is gone (its connection broke); never for an in-process one.
     var isLost: Bool { get }
+    /// The socket of the server; nil in-process. Claims of a dead server move only to the next
+    /// server on the same socket: only it has the dead one's holders file (D-402).
+    var address: String? { get }
     /// This connection as a holder of claims, for a successor server (D-402); nil in-process.
     var holderKey: ClaimHolder? { get }
     /// Re-establishes claims held under the dead server as `previous` (D-402).
@@ -109,6 +112,7 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
     func wait(for waiter: Waiter) -> Result<[String], CoordinationError>? { waiter.wait() }
     var holderKey: ClaimHolder? { nil }
     var isLost: Bool { false }
+    var address: String? { nil }
     func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim]) {}
     var servesProviderMount: Bool { false }
     var claimDescriptor: Int32? { nil }

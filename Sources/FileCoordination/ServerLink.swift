@@ -42,6 +42,7 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
 
     var isDead: Bool { readState.withLock { $0.dead } }
     var isLost: Bool { isDead }
+    var address: String? { socketPath }
 
     /// The socket: the server releases this connection's claims when its last copy is closed.
     var claimDescriptor: Int32? { isDead ? nil : fd }
