@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # reading-list interrupted: SIGINT during an import creates no record and leaves no staged file;
 # kill -9 with the pending record made (READING_LIST_PAUSE_AT, the app's test hook) is repaired
-# by the next start; two imports running at once (both stopped mid-copy, then resumed) do not
+# by the next start, and so is one after the move (report and list then name the same document); two imports running at once (both stopped mid-copy, then resumed) do not
 # disturb each other.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/reading-list.lib"
@@ -45,6 +45,32 @@ expect_library_consistent
 rl report --json | grep -q '"result":"interrupted"' || fail "the report does not show the interrupted import"
 say "ok: kill -9 with the pending record made: repaired at the next start, shown as interrupted"
 
+# kill -9 after the move, before the record is made available: the next start checks the stored
+# copy and makes it available, and the report names the document that list shows.
+READING_LIST_PAUSE_AT=record "$READING_LIST" import "$MNT/docs/one.pdf" --data-dir "$S/app" \
+    2>"$S/out/kill2.err" &
+pid=$!
+BACKGROUND+=("$pid")
+for _ in $(seq 1000); do grep -q "paused at record" "$S/out/kill2.err" 2>/dev/null && break; sleep 0.01; done
+grep -q "paused at record" "$S/out/kill2.err" || fail "the import did not reach its record stage"
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null || true
+rl list >/dev/null 2>"$S/out/restart2.err"
+[[ "$(rl_documents)" == 1 ]] || fail "the document stored before the kill is not listed: $(rl list --json)"
+listed="$(rl list --json | python3 -c 'import json, sys; print(json.loads(sys.stdin.readline())["id"])')"
+reported="$(rl report --json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    attempt = json.loads(line)
+    if attempt["result"] == "interrupted" and attempt.get("documentID"):
+        print(attempt["documentID"])
+        break
+')"
+[[ -n "$listed" && "$listed" == "$reported" ]] \
+    || fail "report names document '$reported', list shows '$listed'"
+expect_library_consistent
+say "ok: kill -9 after the move: available at the next start, and report names the listed document"
+
 # Two imports at once, in two processes, made to overlap: each stops itself inside its
 # coordinated read with its first MiB staged, and both go on only when both are there.
 for name in a b; do
@@ -61,7 +87,8 @@ done
 kill -CONT "$a" "$b"
 wait "$a" || fail "the first concurrent import failed: $(cat "$S/out/a.json" "$S/out/a.err")"
 wait "$b" || fail "the second concurrent import failed: $(cat "$S/out/b.json" "$S/out/b.err")"
-[[ "$(rl_documents)" == 2 ]] || fail "two concurrent imports gave $(rl_documents) documents"
+# 3: the two, and the one the kill -9 after the move left.
+[[ "$(rl_documents)" == 3 ]] || fail "two concurrent imports gave $(( $(rl_documents) - 1 )) documents"
 for name in a b; do
     rl open "$(rl_field "$(cat "$S/out/$name.json")" documentID)" --cat | cmp - "$S/reference/docs/two.pdf" \
         || fail "a concurrent import's bytes differ"

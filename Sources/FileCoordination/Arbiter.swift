@@ -753,14 +753,22 @@ package struct Arbiter: Sendable {
             actions.append(.deliver(presenter, messageID: 0, message: .reacquire, claim: claim.request.id))
         }
         guard succeeded else { return }
+        // A move brings no change (rules 35-37, 41): the destination of a move (`.forReplacing`
+        // beside a `.forMoving` intent) tells nobody, since the moved item's presenters, now at
+        // that path, heard didMove and directories subitemDidMove. Alone, a `.forReplacing` write
+        // (Save As over a file) tells the directories above, not the replaced item's presenters,
+        // who were asked to accommodate its deletion (rule 22) before.
+        let moving = claim.request.intents.contains { $0.kind == .write && $0.writingOptions.contains(.forMoving) }
         for intent in claim.request.intents where intent.kind == .write {
             if !intent.writingOptions.isDisjoint(with: [.forDeleting, .forMoving, .forEvicting, .preparing]) {
                 continue
             }
+            let replacing = intent.writingOptions.contains(.forReplacing)
+            if replacing && moving { continue }
             for presenter in presenters.values.sorted(by: { ($0.id.owner, $0.id.local) < ($1.id.owner, $1.id.local) })
             where presenter.purpose != claim.request.purpose {
                 if Arbiter.sameItem(presenter, intent) {
-                    if presenter.methods.contains(.didChange) {
+                    if !replacing && presenter.methods.contains(.didChange) {
                         actions.append(.deliver(presenter.id, messageID: 0, message: .didChange, claim: nil))
                     }
                 } else if Arbiter.isAncestor(presenter.path, of: intent.path) {

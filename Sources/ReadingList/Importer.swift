@@ -145,6 +145,10 @@ public final class Importer: Sendable {
         run.progress = { [store, attempt] run in
             var progress = attempt
             progress.fileType = run.copiedFileType()
+            // Once stored, the document it made: an import killed before its record is
+            // available is finished by reconcile, and the report names the document `list`
+            // shows.
+            progress.documentID = run.pendingID
             progress.stages = run.stages.map { stage in
                 var stage = stage
                 stage.detail = stage.detail.map(SourceInspection.redacted)

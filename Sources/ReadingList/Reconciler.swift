@@ -96,6 +96,21 @@ public enum Reconciler {
             var interrupted = attempt
             interrupted.result = .interrupted
             interrupted.error = "the import's process ended before it finished (killed?)"
+            // An import killed after it stored its document: the records above decided the
+            // document (made available, or removed), and the attempt says which, so that `report`
+            // and `list` agree and the attempt never names a document that is not there.
+            if let id = attempt.documentID {
+                if let document = try store.document(id), document.state == .available {
+                    interrupted.error =
+                        "the import's process ended after it stored the document; reconcile checked the stored "
+                        + "copy (SHA-256, PDF) and made it available"
+                } else {
+                    interrupted.documentID = nil
+                    interrupted.error =
+                        "the import's process ended after it stored the document; the stored copy did not check "
+                        + "out and was removed"
+                }
+            }
             interrupted.ownerPID = nil
             interrupted.ownerStartTime = nil
             try store.save(interrupted)

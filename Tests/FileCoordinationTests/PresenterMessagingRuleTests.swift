@@ -226,6 +226,32 @@ import Testing
         #expect(h.messages(to: inside) == [.relinquishToWriter])
     }
 
+    @Test func aMoveBringsNoChange() {
+        // rename(a, b) as the mount claims it: .forMoving on the source, .forReplacing on the
+        // destination. The moved item's presenter hears didMove, its directory subitemDidMove,
+        // and nobody didChange (the claim's end used to send didChange to whoever was at /d/b).
+        var h = ArbiterHarness()
+        let moved = h.present("/d/a")
+        let dir = h.present("/d", isDirectory: true)
+        let mover = h.claim([write("/d/a", .forMoving), write("/d/b", .forReplacing)], purpose: "M")
+        h.answerAll(moved)
+        #expect(h.isGranted(mover))
+        h.apply(h.arbiter.itemMoved(from: "/d/a", to: "/d/b", purpose: "M", now: h.now))
+        h.release(mover)
+        #expect(h.messages(to: moved) == [.relinquishToWriter, .didMove(to: "/d/b"), .reacquire])
+        #expect(h.messages(to: dir) == [.subitemDidMove(from: "/d/a", to: "/d/b")])
+        // Alone, .forReplacing (Save As over a file): the replaced item's presenter was asked to
+        // accommodate the deletion and hears no didChange after; the directory hears of the new file.
+        h.clearDeliveries()
+        let replaced = h.present("/d/c")
+        let saveAs = h.claim([write("/d/c", .forReplacing)], purpose: "S")
+        h.answerAll(replaced)
+        #expect(h.isGranted(saveAs))
+        h.release(saveAs)
+        #expect(h.messages(to: replaced) == [.relinquishToWriter, .accommodateDeletion, .reacquire])
+        #expect(h.messages(to: dir) == [.subitemDidChange(at: "/d/c")])
+    }
+
     @Test func rule38_moveToTheSamePlaceSendsNothing() {
         var h = ArbiterHarness()
         _ = h.present("/f")

@@ -56,6 +56,49 @@ struct ReconcilerTests {
         try fixture.expectConsistent()
     }
 
+    @Test("killed after the move: report names the document list shows, or none when it was removed")
+    func crashAfterMoveReportAgreesWithList() async throws {
+        for keepsFile in [true, false] {
+            let fixture = try LibraryFixture()
+            let path = try fixture.source("one.pdf", TestPDF(pages: 2).bytes())
+            // What a kill -9 just before "available" leaves: the records as saved at that point.
+            let atRecord = Locked<(attempt: ImportAttempt?, document: DocumentRecord?)>((nil, nil))
+            let importer = fixture.importer { [store = fixture.store] point in
+                guard point == .before(.record) else { return }
+                let saved = (try? store.attempts().first, try? store.documents().first)
+                atRecord.withLock { $0 = (saved.0 ?? nil, saved.1 ?? nil) }
+            }
+            _ = await importer.importDocument(at: path)
+            let (running, pendingDocument) = atRecord.withLock { $0 }
+            var attempt = try #require(running)
+            let document = try #require(pendingDocument)
+            #expect(attempt.result == .running && attempt.documentID == document.id)
+            // Put the library back as it was at the kill, its owner gone.
+            let dead = try deadPID()
+            attempt.ownerPID = dead
+            var pendingAgain = document
+            pendingAgain.ownerPID = dead
+            _ = try fixture.store.delete(document.id)
+            try fixture.store.insert(pendingAgain)
+            try fixture.store.save(attempt)
+            if !keepsFile { unlink(fixture.location.documentPath(document.id)) }
+
+            let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+            #expect(report.interruptedAttempts == [attempt.id])
+            let after = try #require(try fixture.store.attempts().first { $0.id == attempt.id })
+            #expect(after.result == .interrupted)
+            let listed = try fixture.store.documents().filter { $0.state == .available }.map(\.id)
+            if keepsFile {
+                #expect(listed == [document.id])
+                #expect(after.documentID == document.id, "report and list name the same document")
+            } else {
+                #expect(listed.isEmpty)
+                #expect(after.documentID == nil, "the attempt names no document that is gone")
+            }
+            try fixture.expectConsistent()
+        }
+    }
+
     @Test("a moved file that is not the validated one (other bytes) is not made available")
     func wrongFileAfterMove() throws {
         let fixture = try LibraryFixture()
