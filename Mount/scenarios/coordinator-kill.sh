@@ -23,12 +23,24 @@ server_pid() {
         && grep -qz "PROVIDERFS_RUNTIME_DIR=$PROVIDERFS_RUNTIME_DIR" "/proc/$pid/environ" 2>/dev/null \
         && echo "$pid"
 }
-stop_server() {
-    local pid
-    pid="$(server_pid)" && kill -TERM "$pid" 2>/dev/null
+# On every exit: the writers' `coordinate` processes (a killed writer loop leaves its child running)
+# and any server, found by this scenario's runtime directory in their environment, killed by pid.
+stop_all() {
+    local dir pid killed=() _
+    for dir in /proc/[0-9]*; do
+        pid="${dir#/proc/}"
+        [[ "$pid" != "$$" && "$pid" != "$BASHPID" ]] || continue
+        if grep -qz "^PROVIDERFS_RUNTIME_DIR=$PROVIDERFS_RUNTIME_DIR\$" "$dir/environ" 2>/dev/null; then
+            kill -KILL "$pid" 2>/dev/null && killed+=("$pid")
+        fi
+    done
+    # Gone before the temp dir is removed (a dying writer could still create files in it).
+    for pid in "${killed[@]}"; do
+        for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.01; done
+    done
     return 0
 }
-trap 'status=$?; stop_server; (exit $status); scenario_cleanup' EXIT
+trap 'status=$?; trap - ERR; set +e; stop_all; (exit $status); scenario_cleanup' EXIT
 
 # One writer: coordinate in a loop until the end time; CMD enters the marker, stays a little,
 # leaves. Each outcome is one line in $S/out/writer.N: "ok", "overlap", "exit N", "hang".
