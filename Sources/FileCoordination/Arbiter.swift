@@ -75,6 +75,9 @@ package struct Arbiter: Sendable {
     private var messageOwner: [UInt64: ClaimID] = [:]
     private var nextSequence: UInt64 = 1
     private var nextMessage: UInt64 = 1
+    /// The grace period after a server restart (D-402): while set, only reclaims of the holders
+    /// still awaited are granted; every other claim waits.
+    private var grace: (deadline: UInt64, awaited: Set<ClaimHolder>)?
     /// The last events (bounded), for the claim dump.
     package private(set) var events: [ArbiterEvent] = []
     /// How many events are kept.
@@ -114,7 +117,8 @@ package struct Arbiter: Sendable {
         var claim = Claim(request: request, sequence: nextSequence, submitted: now)
         if !request.actingForPids.isEmpty { claim.insideOwnClaim = holdsGrantedClaim(anyOf: request.actingForPids) }
         if onlyIfImmediate {
-            guard !(claim.isNested && deadlockingHeldClaim(for: claim) != nil), blocker(for: claim) == nil,
+            guard grace == nil, !(claim.isNested && deadlockingHeldClaim(for: claim) != nil),
+                blocker(for: claim) == nil,
                 messagePlan(for: request).isEmpty, evictionRefuser(for: request) == nil
             else { return nil }
             nextSequence += 1
@@ -129,11 +133,13 @@ package struct Arbiter: Sendable {
                 + "coordinator, or one call with both items."
             return [.fail(request.id, CoordinationError(.wouldDeadlock, text))]
         }
-        if request.waitDeadline <= now, blocker(for: claim) != nil {
+        if request.waitDeadline <= now, grace != nil || blocker(for: claim) != nil {
             return [.fail(request.id, timeoutError(claim))]
         }
         claim.phase = .queued
-        if blocker(for: claim) == nil && messagePlan(for: request).isEmpty && evictionRefuser(for: request) == nil {
+        if grace == nil && blocker(for: claim) == nil && messagePlan(for: request).isEmpty
+            && evictionRefuser(for: request) == nil
+        {
             // Fast path (uncontended, nobody to ask): granted without a second look-up.
             return grantAtOnce(claim)
         }
@@ -370,12 +376,106 @@ package struct Arbiter: Sendable {
         }
     }
 
+    // MARK: Grace period and reclaims (D-402)
+
+    /// Whether the arbiter is in a grace period: claims wait, reclaims are granted.
+    package var inGrace: Bool { grace != nil }
+
+    /// The holders of the grace period not yet heard from (empty outside one).
+    package var awaitedHolders: Set<ClaimHolder> { grace?.awaited ?? [] }
+
+    /// Starts a grace period after a server restart: until every holder in `holders` has
+    /// reclaimed or is gone, or until `deadline`, no claim is granted except the reclaims of those
+    /// holders (the NFSv4 model): a new claim that would conflict with a claim granted before the
+    /// restart waits instead of taking its place. With no holder there is nothing to wait for.
+    package mutating func beginGrace(awaiting holders: Set<ClaimHolder>, until deadline: UInt64, now: UInt64) {
+        guard !holders.isEmpty, deadline > now else { return }
+        grace = (deadline, holders)
+        record(
+            ArbiterEvent(
+                time: now, claim: nil,
+                text: "Grace period: the previous server died holding claims; awaiting \(holders.count) holder(s) "
+                    + "for up to \(Double(deadline - now) / 1e9)s."))
+    }
+
+    /// `holder` re-establishes the claims it held under the previous server. Each is granted
+    /// (no presenter is asked again: they were asked before the first grant) when the grace period
+    /// awaits `holder` and no claim already re-established conflicts with it; otherwise it fails
+    /// with `.claimLost`. A holder reclaims once: afterwards it is no longer awaited, and the grace
+    /// period ends when nobody is.
+    package mutating func reclaim(_ requests: [ClaimRequest], from holder: ClaimHolder, now: UInt64) -> [ArbiterAction]
+    {
+        var actions: [ArbiterAction] = []
+        let awaited = grace?.awaited.contains(holder) == true
+        for request in requests {
+            if request.intents.isEmpty || claims[request.id] != nil {
+                actions.append(
+                    .fail(request.id, CoordinationError(.invalidRequest, "Claim \(request.id) cannot be reclaimed.")))
+                continue
+            }
+            guard awaited else {
+                let why =
+                    grace == nil
+                    ? "the coordination server restarted without a grace period, or its grace period is over"
+                    : "the new coordination server was not told that this client held claims"
+                actions.append(
+                    .fail(
+                        request.id,
+                        CoordinationError(
+                            .claimLost,
+                            "The claim on \(request.intents[0].path) could not be re-established after the coordination "
+                                + "server restarted: \(why).")))
+                continue
+            }
+            let rival = order.first { id in
+                guard let other = claims[id], other.phase == .granted else { return false }
+                return other.request.purpose != request.purpose && Arbiter.conflicts(other.request, request)
+            }
+            if let rival, let other = claims[rival] {
+                actions.append(
+                    .fail(
+                        request.id,
+                        CoordinationError(
+                            .claimLost,
+                            "The claim on \(request.intents[0].path) could not be re-established after the coordination "
+                                + "server restarted: claim \(rival) of pid \(other.request.pid) holds it.")))
+                continue
+            }
+            nextSequence += 1
+            actions += grantAtOnce(Claim(request: request, sequence: nextSequence - 1, submitted: now))
+        }
+        if awaited { holdersGone([holder], now: now, into: &actions) }
+        return actions
+    }
+
+    /// Holders that will not reclaim (their process is gone): no longer awaited.
+    package mutating func holdersGone(_ holders: Set<ClaimHolder>, now: UInt64) -> [ArbiterAction] {
+        var actions: [ArbiterAction] = []
+        holdersGone(holders, now: now, into: &actions)
+        return actions
+    }
+
+    private mutating func holdersGone(_ holders: Set<ClaimHolder>, now: UInt64, into actions: inout [ArbiterAction]) {
+        guard var current = grace else { return }
+        current.awaited.subtract(holders)
+        grace = current
+        if current.awaited.isEmpty {
+            endGrace("Grace period over: every holder reclaimed or is gone.", now: now)
+            schedule(now: now, into: &actions)
+        }
+    }
+
+    private mutating func endGrace(_ text: String, now: UInt64) {
+        grace = nil
+        record(ArbiterEvent(time: now, claim: nil, text: text))
+    }
+
     // MARK: Time
 
     /// The earliest deadline (claim wait or presenter answer), if any: call `tick` then.
     package var nextDeadline: UInt64? {
-        if grantedCount == claims.count { return nil }
-        var earliest: UInt64?
+        if grantedCount == claims.count { return grace?.deadline }
+        var earliest: UInt64? = grace?.deadline
         for claim in claims.values where claim.phase != .granted {
             earliest = min(earliest ?? .max, claim.request.waitDeadline)
             for pending in claim.pending.values { earliest = min(earliest ?? .max, pending.deadline) }
@@ -387,6 +487,13 @@ package struct Arbiter: Sendable {
     /// presenters count as having answered and the event is recorded.
     package mutating func tick(now: UInt64) -> [ArbiterAction] {
         var actions: [ArbiterAction] = []
+        if let grace, grace.deadline <= now {
+            let missing = grace.awaited.sorted { ($0.server, $0.owner) < ($1.server, $1.owner) }
+            let names = missing.map(\.description).joined(separator: ", ")
+            endGrace(
+                "Grace period over: \(missing.count) holder(s) did not reclaim in time (\(names)); their claims are lost.",
+                now: now)
+        }
         for id in order {
             guard let claim = claims[id], claim.phase != .granted else { continue }
             for (message, pending) in claim.pending.sorted(by: { $0.key < $1.key }) where pending.deadline <= now {
@@ -564,7 +671,10 @@ package struct Arbiter: Sendable {
 
     private func timeoutError(_ claim: Claim) -> CoordinationError {
         var text = "The claim on \(claim.request.intents[0].path) was not granted before its deadline"
-        if let blocking = blocker(for: claim), let other = claims[blocking] {
+        if grace != nil {
+            text +=
+                " (the coordination server restarted and is waiting for the claims held before to be re-established)"
+        } else if let blocking = blocker(for: claim), let other = claims[blocking] {
             text += " (it waits for claim \(blocking) of pid \(other.request.pid))"
         } else if !claim.pending.isEmpty {
             text += " (presenters have not answered)"
@@ -591,7 +701,7 @@ package struct Arbiter: Sendable {
 
     /// Moves one claim forward if nothing blocks it: start messaging, or grant.
     private mutating func advance(_ id: ClaimID, now: UInt64, into actions: inout [ArbiterAction]) {
-        guard var claim = claims[id], blocker(for: claim) == nil else { return }
+        guard grace == nil, var claim = claims[id], blocker(for: claim) == nil else { return }
         if claim.phase == .queued {
             if let refuser = evictionRefuser(for: claim.request) {
                 // Rule 34: a presenter that cannot accommodate an eviction vetoes it.

@@ -120,6 +120,27 @@ package final class ArbiterHost: @unchecked Sendable {
         perform { arbiter, now in arbiter.cancel(claim, now: now) }
     }
 
+    /// Starts a grace period awaiting `holders` for `duration` nanoseconds (D-402).
+    package func beginGrace(awaiting holders: Set<ClaimHolder>, for duration: UInt64) {
+        perform { arbiter, now in
+            arbiter.beginGrace(awaiting: holders, until: now &+ duration, now: now)
+            return []
+        }
+    }
+
+    /// `holder` re-establishes the claims it held under the previous server (D-402).
+    package func reclaim(_ requests: [ClaimRequest], from holder: ClaimHolder) {
+        perform { arbiter, now in arbiter.reclaim(requests, from: holder, now: now) }
+    }
+
+    /// Holders of the grace period that will not reclaim (their process is gone).
+    package func holdersGone(_ holders: Set<ClaimHolder>) {
+        perform { arbiter, now in arbiter.holdersGone(holders, now: now) }
+    }
+
+    /// The holders the grace period still awaits (empty outside one).
+    package var awaitedHolders: Set<ClaimHolder> { state.withLock { $0.arbiter.awaitedHolders } }
+
     /// Registers a presenter.
     package func addPresenter(_ presenter: PresenterRegistration) {
         state.withLock { $0.arbiter.addPresenter(presenter) }

@@ -33,6 +33,21 @@ package struct PresenterID: Hashable, Sendable, CustomStringConvertible {
     package var description: String { "\(owner).\(local)" }
 }
 
+/// A connection that held claims under a server that died (D-402): that server's pid and the
+/// connection's owner number there. A new server awaits the holders its predecessor listed.
+package struct ClaimHolder: Hashable, Sendable, CustomStringConvertible {
+    /// The pid of the server the claims were granted by.
+    package var server: Int32
+    /// The connection's owner number in that server.
+    package var owner: UInt64
+    /// Connection `owner` of server `server`.
+    package init(server: Int32, owner: UInt64) {
+        self.server = server
+        self.owner = owner
+    }
+    package var description: String { "\(owner)@\(server)" }
+}
+
 /// Device and inode: an item's identity while it exists, stable across renames.
 package struct ItemIdentity: Hashable, Sendable {
     /// `st_dev`.

@@ -24,6 +24,11 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
     var input = FrameBuffer()
     var unsent: [UInt8] = []
     private let outbox = Locked<[UInt8]>([])
+    /// Claims granted to this connection and not yet released (any thread adds, the loop thread
+    /// removes), and whether the holders file lists this connection (D-402).
+    private let grants = Locked<(locals: Set<UInt64>, listed: Bool)>(([], false))
+    /// The client's start time (/proc/PID/stat), read when it first holds a claim (loop thread).
+    private var cachedStartTime: UInt64?
     private weak var server: CoordinationServer?
 
     init(fd: Int32, pid: Int32, server: CoordinationServer) {
@@ -46,7 +51,41 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
         unsent += pending
     }
 
-    func granted(_ claim: ClaimID, paths: [String]) { send(.granted(local: claim.local, paths: paths)) }
+    /// Whether the connection holds granted claims.
+    var holdsClaims: Bool { grants.withLock { !$0.locals.isEmpty } }
+
+    /// Before the holders file is written (loop thread): whether to list this connection, which
+    /// is whether it holds claims, noted in the same step — a grant racing with the write either
+    /// is listed now or finds the connection unlisted and asks for another write.
+    func markListed() -> Bool {
+        grants.withLock { grants -> Bool in
+            grants.listed = !grants.locals.isEmpty
+            return grants.listed
+        }
+    }
+
+    /// The client process's start time, nil when it is gone (loop thread).
+    var startTime: UInt64? {
+        if cachedStartTime == nil { cachedStartTime = ProcessInfoFiles.startTime(of: pid) }
+        return cachedStartTime
+    }
+
+    /// The client released claim `local` (loop thread). The file keeps listing the connection a
+    /// little (the server drops it later), so a client claiming in a loop costs no write per claim.
+    func ended(_ local: UInt64) {
+        grants.withLock { _ = $0.locals.remove(local) }
+    }
+
+    func granted(_ claim: ClaimID, paths: [String]) {
+        // Recorded before the frame is queued: the server lists this connection as a holder
+        // before the grant leaves (D-402).
+        let unlisted = grants.withLock { grants -> Bool in
+            grants.locals.insert(claim.local)
+            return !grants.listed
+        }
+        if unlisted { server?.holdersChanged() }
+        send(.granted(local: claim.local, paths: paths))
+    }
     func failed(_ claim: ClaimID, error: CoordinationError) {
         send(.failed(local: claim.local, code: error.code.rawValue, message: error.message))
     }

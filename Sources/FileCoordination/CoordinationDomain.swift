@@ -11,6 +11,11 @@ import Glibc
 import Musl
 #endif
 
+/// Hears that a granted claim could not be re-established after its server died (D-402).
+protocol ClaimLossListener: AnyObject, Sendable {
+    func claimLost(_ error: CoordinationError)
+}
+
 /// A claim a caller holds, remembered in a task-local so nested coordination can be recognised.
 struct HeldClaim: Sendable, Hashable {
     var endpoint: ObjectIdentifier
@@ -38,20 +43,45 @@ package final class CoordinationDomain: Sendable {
             var state = State.waiting
             /// Whether this ticket holds one unit of reader demand until the server's final answer.
             var holdsDemand = false
+            /// Where the claim lives now: a claim resubmitted or reclaimed after a server died
+            /// moves to the new server's endpoint (D-402).
+            var endpoint: any CoordinationEndpoint
+            /// The granted paths (a reclaim names the items where they are now).
+            var paths: [String] = []
+            /// The connection the server chain knows as this granted claim's holder: the one that
+            /// granted it, or the one a reclaim was granted on (D-402).
+            var voucher: ClaimHolder?
         }
         let local: UInt64
-        let endpoint: any CoordinationEndpoint
+        let intents: [ClaimIntent]
+        let purpose: String
+        let heldByCaller: [UInt64]
+        let presenterTimeout: UInt64
+        /// When waiting ends (monotonic nanoseconds); a resubmitted claim keeps it.
+        let waitDeadline: UInt64
         let progress: Locked<Progress>
         let onResult: @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
+        /// Told when the granted claim could not be re-established after its server died.
+        let onLost: (any ClaimLossListener)?
+
+        /// Where the claim lives now.
+        var endpoint: any CoordinationEndpoint { progress.withLock { $0.endpoint } }
 
         init(
-            local: UInt64, endpoint: any CoordinationEndpoint, holdsDemand: Bool,
-            onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
+            local: UInt64, endpoint: any CoordinationEndpoint, holdsDemand: Bool, intents: [ClaimIntent],
+            purpose: String, heldByCaller: [UInt64], deadlines: CoordinationDeadlines,
+            onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void,
+            onLost: (any ClaimLossListener)?
         ) {
             self.local = local
-            self.endpoint = endpoint
-            self.progress = Locked(Progress(holdsDemand: holdsDemand))
+            self.intents = intents
+            self.purpose = purpose
+            self.heldByCaller = heldByCaller
+            self.presenterTimeout = deadlines.presenterAnswerNanoseconds
+            self.waitDeadline = monotonicNanoseconds() &+ deadlines.claimWaitNanoseconds
+            self.progress = Locked(Progress(holdsDemand: holdsDemand, endpoint: endpoint))
             self.onResult = onResult
+            self.onLost = onLost
         }
     }
 
@@ -64,6 +94,10 @@ package final class CoordinationDomain: Sendable {
     struct State {
         var nextLocal: UInt64 = 1
         var tickets: [UInt64: Ticket] = [:]
+        /// Granted claims not yet released: what to reclaim if their server dies (D-402).
+        var held: [UInt64: Ticket] = [:]
+        /// Held claims whose reclaim a new server has not answered yet.
+        var reclaiming: [UInt64: Ticket] = [:]
         var presenters: [UInt64: PresenterEntry] = [:]
         var presenterLocals: [ObjectIdentifier: UInt64] = [:]
         var purposes: [ObjectIdentifier: String] = [:]
@@ -137,7 +171,7 @@ package final class CoordinationDomain: Sendable {
     /// Submits a claim; `onResult` runs once, with the granted paths or the error.
     func acquire(
         _ intents: [ClaimIntent], purpose: String, deadlines: CoordinationDeadlines, blocksCaller: Bool = true,
-        waitsOnThread: Bool = false,
+        waitsOnThread: Bool = false, onLost: (any ClaimLossListener)? = nil,
         onResult: @escaping @Sendable (Ticket, Result<[String], CoordinationError>) -> Void
     ) throws(CoordinationError) -> Ticket {
         let endpoint = try resolveEndpoint(intents[0].path)
@@ -152,7 +186,9 @@ package final class CoordinationDomain: Sendable {
         let ticket = state.withLock { state in
             let local = state.nextLocal
             state.nextLocal += 1
-            let ticket = Ticket(local: local, endpoint: endpoint, holdsDemand: !waitsOnThread, onResult: onResult)
+            let ticket = Ticket(
+                local: local, endpoint: endpoint, holdsDemand: !waitsOnThread, intents: intents, purpose: purpose,
+                heldByCaller: held, deadlines: deadlines, onResult: onResult, onLost: onLost)
             state.tickets[local] = ticket
             return ticket
         }
@@ -161,29 +197,40 @@ package final class CoordinationDomain: Sendable {
         endpoint.submit(
             local: ticket.local, purpose: purpose, intents: intents, heldByCaller: held,
             waitTimeout: deadlines.claimWaitNanoseconds, presenterTimeout: deadlines.presenterAnswerNanoseconds)
+        // The connection may have broken before the ticket was listed, and its loss then moved
+        // nothing: move it now (D-402). Moving twice is harmless (only from the lost endpoint).
+        if endpoint.isLost { endpointLost(endpoint) }
         return ticket
     }
 
-    /// Ends a granted claim.
+    /// Ends a granted claim. Read under the domain's lock, so a reclaim (sent under it) reaches
+    /// the new server before this release does, or the claim is not reclaimed at all.
     func release(_ ticket: Ticket) {
-        ticket.endpoint.release(local: ticket.local)
+        let endpoint = state.withLock { state -> any CoordinationEndpoint in
+            state.held[ticket.local] = nil
+            return ticket.endpoint
+        }
+        endpoint.release(local: ticket.local)
     }
 
     /// Stops waiting for a claim: its result becomes `.cancelled` now, whatever the server does; a
     /// grant that arrives later is released at once.
     func cancel(_ ticket: Ticket) {
-        let (cancelled, addDemand) = ticket.progress.withLock { progress -> (Bool, Bool) in
-            guard progress.state == .waiting else { return (false, false) }
-            progress.state = .cancelledLocally
-            // The waiting thread stops reading now; someone must still read the server's answer
-            // (a grant that raced with the cancel must be released).
-            let add = !progress.holdsDemand
-            progress.holdsDemand = true
-            return (true, add)
+        // Under the domain's lock, as `release`: a resubmission to a new server comes before it.
+        let (cancelled, addDemand, endpoint) = state.withLock { _ in
+            ticket.progress.withLock { progress -> (Bool, Bool, any CoordinationEndpoint) in
+                guard progress.state == .waiting else { return (false, false, progress.endpoint) }
+                progress.state = .cancelledLocally
+                // The waiting thread stops reading now; someone must still read the server's answer
+                // (a grant that raced with the cancel must be released).
+                let add = !progress.holdsDemand
+                progress.holdsDemand = true
+                return (true, add, progress.endpoint)
+            }
         }
         guard cancelled else { return }
-        if addDemand { ticket.endpoint.changeReaderDemand(by: 1) }
-        ticket.endpoint.cancel(local: ticket.local)
+        if addDemand { endpoint.changeReaderDemand(by: 1) }
+        endpoint.cancel(local: ticket.local)
         ticket.onResult(ticket, .failure(CoordinationError(.cancelled, "The coordination was cancelled.")))
     }
 
@@ -197,48 +244,199 @@ package final class CoordinationDomain: Sendable {
     }
 
     func granted(local: UInt64, paths: [String]) {
-        guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
-        let (deliver, demand) = ticket.progress.withLock(Self.finish)
-        if deliver { ticket.onResult(ticket, .success(paths)) } else { ticket.endpoint.release(local: local) }
+        let found = state.withLock { state -> (Ticket, reclaimed: Bool)? in
+            if let ticket = state.tickets.removeValue(forKey: local) {
+                state.held[local] = ticket
+                return (ticket, false)
+            }
+            return state.reclaiming.removeValue(forKey: local).map { ($0, true) }
+        }
+        guard let (ticket, reclaimed) = found else { return }
+        if reclaimed {
+            // Re-established (D-402): the new connection now vouches for it.
+            let endpoint = ticket.progress.withLock { progress -> any CoordinationEndpoint in
+                progress.voucher = progress.endpoint.holderKey
+                return progress.endpoint
+            }
+            endpoint.changeReaderDemand(by: -1)
+            return
+        }
+        let (deliver, demand) = ticket.progress.withLock { progress -> (Bool, Bool) in
+            progress.paths = paths
+            progress.voucher = progress.endpoint.holderKey
+            return Self.finish(&progress)
+        }
+        if deliver {
+            ticket.onResult(ticket, .success(paths))
+        } else {
+            release(ticket)
+        }
         if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
 
     func failed(local: UInt64, error: CoordinationError) {
-        guard let ticket = state.withLock({ $0.tickets.removeValue(forKey: local) }) else { return }
+        let found = state.withLock { state -> (Ticket, reclaim: Bool, stillHeld: Bool)? in
+            if let ticket = state.tickets.removeValue(forKey: local) { return (ticket, false, false) }
+            guard let ticket = state.reclaiming.removeValue(forKey: local) else { return nil }
+            return (ticket, true, state.held.removeValue(forKey: local) != nil)
+        }
+        guard let (ticket, reclaim, stillHeld) = found else { return }
+        if reclaim {
+            ticket.endpoint.changeReaderDemand(by: -1)
+            if stillHeld { ticket.onLost?.claimLost(error) }  // released meanwhile: nobody to tell
+            return
+        }
         let (deliver, demand) = ticket.progress.withLock(Self.finish)
         if deliver { ticket.onResult(ticket, .failure(error)) }
         if demand { ticket.endpoint.changeReaderDemand(by: -1) }
     }
 
-    /// A server connection broke: its waiting claims fail with `.connectionLost`, and its
-    /// presenters are registered again (with a new server, started if needed) in the background.
+    /// How long claims of a dead server wait for a server to reach, before waiting claims fail
+    /// with `.connectionLost` and held ones are lost (D-402).
+    static let reconnectWindow: UInt64 = 10_000_000_000
+
+    /// A server connection broke. Its presenters are registered again; its waiting claims are
+    /// resubmitted, keeping their deadline, and its granted claims reclaimed from the new server
+    /// (started if needed) in the background (D-402). Claims that cannot be are failed or
+    /// reported lost.
     func endpointLost(_ endpoint: any CoordinationEndpoint) {
-        let (tickets, presenters) = state.withLock { state -> ([Ticket], [(UInt64, any FilePresenter)]) in
-            let tickets = state.tickets.values.filter { $0.endpoint === endpoint }
-            for ticket in tickets { state.tickets[ticket.local] = nil }
+        // On another thread: the endpoint may report its loss from a send made under this
+        // domain's lock (a reclaim).
+        DispatchQueue.global().async { self.moveClaims(from: endpoint) }
+    }
+
+    private func moveClaims(from endpoint: any CoordinationEndpoint) {
+        let (waiting, held, presenters) = state.withLock {
+            state -> ([Ticket], [Ticket], [(UInt64, any FilePresenter)]) in
+            let waiting = state.tickets.values.filter { $0.endpoint === endpoint }.sorted { $0.local < $1.local }
+            let held = state.held.values.filter { $0.endpoint === endpoint }.sorted { $0.local < $1.local }
             var presenters: [(UInt64, any FilePresenter)] = []
             for (local, entry) in state.presenters where entry.endpoint === endpoint {
                 state.presenters[local]?.endpoint = nil
                 state.presenters[local]?.reacquirers.removeAll()
                 presenters.append((local, entry.presenter))
             }
-            return (tickets, presenters)
+            return (waiting, held, presenters)
         }
-        for ticket in tickets {
-            let (deliver, demand) = ticket.progress.withLock(Self.finish)
-            if demand { ticket.endpoint.changeReaderDemand(by: -1) }
-            if deliver {
-                ticket.onResult(
-                    ticket,
-                    .failure(CoordinationError(.connectionLost, "The connection to the coordination server was lost.")))
+        if !waiting.isEmpty || !held.isEmpty { recover(from: endpoint, waiting: waiting, held: held) }
+        for (local, presenter) in presenters {
+            register(local: local, presenter: presenter, purpose: purpose(for: presenter))
+        }
+    }
+
+    /// Moves the claims of a dead endpoint to a new one: reclaims first, then resubmissions.
+    private func recover(from lost: any CoordinationEndpoint, waiting: [Ticket], held: [Ticket]) {
+        let path = (held.first ?? waiting[0]).intents[0].path
+        let giveUp = monotonicNanoseconds() &+ Self.reconnectWindow
+        var target: (any CoordinationEndpoint)?
+        var problem = "no coordination server could be reached"
+        while target == nil {
+            do {
+                // The next server on the same socket (a path may route elsewhere for a moment:
+                // under a mount being mounted again, to the standalone server).
+                let candidate = try resolveEndpoint(path)
+                if candidate !== lost && candidate.address == lost.address { target = candidate }
+            } catch {
+                problem = error.message
             }
+            if target != nil || monotonicNanoseconds() >= giveUp { break }
+            usleep(20_000)
         }
-        guard !presenters.isEmpty else { return }
-        DispatchQueue.global().async {
-            for (local, presenter) in presenters {
-                self.register(local: local, presenter: presenter, purpose: self.purpose(for: presenter))
+        guard let target else {
+            let seconds = Double(Self.reconnectWindow) / 1e9
+            let (waitingNow, lostNow) = state.withLock { state -> ([Ticket], [Ticket]) in
+                let lostNow = state.held.values.filter { $0.endpoint === lost }.sorted { $0.local < $1.local }
+                for ticket in lostNow { state.held[ticket.local] = nil }
+                return (state.tickets.values.filter { $0.endpoint === lost }, lostNow)
             }
+            for ticket in waitingNow {
+                failed(
+                    local: ticket.local,
+                    error: CoordinationError(
+                        .connectionLost,
+                        "The connection to the coordination server was lost and no server answered within \(seconds)s: "
+                            + "\(problem)."))
+            }
+            for ticket in lostNow {
+                ticket.onLost?.claimLost(
+                    CoordinationError(
+                        .claimLost,
+                        "The claim on \(ticket.intents[0].path) was lost: its coordination server died and no server "
+                            + "answered within \(seconds)s (\(problem))."))
+            }
+            return
         }
+        let now = monotonicNanoseconds()
+        let expired = state.withLock { state -> [Ticket] in
+            var groups: [ClaimHolder: [ReclaimedClaim]] = [:]
+            var order: [ClaimHolder] = []
+            // Listed again under the lock: what is on the lost endpoint now (a grant read just
+            // before the loss may have moved a waiting claim to the held ones meanwhile).
+            let held = state.held.values.filter { $0.endpoint === lost }.sorted { $0.local < $1.local }
+            let waiting = state.tickets.values.filter { $0.endpoint === lost }.sorted { $0.local < $1.local }
+            for ticket in held {
+                let (voucher, paths) = ticket.progress.withLock { progress -> (ClaimHolder?, [String]) in
+                    guard progress.endpoint === lost else { return (nil, []) }
+                    progress.endpoint = target
+                    return (progress.voucher, progress.paths)
+                }
+                guard let voucher else { continue }
+                var intents = ticket.intents
+                for index in intents.indices where index < paths.count { intents[index].path = paths[index] }
+                if groups[voucher] == nil { order.append(voucher) }
+                groups[voucher, default: []].append(
+                    ReclaimedClaim(
+                        local: ticket.local, purpose: ticket.purpose, presenterTimeout: ticket.presenterTimeout,
+                        intents: intents))
+                state.reclaiming[ticket.local] = ticket
+                target.changeReaderDemand(by: 1)  // the answer comes while the accessor runs
+            }
+            for voucher in order { target.reclaim(previous: voucher, claims: groups[voucher]!) }
+            var expired: [Ticket] = []
+            for ticket in waiting {
+                let moved = ticket.progress.withLock { progress -> Bool in
+                    guard progress.state == .waiting, progress.endpoint === lost else { return false }
+                    progress.endpoint = target
+                    progress.holdsDemand = true
+                    return true
+                }
+                guard moved else { continue }
+                target.changeReaderDemand(by: 1)
+                guard ticket.waitDeadline > now else {
+                    expired.append(ticket)
+                    continue
+                }
+                target.submit(
+                    local: ticket.local, purpose: ticket.purpose, intents: ticket.intents,
+                    heldByCaller: ticket.heldByCaller, waitTimeout: ticket.waitDeadline - now,
+                    presenterTimeout: ticket.presenterTimeout)
+            }
+            return expired
+        }
+        if target.isLost {
+            // It died before the claims were on it, so its own loss may have found none of
+            // them: move them again.
+            moveClaims(from: target)
+        }
+        for ticket in expired {
+            failed(
+                local: ticket.local,
+                error: CoordinationError(
+                    .timedOut,
+                    "The claim on \(ticket.intents[0].path) was not granted before its deadline (its coordination "
+                        + "server died meanwhile)."))
+        }
+    }
+
+    /// A thread whose claim's endpoint died waits here for the claim's result from wherever it
+    /// was resubmitted: at most until its deadline plus the reconnection window; then it stops.
+    func awaitAfterLoss(_ ticket: Ticket, _ waiter: Waiter) -> Result<[String], CoordinationError> {
+        let now = monotonicNanoseconds()
+        let limit = (ticket.waitDeadline > now ? ticket.waitDeadline - now : 0) &+ Self.reconnectWindow &+ 5_000_000_000
+        if let result = waiter.wait(milliseconds: Int(min(limit / 1_000_000, UInt64(Int32.max)))) { return result }
+        cancel(ticket)
+        if case .success(let paths)? = waiter.peek() { return .success(paths) }
+        return .failure(CoordinationError(.connectionLost, "The connection to the coordination server was lost."))
     }
 
     /// Announces a version event.

@@ -25,8 +25,18 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     /// Someone needs messages from this endpoint without waiting on a thread for them (a
     /// presenter, an async claim, a claim cancelled before its answer): +1 / -1.
     func changeReaderDemand(by delta: Int)
-    /// Blocks until `waiter` has a result; the endpoint may read the answer on this thread.
-    func wait(for waiter: Waiter) -> Result<[String], CoordinationError>
+    /// Blocks until `waiter` has a result; the endpoint may read the answer on this thread. Nil
+    /// when the endpoint died first: the domain then resubmits the claim elsewhere or fails it.
+    func wait(for waiter: Waiter) -> Result<[String], CoordinationError>?
+    /// Whether the endpoint is gone (its connection broke); never for an in-process one.
+    var isLost: Bool { get }
+    /// The socket of the server; nil in-process. Claims of a dead server move only to the next
+    /// server on the same socket: only it has the dead one's holders file (D-402).
+    var address: String? { get }
+    /// This connection as a holder of claims, for a successor server (D-402); nil in-process.
+    var holderKey: ClaimHolder? { get }
+    /// Re-establishes claims held under the dead server as `previous` (D-402).
+    func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim])
     /// Whether this is the coordination server of a ProviderFS mount: reads of its items get
     /// their content before the accessor runs (rules 50–52).
     var servesProviderMount: Bool { get }
@@ -99,7 +109,11 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
         host.versionChanged(path: path, change: change, version: version, versionName: versionName)
     }
     func changeReaderDemand(by delta: Int) {}  // actions arrive on the acting thread
-    func wait(for waiter: Waiter) -> Result<[String], CoordinationError> { waiter.wait() }
+    func wait(for waiter: Waiter) -> Result<[String], CoordinationError>? { waiter.wait() }
+    var holderKey: ClaimHolder? { nil }
+    var isLost: Bool { false }
+    var address: String? { nil }
+    func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim]) {}
     var servesProviderMount: Bool { false }
     var claimDescriptor: Int32? { nil }
 

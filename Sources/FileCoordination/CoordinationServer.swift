@@ -25,6 +25,14 @@ package final class CoordinationServer: @unchecked Sendable {
     package let idleExit: Duration?
     /// A connection that has not said hello after this long is dropped.
     package let helloTimeout: Duration
+    /// After a predecessor died holding claims, how long claims wait for its holders to reclaim
+    /// theirs at most (D-402).
+    package let grace: Duration
+    /// Where the server lists the connections holding granted claims, for a successor to await
+    /// after a crash (D-402): beside the socket, `.holders` instead of `.sock`.
+    package var holdersPath: String {
+        (socketPath.hasSuffix(".sock") ? String(socketPath.dropLast(5)) : socketPath) + ".holders"
+    }
 
     struct Control {
         var running = false
@@ -47,13 +55,32 @@ package final class CoordinationServer: @unchecked Sendable {
     /// Owns the claims taken for kernel callers. Created in init: a `lazy var` here raced when two
     /// mount threads made the first claims at once (TSan, CI).
     private let mountOwner: KernelClaimOwner
+    /// The holders file, open for rewriting (loop thread).
+    private var holdersFD: Int32 = -1
+    /// Set when a session starts or stops holding granted claims: the holders file is rewritten
+    /// before the next frame goes out, so no client holds a grant the file does not list.
+    private let holdersDirty = Locked(false)
+    /// The predecessor's holders still awaited in the grace period, with the process each must be
+    /// (pid, start time) to still be alive (loop thread).
+    private var predecessors: [ClaimHolder: (pid: Int32, start: UInt64)] = [:]
+    private var lastLivenessCheck: UInt64 = 0
+    /// The sessions (owners) the holders file lists now (loop thread).
+    private var listedHolders: Set<UInt64> = []
+    /// Since when the file lists a session that no longer holds anything (loop thread): dropped
+    /// from the file after `holderLinger`, so a client claiming in a loop costs no write per claim.
+    private var staleSince: UInt64?
+    /// When the listed sessions were last compared with the holding ones (loop thread).
+    private var lastHoldersCheck: UInt64 = 0
+    /// How long a former holder stays listed (D-402).
+    static let holderLinger: UInt64 = 100_000_000
 
     /// A server for `socketPath` over `host`. Nothing happens until `start()`.
     package init(
         socketPath: String, host: ArbiterHost = ArbiterHost(), idleExit: Duration? = nil,
-        helloTimeout: Duration = .seconds(5), log: (@Sendable (String) -> Void)? = nil,
-        redactPaths: @escaping @Sendable (String) -> String = { $0 }
+        helloTimeout: Duration = .seconds(5), grace: Duration = CoordinationServer.defaultGrace(),
+        log: (@Sendable (String) -> Void)? = nil, redactPaths: @escaping @Sendable (String) -> String = { $0 }
     ) {
+        self.grace = grace
         self.redact = redactPaths
         self.socketPath = socketPath
         self.host = host
@@ -65,6 +92,16 @@ package final class CoordinationServer: @unchecked Sendable {
 
     deinit {
         if listenFD >= 0 { close(listenFD) }
+        if holdersFD >= 0 { close(holdersFD) }
+    }
+
+    /// The grace period: `$PROVIDERFS_COORDINATOR_GRACE` (a duration), default 10 s (D-402).
+    package static func defaultGrace(environment: [String: String]? = nil) -> Duration {
+        let environment = environment ?? currentEnvironment()
+        if let text = environment["PROVIDERFS_COORDINATOR_GRACE"], let value = try? parseDuration(text) {
+            return value
+        }
+        return .seconds(10)
     }
 
     // MARK: Life cycle
@@ -78,6 +115,7 @@ package final class CoordinationServer: @unchecked Sendable {
             }
         }
         unlink(socketPath)
+        takeOverHolders()
         do { listenFD = try UnixSocket.listen(socketPath) } catch {
             throw CoordinationError(.serverUnavailable, "Cannot listen on \(socketPath): \(error.errno.message).")
         }
@@ -174,7 +212,8 @@ package final class CoordinationServer: @unchecked Sendable {
             close(lockFD)
             return nil
         }
-        let server = CoordinationServer(socketPath: socketPath, idleExit: idleExit, log: log)
+        let server = CoordinationServer(
+            socketPath: socketPath, idleExit: idleExit, grace: defaultGrace(environment: environment), log: log)
         server.lockFD = lockFD
         let pidPath = directory + "/coordinator.pid"
         server.cleanupPaths = [socketPath, pidPath]
@@ -223,6 +262,10 @@ package final class CoordinationServer: @unchecked Sendable {
                 timeout = min(
                     timeout < 0 ? .max : timeout, Int32(clamping: (due > now ? due - now : 0) / 1_000_000 + 1))
             }
+            if !predecessors.isEmpty || !listedHolders.isEmpty {
+                // Look at awaited holders' liveness; drop former holders from the file.
+                timeout = min(timeout < 0 ? .max : timeout, 100)
+            }
             let ready = poll(&fds, nfds_t(fds.count), timeout)
             if ready < 0 && errno != EINTR { break }
             if fds[0].revents != 0 { wakePipe.drain() }
@@ -237,10 +280,12 @@ package final class CoordinationServer: @unchecked Sendable {
                 log("dropping pid \(session.pid): no hello within \(helloTimeout)")
                 drop(session, reason: "No hello within \(helloTimeout).")
             }
+            if !predecessors.isEmpty { watchPredecessors(now: later) }
             flushAll()
             if !sessions.isEmpty || !host.isIdle {
                 idleSince = later
-            } else if let idleExit, later &- idleSince >= idleExit.nanosecondCount {
+            } else if let idleExit, later &- idleSince >= idleExit.nanosecondCount, predecessors.isEmpty {
+                // (Never while awaiting a predecessor's holders: a clean exit would forget them.)
                 acceptAll()  // a client that connected just now keeps the server alive
                 if sessions.isEmpty {
                     log("idle for \(idleExit); exiting")
@@ -255,6 +300,12 @@ package final class CoordinationServer: @unchecked Sendable {
         for session in Array(sessions.values) { drop(session, reason: nil) }
         for path in cleanupPaths { unlink(path) }
         if cleanupPaths.isEmpty { unlink(socketPath) }
+        // A clean end: every connection was closed, nobody holds anything to reclaim.
+        unlink(holdersPath)
+        if holdersFD >= 0 {
+            close(holdersFD)
+            holdersFD = -1
+        }
         close(listenFD)
         listenFD = -1
         if lockFD >= 0 {
@@ -328,7 +379,17 @@ package final class CoordinationServer: @unchecked Sendable {
                     heldByCaller: held.map { ClaimID(owner: owner, local: $0) },
                     waitDeadline: now &+ min(waitTimeout, UInt64(Int64.max) / 2),
                     presenterTimeout: min(presenterTimeout, UInt64(Int64.max) / 2)))
-        case .release(let local): host.release(ClaimID(owner: owner, local: local))
+        case .release(let local):
+            session.ended(local)
+            host.release(ClaimID(owner: owner, local: local))
+        case .reclaim(let server, let previousOwner, let claims):
+            host.reclaim(
+                claims.map {
+                    ClaimRequest(
+                        id: ClaimID(owner: owner, local: $0.local), pid: session.pid, purpose: $0.purpose,
+                        intents: $0.intents, waitDeadline: 0,
+                        presenterTimeout: min($0.presenterTimeout, UInt64(Int64.max) / 2))
+                }, from: ClaimHolder(server: server, owner: previousOwner))
         case .cancel(let local): host.cancel(ClaimID(owner: owner, local: local))
         case .addPresenter(
             let local, let purpose, let path, let identity, let isDirectory, let packageRoot, let methods):
@@ -365,9 +426,109 @@ package final class CoordinationServer: @unchecked Sendable {
         host.removeOwner(session.owner)
     }
 
+    // MARK: Holders and the grace period (D-402)
+
+    func holdersChanged() { holdersDirty.withLock { $0 = true } }
+
+    /// At start: reads the holders a dead predecessor listed, awaits those still alive in a grace
+    /// period, and keeps listing them until they reclaim (a successor of this server, should it
+    /// die too, awaits them as well).
+    private func takeOverHolders() {
+        if let text = try? String(contentsOfFile: holdersPath, encoding: .utf8) {
+            for line in text.split(separator: "\n") {
+                let fields = line.split(separator: " ")
+                guard fields.count == 4, let server = Int32(fields[0]), let owner = UInt64(fields[1]),
+                    let pid = Int32(fields[2]), let start = UInt64(fields[3])
+                else { continue }
+                guard ProcessInfoFiles.startTime(of: pid) == start else { continue }  // gone: nothing to await
+                predecessors[ClaimHolder(server: server, owner: owner)] = (pid, start)
+            }
+        }
+        holdersFD = open(holdersPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if !predecessors.isEmpty {
+            log("the previous server died holding claims: awaiting \(predecessors.count) holder(s) for up to \(grace)")
+            host.beginGrace(awaiting: Set(predecessors.keys), for: grace.nanosecondCount)
+        }
+        writeHolders()
+    }
+
+    /// Forgets awaited holders that reclaimed (the arbiter no longer awaits them) or whose process
+    /// is gone (the arbiter is told); at most every 100 ms.
+    private func watchPredecessors(now: UInt64) {
+        guard now &- lastLivenessCheck >= 100_000_000 else { return }
+        lastLivenessCheck = now
+        let awaited = host.awaitedHolders
+        var gone: Set<ClaimHolder> = []
+        var changed = false
+        for (holder, process) in predecessors {
+            if !awaited.contains(holder) {
+                predecessors[holder] = nil
+                changed = true
+            } else if ProcessInfoFiles.startTime(of: process.pid) != process.start {
+                gone.insert(holder)
+                predecessors[holder] = nil
+                changed = true
+            }
+        }
+        if changed { writeHolders() }
+        if !gone.isEmpty { host.holdersGone(gone) }
+    }
+
+    /// Writes the holders file when a session holds claims the file does not list yet (at once:
+    /// its grant leaves after this), or when a listed one has held nothing for `holderLinger`.
+    private func updateHolders() {
+        var current: Set<UInt64> = []
+        for session in sessions.values where session.holdsClaims { current.insert(session.owner) }
+        let now = monotonicNanoseconds()
+        lastHoldersCheck = now
+        if !current.isSubset(of: listedHolders) {
+            writeHolders()
+        } else if current != listedHolders {
+            if let since = staleSince, now &- since >= Self.holderLinger {
+                writeHolders()
+            } else if staleSince == nil {
+                staleSince = now
+            }
+        } else {
+            staleSince = nil
+        }
+    }
+
+    /// Rewrites the holders file: this server's connections that hold granted claims, then the
+    /// predecessor's holders still awaited. One line each: server pid, owner, holder pid, holder
+    /// start time.
+    private func writeHolders() {
+        guard holdersFD >= 0 else { return }
+        let me = getpid()
+        var text = ""
+        listedHolders = []
+        staleSince = nil
+        for session in sessions.values where session.markListed() {
+            guard let start = session.startTime else { continue }
+            listedHolders.insert(session.owner)
+            text += "\(me) \(session.owner) \(session.pid) \(start)\n"
+        }
+        for (holder, process) in predecessors {
+            text += "\(holder.server) \(holder.owner) \(process.pid) \(process.start)\n"
+        }
+        let bytes = Array(text.utf8)
+        let written = bytes.withUnsafeBytes { pwrite(holdersFD, $0.baseAddress, $0.count, 0) }
+        if written != bytes.count { log("cannot write \(holdersPath): \(Errno.current.message)") }
+        _ = ftruncate(holdersFD, off_t(bytes.count))
+    }
+
     private func flushAll() {
+        // Frames first taken, then the holders file written, then frames sent: a grant taken
+        // here was recorded in its session before it was queued, so the file lists its holder.
+        for session in sessions.values { session.takeOutbox() }
+        let dirty = holdersDirty.withLock { dirty in
+            defer { dirty = false }
+            return dirty
+        }
+        if dirty || (!listedHolders.isEmpty && monotonicNanoseconds() &- lastHoldersCheck >= Self.holderLinger) {
+            updateHolders()
+        }
         for session in Array(sessions.values) {
-            session.takeOutbox()
             guard !session.unsent.isEmpty else { continue }
             let written = session.unsent.withUnsafeBytes {
                 send(session.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))

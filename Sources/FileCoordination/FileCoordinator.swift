@@ -6,7 +6,7 @@ import SystemSupport
 /// Coordinates reads and writes of files with other coordinators and presenters, in this process
 /// and in others (Apple's `NSFileCoordinator`). Errors are thrown; an accessor never runs when the
 /// coordination failed. Differences from Apple are listed in docs/SEMANTICS.md.
-public final class FileCoordinator: @unchecked Sendable {
+public final class FileCoordinator: ClaimLossListener, @unchecked Sendable {
     // Safe: the mutable fields live in `state` (a Locked); the others are immutable.
     struct State {
         var purpose: String
@@ -14,6 +14,7 @@ public final class FileCoordinator: @unchecked Sendable {
         var cancelled = false
         var inflight: [ObjectIdentifier: CoordinationDomain.Ticket] = [:]
         var deadlines: CoordinationDeadlines
+        var claimLostHandler: (@Sendable (CoordinationError) -> Void)?
     }
 
     /// The presenter this coordinator acts for: it receives no messages caused by this coordinator
@@ -96,6 +97,21 @@ public final class FileCoordinator: @unchecked Sendable {
         set { state.withLock { $0.deadlines = newValue } }
     }
 
+    /// Called when a claim of this coordinator, already granted, could not be re-established
+    /// after its coordination server died (D-402): another claim took its place first, or no
+    /// server came back in time. The error is `.claimLost` and names the item. It runs on an
+    /// arbitrary thread, usually while the accessor is still running — from then on the accessor
+    /// has no exclusion, and should stop or check its work. A claim re-established in time is not
+    /// reported: its accessor never lost exclusion. Nil (the default): nobody is told.
+    public var claimLostHandler: (@Sendable (CoordinationError) -> Void)? {
+        get { state.withLock { $0.claimLostHandler } }
+        set { state.withLock { $0.claimLostHandler = newValue } }
+    }
+
+    func claimLost(_ error: CoordinationError) {
+        if let handler = claimLostHandler { handler(error) }
+    }
+
     // MARK: Cancellation
 
     /// Stops every wait of this coordinator now; they throw `.cancelled` and their accessors do
@@ -163,13 +179,13 @@ public final class FileCoordinator: @unchecked Sendable {
     private func acquireOnThisThread(_ claimIntents: [ClaimIntent]) throws -> (CoordinationDomain.Ticket, [String]) {
         let waiter = Waiter()
         let ticket = try domain.acquire(
-            claimIntents, purpose: purposeIdentifier, deadlines: deadlines, waitsOnThread: true
+            claimIntents, purpose: purposeIdentifier, deadlines: deadlines, waitsOnThread: true, onLost: self
         ) { waiter.fulfil($1) }
         // Granted (or failed) inside `acquire`, as an uncontended local claim is: nothing left
         // for `cancel()` to stop.
         if let ready = waiter.peek() { return (ticket, try ready.get()) }
         track(ticket)
-        let result = ticket.endpoint.wait(for: waiter)
+        let result = ticket.endpoint.wait(for: waiter) ?? domain.awaitAfterLoss(ticket, waiter)
         untrack(ticket)
         return (ticket, try result.get())
     }
@@ -199,7 +215,8 @@ public final class FileCoordinator: @unchecked Sendable {
             let claimIntents = try Self.resolve(intents)
             let domain = self.domain
             let ticket = try domain.acquire(
-                claimIntents, purpose: purposeIdentifier, deadlines: deadlines, blocksCaller: false
+                claimIntents, purpose: purposeIdentifier, deadlines: deadlines, blocksCaller: false,
+                onLost: self
             ) { [weak self] ticket, result in
                 let coordinator = self
                 switch result {
@@ -245,7 +262,9 @@ public final class FileCoordinator: @unchecked Sendable {
         let paths = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[String], any Error>) in
                 do {
-                    let ticket = try domain.acquire(claimIntents, purpose: purpose, deadlines: deadlines) {
+                    let ticket = try domain.acquire(
+                        claimIntents, purpose: purpose, deadlines: deadlines, onLost: self
+                    ) {
                         continuation.resume(with: $1.mapError { $0 as any Error })
                     }
                     box.withLock { $0 = ticket }

@@ -131,6 +131,11 @@ public struct CoordinationError: Error, Sendable, Equatable, CustomStringConvert
         /// A coordinated read of an item in a ProviderFS mount could not get the item's content
         /// from its provider; the accessor did not run (rule 51).
         case downloadFailed = 12
+        /// A claim that was granted could not be re-established after the coordination server
+        /// restarted: another claim took its place, or no server came back in time (D-402). The
+        /// accessor was running without exclusion from then on; `FileCoordinator.claimLostHandler`
+        /// hears of it.
+        case claimLost = 13
     }
 
     /// The kind of failure.

@@ -17,22 +17,29 @@ package enum ServerLauncher {
     /// Connects to the standalone server, starting it when no server answers.
     static func connectOrStart(socketPath: String, delegate: DelegateBox?) throws(CoordinationError) -> ServerLink {
         let deadline = monotonicNanoseconds() + startTimeout
-        var started = false
+        // When a server was last started here: again only after a second without one answering
+        // (a started server may be killed before it answers, D-402), so one slow start does not
+        // spawn a crowd (the lock makes extra ones leave anyway).
+        var startedAt: UInt64?
         var pause: UInt32 = 1000
         var lastError = ""
         while true {
             do {
                 return try ServerLink.connect(socketPath: socketPath, delegate: delegate)
-            } catch let error as SystemCallError where [ENOENT, ECONNREFUSED].contains(error.errno.rawValue) {
+            } catch let error as SystemCallError
+                where [ENOENT, ECONNREFUSED, EPIPE, ECONNRESET].contains(error.errno.rawValue)
+            {
+                // No server, or one that died while we connected.
                 lastError = error.description
-                if !started {
+                let now = monotonicNanoseconds()
+                if startedAt.map({ now &- $0 >= 1_000_000_000 }) ?? true {
                     try start()
-                    started = true
+                    startedAt = now
                 }
             } catch let error as CoordinationError where error.code == .connectionLost {
-                // The server was exiting on idle while we connected: start another.
+                // The server was exiting on idle (or died) while we connected: start another.
                 lastError = error.description
-                started = false
+                startedAt = nil
             } catch {
                 throw CoordinationError(.serverUnavailable, "Cannot reach the coordination server: \(error).")
             }

@@ -35,11 +35,14 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     }
 
     private let readState = Locked(ReadState())
-    private let backgroundWake = DispatchSemaphore(value: 0)
+    /// Wakes the background thread; while idle it also watches the socket for the server's end.
+    private let backgroundWake = WakePipe()
     private var buffer: FrameBuffer
     private var chunk = [UInt8](repeating: 0, count: 64 * 1024)
 
     var isDead: Bool { readState.withLock { $0.dead } }
+    var isLost: Bool { isDead }
+    var address: String? { socketPath }
 
     /// The socket: the server releases this connection's claims when its last copy is closed.
     var claimDescriptor: Int32? { isDead ? nil : fd }
@@ -134,7 +137,7 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
             state.reading = false
             return state.demand > 0 || state.dead
         }
-        if wakeBackground { backgroundWake.signal() }
+        if wakeBackground { backgroundWake.wake() }
     }
 
     /// How long one blocking read waits (SO_RCVTIMEO) before its reader looks at its state again.
@@ -171,7 +174,7 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
         }
         guard first else { return }
         shutdown(fd, Int32(SHUT_RDWR))
-        backgroundWake.signal()
+        backgroundWake.wake()
         delegate?.endpointLost(self)
     }
 
@@ -186,7 +189,16 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
             }
             if dead { break }
             if !read {
-                _ = backgroundWake.wait(timeout: .now() + .milliseconds(500))
+                // Idle: sleep until woken, or until the server closes the connection — noticed at
+                // once, so claims held inside accessors are reclaimed from a new server (D-402).
+                // Events 0 on the socket: only a hang-up or error is reported, not unread data.
+                var fds = [
+                    pollfd(fd: backgroundWake.descriptor, events: Int16(POLLIN), revents: 0),
+                    pollfd(fd: fd, events: 0, revents: 0),
+                ]
+                _ = poll(&fds, 2, 500)
+                if fds[0].revents != 0 { backgroundWake.drain() }
+                if fds[1].revents & Int16(POLLHUP | POLLERR) != 0 { markDead() }
                 continue
             }
             var alive = true
@@ -210,17 +222,14 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
             state.demand += delta
             return delta > 0 && !state.reading
         }
-        if wake { backgroundWake.signal() }
+        if wake { backgroundWake.wake() }
     }
 
-    func wait(for waiter: Waiter) -> Result<[String], CoordinationError> {
+    func wait(for waiter: Waiter) -> Result<[String], CoordinationError>? {
         while true {
             if let result = waiter.peek() { return result }
-            if isDead {
-                return waiter.wait(milliseconds: 1000)
-                    ?? .failure(
-                        CoordinationError(.connectionLost, "The connection to the coordination server was lost."))
-            }
+            // Gone: the domain resubmits the claim to a new server, or fails it (D-402).
+            if isDead { return nil }
             if tryTakeToken() {
                 var alive = true
                 while alive && waiter.peek() == nil { alive = readOnce() }
@@ -256,6 +265,10 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
                 held: heldByCaller, intents: intents))
     }
     func release(local: UInt64) { send(.release(local: local)) }
+    var holderKey: ClaimHolder? { ClaimHolder(server: serverPid, owner: owner) }
+    func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim]) {
+        send(.reclaim(previousServer: previous.server, previousOwner: previous.owner, claims: claims))
+    }
     func cancel(local: UInt64) { send(.cancel(local: local)) }
     func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods) {
         changeReaderDemand(by: 1)

@@ -1,4 +1,4 @@
-// The coordination protocol, version 2 (docs/COORDINATION-PROTOCOL.md; D-120): length-prefixed binary
+// The coordination protocol, version 3 (docs/COORDINATION-PROTOCOL.md; D-120, D-402): length-prefixed binary
 // frames over a Unix stream socket. Hand-written encoding, because a claim round trip must stay in
 // tens of microseconds and JSON costs more than that. The decoder trusts nothing: every length is
 // bounded and checked, strings must be UTF-8, unknown types are errors.
@@ -8,7 +8,7 @@ import SystemSupport
 /// Protocol constants.
 package enum WireProtocol {
     /// The protocol version this build speaks.
-    package static let version: UInt16 = 2
+    package static let version: UInt16 = 3
     /// "PFSC" — first field of `hello`, so a stray client is recognised at once.
     package static let magic: UInt32 = 0x5046_5343
     /// Largest frame payload accepted (bytes).
@@ -17,6 +17,25 @@ package enum WireProtocol {
     package static let maximumString = 16 * 1024
     /// Largest array accepted (items, paths, held claims).
     package static let maximumCount = 4096
+}
+
+/// One claim of a `reclaim` message: a claim the client held under a server that died (D-402).
+package struct ReclaimedClaim: Sendable, Equatable {
+    /// The client's number for the claim (unchanged across servers).
+    package var local: UInt64
+    /// The claim's purpose identifier.
+    package var purpose: String
+    /// How long a presenter may take to answer (kept for the claim's later messages).
+    package var presenterTimeout: UInt64
+    /// Its items, as first submitted (moved items rewritten by the client).
+    package var intents: [ClaimIntent]
+    /// A reclaimed claim; see the properties.
+    package init(local: UInt64, purpose: String, presenterTimeout: UInt64, intents: [ClaimIntent]) {
+        self.local = local
+        self.purpose = purpose
+        self.presenterTimeout = presenterTimeout
+        self.intents = intents
+    }
 }
 
 /// Why bytes could not be decoded as a message.
@@ -55,6 +74,10 @@ package enum WireMessage: Sendable, Equatable {
     case dumpRequest(requestID: UInt64)
     /// A version event.
     case versionChanged(path: String, change: UInt8, version: String, versionName: String)
+    /// Version 3 (D-402): the claims connection `previousOwner` of the server with pid
+    /// `previousServer` had granted, which died; the client still holds them. Each is answered
+    /// with `granted` (re-established) or `failed(claimLost)`.
+    case reclaim(previousServer: Int32, previousOwner: UInt64, claims: [ReclaimedClaim])
     // Server → client.
     /// Answer to hello.
     case welcome(version: UInt16, serverPid: Int32, owner: UInt64)
@@ -81,6 +104,7 @@ package enum WireMessage: Sendable, Equatable {
         case .itemMoved: 8
         case .dumpRequest: 9
         case .versionChanged: 10
+        case .reclaim: 11
         case .welcome: 64
         case .granted: 65
         case .failed: 66
@@ -134,6 +158,17 @@ package enum WireMessage: Sendable, Equatable {
             writer.u8(change)
             writer.string(version)
             writer.string(versionName)
+        case .reclaim(let server, let owner, let claims):
+            writer.u32(UInt32(bitPattern: server))
+            writer.u64(owner)
+            writer.u32(UInt32(claims.count))
+            for claim in claims {
+                writer.u64(claim.local)
+                writer.string(claim.purpose)
+                writer.u64(claim.presenterTimeout)
+                writer.u32(UInt32(claim.intents.count))
+                for intent in claim.intents { writer.intent(intent) }
+            }
         case .welcome(let version, let serverPid, let owner):
             writer.u16(version)
             writer.u32(UInt32(bitPattern: serverPid))
@@ -208,6 +243,23 @@ package enum WireMessage: Sendable, Equatable {
             guard VersionChange(rawValue: change) != nil else { throw WireError("Unknown version change \(change).") }
             message = .versionChanged(
                 path: path, change: change, version: try reader.path(), versionName: try reader.string())
+        case 11:
+            let server = Int32(bitPattern: try reader.u32())
+            let owner = try reader.u64()
+            let count = try reader.count()
+            var claims: [ReclaimedClaim] = []
+            for _ in 0..<count {
+                let local = try reader.u64()
+                let purpose = try reader.string()
+                let presenterTimeout = try reader.u64()
+                let intentCount = try reader.count()
+                var intents: [ClaimIntent] = []
+                for _ in 0..<intentCount { intents.append(try reader.intent()) }
+                claims.append(
+                    ReclaimedClaim(local: local, purpose: purpose, presenterTimeout: presenterTimeout, intents: intents)
+                )
+            }
+            message = .reclaim(previousServer: server, previousOwner: owner, claims: claims)
         case 64:
             message = .welcome(
                 version: try reader.u16(), serverPid: Int32(bitPattern: try reader.u32()), owner: try reader.u64())

@@ -7,7 +7,9 @@ import Glibc
 #endif
 
 /// `providerfs coordinate (--read | --write[=KIND]) PATH [--timeout D] -- CMD [ARG…]`: runs CMD
-/// while holding a coordinated claim on PATH; exits with CMD's status, 75 when the claim times out.
+/// while holding a coordinated claim on PATH; exits with CMD's status, 75 when the claim times out,
+/// 76 when the claim was lost while CMD ran (its server died and the claim could not be
+/// re-established, D-402).
 struct CoordinateCommand: CLICommand {
     static let name = "coordinate"
     static let summary = "run a command while holding a coordinated read or write claim on a path"
@@ -45,14 +47,27 @@ struct CoordinateCommand: CLICommand {
         var deadlines = CoordinationDeadlines.default
         if let timeout { deadlines.claimWait = timeout }
         coordinator.deadlines = deadlines
+        // The claim's server died and the claim could not be re-established (D-402): CMD is no
+        // longer protected. Said at once on stderr; the exit status says it after CMD.
+        let lost = Locked(false)
+        coordinator.claimLostHandler = { error in
+            lost.withLock { $0 = true }
+            io.error("providerfs coordinate: warning: \(error.message) CMD goes on without the claim.")
+        }
         let intent: FileAccessIntent =
             read ? .readingIntent(with: url) : .writingIntent(with: url, options: writingOptions)
         do {
-            return try await coordinator.coordinate(
+            let status = try await coordinator.coordinate(
                 with: [intent],
                 performing: { _ in
                     try await runChild(command, claimDescriptors: FileCoordinator.heldClaimDescriptors)
                 })
+            if lost.withLock({ $0 }) {
+                throw CommandFailure(
+                    "the claim on \(absolute) was lost while CMD ran (CMD exited with status \(status)).",
+                    status: ExitStatus.claimLost)
+            }
+            return status
         } catch let error as CoordinationError where error.code == .timedOut {
             throw CommandFailure(error.message, status: ExitStatus.timeout)
         } catch let error as CoordinationError {

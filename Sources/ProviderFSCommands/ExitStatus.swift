@@ -6,6 +6,9 @@ public enum ExitStatus {
     public static let usage: Int32 = 64
     /// A coordination claim was not granted before its deadline (sysexits EX_TEMPFAIL).
     public static let timeout: Int32 = 75
+    /// `coordinate`'s claim was lost while CMD ran: its coordination server died and the claim
+    /// could not be re-established (D-402; sysexits EX_PROTOCOL).
+    public static let claimLost: Int32 = 76
     /// `coordinate`'s CMD was found but could not be executed (as `env` and `timeout` exit).
     public static let commandNotExecutable: Int32 = 126
     /// `coordinate`'s CMD was not found (as `env` and `timeout` exit).

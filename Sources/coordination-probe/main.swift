@@ -3,7 +3,8 @@
 //
 //   coordination-probe hold (--read | --write[=deleting|moving|replacing|merging|evicting]) PATH
 //       takes the claim, prints "granted PATH", holds it until stdin reaches EOF or a line,
-//       then prints "released" and exits 0 (a failure prints "failed CODE MESSAGE", exits 1).
+//       then prints "released" and exits 0 (a failure prints "failed CODE MESSAGE", exits 1). A
+//       held claim lost to a server restart prints "lost MESSAGE" at once (D-402).
 //   coordination-probe present PATH [--silent] [--evictable]
 //       registers a presenter, prints "ready", then one line per event ("event NAME PATH");
 //       answers every request unless --silent; exits when stdin reaches EOF. With --evictable it
@@ -121,8 +122,10 @@ case "hold":
         }
     }
     guard let intent else { fail("hold needs --read or --write") }
+    let coordinator = FileCoordinator()
+    coordinator.claimLostHandler = { error in say("lost \(error.message)") }
     do {
-        try FileCoordinator().coordinate(intents: [intent]) { urls in
+        try coordinator.coordinate(intents: [intent]) { urls in
             say("granted \(urls[0].path)")
             _ = readLine()
         }

@@ -38,6 +38,14 @@ let sampleMessages: [WireMessage] = [
         presenter: 1, messageID: 0,
         message: .versionChanged(change: .lost, item: "/a", version: "/v", versionName: "n"),
         claim: nil),
+    .reclaim(
+        previousServer: 4242, previousOwner: 7,
+        claims: [
+            ReclaimedClaim(
+                local: 3, purpose: "p", presenterTimeout: 5, intents: [ClaimIntent(kind: .write, path: "/a")]),
+            ReclaimedClaim(local: 4, purpose: "q", presenterTimeout: 6, intents: []),
+        ]),
+    .reclaim(previousServer: 1, previousOwner: 2, claims: []),
 ]
 
 func decodeFrame(_ frame: [UInt8]) throws -> WireMessage {
@@ -114,11 +122,19 @@ final class EmbeddedServer: @unchecked Sendable {
     let server: CoordinationServer
     var socketPath: String { server.socketPath }
 
-    init(helloTimeout: Duration = .seconds(5)) throws {
+    /// `holders`: the holders file a dead predecessor left (D-402), written before the start.
+    init(helloTimeout: Duration = .seconds(5), grace: Duration = .seconds(10), holders: String? = nil) throws {
         var template = Array("/tmp/pfs-srv-XXXXXX".utf8CString)
         directory = String(cString: template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }!)
-        server = CoordinationServer(socketPath: directory + "/s.sock", helloTimeout: helloTimeout)
+        if let holders { try holders.write(toFile: directory + "/s.holders", atomically: false, encoding: .utf8) }
+        server = CoordinationServer(socketPath: directory + "/s.sock", helloTimeout: helloTimeout, grace: grace)
         try server.start()
+    }
+
+    /// A server on an existing directory's socket (a successor), not started.
+    init(successorIn directory: String, grace: Duration = .seconds(10)) {
+        self.directory = directory
+        server = CoordinationServer(socketPath: directory + "/s.sock", grace: grace)
     }
 
     func stop() {
