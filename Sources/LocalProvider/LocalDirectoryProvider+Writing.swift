@@ -43,8 +43,12 @@ extension LocalDirectoryProvider {
             guard mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) == 0 else {
                 throw Self.writeError(errno, "mkdir \(name) in \(Self.describe(parent))")
             }
-            // mkdir applies the umask: the permissions asked are the ones stored.
-            _ = fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW)
+            // mkdir applies the umask: the permissions asked are the ones stored, plus the
+            // setgid a directory made in a setgid directory inherits (D-397).
+            var made = stat()
+            let inherited =
+                fstatat(directory.fd, name, &made, AT_SYMLINK_NOFOLLOW) == 0 ? UInt16(made.st_mode & 0o2000) : 0
+            _ = fchmodat(directory.fd, name, mode_t((permissions & 0o7777) | inherited), AT_SYMLINK_NOFOLLOW)
             return try self.itemAt(directory, name: name)
         }
     }
@@ -169,6 +173,11 @@ extension LocalDirectoryProvider {
         return try await LocalIO.run {
             if identifier == .root {
                 let path = try self.checkedPath(.root)
+                if changes.uid != nil || changes.gid != nil,
+                    lchown(path, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max) != 0
+                {
+                    throw Self.writeError(errno, "chown of the source directory")
+                }
                 if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
                     throw Self.writeError(errno, "chmod of the source directory")
                 }
@@ -186,6 +195,15 @@ extension LocalDirectoryProvider {
             var info = stat()
             guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                 throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+            }
+            // The owner first: Linux's chown clears setuid and setgid, the permissions asked
+            // come after (D-397).
+            if changes.uid != nil || changes.gid != nil {
+                guard
+                    fchownat(
+                        directory.fd, name, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max,
+                        AT_SYMLINK_NOFOLLOW) == 0
+                else { throw Self.writeError(errno, "chown \(identifier.rawValue)") }
             }
             // Linux has no permissions for a symbolic link: they are left alone.
             if let permissions = changes.permissions, info.st_mode & S_IFMT != S_IFLNK {

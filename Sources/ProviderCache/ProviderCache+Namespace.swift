@@ -13,26 +13,28 @@ extension ProviderCache {
         }
     }
 
-    /// mkdir: the new directory, in its parent's listing.
+    /// mkdir: the new directory, in its parent's listing. `owner`: who made it (D-397).
     public func createDirectory(
-        named name: String, in parent: ItemIdentifier, permissions: UInt16
+        named name: String, in parent: ItemIdentifier, permissions: UInt16, owner: ItemOwner? = nil
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
-        let item = try await providerCall {
+        let made = try await providerCall {
             try await provider.createDirectory(named: name, in: parent, permissions: permissions)
         }
+        let item = await environment.owned(made, by: owner)
         catalog.created(item)
         return item
     }
 
-    /// symlink: the new link, in its parent's listing.
+    /// symlink: the new link, in its parent's listing. `owner`: who made it (D-397).
     public func createSymbolicLink(
-        named name: String, in parent: ItemIdentifier, target: String
+        named name: String, in parent: ItemIdentifier, target: String, owner: ItemOwner? = nil
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
-        let item = try await providerCall {
+        let made = try await providerCall {
             try await provider.createSymbolicLink(named: name, in: parent, target: target)
         }
+        let item = await environment.owned(made, by: owner)
         catalog.created(item)
         return item
     }

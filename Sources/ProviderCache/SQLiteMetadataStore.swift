@@ -89,6 +89,12 @@ public final class SQLiteMetadataStore: MetadataStore {
         migrator.registerMigration("provider cache v6: item serial numbers") { db in
             try db.execute("ALTER TABLE items ADD COLUMN serial INTEGER")
         }
+        // The item's owner where the provider stores one (D-397); NULL: none (rows of older
+        // caches too, until the provider is asked again).
+        migrator.registerMigration("provider cache v7: item owners") { db in
+            try db.execute("ALTER TABLE items ADD COLUMN uid INTEGER")
+            try db.execute("ALTER TABLE items ADD COLUMN gid INTEGER")
+        }
         return migrator
     }
 
@@ -115,7 +121,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             var result: [StoredItem] = []
             try db.forEachRow("SELECT * FROM items") { row in
                 let kind: String = try row["kind"]
-                let item = ProviderItem(
+                var item = ProviderItem(
                     identifier: ItemIdentifier(try row["identifier"] as String),
                     parent: ItemIdentifier(try row["parent"] as String), name: try row["name"],
                     kind: ItemKind(rawValue: kind) ?? .file, size: try row["size"],
@@ -124,6 +130,11 @@ public final class SQLiteMetadataStore: MetadataStore {
                     contentVersion: ContentVersion(try row["version"] as String),
                     permissions: UInt16(truncatingIfNeeded: try row["permissions"] as Int64),
                     symbolicLinkTarget: try row["link_target"])
+                let uid: Int64? = try row["uid"]
+                let gid: Int64? = try row["gid"]
+                if let uid, let gid {
+                    item.owner = ItemOwner(uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid))
+                }
                 let serial: Int64? = try row["serial"]
                 result.append(
                     StoredItem(
@@ -142,19 +153,21 @@ public final class SQLiteMetadataStore: MetadataStore {
                 try db.execute(
                     """
                     INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
-                        version, permissions, link_target, children_listed, serial)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        version, permissions, link_target, children_listed, serial, uid, gid)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
                         kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
                         mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
                         permissions = excluded.permissions, link_target = excluded.link_target,
-                        children_listed = excluded.children_listed, serial = excluded.serial
+                        children_listed = excluded.children_listed, serial = excluded.serial,
+                        uid = excluded.uid, gid = excluded.gid
                     """,
                     [
                         item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
                         item.modificationTime.seconds, item.modificationTime.nanoseconds, item.contentVersion.rawValue,
                         Int64(item.permissions), item.symbolicLinkTarget, stored.childrenListed,
-                        Int64(clamping: stored.serial),
+                        Int64(clamping: stored.serial), item.owner.map { Int64($0.uid) },
+                        item.owner.map { Int64($0.gid) },
                     ])
             }
         }

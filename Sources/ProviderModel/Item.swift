@@ -59,11 +59,14 @@ public struct ProviderItem: Sendable, Hashable {
     public var permissions: UInt16
     /// The target of a symbolic link, nil for other kinds.
     public var symbolicLinkTarget: String?
+    /// The owner the provider stores (`.storesOwnership`, D-397); nil: it has none, and the mount
+    /// shows the mounting user.
+    public var owner: ItemOwner?
 
     public init(
         identifier: ItemIdentifier, parent: ItemIdentifier, name: String, kind: ItemKind, size: Int64,
         modificationTime: ItemTime, contentVersion: ContentVersion, permissions: UInt16 = 0o644,
-        symbolicLinkTarget: String? = nil
+        symbolicLinkTarget: String? = nil, owner: ItemOwner? = nil
     ) {
         self.identifier = identifier
         self.parent = parent
@@ -74,5 +77,17 @@ public struct ProviderItem: Sendable, Hashable {
         self.contentVersion = contentVersion
         self.permissions = permissions
         self.symbolicLinkTarget = symbolicLinkTarget
+        self.owner = owner
     }
+}
+
+/// A user and group id, as stat shows them (D-397).
+public struct ItemOwner: Sendable, Hashable, CustomStringConvertible {
+    public var uid: UInt32
+    public var gid: UInt32
+    public init(uid: UInt32, gid: UInt32) {
+        self.uid = uid
+        self.gid = gid
+    }
+    public var description: String { "\(uid):\(gid)" }
 }

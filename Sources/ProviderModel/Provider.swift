@@ -179,8 +179,8 @@ public enum ImmediateChild: Sendable, Equatable {
 }
 
 public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
 
     public static let namedChildLookup = ProviderCapabilities(rawValue: 1 << 0)
     public static let immediateMetadata = ProviderCapabilities(rawValue: 1 << 1)

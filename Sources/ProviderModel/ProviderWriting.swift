@@ -42,14 +42,22 @@ public enum MoveMode: Sendable, Hashable {
     case exchange
 }
 
-/// Metadata a mount stores for an item (chmod, utimens). Nil fields are left as they are.
+/// Metadata a mount stores for an item (chmod, utimens, chown). Nil fields are left as they are.
 public struct ItemAttributeChanges: Sendable, Hashable {
     /// Permission bits (mode & 0o7777).
     public var permissions: UInt16?
     public var modificationTime: ItemTime?
-    public init(permissions: UInt16? = nil, modificationTime: ItemTime? = nil) {
+    /// The owner and group (`.storesOwnership`, D-397), changed before the permissions, so that
+    /// a chown's clearing of setuid/setgid at the source cannot undo the permissions asked.
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public init(
+        permissions: UInt16? = nil, modificationTime: ItemTime? = nil, uid: UInt32? = nil, gid: UInt32? = nil
+    ) {
         self.permissions = permissions
         self.modificationTime = modificationTime
+        self.uid = uid
+        self.gid = gid
     }
 }
 
@@ -64,6 +72,10 @@ extension ProviderCapabilities {
     /// `setAttributes` stores permissions and modification times at the provider. Without it the
     /// mount keeps them in its own metadata only (docs/SEMANTICS.md).
     public static let storesAttributes = ProviderCapabilities(rawValue: 1 << 7)
+    /// Items carry their `owner`, and `setAttributes` changes it (chown; needs `.storesAttributes`
+    /// too). Without it every node shows the mounting user and chown to another is EPERM (D-397).
+    /// A local directory offers it when the daemon may chown (root or CAP_CHOWN).
+    public static let storesOwnership = ProviderCapabilities(rawValue: 1 << 8)
 }
 
 /// The write calls' defaults: they decline, as a provider without `.writing` does.

@@ -104,7 +104,9 @@ extension ProviderFileSystem {
         try checkName(name, in: site, "mkdir")
         let item: ProviderItem
         do {
-            item = try await cache.createDirectory(named: name, in: site.directory, permissions: permissions & 0o7777)
+            item = try await cache.createDirectory(
+                named: name, in: site.directory, permissions: permissions & 0o7777,
+                owner: newOwner(in: site.directory, context: context))
         } catch {
             throw FileSystemError(error)
         }
@@ -124,7 +126,8 @@ extension ProviderFileSystem {
         guard target.utf8.count < 4096 else { throw FileSystemError(.nameTooLong, "symlink: target too long") }
         let item: ProviderItem
         do {
-            item = try await cache.createSymbolicLink(named: name, in: site.directory, target: target)
+            item = try await cache.createSymbolicLink(
+                named: name, in: site.directory, target: target, owner: newOwner(in: site.directory, context: context))
         } catch {
             throw FileSystemError(error)
         }
@@ -407,16 +410,28 @@ extension ProviderFileSystem {
         guard let node = try anyNode(inode, context: context, operation: "setattr") else {
             throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
         }
-        if let uid = changes.uid, uid != options.uid {
-            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
+        var wanted = Self.itemChanges(changes)
+        if ownsItems {
+            // The kernel checked who may (default_permissions): only root gives a node away, its
+            // owner gives it to a group of its own. A chown to the owner it has changes nothing.
+            let current = shownOwner(of: cache.shown(try await item(of: node, maximumAge: options.cache.attributeTTL)))
+            if wanted.uid == current.uid { wanted.uid = nil }
+            if wanted.gid == current.gid { wanted.gid = nil }
+        } else {
+            if let uid = changes.uid, uid != options.uid {
+                throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
+            }
+            if let gid = changes.gid, gid != options.gid {
+                throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
+            }
+            wanted.uid = nil
+            wanted.gid = nil
         }
-        if let gid = changes.gid, gid != options.gid {
-            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
-        }
-        let wanted = Self.itemChanges(changes)
         if wanted != ItemAttributeChanges() {
             let storesAttributes = cache.providerCapabilities.contains(.storesAttributes)
-            if storesAttributes, node.kind == .file, cache.writes.holdAttributes(wanted, of: node.identifier) {
+            if storesAttributes, node.kind == .file, wanted.uid == nil, wanted.gid == nil,
+                cache.writes.holdAttributes(wanted, of: node.identifier)
+            {
                 // Carried by the open edit's publish and upload (D-385).
                 return try await getAttributes(inode, context: context)
             }

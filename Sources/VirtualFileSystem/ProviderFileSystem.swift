@@ -220,9 +220,10 @@ public final class ProviderFileSystem: FileSystem {
         let mask: UInt16 = writable ? 0o7777 : 0o7555
         let permissions =
             item.kind == .directory && !writable ? (shownPermissions | 0o500) & mask : shownPermissions & mask
+        let owner = shownOwner(of: item)
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
-            uid: options.uid, gid: options.gid,
+            uid: owner.uid, gid: owner.gid,
             size: item.kind == .symbolicLink
                 ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time,
@@ -575,6 +576,28 @@ public final class ProviderFileSystem: FileSystem {
     /// Whether changes are let through: `options.writable` and a provider that writes.
     public var isWritable: Bool { options.writable && cache.providerCapabilities.contains(.writing) }
 
+    /// The provider stores owners (D-397): nodes show theirs, chown goes to the provider, and a
+    /// node made through the mount belongs to its maker. Else every node is the mounting user's.
+    var ownsItems: Bool { cache.providerCapabilities.contains(.storesOwnership) }
+
+    /// The owner stat shows for `item` (already `cache.shown`).
+    func shownOwner(of item: ProviderItem) -> ItemOwner {
+        guard ownsItems, let owner = item.owner else { return ItemOwner(uid: options.uid, gid: options.gid) }
+        return owner
+    }
+
+    /// Who a node that `context` makes in `directory` belongs to (D-397), as Linux gives it: the
+    /// caller's uid, and its gid, or the directory's when the directory is setgid. Nil when the
+    /// provider keeps no owners.
+    func newOwner(in directory: ItemIdentifier, context: RequestContext) -> ItemOwner? {
+        guard ownsItems else { return nil }
+        var owner = ItemOwner(uid: context.uid, gid: context.gid)
+        if let parent = cache.catalog.knownItem(directory).map(cache.shown), parent.permissions & 0o2000 != 0 {
+            owner.gid = shownOwner(of: parent).gid
+        }
+        return owner
+    }
+
     func readOnly(_ operation: String) -> FileSystemError {
         FileSystemError(.readOnlyFileSystem, "\(operation): the provider mount is read-only")
     }
@@ -752,25 +775,36 @@ extension ProviderFileSystem: FileSystemFastPath {
         }
     }
 
-    /// On a plain node of a writable mount without the token requirement: a chown to the
-    /// mounting user (and group), which every node has, or an atime alone (not kept), answered
-    /// as the async path would after its checks, with getattr's answer (D-382); and a chmod or
-    /// utimens of a file whose open edit has a publish to come, at a provider that stores them,
-    /// which the edit carries (`LocalWrites.holdAttributes`, D-385). Anything else: nil.
+    /// On a plain node of a writable mount without the token requirement: a chown to the owner
+    /// and group the node has (the mounting user's, or the provider's, D-397), or an atime alone
+    /// (not kept), answered as the async path would after its checks, with getattr's answer
+    /// (D-382); and a chmod or utimens of a file whose open edit has a publish to come, at a
+    /// provider that stores them, which the edit carries (`LocalWrites.holdAttributes`, D-385).
+    /// Anything else: nil.
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
+        let chowns = changes.uid != nil || changes.gid != nil
         guard changes.size == nil,
-            changes.uid == nil || changes.uid == options.uid, changes.gid == nil || changes.gid == options.gid,
+            ownsItems || changes.uid == nil || changes.uid == options.uid,
+            ownsItems || changes.gid == nil || changes.gid == options.gid,
             isWritable, !requiresToken, inode != .root, let node = state.withLock({ $0.inodes[inode] }),
             removedAttributes(inode) == nil
         else { return nil }
         if changes.permissions != nil || changes.modificationTime != nil {
-            guard node.kind == .file, cache.providerCapabilities.contains(.storesAttributes),
+            // An edit carries no chown.
+            guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes),
                 cache.writes.holdAttributes(Self.itemChanges(changes), of: node.identifier)
             else { return nil }
         }
-        return getAttributesNow(inode, context: context)
+        let answer = getAttributesNow(inode, context: context)
+        // At a provider that stores owners: only a chown to the owner the node has already.
+        if chowns, ownsItems {
+            guard case .success(let attributes)? = answer, changes.uid ?? attributes.uid == attributes.uid,
+                changes.gid ?? attributes.gid == attributes.gid
+            else { return nil }
+        }
+        return answer
     }
 
     /// getxattr of a name other than the mount's own (`user.providerfs.*`) on a plain node,
@@ -785,13 +819,14 @@ extension ProviderFileSystem: FileSystemFastPath {
         return .failure(FileSystemError(.noAttribute, "no attribute \(name)"))
     }
 
-    /// setattr's permissions and mtime as the provider takes them.
+    /// setattr's permissions and mtime as the provider takes them (and its owner and group:
+    /// `changeAttributes` keeps them only where the provider stores owners, D-397).
     static func itemChanges(_ changes: AttributeChanges) -> ItemAttributeChanges {
         ItemAttributeChanges(
             permissions: changes.permissions.map { $0 & 0o7777 },
             modificationTime: changes.modificationTime.map {
                 ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds)
-            })
+            }, uid: changes.uid, gid: changes.gid)
     }
 
     public func getAttributesNow(
