@@ -53,6 +53,45 @@ struct LocalDirectoryWritingTests {
         #expect(provider.capabilities.isSuperset(of: [.writing, .symbolicLinks, .exchangingMoves, .storesAttributes]))
     }
 
+    @Test("owners (D-397): as root, items carry the source's; chown comes before chmod; setgid is inherited")
+    func ownership() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        guard geteuid() == 0 else {
+            // Not root (and no CAP_CHOWN in a plain user's run): no owners, as before.
+            #expect(!provider.capabilities.contains(.storesOwnership))
+            #expect(try await provider.item(for: ItemIdentifier("file")).owner == nil)
+            return
+        }
+        #expect(provider.capabilities.contains(.storesOwnership))
+        #expect(try await provider.item(for: ItemIdentifier("file")).owner == ItemOwner(uid: 0, gid: 0))
+        _ = try await provider.setAttributes(ItemIdentifier("file"), ItemAttributeChanges(permissions: 0o4755))
+        // The owner first, then the mode: the chown's clearing of setuid does not undo the mode asked.
+        let given = try await provider.setAttributes(
+            ItemIdentifier("file"), ItemAttributeChanges(permissions: 0o4750, uid: 65534, gid: 65533))
+        #expect(given.owner == ItemOwner(uid: 65534, gid: 65533))
+        #expect(given.permissions == 0o4750)
+        var info = stat()
+        #expect(lstat(root.path + "/file", &info) == 0)
+        #expect(info.st_uid == 65534 && info.st_gid == 65533 && info.st_mode & 0o7777 == 0o4750)
+        // A group alone.
+        let regrouped = try await provider.setAttributes(ItemIdentifier("file"), ItemAttributeChanges(gid: 7))
+        #expect(regrouped.owner == ItemOwner(uid: 65534, gid: 7))
+        // A directory made in a setgid directory keeps the setgid it inherits (and its group).
+        let team = try await provider.createDirectory(named: "team", in: .root, permissions: 0o2775)
+        _ = try await provider.setAttributes(team.identifier, ItemAttributeChanges(permissions: 0o2775, gid: 4242))
+        let sub = try await provider.createDirectory(named: "sub", in: team.identifier, permissions: 0o755)
+        #expect(sub.permissions == 0o2755)
+        #expect(sub.owner?.gid == 4242)
+        // A symbolic link's owner, not its target's.
+        let link = try await provider.createSymbolicLink(named: "link", in: .root, target: "file")
+        let linkGiven = try await provider.setAttributes(link.identifier, ItemAttributeChanges(uid: 5, gid: 6))
+        #expect(linkGiven.owner == ItemOwner(uid: 5, gid: 6))
+        #expect(try await provider.item(for: ItemIdentifier("file")).owner == ItemOwner(uid: 65534, gid: 7))
+    }
+
     @Test("createDirectory stores the permissions asked (umask aside) and refuses a taken name")
     func createDirectory() async throws {
         let root = try TemporaryDirectory()

@@ -66,4 +66,35 @@ struct SQLiteMetadataStoreTests {
         let loaded = try reopened.loadItems().first { $0.item.identifier == ItemIdentifier("new") }
         #expect(loaded?.serial == 4_000_000_007)
     }
+
+    @Test("an item's owner is saved and loaded (D-397); a row saved before owners were kept loads with none")
+    func itemOwnerMigration() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")
+        defer { directory.remove() }
+        let path = directory.path + "/metadata.sqlite"
+        do {
+            let old = try DatabaseQueue(path: path, migrator: SQLiteMetadataStore.migrator.prefix(6))
+            try old.write { db in
+                try db.execute(
+                    """
+                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds, version,
+                        permissions, children_listed, serial)
+                    VALUES ('old', '', 'old', 'file', 1, 0, 0, 'v1', 420, 0, 7)
+                    """)
+            }
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        let old = try store.loadItems()
+        #expect(old.map(\.item.owner) == [nil])
+        #expect(old.map(\.serial) == [7])
+        let item = ProviderItem(
+            identifier: ItemIdentifier("new"), parent: .root, name: "new", kind: .file, size: 2,
+            modificationTime: ItemTime(seconds: 1), contentVersion: ContentVersion("v2"),
+            owner: ItemOwner(uid: 65534, gid: 4_000_000_001))
+        try store.saveItems([StoredItem(item: item, childrenListed: false, serial: 9)])
+        let reopened = try SQLiteMetadataStore(path: path)
+        let loaded = try reopened.loadItems().first { $0.item.identifier == ItemIdentifier("new") }
+        #expect(loaded?.item == item)
+        #expect(loaded?.item.owner == ItemOwner(uid: 65534, gid: 4_000_000_001))
+    }
 }

@@ -127,6 +127,74 @@ struct POSIXConformanceTests {
         }
     }
 
+    @Test("a provider that stores owners: stat shows them, chown goes to it, a node made belongs to its maker")
+    func ownersWhereTheProviderStoresThem() async throws {
+        let fixture = try VFSFixture(options: VFSFixture.writableOptions())
+        let provider = InMemoryProvider(capabilities: InMemoryProvider.defaultCapabilities.union(.storesOwnership))
+        provider.putFile("given", .bytes([1]))
+        provider.addDirectory("team")
+        _ = try await provider.setAttributes(ItemIdentifier("given"), ItemAttributeChanges(uid: 65534, gid: 65534))
+        _ = try await provider.setAttributes(
+            ItemIdentifier("team"), ItemAttributeChanges(permissions: 0o2777, uid: 0, gid: 4242))
+        let fileSystem = try fixture.makeFileSystem(provider: provider)
+        let given = try await fileSystem.lookup(parent: .root, name: "given", context: .kernel)
+        #expect(given.attributes.uid == 65534 && given.attributes.gid == 65534)
+
+        // chown: at the provider, and shown.
+        let changed = try await fileSystem.setAttributes(
+            given.inode, changes: AttributeChanges(uid: 1000, gid: 1001), handle: nil, context: .kernel)
+        #expect(changed.uid == 1000 && changed.gid == 1001)
+        #expect(try await provider.item(for: ItemIdentifier("given")).owner == ItemOwner(uid: 1000, gid: 1001))
+        let regrouped = try await fileSystem.setAttributes(
+            given.inode, changes: AttributeChanges(gid: 7), handle: nil, context: .kernel)
+        #expect(regrouped.uid == 1000 && regrouped.gid == 7)
+
+        // Made by a user: theirs, at the provider too; in a setgid directory, its group.
+        let user = RequestContext(threadID: 0, uid: 1000, gid: 1000)
+        let (file, opened) = try await fileSystem.create(
+            parent: .root, name: "made", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY), context: user)
+        try await fileSystem.flush(file.inode, handle: opened.handle, context: user)
+        await fileSystem.release(file.inode, handle: opened.handle)
+        #expect(file.attributes.uid == 1000 && file.attributes.gid == 1000)
+        #expect(try await provider.item(for: ItemIdentifier("made")).owner == ItemOwner(uid: 1000, gid: 1000))
+        let directory = try await fileSystem.makeDirectory(parent: .root, name: "dir", permissions: 0o755, context: user)
+        #expect(directory.attributes.uid == 1000 && directory.attributes.gid == 1000)
+        #expect(try await provider.item(for: ItemIdentifier("dir")).owner == ItemOwner(uid: 1000, gid: 1000))
+        let link = try await fileSystem.makeSymbolicLink(parent: .root, name: "link", target: "made", context: user)
+        #expect(link.attributes.uid == 1000 && link.attributes.gid == 1000)
+        let team = try await fileSystem.lookup(parent: .root, name: "team", context: .kernel)
+        let inTeam = try await fileSystem.makeDirectory(parent: team.inode, name: "sub", permissions: 0o755, context: user)
+        #expect(inTeam.attributes.uid == 1000 && inTeam.attributes.gid == 4242)
+        #expect(try await provider.item(for: ItemIdentifier("team/sub")).owner == ItemOwner(uid: 1000, gid: 4242))
+        // Root makes root's: nothing to change at the provider.
+        let rootMade = try await fileSystem.makeDirectory(
+            parent: .root, name: "rootdir", permissions: 0o755, context: .kernel)
+        #expect(rootMade.attributes.uid == 0 && rootMade.attributes.gid == 0)
+    }
+
+    @Test("a provider without owners: every node the mounting user's, chown to another EPERM, to it a no-op")
+    func noOwnersWithoutTheCapability() async throws {
+        var options = VFSFixture.writableOptions()
+        options.uid = 4321
+        options.gid = 8765
+        let fixture = try VFSFixture(options: options)
+        fixture.provider.putFile("file", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        let file = try await fileSystem.lookup(parent: .root, name: "file", context: .kernel)
+        #expect(file.attributes.uid == 4321 && file.attributes.gid == 8765)
+        #expect(
+            await failureErrno {
+                _ = try await fileSystem.setAttributes(
+                    file.inode, changes: AttributeChanges(uid: 1000), handle: nil, context: .kernel)
+            } == .notPermitted)
+        let same = try await fileSystem.setAttributes(
+            file.inode, changes: AttributeChanges(uid: 4321, gid: 8765), handle: nil, context: .kernel)
+        #expect(same.uid == 4321)
+        let user = RequestContext(threadID: 0, uid: 1000, gid: 1000)
+        let made = try await fileSystem.makeDirectory(parent: .root, name: "dir", permissions: 0o755, context: user)
+        #expect(made.attributes.uid == 4321 && made.attributes.gid == 8765)
+    }
+
     @Test("truncate past the largest file the cache can hold: EFBIG (not EIO), the file unchanged")
     func truncatePastTheLargestFileIsEFBIG() async throws {
         let fixture = try VFSFixture(options: VFSFixture.writableOptions())
