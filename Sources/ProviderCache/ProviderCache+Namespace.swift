@@ -51,7 +51,13 @@ extension ProviderCache {
         // A file not at the provider yet goes with its write-back record alone; a directory with
         // such files in it is not empty, which the provider says once they are there (D-386).
         if item.kind == .file, dropUnborn(item.identifier) { return }
-        if item.kind == .directory { try await bearUnborn(atOrUnder: [item.identifier]) }
+        if item.kind == .directory {
+            // Nodes the mount keeps alone (D-398) are entries the provider never sees.
+            guard catalog.localOnly(atOrUnder: [item.identifier]).isEmpty else {
+                throw CacheError(.notEmpty, "\(item.identifier) holds a FIFO, socket or device kept by the mount")
+            }
+            try await bearUnborn(atOrUnder: [item.identifier])
+        }
         do {
             try await provider.delete(item.identifier, kind: item.kind)
         } catch {
@@ -84,6 +90,12 @@ extension ProviderCache {
         _ item: ProviderItem, to parent: ItemIdentifier, named name: String, mode: MoveMode, replaced: ProviderItem?
     ) async throws(CacheError) -> (item: ProviderItem, moves: [ItemIdentifier: ItemIdentifier]) {
         let provider = environment.provider
+        if item.special != nil {  // a local-only node (D-398)
+            return try await moveLocalOnly(item, to: parent, named: name, mode: mode, replaced: replaced)
+        }
+        if replaced?.special != nil, mode == .exchange {
+            throw CacheError(.unsupported, "a FIFO, socket or device kept by the mount cannot be exchanged")
+        }
         // Upload calls for the items wait, and running ones end first (D-372).
         let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])
         await writes.beginMove(moving)
@@ -124,6 +136,7 @@ extension ProviderCache {
         of identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
+        if let node = catalog.localOnlyItem(identifier) { return setLocalOnlyAttributes(node, changes) }  // D-398
         // Like a move (D-372): no upload call for the item runs meanwhile, so none meets the
         // version this changes. Edits that started from the version before follow it (D-375).
         await writes.beginMove([identifier])

@@ -95,6 +95,12 @@ public final class SQLiteMetadataStore: MetadataStore {
             try db.execute("ALTER TABLE items ADD COLUMN uid INTEGER")
             try db.execute("ALTER TABLE items ADD COLUMN gid INTEGER")
         }
+        // A FIFO, socket or device the mount keeps alone (D-398): its type and device number;
+        // NULL for provider items.
+        migrator.registerMigration("provider cache v8: local-only special nodes") { db in
+            try db.execute("ALTER TABLE items ADD COLUMN special TEXT")
+            try db.execute("ALTER TABLE items ADD COLUMN device INTEGER")
+        }
         return migrator
     }
 
@@ -135,6 +141,11 @@ public final class SQLiteMetadataStore: MetadataStore {
                 if let uid, let gid {
                     item.owner = ItemOwner(uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid))
                 }
+                let special: String? = try row["special"]
+                if let special, let kind = SpecialNode.Kind(rawValue: special) {
+                    let device: Int64? = try row["device"]
+                    item.special = SpecialNode(kind, device: UInt64(bitPattern: device ?? 0))
+                }
                 let serial: Int64? = try row["serial"]
                 result.append(
                     StoredItem(
@@ -153,21 +164,23 @@ public final class SQLiteMetadataStore: MetadataStore {
                 try db.execute(
                     """
                     INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
-                        version, permissions, link_target, children_listed, serial, uid, gid)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        version, permissions, link_target, children_listed, serial, uid, gid, special, device)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
                         kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
                         mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
                         permissions = excluded.permissions, link_target = excluded.link_target,
                         children_listed = excluded.children_listed, serial = excluded.serial,
-                        uid = excluded.uid, gid = excluded.gid
+                        uid = excluded.uid, gid = excluded.gid, special = excluded.special,
+                        device = excluded.device
                     """,
                     [
                         item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
                         item.modificationTime.seconds, item.modificationTime.nanoseconds, item.contentVersion.rawValue,
                         Int64(item.permissions), item.symbolicLinkTarget, stored.childrenListed,
                         Int64(clamping: stored.serial), item.owner.map { Int64($0.uid) },
-                        item.owner.map { Int64($0.gid) },
+                        item.owner.map { Int64($0.gid) }, item.special?.kind.rawValue,
+                        item.special.map { Int64(bitPattern: $0.device) },
                     ])
             }
         }

@@ -62,11 +62,14 @@ public struct ProviderItem: Sendable, Hashable {
     /// The owner the provider stores (`.storesOwnership`, D-397); nil: it has none, and the mount
     /// shows the mounting user.
     public var owner: ItemOwner?
+    /// A FIFO, socket or device made through the mount and kept by it alone, never at the
+    /// provider (kind `.file`, size 0, D-398); nil for every provider item.
+    public var special: SpecialNode?
 
     public init(
         identifier: ItemIdentifier, parent: ItemIdentifier, name: String, kind: ItemKind, size: Int64,
         modificationTime: ItemTime, contentVersion: ContentVersion, permissions: UInt16 = 0o644,
-        symbolicLinkTarget: String? = nil, owner: ItemOwner? = nil
+        symbolicLinkTarget: String? = nil, owner: ItemOwner? = nil, special: SpecialNode? = nil
     ) {
         self.identifier = identifier
         self.parent = parent
@@ -78,6 +81,22 @@ public struct ProviderItem: Sendable, Hashable {
         self.permissions = permissions
         self.symbolicLinkTarget = symbolicLinkTarget
         self.owner = owner
+        self.special = special
+    }
+}
+
+/// What a local-only node is (D-398): its type and, for a device, its number (st_rdev).
+public struct SpecialNode: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable {
+        case fifo, socket
+        case characterDevice = "char"
+        case blockDevice = "block"
+    }
+    public var kind: Kind
+    public var device: UInt64
+    public init(_ kind: Kind, device: UInt64 = 0) {
+        self.kind = kind
+        self.device = device
     }
 }
 

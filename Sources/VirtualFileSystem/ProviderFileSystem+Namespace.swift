@@ -135,17 +135,39 @@ extension ProviderFileSystem {
     }
 
     /// mknod(2): a regular file as `create` and `release` make it (the protocol's default). A
-    /// FIFO, socket or device cannot be stored by a provider: EPERM, as a Linux file system
-    /// without them (vfat) answers, after the checks mkdir makes (D-391).
+    /// FIFO, socket or device, which a provider cannot store, is kept by the mount alone, "not
+    /// synced" (D-398), after the checks mkdir makes; the kernel checked CAP_MKNOD for a device.
+    /// Through an access path: EPERM, as before (D-391).
     public func makeNode(
-        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, context: RequestContext
+        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, device: UInt64,
+        context: RequestContext
     ) async throws(FileSystemError) -> Entry {
-        guard type == .regular else {
-            let site = try changeSite(parent, "mknod", context: context)
-            try checkName(name, in: site, "mknod")
-            throw FileSystemError(.notPermitted, "mknod: a provider cannot store a \(type)")
+        let special: SpecialNode
+        switch type {
+        case .regular:
+            return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
+        case .fifo: special = SpecialNode(.fifo)
+        case .socket: special = SpecialNode(.socket)
+        case .characterDevice: special = SpecialNode(.characterDevice, device: device)
+        case .blockDevice: special = SpecialNode(.blockDevice, device: device)
         }
-        return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
+        let site = try changeSite(parent, "mknod", context: context)
+        try checkName(name, in: site, "mknod")
+        guard site.scoped == nil else {
+            throw FileSystemError(.notPermitted, "mknod: a \(type) through an access path")
+        }
+        if try await existingChild(named: name, in: site) != nil {
+            throw FileSystemError(.exists, "mknod: '\(name)' exists")
+        }
+        let item: ProviderItem
+        do {
+            item = try await cache.createLocalOnly(
+                named: name, in: site.directory, special: special, permissions: permissions,
+                owner: newOwner(in: site.directory, context: context))
+        } catch {
+            throw FileSystemError(error)
+        }
+        return try await createdEntry(item, parent: parent, site: site, context: context)
     }
 
     /// link(2): providers have no hard links (an item has one parent and one name), so EPERM, as

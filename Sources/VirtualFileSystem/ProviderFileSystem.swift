@@ -204,7 +204,7 @@ public final class ProviderFileSystem: FileSystem {
         case .directory: type = .directory
         case .symbolicLink: type = .symbolicLink
         case .file:
-            type = .regular
+            type = NodeType(item)  // regular, or a local-only node (D-398)
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
             blocks = (presentBytes + 511) / 512
         }
@@ -228,6 +228,7 @@ public final class ProviderFileSystem: FileSystem {
                 ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
             blocks: blocks, accessTime: time, modificationTime: time, changeTime: time,
             serialNumber: serial ?? cache.catalog.serialNumber(of: item.identifier))
+        attributes.device = item.special?.device ?? 0
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
         attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
         return attributes
@@ -401,7 +402,7 @@ public final class ProviderFileSystem: FileSystem {
                     let inode = state.inodes.bind(child.identifier, kind: child.kind, serial: serial).0
                     entries.append(
                         DirectoryEntry(
-                            name: child.name, inode: inode, serialNumber: serial, type: NodeType(child.kind),
+                            name: child.name, inode: inode, serialNumber: serial, type: NodeType(child),
                             cookie: UInt64(entries.count + 1)))
                 }
                 state.directories[handle]?.snapshot = entries
@@ -928,6 +929,17 @@ extension NodeType {
         case .file: self = .regular
         case .directory: self = .directory
         case .symbolicLink: self = .symbolicLink
+        }
+    }
+
+    /// The type of `item`: its kind's, or a local-only node's (D-398).
+    init(_ item: ProviderItem) {
+        switch item.special?.kind {
+        case .fifo?: self = .fifo
+        case .socket?: self = .socket
+        case .characterDevice?: self = .characterDevice
+        case .blockDevice?: self = .blockDevice
+        case nil: self.init(item.kind)
         }
     }
 }

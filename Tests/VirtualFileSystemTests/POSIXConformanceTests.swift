@@ -15,29 +15,54 @@ import Glibc
 
 @Suite("POSIX conformance (VFS, D-391)", .timeLimit(.minutes(3)))
 struct POSIXConformanceTests {
-    @Test("mknod of a FIFO, socket or device: EPERM, nothing made; a bad name or a read-only mount answers first")
-    func mknodOfSpecialFilesIsRefused() async throws {
+    @Test("mknod of a FIFO, socket or device: a node kept by the mount alone, with its type, mode, device and owner")
+    func mknodOfSpecialFilesKeepsThemLocally() async throws {
         let fixture = try VFSFixture(options: VFSFixture.writableOptions())
+        fixture.provider.putFile("file", .bytes([1]))
         let fileSystem = try fixture.makeFileSystem()
-        for type in [MknodType.fifo, .socket, .characterDevice, .blockDevice] {
-            #expect(
-                await failureErrno {
-                    _ = try await fileSystem.makeNode(
-                        parent: .root, name: "special", type: type, permissions: 0o644, context: .kernel)
-                } == .notPermitted, "\(type)")
+        let cases: [(String, MknodType, NodeType, UInt64)] = [
+            ("fifo", .fifo, .fifo, 0), ("socket", .socket, .socket, 0),
+            ("char", .characterDevice, .characterDevice, 0x0103), ("block", .blockDevice, .blockDevice, 0x0801),
+        ]
+        for (name, type, shown, device) in cases {
+            let made = try await fileSystem.makeNode(
+                parent: .root, name: name, type: type, permissions: 0o640, device: device, context: .kernel)
+            #expect(made.attributes.type == shown, "\(name)")
+            #expect(made.attributes.permissions == 0o640, "\(name)")
+            #expect(made.attributes.device == device, "\(name)")
+            #expect(made.attributes.size == 0, "\(name)")
+            let found = try await fileSystem.lookup(parent: .root, name: name, context: .kernel)
+            #expect(found.inode == made.inode && found.attributes.type == shown, "\(name)")
+            #expect(try await xattr(fileSystem, made.inode, ProviderFileSystem.AttributeName.state) == "local-only")
+            // Never at the provider.
+            #expect((try? await fixture.provider.item(for: ItemIdentifier(name))) == nil, "\(name)")
         }
-        #expect(try await childNames(fileSystem, .root) == [])
-        #expect((try? await fixture.provider.item(for: ItemIdentifier("special"))) == nil)
+        #expect(try await childNames(fileSystem, .root).sorted() == ["block", "char", "fifo", "file", "socket"])
+        #expect(try await listAll(fileSystem, .root).first { $0.name == "fifo" }?.type == .fifo)
+        #expect(
+            Set(fileSystem.cache.contentActivity().filter { $0.state == .localOnly }.map(\.identifier.rawValue))
+                == ["block", "char", "fifo", "socket"])
+        // The name is taken now: EEXIST, for a node of either kind.
         #expect(
             await failureErrno {
                 _ = try await fileSystem.makeNode(
-                    parent: .root, name: "a/b", type: .fifo, permissions: 0o644, context: .kernel)
+                    parent: .root, name: "fifo", type: .fifo, permissions: 0o644, device: 0, context: .kernel)
+            } == .fileExists)
+        #expect(
+            await failureErrno {
+                _ = try await fileSystem.makeNode(
+                    parent: .root, name: "file", type: .socket, permissions: 0o644, device: 0, context: .kernel)
+            } == .fileExists)
+        #expect(
+            await failureErrno {
+                _ = try await fileSystem.makeNode(
+                    parent: .root, name: "a/b", type: .fifo, permissions: 0o644, device: 0, context: .kernel)
             } == .invalidArgument)
         #expect(
             await failureErrno {
                 _ = try await fileSystem.makeNode(
                     parent: .root, name: String(repeating: "x", count: 256), type: .fifo, permissions: 0o644,
-                    context: .kernel)
+                    device: 0, context: .kernel)
             } == .nameTooLong)
 
         let readOnly = try VFSFixture()
@@ -46,9 +71,74 @@ struct POSIXConformanceTests {
             #expect(
                 await failureErrno {
                     _ = try await readOnlyFileSystem.makeNode(
-                        parent: .root, name: "n", type: type, permissions: 0o644, context: .kernel)
+                        parent: .root, name: "n", type: type, permissions: 0o644, device: 0, context: .kernel)
                 } == .readOnlyFileSystem, "\(type)")
         }
+    }
+
+    @Test(
+        "a local-only node: chmod, utimens, rename, unlink in the mount; rmdir of its directory ENOTEMPTY; moves with it; kept across a restart"
+    )
+    func localOnlyNodesChangeMoveAndPersist() async throws {
+        let fixture = try VFSFixture(options: VFSFixture.writableOptions())
+        fixture.provider.addDirectory("dir")
+        fixture.provider.putFile("dir/old", .bytes([1, 2]))
+        fixture.provider.putFile("dir/target", .bytes([3]))
+        let fileSystem = try fixture.makeFileSystem()
+        let dir = try await fileSystem.lookup(parent: .root, name: "dir", context: .kernel)
+        let fifo = try await fileSystem.makeNode(
+            parent: dir.inode, name: "pipe", type: .fifo, permissions: 0o600, device: 0, context: .kernel)
+        let time = Timestamp(seconds: 1_000_000, nanoseconds: 7)
+        let changed = try await fileSystem.setAttributes(
+            fifo.inode, changes: AttributeChanges(permissions: 0o4644, modificationTime: time), handle: nil,
+            context: .kernel)
+        #expect(changed.type == .fifo && changed.permissions == 0o4644 && changed.modificationTime == time)
+        #expect((try? await fixture.provider.item(for: ItemIdentifier("dir/pipe"))) == nil)
+
+        // rmdir of the directory holding it: not empty, though the provider's directory would be.
+        try await fileSystem.unlink(parent: dir.inode, name: "old", context: .kernel)
+        try await fileSystem.unlink(parent: dir.inode, name: "target", context: .kernel)
+        #expect(
+            await failureErrno { try await fileSystem.removeDirectory(parent: .root, name: "dir", context: .kernel) }
+                == .notEmpty)
+        #expect((try? await fixture.provider.item(for: ItemIdentifier("dir"))) != nil)
+
+        // rename within the mount, over a provider file (which goes), then the directory moves
+        // and takes it along.
+        let (made, opened) = try await fileSystem.create(
+            parent: dir.inode, name: "target", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY),
+            context: .kernel)
+        #expect(
+            try await fileSystem.write(made.inode, handle: opened.handle, offset: 0, data: [3], context: .kernel) == 1)
+        try await fileSystem.flush(made.inode, handle: opened.handle, context: .kernel)
+        await fileSystem.release(made.inode, handle: opened.handle)
+        #expect(await fileSystem.cache.writes.waitUntilUploaded(ItemIdentifier("dir/target")))
+        #expect((try? await fixture.provider.item(for: ItemIdentifier("dir/target"))) != nil)
+        try await fileSystem.rename(
+            parent: dir.inode, name: "pipe", newParent: dir.inode, newName: "target", flags: 0, context: .kernel)
+        #expect((try? await fixture.provider.item(for: ItemIdentifier("dir/target"))) == nil)
+        #expect(try await childNames(fileSystem, dir.inode) == ["target"])
+        try await fileSystem.rename(
+            parent: .root, name: "dir", newParent: .root, newName: "moved", flags: 0, context: .kernel)
+        let moved = try await fileSystem.lookup(parent: .root, name: "moved", context: .kernel)
+        let carried = try await fileSystem.lookup(parent: moved.inode, name: "target", context: .kernel)
+        #expect(carried.attributes.type == .fifo && carried.attributes.permissions == 0o4644)
+        #expect(carried.attributes.serialNumber == fifo.attributes.serialNumber)
+
+        // A restart over the same store: still there, still local-only.
+        let restarted = try fixture.makeFileSystem()
+        let movedAgain = try await restarted.lookup(parent: .root, name: "moved", context: .kernel)
+        fixture.clock.advance(by: .seconds(10))  // past the listing's TTL: the provider is listed again
+        #expect(try await childNames(restarted, movedAgain.inode) == ["target"])
+        let kept = try await restarted.lookup(parent: movedAgain.inode, name: "target", context: .kernel)
+        #expect(kept.attributes.type == .fifo && kept.attributes.permissions == 0o4644)
+        #expect(try await xattr(restarted, kept.inode, ProviderFileSystem.AttributeName.state) == "local-only")
+
+        // unlink: gone, and the directory can go.
+        try await restarted.unlink(parent: movedAgain.inode, name: "target", context: .kernel)
+        #expect(try await childNames(restarted, movedAgain.inode) == [])
+        try await restarted.removeDirectory(parent: .root, name: "moved", context: .kernel)
+        #expect((try? await fixture.provider.item(for: ItemIdentifier("moved"))) == nil)
     }
 
     @Test("mknod of a regular file makes an empty file with the mode asked for, as create and close would")
@@ -56,7 +146,7 @@ struct POSIXConformanceTests {
         let fixture = try VFSFixture(options: VFSFixture.writableOptions())
         let fileSystem = try fixture.makeFileSystem()
         let made = try await fileSystem.makeNode(
-            parent: .root, name: "plain", type: .regular, permissions: 0o640, context: .kernel)
+            parent: .root, name: "plain", type: .regular, permissions: 0o640, device: 0, context: .kernel)
         #expect(made.attributes.type == .regular)
         #expect(made.attributes.size == 0)
         #expect(made.attributes.permissions == 0o640)
@@ -68,7 +158,7 @@ struct POSIXConformanceTests {
         #expect(
             await failureErrno {
                 _ = try await fileSystem.makeNode(
-                    parent: .root, name: "plain", type: .regular, permissions: 0o644, context: .kernel)
+                    parent: .root, name: "plain", type: .regular, permissions: 0o644, device: 0, context: .kernel)
             } == .fileExists)
     }
 
@@ -157,13 +247,15 @@ struct POSIXConformanceTests {
         await fileSystem.release(file.inode, handle: opened.handle)
         #expect(file.attributes.uid == 1000 && file.attributes.gid == 1000)
         #expect(try await provider.item(for: ItemIdentifier("made")).owner == ItemOwner(uid: 1000, gid: 1000))
-        let directory = try await fileSystem.makeDirectory(parent: .root, name: "dir", permissions: 0o755, context: user)
+        let directory = try await fileSystem.makeDirectory(
+            parent: .root, name: "dir", permissions: 0o755, context: user)
         #expect(directory.attributes.uid == 1000 && directory.attributes.gid == 1000)
         #expect(try await provider.item(for: ItemIdentifier("dir")).owner == ItemOwner(uid: 1000, gid: 1000))
         let link = try await fileSystem.makeSymbolicLink(parent: .root, name: "link", target: "made", context: user)
         #expect(link.attributes.uid == 1000 && link.attributes.gid == 1000)
         let team = try await fileSystem.lookup(parent: .root, name: "team", context: .kernel)
-        let inTeam = try await fileSystem.makeDirectory(parent: team.inode, name: "sub", permissions: 0o755, context: user)
+        let inTeam = try await fileSystem.makeDirectory(
+            parent: team.inode, name: "sub", permissions: 0o755, context: user)
         #expect(inTeam.attributes.uid == 1000 && inTeam.attributes.gid == 4242)
         #expect(try await provider.item(for: ItemIdentifier("team/sub")).owner == ItemOwner(uid: 1000, gid: 4242))
         // Root makes root's: nothing to change at the provider.
