@@ -413,6 +413,10 @@ extension LocalDirectoryProvider {
         modificationTime: ItemTime?, cancelled: () -> Bool
     ) throws {
         try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
+        // A new version keeps the file's owner (D-397), set before the mode: chown clears setuid.
+        if Self.storesOwners, let existing, fchown(staged, existing.st_uid, existing.st_gid) != 0 {
+            throw Self.writeError(errno, "chown of \(name)'s staging file")
+        }
         let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
         guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
         if let modificationTime {

@@ -79,6 +79,7 @@ struct LocalDirectoryWritingTests {
         // A group alone.
         let regrouped = try await provider.setAttributes(ItemIdentifier("file"), ItemAttributeChanges(gid: 7))
         #expect(regrouped.owner == ItemOwner(uid: 65534, gid: 7))
+        #expect(regrouped.permissions == 0o750)  // Linux's chown clears setuid, root's too
         // A directory made in a setgid directory keeps the setgid it inherits (and its group).
         let team = try await provider.createDirectory(named: "team", in: .root, permissions: 0o2775)
         _ = try await provider.setAttributes(team.identifier, ItemAttributeChanges(permissions: 0o2775, gid: 4242))
@@ -90,6 +91,14 @@ struct LocalDirectoryWritingTests {
         let linkGiven = try await provider.setAttributes(link.identifier, ItemAttributeChanges(uid: 5, gid: 6))
         #expect(linkGiven.owner == ItemOwner(uid: 5, gid: 6))
         #expect(try await provider.item(for: ItemIdentifier("file")).owner == ItemOwner(uid: 65534, gid: 7))
+        // A new version (the atomic replace makes a new inode) keeps the file's owner and mode.
+        try root.write("local", [9, 9])
+        let replaced = try await provider.upload(
+            from: root.path + "/local", to: .replace(ItemIdentifier("file"), baseVersion: nil), permissions: nil,
+            modificationTime: nil)
+        #expect(replaced.owner == ItemOwner(uid: 65534, gid: 7))
+        #expect(replaced.permissions == 0o750)
+        #expect(replaced.size == 2)
     }
 
     @Test("createDirectory stores the permissions asked (umask aside) and refuses a taken name")
