@@ -97,4 +97,41 @@ struct SQLiteMetadataStoreTests {
         #expect(loaded?.item == item)
         #expect(loaded?.item.owner == ItemOwner(uid: 65534, gid: 4_000_000_001))
     }
+
+    @Test("a local-only node's type and device are saved and loaded (D-398); an older row loads as a provider item")
+    func specialNodeMigration() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")
+        defer { directory.remove() }
+        let path = directory.path + "/metadata.sqlite"
+        do {
+            let old = try DatabaseQueue(path: path, migrator: SQLiteMetadataStore.migrator.prefix(7))
+            try old.write { db in
+                try db.execute(
+                    """
+                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds, version,
+                        permissions, children_listed, serial, uid, gid)
+                    VALUES ('old', '', 'old', 'file', 1, 0, 0, 'v1', 420, 0, 7, 1, 2)
+                    """)
+            }
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        let old = try store.loadItems()
+        #expect(old.map(\.item.special) == [nil])
+        #expect(old.map(\.item.owner) == [ItemOwner(uid: 1, gid: 2)])
+        let nodes = [
+            SpecialNode(.fifo), SpecialNode(.socket), SpecialNode(.characterDevice, device: 0x0103),
+            SpecialNode(.blockDevice, device: UInt64.max - 1),
+        ]
+        let items = nodes.enumerated().map { index, node in
+            ProviderItem(
+                identifier: ItemIdentifier("n\(index)"), parent: .root, name: "n\(index)", kind: .file, size: 0,
+                modificationTime: ItemTime(seconds: 1), contentVersion: ContentVersion("local-only"),
+                permissions: 0o640, special: node)
+        }
+        try store.saveItems(items.map { StoredItem(item: $0, childrenListed: false, serial: 1) })
+        let reopened = try SQLiteMetadataStore(path: path)
+        let loaded = try reopened.loadItems().filter { $0.item.identifier != ItemIdentifier("old") }
+            .sorted { $0.item.identifier < $1.item.identifier }
+        #expect(loaded.map(\.item) == items)
+    }
 }
