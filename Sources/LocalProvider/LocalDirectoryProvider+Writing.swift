@@ -181,8 +181,8 @@ extension LocalDirectoryProvider {
                 if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
                     throw Self.writeError(errno, "chmod of the source directory")
                 }
-                if let time = changes.modificationTime {
-                    var times = Self.times(modification: time)
+                if changes.modificationTime != nil || changes.accessTime != nil {
+                    var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
                     guard utimensat(AT_FDCWD, path, &times, 0) == 0 else {
                         throw Self.writeError(errno, "utimens of the source directory")
                     }
@@ -211,8 +211,8 @@ extension LocalDirectoryProvider {
                     throw Self.writeError(errno, "chmod \(identifier.rawValue)")
                 }
             }
-            if let time = changes.modificationTime {
-                var times = Self.times(modification: time)
+            if changes.modificationTime != nil || changes.accessTime != nil {
+                var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
                 guard utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
                     throw Self.writeError(errno, "utimens \(identifier.rawValue)")
                 }
@@ -700,10 +700,15 @@ extension LocalDirectoryProvider {
 
     /// utimensat's pair: the access time left alone, the modification time set.
     static func times(modification time: ItemTime) -> [timespec] {
-        [
-            timespec(tv_sec: 0, tv_nsec: utimeOmit),
-            timespec(tv_sec: time_t(time.seconds), tv_nsec: Int(time.nanoseconds)),
-        ]
+        times(modification: time, access: nil)
+    }
+
+    /// utimensat's pair: each time set when given, left alone (UTIME_OMIT) when nil.
+    static func times(modification: ItemTime?, access: ItemTime?) -> [timespec] {
+        [access, modification].map { time in
+            time.map { timespec(tv_sec: time_t($0.seconds), tv_nsec: Int($0.nanoseconds)) }
+                ?? timespec(tv_sec: 0, tv_nsec: utimeOmit)
+        }
     }
 
     /// A failed system call of a write, as the `ProviderError` that says what happened.

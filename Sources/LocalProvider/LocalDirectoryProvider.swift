@@ -411,12 +411,15 @@ public struct LocalDirectoryProvider: Provider {
             target = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         default: return nil
         }
-        return ProviderItem(
+        var item = ProviderItem(
             identifier: identifier, parent: parent, name: name,
             kind: kind, size: Int64(info.st_size),
             modificationTime: ItemTime(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int32(info.st_mtim.tv_nsec)),
             contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o7777), symbolicLinkTarget: target,
             owner: storesOwners ? ItemOwner(uid: info.st_uid, gid: info.st_gid) : nil)
+        item.accessTime = ItemTime(seconds: Int64(info.st_atim.tv_sec), nanoseconds: Int32(info.st_atim.tv_nsec))
+        item.changeTime = ItemTime(seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int32(info.st_ctim.tv_nsec))
+        return item
     }
 }
 

@@ -15,10 +15,13 @@ extension ProviderCache {
         named name: String, in parent: ItemIdentifier, special: SpecialNode, permissions: UInt16,
         owner: ItemOwner?
     ) async throws(CacheError) -> ProviderItem {
-        let item = ProviderItem(
+        let now = wallClockTime()
+        var item = ProviderItem(
             identifier: Self.localIdentifier(named: name, in: parent), parent: parent, name: name, kind: .file,
-            size: 0, modificationTime: wallClockTime(), contentVersion: ContentVersion("local-only"),
+            size: 0, modificationTime: now, contentVersion: ContentVersion("local-only"),
             permissions: permissions & 0o7777, owner: owner, special: special)
+        item.accessTime = now
+        item.changeTime = now
         guard catalog.createdUnborn(item, directory: nil) else { throw CacheError(.exists, "'\(name)' exists") }
         await touchDirectory(parent)
         return item
@@ -45,6 +48,8 @@ extension ProviderCache {
         }
         if let permissions = changes.permissions { changed.permissions = permissions & 0o7777 }
         if let time = changes.modificationTime { changed.modificationTime = time }
+        if let time = changes.accessTime { changed.accessTime = time }
+        changed.changeTime = wallClockTime()
         catalog.changedLocalOnly(changed)
         return changed
     }
@@ -69,11 +74,18 @@ extension ProviderCache {
         moved.identifier = Self.localIdentifier(named: name, in: parent)
         moved.parent = parent
         moved.name = name
+        moved.changeTime = wallClockTime()  // a rename changes the node's ctime, as Linux's does
         let moves = catalog.moved(item, to: moved, replaced: nil)
         attributeOverrides.rekey(moves)
         await touchDirectory(item.parent)
         if parent != item.parent { await touchDirectory(parent) }
         return (moved, moves)
+    }
+
+    /// unlink of a local-only node: gone from the catalog, its directory's mtime moved.
+    func deleteLocalOnly(_ item: ProviderItem) async {
+        _ = dropUnborn(item.identifier)
+        await touchDirectory(item.parent)
     }
 
     /// The directory's mtime to now at the provider, where it stores times: what a change of its

@@ -50,6 +50,7 @@ extension ProviderCache {
         defer { writes.endMove([item.identifier]) }
         // A file not at the provider yet goes with its write-back record alone; a directory with
         // such files in it is not empty, which the provider says once they are there (D-386).
+        if item.special != nil { return await deleteLocalOnly(item) }  // D-398
         if item.kind == .file, dropUnborn(item.identifier) { return }
         if item.kind == .directory {
             // Nodes the mount keeps alone (D-398) are entries the provider never sees.
@@ -95,6 +96,12 @@ extension ProviderCache {
         }
         if replaced?.special != nil, mode == .exchange {
             throw CacheError(.unsupported, "a FIFO, socket or device kept by the mount cannot be exchanged")
+        }
+        // A directory holding nodes the mount keeps alone is not empty, whatever the provider sees.
+        if let replaced, replaced.kind == .directory, mode != .exchange,
+            !catalog.localOnly(atOrUnder: [replaced.identifier]).isEmpty
+        {
+            throw CacheError(.notEmpty, "\(replaced.identifier) holds a FIFO, socket or device kept by the mount")
         }
         // Upload calls for the items wait, and running ones end first (D-372).
         let moving = [item.identifier] + (replaced.map { [$0.identifier] } ?? [])

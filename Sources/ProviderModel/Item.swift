@@ -42,6 +42,8 @@ public struct ItemTime: Sendable, Hashable, Comparable {
 }
 
 /// The metadata of one provider item: everything listing and stat need, no content.
+/// Equality leaves out `accessTime`: reading a file is no change of it (ctime does not move
+/// either), and a source whose atime moved when the mount downloaded it has not changed.
 public struct ProviderItem: Sendable, Hashable {
     public var identifier: ItemIdentifier
     /// The containing directory; the root's parent is the root itself.
@@ -65,6 +67,10 @@ public struct ProviderItem: Sendable, Hashable {
     /// A FIFO, socket or device made through the mount and kept by it alone, never at the
     /// provider (kind `.file`, size 0, D-398); nil for every provider item.
     public var special: SpecialNode?
+    /// The last access and the last change of the item's metadata, where the provider keeps them
+    /// (a local source's st_atime and st_ctime); nil: they read as `modificationTime`.
+    public var accessTime: ItemTime?
+    public var changeTime: ItemTime?
 
     public init(
         identifier: ItemIdentifier, parent: ItemIdentifier, name: String, kind: ItemKind, size: Int64,
@@ -82,6 +88,19 @@ public struct ProviderItem: Sendable, Hashable {
         self.symbolicLinkTarget = symbolicLinkTarget
         self.owner = owner
         self.special = special
+    }
+
+    public static func == (lhs: ProviderItem, rhs: ProviderItem) -> Bool {
+        lhs.identifier == rhs.identifier && lhs.parent == rhs.parent && lhs.name == rhs.name && lhs.kind == rhs.kind
+            && lhs.size == rhs.size && lhs.modificationTime == rhs.modificationTime
+            && lhs.contentVersion == rhs.contentVersion && lhs.permissions == rhs.permissions
+            && lhs.symbolicLinkTarget == rhs.symbolicLinkTarget && lhs.owner == rhs.owner
+            && lhs.special == rhs.special && lhs.changeTime == rhs.changeTime
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(identifier)
+        hasher.combine(contentVersion)
     }
 }
 

@@ -51,13 +51,17 @@ public struct ItemAttributeChanges: Sendable, Hashable {
     /// a chown's clearing of setuid/setgid at the source cannot undo the permissions asked.
     public var uid: UInt32?
     public var gid: UInt32?
+    /// The access time, where the provider keeps one (`ProviderItem.accessTime`).
+    public var accessTime: ItemTime?
     public init(
-        permissions: UInt16? = nil, modificationTime: ItemTime? = nil, uid: UInt32? = nil, gid: UInt32? = nil
+        permissions: UInt16? = nil, modificationTime: ItemTime? = nil, uid: UInt32? = nil, gid: UInt32? = nil,
+        accessTime: ItemTime? = nil
     ) {
         self.permissions = permissions
         self.modificationTime = modificationTime
         self.uid = uid
         self.gid = gid
+        self.accessTime = accessTime
     }
 }
 

@@ -125,7 +125,8 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
             let item = ProviderItem(
                 identifier: ItemIdentifier(path), parent: parent, name: name, kind: kind, size: content?.size ?? 0,
                 modificationTime: ItemTime(seconds: state.time, nanoseconds: Int32(state.nextVersion)),
-                contentVersion: ContentVersion("v\(state.nextVersion)"), permissions: kind == .directory ? 0o755 : 0o644,
+                contentVersion: ContentVersion("v\(state.nextVersion)"),
+                permissions: kind == .directory ? 0o755 : 0o644,
                 owner: state.ownerOfNew)
             state.nodes[ItemIdentifier(path)] = Node(item: item, content: content)
         }
@@ -481,6 +482,7 @@ extension InMemoryProvider {
                 node.item.permissions = permissions & 0o7777
             }
             if let time = changes.modificationTime { node.item.modificationTime = time }
+            if let time = changes.accessTime { node.item.accessTime = time }
             state.nodes[identifier] = node
             return node.item
         }

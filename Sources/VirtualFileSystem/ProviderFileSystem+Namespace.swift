@@ -451,8 +451,11 @@ extension ProviderFileSystem {
         }
         if wanted != ItemAttributeChanges() {
             let storesAttributes = cache.providerCapabilities.contains(.storesAttributes)
+            var held = wanted
+            held.accessTime = nil  // an edit's upload makes a new file: the atime is not carried
             if storesAttributes, node.kind == .file, wanted.uid == nil, wanted.gid == nil,
-                cache.writes.holdAttributes(wanted, of: node.identifier)
+                wanted.permissions != nil || wanted.modificationTime != nil,
+                cache.writes.holdAttributes(held, of: node.identifier)
             {
                 // Carried by the open edit's publish and upload (D-385).
                 return try await getAttributes(inode, context: context)

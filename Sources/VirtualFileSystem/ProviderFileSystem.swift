@@ -221,12 +221,17 @@ public final class ProviderFileSystem: FileSystem {
         let permissions =
             item.kind == .directory && !writable ? (shownPermissions | 0o500) & mask : shownPermissions & mask
         let owner = shownOwner(of: item)
+        // atime and ctime where the provider keeps them, else mtime; ctime never before mtime (a
+        // local version's mtime is newer than the provider's ctime).
+        let accessTime = item.accessTime.map { Timestamp(seconds: $0.seconds, nanoseconds: $0.nanoseconds) } ?? time
+        let changeTime = max(
+            item.changeTime.map { Timestamp(seconds: $0.seconds, nanoseconds: $0.nanoseconds) } ?? time, time)
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: 1,
             uid: owner.uid, gid: owner.gid,
             size: item.kind == .symbolicLink
                 ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
-            blocks: blocks, accessTime: time, modificationTime: time, changeTime: time,
+            blocks: blocks, accessTime: accessTime, modificationTime: time, changeTime: changeTime,
             serialNumber: serial ?? cache.catalog.serialNumber(of: item.identifier))
         attributes.device = item.special?.device ?? 0
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
@@ -793,10 +798,12 @@ extension ProviderFileSystem: FileSystemFastPath {
             removedAttributes(inode) == nil
         else { return nil }
         if changes.permissions != nil || changes.modificationTime != nil {
-            // An edit carries no chown.
+            // An edit carries no chown (and no atime: an edit's upload makes a new file).
             guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes),
-                cache.writes.holdAttributes(Self.itemChanges(changes), of: node.identifier)
+                cache.writes.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier)
             else { return nil }
+        } else if changes.accessTime != nil, cache.providerCapabilities.contains(.storesAttributes) {
+            return nil  // an atime the provider keeps
         }
         let answer = getAttributesNow(inode, context: context)
         // At a provider that stores owners: only a chown to the owner the node has already.
@@ -822,12 +829,15 @@ extension ProviderFileSystem: FileSystemFastPath {
 
     /// setattr's permissions and mtime as the provider takes them (and its owner and group:
     /// `changeAttributes` keeps them only where the provider stores owners, D-397).
-    static func itemChanges(_ changes: AttributeChanges) -> ItemAttributeChanges {
+    /// `keepingAccessTime` false: without the atime (what an open edit holds).
+    static func itemChanges(_ changes: AttributeChanges, keepingAccessTime: Bool = true) -> ItemAttributeChanges {
         ItemAttributeChanges(
             permissions: changes.permissions.map { $0 & 0o7777 },
             modificationTime: changes.modificationTime.map {
                 ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds)
-            }, uid: changes.uid, gid: changes.gid)
+            }, uid: changes.uid, gid: changes.gid,
+            accessTime: keepingAccessTime
+                ? changes.accessTime.map { ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds) } : nil)
     }
 
     public func getAttributesNow(

@@ -53,6 +53,27 @@ struct LocalDirectoryWritingTests {
         #expect(provider.capabilities.isSuperset(of: [.writing, .symbolicLinks, .exchangingMoves, .storesAttributes]))
     }
 
+    @Test("atime and ctime: a local source's shown, atime set by setAttributes, mtime left alone (D-397)")
+    func accessAndChangeTimes() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let before = try await provider.item(for: ItemIdentifier("file"))
+        var info = stat()
+        #expect(lstat(root.path + "/file", &info) == 0)
+        #expect(
+            before.changeTime == ItemTime(seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int32(info.st_ctim.tv_nsec))
+        )
+        let atime = ItemTime(seconds: 1_900_000_000, nanoseconds: 123)
+        let after = try await provider.setAttributes(ItemIdentifier("file"), ItemAttributeChanges(accessTime: atime))
+        #expect(after.accessTime == atime)
+        #expect(after.modificationTime == before.modificationTime)
+        #expect(lstat(root.path + "/file", &info) == 0)
+        #expect(info.st_atim.tv_sec == 1_900_000_000 && info.st_atim.tv_nsec == 123)
+        #expect(after.changeTime.map { $0 >= before.changeTime! } == true)
+    }
+
     @Test("owners (D-397): as root, items carry the source's; chown comes before chmod; setgid is inherited")
     func ownership() async throws {
         let root = try TemporaryDirectory()
@@ -417,7 +438,10 @@ struct LocalDirectoryWritingTests {
         }
         #expect(stale?.code == .versionChanged)
         #expect(try readFile(root.path + "/f") == Array("new!".utf8))
-        #expect(try await provider.item(for: ItemIdentifier("f")) == after)
+        // Untouched but for its ctime (swapped out and back, D-372): the same version, mode, mtime.
+        let untouched = try await provider.item(for: ItemIdentifier("f"))
+        #expect(untouched.contentVersion == after.contentVersion && untouched.permissions == after.permissions)
+        #expect(untouched.modificationTime == after.modificationTime)
         #expect(try entries(root.path) == ["d", "f"])
 
         // No base version: replaced whatever is there.

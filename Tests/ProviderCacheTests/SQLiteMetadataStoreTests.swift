@@ -123,15 +123,20 @@ struct SQLiteMetadataStoreTests {
             SpecialNode(.blockDevice, device: UInt64.max - 1),
         ]
         let items = nodes.enumerated().map { index, node in
-            ProviderItem(
+            var item = ProviderItem(
                 identifier: ItemIdentifier("n\(index)"), parent: .root, name: "n\(index)", kind: .file, size: 0,
                 modificationTime: ItemTime(seconds: 1), contentVersion: ContentVersion("local-only"),
                 permissions: 0o640, special: node)
+            item.accessTime = ItemTime(seconds: 3_000_000_000 + Int64(index), nanoseconds: 5)
+            item.changeTime = ItemTime(seconds: 2, nanoseconds: 999_999_999)
+            return item
         }
         try store.saveItems(items.map { StoredItem(item: $0, childrenListed: false, serial: 1) })
         let reopened = try SQLiteMetadataStore(path: path)
         let loaded = try reopened.loadItems().filter { $0.item.identifier != ItemIdentifier("old") }
             .sorted { $0.item.identifier < $1.item.identifier }
         #expect(loaded.map(\.item) == items)
+        #expect(loaded.map(\.item.accessTime) == items.map(\.accessTime))  // not part of ==
+        #expect(old.map(\.item.accessTime) == [nil] && old.map(\.item.changeTime) == [nil])
     }
 }

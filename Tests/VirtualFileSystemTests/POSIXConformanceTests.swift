@@ -264,6 +264,43 @@ struct POSIXConformanceTests {
         #expect(rootMade.attributes.uid == 0 && rootMade.attributes.gid == 0)
     }
 
+    @Test(
+        "atime set by utimens is kept where the provider stores times; without one it reads as mtime; ctime never before mtime"
+    )
+    func accessTimeWhereTheProviderKeepsIt() async throws {
+        let fixture = try VFSFixture(options: VFSFixture.writableOptions())
+        fixture.provider.putFile("file", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        let file = try await fileSystem.lookup(parent: .root, name: "file", context: .kernel)
+        #expect(file.attributes.accessTime == file.attributes.modificationTime)
+        #expect(file.attributes.changeTime == file.attributes.modificationTime)
+        let atime = Timestamp(seconds: 1_900_000_000, nanoseconds: 9)
+        #expect(
+            fileSystem.setAttributesNow(file.inode, changes: AttributeChanges(accessTime: atime), context: .kernel)
+                == nil)
+        let changed = try await fileSystem.setAttributes(
+            file.inode, changes: AttributeChanges(accessTime: atime), handle: nil, context: .kernel)
+        #expect(changed.accessTime == atime)
+        #expect(changed.modificationTime == file.attributes.modificationTime)
+        #expect(
+            try await fixture.provider.item(for: ItemIdentifier("file")).accessTime
+                == ItemTime(seconds: 1_900_000_000, nanoseconds: 9))
+
+        // A provider that keeps no times: the atime is not kept (reads as mtime), answered at once.
+        let plain = try VFSFixture(options: VFSFixture.writableOptions())
+        let provider = InMemoryProvider(capabilities: [.writing])
+        provider.putFile("file", .bytes([1]))
+        let plainFileSystem = try plain.makeFileSystem(provider: provider)
+        let other = try await plainFileSystem.lookup(parent: .root, name: "file", context: .kernel)
+        let answered = plainFileSystem.setAttributesNow(
+            other.inode, changes: AttributeChanges(accessTime: atime), context: .kernel)
+        guard case .success(let attributes)? = answered else {
+            Issue.record("an atime alone at a provider without times was not answered at once")
+            return
+        }
+        #expect(attributes.accessTime == attributes.modificationTime)
+    }
+
     @Test("a provider without owners: every node the mounting user's, chown to another EPERM, to it a no-op")
     func noOwnersWithoutTheCapability() async throws {
         var options = VFSFixture.writableOptions()
