@@ -9,12 +9,19 @@ public import ProviderModel
 
 extension ProviderCache {
     /// mknod(2) of a FIFO, socket or device: `name` in `parent`, in the catalog alone. The caller
-    /// checked that the name is free. The directory's mtime moves at the provider (best effort),
-    /// as any create moves it. `.exists` when the catalog has a node of that name already.
+    /// checked that the name is free. Where the provider defers creates (`deferCreateNow`) it
+    /// checks the name as for a file (EEXIST for a name the source has, one it does not show
+    /// included; ENAMETOOLONG for a path it could not hold, D-393) and moves the directory's
+    /// mtime; the deferred create is then forgotten at once. Elsewhere the directory's mtime is
+    /// set at the provider (best effort). `.exists` when the catalog has a node of that name.
     public func createLocalOnly(
         named name: String, in parent: ItemIdentifier, special: SpecialNode, permissions: UInt16,
         owner: ItemOwner?
     ) async throws(CacheError) -> ProviderItem {
+        let provider = environment.provider
+        var deferred: DeferredCreate?
+        do { deferred = try provider.deferCreateNow(named: name, in: parent) } catch { throw CacheError.from(error) }
+        if let deferred { provider.forgetDeferredCreate(deferred.identifier) }
         let now = wallClockTime()
         var item = ProviderItem(
             identifier: Self.localIdentifier(named: name, in: parent), parent: parent, name: name, kind: .file,
@@ -22,8 +29,10 @@ extension ProviderCache {
             permissions: permissions & 0o7777, owner: owner, special: special)
         item.accessTime = now
         item.changeTime = now
-        guard catalog.createdUnborn(item, directory: nil) else { throw CacheError(.exists, "'\(name)' exists") }
-        await touchDirectory(parent)
+        guard catalog.createdUnborn(item, directory: deferred?.directory) else {
+            throw CacheError(.exists, "'\(name)' exists")
+        }
+        if deferred == nil { await touchDirectory(parent) }
         return item
     }
 
