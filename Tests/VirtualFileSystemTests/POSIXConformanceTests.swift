@@ -102,6 +102,14 @@ struct POSIXConformanceTests {
             await failureErrno { try await fileSystem.removeDirectory(parent: .root, name: "dir", context: .kernel) }
                 == .notEmpty)
         #expect((try? await fixture.provider.item(for: ItemIdentifier("dir"))) != nil)
+        // Nor may an empty directory be renamed over it.
+        _ = try await fileSystem.makeDirectory(parent: .root, name: "empty", permissions: 0o755, context: .kernel)
+        #expect(
+            await failureErrno {
+                try await fileSystem.rename(
+                    parent: .root, name: "empty", newParent: .root, newName: "dir", flags: 0, context: .kernel)
+            } == .notEmpty)
+        try await fileSystem.removeDirectory(parent: .root, name: "empty", context: .kernel)
 
         // rename within the mount, over a provider file (which goes), then the directory moves
         // and takes it along.
