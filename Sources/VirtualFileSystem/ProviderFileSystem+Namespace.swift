@@ -433,13 +433,13 @@ extension ProviderFileSystem {
             throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
         }
         var wanted = Self.itemChanges(changes)
-        if ownsItems {
+        if ownsItems, wanted.uid != nil || wanted.gid != nil {
             // The kernel checked who may (default_permissions): only root gives a node away, its
             // owner gives it to a group of its own. A chown to the owner it has changes nothing.
             let current = shownOwner(of: cache.shown(try await item(of: node, maximumAge: options.cache.attributeTTL)))
             if wanted.uid == current.uid { wanted.uid = nil }
             if wanted.gid == current.gid { wanted.gid = nil }
-        } else {
+        } else if !ownsItems {
             if let uid = changes.uid, uid != options.uid {
                 throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
             }
