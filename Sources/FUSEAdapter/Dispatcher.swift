@@ -231,6 +231,10 @@ extension NodeType {
         case .regular: S_IFREG
         case .directory: S_IFDIR
         case .symbolicLink: S_IFLNK
+        case .fifo: S_IFIFO
+        case .socket: S_IFSOCK
+        case .characterDevice: S_IFCHR
+        case .blockDevice: S_IFBLK
         }
     }
 }
@@ -249,6 +253,7 @@ extension NodeAttributes {
         result.st_atim = accessTime.timespecValue
         result.st_mtim = modificationTime.timespecValue
         result.st_ctim = changeTime.timespecValue
+        result.st_rdev = dev_t(device)
         return result
     }
 }

@@ -303,10 +303,10 @@ extension Dispatcher {
             }
         }
 
-        // mkfifo(3), bind(2) of a Unix socket and mknod(2) (D-391): a regular file is made, the
-        // other types are refused by the file system (EPERM). Without this operation the kernel
-        // answers ENOSYS, which tools do not expect.
-        ops.mknod = { request, parent, name, mode, _ in
+        // mkfifo(3), bind(2) of a Unix socket and mknod(2) (D-391): a regular file is made; the
+        // other types are the file system's to keep (D-398) or refuse (EPERM). Without this
+        // operation the kernel answers ENOSYS, which tools do not expect.
+        ops.mknod = { request, parent, name, mode, device in
             let name = decodeName(name)
             let type: MknodType
             switch mode & S_IFMT {
@@ -322,7 +322,7 @@ extension Dispatcher {
             Dispatcher.from(request).respond(request, "mknod") { fs, context throws(FileSystemError) in
                 try await fs.makeNode(
                     parent: InodeNumber(parent), name: name, type: type, permissions: UInt16(mode & 0o7777),
-                    context: context)
+                    device: UInt64(device), context: context)
             } reply: { request, entry in
                 var param = entry.entryParam
                 return fuse_reply_entry(request, &param)

@@ -43,8 +43,12 @@ extension LocalDirectoryProvider {
             guard mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) == 0 else {
                 throw Self.writeError(errno, "mkdir \(name) in \(Self.describe(parent))")
             }
-            // mkdir applies the umask: the permissions asked are the ones stored.
-            _ = fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW)
+            // mkdir applies the umask: the permissions asked are the ones stored, plus the
+            // setgid a directory made in a setgid directory inherits (D-397).
+            var made = stat()
+            let inherited =
+                fstatat(directory.fd, name, &made, AT_SYMLINK_NOFOLLOW) == 0 ? UInt16(made.st_mode & 0o2000) : 0
+            _ = fchmodat(directory.fd, name, mode_t((permissions & 0o7777) | inherited), AT_SYMLINK_NOFOLLOW)
             return try self.itemAt(directory, name: name)
         }
     }
@@ -199,11 +203,16 @@ extension LocalDirectoryProvider {
         return try await LocalIO.run {
             if identifier == .root {
                 let path = try self.checkedPath(.root)
+                if changes.uid != nil || changes.gid != nil,
+                    lchown(path, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max) != 0
+                {
+                    throw Self.writeError(errno, "chown of the source directory")
+                }
                 if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
                     throw Self.writeError(errno, "chmod of the source directory")
                 }
-                if let time = changes.modificationTime {
-                    var times = Self.times(modification: time)
+                if changes.modificationTime != nil || changes.accessTime != nil {
+                    var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
                     guard utimensat(AT_FDCWD, path, &times, 0) == 0 else {
                         throw Self.writeError(errno, "utimens of the source directory")
                     }
@@ -217,14 +226,23 @@ extension LocalDirectoryProvider {
             guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                 throw Self.writeError(errno, "lstat \(identifier.rawValue)")
             }
+            // The owner first: Linux's chown clears setuid and setgid, the permissions asked
+            // come after (D-397).
+            if changes.uid != nil || changes.gid != nil {
+                guard
+                    fchownat(
+                        directory.fd, name, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max,
+                        AT_SYMLINK_NOFOLLOW) == 0
+                else { throw Self.writeError(errno, "chown \(identifier.rawValue)") }
+            }
             // Linux has no permissions for a symbolic link: they are left alone.
             if let permissions = changes.permissions, info.st_mode & S_IFMT != S_IFLNK {
                 guard fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW) == 0 else {
                     throw Self.writeError(errno, "chmod \(identifier.rawValue)")
                 }
             }
-            if let time = changes.modificationTime {
-                var times = Self.times(modification: time)
+            if changes.modificationTime != nil || changes.accessTime != nil {
+                var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
                 guard utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
                     throw Self.writeError(errno, "utimens \(identifier.rawValue)")
                 }
@@ -431,6 +449,10 @@ extension LocalDirectoryProvider {
         modificationTime: ItemTime?, cancelled: () -> Bool
     ) throws {
         try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
+        // A new version keeps the file's owner (D-397), set before the mode: chown clears setuid.
+        if Self.storesOwners, let existing, fchown(staged, existing.st_uid, existing.st_gid) != 0 {
+            throw Self.writeError(errno, "chown of \(name)'s staging file")
+        }
         let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
         guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
         if let modificationTime {
@@ -764,10 +786,15 @@ extension LocalDirectoryProvider {
 
     /// utimensat's pair: the access time left alone, the modification time set.
     static func times(modification time: ItemTime) -> [timespec] {
-        [
-            timespec(tv_sec: 0, tv_nsec: utimeOmit),
-            timespec(tv_sec: time_t(time.seconds), tv_nsec: Int(time.nanoseconds)),
-        ]
+        times(modification: time, access: nil)
+    }
+
+    /// utimensat's pair: each time set when given, left alone (UTIME_OMIT) when nil.
+    static func times(modification: ItemTime?, access: ItemTime?) -> [timespec] {
+        [access, modification].map { time in
+            time.map { timespec(tv_sec: time_t($0.seconds), tv_nsec: Int($0.nanoseconds)) }
+                ?? timespec(tv_sec: 0, tv_nsec: utimeOmit)
+        }
     }
 
     /// A failed system call of a write, as the `ProviderError` that says what happened.

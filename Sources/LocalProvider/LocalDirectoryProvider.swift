@@ -28,10 +28,25 @@ public struct LocalDirectoryProvider: Provider {
     public let root: String
     /// Everything `Provider` can offer: one-name lookups, immediate metadata (`itemNow`), listing
     /// change tokens and pushed changes (inotify), and writing (LocalDirectoryProvider+Writing).
-    public let capabilities: ProviderCapabilities = [
+    /// Ownership (`.storesOwnership`, D-397) only when this process may chown (root or
+    /// CAP_CHOWN): the source's owners are shown and chown is applied there.
+    public let capabilities = ProviderCapabilities([
         .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
         .writing, .symbolicLinks, .exchangingMoves, .storesAttributes, .hardLinks,
-    ]
+    ]).union(LocalDirectoryProvider.storesOwners ? .storesOwnership : [])
+    /// Whether this process may give a file to any user (root or CAP_CHOWN), read once.
+    static let storesOwners: Bool = geteuid() == 0 || hasCapability(0)  // CAP_CHOWN
+
+    /// Whether the effective capability set (/proc/self/status `CapEff`) has bit `number`.
+    static func hasCapability(_ number: Int) -> Bool {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return false }
+        for line in status.split(separator: "\n") where line.hasPrefix("CapEff:") {
+            let hex = line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces)
+            guard let mask = UInt64(hex, radix: 16) else { return false }
+            return mask & (1 << UInt64(number)) != 0
+        }
+        return false
+    }
     /// inotify watches of the listed directories (D-224).
     let changes = DirectoryChangeWatcher()
     /// Test hooks of uploads; nil outside tests.
@@ -396,12 +411,16 @@ public struct LocalDirectoryProvider: Provider {
             target = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         default: return nil
         }
-        return ProviderItem(
+        var item = ProviderItem(
             identifier: identifier, parent: parent, name: name,
             kind: kind, size: Int64(info.st_size),
             modificationTime: ItemTime(seconds: Int64(info.st_mtim.tv_sec), nanoseconds: Int32(info.st_mtim.tv_nsec)),
             contentVersion: version(of: info), permissions: UInt16(info.st_mode & 0o7777), symbolicLinkTarget: target,
-            hardLinkIdentity: kind != .directory && info.st_nlink > 1 ? hardLinkIdentity(of: info) : nil)
+            hardLinkIdentity: kind != .directory && info.st_nlink > 1 ? hardLinkIdentity(of: info) : nil,
+            owner: storesOwners ? ItemOwner(uid: info.st_uid, gid: info.st_gid) : nil)
+        item.accessTime = ItemTime(seconds: Int64(info.st_atim.tv_sec), nanoseconds: Int32(info.st_atim.tv_nsec))
+        item.changeTime = ItemTime(seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int32(info.st_ctim.tv_nsec))
+        return item
     }
 
     /// What every name of a file with several names shares (D-396): its device and inode.

@@ -258,7 +258,9 @@ extension Catalog {
             guard !catalog.unborn.isEmpty else { return [] }
             let roots = Set(roots)
             // Up each one's parents (identifiers need not be paths).
+            // A local-only node is never made at the provider (D-398).
             return catalog.unborn.filter { candidate in
+                guard catalog.items[candidate]?.special == nil else { return false }
                 var next: ItemIdentifier? = candidate
                 var steps = 0
                 while let current = next, steps < 4096 {
@@ -270,5 +272,54 @@ extension Catalog {
                 return false
             }
         }
+    }
+}
+
+// FIFOs, sockets and devices made through the mount (D-398): in the catalog alone, for good.
+// They are unborn items that are never born: listings and lookups of the provider do not remove
+// them, no upload is ever queued, and `unborn(atOrUnder:)` leaves them out, so no namespace
+// change makes them at the provider. The store keeps them (`special`), and a restart restores
+// them as such (`init(stored:…)`).
+extension Catalog {
+    /// The local-only nodes at or under `roots` (a directory holding one is not empty).
+    func localOnly(atOrUnder roots: [ItemIdentifier]) -> [ItemIdentifier] {
+        state.withLock { catalog in
+            guard !catalog.unborn.isEmpty else { return [] }
+            let roots = Set(roots)
+            return catalog.unborn.filter { candidate in
+                guard catalog.items[candidate]?.special != nil else { return false }
+                var next: ItemIdentifier? = candidate
+                var steps = 0
+                while let current = next, steps < 4096 {
+                    if roots.contains(current) { return true }
+                    if current == .root { return false }
+                    next = catalog.items[current]?.parent
+                    steps += 1
+                }
+                return false
+            }
+        }
+    }
+
+    /// The local-only node `identifier`, nil for any other item.
+    func localOnlyItem(_ identifier: ItemIdentifier) -> ProviderItem? {
+        state.withLock { catalog in
+            guard !catalog.unborn.isEmpty, catalog.unborn.contains(identifier),
+                let item = catalog.items[identifier], item.special != nil
+            else { return nil }
+            return item
+        }
+    }
+
+    /// A chmod, chown or utimens of a local-only node: the catalog's item is the node.
+    func changedLocalOnly(_ item: ProviderItem) {
+        let known = state.withLock { catalog -> Bool in
+            guard catalog.items[item.identifier]?.special != nil else { return false }
+            catalog.items[item.identifier] = item
+            return true
+        }
+        guard known else { return }
+        save([item])
+        tell([.attributes(item.identifier)])
     }
 }

@@ -119,7 +119,11 @@ extension Catalog {
         guard new.identifier != .root, let directory = path(of: new.parent, in: catalog) else { return nil }
         let newPath = join(directory, new.name)
         guard let old else { return catalog.children[new.parent] != nil ? .changed(path: newPath) : nil }
-        if old == new { return nil }
+        // The ctime alone moves with every metadata change at the source, the mount's own (an
+        // upload's owner and mode, a swap): it is no change to tell (atime is never compared).
+        var unchanged = old
+        unchanged.changeTime = new.changeTime
+        if unchanged == new { return nil }
         if old.name != new.name || old.parent != new.parent {
             guard let oldDirectory = path(of: old.parent, in: catalog) else { return .changed(path: newPath) }
             return .moved(from: join(oldDirectory, old.name), to: newPath)

@@ -147,6 +147,8 @@ public final class Catalog: Sendable {
         var unnumbered: [ItemIdentifier] = []
         for stored in storedItems {
             catalog.items[stored.item.identifier] = stored.item
+            // Kept by the mount alone (D-398): never the provider's, as a file not created there yet.
+            if stored.item.special != nil { catalog.unborn.insert(stored.item.identifier) }
             if catalog.serials.restore(stored.item.identifier, stored.serial) {
                 unnumbered.append(stored.item.identifier)
             }

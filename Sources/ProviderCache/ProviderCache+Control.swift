@@ -7,16 +7,18 @@ public import ProviderModel
 
 extension ProviderCache {
     /// The status of every file whose content is downloading, partly present, or failed (not the
-    /// materialized or untouched ones), in no particular order. From the cache only.
+    /// materialized or untouched ones), and of every node kept by the mount alone (D-398), in no
+    /// particular order. From the cache only.
     public func contentActivity() -> [ItemStatus] {
-        content.identifiersWithContent.union(writes.pendingUploads.map(\.identifier)).compactMap {
-            identifier -> ItemStatus? in
-            guard let status = status(of: identifier), status.kind == .file else { return nil }
-            switch status.state {
-            case .downloading, .partial, .error, .dirty, .uploading: return status
-            case .dataless, .materialized: return nil
+        content.identifiersWithContent.union(writes.pendingUploads.map(\.identifier))
+            .union(catalog.localOnly(atOrUnder: [.root])).compactMap {
+                identifier -> ItemStatus? in
+                guard let status = status(of: identifier), status.kind == .file else { return nil }
+                switch status.state {
+                case .downloading, .partial, .error, .dirty, .uploading, .localOnly: return status
+                case .dataless, .materialized: return nil
+                }
             }
-        }
     }
 
     /// What a provider probe found.

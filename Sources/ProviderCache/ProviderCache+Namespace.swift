@@ -13,30 +13,32 @@ extension ProviderCache {
         }
     }
 
-    /// mkdir: the new directory, in its parent's listing.
+    /// mkdir: the new directory, in its parent's listing. `owner`: who made it (D-397).
     public func createDirectory(
-        named name: String, in parent: ItemIdentifier, permissions: UInt16
+        named name: String, in parent: ItemIdentifier, permissions: UInt16, owner: ItemOwner? = nil
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
         let own = catalog.beginOwnChange(of: [], naming: [(parent, name)])  // D-403
         defer { catalog.endOwnChange(own) }
-        let item = try await providerCall {
+        let made = try await providerCall {
             try await provider.createDirectory(named: name, in: parent, permissions: permissions)
         }
+        let item = await environment.owned(made, by: owner)
         catalog.created(item)
         return item
     }
 
-    /// symlink: the new link, in its parent's listing.
+    /// symlink: the new link, in its parent's listing. `owner`: who made it (D-397).
     public func createSymbolicLink(
-        named name: String, in parent: ItemIdentifier, target: String
+        named name: String, in parent: ItemIdentifier, target: String, owner: ItemOwner? = nil
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
         let own = catalog.beginOwnChange(of: [], naming: [(parent, name)])  // D-403
         defer { catalog.endOwnChange(own) }
-        let item = try await providerCall {
+        let made = try await providerCall {
             try await provider.createSymbolicLink(named: name, in: parent, target: target)
         }
+        let item = await environment.owned(made, by: owner)
         catalog.created(item)
         return item
     }
@@ -71,8 +73,15 @@ extension ProviderCache {
         defer { catalog.endOwnChange(own) }
         // A file not at the provider yet goes with its write-back record alone; a directory with
         // such files in it is not empty, which the provider says once they are there (D-386).
+        if item.special != nil { return await deleteLocalOnly(item) }  // D-398
         if item.kind == .file, dropUnborn(item.identifier) { return }
-        if item.kind == .directory { try await bearUnborn(atOrUnder: [item.identifier]) }
+        if item.kind == .directory {
+            // Nodes the mount keeps alone (D-398) are entries the provider never sees.
+            guard catalog.localOnly(atOrUnder: [item.identifier]).isEmpty else {
+                throw CacheError(.notEmpty, "\(item.identifier) holds a FIFO, socket or device kept by the mount")
+            }
+            try await bearUnborn(atOrUnder: [item.identifier])
+        }
         do {
             try await provider.delete(item.identifier, kind: item.kind)
         } catch {
@@ -92,6 +101,7 @@ extension ProviderCache {
     /// one that failed (offline, an error) refuses the unlink instead, the name and its bytes kept.
     private func uploadBeforeUnlinking(_ identifier: ItemIdentifier) async throws(CacheError) {
         guard !catalog.otherNames(of: identifier).isEmpty else { return }
+        writes.expedite(identifier)  // not after its settle (D-405)
         let deadline = ContinuousClock.now + .seconds(30)
         while let record = writes.uploadRecord(of: identifier), record.isPending {
             if record.phase == .error {
@@ -129,6 +139,18 @@ extension ProviderCache {
         heir: ItemIdentifier? = nil
     ) async throws(CacheError) -> (item: ProviderItem, moves: [ItemIdentifier: ItemIdentifier]) {
         let provider = environment.provider
+        if item.special != nil {  // a local-only node (D-398)
+            return try await moveLocalOnly(item, to: parent, named: name, mode: mode, replaced: replaced)
+        }
+        if replaced?.special != nil, mode == .exchange {
+            throw CacheError(.unsupported, "a FIFO, socket or device kept by the mount cannot be exchanged")
+        }
+        // A directory holding nodes the mount keeps alone is not empty, whatever the provider sees.
+        if let replaced, replaced.kind == .directory, mode != .exchange,
+            !catalog.localOnly(atOrUnder: [replaced.identifier]).isEmpty
+        {
+            throw CacheError(.notEmpty, "\(replaced.identifier) holds a FIFO, socket or device kept by the mount")
+        }
         if let replaced, mode == .replacing, replaced.kind != .directory {
             try await uploadBeforeUnlinking(replaced.identifier)
         }
@@ -178,6 +200,7 @@ extension ProviderCache {
         of identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
+        if let node = catalog.localOnlyItem(identifier) { return setLocalOnlyAttributes(node, changes) }  // D-398
         // Like a move (D-372): no upload call for the item runs meanwhile, so none meets the
         // version this changes. Edits that started from the version before follow it (D-375).
         try await writes.beginMove([identifier])

@@ -950,7 +950,12 @@ public final class LocalWrites: Sendable {
             let uploaded = try await provider.upload(
                 from: path, to: target, permissions: creates ? permissions ?? current.permissions : permissions,
                 modificationTime: current.modificationTime)
-            result = .success(uploaded)
+            // Made by the upload: given to whoever created it through the mount (D-397).
+            result = .success(
+                creates
+                    ? await environment.owned(
+                        uploaded, by: current.owner, permissions: permissions ?? current.permissions)
+                    : uploaded)
         } catch let error as ProviderError
             where error.code == .versionChanged || (creates && error.code == .alreadyExists)
         {
@@ -1058,6 +1063,13 @@ public final class LocalWrites: Sendable {
         return name + suffix
     }
 
+    /// Starts `identifier`'s upload now if it waits out its settle (D-405): what must reach the
+    /// provider before a change of the namespace does not wait for it.
+    func expedite(_ identifier: ItemIdentifier) {
+        let actions = state.withLock { $0.uploads[identifier]?.expedite() } ?? []
+        perform(identifier, actions)
+    }
+
     /// Starts the uploads waiting out their settle (D-405) and waits, up to `limit`, for them and
     /// for those running to end. Failed ones retry at the next start, as every queued one does.
     func flush(within limit: Duration) async {
@@ -1111,8 +1123,10 @@ extension ProviderCache {
     /// is the provider's from the start.
     /// `deferring` false: made at once whatever the provider offers (a create through a token's
     /// access path, whose expiry must find the file at the provider, D-386).
+    /// `owner`: who made it (D-397); a deferred file carries it to its `.create` upload.
     public func createFile(
-        named name: String, in parent: ItemIdentifier, permissions: UInt16, deferring: Bool = true
+        named name: String, in parent: ItemIdentifier, permissions: UInt16, deferring: Bool = true,
+        owner: ItemOwner? = nil
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
         var deferred: DeferredCreate?
@@ -1125,7 +1139,7 @@ extension ProviderCache {
             let item = ProviderItem(
                 identifier: deferred.identifier, parent: parent, name: name, kind: .file, size: 0,
                 modificationTime: wallClockTime(), contentVersion: .unborn(content.reserveFileNumber()),
-                permissions: permissions)
+                permissions: permissions, owner: owner)
             // The catalog first: a crash before the record leaves an item the provider never had,
             // which the next revalidation drops (the other order left a record of nothing).
             guard catalog.createdUnborn(item, directory: deferred.directory) else {
@@ -1145,7 +1159,7 @@ extension ProviderCache {
         } catch {
             throw CacheError.from(error)
         }
-        return catalog.applyCreated(created)
+        return catalog.applyCreated(await environment.owned(created, by: owner, permissions: permissions))
     }
 
     /// Creates at the provider, now and empty, the files at or under `roots` that were created
@@ -1157,11 +1171,12 @@ extension ProviderCache {
         for identifier in catalog.unborn(atOrUnder: roots) {
             guard let item = catalog.unbornItem(identifier) else { continue }
             let empty = try await content.emptyFile()
-            let created = try await providerCall {
+            let made = try await providerCall {
                 try await provider.upload(
                     from: empty, to: .create(name: item.name, in: item.parent), permissions: item.permissions,
                     modificationTime: item.modificationTime)
             }
+            let created = await environment.owned(made, by: item.owner, permissions: item.permissions)
             environment.logger.debug("\(identifier): created at the provider before a change of its name")
             writes.bornEmpty(identifier, as: created.contentVersion, unborn: item.contentVersion)
             catalog.born(identifier)

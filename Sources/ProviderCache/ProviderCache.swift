@@ -16,6 +16,8 @@ public struct ItemStatus: Sendable, Equatable {
         case dataless, downloading, partial, materialized, error
         /// Local edits not uploaded yet; `uploading` while the upload runs (issue 14).
         case dirty, uploading
+        /// A FIFO, socket or device the mount keeps alone, never at the provider (D-398).
+        case localOnly = "local-only"
     }
     public var identifier: ItemIdentifier
     public var kind: ItemKind
@@ -150,6 +152,11 @@ public final class ProviderCache: Sendable {
 
     private func contentStatus(of identifier: ItemIdentifier) -> ItemStatus? {
         guard let item = catalog.knownItem(identifier) else { return nil }
+        if item.special != nil {
+            return ItemStatus(
+                identifier: identifier, kind: item.kind, state: .localOnly, presentBytes: 0, totalBytes: 0,
+                version: item.contentVersion, lastError: nil)
+        }
         switch item.kind {
         case .directory, .symbolicLink:
             let listed = item.kind == .directory && catalog.isListed(identifier)

@@ -89,6 +89,22 @@ public final class SQLiteMetadataStore: MetadataStore {
         migrator.registerMigration("provider cache v6: item serial numbers") { db in
             try db.execute("ALTER TABLE items ADD COLUMN serial INTEGER")
         }
+        // The item's owner where the provider stores one (D-397); NULL: none (rows of older
+        // caches too, until the provider is asked again).
+        migrator.registerMigration("provider cache v7: item owners") { db in
+            try db.execute("ALTER TABLE items ADD COLUMN uid INTEGER")
+            try db.execute("ALTER TABLE items ADD COLUMN gid INTEGER")
+        }
+        // A FIFO, socket or device the mount keeps alone (D-398): its type and device number;
+        // NULL for provider items.
+        // And the access and change times where the provider keeps them; NULL: they read as mtime.
+        migrator.registerMigration("provider cache v8: local-only special nodes, access and change times") { db in
+            try db.execute("ALTER TABLE items ADD COLUMN special TEXT")
+            try db.execute("ALTER TABLE items ADD COLUMN device INTEGER")
+            for column in ["atime_seconds", "atime_nanoseconds", "ctime_seconds", "ctime_nanoseconds"] {
+                try db.execute("ALTER TABLE items ADD COLUMN \(column) INTEGER")
+            }
+        }
         return migrator
     }
 
@@ -115,7 +131,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             var result: [StoredItem] = []
             try db.forEachRow("SELECT * FROM items") { row in
                 let kind: String = try row["kind"]
-                let item = ProviderItem(
+                var item = ProviderItem(
                     identifier: ItemIdentifier(try row["identifier"] as String),
                     parent: ItemIdentifier(try row["parent"] as String), name: try row["name"],
                     kind: ItemKind(rawValue: kind) ?? .file, size: try row["size"],
@@ -124,6 +140,24 @@ public final class SQLiteMetadataStore: MetadataStore {
                     contentVersion: ContentVersion(try row["version"] as String),
                     permissions: UInt16(truncatingIfNeeded: try row["permissions"] as Int64),
                     symbolicLinkTarget: try row["link_target"])
+                let uid: Int64? = try row["uid"]
+                let gid: Int64? = try row["gid"]
+                if let uid, let gid {
+                    item.owner = ItemOwner(uid: UInt32(truncatingIfNeeded: uid), gid: UInt32(truncatingIfNeeded: gid))
+                }
+                let special: String? = try row["special"]
+                if let special, let kind = SpecialNode.Kind(rawValue: special) {
+                    let device: Int64? = try row["device"]
+                    item.special = SpecialNode(kind, device: UInt64(bitPattern: device ?? 0))
+                }
+                let atime: (Int64?, Int64?) = (try row["atime_seconds"], try row["atime_nanoseconds"])
+                if let seconds = atime.0 {
+                    item.accessTime = ItemTime(seconds: seconds, nanoseconds: Int32(truncatingIfNeeded: atime.1 ?? 0))
+                }
+                let ctime: (Int64?, Int64?) = (try row["ctime_seconds"], try row["ctime_nanoseconds"])
+                if let seconds = ctime.0 {
+                    item.changeTime = ItemTime(seconds: seconds, nanoseconds: Int32(truncatingIfNeeded: ctime.1 ?? 0))
+                }
                 let serial: Int64? = try row["serial"]
                 result.append(
                     StoredItem(
@@ -142,19 +176,28 @@ public final class SQLiteMetadataStore: MetadataStore {
                 try db.execute(
                     """
                     INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
-                        version, permissions, link_target, children_listed, serial)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        version, permissions, link_target, children_listed, serial, uid, gid, special, device,
+                        atime_seconds, atime_nanoseconds, ctime_seconds, ctime_nanoseconds)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
                         kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
                         mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
                         permissions = excluded.permissions, link_target = excluded.link_target,
-                        children_listed = excluded.children_listed, serial = excluded.serial
+                        children_listed = excluded.children_listed, serial = excluded.serial,
+                        uid = excluded.uid, gid = excluded.gid, special = excluded.special,
+                        device = excluded.device, atime_seconds = excluded.atime_seconds,
+                        atime_nanoseconds = excluded.atime_nanoseconds, ctime_seconds = excluded.ctime_seconds,
+                        ctime_nanoseconds = excluded.ctime_nanoseconds
                     """,
                     [
                         item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
                         item.modificationTime.seconds, item.modificationTime.nanoseconds, item.contentVersion.rawValue,
                         Int64(item.permissions), item.symbolicLinkTarget, stored.childrenListed,
-                        Int64(clamping: stored.serial),
+                        Int64(clamping: stored.serial), item.owner.map { Int64($0.uid) },
+                        item.owner.map { Int64($0.gid) }, item.special?.kind.rawValue,
+                        item.special.map { Int64(bitPattern: $0.device) }, item.accessTime?.seconds,
+                        item.accessTime.map { Int64($0.nanoseconds) }, item.changeTime?.seconds,
+                        item.changeTime.map { Int64($0.nanoseconds) },
                     ])
             }
         }

@@ -42,6 +42,8 @@ public struct ItemTime: Sendable, Hashable, Comparable {
 }
 
 /// The metadata of one provider item: everything listing and stat need, no content.
+/// Equality leaves out `accessTime`: reading a file is no change of it (ctime does not move
+/// either), and a source whose atime moved when the mount downloaded it has not changed.
 public struct ProviderItem: Sendable, Hashable {
     public var identifier: ItemIdentifier
     /// The containing directory; the root's parent is the root itself.
@@ -63,11 +65,22 @@ public struct ProviderItem: Sendable, Hashable {
     /// same text for every name of it (a local directory: its device and inode), nil for one with
     /// one name and for directories. The catalog gives all its names one st_ino (D-396).
     public var hardLinkIdentity: String?
+    /// The owner the provider stores (`.storesOwnership`, D-397); nil: it has none, and the mount
+    /// shows the mounting user.
+    public var owner: ItemOwner?
+    /// A FIFO, socket or device made through the mount and kept by it alone, never at the
+    /// provider (kind `.file`, size 0, D-398); nil for every provider item.
+    public var special: SpecialNode?
+    /// The last access and the last change of the item's metadata, where the provider keeps them
+    /// (a local source's st_atime and st_ctime); nil: they read as `modificationTime`.
+    public var accessTime: ItemTime?
+    public var changeTime: ItemTime?
 
     public init(
         identifier: ItemIdentifier, parent: ItemIdentifier, name: String, kind: ItemKind, size: Int64,
         modificationTime: ItemTime, contentVersion: ContentVersion, permissions: UInt16 = 0o644,
-        symbolicLinkTarget: String? = nil, hardLinkIdentity: String? = nil
+        symbolicLinkTarget: String? = nil, hardLinkIdentity: String? = nil, owner: ItemOwner? = nil,
+        special: SpecialNode? = nil
     ) {
         self.identifier = identifier
         self.parent = parent
@@ -79,5 +92,47 @@ public struct ProviderItem: Sendable, Hashable {
         self.permissions = permissions
         self.symbolicLinkTarget = symbolicLinkTarget
         self.hardLinkIdentity = hardLinkIdentity
+        self.owner = owner
+        self.special = special
     }
+
+    public static func == (lhs: ProviderItem, rhs: ProviderItem) -> Bool {
+        lhs.identifier == rhs.identifier && lhs.parent == rhs.parent && lhs.name == rhs.name && lhs.kind == rhs.kind
+            && lhs.size == rhs.size && lhs.modificationTime == rhs.modificationTime
+            && lhs.contentVersion == rhs.contentVersion && lhs.permissions == rhs.permissions
+            && lhs.symbolicLinkTarget == rhs.symbolicLinkTarget && lhs.owner == rhs.owner
+            && lhs.special == rhs.special && lhs.changeTime == rhs.changeTime
+            && lhs.hardLinkIdentity == rhs.hardLinkIdentity
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(identifier)
+        hasher.combine(contentVersion)
+    }
+}
+
+/// What a local-only node is (D-398): its type and, for a device, its number (st_rdev).
+public struct SpecialNode: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable {
+        case fifo, socket
+        case characterDevice = "char"
+        case blockDevice = "block"
+    }
+    public var kind: Kind
+    public var device: UInt64
+    public init(_ kind: Kind, device: UInt64 = 0) {
+        self.kind = kind
+        self.device = device
+    }
+}
+
+/// A user and group id, as stat shows them (D-397).
+public struct ItemOwner: Sendable, Hashable, CustomStringConvertible {
+    public var uid: UInt32
+    public var gid: UInt32
+    public init(uid: UInt32, gid: UInt32) {
+        self.uid = uid
+        self.gid = gid
+    }
+    public var description: String { "\(uid):\(gid)" }
 }

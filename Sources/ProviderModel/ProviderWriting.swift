@@ -42,14 +42,26 @@ public enum MoveMode: Sendable, Hashable {
     case exchange
 }
 
-/// Metadata a mount stores for an item (chmod, utimens). Nil fields are left as they are.
+/// Metadata a mount stores for an item (chmod, utimens, chown). Nil fields are left as they are.
 public struct ItemAttributeChanges: Sendable, Hashable {
     /// Permission bits (mode & 0o7777).
     public var permissions: UInt16?
     public var modificationTime: ItemTime?
-    public init(permissions: UInt16? = nil, modificationTime: ItemTime? = nil) {
+    /// The owner and group (`.storesOwnership`, D-397), changed before the permissions, so that
+    /// a chown's clearing of setuid/setgid at the source cannot undo the permissions asked.
+    public var uid: UInt32?
+    public var gid: UInt32?
+    /// The access time, where the provider keeps one (`ProviderItem.accessTime`).
+    public var accessTime: ItemTime?
+    public init(
+        permissions: UInt16? = nil, modificationTime: ItemTime? = nil, uid: UInt32? = nil, gid: UInt32? = nil,
+        accessTime: ItemTime? = nil
+    ) {
         self.permissions = permissions
         self.modificationTime = modificationTime
+        self.uid = uid
+        self.gid = gid
+        self.accessTime = accessTime
     }
 }
 
@@ -68,6 +80,10 @@ extension ProviderCapabilities {
     /// (identifier) with the same `hardLinkIdentity`, and a new version of it written through
     /// any name is the content of all of them (D-396). Without it link(2) is EPERM.
     public static let hardLinks = ProviderCapabilities(rawValue: 1 << 8)
+    /// Items carry their `owner`, and `setAttributes` changes it (chown; needs `.storesAttributes`
+    /// too). Without it every node shows the mounting user and chown to another is EPERM (D-397).
+    /// A local directory offers it when the daemon may chown (root or CAP_CHOWN).
+    public static let storesOwnership = ProviderCapabilities(rawValue: 1 << 9)
 }
 
 /// The write calls' defaults: they decline, as a provider without `.writing` does.

@@ -77,6 +77,9 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
         /// changes) until `releaseUploads()`.
         var holdingUploads = false
         var heldUploads: [CheckedContinuation<Void, Never>] = []
+        /// With `.storesOwnership`: the owner of what is made (as a local source's daemon run by
+        /// root makes it), nil otherwise (D-397).
+        var ownerOfNew: ItemOwner?
     }
 
     let state = Locked(State())
@@ -95,11 +98,12 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
     public init(capabilities: ProviderCapabilities = InMemoryProvider.defaultCapabilities) {
         self.capabilities = capabilities
         state.withLock { state in
+            state.ownerOfNew = capabilities.contains(.storesOwnership) ? ItemOwner(uid: 0, gid: 0) : nil
             state.nodes[.root] = Node(
                 item: ProviderItem(
                     identifier: .root, parent: .root, name: "", kind: .directory, size: 0,
                     modificationTime: ItemTime(seconds: state.time), contentVersion: ContentVersion("v0"),
-                    permissions: 0o755), content: nil)
+                    permissions: 0o755, owner: state.ownerOfNew), content: nil)
         }
     }
 
@@ -121,8 +125,9 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
             let item = ProviderItem(
                 identifier: ItemIdentifier(path), parent: parent, name: name, kind: kind, size: content?.size ?? 0,
                 modificationTime: ItemTime(seconds: state.time, nanoseconds: Int32(state.nextVersion)),
-                contentVersion: ContentVersion("v\(state.nextVersion)"), permissions: kind == .directory ? 0o755 : 0o644
-            )
+                contentVersion: ContentVersion("v\(state.nextVersion)"),
+                permissions: kind == .directory ? 0o755 : 0o644,
+                owner: state.ownerOfNew)
             state.nodes[ItemIdentifier(path)] = Node(item: item, content: content)
         }
     }
@@ -464,10 +469,20 @@ extension InMemoryProvider {
             }
             // Without `.storesAttributes` the call succeeds and keeps nothing.
             guard capabilities.contains(.storesAttributes) else { return node.item }
+            // The owner first, as Linux's chown: it clears setuid and setgid of a non-directory.
+            if capabilities.contains(.storesOwnership), changes.uid != nil || changes.gid != nil,
+                var owner = node.item.owner
+            {
+                owner.uid = changes.uid ?? owner.uid
+                owner.gid = changes.gid ?? owner.gid
+                node.item.owner = owner
+                if node.item.kind != .directory { node.item.permissions &= ~0o6000 }
+            }
             if let permissions = changes.permissions, node.item.kind != .symbolicLink {
                 node.item.permissions = permissions & 0o7777
             }
             if let time = changes.modificationTime { node.item.modificationTime = time }
+            if let time = changes.accessTime { node.item.accessTime = time }
             state.nodes[identifier] = node
             return node.item
         }
@@ -536,7 +551,7 @@ extension InMemoryProvider {
         let item = ProviderItem(
             identifier: identifier, parent: parent, name: name, kind: kind, size: content?.size ?? 0,
             modificationTime: ItemTime(seconds: state.time, nanoseconds: Int32(state.nextVersion)),
-            contentVersion: ContentVersion("v\(state.nextVersion)"), permissions: permissions)
+            contentVersion: ContentVersion("v\(state.nextVersion)"), permissions: permissions, owner: state.ownerOfNew)
         state.nodes[identifier] = Node(item: item, content: content)
         return item
     }

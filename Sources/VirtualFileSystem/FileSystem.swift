@@ -26,6 +26,8 @@ public struct FileHandleID: RawRepresentable, Hashable, Sendable, CustomStringCo
 
 public enum NodeType: Sendable, Equatable {
     case regular, directory, symbolicLink
+    /// Kept by the mount alone (D-398): their I/O is the kernel's.
+    case fifo, socket, characterDevice, blockDevice
 }
 
 /// The file type mknod(2) asks for (the kernel refuses directories and unknown types itself).
@@ -68,6 +70,8 @@ public struct NodeAttributes: Sendable, Equatable {
     public var accessTime: Timestamp
     public var modificationTime: Timestamp
     public var changeTime: Timestamp
+    /// A device node's number (st_rdev), 0 for every other node.
+    public var device: UInt64 = 0
     /// How long the kernel may cache these attributes when they answer a getattr; nil: the
     /// mount's `attributeTimeout`. (A lookup's `Entry` carries its own timeouts.)
     public var validFor: Duration?
@@ -300,11 +304,13 @@ public protocol FileSystem: Sendable {
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32,
         context: RequestContext
     ) async throws(FileSystemError)
-    /// mknod(2) (and bind(2) of a Unix socket, mkfifo(3)). The default makes a regular file as
-    /// `create` then `release` would (as `touch` does) and refuses every other type with EPERM,
-    /// as a Linux file system that cannot store them (vfat) does (D-391).
+    /// mknod(2) (and bind(2) of a Unix socket, mkfifo(3)); `device`: a device's number (st_rdev).
+    /// The default makes a regular file as `create` then `release` would (as `touch` does) and
+    /// refuses every other type with EPERM, as a Linux file system that cannot store them (vfat)
+    /// does (D-391).
     func makeNode(
-        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, context: RequestContext
+        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, device: UInt64,
+        context: RequestContext
     ) async throws(FileSystemError) -> Entry
     /// link(2): a second name for `inode`. The default refuses with EPERM, as a Linux file
     /// system without hard links (vfat) does.
@@ -385,7 +391,8 @@ extension FileSystemFastPath {
 
 extension FileSystem {
     public func makeNode(
-        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, context: RequestContext
+        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, device: UInt64,
+        context: RequestContext
     ) async throws(FileSystemError) -> Entry {
         guard type == .regular else {
             throw FileSystemError(.notPermitted, "mknod: a \(type) cannot be stored by the provider")

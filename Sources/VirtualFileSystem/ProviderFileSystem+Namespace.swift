@@ -104,7 +104,9 @@ extension ProviderFileSystem {
         try checkName(name, in: site, "mkdir")
         let item: ProviderItem
         do {
-            item = try await cache.createDirectory(named: name, in: site.directory, permissions: permissions & 0o7777)
+            item = try await cache.createDirectory(
+                named: name, in: site.directory, permissions: permissions & 0o7777,
+                owner: newOwner(in: site.directory, context: context))
         } catch {
             throw FileSystemError(error)
         }
@@ -124,7 +126,8 @@ extension ProviderFileSystem {
         guard target.utf8.count < 4096 else { throw FileSystemError(.nameTooLong, "symlink: target too long") }
         let item: ProviderItem
         do {
-            item = try await cache.createSymbolicLink(named: name, in: site.directory, target: target)
+            item = try await cache.createSymbolicLink(
+                named: name, in: site.directory, target: target, owner: newOwner(in: site.directory, context: context))
         } catch {
             throw FileSystemError(error)
         }
@@ -132,17 +135,39 @@ extension ProviderFileSystem {
     }
 
     /// mknod(2): a regular file as `create` and `release` make it (the protocol's default). A
-    /// FIFO, socket or device cannot be stored by a provider: EPERM, as a Linux file system
-    /// without them (vfat) answers, after the checks mkdir makes (D-391).
+    /// FIFO, socket or device, which a provider cannot store, is kept by the mount alone, "not
+    /// synced" (D-398), after the checks mkdir makes; the kernel checked CAP_MKNOD for a device.
+    /// Through an access path: EPERM, as before (D-391).
     public func makeNode(
-        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, context: RequestContext
+        parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, device: UInt64,
+        context: RequestContext
     ) async throws(FileSystemError) -> Entry {
-        guard type == .regular else {
-            let site = try changeSite(parent, "mknod", context: context)
-            try checkName(name, in: site, "mknod")
-            throw FileSystemError(.notPermitted, "mknod: a provider cannot store a \(type)")
+        let special: SpecialNode
+        switch type {
+        case .regular:
+            return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
+        case .fifo: special = SpecialNode(.fifo)
+        case .socket: special = SpecialNode(.socket)
+        case .characterDevice: special = SpecialNode(.characterDevice, device: device)
+        case .blockDevice: special = SpecialNode(.blockDevice, device: device)
         }
-        return try await makeEmptyFile(parent: parent, name: name, permissions: permissions, context: context)
+        let site = try changeSite(parent, "mknod", context: context)
+        try checkName(name, in: site, "mknod")
+        guard site.scoped == nil else {
+            throw FileSystemError(.notPermitted, "mknod: a \(type) through an access path")
+        }
+        if try await existingChild(named: name, in: site) != nil {
+            throw FileSystemError(.exists, "mknod: '\(name)' exists")
+        }
+        let item: ProviderItem
+        do {
+            item = try await cache.createLocalOnly(
+                named: name, in: site.directory, special: special, permissions: permissions,
+                owner: newOwner(in: site.directory, context: context))
+        } catch {
+            throw FileSystemError(error)
+        }
+        return try await createdEntry(item, parent: parent, site: site, context: context)
     }
 
     /// link(2): a second name for a file at a provider with hard links (`.hardLinks`, D-396),
@@ -172,6 +197,10 @@ extension ProviderFileSystem {
             throw FileSystemError(.exists, "link: '\(newName)' exists")
         }
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+        // A FIFO, socket or device is the mount's alone (D-398): nothing at the provider to link.
+        guard item.special == nil else {
+            throw FileSystemError(.notPermitted, "link: \(node.identifier) is a node the mount keeps alone")
+        }
         let linked: ProviderItem
         do {
             linked = try await cache.link(item, to: site.directory, named: newName)
@@ -477,16 +506,31 @@ extension ProviderFileSystem {
         guard let node = try anyNode(inode, context: context, operation: "setattr") else {
             throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
         }
-        if let uid = changes.uid, uid != options.uid {
-            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
+        var wanted = Self.itemChanges(changes)
+        if ownsItems, wanted.uid != nil || wanted.gid != nil {
+            // The kernel checked who may (default_permissions): only root gives a node away, its
+            // owner gives it to a group of its own. A chown to the owner it has changes nothing.
+            let current = shownOwner(of: cache.shown(try await item(of: node, maximumAge: options.cache.attributeTTL)))
+            if wanted.uid == current.uid { wanted.uid = nil }
+            if wanted.gid == current.gid { wanted.gid = nil }
+        } else if !ownsItems {
+            if let uid = changes.uid, uid != options.uid {
+                throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
+            }
+            if let gid = changes.gid, gid != options.gid {
+                throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
+            }
+            wanted.uid = nil
+            wanted.gid = nil
         }
-        if let gid = changes.gid, gid != options.gid {
-            throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
-        }
-        let wanted = Self.itemChanges(changes)
         if wanted != ItemAttributeChanges() {
             let storesAttributes = cache.providerCapabilities.contains(.storesAttributes)
-            if storesAttributes, node.kind == .file, cache.writes.holdAttributes(wanted, of: node.identifier) {
+            var held = wanted
+            held.accessTime = nil  // an edit's upload makes a new file: the atime is not carried
+            if storesAttributes, node.kind == .file, wanted.uid == nil, wanted.gid == nil,
+                wanted.permissions != nil || wanted.modificationTime != nil,
+                cache.writes.holdAttributes(held, of: node.identifier)
+            {
                 // Carried by the open edit's publish and upload (D-385).
                 return try await getAttributes(inode, context: context)
             }

@@ -399,7 +399,7 @@ extension ProviderFileSystem {
                     check: check)
                 entries.append(
                     DirectoryEntry(
-                        name: child.name, inode: inode, serialNumber: serial, type: NodeType(child.kind),
+                        name: child.name, inode: inode, serialNumber: serial, type: NodeType(child),
                         cookie: UInt64(entries.count + 1)))
             }
             let built = entries

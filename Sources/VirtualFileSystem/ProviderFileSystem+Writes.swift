@@ -64,7 +64,8 @@ extension ProviderFileSystem {
             // Through an access path never deferred: a token's expiry leaves the empty file at the
             // provider at once, as it always did (D-386).
             item = try await cache.createFile(
-                named: name, in: site.directory, permissions: permissions & 0o7777, deferring: site.scoped == nil)
+                named: name, in: site.directory, permissions: permissions & 0o7777, deferring: site.scoped == nil,
+                owner: newOwner(in: site.directory, context: context))
         } catch {
             releaseWriteClaim(claim)
             returnScopedUse(use)

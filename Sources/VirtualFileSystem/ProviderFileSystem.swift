@@ -205,7 +205,7 @@ public final class ProviderFileSystem: FileSystem {
         case .directory: type = .directory
         case .symbolicLink: type = .symbolicLink
         case .file:
-            type = .regular
+            type = NodeType(item)  // regular, or a local-only node (D-398)
             // Only bytes stored locally count, like a dataless file: 0 for a placeholder.
             blocks = (presentBytes + 511) / 512
         }
@@ -229,13 +229,20 @@ public final class ProviderFileSystem: FileSystem {
             number = number ?? known.serial
             if links == nil, item.kind != .directory { linkCount = known.links }
         }
+        let owner = shownOwner(of: item)
+        // atime and ctime where the provider keeps them, else mtime; ctime never before mtime (a
+        // local version's mtime is newer than the provider's ctime).
+        let accessTime = item.accessTime.map { Timestamp(seconds: $0.seconds, nanoseconds: $0.nanoseconds) } ?? time
+        let changeTime = max(
+            item.changeTime.map { Timestamp(seconds: $0.seconds, nanoseconds: $0.nanoseconds) } ?? time, time)
         var attributes = NodeAttributes(
             inode: inode, type: type, permissions: permissions, linkCount: UInt32(linkCount),
-            uid: options.uid, gid: options.gid,
+            uid: owner.uid, gid: owner.gid,
             size: item.kind == .symbolicLink
                 ? Int64(item.symbolicLinkTarget?.utf8.count ?? 0) : stagedSize ?? item.size,
-            blocks: blocks, accessTime: time, modificationTime: time, changeTime: time,
+            blocks: blocks, accessTime: accessTime, modificationTime: time, changeTime: changeTime,
             serialNumber: number ?? 0)
+        attributes.device = item.special?.device ?? 0
         // Require-token mode: the root's attributes are everyone's, so cached as usual (nil).
         attributes.validFor = requiresToken && inode == .root ? nil : trackedTimeout(tracked)
         return attributes
@@ -419,7 +426,7 @@ public final class ProviderFileSystem: FileSystem {
                     let inode = state.inodes.bind(child.identifier, kind: child.kind, serial: serial).0
                     entries.append(
                         DirectoryEntry(
-                            name: child.name, inode: inode, serialNumber: serial, type: NodeType(child.kind),
+                            name: child.name, inode: inode, serialNumber: serial, type: NodeType(child),
                             cookie: UInt64(entries.count + 1)))
                 }
                 state.directories[handle]?.snapshot = entries
@@ -593,6 +600,28 @@ public final class ProviderFileSystem: FileSystem {
 
     /// Whether changes are let through: `options.writable` and a provider that writes.
     public var isWritable: Bool { options.writable && cache.providerCapabilities.contains(.writing) }
+
+    /// The provider stores owners (D-397): nodes show theirs, chown goes to the provider, and a
+    /// node made through the mount belongs to its maker. Else every node is the mounting user's.
+    var ownsItems: Bool { cache.providerCapabilities.contains(.storesOwnership) }
+
+    /// The owner stat shows for `item` (already `cache.shown`).
+    func shownOwner(of item: ProviderItem) -> ItemOwner {
+        guard ownsItems, let owner = item.owner else { return ItemOwner(uid: options.uid, gid: options.gid) }
+        return owner
+    }
+
+    /// Who a node that `context` makes in `directory` belongs to (D-397), as Linux gives it: the
+    /// caller's uid, and its gid, or the directory's when the directory is setgid. Nil when the
+    /// provider keeps no owners.
+    func newOwner(in directory: ItemIdentifier, context: RequestContext) -> ItemOwner? {
+        guard ownsItems else { return nil }
+        var owner = ItemOwner(uid: context.uid, gid: context.gid)
+        if let parent = cache.catalog.knownItem(directory).map(cache.shown), parent.permissions & 0o2000 != 0 {
+            owner.gid = shownOwner(of: parent).gid
+        }
+        return owner
+    }
 
     func readOnly(_ operation: String) -> FileSystemError {
         FileSystemError(.readOnlyFileSystem, "\(operation): the provider mount is read-only")
@@ -771,25 +800,38 @@ extension ProviderFileSystem: FileSystemFastPath {
         }
     }
 
-    /// On a plain node of a writable mount without the token requirement: a chown to the
-    /// mounting user (and group), which every node has, or an atime alone (not kept), answered
-    /// as the async path would after its checks, with getattr's answer (D-382); and a chmod or
-    /// utimens of a file whose open edit has a publish to come, at a provider that stores them,
-    /// which the edit carries (`LocalWrites.holdAttributes`, D-385). Anything else: nil.
+    /// On a plain node of a writable mount without the token requirement: a chown to the owner
+    /// and group the node has (the mounting user's, or the provider's, D-397), or an atime alone
+    /// (not kept), answered as the async path would after its checks, with getattr's answer
+    /// (D-382); and a chmod or utimens of a file whose open edit has a publish to come, at a
+    /// provider that stores them, which the edit carries (`LocalWrites.holdAttributes`, D-385).
+    /// Anything else: nil.
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
+        let chowns = changes.uid != nil || changes.gid != nil
         guard changes.size == nil,
-            changes.uid == nil || changes.uid == options.uid, changes.gid == nil || changes.gid == options.gid,
+            ownsItems || changes.uid == nil || changes.uid == options.uid,
+            ownsItems || changes.gid == nil || changes.gid == options.gid,
             isWritable, !requiresToken, inode != .root, let node = state.withLock({ $0.inodes[inode] }),
             removedAttributes(inode) == nil
         else { return nil }
         if changes.permissions != nil || changes.modificationTime != nil {
-            guard node.kind == .file, cache.providerCapabilities.contains(.storesAttributes),
-                cache.writes.holdAttributes(Self.itemChanges(changes), of: node.identifier)
+            // An edit carries no chown (and no atime: an edit's upload makes a new file).
+            guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes),
+                cache.writes.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier)
+            else { return nil }
+        } else if changes.accessTime != nil, cache.providerCapabilities.contains(.storesAttributes) {
+            return nil  // an atime the provider keeps
+        }
+        let answer = getAttributesNow(inode, context: context)
+        // At a provider that stores owners: only a chown to the owner the node has already.
+        if chowns, ownsItems {
+            guard case .success(let attributes)? = answer, changes.uid ?? attributes.uid == attributes.uid,
+                changes.gid ?? attributes.gid == attributes.gid
             else { return nil }
         }
-        return getAttributesNow(inode, context: context)
+        return answer
     }
 
     /// getxattr of a name other than the mount's own (`user.providerfs.*`) on a plain node,
@@ -804,13 +846,17 @@ extension ProviderFileSystem: FileSystemFastPath {
         return .failure(FileSystemError(.noAttribute, "no attribute \(name)"))
     }
 
-    /// setattr's permissions and mtime as the provider takes them.
-    static func itemChanges(_ changes: AttributeChanges) -> ItemAttributeChanges {
+    /// setattr's permissions and mtime as the provider takes them (and its owner and group:
+    /// `changeAttributes` keeps them only where the provider stores owners, D-397).
+    /// `keepingAccessTime` false: without the atime (what an open edit holds).
+    static func itemChanges(_ changes: AttributeChanges, keepingAccessTime: Bool = true) -> ItemAttributeChanges {
         ItemAttributeChanges(
             permissions: changes.permissions.map { $0 & 0o7777 },
             modificationTime: changes.modificationTime.map {
                 ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds)
-            })
+            }, uid: changes.uid, gid: changes.gid,
+            accessTime: keepingAccessTime
+                ? changes.accessTime.map { ItemTime(seconds: $0.seconds, nanoseconds: $0.nanoseconds) } : nil)
     }
 
     public func getAttributesNow(
@@ -913,6 +959,17 @@ extension NodeType {
         case .file: self = .regular
         case .directory: self = .directory
         case .symbolicLink: self = .symbolicLink
+        }
+    }
+
+    /// The type of `item`: its kind's, or a local-only node's (D-398).
+    init(_ item: ProviderItem) {
+        switch item.special?.kind {
+        case .fifo?: self = .fifo
+        case .socket?: self = .socket
+        case .characterDevice?: self = .characterDevice
+        case .blockDevice?: self = .blockDevice
+        case nil: self.init(item.kind)
         }
     }
 }

@@ -169,11 +169,13 @@ struct LocalDirectoryProviderTests {
         try root.write("a/b.txt", Array("hello".utf8))
         let plan = FaultPlan()
         let tracking = FaultInjectingProvider(wrapping: LocalDirectoryProvider(root: root.path), plan: plan)
+        // Owners only where this process may chown (D-397).
         #expect(
-            tracking.capabilities == [
-                .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
-                .writing, .symbolicLinks, .exchangingMoves, .storesAttributes, .hardLinks,
-            ])
+            tracking.capabilities
+                == ProviderCapabilities([
+                    .namedChildLookup, .immediateMetadata, .listingChangeTracking, .changeNotifying,
+                    .writing, .symbolicLinks, .exchangingMoves, .storesAttributes, .hardLinks,
+                ]).union(geteuid() == 0 ? .storesOwnership : []))
         let (children, token) = try await tracking.trackedChildren(of: ItemIdentifier("a"))
         #expect(children.map(\.name) == ["b.txt"])
         let listed = try #require(token)

@@ -105,6 +105,75 @@ struct LocalDirectoryWritingTests {
         #expect(try entries(root.path + "/d") == ["b", "taken"], "no staging file left")
     }
 
+    @Test("atime and ctime: a local source's shown, atime set by setAttributes, mtime left alone (D-397)")
+    func accessAndChangeTimes() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let before = try await provider.item(for: ItemIdentifier("file"))
+        var info = stat()
+        #expect(lstat(root.path + "/file", &info) == 0)
+        #expect(
+            before.changeTime == ItemTime(seconds: Int64(info.st_ctim.tv_sec), nanoseconds: Int32(info.st_ctim.tv_nsec))
+        )
+        let atime = ItemTime(seconds: 1_900_000_000, nanoseconds: 123)
+        let after = try await provider.setAttributes(ItemIdentifier("file"), ItemAttributeChanges(accessTime: atime))
+        #expect(after.accessTime == atime)
+        #expect(after.modificationTime == before.modificationTime)
+        #expect(lstat(root.path + "/file", &info) == 0)
+        #expect(info.st_atim.tv_sec == 1_900_000_000 && info.st_atim.tv_nsec == 123)
+        #expect(after.changeTime.map { $0 >= before.changeTime! } == true)
+    }
+
+    @Test("owners (D-397): as root, items carry the source's; chown comes before chmod; setgid is inherited")
+    func ownership() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("file", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        guard geteuid() == 0 else {
+            // Not root (and no CAP_CHOWN in a plain user's run): no owners, as before.
+            #expect(!provider.capabilities.contains(.storesOwnership))
+            #expect(try await provider.item(for: ItemIdentifier("file")).owner == nil)
+            return
+        }
+        #expect(provider.capabilities.contains(.storesOwnership))
+        #expect(try await provider.item(for: ItemIdentifier("file")).owner == ItemOwner(uid: 0, gid: 0))
+        _ = try await provider.setAttributes(ItemIdentifier("file"), ItemAttributeChanges(permissions: 0o4755))
+        // The owner first, then the mode: the chown's clearing of setuid does not undo the mode asked.
+        let given = try await provider.setAttributes(
+            ItemIdentifier("file"), ItemAttributeChanges(permissions: 0o4750, uid: 65534, gid: 65533))
+        #expect(given.owner == ItemOwner(uid: 65534, gid: 65533))
+        #expect(given.permissions == 0o4750)
+        var info = stat()
+        #expect(lstat(root.path + "/file", &info) == 0)
+        #expect(info.st_uid == 65534 && info.st_gid == 65533 && info.st_mode & 0o7777 == 0o4750)
+        // A group alone.
+        let regrouped = try await provider.setAttributes(ItemIdentifier("file"), ItemAttributeChanges(gid: 7))
+        #expect(regrouped.owner == ItemOwner(uid: 65534, gid: 7))
+        #expect(regrouped.permissions == 0o750)  // Linux's chown clears setuid, root's too
+        // A directory made in a setgid directory keeps the setgid it inherits (and its group).
+        let team = try await provider.createDirectory(named: "team", in: .root, permissions: 0o2775)
+        _ = try await provider.setAttributes(team.identifier, ItemAttributeChanges(permissions: 0o2775, gid: 4242))
+        let sub = try await provider.createDirectory(named: "sub", in: team.identifier, permissions: 0o755)
+        #expect(sub.permissions == 0o2755)
+        #expect(sub.owner?.gid == 4242)
+        // A symbolic link's owner, not its target's.
+        let link = try await provider.createSymbolicLink(named: "link", in: .root, target: "file")
+        let linkGiven = try await provider.setAttributes(link.identifier, ItemAttributeChanges(uid: 5, gid: 6))
+        #expect(linkGiven.owner == ItemOwner(uid: 5, gid: 6))
+        #expect(try await provider.item(for: ItemIdentifier("file")).owner == ItemOwner(uid: 65534, gid: 7))
+        // A new version (the atomic replace makes a new inode) keeps the file's owner and mode.
+        try root.write("local", [9, 9])
+        let replaced = try await provider.upload(
+            from: root.path + "/local", to: .replace(ItemIdentifier("file"), baseVersion: nil), permissions: nil,
+            modificationTime: nil)
+        #expect(replaced.owner == ItemOwner(uid: 65534, gid: 7))
+        #expect(replaced.permissions == 0o750)
+        #expect(replaced.size == 2)
+    }
+
     @Test("createDirectory stores the permissions asked (umask aside) and refuses a taken name")
     func createDirectory() async throws {
         let root = try TemporaryDirectory()
@@ -421,7 +490,10 @@ struct LocalDirectoryWritingTests {
         }
         #expect(stale?.code == .versionChanged)
         #expect(try readFile(root.path + "/f") == Array("new!".utf8))
-        #expect(try await provider.item(for: ItemIdentifier("f")) == after)
+        // Untouched but for its ctime (swapped out and back, D-372): the same version, mode, mtime.
+        let untouched = try await provider.item(for: ItemIdentifier("f"))
+        #expect(untouched.contentVersion == after.contentVersion && untouched.permissions == after.permissions)
+        #expect(untouched.modificationTime == after.modificationTime)
         #expect(try entries(root.path) == ["d", "f"])
 
         // No base version: replaced whatever is there.

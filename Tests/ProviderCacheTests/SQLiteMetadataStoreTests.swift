@@ -66,4 +66,77 @@ struct SQLiteMetadataStoreTests {
         let loaded = try reopened.loadItems().first { $0.item.identifier == ItemIdentifier("new") }
         #expect(loaded?.serial == 4_000_000_007)
     }
+
+    @Test("an item's owner is saved and loaded (D-397); a row saved before owners were kept loads with none")
+    func itemOwnerMigration() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")
+        defer { directory.remove() }
+        let path = directory.path + "/metadata.sqlite"
+        do {
+            let old = try DatabaseQueue(path: path, migrator: SQLiteMetadataStore.migrator.prefix(6))
+            try old.write { db in
+                try db.execute(
+                    """
+                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds, version,
+                        permissions, children_listed, serial)
+                    VALUES ('old', '', 'old', 'file', 1, 0, 0, 'v1', 420, 0, 7)
+                    """)
+            }
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        let old = try store.loadItems()
+        #expect(old.map(\.item.owner) == [nil])
+        #expect(old.map(\.serial) == [7])
+        let item = ProviderItem(
+            identifier: ItemIdentifier("new"), parent: .root, name: "new", kind: .file, size: 2,
+            modificationTime: ItemTime(seconds: 1), contentVersion: ContentVersion("v2"),
+            owner: ItemOwner(uid: 65534, gid: 4_000_000_001))
+        try store.saveItems([StoredItem(item: item, childrenListed: false, serial: 9)])
+        let reopened = try SQLiteMetadataStore(path: path)
+        let loaded = try reopened.loadItems().first { $0.item.identifier == ItemIdentifier("new") }
+        #expect(loaded?.item == item)
+        #expect(loaded?.item.owner == ItemOwner(uid: 65534, gid: 4_000_000_001))
+    }
+
+    @Test("a local-only node's type and device are saved and loaded (D-398); an older row loads as a provider item")
+    func specialNodeMigration() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")
+        defer { directory.remove() }
+        let path = directory.path + "/metadata.sqlite"
+        do {
+            let old = try DatabaseQueue(path: path, migrator: SQLiteMetadataStore.migrator.prefix(7))
+            try old.write { db in
+                try db.execute(
+                    """
+                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds, version,
+                        permissions, children_listed, serial, uid, gid)
+                    VALUES ('old', '', 'old', 'file', 1, 0, 0, 'v1', 420, 0, 7, 1, 2)
+                    """)
+            }
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        let old = try store.loadItems()
+        #expect(old.map(\.item.special) == [nil])
+        #expect(old.map(\.item.owner) == [ItemOwner(uid: 1, gid: 2)])
+        let nodes = [
+            SpecialNode(.fifo), SpecialNode(.socket), SpecialNode(.characterDevice, device: 0x0103),
+            SpecialNode(.blockDevice, device: UInt64.max - 1),
+        ]
+        let items = nodes.enumerated().map { index, node in
+            var item = ProviderItem(
+                identifier: ItemIdentifier("n\(index)"), parent: .root, name: "n\(index)", kind: .file, size: 0,
+                modificationTime: ItemTime(seconds: 1), contentVersion: ContentVersion("local-only"),
+                permissions: 0o640, special: node)
+            item.accessTime = ItemTime(seconds: 3_000_000_000 + Int64(index), nanoseconds: 5)
+            item.changeTime = ItemTime(seconds: 2, nanoseconds: 999_999_999)
+            return item
+        }
+        try store.saveItems(items.map { StoredItem(item: $0, childrenListed: false, serial: 1) })
+        let reopened = try SQLiteMetadataStore(path: path)
+        let loaded = try reopened.loadItems().filter { $0.item.identifier != ItemIdentifier("old") }
+            .sorted { $0.item.identifier < $1.item.identifier }
+        #expect(loaded.map(\.item) == items)
+        #expect(loaded.map(\.item.accessTime) == items.map(\.accessTime))  // not part of ==
+        #expect(old.map(\.item.accessTime) == [nil] && old.map(\.item.changeTime) == [nil])
+    }
 }
