@@ -40,7 +40,9 @@ extension LocalDirectoryProvider {
             try self.checkPathFits(name, in: parent)
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
-            guard mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) == 0 else {
+            // Under the directory's entry lock, as every change of its entries (D-408).
+            guard self.entries.withLock(parent, { mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) }) == 0
+            else {
                 throw Self.writeError(errno, "mkdir \(name) in \(Self.describe(parent))")
             }
             // mkdir applies the umask: the permissions asked are the ones stored, plus the
@@ -66,7 +68,7 @@ extension LocalDirectoryProvider {
             }
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
-            guard symlinkat(target, directory.fd, name) == 0 else {
+            guard self.entries.withLock(parent, { symlinkat(target, directory.fd, name) }) == 0 else {
                 throw Self.writeError(errno, "symlink \(name) in \(Self.describe(parent))")
             }
             return try self.itemAt(directory, name: name)
@@ -112,7 +114,7 @@ extension LocalDirectoryProvider {
             }
             let directory = try self.openDirectory(parent)
             defer { close(directory.fd) }
-            guard linkat(source.fd, sourceName, directory.fd, name, 0) == 0 else {
+            guard self.entries.withLock(parent, { linkat(source.fd, sourceName, directory.fd, name, 0) }) == 0 else {
                 throw Self.writeError(errno, "link \(identifier.rawValue) as \(name) in \(Self.describe(parent))")
             }
             return try self.itemAt(directory, name: name)
@@ -139,7 +141,10 @@ extension LocalDirectoryProvider {
                     "\(identifier.rawValue) is a \(actual.map { "\($0)" } ?? "special file"), not a \(kind)",
                     errno: code)
             }
-            guard unlinkat(directory.fd, name, kind == .directory ? AT_REMOVEDIR : 0) == 0 else {
+            let removed = self.entries.withLock(parent) {
+                unlinkat(directory.fd, name, kind == .directory ? AT_REMOVEDIR : 0)
+            }
+            guard removed == 0 else {
                 let code = errno
                 if kind == .directory && (code == ENOTEMPTY || code == EEXIST) {
                     throw ProviderError(.notEmpty, "\(identifier.rawValue) is not empty", errno: ENOTEMPTY)
@@ -168,7 +173,10 @@ extension LocalDirectoryProvider {
                 case .noReplace: RenameFlags.noReplace
                 case .exchange: RenameFlags.exchange
                 }
-            guard renameAt2(source.fd, sourceName, destination.fd, name, flags: flags) == 0 else {
+            let renamed = self.entries.withLocks([sourceParent, parent]) {
+                renameAt2(source.fd, sourceName, destination.fd, name, flags: flags)
+            }
+            guard renamed == 0 else {
                 let code = errno
                 let what = "move \(identifier.rawValue) to \(Self.describe(parent))/\(name)"
                 if code == EINVAL && flags == 0 {
@@ -243,7 +251,12 @@ extension LocalDirectoryProvider {
             }
             if changes.modificationTime != nil || changes.accessTime != nil {
                 var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
-                guard utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
+                // A directory's own times under its entry lock: an upload into it that puts its
+                // times back does so before or after, never over this (D-408).
+                let set = self.entries.withLock(identifier) {
+                    utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW)
+                }
+                guard set == 0 else {
                     throw Self.writeError(errno, "utimens \(identifier.rawValue)")
                 }
             }
@@ -425,6 +438,7 @@ extension LocalDirectoryProvider {
                     _ = futimens(directory.fd, &times)
                 }
             }
+            uploadHooks?.insideEntryLock()
             switch target {
             case .create:
                 guard linkat(AT_FDCWD, unnamed, directory.fd, name, AT_SYMLINK_FOLLOW) == 0 else {
@@ -822,13 +836,17 @@ extension LocalDirectoryProvider {
 final class UploadHooks: Sendable {
     let afterCopyStep: @Sendable (Int64) -> Void
     let beforePublish: @Sendable () -> Void
+    /// Inside the directory's entry lock, after its times were read (D-408).
+    let insideEntryLock: @Sendable () -> Void
     let namedTemporary: Bool
     init(
         afterCopyStep: @escaping @Sendable (Int64) -> Void = { _ in },
-        beforePublish: @escaping @Sendable () -> Void = {}, namedTemporary: Bool = false
+        beforePublish: @escaping @Sendable () -> Void = {}, insideEntryLock: @escaping @Sendable () -> Void = {},
+        namedTemporary: Bool = false
     ) {
         self.afterCopyStep = afterCopyStep
         self.beforePublish = beforePublish
+        self.insideEntryLock = insideEntryLock
         self.namedTemporary = namedTemporary
     }
 }
@@ -842,10 +860,24 @@ final class DirectoryEntries: Sendable {
     private let pending = Locked<Set<ItemIdentifier>>([])
 
     func withLock<T, E: Error>(_ directory: ItemIdentifier, _ body: () throws(E) -> T) throws(E) -> T {
+        try stripes[stripe(of: directory)].withLock(body)
+    }
+
+    /// Both directories' locks (a rename between two), taken in stripe order so that two callers
+    /// never wait for each other; one lock when both fall on one stripe.
+    func withLocks<T>(_ directories: [ItemIdentifier], _ body: () -> T) -> T {
+        let order = Set(directories.map(stripe(of:))).sorted()
+        func locked(_ index: Int) -> T {
+            guard index < order.count else { return body() }
+            return stripes[order[index]].withLock { locked(index + 1) }
+        }
+        return locked(0)
+    }
+
+    private func stripe(of directory: ItemIdentifier) -> Int {
         var hasher = Hasher()
         hasher.combine(directory)
-        let stripe = stripes[Int(UInt(bitPattern: hasher.finalize()) % UInt(stripes.count))]
-        return try stripe.withLock(body)
+        return Int(UInt(bitPattern: hasher.finalize()) % UInt(stripes.count))
     }
 
     func deferred(_ identifier: ItemIdentifier) { _ = pending.withLock { $0.insert(identifier) } }

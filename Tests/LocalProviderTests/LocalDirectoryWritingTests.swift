@@ -517,6 +517,59 @@ struct LocalDirectoryWritingTests {
         #expect(try entries(root.path) == ["d", "f"])
     }
 
+    /// D-408: an upload that puts its directory's times back does it under the directory's entry
+    /// lock, and so does every change of the directory's entries or times through the provider:
+    /// an unlink made while the upload swaps the file in moves the mtime after the restore, never
+    /// under it (the differential tester's seed 12769367757050257476 showed an explicit old mtime
+    /// brought back over an unlink's).
+    @Test func anEntryChangeDuringAReplaceKeepsItsMtime() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        mkdir(root.path + "/d", 0o755)
+        try root.write("d/f", Array("old".utf8))
+        try root.write("d/g", Array("doomed".utf8))
+        var old = [timespec(tv_sec: 1_000_000_070, tv_nsec: 0), timespec(tv_sec: 1_000_000_070, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, root.path + "/d", &old, 0) == 0)
+        var provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile(Array("new".utf8), in: local)
+        let inside = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        provider.uploadHooks = UploadHooks(insideEntryLock: {
+            inside.signal()
+            release.wait()
+        })
+        let before = try await provider.item(for: ItemIdentifier("d/f"))
+        let upload = Task { [provider] in
+            try await provider.upload(
+                from: source, to: .replace(ItemIdentifier("d/f"), baseVersion: before.contentVersion),
+                permissions: nil, modificationTime: nil)
+        }
+        #expect(
+            await withCheckedContinuation { done in
+                DispatchQueue.global().async { done.resume(returning: inside.wait(timeout: .now() + 30) == .success) }
+            })
+        let removed = Locked(false)
+        let delete = Task { [provider] in
+            try await provider.delete(ItemIdentifier("d/g"), kind: .file)
+            removed.withLock { $0 = true }
+        }
+        // Bounded: with the lock the unlink waits for the upload's restore (it never ends here);
+        // without it, it ends at once and the restore below then undoes its mtime.
+        let deadline = ContinuousClock.now + .milliseconds(300)
+        while !removed.withLock({ $0 }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(!removed.withLock { $0 }, "the unlink waited for the upload's entry lock")
+        release.signal()
+        _ = try await upload.value
+        try await delete.value
+        var info = stat()
+        #expect(stat(root.path + "/d", &info) == 0)
+        #expect(info.st_mtim.tv_sec > 1_000_000_070, "the unlink's mtime stands: \(info.st_mtim.tv_sec)")
+        #expect(try readFile(root.path + "/d/f") == Array("new".utf8))
+        #expect(try entries(root.path + "/d") == ["f"])
+    }
+
     /// Both ways of publishing: an unnamed temporary file (O_TMPFILE) and a named one.
     @Test(
         "a replace whose file is moved, or replaced by another, just before it publishes changes nothing (D-372)",

@@ -91,10 +91,11 @@ struct DifferentialMountTests {
     /// directory listed but unreadable); D-384, a stat of a directory while the write-back
     /// replaced a file in it showed the mtime of the upload's temporary file (timing-dependent:
     /// 2 of 8 replays failed before the fix, 0 of 10 after); D-385, a chmod held by an open edit
-    /// was lost from fstat once a rename replaced the file (its staged edit dropped).
+    /// was lost from fstat once a rename replaced the file (its staged edit dropped); D-408, an
+    /// upload's restore of its directory's times undid an unlink's mtime in that directory.
     static let regressionSeeds: [UInt64] = [
         18_279_128_783_547_457_624, 4_684_424_414_077_234_649, 6_867_958_465_429_425_710,
-        14_055_210_015_656_341_209,
+        14_055_210_015_656_341_209, 12_769_367_757_050_257_476,
     ]
 
     @Test func sequencesThatOnceFailedStillMatch() throws {
