@@ -52,7 +52,8 @@ public protocol DatabaseValueConvertible: Sendable {
 
     /// Reads column `index` of `row` directly. The default goes through `fromDatabaseValue`;
     /// the built-in types read SQLite's column without building a `DatabaseValue` first, which
-    /// keeps record decoding close to raw C speed (see the benchmark in docs/TESTING.md).
+    /// keeps record decoding close to raw C speed (see the SQLiteStore benchmark in docs/MOUNT.md's
+    /// measurement log).
     ///
     /// - Throws: `DatabaseError` `.decodingFailed` naming the column.
     static func decode(from row: Row, at index: Int) throws -> Self
