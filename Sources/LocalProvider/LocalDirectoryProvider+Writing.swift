@@ -297,7 +297,19 @@ extension LocalDirectoryProvider {
         return DeferredCreate(identifier: identifier, directory: item)
     }
 
-    public func forgetDeferredCreate(_ identifier: ItemIdentifier) { entries.created(identifier) }
+    /// The deferred file is gone before it was born (unlinked, or its create(2) failed): its
+    /// directory's mtime moves now, as an unlink's would have moved it at the source, under the
+    /// directory's entry lock (D-408).
+    public func forgetDeferredCreate(_ identifier: ItemIdentifier) {
+        guard entries.isDeferred(identifier) else { return }
+        entries.created(identifier)
+        guard let (parent, _) = try? Self.split(identifier), let directory = try? openDirectory(parent) else { return }
+        defer { close(directory.fd) }
+        entries.withLock(parent) {
+            var times = [timespec(tv_sec: 0, tv_nsec: utimeOmit), timespec(tv_sec: 0, tv_nsec: utimeNow)]
+            _ = futimens(directory.fd, &times)
+        }
+    }
 
     // MARK: Upload
 

@@ -26,7 +26,7 @@ struct MountCommand: CLICommand {
     static let usage = """
         providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
-                         [--stall-timeout DURATION] [--ready-timeout DURATION]
+                         [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
         """
 
     /// Free space the cache directory needs before we mount (SQLite, range maps, first downloads).
@@ -49,6 +49,8 @@ struct MountCommand: CLICommand {
         /// How long a download may deliver nothing before its readers get ETIMEDOUT (nil: the
         /// cache's default, `CacheOptions.stallTimeout`).
         var stallTimeout: Duration?
+        /// How long an upload waits after the last publish of its file (D-405; nil: at once).
+        var writeBackDelay: Duration?
         /// Require-token mode: plain paths only for this user's own providerfs commands; apps get
         /// in through access paths only (docs/SEMANTICS.md, "Require-token mode").
         var requireToken = false
@@ -84,6 +86,10 @@ struct MountCommand: CLICommand {
         if let stallTimeout, stallTimeout < .milliseconds(1) {
             throw UsageError("providerfs mount: --stall-timeout must be at least 1ms.")
         }
+        let writeBackDelay = try arguments.duration("--write-back-delay")
+        if let writeBackDelay, writeBackDelay > .seconds(3600) {
+            throw UsageError("providerfs mount: --write-back-delay must be at most 1h.")
+        }
         // Internal: the write end of the readiness pipe, passed by the background parent.
         let readyFD = try arguments.option("--ready-fd").map { text throws(UsageError) -> Int32 in
             guard let fd = Int32(text), fd > 2 else { throw UsageError("providerfs mount: bad --ready-fd '\(text)'.") }
@@ -104,6 +110,7 @@ struct MountCommand: CLICommand {
             plan.readOnly = readOnly
             plan.requireToken = requireToken
             plan.stallTimeout = stallTimeout
+            plan.writeBackDelay = writeBackDelay
             if plan.cleanedStaleMounts > 0 {
                 io.error("providerfs mount: cleaned up the stale mount at \(plan.mountpoint) (its daemon was gone)")
             }
@@ -228,9 +235,12 @@ struct MountCommand: CLICommand {
             if plan.requireToken { fileSystemOptions.plainPaths = MountPlainPaths() }
             // Writable unless --read-only (D-376; D-350 kept it off while writing was being built).
             fileSystemOptions.writable = !plan.readOnly
-            // The write-back settle, and how long an unmount waits for what it starts (D-405).
-            fileSystemOptions.cache.uploadSettle = .milliseconds(500)
-            fileSystemOptions.cache.maximumUploadSettle = .seconds(5)
+            // The write-back settle (off unless asked), and how long an unmount waits for the
+            // uploads it starts or finds running (D-405).
+            if let delay = plan.writeBackDelay {
+                fileSystemOptions.cache.uploadSettle = delay
+                fileSystemOptions.cache.maximumUploadSettle = max(delay, .seconds(5))
+            }
             fileSystemOptions.cache.shutdownFlush = .seconds(10)
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
@@ -330,6 +340,9 @@ struct MountCommand: CLICommand {
         if plan.requireToken { arguments.append("--require-token") }
         if let stallTimeout = plan.stallTimeout {
             arguments.append("--stall-timeout=" + durationArgument(stallTimeout))
+        }
+        if let writeBackDelay = plan.writeBackDelay {
+            arguments.append("--write-back-delay=" + durationArgument(writeBackDelay))
         }
 
         let pid: pid_t

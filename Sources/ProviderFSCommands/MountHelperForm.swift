@@ -7,7 +7,7 @@
 ///
 /// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
 /// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`,
-/// `stall_timeout=D`; `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
+/// `stall_timeout=D`, `write_back_delay=D`; `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
 /// …) are mount(8)'s business and ignored, except one that looks like a misspelled
 /// `require_token` (`require-token`, `require_token=yes`, …): that is refused, never ignored, so
 /// that a mount meant to be locked down does not come up open (D-333).
@@ -52,6 +52,8 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--unknown-mount-option=" + option)
         } else if option.hasPrefix("stall_timeout=") {
             result.append("--stall-timeout=" + option.dropFirst("stall_timeout=".count))
+        } else if option.hasPrefix("write_back_delay=") {
+            result.append("--write-back-delay=" + option.dropFirst("write_back_delay=".count))
         }
     }
     result.append(mountpoint)

@@ -25,6 +25,10 @@ import Testing
             mountHelperArguments(["/s", "/m", "-o", "stall_timeout=2s"]) == [
                 "mount", "--source=/s", "--stall-timeout=2s", "/m",
             ])
+        #expect(
+            mountHelperArguments(["/s", "/m", "-o", "write_back_delay=500ms"]) == [
+                "mount", "--source=/s", "--write-back-delay=500ms", "/m",
+            ])
     }
 
     /// `-o require_token` locks the mount down; anything that looks like a misspelling of it is
