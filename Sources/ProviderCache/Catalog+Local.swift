@@ -162,6 +162,7 @@ extension Catalog {
     @discardableResult
     func applyCreated(_ item: ProviderItem) -> ProviderItem {
         let applied = apply(item)
+        hooks.step?(self, .createApplied)
         state.withLock { Self.noteAppeared(applied.identifier, in: applied.parent, of: &$0) }
         return applied
     }
@@ -195,6 +196,7 @@ extension Catalog {
         }
         guard let previous else { return false }
         if let previous { removeItem(previous) }
+        hooks.step?(self, .unbornNameFreed)
         let recorded = state.withLock { catalog -> [CatalogChange]? in
             guard catalog.unborn.insert(item.identifier).inserted else { return nil }
             // The directory's entries changed: its attributes, not its dentry (D-382).

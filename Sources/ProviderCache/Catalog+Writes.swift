@@ -198,9 +198,11 @@ extension Catalog {
             return directories
         }
         defer { tell(directories) }
+        hooks.step?(self, .moveRecorded)
         if let replaced, replaced != old.identifier { removeItem(replaced) }
         let moves =
             old.identifier == item.identifier ? [:] : identifiersMoved(from: old.identifier, to: item.identifier)
+        hooks.step?(self, .moveRekeyed)
         let now = environment.timeline.now
         // A moved file with a local version not uploaded yet (or uploaded as the provider's
         // version) keeps it: the provider answers with the version it has, which the write-back
