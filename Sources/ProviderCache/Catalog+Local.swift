@@ -161,8 +161,8 @@ extension Catalog {
     /// Records an item the provider just made (a file created through the mount).
     @discardableResult
     func applyCreated(_ item: ProviderItem) -> ProviderItem {
-        let applied = apply(item)
-        state.withLock { Self.noteAppeared(applied.identifier, in: applied.parent, of: &$0) }
+        let applied = apply(item, appeared: true)
+        hooks.step?(self, .createApplied)
         return applied
     }
 
@@ -188,17 +188,19 @@ extension Catalog {
     /// provider cannot tell two creates of it apart, the catalog must (O_EXCL).
     func createdUnborn(_ item: ProviderItem, directory: ProviderItem?) -> Bool {
         let now = environment.timeline.now
-        let previous = state.withLock { catalog -> ItemIdentifier?? in
-            if catalog.unborn.contains(item.identifier) { return .none }
-            let previous = catalog.names[item.parent]?[NameKey(item.name)]
-            return .some(previous == item.identifier ? nil : previous)
-        }
-        guard let previous else { return false }
-        if let previous { removeItem(previous) }
-        let recorded = state.withLock { catalog -> [CatalogChange]? in
-            guard catalog.unborn.insert(item.identifier).inserted else { return nil }
+        // One lock for the item the name held and the new file (D-407): a listing applied in
+        // between brought the old item back next to the new one.
+        let recorded = state.withLock { catalog -> (changes: [CatalogChange], removal: Removal?)? in
+            guard !catalog.unborn.contains(item.identifier) else { return nil }
             // The directory's entries changed: its attributes, not its dentry (D-382).
             let directories = Self.noteChange(in: [item.parent], of: &catalog)
+            var removal: Removal?
+            if let previous = catalog.names[item.parent]?[NameKey(item.name)], previous != item.identifier {
+                // Gone for a listing on its way too (taken before, it still has it).
+                Self.noteEntry(previous, in: item.parent, present: false, of: &catalog)
+                removal = Self.remove(previous, from: &catalog)
+            }
+            catalog.unborn.insert(item.identifier)
             catalog.items[item.identifier] = item
             // A new file: a local version left by an earlier file of that name is not its base,
             // and its number is its own (D-389).
@@ -210,12 +212,15 @@ extension Catalog {
                 catalog.children[item.parent]!.insert(item.identifier)
                 catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
             }
-            return directories
+            // Not recorded present: a listing keeps every unborn item of its directory anyway.
+            return (directories, removal)
         }
         guard let recorded else { return false }
+        hooks.step?(self, .unbornNameFreed)
+        if let removal = recorded.removal { finishRemoval(removal) }
         save([item])
         if let directory { apply(directory) }
-        tell(recorded)
+        tell(recorded.changes)
         return true
     }
 

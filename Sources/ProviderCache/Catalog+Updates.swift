@@ -9,9 +9,11 @@ import SystemSupport
 extension Catalog {
     /// Records new metadata for one item; a new content version supersedes the old content.
     /// `origin`: `.provider` for an answer the provider gave on its own (a refresh, a lookup):
-    /// what it changed is told to the provider-change listener (D-403).
+    /// what it changed is told to the provider-change listener (D-403). `appeared`: the item is
+    /// new in its parent through the mount (`applyCreated`), recorded for listings of the parent
+    /// on their way under the same lock (D-407).
     @discardableResult
-    func apply(_ item: ProviderItem, origin: ChangeOrigin = .mount) -> ProviderItem {
+    func apply(_ item: ProviderItem, origin: ChangeOrigin = .mount, appeared: Bool = false) -> ProviderItem {
         let now = environment.timeline.now
         var told: [CatalogChange] = []
         var copied: [ProviderItem] = []
@@ -64,6 +66,7 @@ extension Catalog {
                     catalog.names[item.parent, default: [:]][NameKey(item.name)] = item.identifier
                 }
             }
+            if appeared { Self.noteAppeared(item.identifier, in: item.parent, of: &catalog) }
             // A directory's own metadata (its mtime moves with every entry made in it) is not
             // saved: the next session asks for it anyway, and `tar x` saved every directory once
             // per file made in it (D-387).
@@ -343,29 +346,52 @@ extension Catalog {
     /// `origin`: `.provider` when the provider said the item is gone (D-403).
     func removeItem(_ identifier: ItemIdentifier, keepingContent: Bool = false, origin: ChangeOrigin = .mount) {
         guard identifier != .root else { return }
-        var told: [CatalogChange] = []
         let listening = origin == .provider && listensForProviderChanges()
         var reported: ProviderOriginChange?
-        let (removed, superseded) = state.withLock { catalog -> ([ItemIdentifier], [Superseded]) in
-            var superseded: [Superseded] = []
-            if let item = catalog.items[identifier] {
-                told.append(.entry(directory: item.parent, name: item.name, identifier: identifier))
-                if listening, let directory = Self.path(of: item.parent, in: catalog) {
-                    let deleted = ProviderOriginChange.deleted(path: Self.join(directory, item.name))
-                    if !Self.isOwn(deleted, catalog.ownChanges) { reported = deleted }
-                }
+        var removal = state.withLock { catalog -> Removal in
+            if listening, let item = catalog.items[identifier], let directory = Self.path(of: item.parent, in: catalog)
+            {
+                let deleted = ProviderOriginChange.deleted(path: Self.join(directory, item.name))
+                if !Self.isOwn(deleted, catalog.ownChanges) { reported = deleted }
             }
-            let removed = Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
-            return (removed, keepingContent ? [] : superseded)
+            return Self.remove(identifier, from: &catalog)
         }
-        tell(told)
-        if !removed.isEmpty {
-            do { try environment.store.deleteItems(removed) } catch {
+        if keepingContent { removal.superseded = [] }
+        finishRemoval(removal)
+        if let reported { announce([reported]) }
+    }
+
+    /// An item taken out of the catalog with its descendants, for `finishRemoval`.
+    struct Removal {
+        var identifier: ItemIdentifier
+        var told: [CatalogChange]
+        var removed: [ItemIdentifier]
+        var superseded: [Superseded]
+    }
+
+    /// `removeItem`'s change of the catalog (under the lock of the caller, which may record
+    /// more with it: `moved`, `createdUnborn`).
+    static func remove(_ identifier: ItemIdentifier, from catalog: inout State) -> Removal {
+        var removal = Removal(identifier: identifier, told: [], removed: [], superseded: [])
+        guard identifier != .root else { return removal }
+        if let item = catalog.items[identifier] {
+            removal.told.append(.entry(directory: item.parent, name: item.name, identifier: identifier))
+        }
+        removal.removed = removeSubtree(identifier, from: &catalog, superseded: &removal.superseded)
+        return removal
+    }
+
+    /// `removeItem`'s effects, with the lock dropped: the observer, the store, the content store.
+    func finishRemoval(_ removal: Removal) {
+        tell(removal.told)
+        if !removal.removed.isEmpty {
+            do { try environment.store.deleteItems(removal.removed) } catch {
                 environment.logger.warning("cannot delete items from the metadata store: \(error)")
             }
         }
-        finish(superseded, error: CacheError(.deletedRemotely, "\(identifier) was deleted on the provider"))
-        if let reported { announce([reported]) }
+        finish(
+            removal.superseded,
+            error: CacheError(.deletedRemotely, "\(removal.identifier) was deleted on the provider"))
     }
 
     /// A name of a file with hard links that the provider now reports with no other name and

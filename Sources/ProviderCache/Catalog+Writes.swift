@@ -191,29 +191,38 @@ extension Catalog {
     func moved(
         _ old: ProviderItem, to item: ProviderItem, replaced: ItemIdentifier?
     ) -> [ItemIdentifier: ItemIdentifier] {
-        let directories = state.withLock { catalog in
+        let now = environment.timeline.now
+        // One lock for the whole change and its records for listings on their way (D-407): a
+        // listing applied between a record and what it records removed the moving subtree.
+        let (directories, removal, rekeyed, placed) = state.withLock {
+            catalog -> ([CatalogChange], Removal?, Rekeyed?, ProviderItem) in
             let directories = Self.noteChange(in: [old.parent, item.parent], of: &catalog)
             if let replaced { Self.noteEntry(replaced, in: item.parent, present: false, of: &catalog) }
+            var removal: Removal?
+            if let replaced, replaced != old.identifier {
+                removal = Self.remove(replaced, from: &catalog)
+            }
+            let rekeyed =
+                old.identifier == item.identifier
+                ? nil : Self.rekey(from: old.identifier, to: item.identifier, in: &catalog)
+            // After the re-keying, which would take the record along to the new identifier.
             Self.noteEntry(old.identifier, in: old.parent, present: false, of: &catalog)
-            return directories
-        }
-        defer { tell(directories) }
-        if let replaced, replaced != old.identifier { removeItem(replaced) }
-        let moves =
-            old.identifier == item.identifier ? [:] : identifiersMoved(from: old.identifier, to: item.identifier)
-        let now = environment.timeline.now
-        // A moved file with a local version not uploaded yet (or uploaded as the provider's
-        // version) keeps it: the provider answers with the version it has, which the write-back
-        // replaces next (D-371). Without this the move superseded the local bytes.
-        let placed = state.withLock { catalog -> ProviderItem in
             Self.unplace(item.identifier, parent: old.parent, name: old.name, in: &catalog)
             Self.unplace(old.identifier, parent: old.parent, name: old.name, in: &catalog)
+            // A moved file with a local version not uploaded yet (or uploaded as the provider's
+            // version) keeps it: the provider answers with the version it has, which the
+            // write-back replaces next (D-371). Without this the move superseded the local bytes.
             var placed = item
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&placed, in: &catalog) }
             Self.place(placed, at: now, in: &catalog)
             Self.noteEntry(placed.identifier, in: placed.parent, present: true, of: &catalog)
-            return placed
+            return (directories, removal, rekeyed, placed)
         }
+        defer { tell(directories) }
+        hooks.step?(self, .moveRecorded)
+        if let removal { finishRemoval(removal) }
+        let moves = rekeyed.map { finishRekey($0, from: old.identifier, to: item.identifier) } ?? [:]
+        hooks.step?(self, .moveRekeyed)
         save([item])
         tell([
             .entry(directory: old.parent, name: old.name, identifier: item.identifier),
@@ -233,73 +242,109 @@ extension Catalog {
     @discardableResult
     func identifiersMoved(from: ItemIdentifier, to: ItemIdentifier) -> [ItemIdentifier: ItemIdentifier] {
         guard from != to, from != .root else { return [:] }
-        let (moves, saved, subtree) = state.withLock {
-            catalog -> ([ItemIdentifier: ItemIdentifier], [StoredItem], Bool) in
-            // Only a directory (or an item the catalog does not know) has identifiers below it: a
-            // file's move re-keys its own entries, not a scan of every item (D-401).
-            let subtree = catalog.items[from].map { $0.kind == .directory } ?? true
-            var moves: [ItemIdentifier: ItemIdentifier] = [:]
-            if subtree {
-                for identifier in catalog.items.keys {
-                    if let moved = identifier.rebased(from: from, to: to) { moves[identifier] = moved }
-                }
-            } else {
-                moves[from] = to
+        let rekeyed = state.withLock { Self.rekey(from: from, to: to, in: &$0) }
+        return finishRekey(rekeyed, from: from, to: to)
+    }
+
+    /// What `rekey` did: the moves (old → new), the moved items' rows, whether `from` may have
+    /// had identifiers below it.
+    struct Rekeyed {
+        var moves: [ItemIdentifier: ItemIdentifier]
+        var saved: [StoredItem]
+        var subtree: Bool
+    }
+
+    /// `identifiersMoved`'s change of the catalog's tables (under the lock of the caller, which
+    /// may record more with it: `moved`).
+    static func rekey(from: ItemIdentifier, to: ItemIdentifier, in catalog: inout State) -> Rekeyed {
+        guard from != to, from != .root else { return Rekeyed(moves: [:], saved: [], subtree: false) }
+        // Only a directory (or an item the catalog does not know) has identifiers below it: a
+        // file's move re-keys its own entries, not a scan of every item (D-401).
+        let subtree = catalog.items[from].map { $0.kind == .directory } ?? true
+        var moves: [ItemIdentifier: ItemIdentifier] = [:]
+        if subtree {
+            for identifier in catalog.items.keys {
+                if let moved = identifier.rebased(from: from, to: to) { moves[identifier] = moved }
             }
-            guard !moves.isEmpty || !catalog.localVersions.isEmpty else { return ([:], [], subtree) }
-            func map(_ identifier: ItemIdentifier) -> ItemIdentifier { moves[identifier] ?? identifier }
-            var items: [(ItemIdentifier, ProviderItem)] = []
-            for (old, new) in moves {
-                guard var item = catalog.items.removeValue(forKey: old) else { continue }
-                item.identifier = new
-                item.parent = map(item.parent)
-                items.append((new, item))
-            }
-            for (new, item) in items { catalog.items[new] = item }
-            func rekey<Value>(_ table: inout [ItemIdentifier: Value], _ transform: (Value) -> Value = { $0 }) {
-                var moved: [(ItemIdentifier, Value)] = []
-                for (old, new) in moves {
-                    if let value = table.removeValue(forKey: old) { moved.append((new, transform(value))) }
-                }
-                for (new, value) in moved { table[new] = value }
-            }
-            rekey(&catalog.children) { Set($0.map(map)) }
-            rekey(&catalog.names) { $0.mapValues(map) }
-            rekey(&catalog.listedAt)
-            rekey(&catalog.refreshedAt)
-            rekey(&catalog.lastChange)
-            catalog.serials.rekey(moves)  // an item keeps its st_ino when it moves (D-389)
-            // Local versions of written files (Catalog+Local.swift), also of items the catalog
-            // forgot (an exchange forgets both subtrees but keeps their local versions, D-383).
-            var localMoves: [(ItemIdentifier, LocalVersion)] = []
-            for identifier in subtree ? Array(catalog.localVersions.keys) : [from] {
-                guard let moved = identifier.rebased(from: from, to: to),
-                    let local = catalog.localVersions.removeValue(forKey: identifier)
-                else { continue }
-                localMoves.append((moved, local))
-            }
-            for (moved, local) in localMoves { catalog.localVersions[moved] = local }
-            // A listing token names the directory where it was taken: a moved one is revalidated
-            // by a new listing instead.
-            for old in moves.keys { catalog.listingTokens[old] = nil }
-            for (old, new) in moves where catalog.dirty.remove(old) != nil { catalog.dirty.insert(new) }
-            if !catalog.unborn.isEmpty {
-                for (old, new) in moves where catalog.unborn.remove(old) != nil { catalog.unborn.insert(new) }
-            }
-            // Moved: the next change of a moved directory drops its dentry (D-382).
-            if !catalog.metadataOnly.isEmpty { for old in moves.keys { catalog.metadataOnly.remove(old) } }
-            // The parent of `from` still lists it under its old identifier (the caller moves it).
-            if let parent = catalog.items[to]?.parent, catalog.children[parent]?.remove(from) != nil {
-                catalog.children[parent]!.insert(to)
-                if let name = catalog.items[to]?.name { catalog.names[parent]?[NameKey(name)] = to }
-            }
-            let saved = items.map {
-                StoredItem(
-                    item: $0.1, childrenListed: catalog.children[$0.0] != nil,
-                    serial: catalog.serials.number(for: $0.0))
-            }
-            return (moves, saved, subtree)
+        } else {
+            moves[from] = to
         }
+        guard !moves.isEmpty || !catalog.localVersions.isEmpty else {
+            return Rekeyed(moves: [:], saved: [], subtree: subtree)
+        }
+        func map(_ identifier: ItemIdentifier) -> ItemIdentifier { moves[identifier] ?? identifier }
+        var items: [(ItemIdentifier, ProviderItem)] = []
+        for (old, new) in moves {
+            guard var item = catalog.items.removeValue(forKey: old) else { continue }
+            item.identifier = new
+            item.parent = map(item.parent)
+            items.append((new, item))
+        }
+        for (new, item) in items { catalog.items[new] = item }
+        func rekeyTable<Value>(_ table: inout [ItemIdentifier: Value], _ transform: (Value) -> Value = { $0 }) {
+            var moved: [(ItemIdentifier, Value)] = []
+            for (old, new) in moves {
+                if let value = table.removeValue(forKey: old) { moved.append((new, transform(value))) }
+            }
+            for (new, value) in moved { table[new] = value }
+        }
+        rekeyTable(&catalog.children) { Set($0.map(map)) }
+        rekeyTable(&catalog.names) { $0.mapValues(map) }
+        rekeyTable(&catalog.listedAt)
+        rekeyTable(&catalog.refreshedAt)
+        rekeyTable(&catalog.lastChange)
+        // What was recorded of the moved items for listings on their way follows them (D-407):
+        // recorded under the old identifier, the listing dropped the item under its new one.
+        if !catalog.changedWhileListed.isEmpty {
+            for directory in Array(catalog.changedWhileListed.keys) {
+                guard var records = catalog.changedWhileListed[directory] else { continue }
+                var moved: [(ItemIdentifier, (count: UInt64, present: Bool))] = []
+                for (old, new) in moves {
+                    if let record = records.removeValue(forKey: old) { moved.append((new, record)) }
+                }
+                guard !moved.isEmpty else { continue }
+                for (new, record) in moved { records[new] = record }
+                catalog.changedWhileListed[directory] = records
+            }
+        }
+        catalog.serials.rekey(moves)  // an item keeps its st_ino when it moves (D-389)
+        // Local versions of written files (Catalog+Local.swift), also of items the catalog
+        // forgot (an exchange forgets both subtrees but keeps their local versions, D-383).
+        var localMoves: [(ItemIdentifier, LocalVersion)] = []
+        for identifier in subtree ? Array(catalog.localVersions.keys) : [from] {
+            guard let moved = identifier.rebased(from: from, to: to),
+                let local = catalog.localVersions.removeValue(forKey: identifier)
+            else { continue }
+            localMoves.append((moved, local))
+        }
+        for (moved, local) in localMoves { catalog.localVersions[moved] = local }
+        // A listing token names the directory where it was taken: a moved one is revalidated
+        // by a new listing instead.
+        for old in moves.keys { catalog.listingTokens[old] = nil }
+        for (old, new) in moves where catalog.dirty.remove(old) != nil { catalog.dirty.insert(new) }
+        if !catalog.unborn.isEmpty {
+            for (old, new) in moves where catalog.unborn.remove(old) != nil { catalog.unborn.insert(new) }
+        }
+        // Moved: the next change of a moved directory drops its dentry (D-382).
+        if !catalog.metadataOnly.isEmpty { for old in moves.keys { catalog.metadataOnly.remove(old) } }
+        // The parent of `from` still lists it under its old identifier (the caller moves it).
+        if let parent = catalog.items[to]?.parent, catalog.children[parent]?.remove(from) != nil {
+            catalog.children[parent]!.insert(to)
+            if let name = catalog.items[to]?.name { catalog.names[parent]?[NameKey(name)] = to }
+        }
+        let saved = items.map {
+            StoredItem(
+                item: $0.1, childrenListed: catalog.children[$0.0] != nil,
+                serial: catalog.serials.number(for: $0.0))
+        }
+        return Rekeyed(moves: moves, saved: saved, subtree: subtree)
+    }
+
+    /// `identifiersMoved`'s effects, with the lock dropped: the store, the content store.
+    private func finishRekey(
+        _ rekeyed: Rekeyed, from: ItemIdentifier, to: ItemIdentifier
+    ) -> [ItemIdentifier: ItemIdentifier] {
+        let (moves, saved, subtree) = (rekeyed.moves, rekeyed.saved, rekeyed.subtree)
         if !moves.isEmpty {
             do {
                 try environment.store.deleteItems(Array(moves.keys))

@@ -26,6 +26,27 @@ public enum CatalogChange: Sendable, Equatable {
     case everything
 }
 
+/// Points inside a change made through the mount where a listing applied by another task could
+/// meet the change half made (D-407): each is reached with no lock held. Tests apply a listing
+/// there (`CatalogHooks`); since D-407 each comes after the change is recorded.
+public enum CatalogStep: Sendable, Equatable {
+    /// `moved`: the old identifier counted as gone for listings on their way.
+    case moveRecorded
+    /// `moved`: the identifiers re-keyed (`identifiersMoved`).
+    case moveRekeyed
+    /// `applyCreated`: the new item applied.
+    case createApplied
+    /// `createdUnborn`: the item the catalog had under the name removed.
+    case unbornNameFreed
+}
+
+/// Test seams of the catalog (D-407). Unset (the default) each costs one nil check.
+public struct CatalogHooks: Sendable {
+    /// Called at each `CatalogStep` with the catalog, no lock held.
+    public var step: (@Sendable (Catalog, CatalogStep) -> Void)?
+    public init(step: (@Sendable (Catalog, CatalogStep) -> Void)? = nil) { self.step = step }
+}
+
 /// The provider's namespace with the refresh rules of docs/SEMANTICS.md ("Remote changes").
 ///
 /// Item access, by what the answer promises:
@@ -49,6 +70,9 @@ public final class Catalog: Sendable {
 
     /// The provider, when it offers `.immediateMetadata` (`itemNow`).
     private let immediateMetadata: (any Provider)?
+
+    /// Test seams (D-407).
+    let hooks: CatalogHooks
 
     /// Who hears of changes the provider made (D-403); nil: nobody.
     let providerChanges: (any ProviderChangeListener)?
@@ -138,9 +162,10 @@ public final class Catalog: Sendable {
     /// A catalog of the items the store kept from earlier sessions.
     init(
         stored storedItems: [StoredItem], content: ContentStore, environment: CacheEnvironment,
-        providerChanges: (any ProviderChangeListener)? = nil
+        providerChanges: (any ProviderChangeListener)? = nil, hooks: CatalogHooks = CatalogHooks()
     ) {
         self.environment = environment
+        self.hooks = hooks
         self.providerChanges = providerChanges
         self.content = content
         var catalog = State()
@@ -570,17 +595,8 @@ public final class Catalog: Sendable {
         let tracking = environment.provider.capabilities.contains(.listingChangeTracking) ? environment.provider : nil
         if let tracking, revalidateListing(of: identifier, with: tracking, at: now) { return }
         // Read before the provider's token: a change reported after it may be missing from the listing.
-        let changeCount = state.withLock { catalog -> UInt64 in
-            catalog.listingsInFlight[identifier, default: 0] += 1
-            return catalog.changeCount
-        }
-        defer {
-            state.withLock { catalog in
-                let left = (catalog.listingsInFlight[identifier] ?? 1) - 1
-                catalog.listingsInFlight[identifier] = left > 0 ? left : nil
-                if left <= 0 { catalog.changedWhileListed[identifier] = nil }
-            }
-        }
+        let changeCount = beginListing(of: identifier)
+        defer { endListing(of: identifier) }
         do {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
@@ -602,6 +618,24 @@ public final class Catalog: Sendable {
             default:
                 throw failure
             }
+        }
+    }
+
+    /// A listing of `directory` is on its way from now (D-388): what the mount changes there is
+    /// recorded until `endListing`. Returns the change count to apply the listing with.
+    func beginListing(of directory: ItemIdentifier) -> UInt64 {
+        state.withLock { catalog in
+            catalog.listingsInFlight[directory, default: 0] += 1
+            return catalog.changeCount
+        }
+    }
+
+    /// That listing was applied, or failed.
+    func endListing(of directory: ItemIdentifier) {
+        state.withLock { catalog in
+            let left = (catalog.listingsInFlight[directory] ?? 1) - 1
+            catalog.listingsInFlight[directory] = left > 0 ? left : nil
+            if left <= 0 { catalog.changedWhileListed[directory] = nil }
         }
     }
 

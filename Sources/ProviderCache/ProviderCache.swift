@@ -58,7 +58,7 @@ public final class ProviderCache: Sendable {
         clock: any Clock<Duration> = ContinuousClock(), options: CacheOptions = CacheOptions(),
         pool: BlockingIOPool = .shared, logger: Logger = Logger(label: "providerfs.cache"),
         fileSync: @escaping FileSync = fileDataSync, freeSpace: @escaping FreeSpace = fileSystemFreeSpace,
-        providerChanges: (any ProviderChangeListener)? = nil
+        providerChanges: (any ProviderChangeListener)? = nil, catalogHooks: CatalogHooks = CatalogHooks()
     ) throws(CacheError) {
         self.directory = directory
         // Rows a full disk refused are written again later (D-390).
@@ -89,7 +89,8 @@ public final class ProviderCache: Sendable {
             return version == record.version && kind == .file
         }
         catalog = Catalog(
-            stored: storedItems, content: content, environment: environment, providerChanges: providerChanges)
+            stored: storedItems, content: content, environment: environment, providerChanges: providerChanges,
+            hooks: catalogHooks)
         if providerChanges != nil {
             // A fetch that finds a new version: the catalog learns it for presenters (D-403).
             let catalog = self.catalog
