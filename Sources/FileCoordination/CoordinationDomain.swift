@@ -17,11 +17,13 @@ protocol ClaimLossListener: AnyObject, Sendable {
 }
 
 /// A claim a caller holds, remembered in a task-local so nested coordination can be recognised.
-struct HeldClaim: Sendable, Hashable {
+struct HeldClaim: Sendable {
     var endpoint: ObjectIdentifier
     var local: UInt64
     /// The socket of the connection that holds the claim; nil for an in-process endpoint.
     var descriptor: Int32?
+    /// Where the claim is held, to say whom it is for (D-406).
+    var link: any CoordinationEndpoint
 }
 
 enum CoordinationContext {
