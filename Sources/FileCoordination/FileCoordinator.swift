@@ -69,11 +69,18 @@ public final class FileCoordinator: ClaimLossListener, @unchecked Sendable {
     /// Inside an accessor: the caller's claims are for process `pid` (started at `startTime`,
     /// /proc/PID/stat) from now on: the mount lets it and its descendants through them as it lets
     /// the caller (D-126), also once the caller is gone (`providerfs coordinate -- CMD`, D-406).
-    /// Sent on each connection that holds them; no answer is awaited.
+    /// Sent on each connection that holds them, and again to the server a claim is reclaimed from
+    /// after a crash (D-402); no answer is awaited.
     package static func holdClaims(forProcess pid: Int32, startTime: UInt64) {
-        var told: Set<ObjectIdentifier> = []
-        for held in CoordinationContext.held where told.insert(held.endpoint).inserted {
-            held.link.holdFor(pid: pid, startTime: startTime)
+        var told: [ObjectIdentifier] = []
+        for held in CoordinationContext.held {
+            let endpoint = held.ticket.progress.withLock { progress in
+                progress.heldFor = (pid, startTime)
+                return progress.endpoint
+            }
+            guard !told.contains(ObjectIdentifier(endpoint)) else { continue }
+            told.append(ObjectIdentifier(endpoint))
+            endpoint.holdFor(pid: pid, startTime: startTime)
         }
     }
 
@@ -485,7 +492,7 @@ public final class FileCoordinator: ClaimLossListener, @unchecked Sendable {
         held.append(
             HeldClaim(
                 endpoint: ObjectIdentifier(ticket.endpoint), local: ticket.local,
-                descriptor: ticket.endpoint.claimDescriptor, link: ticket.endpoint))
+                descriptor: ticket.endpoint.claimDescriptor, ticket: ticket))
         return held
     }
 
