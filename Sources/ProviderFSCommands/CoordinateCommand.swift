@@ -123,7 +123,8 @@ struct CoordinateCommand: CLICommand {
         }
         guard rc == 0 else { throw spawnFailure(executable, Errno(rc)) }
         let child = pid
-        // Nil only when CMD is already gone (it cannot have been reaped: we reap it below).
+        // Before the wait below, so CMD is not reaped yet: even a CMD that has already exited (a
+        // zombie) still has its /proc stat, and the server ignores the name of a process that is gone.
         if let started = ProcessInfoFiles.startTime(of: child) {
             FileCoordinator.holdClaims(forProcess: child, startTime: started)
         }
