@@ -240,6 +240,34 @@ package struct Arbiter: Sendable {
         return actions
     }
 
+    /// The claims of `owner`, granted and waiting, are now for process `pid` (D-406: the command
+    /// `providerfs coordinate` runs): a kernel caller whose ancestry includes `pid` passes them as
+    /// its own (D-126), and claims that waited only for them go ahead.
+    package mutating func holdFor(_ owner: UInt64, pid: Int32, now: UInt64) -> [ArbiterAction] {
+        var changed = false
+        for id in order where id.owner == owner {
+            guard let index = claims.index(forKey: id), claims.values[index].request.pid != pid else { continue }
+            if claims.values[index].phase == .granted {
+                conflictIndex?.ungranted(claims.values[index].request.pid)
+                conflictIndex?.granted(pid)
+            }
+            claims.values[index].request.pid = pid
+            changed = true
+        }
+        guard changed else { return [] }
+        // A kernel caller that came before this, under `pid`, waits for the claim as for a
+        // stranger's: it now waits inside its own claim (nested, D-126) and is let through.
+        for index in claims.indices where claims.values[index].phase != .granted {
+            let acting = claims.values[index].request.actingForPids
+            if !acting.isEmpty && !claims.values[index].insideOwnClaim {
+                claims.values[index].insideOwnClaim = holdsGrantedClaim(anyOf: acting)
+            }
+        }
+        var actions: [ArbiterAction] = []
+        schedule(now: now, into: &actions)
+        return actions
+    }
+
     /// `item(at: from, didMoveTo: to)` by the holder of `by`: presenters of the item and of
     /// everything inside it learn their new URL (rules 35–36), presenters of containing
     /// directories get subitemDidMove (rule 37), and waiting claims follow the item except

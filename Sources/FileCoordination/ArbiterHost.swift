@@ -77,6 +77,11 @@ package final class ArbiterHost: @unchecked Sendable {
         state.withLock { _ = $0.sinks.removeValue(forKey: owner) }
     }
 
+    /// The claims of `owner` are for process `pid` from now on (D-406).
+    package func holdFor(_ owner: UInt64, pid: Int32) {
+        perform { arbiter, now in arbiter.holdFor(owner, pid: pid, now: now) }
+    }
+
     /// Submits a claim.
     package func submit(_ request: ClaimRequest) {
         perform { arbiter, now in arbiter.submit(request, now: now) }

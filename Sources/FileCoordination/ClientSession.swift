@@ -17,6 +17,9 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
     // before the session is visible to the arbiter.
     let fd: Int32
     let pid: Int32
+    /// The process this connection's claims are for: the client (SO_PEERCRED), or the process it
+    /// named with `holdFor` (D-406; loop thread).
+    var claimPid: Int32
     let connectedAt = monotonicNanoseconds()
     var owner: UInt64 = 0
     var greeted = false
@@ -34,6 +37,7 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
     init(fd: Int32, pid: Int32, server: CoordinationServer) {
         self.fd = fd
         self.pid = pid
+        claimPid = pid
         self.server = server
     }
 

@@ -17,11 +17,13 @@ protocol ClaimLossListener: AnyObject, Sendable {
 }
 
 /// A claim a caller holds, remembered in a task-local so nested coordination can be recognised.
-struct HeldClaim: Sendable, Hashable {
+struct HeldClaim: Sendable {
     var endpoint: ObjectIdentifier
     var local: UInt64
     /// The socket of the connection that holds the claim; nil for an in-process endpoint.
     var descriptor: Int32?
+    /// The claim, to say whom it is for (D-406).
+    var ticket: CoordinationDomain.Ticket
 }
 
 enum CoordinationContext {
@@ -51,6 +53,9 @@ package final class CoordinationDomain: Sendable {
             /// The connection the server chain knows as this granted claim's holder: the one that
             /// granted it, or the one a reclaim was granted on (D-402).
             var voucher: ClaimHolder?
+            /// The process the claim is for when not this one (pid, start time; D-406): told
+            /// again to the server a reclaim goes to.
+            var heldFor: (pid: Int32, startTime: UInt64)?
         }
         let local: UInt64
         let intents: [ClaimIntent]
@@ -370,6 +375,7 @@ package final class CoordinationDomain: Sendable {
         let expired = state.withLock { state -> [Ticket] in
             var groups: [ClaimHolder: [ReclaimedClaim]] = [:]
             var order: [ClaimHolder] = []
+            var heldFor: (pid: Int32, startTime: UInt64)?
             // Listed again under the lock: what is on the lost endpoint now (a grant read just
             // before the loss may have moved a waiting claim to the held ones meanwhile).
             let held = state.held.values.filter { $0.endpoint === lost }.sorted { $0.local < $1.local }
@@ -378,6 +384,7 @@ package final class CoordinationDomain: Sendable {
                 let (voucher, paths) = ticket.progress.withLock { progress -> (ClaimHolder?, [String]) in
                     guard progress.endpoint === lost else { return (nil, []) }
                     progress.endpoint = target
+                    if let named = progress.heldFor { heldFor = named }
                     return (progress.voucher, progress.paths)
                 }
                 guard let voucher else { continue }
@@ -391,6 +398,8 @@ package final class CoordinationDomain: Sendable {
                 state.reclaiming[ticket.local] = ticket
                 target.changeReaderDemand(by: 1)  // the answer comes while the accessor runs
             }
+            // The connection's claims are for that process again, the reclaimed ones included (D-406).
+            if let heldFor { target.holdFor(pid: heldFor.pid, startTime: heldFor.startTime) }
             for voucher in order { target.reclaim(previous: voucher, claims: groups[voucher]!) }
             var expired: [Ticket] = []
             for ticket in waiting {

@@ -37,6 +37,8 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     var holderKey: ClaimHolder? { get }
     /// Re-establishes claims held under the dead server as `previous` (D-402).
     func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim])
+    /// This endpoint's claims are for process `pid` from now on (D-406).
+    func holdFor(pid: Int32, startTime: UInt64)
     /// Whether this is the coordination server of a ProviderFS mount: reads of its items get
     /// their content before the accessor runs (rules 50–52).
     var servesProviderMount: Bool { get }
@@ -114,6 +116,7 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
     var isLost: Bool { false }
     var address: String? { nil }
     func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim]) {}
+    func holdFor(pid: Int32, startTime: UInt64) { host.holdFor(owner, pid: pid) }
     var servesProviderMount: Bool { false }
     var claimDescriptor: Int32? { nil }
 

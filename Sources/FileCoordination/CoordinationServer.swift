@@ -375,7 +375,8 @@ package final class CoordinationServer: @unchecked Sendable {
             let now = host.now
             host.submit(
                 ClaimRequest(
-                    id: ClaimID(owner: owner, local: local), pid: session.pid, purpose: purpose, intents: intents,
+                    id: ClaimID(owner: owner, local: local), pid: session.claimPid, purpose: purpose,
+                    intents: intents,
                     heldByCaller: held.map { ClaimID(owner: owner, local: $0) },
                     waitDeadline: now &+ min(waitTimeout, UInt64(Int64.max) / 2),
                     presenterTimeout: min(presenterTimeout, UInt64(Int64.max) / 2)))
@@ -386,10 +387,19 @@ package final class CoordinationServer: @unchecked Sendable {
             host.reclaim(
                 claims.map {
                     ClaimRequest(
-                        id: ClaimID(owner: owner, local: $0.local), pid: session.pid, purpose: $0.purpose,
+                        id: ClaimID(owner: owner, local: $0.local), pid: session.claimPid, purpose: $0.purpose,
                         intents: $0.intents, waitDeadline: 0,
                         presenterTimeout: min($0.presenterTimeout, UInt64(Int64.max) / 2))
                 }, from: ClaimHolder(server: server, owner: previousOwner))
+        case .holdFor(let pid, let startTime):
+            // Only a live process is named (pid and start time, so not a later process that
+            // reuses a dead one's pid): CMD that has already exited keeps the client's pid.
+            guard pid > 0, ProcessInfoFiles.startTime(of: pid) == startTime else {
+                log("pid \(session.pid): holdFor \(pid) ignored: no such process (started at \(startTime))")
+                return true
+            }
+            session.claimPid = pid
+            host.holdFor(owner, pid: pid)
         case .cancel(let local): host.cancel(ClaimID(owner: owner, local: local))
         case .addPresenter(
             let local, let purpose, let path, let identity, let isDirectory, let packageRoot, let methods):

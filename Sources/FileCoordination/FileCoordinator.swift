@@ -66,6 +66,24 @@ public final class FileCoordinator: ClaimLossListener, @unchecked Sendable {
         return descriptors
     }
 
+    /// Inside an accessor: the caller's claims are for process `pid` (started at `startTime`,
+    /// /proc/PID/stat) from now on: the mount lets it and its descendants through them as it lets
+    /// the caller (D-126), also once the caller is gone (`providerfs coordinate -- CMD`, D-406).
+    /// Sent on each connection that holds them, and again to the server a claim is reclaimed from
+    /// after a crash (D-402); no answer is awaited.
+    package static func holdClaims(forProcess pid: Int32, startTime: UInt64) {
+        var told: [ObjectIdentifier] = []
+        for held in CoordinationContext.held {
+            let endpoint = held.ticket.progress.withLock { progress in
+                progress.heldFor = (pid, startTime)
+                return progress.endpoint
+            }
+            guard !told.contains(ObjectIdentifier(endpoint)) else { continue }
+            told.append(ObjectIdentifier(endpoint))
+            endpoint.holdFor(pid: pid, startTime: startTime)
+        }
+    }
+
     // MARK: Identity and deadlines
 
     /// Claims with the same purpose never wait for each other, even across processes (rule 5).
@@ -474,7 +492,7 @@ public final class FileCoordinator: ClaimLossListener, @unchecked Sendable {
         held.append(
             HeldClaim(
                 endpoint: ObjectIdentifier(ticket.endpoint), local: ticket.local,
-                descriptor: ticket.endpoint.claimDescriptor))
+                descriptor: ticket.endpoint.claimDescriptor, ticket: ticket))
         return held
     }
 

@@ -270,6 +270,7 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
         send(.reclaim(previousServer: previous.server, previousOwner: previous.owner, claims: claims))
     }
     func cancel(local: UInt64) { send(.cancel(local: local)) }
+    func holdFor(pid: Int32, startTime: UInt64) { send(.holdFor(pid: pid, startTime: startTime)) }
     func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods) {
         changeReaderDemand(by: 1)
         send(

@@ -1,4 +1,4 @@
-// The coordination protocol, version 3 (docs/COORDINATION-PROTOCOL.md; D-120, D-402): length-prefixed binary
+// The coordination protocol, version 4 (docs/COORDINATION-PROTOCOL.md; D-120, D-402, D-406): length-prefixed binary
 // frames over a Unix stream socket. Hand-written encoding, because a claim round trip must stay in
 // tens of microseconds and JSON costs more than that. The decoder trusts nothing: every length is
 // bounded and checked, strings must be UTF-8, unknown types are errors.
@@ -8,7 +8,7 @@ import SystemSupport
 /// Protocol constants.
 package enum WireProtocol {
     /// The protocol version this build speaks.
-    package static let version: UInt16 = 3
+    package static let version: UInt16 = 4
     /// "PFSC" — first field of `hello`, so a stray client is recognised at once.
     package static let magic: UInt32 = 0x5046_5343
     /// Largest frame payload accepted (bytes).
@@ -78,6 +78,10 @@ package enum WireMessage: Sendable, Equatable {
     /// `previousServer` had granted, which died; the client still holds them. Each is answered
     /// with `granted` (re-established) or `failed(claimLost)`.
     case reclaim(previousServer: Int32, previousOwner: UInt64, claims: [ReclaimedClaim])
+    /// Version 4 (D-406): the claims of this connection, held and to come, are for process `pid`
+    /// (started at `startTime`, clock ticks since boot, as in /proc/PID/stat): the mount lets that
+    /// process and its descendants through them. No answer.
+    case holdFor(pid: Int32, startTime: UInt64)
     // Server → client.
     /// Answer to hello.
     case welcome(version: UInt16, serverPid: Int32, owner: UInt64)
@@ -105,6 +109,7 @@ package enum WireMessage: Sendable, Equatable {
         case .dumpRequest: 9
         case .versionChanged: 10
         case .reclaim: 11
+        case .holdFor: 12
         case .welcome: 64
         case .granted: 65
         case .failed: 66
@@ -169,6 +174,9 @@ package enum WireMessage: Sendable, Equatable {
                 writer.u32(UInt32(claim.intents.count))
                 for intent in claim.intents { writer.intent(intent) }
             }
+        case .holdFor(let pid, let startTime):
+            writer.u32(UInt32(bitPattern: pid))
+            writer.u64(startTime)
         case .welcome(let version, let serverPid, let owner):
             writer.u16(version)
             writer.u32(UInt32(bitPattern: serverPid))
@@ -260,6 +268,7 @@ package enum WireMessage: Sendable, Equatable {
                 )
             }
             message = .reclaim(previousServer: server, previousOwner: owner, claims: claims)
+        case 12: message = .holdFor(pid: Int32(bitPattern: try reader.u32()), startTime: try reader.u64())
         case 64:
             message = .welcome(
                 version: try reader.u16(), serverPid: Int32(bitPattern: try reader.u32()), owner: try reader.u64())

@@ -94,7 +94,9 @@ struct CoordinateCommand: CLICommand {
     /// Process closed them too): a caller's Process, for one, detects our exit by the end of a
     /// socket we inherited, and would otherwise wait for CMD as well. CMD stays in our process
     /// group, so Ctrl-C reaches both. When CMD ends, the caller releases the claim explicitly, at
-    /// once, even if something CMD left running still holds a copy of the socket.
+    /// once, even if something CMD left running still holds a copy of the socket. Right after the
+    /// spawn the claim is said to be CMD's (its pid and start time, D-406), so CMD's own opens
+    /// through a mount pass it also once this process is gone.
     static func runChild(_ command: [String], claimDescriptors: [Int32]) async throws -> Int32 {
         let executable = command[0]
         var actions = posix_spawn_file_actions_t()
@@ -121,6 +123,11 @@ struct CoordinateCommand: CLICommand {
         }
         guard rc == 0 else { throw spawnFailure(executable, Errno(rc)) }
         let child = pid
+        // Before the wait below, so CMD is not reaped yet: even a CMD that has already exited (a
+        // zombie) still has its /proc stat, and the server ignores the name of a process that is gone.
+        if let started = ProcessInfoFiles.startTime(of: child) {
+            FileCoordinator.holdClaims(forProcess: child, startTime: started)
+        }
         return await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
             Thread.detachNewThread {
                 var status: Int32 = 0

@@ -196,6 +196,8 @@ import TestScheduling
         wrapper.process.waitUntilExit()
         #expect(wrapper.process.terminationReason == .uncaughtSignal)
         #expect(!processIsGone(commandPid), "the command outlives its wrapper")
+        // The claim names the command, not the dead wrapper (D-406).
+        #expect(world.eventually { $0.claims.map(\.pid) == [commandPid] })
         // A second writer connects after the wrapper is dead (so after the server has read the end
         // of the wrapper's own descriptor): it waits, because the command still holds the claim.
         let second = try shell(

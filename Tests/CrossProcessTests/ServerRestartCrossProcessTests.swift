@@ -111,7 +111,8 @@ import TestScheduling
     }
 
     /// With the default grace period, `coordinate --write` keeps its claim across the kill: a
-    /// second writer started after the kill runs only after the first one's CMD ended.
+    /// second writer started after the kill runs only after the first one's CMD ended. The
+    /// reclaimed claim still names CMD (D-406).
     @Test func coordinateKeepsItsClaimAcrossKillMinus9OfTheServer() throws {
         let world = try CoordinationWorld()
         defer { world.tearDown() }
@@ -124,11 +125,20 @@ import TestScheduling
             world.children.append(child)
             return child
         }
-        let first = try coordinate(#"touch "$F/in1"; while [ ! -e "$F/go" ]; do sleep 0.01; done; touch "$F/out1""#)
+        let first = try coordinate(
+            #"echo $$ > "$F/cmd.pid"; touch "$F/in1"; while [ ! -e "$F/go" ]; do sleep 0.01; done; touch "$F/out1""#)
         for _ in 0..<2000 where !FileManager.default.fileExists(atPath: world.path("in1")) { usleep(5000) }
-        _ = killServer(world)
+        let command = try #require(
+            (try? String(contentsOfFile: world.path("cmd.pid"), encoding: .utf8)).flatMap {
+                Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            })
+        let dead = killServer(world)
         let second = try coordinate(#"test -e "$F/out1" && touch "$F/in2""#)
         #expect(world.eventually { $0.claims.map(\.state).sorted() == ["held", "waiting"] })
+        #expect(
+            world.eventually { dump in
+                dump.serverPid != dead && dump.claims.filter { $0.state == "held" }.map(\.pid) == [command]
+            })
         #expect(!FileManager.default.fileExists(atPath: world.path("in2")))
         _ = FileManager.default.createFile(atPath: world.path("go"), contents: nil)
         #expect(first.stop(grace: 10) == 0)

@@ -200,6 +200,32 @@ import Testing
         #expect(h.isGranted(stranger))
     }
 
+    @Test func aClaimHeldForAnotherProcessLetsThatProcessThroughOnceItsClientIsGone() {
+        // D-406: wrapper 100 (owner 1) holds a write of /f and runs CMD 300. Once the wrapper is
+        // gone CMD is init's child: its ancestry is [300, 1], which does not name 100.
+        var h = ArbiterHarness()
+        let wrapper = h.claim([write("/f")], purpose: "coordinate", pid: 100)
+        #expect(h.isGranted(wrapper))
+        let before = h.claim([write("/f")], purpose: "mount", pid: 300, owner: 2, actingFor: [300, 1])
+        #expect(!h.isGranted(before), "CMD waits for its own claim while the claim names the wrapper")
+        // The wrapper says the claim is CMD's: CMD's open that waited goes ahead at once…
+        h.apply(h.arbiter.holdFor(1, pid: 300, now: h.now))
+        #expect(h.isGranted(before))
+        #expect(h.arbiter.snapshot(now: h.now).first { $0.id == wrapper }?.pid == 300)
+        // …and so do its later opens and its children's, now nested inside the claim.
+        let child = h.claim([write("/f")], purpose: "mount", pid: 301, owner: 2, actingFor: [301, 300, 1])
+        #expect(h.isGranted(child))
+        // Anyone else, the wrapper's pid included, still waits for the claim.
+        let stranger = h.claim([read("/f")], purpose: "mount", pid: 100, owner: 2, actingFor: [100, 1])
+        #expect(!h.isGranted(stranger))
+        h.release(before)
+        h.release(child)
+        h.release(wrapper)
+        #expect(h.isGranted(stranger))
+        // Another owner's claims are not touched, and naming the pid again changes nothing.
+        #expect(h.arbiter.holdFor(1, pid: 300, now: h.now).isEmpty)
+    }
+
     @Test func immediateGrantsAskForTheAncestryOnlyWhenAWriterIsAround() {
         // D-229: the mount's opens ask the host at once; /proc is read for the caller's ancestry
         // only when some write claim could make it matter.

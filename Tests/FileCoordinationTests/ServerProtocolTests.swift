@@ -46,6 +46,7 @@ let sampleMessages: [WireMessage] = [
             ReclaimedClaim(local: 4, purpose: "q", presenterTimeout: 6, intents: []),
         ]),
     .reclaim(previousServer: 1, previousOwner: 2, claims: []),
+    .holdFor(pid: 4242, startTime: 1_234_567),
 ]
 
 func decodeFrame(_ frame: [UInt8]) throws -> WireMessage {
@@ -230,18 +231,19 @@ final class EmbeddedServer: @unchecked Sendable {
         #expect(version == WireProtocol.version && pid == getpid())
     }
 
-    @Test func wrongVersionIsRefusedWithAReason() throws {
+    /// Version 3 is the one before `holdFor` (D-406): its clients are told, not misunderstood.
+    @Test(arguments: [UInt16(3), 99]) func wrongVersionIsRefusedWithAReason(version: UInt16) throws {
         let embedded = try EmbeddedServer()
         defer { embedded.stop() }
         let fd = embedded.rawConnection()
         defer { close(fd) }
-        let frame = WireMessage.hello(magic: WireProtocol.magic, version: 99).frame()
+        let frame = WireMessage.hello(magic: WireProtocol.magic, version: version).frame()
         _ = frame.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard case .fatal(_, let text)? = EmbeddedServer.readUntilClosed(fd).last else {
             Issue.record("no fatal message")
             return
         }
-        #expect(text.contains("version 99"))
+        #expect(text == "Protocol version \(version) is not supported; this server speaks 4.")
     }
 
     @Test func silentClientIsDroppedAndDoesNotBlockOthers() throws {
@@ -300,6 +302,51 @@ final class EmbeddedServer: @unchecked Sendable {
             })
         let later = try await server.claim(file, kind: .read, onBehalfOf: 1, deadline: .seconds(5))
         later.release()
+    }
+
+    @Test func holdForNamesAnotherProcessAsTheClaimsHolder() async throws {
+        // D-406: inside the accessor the claim is said to be a child's (`coordinate -- CMD`):
+        // the server's claim then names the child, whose kernel calls pass it, and no longer
+        // this process, whose kernel calls wait. A name with the wrong start time is ignored.
+        let embedded = try EmbeddedServer()
+        defer { embedded.stop() }
+        let file = embedded.directory + "/f"
+        let domain = CoordinationDomain(socketPath: embedded.socketPath)
+        let server = embedded.server
+        var spawned: pid_t = 0
+        let words: [String] = ["/bin/sleep", "30"]
+        let argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        try #require(posix_spawn(&spawned, "/bin/sleep", nil, nil, argv, environ) == 0)
+        let pid = spawned
+        defer {
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+        let started = try #require(ProcessInfoFiles.startTime(of: pid))
+        @Sendable func holder() -> Int32? { server.host.dump().claims.first?.pid }
+        try await FileCoordinator(domain: domain).coordinate(
+            writingItemAt: URL(fileURLWithPath: file),
+            performing: { _ in
+                #expect(holder() == getpid())
+                FileCoordinator.holdClaims(forProcess: pid, startTime: started &+ 1)
+                FileCoordinator.holdClaims(forProcess: pid, startTime: started)
+                for _ in 0..<2000 where holder() != pid { usleep(1000) }
+                #expect(holder() == pid, "the claim names the child")
+                let childs = try await server.claim(file, kind: .write, onBehalfOf: pid, deadline: .seconds(5))
+                childs.release()
+                do {
+                    let mine = try await server.claim(
+                        file, kind: .read, onBehalfOf: getpid(), deadline: .milliseconds(100))
+                    mine.release()
+                    Issue.record("the claim still passes the process that named another holder")
+                } catch let error as CoordinationError {
+                    #expect(error.code == .timedOut)
+                }
+            })
+        for _ in 0..<2000 where !server.host.dump().claims.isEmpty { usleep(1000) }
+        #expect(server.host.dump().claims.isEmpty)
     }
 }
 

@@ -128,6 +128,70 @@ struct MountCoordinationTests {
         #expect(result.output == "coordinated content\n")
     }
 
+    @Test func aCommandWhoseWrapperWasKilledStillPassesItsOwnClaimThroughTheMount() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        // Issue 24 item 3, D-406: with the wrapper killed -9, CMD is no longer its child, yet its
+        // append through the mount passes its own claim at once (before, it waited for the claim
+        // deadline), the claim stays held while CMD lives, and it ends when CMD exits.
+        let mount = try mount(claimTimeout: "20s")
+        defer { mount.stop() }
+        let file = quoted(mount.path("doc.txt"))
+        let mountpoint = quoted(mount.mountpoint)
+        let result = try shell(
+            prelude + """
+                F=\(file); export T F
+                bounded() { i=0; while [ ! -e "$1" ]; do i=$((i+1)); [ $i -gt 800 ] && exit 9; sleep 0.025; done; }
+                cat > "$T/cmd.sh" <<'EOF'
+                echo $$ > "$T/cmd.pid"
+                i=0; while [ ! -e "$T/killed" ]; do i=$((i+1)); [ $i -gt 800 ] && exit 9; sleep 0.025; done
+                s=$(date +%s%N); echo appended >> "$F"; status=$?; e=$(date +%s%N)
+                echo "$status $((e - s))" > "$T/append.tmp"; mv "$T/append.tmp" "$T/append"
+                i=0; while [ ! -e "$T/end" ]; do i=$((i+1)); [ $i -gt 800 ] && exit 9; sleep 0.025; done
+                date +%s%N > "$T/ended"
+                EOF
+                "$P" coordinate --write "$F" --timeout 10s -- sh "$T/cmd.sh" &
+                wrapper=$!
+                wait_for "$T/cmd.pid" || { echo "CMD never started"; exit 1; }
+                kill -9 $wrapper; wait $wrapper 2>/dev/null
+                touch "$T/killed"
+                i=0; while [ ! -e "$T/append" ]; do i=$((i+1)); [ $i -gt 1600 ] && break; sleep 0.025; done
+                echo "append=$(cat "$T/append")"
+                "$P" claims --mount \(mountpoint) --json
+                echo "cmd=$(cat "$T/cmd.pid")"
+                # A second writer waits while CMD lives, and runs once CMD has exited.
+                "$P" coordinate --write "$F" --timeout 20s -- sh -c 'date +%s%N > "$T/second"' &
+                second=$!
+                i=0; until "$P" claims --mount \(mountpoint) | grep -q waiting; do
+                  i=$((i+1)); [ $i -gt 400 ] && break; sleep 0.025; done
+                [ -e "$T/second" ] && echo "second did not wait"
+                touch "$T/end"
+                wait $second; echo "second=$?"
+                echo "order=$(cat "$T/ended") $(cat "$T/second")"
+                cat "$F"
+                """)
+        let output = result.output
+        let lines = output.split(separator: "\n").map(String.init)
+        #expect(!output.contains("did not wait"), "\(output)\(result.error)")
+        #expect(lines.contains("second=0"), "\(output)\(result.error)")
+        // The append succeeded well under the claim deadline (20 s), measured as a ratio.
+        let append = try #require(lines.first { $0.hasPrefix("append=") }).dropFirst(7).split(separator: " ")
+        #expect(append.first == "0", "\(output)\(result.error)")
+        let nanoseconds = try #require(append.last.flatMap { Double($0) }, "\(output)")
+        #expect(nanoseconds / 20e9 < 0.05, "the append took \(nanoseconds / 1e6) ms of a 20 s claim deadline")
+        print("D-406: CMD's append after its wrapper's kill -9 took \(nanoseconds / 1e6) ms")
+        // While CMD ran, the mount's server listed the claim as CMD's.
+        let pid = try #require(lines.first { $0.hasPrefix("cmd=") }).dropFirst(4)
+        let json = try #require(lines.first { $0.hasPrefix("{") }, "\(output)")
+        let dump = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+        let claims = try #require(dump["claims"] as? [[String: Any]])
+        #expect(claims.map { String(describing: $0["pid"] ?? "") } == [String(pid)], "\(json)")
+        // The second writer ran after CMD ended, and the append reached the file.
+        let order = try #require(lines.first { $0.hasPrefix("order=") }).dropFirst(6).split(separator: " ")
+        #expect(order.count == 2 && (Int64(order[0]) ?? .max) <= (Int64(order[1]) ?? 0), "\(output)")
+        #expect(output.hasSuffix("coordinated content\nappended\n"), "\(output)")
+    }
+
     @Test func anOpenThatWaitsPastTheClaimDeadlineFailsWithETIMEDOUT() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
