@@ -53,6 +53,9 @@ import TestScheduling
             world.eventually { dump in
                 dump.claims.count == 2 && dump.claims.filter { $0.state == "held" }.count == 1
             })
+        // The dump shows the grant before the client has printed it: wait for the line.
+        let granted = Date().addingTimeInterval(30)
+        while !waiting.hasLine("granted") && !late.hasLine("granted") && Date() < granted { usleep(5_000) }
         let first = waiting.hasLine("granted") ? waiting : late
         let second = first === waiting ? late : waiting
         #expect(first.waitForLine("granted") != nil)
