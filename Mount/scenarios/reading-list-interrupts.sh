@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# reading-list interrupted: SIGINT during an import creates no record and leaves no staged file;
+# reading-list interrupted: SIGINT during an import (a slow download, and a stalled one: exit 130
+# within 1 s, "cancelled" in the report) creates no record and leaves no staged file;
 # kill -9 with the pending record made (READING_LIST_PAUSE_AT, the app's test hook) is repaired
 # by the next start, and so is one after the move (report and list then name the same document); two imports running at once (both stopped mid-copy, then resumed) do not
 # disturb each other.
@@ -10,8 +11,11 @@ scenario_start
 make_pdf docs/big.pdf 2 $((6 << 20))
 make_pdf docs/one.pdf 1
 make_pdf docs/two.pdf 2 $((2 << 20))
+make_pdf docs/stalled.pdf 2 $((4 << 20))
 mount_source
 providerfs fault add "$MNT/docs/big.pdf" --slow 1MiB --times 0
+# Stalls at 2 MiB until the mount's stall deadline (30 s): far longer than the 1 s Ctrl-C allows.
+providerfs fault add "$MNT/docs/stalled.pdf" --stall --at 2MiB --times 0
 
 # SIGINT once the import has its staging file.
 # The binary itself in the background ($! is its pid, not a subshell's).
@@ -28,6 +32,46 @@ grep -q cancelled "$S/out/sigint.err" || fail "SIGINT: no 'cancelled' in: $(cat 
 [[ "$(rl_documents)" == 0 ]] || fail "a cancelled import left a record"
 expect_library_consistent
 say "ok: SIGINT → exit 130, no record, nothing staged"
+
+# SIGINT while the download stalls: the copy is blocked in a read of the source through the
+# mount. The import must end within 1 s, cancelled, not wait for the stall deadline.
+"$READING_LIST" import "$MNT/docs/stalled.pdf" --data-dir "$S/app" 2>"$S/out/stall.err" &
+pid=$!
+BACKGROUND+=("$pid")
+staged_size() { local f; for f in "$S/app/staging"/*; do [[ -f "$f" ]] && stat -c %s "$f"; done; }
+for _ in $(seq 1000); do [[ -n "$(staged_size)" ]] && break; sleep 0.01; done
+[[ -n "$(staged_size)" ]] || fail "the stalled import never staged a file: $(cat "$S/out/stall.err")"
+# Stuck: the staged copy stops growing short of the stall (2 MiB; the kernel's read-ahead may
+# reach it with the first read), and the process still runs.
+before=-1
+for _ in $(seq 30); do
+    now="$(staged_size)"
+    [[ "$now" == "$before" ]] && break
+    before="$now"
+    sleep 0.3
+done
+[[ "$now" == "$before" ]] && (( now <= 2 << 20 )) || fail "the copy did not stop at the stall: $now bytes staged"
+kill -0 "$pid" 2>/dev/null || fail "the stalled import ended by itself: $(cat "$S/out/stall.err")"
+sent="$EPOCHREALTIME"
+kill -INT "$pid"
+wait_for_pid "$pid" 5 || true
+took_us=$(( $(micros) - $(micros "$sent") ))
+status=0
+wait "$pid" || status=$?
+(( took_us <= 1000000 )) || fail "SIGINT during a stall: exit after $(( took_us / 1000 )) ms, expected ≤ 1000 ms"
+[[ $status -eq 130 ]] || fail "SIGINT during a stall: exit $status, expected 130: $(cat "$S/out/stall.err")"
+grep -q cancelled "$S/out/stall.err" || fail "SIGINT during a stall: no 'cancelled' in: $(cat "$S/out/stall.err")"
+rl report --json | python3 -c '
+import json, sys
+attempts = [a for a in map(json.loads, sys.stdin) if a.get("sourcePath", "").endswith("stalled.pdf")]
+assert len(attempts) == 1, f"{len(attempts)} attempts of stalled.pdf in the report"
+a = attempts[0]
+assert a["result"] == "cancelled" and a.get("failedStage") == "read" and not a.get("documentID"), a
+' || fail "the report does not show the stalled import as cancelled at read"
+[[ "$(rl_documents)" == 0 ]] || fail "a cancelled import left a record"
+expect_library_consistent
+providerfs fault clear "$MNT/docs/stalled.pdf"
+say "ok: SIGINT during a stalled download → exit 130 after $(( took_us / 1000 )) ms, cancelled in the report, no record, nothing staged"
 
 # kill -9 between the record and the move.
 READING_LIST_PAUSE_AT=pending-record "$READING_LIST" import "$MNT/docs/one.pdf" --data-dir "$S/app" \

@@ -45,7 +45,13 @@ package enum ProviderContent {
         defer { buffer.deallocate() }
         while true {
             if isCancelled() { throw CoordinationError(.cancelled, "The coordination was cancelled.") }
-            let count = retryingOnInterrupt { read(fd, buffer, capacity) }
+            // An interrupted read of a stalled download ends the wait once the coordination is
+            // cancelled (the canceller interrupts this thread; reading-list does).
+            var count = read(fd, buffer, capacity)
+            while count < 0 && errno == EINTR {
+                if isCancelled() { throw CoordinationError(.cancelled, "The coordination was cancelled.") }
+                count = read(fd, buffer, capacity)
+            }
             if count == 0 { return }
             if count < 0 { throw failure(path, Errno.current) }
         }

@@ -7,7 +7,7 @@ import CryptoSupport
 import FileCoordination
 import Foundation
 import PDFValidation
-import SystemSupport
+public import SystemSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -97,22 +97,37 @@ public struct ImportOutcome: Sendable {
     public var failure: ImportFailure?
 }
 
+/// How the staged copy's bytes are made durable before the move into the library: given the
+/// staging file's descriptor, nil when they are, else the error. `stagingDataSync` (fdatasync) in
+/// production; tests inject one to record the sync point (which file, under which name) or to
+/// fail it (`Importer.init(sync:)`). Called on the importing thread, inside the coordinated read.
+public typealias StagingSync = @Sendable (_ descriptor: Int32) -> Errno?
+
+/// fdatasync, retried on EINTR.
+public let stagingDataSync: StagingSync = { descriptor in
+    retryingOnInterrupt({ fdatasync(descriptor) }) == 0 ? nil : Errno.current
+}
+
 /// Imports documents into a library. One per process is enough; imports may run concurrently,
 /// in this process and in others.
 public final class Importer: Sendable {
     public let location: LibraryLocation
     public let store: RecordStore
     let access: any DocumentAccess
+    /// Syncs the staged copy before it is moved into the library (a test seam).
+    let sync: StagingSync
     /// Test seam: called at each checkpoint (the kill -9 and cancel tests stop an import there).
     let checkpoint: @Sendable (ImportCheckpoint) -> Void
 
     public init(
         location: LibraryLocation, store: RecordStore, access: any DocumentAccess = ScopedDocumentAccess(),
+        sync: @escaping StagingSync = stagingDataSync,
         checkpoint: @escaping @Sendable (ImportCheckpoint) -> Void = { _ in }
     ) {
         self.location = location
         self.store = store
         self.access = access
+        self.sync = sync
         self.checkpoint = checkpoint
     }
 
@@ -382,7 +397,14 @@ struct ImportRun {
         _ = flock(descriptor, LOCK_EX)
 
         let coordinator = FileCoordinator()
-        let key = cancellation.onCancel { coordinator.cancel() }
+        // A cancel also interrupts this thread's blocked open or read of the source: the
+        // coordinator's download of it, or the copy (a stalled download in a mount).
+        let interruption = CopyInterruption()
+        defer { interruption.finish() }
+        let key = cancellation.onCancel {
+            coordinator.cancel()
+            interruption.interrupt()
+        }
         defer { cancellation.remove(key) }
         let started = ContinuousClock.now
         let copyTime = Locked<Duration>(.zero)
@@ -393,7 +415,7 @@ struct ImportRun {
             result = try coordinator.coordinate(readingItemAt: URL(fileURLWithPath: source)) { url in
                 let copyStart = ContinuousClock.now
                 defer { copyTime.withLock { $0 = ContinuousClock.now - copyStart } }
-                return Self.copy(from: url.path, to: descriptor, cancellation: cancellation) {
+                return Self.copy(from: url.path, to: descriptor, cancellation: cancellation, sync: importer.sync) {
                     importer.checkpoint(.copying)
                 }
             }
@@ -433,14 +455,25 @@ struct ImportRun {
     }
 
     /// Copies `source` to `descriptor` (1 MiB at a time, checking for cancellation between
-    /// chunks), hashing as it goes, then fdatasyncs. Failures are `read` failures.
+    /// chunks), hashing as it goes, then syncs it (`sync`: fdatasync). Failures are `read` failures.
     static func copy(
         from source: String, to descriptor: Int32, cancellation: ImportCancellation,
+        sync: StagingSync = stagingDataSync,
         firstChunkStaged: () -> Void = {}
     ) -> Result<
         Copied, ImportFailure
     > {
-        let input = retryingOnInterrupt { open(source, O_RDONLY | O_CLOEXEC) }
+        /// `call`, retried on EINTR unless the import was cancelled (then nil).
+        func uncancelled<T: BinaryInteger>(_ call: () -> T) -> T? {
+            while true {
+                let result = call()
+                guard result == -1 && errno == EINTR else { return result }
+                if cancellation.isCancelled { return nil }
+            }
+        }
+        guard let input = uncancelled({ open(source, O_RDONLY | O_CLOEXEC) }) else {
+            return .failure(ImportFailure(.read, "cancelled while opening the source", cancelled: true))
+        }
         guard input >= 0 else {
             return .failure(ImportFailure(.read, "cannot open the source: \(Errno.current.message)"))
         }
@@ -462,7 +495,9 @@ struct ImportRun {
             if cancellation.isCancelled {
                 return .failure(ImportFailure(.read, "cancelled after \(total) bytes", cancelled: true))
             }
-            let count = retryingOnInterrupt { read(input, buffer, capacity) }
+            guard let count = uncancelled({ read(input, buffer, capacity) }) else {
+                return .failure(ImportFailure(.read, "cancelled after \(total) bytes", cancelled: true))
+            }
             if count == 0 { break }
             if count < 0 {
                 let error = Errno.current
@@ -482,8 +517,8 @@ struct ImportRun {
             if total == 0 { firstChunkStaged() }
             total += Int64(count)
         }
-        guard fdatasync(descriptor) == 0 else {
-            return .failure(ImportFailure(.read, "syncing the staging copy failed: \(Errno.current.message)"))
+        if let error = sync(descriptor) {
+            return .failure(ImportFailure(.read, "syncing the staging copy failed: \(error.message)"))
         }
         return .success(Copied(size: total, reportedSize: reported, sha256: hexString(hasher.finalize())))
     }

@@ -1,5 +1,6 @@
 import AccessTokens
 import Foundation
+import SystemSupport
 import TestSupport
 import Testing
 
@@ -9,6 +10,28 @@ import Glibc
 
 @Suite("Token checks")
 struct TokenCheckTests {
+    @Test("the pid-free check (D-344) ends a token at its deadline, for a handle opened before it too")
+    func pidFreeCheckExpiry() throws {
+        let fixture = TokenFixture()
+        let issued = try fixture.authority.grant(scope: scope, mode: .read, ttl: .seconds(2))
+        // A handle opened before the expiry holds a use; each of its reads asks the pid-free check.
+        #expect(fixture.authority.recordUse(issued.token, caller: me).grant?.id == issued.id)
+        let pidLookups = Locked(0)
+        let pid = {
+            pidLookups.withLock { $0 += 1 }
+            return me.pid
+        }
+        fixture.clock.advance(by: .seconds(2) - .nanoseconds(1))
+        #expect(fixture.authority.check(issued.token, uid: me.uid, pid: pid).grant?.id == issued.id)
+        #expect(pidLookups.value == 0, "answered by the pid-free check: no process looked up")
+        fixture.clock.advance(by: .nanoseconds(1))
+        #expect(fixture.authority.check(issued.token, uid: me.uid, pid: pid) == .denied(.expired))
+        #expect(fixture.authority.check(issued.token, uid: me.uid, pid: pid) == .denied(.expired), "and stays so")
+        #expect(fixture.authority.info(id: issued.id)?.state == .expired)
+        fixture.authority.endUse(id: issued.id)
+        #expect(fixture.authority.check(issued.token, uid: me.uid, pid: pid) == .denied(.expired), "after the close")
+    }
+
     @Test("a valid token is allowed with its grant; it ends exactly at its monotonic deadline")
     func expiry() throws {
         let fixture = TokenFixture()

@@ -57,6 +57,24 @@ struct TokenPersistenceTests {
         #expect(second.authority.auditLog().last!.sequence > logBefore.last!.sequence)
     }
 
+    @Test("a revoke and an expire by command are saved by themselves: a restart right after finds them ended")
+    func endingsSavedAtOnce() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let first = TokenFixture(directory: directory.path)
+        let revoked = try first.authority.grant(scope: scope, mode: .read)
+        let expired = try first.authority.grant(scope: scope, mode: .read, ttl: .seconds(600))
+        // No other call of the authority between the end and the restart: no other write.
+        try first.authority.revoke(id: revoked.id)
+        let second = first.restarted(directory: directory.path)
+        #expect(second.authority.check(revoked.token, caller: me) == .denied(.revoked))
+        #expect(second.authority.info(id: revoked.id)?.state == .revoked)
+        try second.authority.expire(id: expired.id)
+        let third = second.restarted(directory: directory.path)
+        #expect(third.authority.check(expired.token, caller: me) == .denied(.expired))
+        #expect(third.authority.info(id: expired.id)?.state == .expired)
+    }
+
     @Test("expiry across a restart continues from the wall clock but never extends")
     func expiryAcrossRestart() throws {
         let directory = try TemporaryDirectory()

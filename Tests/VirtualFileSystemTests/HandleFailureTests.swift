@@ -66,6 +66,81 @@ struct HandleFailureTests {
         await fileSystem.release(entry.inode, handle: first.handle)
         await fileSystem.release(entry.inode, handle: second.handle)
     }
+
+    @Test("the hold is the handle's: another handle open at the time downloads, and its bytes serve the failed handle")
+    func holdIsPerHandle() async throws {
+        var options = VFSFixture.defaultOptions()
+        options.cache.backgroundCompletion = false
+        options.cache.readAheadWindow = 0
+        let fixture = try VFSFixture(options: options)
+        fixture.provider.putFile("f", .ramp(seed: 9, size: 200_000))
+        fixture.faults.add(
+            FaultRule(
+                identifier: ItemIdentifier("f"), fault: .failAfter(offset: 100_000, errno: EIO), times: .downloads(1)))
+        let fileSystem = try fixture.makeFileSystem()
+        let entry = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let failing = try await fileSystem.open(entry.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+        let other = try await fileSystem.open(entry.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+        let read = { (handle: FileHandleID, offset: Int64) in
+            await readResult(fileSystem, entry.inode, handle, offset)
+        }
+        let expected = { (offset: Int64) in expectedRamp(fixture.provider, "f", offset..<(offset + 1000)) }
+
+        #expect(await read(failing.handle, 150_000).errno == .ioError, "the faulted download fails its reader")
+        #expect(fixture.faults.isEmpty, "the one-download fault is used up")
+        let fetches = fixture.provider.counters.fetchCalls
+        #expect(await read(failing.handle, 150_000).errno == .ioError, "the failed handle is held")
+        #expect(fixture.provider.counters.fetchCalls == fetches, "no new download for the held handle")
+        // The other handle, opened before the failure but not the one that met it, is not held.
+        #expect(try await read(other.handle, 150_000).get() == expected(150_000))
+        #expect(fixture.provider.counters.fetchCalls > fetches, "the other handle downloaded")
+        // The failed handle is served what is present now.
+        #expect(try await read(failing.handle, 150_000).get() == expected(150_000), "bytes another handle brought")
+        await fileSystem.release(entry.inode, handle: failing.handle)
+        await fileSystem.release(entry.inode, handle: other.handle)
+    }
+
+    @Test("an interrupted read is not held: it was the reader's, so the same handle's next read downloads")
+    func interruptIsNotHeld() async throws {
+        var options = VFSFixture.defaultOptions()
+        options.cache.backgroundCompletion = false
+        options.cache.readAheadWindow = 0
+        let fixture = try VFSFixture(options: options)
+        fixture.provider.putFile("f", .ramp(seed: 13, size: 200_000))
+        let fileSystem = try fixture.makeFileSystem()
+        let entry = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        let opened = try await fileSystem.open(entry.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+        fixture.provider.hold()
+        let reader = Task { await readResult(fileSystem, entry.inode, opened.handle, 150_000) }
+        while fixture.provider.heldCount < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        reader.cancel()
+        let interrupted = await reader.value
+        fixture.provider.release()
+        #expect(interrupted.errno == .interrupted, "the cancelled read: \(interrupted)")
+        let again = try await readResult(fileSystem, entry.inode, opened.handle, 150_000).get()
+        #expect(again == expectedRamp(fixture.provider, "f", 150_000..<151_000))
+        await fileSystem.release(entry.inode, handle: opened.handle)
+    }
+}
+
+/// One read of 1000 bytes at `offset` through `handle`, as a result.
+private func readResult(
+    _ fileSystem: ProviderFileSystem, _ inode: InodeNumber, _ handle: FileHandleID, _ offset: Int64
+) async -> Result<[UInt8], FileSystemError> {
+    do throws(FileSystemError) {
+        return .success(
+            try await fileSystem.read(inode, handle: handle, offset: offset, count: 1000, context: .kernel).bytes)
+    } catch {
+        return .failure(error)
+    }
+}
+
+extension Result where Failure == FileSystemError {
+    /// The errno of a failure, nil for a success.
+    fileprivate var errno: Errno? {
+        if case .failure(let error) = self { return error.errno }
+        return nil
+    }
 }
 
 /// Bytes of the fixture provider's file `path` in `range`.
