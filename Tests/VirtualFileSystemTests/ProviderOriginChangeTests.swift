@@ -75,6 +75,11 @@ struct ProviderOriginChangeTests {
         #expect(rename(m.source.path + "/unwatched/staged", m.source.path + "/" + relativePath) == 0)
     }
 
+    /// How long a test waits for what must be told: generous, since these also run under
+    /// ThreadSanitizer on a loaded CI machine. The latency itself (≤ 1 s from a change in the
+    /// source, measured 0–50 ms) is the scenario `presenter-provider`'s to check.
+    static let bound: Duration = .seconds(10)
+
     /// Polls `condition` every 5 ms for at most `limit`; the time it took, nil if it never held.
     static func within(_ limit: Duration, _ condition: () -> Bool) async -> Duration? {
         let clock = ContinuousClock()
@@ -86,15 +91,15 @@ struct ProviderOriginChangeTests {
         return condition() ? clock.now - start : nil
     }
 
-    @Test("a change, a rename and a delete in the source are each told once, within a second")
+    @Test("a change, a rename and a delete in the source are each told once")
     func sourceChangesAreToldOnce() async throws {
         let m = try await Self.mounted()
         defer { m.remove() }
         #expect(m.heard.heard.value.isEmpty, "listing and reading change nothing")
 
         Self.overwrite(m.source.path + "/d/f.txt", "TWO\n")
-        let changed = await Self.within(.seconds(1)) { !m.heard.heard.value.isEmpty }
-        #expect(changed != nil, "no refresh of the changed file within 1 s")
+        let changed = await Self.within(Self.bound) { !m.heard.heard.value.isEmpty }
+        #expect(changed != nil, "no refresh of the changed file within \(Self.bound)")
         // A stat and a read through the mount, and explicit refreshes: still told once.
         let file = try await resolve(m.fileSystem, "d/f.txt")
         #expect(try await readAll(m.fileSystem, file.inode) == Array("TWO\n".utf8))
@@ -105,7 +110,7 @@ struct ProviderOriginChangeTests {
 
         m.heard.heard.withLock { $0 = [] }
         #expect(rename(m.source.path + "/d/g.txt", m.source.path + "/d/g2.txt") == 0)
-        let moved = await Self.within(.seconds(1)) { !m.heard.heard.value.isEmpty }
+        let moved = await Self.within(Self.bound) { !m.heard.heard.value.isEmpty }
         #expect(moved != nil)
         await m.fileSystem.cache.catalog.waitForProviderChangeRefreshes()
         // A rename within a directory keeps the inode, so the local provider's content version:
@@ -114,7 +119,7 @@ struct ProviderOriginChangeTests {
 
         m.heard.heard.withLock { $0 = [] }
         #expect(unlink(m.source.path + "/d/h.txt") == 0)
-        let deleted = await Self.within(.seconds(1)) { !m.heard.heard.value.isEmpty }
+        let deleted = await Self.within(Self.bound) { !m.heard.heard.value.isEmpty }
         #expect(deleted != nil)
         await m.fileSystem.cache.catalog.waitForProviderChangeRefreshes()
         _ = try? await m.fileSystem.cache.catalog.item(ItemIdentifier("d/h.txt"), maximumAge: .zero)
@@ -122,7 +127,7 @@ struct ProviderOriginChangeTests {
 
         m.heard.heard.withLock { $0 = [] }
         try Self.appear(m, "d/new.txt", "new\n")
-        #expect(await Self.within(.seconds(1)) { !m.heard.heard.value.isEmpty } != nil)
+        #expect(await Self.within(Self.bound) { !m.heard.heard.value.isEmpty } != nil)
         await m.fileSystem.cache.catalog.waitForProviderChangeRefreshes()
         #expect(m.heard.heard.value == [.changed(path: "d/new.txt")], "a new item: its directory's presenters hear")
         await m.fileSystem.cache.shutdown()
@@ -159,7 +164,7 @@ struct ProviderOriginChangeTests {
         // them is (events arrive in order): that change is the only one told.
         try Self.appear(m, "d/marker.txt", "x\n")
         #expect(
-            await Self.within(.seconds(2)) { m.heard.heard.value.contains(.changed(path: "d/marker.txt")) } != nil)
+            await Self.within(Self.bound) { m.heard.heard.value.contains(.changed(path: "d/marker.txt")) } != nil)
         await cache.catalog.waitForProviderChangeRefreshes()
         // And the provider's answers, asked for again, are what the mount already has.
         for name in ["f.txt", "made.txt", "g3.txt"] {
@@ -178,7 +183,7 @@ struct ProviderOriginChangeTests {
         #expect(before != nil)
         Self.overwrite(m.source.path + "/d/g.txt", "GEE\n")
         Self.overwrite(m.source.path + "/d/f.txt", "ONE\n")
-        #expect(await Self.within(.seconds(1)) { !m.heard.heard.value.isEmpty } != nil)
+        #expect(await Self.within(Self.bound) { !m.heard.heard.value.isEmpty } != nil)
         await m.fileSystem.cache.catalog.waitForProviderChangeRefreshes()
         // g.txt was reported changed too, but nobody wants it: it stays stale until a lookup.
         #expect(m.heard.heard.value == [.changed(path: "d/f.txt")])
@@ -201,7 +206,7 @@ struct ProviderOriginChangeTests {
         }
         #expect(failure == .stale)
         await fileSystem.release(file.inode, handle: opened.handle)
-        #expect(await Self.within(.seconds(1)) { !heard.heard.value.isEmpty } != nil)
+        #expect(await Self.within(Self.bound) { !heard.heard.value.isEmpty } != nil)
         await fileSystem.cache.catalog.waitForProviderChangeRefreshes()
         #expect(heard.heard.value == [.changed(path: "f")])
         let reread = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
