@@ -262,21 +262,27 @@ extension Catalog {
         state.withLock { catalog in
             guard !catalog.unborn.isEmpty else { return [] }
             let roots = Set(roots)
-            // Up each one's parents (identifiers need not be paths).
             // A local-only node is never made at the provider (D-398).
             return catalog.unborn.filter { candidate in
-                guard catalog.items[candidate]?.special == nil else { return false }
-                var next: ItemIdentifier? = candidate
-                var steps = 0
-                while let current = next, steps < 4096 {
-                    if roots.contains(current) { return true }
-                    if current == .root { return false }
-                    next = catalog.items[current]?.parent
-                    steps += 1
-                }
-                return false
+                catalog.items[candidate]?.special == nil && Self.lies(candidate, atOrUnder: roots, in: catalog)
             }
         }
+    }
+}
+
+extension Catalog {
+    /// Whether `candidate` or a directory above it is one of `roots`, found up its parents
+    /// (identifiers need not be paths).
+    static func lies(_ candidate: ItemIdentifier, atOrUnder roots: Set<ItemIdentifier>, in catalog: State) -> Bool {
+        var next: ItemIdentifier? = candidate
+        var steps = 0
+        while let current = next, steps < 4096 {
+            if roots.contains(current) { return true }
+            if current == .root { return false }
+            next = catalog.items[current]?.parent
+            steps += 1
+        }
+        return false
     }
 }
 
@@ -292,16 +298,7 @@ extension Catalog {
             guard !catalog.unborn.isEmpty else { return [] }
             let roots = Set(roots)
             return catalog.unborn.filter { candidate in
-                guard catalog.items[candidate]?.special != nil else { return false }
-                var next: ItemIdentifier? = candidate
-                var steps = 0
-                while let current = next, steps < 4096 {
-                    if roots.contains(current) { return true }
-                    if current == .root { return false }
-                    next = catalog.items[current]?.parent
-                    steps += 1
-                }
-                return false
+                catalog.items[candidate]?.special != nil && Self.lies(candidate, atOrUnder: roots, in: catalog)
             }
         }
     }
