@@ -533,4 +533,8 @@ extension ContentEntry {
     public func waitForDownloadForTesting() async {
         await waitForDownload()
     }
+
+    /// Readers waiting for bytes this entry's download has not delivered yet (tests: "every
+    /// reader is registered behind the stream").
+    public var waitingReaderCountForTesting: Int { state.withLock { $0.machine.waiters.count } }
 }

@@ -69,15 +69,26 @@ struct DownloaderTests {
         let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         fixture.provider.hold()
-        let readers = (0..<4).map { index in
-            Task { try await entry.read(offset: Int64(index) * 1000, count: 1000).bytes }
-        }
-        // Wait until the one stream is parked at the gate, with every reader registered behind it.
+        // The first reader starts the one stream (over the whole file) and it parks at the gate;
+        // only then do the others come, so that they all wait behind that stream. (Readers that
+        // came in another order would be served in their order: one arriving behind a stream
+        // that started further on makes it retarget, a second fetch, as it should.)
+        var readers = [Task { try await entry.read(offset: 0, count: 1000).bytes }]
         var waited = 0
         while fixture.provider.heldCount < 1 && waited < 10_000 {
             try await Task.sleep(for: .milliseconds(1))
             waited += 1
         }
+        #expect(fixture.provider.heldCount == 1)
+        readers += (1..<4).map { index in
+            Task { try await entry.read(offset: Int64(index) * 1000, count: 1000).bytes }
+        }
+        waited = 0
+        while entry.waitingReaderCountForTesting < 4 && waited < 10_000 {
+            try await Task.sleep(for: .milliseconds(1))
+            waited += 1
+        }
+        #expect(entry.waitingReaderCountForTesting == 4)
         #expect(fixture.provider.heldCount == 1)
         fixture.provider.release()
         for (index, reader) in readers.enumerated() {
@@ -85,7 +96,7 @@ struct DownloaderTests {
             #expect(bytes == expectedBytes(fixture.provider, "f", Int64(index * 1000)..<Int64(index * 1000 + 1000)))
         }
         await entry.waitForDownloadForTesting()
-        #expect(fixture.provider.counters.fetchCalls == 1)
+        #expect(fixture.provider.counters.fetchCalls == 1, "fetched \(fixture.provider.counters.fetchedRanges)")
         #expect(fixture.provider.counters.bytesServed == 200_000)
         cache.content.unpin(entry)
     }
