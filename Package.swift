@@ -79,6 +79,9 @@ let package = Package(
         // Test-only: the `.blockingThreads` trait (test bodies that block run off the cooperative pool).
         .target(name: "TestScheduling", dependencies: ["SystemSupport"]),
 
+        // Architecture as tests: the package graph, one lock type, FileCoordination's public API,
+        // the decision log. They read the tree and the built modules; they import no module.
+        .testTarget(name: "ArchitectureTests", dependencies: []),
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
         .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
         .testTarget(name: "PDFValidationTests", dependencies: ["PDFValidation", "TestSupport"]),

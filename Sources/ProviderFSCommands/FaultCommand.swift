@@ -213,7 +213,7 @@ struct FaultCommand: CLICommand {
     static func clients(_ path: String?) throws(CommandFailure) -> [ControlClient] {
         if let path { return [try ControlClient.forMount(containing: path).client] }
         return MountRegistry.all().filter { record in
-            ProcessInfoReader.isAlive(record)
+            record.daemonIsAlive
                 && MountTable.entry(at: record.mountpoint)?.fileSystemType == "fuse.providerfs"
         }.map { ControlClient(socketPath: MountRegistry.controlSocket(for: $0.mountpoint), mountpoint: $0.mountpoint) }
     }

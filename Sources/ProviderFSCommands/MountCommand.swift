@@ -267,7 +267,7 @@ struct MountCommand: CLICommand {
             // of any file there fails with ENODEV (D-376).
             directIOMmap: fileSystem.isWritable)
         let record = MountRecord(
-            pid: getpid(), processStartTime: ProcessInfoReader.startTime(of: getpid()) ?? 0,
+            pid: getpid(), processStartTime: ProcessInfoFiles.startTime(of: getpid()) ?? 0,
             mountpoint: plan.mountpoint,
             source: plan.source, demo: plan.demo, cacheDirectory: plan.cacheDirectory, logFile: plan.logFile,
             version: ProviderFSCLI.version, startedAt: Date(), requireToken: plan.requireToken)

@@ -101,25 +101,9 @@ enum MountRegistry {
     }
 }
 
-/// Process helpers over /proc.
-enum ProcessInfoReader {
-    /// Field 22 (starttime, clock ticks since boot) of /proc/<pid>/stat, or nil if no such process.
-    static func startTime(of pid: Int32) -> UInt64? {
-        guard let text = readTextFile("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
-        // Fields after the command name (which may contain spaces) start at field 3.
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 19 else { return nil }
-        return UInt64(fields[19])
-    }
-
-    /// True while the recorded daemon process exists (same pid and same start time) and is not a zombie.
-    static func isAlive(_ record: MountRecord) -> Bool {
-        guard startTime(of: record.pid) == record.processStartTime else { return false }
-        guard let text = readTextFile("/proc/\(record.pid)/stat"), let close = text.lastIndex(of: ")") else {
-            return false
-        }
-        return !text[text.index(after: close)...].hasPrefix(" Z")
-    }
+extension MountRecord {
+    /// True while the recorded daemon process exists (same pid and start time) and is not a zombie.
+    var daemonIsAlive: Bool { ProcessInfoFiles.isRunning(pid, startedAt: processStartTime) }
 }
 
 /// What state a mount point is in, checked without hanging on a dead FUSE connection.
@@ -188,7 +172,7 @@ func cleanStaleProviderFSMount(_ mountpoint: String) throws(CommandFailure) {
                 + "it is not ProviderFS's to clean: unmount it with 'fusermount3 -uz \(mountpoint)' or 'umount -l \(mountpoint)'"
         )
     }
-    if let record = MountRegistry.record(for: path), ProcessInfoReader.isAlive(record) {
+    if let record = MountRegistry.record(for: path), record.daemonIsAlive {
         throw CommandFailure(
             "\(mountpoint) does not answer but its daemon (pid \(record.pid)) is still running; "
                 + "stop it or run 'providerfs unmount --lazy \(mountpoint)'")

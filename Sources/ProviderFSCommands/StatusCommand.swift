@@ -145,7 +145,7 @@ struct StatusCommand: CLICommand {
     static func mounts(io: CommandIO) -> Int32 {
         let records = MountRegistry.all()
         let statuses = records.map { record in
-            let alive = ProcessInfoReader.isAlive(record)
+            let alive = record.daemonIsAlive
             let mounted = MountTable.entry(at: record.mountpoint) != nil
             let state = alive && mounted ? "running" : (mounted ? "stale" : "gone")
             return MountStatus(

@@ -25,7 +25,7 @@ struct UnmountCommand: CLICommand {
         try arguments.finish()
 
         let record = MountRegistry.record(for: mountpoint)
-        let daemonAlive = record.map(ProcessInfoReader.isAlive) ?? false
+        let daemonAlive = record?.daemonIsAlive ?? false
         let entry = MountTable.entry(at: mountpoint)
 
         func report(_ result: String, _ sentence: String) -> Int32 {
@@ -65,7 +65,7 @@ struct UnmountCommand: CLICommand {
         }
         if let record, daemonAlive {
             let deadline = ContinuousClock.now + timeout
-            while ProcessInfoReader.isAlive(record) {
+            while record.daemonIsAlive {
                 guard ContinuousClock.now < deadline else {
                     throw CommandFailure(
                         "\(mountpoint) is unmounted but its daemon (pid \(record.pid)) did not exit within "

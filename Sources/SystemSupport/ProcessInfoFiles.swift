@@ -95,6 +95,17 @@ public enum ProcessInfoFiles {
         }
     }
 
+    /// True while process `pid` exists, started at `startTime` (as `startTime(of:)` gives: a
+    /// reused pid has another) and is not a zombie (exited, not yet reaped), from one read of
+    /// /proc/<pid>/stat.
+    public static func isRunning(_ pid: Int32, startedAt startTime: UInt64) -> Bool {
+        guard pid > 0 else { return false }
+        return withContents(of: "/proc/\(pid)/stat") { bytes -> Bool? in
+            guard let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count else { return nil }
+            return bytes[close + 2] != UInt8(ascii: "Z") && self.startTime(in: bytes) == startTime
+        } ?? false
+    }
+
     /// `pid`, its parent, grandparent… up to init (at most 64 entries, stopping at a loop).
     public static func ancestry(of pid: Int32) -> [Int32] {
         var chain: [Int32] = []

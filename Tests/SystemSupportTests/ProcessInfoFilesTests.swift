@@ -79,6 +79,29 @@ struct ProcessInfoFilesTests {
         #expect(ProcessInfoFiles.startTime(of: Int32.max) == nil)
     }
 
+    @Test("running: this pid with its start time; not with another start, not once a zombie, not gone")
+    func running() throws {
+        let own = try #require(ProcessInfoFiles.startTime(of: getpid()))
+        #expect(ProcessInfoFiles.isRunning(getpid(), startedAt: own))
+        #expect(!ProcessInfoFiles.isRunning(getpid(), startedAt: own + 1), "a reused pid starts later")
+        #expect(!ProcessInfoFiles.isRunning(Int32.max, startedAt: own))
+        #expect(!ProcessInfoFiles.isRunning(0, startedAt: own))
+        var pid: pid_t = 0
+        var argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/true"), nil]
+        defer { argv.forEach { free($0) } }
+        try #require(posix_spawn(&pid, "/bin/true", nil, nil, &argv, environ) == 0)
+        let child = try #require(ProcessInfoFiles.startTime(of: pid))
+        // Exited but not reaped: a zombie, which counts as gone. waitid with WNOWAIT waits for
+        // the exit and leaves the zombie in place.
+        var info = siginfo_t()
+        #expect(waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) == 0)
+        #expect(ProcessInfoFiles.startTime(of: pid) == child, "the zombie still has its stat")
+        #expect(!ProcessInfoFiles.isRunning(pid, startedAt: child))
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        #expect(!ProcessInfoFiles.isRunning(pid, startedAt: child))
+    }
+
     @Test("pending signals: a signal this thread blocks shows until it is taken")
     func pendingSignals() {
         var block = sigset_t()

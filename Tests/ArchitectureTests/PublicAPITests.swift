@@ -20,7 +20,7 @@ import Testing
             "listed under \"Public API\" in docs/COORDINATION.md but not public in FileCoordination: \(notPublic)")
     }
 
-    /// The root of the package (this file is Tests/FileCoordinationTests/PublicAPITests.swift).
+    /// The root of the package (this file is Tests/ArchitectureTests/PublicAPITests.swift).
     static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent()
 

@@ -81,7 +81,7 @@ private func expectCode(
 }
 
 @Suite("Scoped access paths (.scoped/<token>/…)", .timeLimit(.minutes(3)))
-struct ScopedAccessTests {
+struct ScopedPathTests {
     @Test("the root does not list .scoped; lookup finds it; listing it is refused; without a port it does not exist")
     func hiddenDirectory() async throws {
         let scoped = try ScopedFixture()

@@ -23,7 +23,7 @@ struct LockTypeTests {
         "Sources/SystemSupport/Lock.swift": "the lock itself",
         "Sources/SystemSupport/BlockingIOPool.swift":
             "its workers sleep on a pthread condition variable, which needs its own mutex",
-        "Tests/ProviderFSCommandsTests/LockTypeTests.swift": "this test names what it forbids",
+        "Tests/ArchitectureTests/LockTypeTests.swift": "this test names what it forbids",
     ]
 
     /// Whether `line` uses `spelling` as a name of its own (not the tail of a longer identifier).

@@ -201,7 +201,7 @@ struct FastPathTwins {
     }
 }
 
-@Suite struct FastPathTwinTests {
+@Suite struct ArbiterTwinTests {
     /// Reads among reads, a writer, the caller's own (ancestor's) claim, a stranger, a presenter,
     /// a directory being deleted: every case where the fast path may or may not grant.
     @Test func claimNowGrantsExactlyWhatClaimGrantsAtOnce() {
