@@ -1,7 +1,7 @@
 // The hook through which every namespace change of the mount (unlink, rmdir, rename) is
 // coordinated (DESIGN.md §4, issue 14 item 5). A port like `ReadClaimProvider` (D-215): this
 // module knows no coordinator types; the mount command plugs its coordination server in through
-// the adapter (ProviderFSCommands/MountCoordination.swift, `MountNamespaceClaims`).
+// the adapter (ProviderFSCommands/Daemon/MountCoordination.swift, `MountNamespaceClaims`).
 // `NoNamespaceClaims` grants at once and tells no one.
 
 /// A namespace change about to happen, in paths relative to the mount root (no leading "/").

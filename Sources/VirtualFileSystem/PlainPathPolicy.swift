@@ -1,7 +1,7 @@
 // The port through which require-token mode (`providerfs mount --require-token`, docs/SEMANTICS.md
 // "Require-token mode") decides who may use plain paths: everything under the mount except the
 // root's own attributes and `.scoped`. The file system knows no processes: the daemon hands in an
-// adapter (ProviderFSCommands/MountPlainPaths.swift: the mounting user's own `providerfs`
+// adapter (ProviderFSCommands/Daemon/MountPlainPaths.swift: the mounting user's own `providerfs`
 // commands); tests hand in a fake caller identity. Without one (`FileSystemOptions.plainPaths`
 // nil) plain paths are open as usual.
 

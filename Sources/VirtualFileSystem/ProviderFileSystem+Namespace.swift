@@ -11,14 +11,6 @@ import ProviderModel
 import SystemSupport
 
 extension ProviderFileSystem {
-    /// Plugs in the coordination of unlink, rmdir and rename (the mount's coordination server).
-    /// Set before the file system is mounted.
-    public func setNamespaceClaims(_ provider: any NamespaceClaimProvider) {
-        namespaceClaimsHolder.withLock { $0 = provider }
-    }
-
-    var namespaceClaims: any NamespaceClaimProvider { namespaceClaimsHolder.withLock { $0 } }
-
     /// rename(2)'s flags (linux/fs.h).
     static let renameNoReplace: UInt32 = 1 << 0
     static let renameExchange: UInt32 = 1 << 1

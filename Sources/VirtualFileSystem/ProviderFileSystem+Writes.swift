@@ -137,7 +137,7 @@ extension ProviderFileSystem {
     func acquireWriteClaim(
         path: String?, identifier: ItemIdentifier?, context: RequestContext?
     ) async throws(FileSystemError) -> WriteClaimToken? {
-        guard let writeClaims = claims as? any WriteClaimProvider else { return nil }
+        guard let writeClaims else { return nil }
         let relativePath = path ?? identifier.flatMap { cache.catalog.path(of: $0) ?? $0.rawValue } ?? ""
         let request = ReadClaimRequest(
             relativePath: relativePath, identifier: identifier ?? ItemIdentifier(relativePath),
@@ -147,7 +147,7 @@ extension ProviderFileSystem {
     }
 
     func releaseWriteClaim(_ token: WriteClaimToken?) {
-        guard let token, let writeClaims = claims as? any WriteClaimProvider else { return }
+        guard let token, let writeClaims else { return }
         writeClaims.releaseWriteClaim(token)
     }
 

@@ -48,9 +48,12 @@ public final class ProviderFileSystem: FileSystem {
     /// The cache (metadata, content, downloads) this file system serves from.
     public let cache: ProviderCache
     public let options: FileSystemOptions
+    /// The read claims of opens (`ports.reads`).
     let claims: any ReadClaimProvider
-    /// Coordinates unlink, rmdir and rename (`setNamespaceClaims`; none until set).
-    let namespaceClaimsHolder = Locked<any NamespaceClaimProvider>(NoNamespaceClaims())
+    /// The write claims of write opens and publishes (`ports.writes`).
+    let writeClaims: (any WriteClaimProvider)?
+    /// The coordination of unlink, rmdir and rename (`ports.namespace`).
+    let namespaceClaims: any NamespaceClaimProvider
     /// Checks the tokens of access paths; nil: the mount has no `.scoped` directory.
     let scopedAccess: (any ScopedAccessProvider)?
     /// Require-token mode: `options.plainPaths` is set (read on every lookup, without unwrapping it).
@@ -134,17 +137,19 @@ public final class ProviderFileSystem: FileSystem {
         }
     }
 
-    /// A file system over `cache`; every open takes a read claim from `claims`. With
+    /// A file system over `cache`, coordinated through `claims` (every port given here). With
     /// `scopedAccess`, the root has the hidden `.scoped` directory of access paths
     /// (docs/SEMANTICS.md, "Scoped access paths").
     public init(
         cache: ProviderCache, options: FileSystemOptions = FileSystemOptions(),
-        claims: any ReadClaimProvider = NoReadClaims(), scopedAccess: (any ScopedAccessProvider)? = nil
+        claims: ClaimPorts = ClaimPorts(), scopedAccess: (any ScopedAccessProvider)? = nil
     ) {
         self.cache = cache
         self.options = options
         self.requiresToken = options.plainPaths != nil
-        self.claims = claims
+        self.claims = claims.reads
+        self.writeClaims = claims.writes
+        self.namespaceClaims = claims.namespace
         self.scopedAccess = scopedAccess
         if scopedAccess != nil { state.withLock { $0.scopedDirectory = $0.inodes.reserve() } }
         // Tokens that end early make the kernel forget their paths (D-346).

@@ -1,7 +1,7 @@
 // The hook through which every open-for-read of the mount takes a coordination read claim
 // (DESIGN.md §4). A port (D-215): this module knows no coordinator types and does not depend on
 // FileCoordination; the mount command plugs the coordinator in through its adapter
-// (ProviderFSCommands/MountCoordination.swift, `MountReadClaims`). `NoReadClaims` grants at once.
+// (ProviderFSCommands/Daemon/MountCoordination.swift, `MountReadClaims`). `NoReadClaims` grants at once.
 
 public import ProviderModel
 

@@ -1,6 +1,6 @@
 // The port through which access paths (`MOUNTPOINT/.scoped/<token>/…`, docs/SEMANTICS.md) are
 // checked. The file system knows no tokens library: the daemon hands in an adapter
-// (ProviderFSCommands/MountScopedAccess.swift, over AccessTokens' `TokenAuthority`). Without one,
+// (ProviderFSCommands/Daemon/MountScopedAccess.swift, over AccessTokens' `TokenAuthority`). Without one,
 // `.scoped` does not exist.
 
 /// How long the kernel may keep the entries and attributes it was given for paths through a

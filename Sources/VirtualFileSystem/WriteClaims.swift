@@ -1,7 +1,7 @@
 // The hook through which a publish of a written file takes a short coordination write claim
 // (DESIGN.md §4, issue 14). A port like `ReadClaimProvider` (D-215): the mount command's adapter
-// (ProviderFSCommands/MountWriteClaims.swift) plugs the coordinator in; a claim provider that
-// does not also conform to this protocol publishes without a claim.
+// (ProviderFSCommands/Daemon/MountWriteClaims.swift) plugs the coordinator in, as `ClaimPorts.writes`;
+// without one, publishes take no claim.
 
 /// A granted write claim; handed back on release.
 public struct WriteClaimToken: Hashable, Sendable {

@@ -27,7 +27,7 @@ import Glibc
         let cache = try ProviderCache(
             provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
             options: options.cache, freeSpace: { _ in free.withLock { $0 } })
-        let fs = ProviderFileSystem(cache: cache, options: options, claims: NoReadClaims())
+        let fs = ProviderFileSystem(cache: cache, options: options)
         let (entry, opened) = try await fs.create(
             parent: .root, name: "f", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY | O_CREAT),
             context: .kernel)

@@ -139,8 +139,7 @@ struct NamespaceTests {
         fixture.provider.putFile("d/f", .bytes([1, 2]))
         fixture.provider.addDirectory("e")
         let claims = RecordingNamespaceClaims()
-        let fileSystem = try fixture.makeFileSystem()
-        fileSystem.setNamespaceClaims(claims)
+        let fileSystem = try fixture.makeFileSystem(namespaceClaims: claims)
         let d = try await fileSystem.lookup(parent: .root, name: "d", context: .kernel)
         #expect(
             await failureErrno { try await fileSystem.unlink(parent: .root, name: "d", context: .kernel) }
@@ -197,8 +196,7 @@ struct NamespaceTests {
         fixture.provider.putFile("a/sub/f", .bytes(Array("hello".utf8)))
         fixture.provider.addDirectory("b")
         let claims = RecordingNamespaceClaims()
-        let fileSystem = try fixture.makeFileSystem()
-        fileSystem.setNamespaceClaims(claims)
+        let fileSystem = try fixture.makeFileSystem(namespaceClaims: claims)
         let a = try await fileSystem.lookup(parent: .root, name: "a", context: .kernel)
         let b = try await fileSystem.lookup(parent: .root, name: "b", context: .kernel)
         let sub = try await fileSystem.lookup(parent: a.inode, name: "sub", context: .kernel)

@@ -33,13 +33,16 @@ final class VFSFixture: Sendable {
     }
 
     func makeFileSystem(
-        claims: any ReadClaimProvider = NoReadClaims(), provider wrapped: (any Provider)? = nil,
+        claims: any ReadClaimProvider = NoReadClaims(),
+        namespaceClaims: any NamespaceClaimProvider = NoNamespaceClaims(), provider wrapped: (any Provider)? = nil,
         scopedAccess: (any ScopedAccessProvider)? = nil, providerChanges: (any ProviderChangeListener)? = nil
     ) throws -> ProviderFileSystem {
         let cache = try ProviderCache(
             provider: wrapped ?? FaultInjectingProvider(wrapping: provider, plan: faults), directory: directory.path,
             store: store, clock: clock, options: options.cache, providerChanges: providerChanges)
-        return ProviderFileSystem(cache: cache, options: options, claims: claims, scopedAccess: scopedAccess)
+        return ProviderFileSystem(
+            cache: cache, options: options, claims: ClaimPorts(reads: claims, namespace: namespaceClaims),
+            scopedAccess: scopedAccess)
     }
 
     deinit { directory.remove() }

@@ -26,7 +26,7 @@ package enum MountComposition {
     /// demo with its failing item when that file is first created.
     static func makeMount(
         source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
-        claims: any ReadClaimProvider = NoReadClaims(), providerChanges: (any ProviderChangeListener)? = nil
+        claims: ClaimPorts = ClaimPorts(), providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan, tokens: TokenAuthority) {
         // One authority: the control handler's token commands and the file system's access paths
         // (`MountScopedAccess`) see the same tokens.
@@ -85,14 +85,14 @@ package enum MountComposition {
     /// - Parameters:
     ///   - faults: the faults to inject into provider calls; nil: the plan stored in the cache
     ///     directory (every mount's provider is wrapped in `FaultInjectingProvider`).
-    ///   - claims: the coordination hook every open-for-read goes through.
+    ///   - claims: the coordination ports: read claims of opens, write claims, namespace claims.
     ///   - scopedAccess: checks access paths (`.scoped/<token>/…`); nil: the mount has none.
     ///   - providerChanges: hears of changes the provider made (the mount's presenters, D-403).
     /// - Throws: `.notFound` / `.notADirectory` for a bad source, `.io` for a cache directory that
     ///   cannot be created or a metadata store that cannot be opened; the message says which.
     package static func makeFileSystem(
         source: String, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
-        faults: FaultPlan? = nil, claims: any ReadClaimProvider = NoReadClaims(),
+        faults: FaultPlan? = nil, claims: ClaimPorts = ClaimPorts(),
         clock: any Clock<Duration> = ContinuousClock(), scopedAccess: (any ScopedAccessProvider)? = nil,
         providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> ProviderFileSystem {
@@ -116,7 +116,7 @@ package enum MountComposition {
     /// Returns the file system and the demo (for messages: where the source lives, which item fails).
     package static func makeDemo(
         demoDirectory: String? = nil, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
-        claims: any ReadClaimProvider = NoReadClaims()
+        claims: ClaimPorts = ClaimPorts()
     ) throws(FileSystemError) -> (ProviderFileSystem, DemoSource) {
         let (fileSystem, demo, _) = try makeDemoMount(
             demoDirectory: demoDirectory, cacheDirectory: cacheDirectory, options: options, claims: claims)
@@ -124,7 +124,7 @@ package enum MountComposition {
     }
 
     static func makeDemoMount(
-        demoDirectory: String?, cacheDirectory: String, options: FileSystemOptions, claims: any ReadClaimProvider,
+        demoDirectory: String?, cacheDirectory: String, options: FileSystemOptions, claims: ClaimPorts,
         scopedAccess: (any ScopedAccessProvider)? = nil, providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> (ProviderFileSystem, DemoSource, FaultPlan) {
         let demo: DemoSource

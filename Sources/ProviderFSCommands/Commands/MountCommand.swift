@@ -226,6 +226,9 @@ struct MountCommand: CLICommand {
         defer { coordination.stop() }
         let claims = MountReadClaims(
             server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
+        let namespaceClaims = MountNamespaceClaims(
+            server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait,
+            readClaims: claims)
         let fileSystem: ProviderFileSystem
         let faults: FaultPlan
         let tokens: TokenAuthority
@@ -244,16 +247,12 @@ struct MountCommand: CLICommand {
             fileSystemOptions.cache.shutdownFlush = .seconds(10)
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
-                claims: claims,
+                claims: ClaimPorts(readsAndWrites: claims, namespace: namespaceClaims),
                 // Presenters hear what the provider changed (D-403).
                 providerChanges: MountProviderChanges(server: coordination, mountpoint: plan.mountpoint))
         } catch {
             throw CommandFailure("cannot open the provider: \(error.message)")
         }
-        fileSystem.setNamespaceClaims(
-            MountNamespaceClaims(
-                server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait,
-                readClaims: claims))
         let options = FUSEMountOptions(
             fileSystemName: plan.demo ? "providerfs-demo" : plan.source, subtype: "providerfs",
             allowOther: plan.allowOther,
