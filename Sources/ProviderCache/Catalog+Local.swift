@@ -144,6 +144,33 @@ extension Catalog {
         }
     }
 
+    /// Eviction of a file written through the mount and uploaded since (issue 27): the item goes
+    /// back to the provider's version its local one stands for (same bytes, same size and
+    /// time), so that a later read fetches that version. Nothing is told: nothing changed for a
+    /// reader. Returns the item; nil (nothing done) when its local version is pending or the
+    /// provider's version is not known.
+    func returnToProviderVersion(_ identifier: ItemIdentifier) -> ProviderItem? {
+        let returned = state.withLock { catalog -> (ProviderItem, [Superseded])? in
+            guard var item = catalog.items[identifier], let local = catalog.localVersions[identifier], !local.pending,
+                let providerVersion = local.providerVersion, item.contentVersion == local.version
+            else { return nil }
+            catalog.localVersions[identifier] = nil
+            item.contentVersion = providerVersion
+            catalog.items[identifier] = item
+            return (item, Self.takeContents(of: identifier, except: providerVersion, from: &catalog))
+        }
+        guard let (item, superseded) = returned else { return nil }
+        save([item])
+        finish(superseded, error: CacheError(.stale, "\(identifier): its local content was evicted"))
+        return item
+    }
+
+    /// Whether the item is served from a local version (written through the mount), uploaded
+    /// or not.
+    func hasLocalVersion(_ identifier: ItemIdentifier) -> Bool {
+        state.withLock { $0.localVersions[identifier] != nil }
+    }
+
     /// Whether the item has a local version not uploaded yet.
     func hasPendingLocal(_ identifier: ItemIdentifier) -> Bool {
         state.withLock { $0.localVersions[identifier]?.pending ?? false }

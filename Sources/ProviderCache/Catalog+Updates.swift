@@ -437,7 +437,7 @@ extension Catalog {
     }
 
     /// The content of `identifier` other than `version`, which the catalog no longer has.
-    private static func takeContents(
+    static func takeContents(
         of identifier: ItemIdentifier, except version: ContentVersion?, from catalog: inout State
     ) -> [Superseded] {
         [Superseded(identifier: identifier, current: version)]
@@ -447,7 +447,7 @@ extension Catalog {
     /// store creates meanwhile either sees the new version or is found here; see
     /// `ContentStore.pin`): pinned entries are retired (their present bytes stay readable, missing
     /// ones fail with `error`) and discarded at their last unpin; others now.
-    private func finish(_ superseded: [Superseded], error: CacheError) {
+    func finish(_ superseded: [Superseded], error: CacheError) {
         for content in superseded {
             self.content.supersede(content.identifier, except: content.current, error: error)
         }

@@ -106,6 +106,9 @@ public final class ContentEntry: Sendable {
     /// No handle pins it and no download runs: it may be closed (its record kept).
     var isIdle: Bool { state.withLock { $0.machine.isIdle } }
 
+    /// A download (a reader's or a background one) runs.
+    var isDownloading: Bool { state.withLock { $0.machine.loopRunning } }
+
     /// The record to keep when the entry is closed.
     var record: ContentRecord {
         state.withLock {

@@ -1,7 +1,7 @@
 // The content store: the life of content entries, one per (item, content version) — their
 // sparse files in `<cache>/content/`, pins, closing when idle, retiring when superseded, range-map
-// persistence (batched), and what is downloading, failed or stored. Staging copies, dirty data,
-// uploads and eviction belong here too when they come.
+// persistence (batched), and what is downloading, failed or stored. Staging copies are in
+// ContentStore+Staging.swift, eviction in ContentStore+Eviction.swift.
 //
 // Lock order: `Catalog.state` → `ContentStore.state` → `ContentEntry.state` (the catalog calls in
 // only with its lock dropped; an entry is pinned under the store lock so an idle close cannot
@@ -37,7 +37,7 @@ public final class ContentStore: Sendable {
     /// Serializes creation of content entries (opening and sizing their file) so that two first
     /// opens of one item share one entry. Taken only on a pool thread (or a FUSE thread's
     /// `pinNow`), never with a lock of the cache held.
-    private let creationLock = Lock()
+    let creationLock = Lock()
     /// Told of a download that found the provider's version changed (`ContentEntry.setVersionGone`).
     let versionGone = Locked<Callback<ItemIdentifier>?>(nil)
     /// Content files published without fdatasync (a new file's close, D-381), by file number:
@@ -103,7 +103,7 @@ public final class ContentStore: Sendable {
         }
     }
 
-    private struct State {
+    struct State {
         var entries = ContentTable<ContentEntry>()
         /// Content records loaded from the store and not opened yet (or closed while idle).
         var records = ContentTable<ContentRecord>()
@@ -154,6 +154,12 @@ public final class ContentStore: Sendable {
         for name in stray { unlink(directory + "/content/" + name) }
         if !stray.isEmpty { environment.logger.info("removed \(stray.count) unreferenced cache files") }
     }
+
+    /// Runs `body` under the store lock (ContentStore+Eviction.swift).
+    func withState<T>(_ body: (inout State) -> T) -> T { state.withLock { body(&$0) } }
+
+    /// Deletes a record's file and its stored row.
+    func discardRecordFile(_ record: ContentRecord) { discard(record: record) }
 
     private func discard(record: ContentRecord) {
         unlink(contentPath(record.fileNumber))

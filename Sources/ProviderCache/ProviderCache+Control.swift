@@ -77,3 +77,73 @@ extension ProviderCache {
         return .started
     }
 }
+
+// Eviction (issue 27, `providerfs evict`): a file's local content goes and the item is a
+// placeholder again. Refused for what only this machine has (writes not uploaded, a file made by
+// the mount alone) and for content in use (a handle open, a download running).
+extension ProviderCache {
+    /// What an eviction did.
+    public enum Eviction: Sendable, Equatable {
+        /// The content is gone; `freedBytes` were allocated to its files.
+        case evicted(freedBytes: Int64)
+        /// Nothing was stored: already a placeholder.
+        case alreadyPlaceholder
+        case refused(EvictionRefusal)
+    }
+
+    /// Why an item was not evicted.
+    public enum EvictionRefusal: String, Sendable, Equatable, CaseIterable {
+        /// A directory, a symbolic link, or a node the mount keeps alone (D-398).
+        case notAFile = "not a file"
+        /// Written through the mount and not uploaded yet (or made by the mount and not created
+        /// at the provider): this machine has the only copy.
+        case notUploaded = "changes not uploaded yet"
+        /// A handle has it open (for reading or writing).
+        case open = "open"
+        /// A download of it is running.
+        case downloading = "downloading"
+        /// Written through the mount under one of several hard-linked names: its other names are
+        /// asked for again once the provider lists them, and are not evicted by this.
+        case severalNames = "written through one of several names"
+    }
+
+    /// Why `identifier` cannot be evicted now, or nil when it can (checked again by `evict`).
+    /// Throws `.notFound` for an item the catalog does not know.
+    public func evictionRefusal(of identifier: ItemIdentifier) throws(CacheError) -> EvictionRefusal? {
+        guard let item = catalog.knownItem(identifier) else {
+            throw CacheError(.notFound, "\(identifier) is not known")
+        }
+        guard item.kind == .file, item.special == nil else { return .notAFile }
+        if catalog.isUnborn(identifier) || catalog.hasPendingLocal(identifier)
+            || writes.uploadRecord(of: identifier)?.isPending == true
+        {
+            return .notUploaded
+        }
+        if writes.hasStaging(identifier) { return .open }
+        if catalog.hasLocalVersion(identifier) && !catalog.otherNames(of: identifier).isEmpty { return .severalNames }
+        switch content.use(of: identifier) {
+        case .open: return .open
+        case .downloading: return .downloading
+        case nil: return nil
+        }
+    }
+
+    /// Evicts `identifier`'s local content: every stored version's file and record go, and the
+    /// item reads as a placeholder (`dataless`); the next read downloads again. Throws
+    /// `.notFound` for an item the catalog does not know.
+    public func evict(_ identifier: ItemIdentifier) async throws(CacheError) -> Eviction {
+        if let refusal = try evictionRefusal(of: identifier) { return .refused(refusal) }
+        let local = catalog.hasLocalVersion(identifier)
+        let result = await content.evict(identifier)
+        switch result {
+        case .blocked(.open): return .refused(.open)
+        case .blocked(.downloading): return .refused(.downloading)
+        case .nothingStored, .evicted:
+            // A file written through the mount is served from its local version, whose bytes
+            // were just removed: it goes back to the provider's version of them.
+            if local { _ = catalog.returnToProviderVersion(identifier) }
+            if case .evicted(let freed) = result { return .evicted(freedBytes: freed) }
+            return .alreadyPlaceholder
+        }
+    }
+}

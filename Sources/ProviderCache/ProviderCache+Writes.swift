@@ -267,6 +267,11 @@ public final class LocalWrites: Sendable {
         }
     }
 
+    /// Whether `identifier` has a staging file open, shared or an access path's own.
+    public func hasStaging(_ identifier: ItemIdentifier) -> Bool {
+        state.withLock { state in state.staged.keys.contains { $0.identifier == identifier } }
+    }
+
     /// Number of write handles open on `identifier`'s shared staging file (or `owner`'s).
     public func writerCount(of identifier: ItemIdentifier, owner: String? = nil) -> Int {
         state.withLock { $0.staged[Key(identifier: identifier, owner: owner)]?.machine.writers ?? 0 }

@@ -6,6 +6,7 @@ enum CommandRegistry {
         UnmountCommand.self,
         StatusCommand.self,
         DownloadCommand.self,
+        EvictCommand.self,
         FaultCommand.self,
         TokenCommand.self,
         CoordinateCommand.self,

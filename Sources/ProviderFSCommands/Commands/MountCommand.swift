@@ -272,7 +272,10 @@ struct MountCommand: CLICommand {
             version: ProviderFSCLI.version, startedAt: Date(), requireToken: plan.requireToken)
         // The control socket (docs/CONTROL.md): `providerfs status MOUNTPOINT`, `download`. Bound
         // before the kernel mount, so a client that sees the mount finds its socket.
-        let control = makeControlServer(plan, fileSystem: fileSystem, faults: faults, tokens: tokens)
+        let control = makeControlServer(
+            plan, fileSystem: fileSystem, faults: faults, tokens: tokens,
+            evictionClaims: MountEvictionClaims(
+                server: coordination, mountpoint: plan.mountpoint, deadline: MountEvictionClaims.defaultDeadline))
         if let control {
             do { try control.start() } catch {
                 logger.warning("cannot start the control socket \(control.socketPath): \(error.errno.message)")

@@ -10,11 +10,14 @@ import Glibc
 /// `providerfs present PATH`: registers a file presenter for PATH and prints every presenter event
 /// as one JSON line (`{"event":"relinquishToWriter","path":…}`); relinquish, save and
 /// accommodate requests are answered at once. The first line is `{"event":"ready",…}`. Stops
-/// cleanly on SIGINT or SIGTERM.
+/// cleanly on SIGINT or SIGTERM. An eviction of the item (`providerfs evict`) is vetoed, as by
+/// any presenter that does not implement accommodatePresentedItemEviction (rule 34); with
+/// `--accept-eviction` it is accepted: the presenter removes itself, answers, and the command
+/// ends after printing the event.
 struct PresentCommand: CLICommand {
     static let name = "present"
     static let summary = "print presenter events for a path as JSON lines until stopped"
-    static let usage = "providerfs present PATH"
+    static let usage = "providerfs present PATH [--accept-eviction]"
 
     struct Event: Encodable {
         var event: String
@@ -33,9 +36,27 @@ struct PresentCommand: CLICommand {
         private let lock = Lock()
         private var url: URL
 
-        init(url: URL, io: CommandIO) {
+        /// `--accept-eviction`: implements accommodatePresentedItemEviction, and `evicted` runs
+        /// once it accepted one.
+        let acceptsEviction: Bool
+        let evicted: @Sendable () -> Void
+
+        init(url: URL, io: CommandIO, acceptsEviction: Bool = false, evicted: @escaping @Sendable () -> Void = {}) {
             self.url = url
             self.io = io
+            self.acceptsEviction = acceptsEviction
+            self.evicted = evicted
+        }
+
+        var implementedPresenterMethods: PresenterMethods {
+            acceptsEviction ? PresenterMethods.all.union(.accommodateEviction) : .all
+        }
+        func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+            emit("accommodatePresentedItemEviction")
+            // Rule 34: the presenter removes itself before it answers.
+            FileCoordinator.removeFilePresenter(self)
+            completionHandler(nil)
+            evicted()
         }
 
         var presentedItemURL: URL? { lock.withLock { url } }
@@ -81,10 +102,21 @@ struct PresentCommand: CLICommand {
 
     static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
         let path = try arguments.requiredPositional("PATH")
+        let acceptsEviction = try arguments.flag("--accept-eviction")
         try arguments.finish()
         let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
         let url = URL(fileURLWithPath: absolute)
-        let printer = Printer(url: url, io: io)
+        let stop = Locked<(signalled: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+        let finish: @Sendable () -> Void = {
+            let waiter = stop.withLock { stop -> CheckedContinuation<Void, Never>? in
+                guard !stop.signalled else { return nil }
+                stop.signalled = true
+                defer { stop.waiter = nil }
+                return stop.waiter
+            }
+            waiter?.resume()
+        }
+        let printer = Printer(url: url, io: io, acceptsEviction: acceptsEviction, evicted: finish)
         // Register inside a coordinated read of the item (Apple's race-free idiom, rule 69): every
         // claim granted after this read sees the presenter.
         do {
@@ -96,19 +128,10 @@ struct PresentCommand: CLICommand {
         }
         // The stop signals are caught before "ready" is printed: a script may signal as soon as
         // it reads that line (a SIGINT in between used to end the process with status 130).
-        let stop = Locked<(signalled: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
         for number in [SIGINT, SIGTERM] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler {
-                let waiter = stop.withLock { stop -> CheckedContinuation<Void, Never>? in
-                    guard !stop.signalled else { return nil }
-                    stop.signalled = true
-                    defer { stop.waiter = nil }
-                    return stop.waiter
-                }
-                waiter?.resume()
-            }
+            source.setEventHandler { finish() }
             source.resume()
             Self.sources.withLock { $0.append(source) }
         }

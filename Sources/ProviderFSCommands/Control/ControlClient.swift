@@ -53,6 +53,10 @@ struct ControlClient: Sendable {
         try await send(.download(path: path), as: ControlDownloadReply.self)
     }
 
+    func evict(_ path: String) async throws(CommandFailure) -> ControlEvictReply {
+        try await send(.evict(path: path), as: ControlEvictReply.self)
+    }
+
     /// One request and its decoded reply; every failure as one sentence.
     func send<Reply: Decodable & Sendable>(
         _ request: ControlRequest, as type: Reply.Type

@@ -31,6 +31,9 @@ enum ControlRequest: Sendable, Equatable {
     case item(path: String)
     /// Start downloading every byte of a file; answers at once with its state (poll `item`).
     case download(path: String)
+    /// Evict a file's local content (issue 27): its presenters are asked first (a forEvicting
+    /// claim); answers what happened, or why not.
+    case evict(path: String)
     /// Add a fault on an item (or a folder and everything inside it).
     case faultAdd(FaultRequest)
     /// The mount's faults.
@@ -57,7 +60,7 @@ enum ControlRequest: Sendable, Equatable {
     case resolveItem(ItemIdentity)
 
     static let kinds = [
-        "status", "item", "download", "faultAdd", "faultList", "faultClear", "tokenGrant", "tokenList",
+        "status", "item", "download", "evict", "faultAdd", "faultList", "faultClear", "tokenGrant", "tokenList",
         "tokenRevoke", "tokenExpire", "tokenLog", "tokenDerive", "tokenRelease", "identifyItem", "resolveItem",
     ]
 
@@ -66,6 +69,7 @@ enum ControlRequest: Sendable, Equatable {
         case .status: "status"
         case .item: "item"
         case .download: "download"
+        case .evict: "evict"
         case .faultAdd: "faultAdd"
         case .faultList: "faultList"
         case .faultClear: "faultClear"
@@ -84,7 +88,7 @@ enum ControlRequest: Sendable, Equatable {
     var arguments: [String: Any] {
         switch self {
         case .status, .faultList: [:]
-        case .item(let path), .download(let path): ["path": path]
+        case .item(let path), .download(let path), .evict(let path): ["path": path]
         case .faultAdd(let request): request.arguments
         case .faultClear(let path): path.map { ["path": $0] } ?? ["all": true]
         case .tokenGrant(let request): request.arguments
@@ -101,7 +105,7 @@ enum ControlRequest: Sendable, Equatable {
         switch kind {
         case "status":
             return .success(.status)
-        case "item", "download":
+        case "item", "download", "evict":
             guard let path = arguments["path"] as? String else {
                 return .failure(ControlError(.invalidArguments, "\"\(kind)\" needs a string argument \"path\""))
             }
@@ -109,7 +113,11 @@ enum ControlRequest: Sendable, Equatable {
                 return .failure(
                     ControlError(.invalidArguments, "\"path\" must be relative to the mount root, without '..'"))
             }
-            return .success(kind == "item" ? .item(path: normalized) : .download(path: normalized))
+            switch kind {
+            case "item": return .success(.item(path: normalized))
+            case "download": return .success(.download(path: normalized))
+            default: return .success(.evict(path: normalized))
+            }
         case "faultAdd":
             return FaultRequest.parse(arguments).map { .faultAdd($0) }
         case "faultList":

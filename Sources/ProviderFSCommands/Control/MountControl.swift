@@ -5,6 +5,7 @@
 import AccessTokens
 import ControlWire
 import Diagnostics
+import FileCoordination
 import Foundation
 import ProviderCache
 import ProviderFaults
@@ -67,6 +68,19 @@ struct ControlDownloadReply: Codable, Sendable, Equatable {
     var alreadyDownloaded: Bool
 }
 
+/// The reply to `evict`.
+struct ControlEvictReply: Codable, Sendable, Equatable {
+    /// The item's state after it (`dataless` once evicted).
+    var item: ControlItemStatus
+    /// evicted, alreadyPlaceholder or refused.
+    var outcome: String
+    /// Why it was refused: one of `ProviderCache.EvictionRefusal`'s texts, or what a presenter
+    /// or the coordinator said.
+    var reason: String?
+    /// Disk bytes its files had (evicted only).
+    var freedBytes: Int64
+}
+
 /// The reply to `status`.
 struct ControlMountStatus: Codable, Sendable, Equatable {
     struct CacheSpace: Codable, Sendable, Equatable {
@@ -112,6 +126,8 @@ struct MountControl: ControlHandler {
     var faults: MountFaults?
     /// The mount's scoped access tokens (docs/TOKENS.md); nil: this mount hands out none.
     var tokens: TokenAuthority?
+    /// Asks presenters before an eviction; nil: evictions ask nobody (no coordination server).
+    var evictionClaims: MountEvictionClaims?
 
     func handle(_ request: ControlRequest, peer: UnixSocket.PeerCredentials) async -> Result<[UInt8], ControlError> {
         if let refusal = Self.requireTokenRefusal(request, peer: peer, policy: fileSystem.options.plainPaths) {
@@ -139,6 +155,12 @@ struct MountControl: ControlHandler {
         case .download(let path):
             do {
                 return ControlProtocol.encode(try await download(path))
+            } catch {
+                return .failure(error)
+            }
+        case .evict(let path):
+            do {
+                return ControlProtocol.encode(try await evict(path, pid: peer.pid))
             } catch {
                 return .failure(error)
             }
@@ -182,6 +204,58 @@ struct MountControl: ControlHandler {
             item: ControlItemStatus(path: path, now), alreadyDownloaded: started == .alreadyPresent)
     }
 
+    /// Evicts a file's local content: the cache's refusals first (what only this machine has,
+    /// what is in use), then its presenters (a forEvicting claim for the asking process), then
+    /// the eviction itself, which checks again.
+    func evict(_ path: String, pid: Int32) async throws(ControlError) -> ControlEvictReply {
+        let checked: (status: ItemStatus, refusal: ProviderCache.EvictionRefusal?)
+        do { checked = try await fileSystem.evictionRefusal(ofPath: path) } catch {
+            throw Self.controlError(error, path: path)
+        }
+        guard checked.status.kind == .file else {
+            throw ControlError(.notAFile, "\(path.isEmpty ? "the mount root" : path) is not a file")
+        }
+        if let refusal = checked.refusal {
+            return ControlEvictReply(
+                item: ControlItemStatus(path: path, checked.status), outcome: "refused", reason: refusal.rawValue,
+                freedBytes: 0)
+        }
+        let evicted: Result<(status: ItemStatus, eviction: ProviderCache.Eviction), FileSystemError>
+        do {
+            if let evictionClaims {
+                evicted = try await evictionClaims.withEvictionClaim(path, pid: pid) {
+                    await Self.evict(path, in: fileSystem)
+                }
+            } else {
+                evicted = await Self.evict(path, in: fileSystem)
+            }
+        } catch {
+            let reason =
+                error.code == .presenterFailed
+                ? "a presenter refused: \(error.message)"
+                : "not coordinated: \(error.message)"
+            return ControlEvictReply(
+                item: ControlItemStatus(path: path, checked.status), outcome: "refused", reason: reason,
+                freedBytes: 0)
+        }
+        let (status, eviction) = try evicted.mapError { Self.controlError($0, path: path) }.get()
+        let item = ControlItemStatus(path: path, status)
+        switch eviction {
+        case .evicted(let freed):
+            return ControlEvictReply(item: item, outcome: "evicted", reason: nil, freedBytes: freed)
+        case .alreadyPlaceholder:
+            return ControlEvictReply(item: item, outcome: "alreadyPlaceholder", reason: nil, freedBytes: 0)
+        case .refused(let refusal):
+            return ControlEvictReply(item: item, outcome: "refused", reason: refusal.rawValue, freedBytes: 0)
+        }
+    }
+
+    private static func evict(
+        _ path: String, in fileSystem: ProviderFileSystem
+    ) async -> Result<(status: ItemStatus, eviction: ProviderCache.Eviction), FileSystemError> {
+        do { return .success(try await fileSystem.evict(ofPath: path)) } catch { return .failure(error) }
+    }
+
     func status() async -> ControlMountStatus {
         let cache = fileSystem.cache
         async let probe = cache.probeProvider(deadline: probeDeadline)
@@ -219,13 +293,15 @@ extension MountCommand {
     /// The control server of a mount (not started): nil when the file system is not a
     /// `ProviderFileSystem` (nothing to answer from).
     static func makeControlServer(
-        _ plan: Plan, fileSystem: any FileSystem, faults: FaultPlan?, tokens: TokenAuthority? = nil
+        _ plan: Plan, fileSystem: any FileSystem, faults: FaultPlan?, tokens: TokenAuthority? = nil,
+        evictionClaims: MountEvictionClaims? = nil
     ) -> ControlServer? {
         guard let fileSystem = fileSystem as? ProviderFileSystem else { return nil }
         let handler = MountControl(
             fileSystem: fileSystem, mountpoint: plan.mountpoint,
             source: plan.demo ? "demo (\(plan.source))" : plan.source,
-            started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) }, tokens: tokens)
+            started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) }, tokens: tokens,
+            evictionClaims: evictionClaims)
         return ControlServer(
             socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,
             log: { message in Logger(label: "control").notice(message) })

@@ -213,3 +213,35 @@ package final class MountNamespaceClaims: NamespaceClaimProvider {
     /// Changes whose claims are still held, for tests and diagnostics.
     package var heldCount: Int { held.withLock { $0.changes.count } }
 }
+
+/// The presenters of an item are asked before its content is evicted (`providerfs evict`, rule
+/// 34): a forEvicting write claim through the mount's server, for the asking process. A presenter
+/// without accommodatePresentedItemEviction, or one that answers with an error, vetoes it
+/// (`.presenterFailed`); a coordinated reader or writer of the item makes it wait, up to
+/// `deadline`. The mount's own handles do not (one purpose, D-399): an open item is refused by
+/// the cache instead.
+package struct MountEvictionClaims: Sendable {
+    let server: CoordinationServer
+    let mountpoint: String
+    let deadline: Duration
+    /// How long an eviction waits for coordinated readers and writers of the item: short, since
+    /// an eviction is never needed now (the item is refused, and can be evicted later).
+    package static let defaultDeadline: Duration = .seconds(5)
+
+    package init(server: CoordinationServer, mountpoint: String, deadline: Duration) {
+        self.server = server
+        self.mountpoint = mountpoint
+        self.deadline = deadline
+    }
+
+    /// Runs `body` inside the claim on `relativePath`, taken on behalf of `pid`.
+    func withEvictionClaim<T: Sendable>(
+        _ relativePath: String, pid: Int32, _ body: () async -> T
+    ) async throws(CoordinationError) -> T {
+        let path = relativePath.isEmpty ? mountpoint : mountpoint + "/" + relativePath
+        let claim = try await server.claim(
+            path, kind: .write, writingOptions: .forEvicting, onBehalfOf: pid, deadline: deadline)
+        defer { claim.release() }
+        return await body()
+    }
+}
