@@ -70,5 +70,19 @@ public struct CacheOptions: Sendable {
     /// that what was written before it can still be published (the metadata store's rows, a
     /// copy-back) and queued rows and deletes still reach the store.
     public var reservedSpace: Int64 = 8 << 20
+    /// Limits on the stored content (issue 27, `mount --cache-max-size`, `--cache-min-free`,
+    /// `--cache-max-age`): content that is clean, closed and not downloading is evicted, least
+    /// recently used first, so that the content stays within `maximumSize` bytes, the cache's
+    /// file system keeps `minimumFree` bytes free, and nothing unused for `maximumAge` stays.
+    /// Checked as downloads store bytes (every `limitCheckBytes`), and every `limitCheckPeriod`.
+    /// nil: no such limit.
+    public var maximumSize: Int64? = nil
+    public var minimumFree: Int64? = nil
+    public var maximumAge: Duration? = nil
+    public var limitCheckPeriod: Duration = .seconds(10)
+    /// Bytes stored by downloads between two checks of the limits: a sixteenth of the size
+    /// limit, at most 8 MiB (a check sums the stored content, O(items with content)).
+    var limitCheckBytes: Int64 { min(8 << 20, max(64 << 10, (maximumSize ?? (128 << 20)) / 16)) }
+    var hasLimits: Bool { maximumSize != nil || minimumFree != nil || maximumAge != nil }
     public init() {}
 }

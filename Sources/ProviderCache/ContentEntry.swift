@@ -106,6 +106,10 @@ public final class ContentEntry: Sendable {
     /// No handle pins it and no download runs: it may be closed (its record kept).
     var isIdle: Bool { state.withLock { $0.machine.isIdle } }
 
+    /// Told of the bytes a download stores (the cache's limits); nil: nobody.
+    private let stored = Locked<(@Sendable (Int64) -> Void)?>(nil)
+    func setStored(_ hook: (@Sendable (Int64) -> Void)?) { stored.withLock { $0 = hook } }
+
     /// A download (a reader's or a background one) runs.
     var isDownloading: Bool { state.withLock { $0.machine.loopRunning } }
 
@@ -486,6 +490,7 @@ public final class ContentEntry: Sendable {
             $0.machine.delivered(written, now: now, fetchStartedAt: fetchStartedAt)
         }
         perform(actions)
+        if let hook = stored.withLock({ $0 }) { hook(Int64(written.count)) }
         return retarget
     }
 

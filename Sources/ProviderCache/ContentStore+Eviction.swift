@@ -61,6 +61,43 @@ extension ContentStore {
         return .evicted(freedBytes: freed)
     }
 
+    /// One item's stored content, for the cache's limits.
+    struct StoredContent: Sendable, Equatable {
+        var identifier: ItemIdentifier
+        /// Bytes present, over every stored version.
+        var bytes: Int64
+        /// Last given back (timeline time); nil: not in this session.
+        var lastUse: Duration?
+        /// Pinned by a handle or downloading.
+        var inUse: Bool
+    }
+
+    /// Every item with stored content: its bytes, last use and whether it is in use now.
+    func storedContent() -> [StoredContent] {
+        let uses = lastUse.withLock { $0 }
+        return withState { state in
+            var found: [ItemIdentifier: StoredContent] = [:]
+            for (key, record) in state.records {
+                found[
+                    key.identifier,
+                    default: StoredContent(
+                        identifier: key.identifier, bytes: 0, lastUse: uses[key.identifier], inUse: false)
+                ].bytes +=
+                    record.present.count
+            }
+            for (key, entry) in state.entries {
+                let progress = entry.progress
+                var content =
+                    found[key.identifier]
+                    ?? StoredContent(identifier: key.identifier, bytes: 0, lastUse: uses[key.identifier], inUse: false)
+                content.bytes += progress.present
+                if entry.pins > 0 || entry.isDownloading { content.inUse = true }
+                found[key.identifier] = content
+            }
+            return Array(found.values)
+        }
+    }
+
     /// Whether stored content of `identifier` is in use now (pinned or downloading).
     func use(of identifier: ItemIdentifier) -> EvictionBlock? {
         withState { state in

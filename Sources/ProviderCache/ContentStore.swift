@@ -40,6 +40,13 @@ public final class ContentStore: Sendable {
     let creationLock = Lock()
     /// Told of a download that found the provider's version changed (`ContentEntry.setVersionGone`).
     let versionGone = Locked<Callback<ItemIdentifier>?>(nil)
+    /// Told of the bytes each download stores (the cache's limits, `CacheLimiter`).
+    let stored = Locked<Callback<Int64>?>(nil)
+    /// Told when an item's content is given back (its last pin), for the cache's limits.
+    let released = Locked<Callback<ItemIdentifier>?>(nil)
+    /// When each item's content was last given back by a handle or a download (timeline time),
+    /// for least-recently-used eviction; an item not used in this session counts as oldest.
+    let lastUse = Locked<[ItemIdentifier: Duration]>([:])
     /// Content files published without fdatasync (a new file's close, D-381), by file number:
     /// an fsync through the mount syncs the item's current one.
     let unsynced = Locked<Set<Int64>>([])
@@ -249,6 +256,7 @@ public final class ContentStore: Sendable {
         entry.pin()
         entry.setDeferredPersist { [weak self] entry in self?.schedulePersist(entry) }
         entry.setVersionGone(versionGone.withLock { $0 }?.call)
+        entry.setStored(stored.withLock { $0 }?.call)
         entry.setIdleHandler { [weak self] entry in
             guard let self else { return }
             let key = ContentKey(identifier: entry.identifier, version: entry.version)
@@ -280,6 +288,11 @@ public final class ContentStore: Sendable {
     public func unpin(_ entry: ContentEntry) {
         let remaining = entry.unpin()
         guard remaining == 0 else { return }
+        if environment.options.hasLimits {
+            let now = environment.timeline.now
+            lastUse.withLock { $0[entry.identifier] = now }
+            released.withLock { $0 }?.call(entry.identifier)
+        }
         let key = ContentKey(identifier: entry.identifier, version: entry.version)
         let live = state.withLock { $0.entries[key] === entry }
         if live { close(ifIdle: entry) } else { discardIfUnused(entry) }

@@ -103,7 +103,28 @@ public final class ProviderCache: Sendable {
             maximumBackoff: options.maximumUploadRetryDelay)
         writes.resume()
         catalog.startObservingProvider()
+        if options.hasLimits {
+            let limiter = CacheLimiter(
+                options: options, content: content, environment: environment, directory: directory)
+            self.limiter = limiter
+            limiter.setEvict { [weak self] identifier in try? await self?.evict(identifier) }
+            content.stored.withLock { $0 = Callback { limiter.stored($0) } }
+            content.released.withLock { $0 = Callback { _ in limiter.released() } }
+            limiter.start()
+        } else {
+            limiter = nil
+        }
     }
+
+    /// The cache's limits (nil: none set).
+    let limiter: CacheLimiter?
+
+    /// What the cache's limits are and did; nil when none is set.
+    public var limitsStatus: CacheLimitsStatus? { limiter?.status }
+
+    /// Checks the cache's limits now and evicts what they need (tests; the limits are checked on
+    /// their own as downloads store bytes and periodically).
+    public func checkLimits() async { await limiter?.check() }
 
     /// What the provider offers beyond reading (`ProviderCapabilities`; `.writing` above all).
     public var providerCapabilities: ProviderCapabilities { environment.provider.capabilities }
@@ -117,6 +138,9 @@ public final class ProviderCache: Sendable {
     /// is created on the I/O pool on first use; an entry made while the catalog moved on to
     /// another version is born retired (missing bytes fail as stale).
     public func pinContent(of item: ProviderItem) async throws(CacheError) -> ContentEntry {
+        if let reason = limiter?.blockedReason, !isComplete(item) {
+            throw CacheError(.noSpace, "\(item.identifier) cannot be downloaded: \(reason)")
+        }
         let catalog = self.catalog
         let identifier = item.identifier
         return try await content.pin(item) { catalog.currentVersion(of: identifier) == $0 }
@@ -126,6 +150,7 @@ public final class ProviderCache: Sendable {
     /// block on local file I/O: a new entry opens its cache file). Nil on any error, for the
     /// async form to report.
     public func pinContentNow(of item: ProviderItem) -> ContentEntry? {
+        if limiter?.blockedReason != nil, !isComplete(item) { return nil }
         let catalog = self.catalog
         let identifier = item.identifier
         return content.pinNow(item) { catalog.currentVersion(of: identifier) == $0 }
@@ -188,9 +213,15 @@ public final class ProviderCache: Sendable {
         }
     }
 
+    /// Every byte of `item`'s current version is stored.
+    private func isComplete(_ item: ProviderItem) -> Bool {
+        item.kind != .file || (content.progress(of: item)?.present ?? 0) >= item.size
+    }
+
     /// Stops listening to the provider and every download, fails waiting readers, saves range
     /// maps. Later content requests fail.
     public func shutdown() async {
+        limiter?.stop()
         if environment.provider.capabilities.contains(.changeNotifying) { environment.provider.observeChanges(nil) }
         await writes.shutdown()
         await catalog.shutdown()

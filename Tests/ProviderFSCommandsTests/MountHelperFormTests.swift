@@ -29,6 +29,10 @@ import Testing
             mountHelperArguments(["/s", "/m", "-o", "write_back_delay=500ms"]) == [
                 "mount", "--source=/s", "--write-back-delay=500ms", "/m",
             ])
+        #expect(
+            mountHelperArguments(["/s", "/m", "-o", "cache_max_size=2G,cache_min_free=1G,cache_max_age=168h"]) == [
+                "mount", "--source=/s", "--cache-max-size=2G", "--cache-min-free=1G", "--cache-max-age=168h", "/m",
+            ])
     }
 
     /// `-o require_token` locks the mount down; anything that looks like a misspelling of it is

@@ -27,6 +27,7 @@ struct MountCommand: CLICommand {
         providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
+                         [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
         """
 
     /// Free space the cache directory needs before we mount (SQLite, range maps, first downloads).
@@ -54,6 +55,10 @@ struct MountCommand: CLICommand {
         /// Require-token mode: plain paths only for this user's own providerfs commands; apps get
         /// in through access paths only (docs/SEMANTICS.md, "Require-token mode").
         var requireToken = false
+        /// The cache's limits (issue 27, D-432); nil: none.
+        var cacheMaximumSize: Int64?
+        var cacheMinimumFree: Int64?
+        var cacheMaximumAge: Duration?
     }
 
     struct Output: Encodable {
@@ -90,6 +95,15 @@ struct MountCommand: CLICommand {
         if let writeBackDelay, writeBackDelay > .seconds(3600) {
             throw UsageError("providerfs mount: --write-back-delay must be at most 1h.")
         }
+        let cacheMaximumSize = try arguments.size("--cache-max-size")
+        let cacheMinimumFree = try arguments.size("--cache-min-free")
+        let cacheMaximumAge = try arguments.duration("--cache-max-age")
+        if let cacheMaximumSize, cacheMaximumSize < 1 << 20 {
+            throw UsageError("providerfs mount: --cache-max-size must be at least 1M.")
+        }
+        if let cacheMaximumAge, cacheMaximumAge < .seconds(1) {
+            throw UsageError("providerfs mount: --cache-max-age must be at least 1s.")
+        }
         // Internal: the write end of the readiness pipe, passed by the background parent.
         let readyFD = try arguments.option("--ready-fd").map { text throws(UsageError) -> Int32 in
             guard let fd = Int32(text), fd > 2 else { throw UsageError("providerfs mount: bad --ready-fd '\(text)'.") }
@@ -111,6 +125,9 @@ struct MountCommand: CLICommand {
             plan.requireToken = requireToken
             plan.stallTimeout = stallTimeout
             plan.writeBackDelay = writeBackDelay
+            plan.cacheMaximumSize = cacheMaximumSize
+            plan.cacheMinimumFree = cacheMinimumFree
+            plan.cacheMaximumAge = cacheMaximumAge
             if plan.cleanedStaleMounts > 0 {
                 io.error("providerfs mount: cleaned up the stale mount at \(plan.mountpoint) (its daemon was gone)")
             }
@@ -245,6 +262,9 @@ struct MountCommand: CLICommand {
                 fileSystemOptions.cache.maximumUploadSettle = max(delay, .seconds(5))
             }
             fileSystemOptions.cache.shutdownFlush = .seconds(10)
+            fileSystemOptions.cache.maximumSize = plan.cacheMaximumSize
+            fileSystemOptions.cache.minimumFree = plan.cacheMinimumFree
+            fileSystemOptions.cache.maximumAge = plan.cacheMaximumAge
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: ClaimPorts(readsAndWrites: claims, namespace: namespaceClaims),
@@ -346,6 +366,9 @@ struct MountCommand: CLICommand {
         if let writeBackDelay = plan.writeBackDelay {
             arguments.append("--write-back-delay=" + durationArgument(writeBackDelay))
         }
+        if let size = plan.cacheMaximumSize { arguments.append("--cache-max-size=\(size)") }
+        if let size = plan.cacheMinimumFree { arguments.append("--cache-min-free=\(size)") }
+        if let age = plan.cacheMaximumAge { arguments.append("--cache-max-age=" + durationArgument(age)) }
 
         let pid: pid_t
         do {

@@ -7,7 +7,7 @@
 ///
 /// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
 /// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`,
-/// `stall_timeout=D`, `write_back_delay=D`; `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
+/// `stall_timeout=D`, `write_back_delay=D`, `cache_max_size=S`, `cache_min_free=S`, `cache_max_age=D`; `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
 /// …) are mount(8)'s business and ignored, except one that looks like a misspelled
 /// `require_token` (`require-token`, `require_token=yes`, …): that is refused, never ignored, so
 /// that a mount meant to be locked down does not come up open (D-333).
@@ -54,6 +54,12 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--stall-timeout=" + option.dropFirst("stall_timeout=".count))
         } else if option.hasPrefix("write_back_delay=") {
             result.append("--write-back-delay=" + option.dropFirst("write_back_delay=".count))
+        } else if option.hasPrefix("cache_max_size=") {
+            result.append("--cache-max-size=" + option.dropFirst("cache_max_size=".count))
+        } else if option.hasPrefix("cache_min_free=") {
+            result.append("--cache-min-free=" + option.dropFirst("cache_min_free=".count))
+        } else if option.hasPrefix("cache_max_age=") {
+            result.append("--cache-max-age=" + option.dropFirst("cache_max_age=".count))
         }
     }
     result.append(mountpoint)

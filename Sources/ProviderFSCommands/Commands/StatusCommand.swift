@@ -79,6 +79,17 @@ struct StatusCommand: CLICommand {
         io.line(
             "  cache:    \(formatSize(status.cache.usedBytes)) used, \(formatSize(status.cache.freeBytes)) free "
                 + "(\(status.cache.directory))")
+        if let limits = status.cache.limits {
+            let set = [
+                limits.maximumSize.map { "max size \(formatSize($0))" },
+                limits.minimumFree.map { "min free \(formatSize($0))" },
+                limits.maximumAgeSeconds.map { "max age \(Int($0))s" },
+            ].compactMap { $0 }
+            io.line(
+                "  limits:   \(set.joined(separator: ", ")); \(formatSize(limits.storedBytes)) stored; "
+                    + "\(limits.evictions) evicted (\(formatSize(limits.evictedBytes)))")
+            if let reason = limits.blockedReason { io.line("            new downloads refused (ENOSPC): \(reason)") }
+        }
         io.line("  transfers:" + (status.transfers.isEmpty ? " none" : ""))
         for item in status.transfers {
             let percent = item.totalBytes > 0 ? Int(Double(item.presentBytes) / Double(item.totalBytes) * 100) : 100

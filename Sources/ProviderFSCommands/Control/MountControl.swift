@@ -90,6 +90,29 @@ struct ControlMountStatus: Codable, Sendable, Equatable {
         var usedBytes: Int64
         /// Bytes available to this user on the cache directory's file system.
         var freeBytes: Int64
+        /// The limits (`--cache-max-size`, …) and what they did; absent when none is set.
+        var limits: CacheLimits? = nil
+    }
+    struct CacheLimits: Codable, Sendable, Equatable {
+        var maximumSize: Int64?
+        var minimumFree: Int64?
+        var maximumAgeSeconds: Double?
+        /// Bytes of stored content at the last check.
+        var storedBytes: Int64
+        var evictions: Int
+        var evictedBytes: Int64
+        /// Why new downloads are refused (ENOSPC); absent when they are not.
+        var blockedReason: String?
+
+        init(_ status: CacheLimitsStatus) {
+            maximumSize = status.maximumSize
+            minimumFree = status.minimumFree
+            maximumAgeSeconds = status.maximumAge?.seconds
+            storedBytes = status.storedBytes
+            evictions = status.evictions
+            evictedBytes = status.evictedBytes
+            blockedReason = status.blockedReason
+        }
     }
     struct ProviderReachability: Codable, Sendable, Equatable {
         /// The provider answered for its root item within `probeDeadlineSeconds`.
@@ -271,7 +294,9 @@ struct MountControl: ControlHandler {
         return ControlMountStatus(
             mountpoint: mountpoint, source: source, pid: getpid(),
             uptimeSeconds: (ContinuousClock.now - started).seconds,
-            cache: .init(directory: directory, usedBytes: usage.usedBytes, freeBytes: usage.availableBytes),
+            cache: .init(
+                directory: directory, usedBytes: usage.usedBytes, freeBytes: usage.availableBytes,
+                limits: cache.limitsStatus.map(ControlMountStatus.CacheLimits.init)),
             provider: .init(
                 reachable: found.reachable, responseMilliseconds: found.elapsed.seconds * 1000,
                 probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init)),

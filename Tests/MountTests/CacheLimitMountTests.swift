@@ -1,0 +1,86 @@
+// `mount --cache-max-size` on a real mount (issue 27, D-432): reading more than the limit through
+// the mount keeps the stored content within it (checked as downloads store bytes, with no command
+// in between), least recently used files become placeholders, `status` shows the limits and the
+// evictions, and every file still reads its bytes.
+
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+import TestScheduling
+#endif
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
+struct CacheLimitMountTests {
+    let scratch: String
+    let source: String
+    let runtime: String
+
+    init() throws {
+        scratch = try makeTemporaryDirectory(prefix: "cache-limit-mount")
+        source = scratch + "/source"
+        runtime = scratch + "/run"
+        mkdir(source, 0o755)
+        for index in 0..<8 {
+            writeTestFile(source + "/f\(index).bin", patternBytes(count: 3 << 19, seed: UInt64(30 + index)))
+        }
+    }
+
+    func cleanup() { removeTreeWithinFileSystem(scratch) }
+
+    func limits(_ mountpoint: String) throws -> [String: Any] {
+        let result = try providerfs(["status", mountpoint, "--json"], runtime: runtime)
+        let object = (try? JSONSerialization.jsonObject(with: Data(result.output.utf8))) as? [String: Any] ?? [:]
+        return ((object["cache"] as? [String: Any])?["limits"] as? [String: Any]) ?? [:]
+    }
+
+    func eventually(_ limit: Duration = .seconds(20), _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while try !condition() {
+            if ContinuousClock.now > deadline { return false }
+            usleep(20_000)
+        }
+        return true
+    }
+
+    @Test func readingMoreThanTheLimitKeepsTheCacheWithinIt() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let limit = 4 << 20
+        let mount = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", scratch + "/cache", "--cache-max-size", "4M"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mount.stop() }
+        for index in 0..<8 {
+            let path = mount.path("f\(index).bin")
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+            #expect(bytes == (try Data(contentsOf: URL(fileURLWithPath: source + "/f\(index).bin"))))
+            // Closed: nothing is in use, so the stored content is within the limit once the
+            // check that this download's bytes started has run.
+            let within = try eventually { (try limits(mount.mountpoint)["storedBytes"] as? Int ?? Int.max) <= limit }
+            let now = try limits(mount.mountpoint)
+            #expect(within, "after f\(index): \(now)")
+        }
+        // What the disk holds, not just what the last check counted: the content files' blocks.
+        let disk = try shell("du -s --block-size=1 \(quoted(scratch + "/cache/content")) | cut -f1")
+        let onDisk = Int(disk.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? Int.max
+        #expect(onDisk <= limit + (64 << 10), "\(onDisk) bytes in the content directory")
+        let status = try limits(mount.mountpoint)
+        #expect(status["maximumSize"] as? Int == limit)
+        #expect((status["evictions"] as? Int ?? 0) >= 5, "\(status)")
+        #expect(status["blockedReason"] == nil)
+        let state = try shell("getfattr --only-values -n user.providerfs.state \(quoted(mount.path("f0.bin")))")
+        #expect(state.output == "dataless", "the least recently used went first")
+        let last = try shell("getfattr --only-values -n user.providerfs.state \(quoted(mount.path("f7.bin")))")
+        #expect(last.output == "materialized")
+        // Evicted files read their bytes again.
+        #expect(
+            try Data(contentsOf: URL(fileURLWithPath: mount.path("f0.bin")))
+                == (try Data(contentsOf: URL(fileURLWithPath: source + "/f0.bin"))))
+        let text = try providerfs(["status", mount.mountpoint], runtime: runtime)
+        #expect(text.output.contains("limits:   max size 4 MiB"), "\(text.output)")
+    }
+}
