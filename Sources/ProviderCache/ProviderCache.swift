@@ -138,7 +138,7 @@ public final class ProviderCache: Sendable {
     /// is created on the I/O pool on first use; an entry made while the catalog moved on to
     /// another version is born retired (missing bytes fail as stale).
     public func pinContent(of item: ProviderItem) async throws(CacheError) -> ContentEntry {
-        if let reason = limiter?.blockedReason, !isComplete(item) {
+        if let reason = limiter?.blockedReason, !hasAllContent(of: item) {
             throw CacheError(.noSpace, "\(item.identifier) cannot be downloaded: \(reason)")
         }
         let catalog = self.catalog
@@ -150,7 +150,7 @@ public final class ProviderCache: Sendable {
     /// block on local file I/O: a new entry opens its cache file). Nil on any error, for the
     /// async form to report.
     public func pinContentNow(of item: ProviderItem) -> ContentEntry? {
-        if limiter?.blockedReason != nil, !isComplete(item) { return nil }
+        if limiter?.blockedReason != nil, !hasAllContent(of: item) { return nil }
         let catalog = self.catalog
         let identifier = item.identifier
         return content.pinNow(item) { catalog.currentVersion(of: identifier) == $0 }
@@ -213,8 +213,8 @@ public final class ProviderCache: Sendable {
         }
     }
 
-    /// Every byte of `item`'s current version is stored.
-    private func isComplete(_ item: ProviderItem) -> Bool {
+    /// Every byte of `item`'s current version is stored (true for what is not a file).
+    public func hasAllContent(of item: ProviderItem) -> Bool {
         item.kind != .file || (content.progress(of: item)?.present ?? 0) >= item.size
     }
 

@@ -561,7 +561,7 @@ extension ProviderFileSystem {
         }
         let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
         guard let item = cache.catalog.itemNow(identifier, maximumAge: maximumAge), item.kind == .file,
-            let entry = cache.pinContentNow(of: item)
+            options.downloads == nil || cache.hasAllContent(of: item), let entry = cache.pinContentNow(of: item)
         else {
             claims.releaseReadClaim(claim)
             returnScopedUse(use)

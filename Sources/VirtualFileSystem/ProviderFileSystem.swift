@@ -36,6 +36,8 @@ public struct FileSystemOptions: Sendable {
     /// allows, every kernel cache of plain nodes off (ProviderFileSystem+Sandbox.swift). Nil:
     /// plain paths are open to every caller the kernel lets in.
     public var plainPaths: (any PlainPathPolicy)?
+    /// Processes that must not download (`--no-download-for`, DownloadPolicy.swift). Nil: all may.
+    public var downloads: (any DownloadPolicy)?
     /// Let changes through: when false, or when the provider does not offer `.writing`, every
     /// change fails with EROFS (and `providerfs mount` mounts read-only for the kernel too).
     /// `providerfs mount` sets it unless `--read-only` (D-376); off here, for tests of the read path.
@@ -490,6 +492,7 @@ public final class ProviderFileSystem: FileSystem {
             guard item.kind == .file else {
                 throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
             }
+            if let refusal = downloadRefusal(item, path: path, context: context) { throw refusal }
             do {
                 entry = try await cache.pinContent(of: item)
             } catch {
@@ -909,8 +912,9 @@ extension ProviderFileSystem: FileSystemFastPath {
                 ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
         else { return nil }
         let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
+        // A file not all here, with a download policy: the async path asks it.
         guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
-            let entry = cache.pinContentNow(of: item)
+            options.downloads == nil || cache.hasAllContent(of: item), let entry = cache.pinContentNow(of: item)
         else {
             claims.releaseReadClaim(claim)
             return nil

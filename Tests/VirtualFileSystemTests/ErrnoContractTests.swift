@@ -86,11 +86,7 @@ struct ErrnoContractTests {
         ErrnoSituation(key: "content version changed", code: .stale, scenario: versionChange),
         ErrnoSituation(key: "token expired", code: .accessDenied, scenario: accessDenied),
         ErrnoSituation(key: "in require-token mode", code: .accessDenied, scenario: plainPathRefused),
-        ErrnoSituation(
-            key: "materialization refused", code: .materializationRefused, scenario: nil,
-            elsewhere: "nothing refuses materialization yet (later issue)"),
-        ErrnoSituation(
-            key: "evicting a dirty", code: .busy, scenario: nil, elsewhere: "no eviction yet (later issue)"),
+        ErrnoSituation(key: "materialization refused", code: .materializationRefused, scenario: downloadRefused),
         ErrnoSituation(
             key: "through passthrough", code: .busy, scenario: nil,
             elsewhere: "the adapter's decision: OpenTwinTests, PassthroughMountTests"),
@@ -335,6 +331,21 @@ struct ErrnoContractTests {
         let fileSystem = try fixture.makeFileSystem()
         return await failure { () async throws(FileSystemError) in
             _ = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        }
+    }
+
+    static let downloadRefused: ErrnoSituation.Scenario = {
+        struct Indexer: DownloadPolicy {
+            func refusal(_ context: RequestContext) -> String? { "an indexer is a process that must not download" }
+        }
+        var options = VFSFixture.defaultOptions()
+        options.downloads = Indexer()
+        let fixture = try VFSFixture(options: options)
+        fixture.provider.putFile("f", .bytes([1]))
+        let fileSystem = try fixture.makeFileSystem()
+        let entry = try await fileSystem.lookup(parent: .root, name: "f", context: .kernel)
+        return await failure { () async throws(FileSystemError) in
+            _ = try await fileSystem.open(entry.inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
         }
     }
 

@@ -28,6 +28,7 @@ struct MountCommand: CLICommand {
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
                          [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
+                         [--no-download-for NAME,...] [--download-for NAME,...|all]
         """
 
     /// Free space the cache directory needs before we mount (SQLite, range maps, first downloads).
@@ -59,6 +60,11 @@ struct MountCommand: CLICommand {
         var cacheMaximumSize: Int64?
         var cacheMinimumFree: Int64?
         var cacheMaximumAge: Duration?
+        /// Processes that must not download, beyond the defaults, and defaults let through
+        /// (D-433); `allowAllDownloads`: `--download-for all`.
+        var noDownloadFor: [String] = []
+        var downloadFor: [String] = []
+        var allowAllDownloads = false
     }
 
     struct Output: Encodable {
@@ -104,6 +110,13 @@ struct MountCommand: CLICommand {
         if let cacheMaximumAge, cacheMaximumAge < .seconds(1) {
             throw UsageError("providerfs mount: --cache-max-age must be at least 1s.")
         }
+        func names(_ text: String?) -> [String] {
+            (text ?? "").split(whereSeparator: { $0 == "," || $0 == ":" }).map(String.init).filter { !$0.isEmpty }
+        }
+        var noDownloadFor: [String] = []
+        while let value = try arguments.option("--no-download-for") { noDownloadFor += names(value) }
+        var downloadFor: [String] = []
+        while let value = try arguments.option("--download-for") { downloadFor += names(value) }
         // Internal: the write end of the readiness pipe, passed by the background parent.
         let readyFD = try arguments.option("--ready-fd").map { text throws(UsageError) -> Int32 in
             guard let fd = Int32(text), fd > 2 else { throw UsageError("providerfs mount: bad --ready-fd '\(text)'.") }
@@ -128,6 +141,9 @@ struct MountCommand: CLICommand {
             plan.cacheMaximumSize = cacheMaximumSize
             plan.cacheMinimumFree = cacheMinimumFree
             plan.cacheMaximumAge = cacheMaximumAge
+            plan.allowAllDownloads = downloadFor.contains("all")
+            plan.downloadFor = downloadFor.filter { $0 != "all" }
+            plan.noDownloadFor = noDownloadFor
             if plan.cleanedStaleMounts > 0 {
                 io.error("providerfs mount: cleaned up the stale mount at \(plan.mountpoint) (its daemon was gone)")
             }
@@ -265,6 +281,10 @@ struct MountCommand: CLICommand {
             fileSystemOptions.cache.maximumSize = plan.cacheMaximumSize
             fileSystemOptions.cache.minimumFree = plan.cacheMinimumFree
             fileSystemOptions.cache.maximumAge = plan.cacheMaximumAge
+            if !plan.allowAllDownloads {
+                fileSystemOptions.downloads = MountDownloadPolicy(
+                    refused: plan.noDownloadFor, allowed: plan.downloadFor)
+            }
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
                 claims: ClaimPorts(readsAndWrites: claims, namespace: namespaceClaims),
@@ -369,6 +389,14 @@ struct MountCommand: CLICommand {
         if let size = plan.cacheMaximumSize { arguments.append("--cache-max-size=\(size)") }
         if let size = plan.cacheMinimumFree { arguments.append("--cache-min-free=\(size)") }
         if let age = plan.cacheMaximumAge { arguments.append("--cache-max-age=" + durationArgument(age)) }
+        if !plan.noDownloadFor.isEmpty {
+            arguments.append("--no-download-for=" + plan.noDownloadFor.joined(separator: ","))
+        }
+        if plan.allowAllDownloads {
+            arguments.append("--download-for=all")
+        } else if !plan.downloadFor.isEmpty {
+            arguments.append("--download-for=" + plan.downloadFor.joined(separator: ","))
+        }
 
         let pid: pid_t
         do {

@@ -7,7 +7,8 @@
 ///
 /// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
 /// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`,
-/// `stall_timeout=D`, `write_back_delay=D`, `cache_max_size=S`, `cache_min_free=S`, `cache_max_age=D`; `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
+/// `stall_timeout=D`, `write_back_delay=D`, `cache_max_size=S`, `cache_min_free=S`, `cache_max_age=D`, `no_download_for=A:B`,
+/// `download_for=A:B` (names separated by ':', since ',' separates options); `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
 /// …) are mount(8)'s business and ignored, except one that looks like a misspelled
 /// `require_token` (`require-token`, `require_token=yes`, …): that is refused, never ignored, so
 /// that a mount meant to be locked down does not come up open (D-333).
@@ -60,6 +61,10 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--cache-min-free=" + option.dropFirst("cache_min_free=".count))
         } else if option.hasPrefix("cache_max_age=") {
             result.append("--cache-max-age=" + option.dropFirst("cache_max_age=".count))
+        } else if option.hasPrefix("no_download_for=") {
+            result.append("--no-download-for=" + option.dropFirst("no_download_for=".count))
+        } else if option.hasPrefix("download_for=") {
+            result.append("--download-for=" + option.dropFirst("download_for=".count))
         }
     }
     result.append(mountpoint)

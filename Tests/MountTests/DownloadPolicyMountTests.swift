@@ -1,0 +1,69 @@
+// Processes that must not download, on a real mount (issue 27, D-433): a program whose executable
+// is named like an indexer (a copy of cat called tracker-miner-fs-3) gets EDEADLK ("Resource
+// deadlock avoided") for a placeholder, and can still stat and list; once an ordinary reader has
+// downloaded the file it reads it. `--download-for` lets it through; `--no-download-for` adds one.
+
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+import TestScheduling
+#endif
+
+@Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
+struct DownloadPolicyMountTests {
+    let scratch: String
+    let source: String
+    let runtime: String
+
+    init() throws {
+        scratch = try makeTemporaryDirectory(prefix: "download-policy-mount")
+        source = scratch + "/source"
+        runtime = scratch + "/run"
+        mkdir(source, 0o755)
+        writeTestFile(source + "/a.txt", Array("alpha\n".utf8))
+        writeTestFile(source + "/b.txt", Array("beta\n".utf8))
+        mkdir(scratch + "/bin", 0o755)
+        for name in ["tracker-miner-fs-3", "my-indexer"] {
+            _ = try? FileManager.default.copyItem(atPath: "/bin/cat", toPath: scratch + "/bin/" + name)
+        }
+    }
+
+    func cleanup() { removeTreeWithinFileSystem(scratch) }
+
+    @Test func anIndexerGetsEDEADLKForAPlaceholderAndReadsWhatIsHere() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", scratch + "/cache", "--no-download-for", "my-indexer"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mount.stop() }
+        let indexer = quoted(scratch + "/bin/tracker-miner-fs-3")
+        let refused = try shell("\(indexer) \(quoted(mount.path("a.txt")))")
+        #expect(refused.status != 0)
+        #expect(refused.error.contains("Resource deadlock avoided"), "\(refused)")
+        let state = try shell("getfattr --only-values -n user.providerfs.state \(quoted(mount.path("a.txt")))")
+        #expect(state.output == "dataless", "nothing was downloaded")
+        #expect(try shell("ls \(quoted(mount.mountpoint)) && stat \(quoted(mount.path("a.txt")))").status == 0)
+        let added = try shell("\(quoted(scratch + "/bin/my-indexer")) \(quoted(mount.path("b.txt")))")
+        #expect(added.error.contains("Resource deadlock avoided"), "--no-download-for: \(added)")
+
+        #expect(try shell("cat \(quoted(mount.path("a.txt")))").output == "alpha\n")
+        let after = try shell("\(indexer) \(quoted(mount.path("a.txt")))")
+        #expect(after.status == 0 && after.output == "alpha\n", "downloaded: readable by anyone, \(after)")
+    }
+
+    @Test func downloadForLetsADefaultThrough() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", scratch + "/cache", "--download-for", "tracker-miner-fs-3"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mount.stop() }
+        let read = try shell("\(quoted(scratch + "/bin/tracker-miner-fs-3")) \(quoted(mount.path("b.txt")))")
+        #expect(read.status == 0 && read.output == "beta\n", "\(read)")
+    }
+}
