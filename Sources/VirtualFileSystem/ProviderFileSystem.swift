@@ -722,17 +722,26 @@ public final class ProviderFileSystem: FileSystem {
 
     // MARK: File system
 
-    /// Space figures of the cache directory's file system (where downloads land); file counts are
-    /// the items known (0 for a caller require-token mode refuses: statfs stays open to everyone,
-    /// for `df` of the mount point, but tells it nothing about the items).
+    /// Space figures of the cache directory's file system (where downloads land), or with
+    /// `--cache-max-size` the limit as the size and what is left of it (at most what the file
+    /// system has) as free; file counts are the items known (0 for a caller require-token mode
+    /// refuses: statfs stays open to everyone, for `df` of the mount point, but tells it nothing
+    /// about the items).
     public func statistics(context: RequestContext) async throws(FileSystemError) -> FileSystemStatistics {
         var info = statvfs()
         guard statvfs(cache.directory, &info) == 0 else {
             throw FileSystemError(.io, "statvfs \(cache.directory): \(Errno.current.message)")
         }
+        var (total, free, available) = (UInt64(info.f_blocks), UInt64(info.f_bfree), UInt64(info.f_bavail))
+        if let limits = cache.limitsStatus, let maximum = limits.maximumSize, info.f_frsize > 0 {
+            let block = Int64(info.f_frsize)
+            let left = UInt64(max(0, maximum - limits.storedBytes) / block)
+            total = UInt64(maximum / block)
+            free = min(free, left)
+            available = min(available, left)
+        }
         return FileSystemStatistics(
-            blockSize: UInt64(info.f_frsize), totalBlocks: UInt64(info.f_blocks), freeBlocks: UInt64(info.f_bfree),
-            availableBlocks: UInt64(info.f_bavail),
+            blockSize: UInt64(info.f_frsize), totalBlocks: total, freeBlocks: free, availableBlocks: available,
             totalFiles: mayUsePlainPaths(context) ? UInt64(cache.catalog.itemCount) : 0,
             freeFiles: 0,
             maximumNameLength: 255)

@@ -80,6 +80,11 @@ struct CacheLimitMountTests {
         #expect(
             try Data(contentsOf: URL(fileURLWithPath: mount.path("f0.bin")))
                 == (try Data(contentsOf: URL(fileURLWithPath: source + "/f0.bin"))))
+        // df: the limit is the size, what is left of it the free space.
+        var space = statvfs()
+        #expect(statvfs(mount.mountpoint, &space) == 0)
+        #expect(UInt64(space.f_blocks) * UInt64(space.f_frsize) == UInt64(limit))
+        #expect(UInt64(space.f_bavail) * UInt64(space.f_frsize) <= UInt64(limit))
         let text = try providerfs(["status", mount.mountpoint], runtime: runtime)
         #expect(text.output.contains("limits:   max size 4 MiB"), "\(text.output)")
     }
