@@ -126,6 +126,27 @@ extension Catalog {
         }
     }
 
+    /// An upload through another name of the same file (hard links, D-396) replaced the
+    /// provider's version `from` (nil: a first upload) by `to`, other bytes. A local version of
+    /// this name still to upload is the newer edit: it stays, and counts `to` as older (its own
+    /// upload replaces it). One already uploaded stood for bytes the file no longer has: it goes
+    /// (relabelled as `to`, it showed those old bytes for good, D-410). Either way the name's
+    /// item is asked for again.
+    func otherNameUploaded(_ identifier: ItemIdentifier, from: ContentVersion?, to: ContentVersion) {
+        let told = state.withLock { catalog -> CatalogChange? in
+            if var local = catalog.localVersions[identifier], local.pending {
+                if let from, local.older.contains(from) { local.older.insert(to) }
+                catalog.localVersions[identifier] = local
+                return nil
+            }
+            catalog.localVersions[identifier] = nil
+            catalog.dirty.insert(identifier)
+            guard let item = catalog.items[identifier] else { return nil }
+            return .entry(directory: item.parent, name: item.name, identifier: identifier)
+        }
+        if let told { tell([told]) }
+    }
+
     /// A chmod reached the provider: a pending local version that carried held permissions
     /// (D-385) shows these now.
     func permissionsSet(_ identifier: ItemIdentifier, to permissions: UInt16) {

@@ -1003,13 +1003,11 @@ public final class LocalWrites: Sendable {
                         current, version: version, providerVersion: uploaded.contentVersion, base: base)
                 }
                 // The file's other names (hard links, D-396) have the new version too: an edit
-                // through one of them that started from the version replaced starts from it now.
-                if let base {
-                    for name in catalog.otherNames(of: current) {
-                        rebase(name, from: base, to: uploaded.contentVersion)
-                        catalog.providerVersionChanged(
-                            name, from: base, to: uploaded.contentVersion, modificationTime: nil)
-                    }
+                // through one of them that started from the version replaced starts from it now,
+                // and what they showed is asked for again (D-410).
+                for name in catalog.otherNames(of: current) {
+                    if let base { rebase(name, from: base, to: uploaded.contentVersion) }
+                    catalog.otherNameUploaded(name, from: base, to: uploaded.contentVersion)
                 }
                 // An empty file created unwritten: the provider's empty version is the item's now.
                 if creates { catalog.apply(uploaded) }
