@@ -165,6 +165,21 @@ extension Catalog {
         }
     }
 
+    /// `identifier` (and, `subtree`, what lies under it) was deleted or replaced through the
+    /// mount, its uploads forgotten with it (`LocalWrites.forget`): its local versions go too, so
+    /// that the item that takes the identifier next (a file renamed onto the name) starts clean
+    /// rather than showing a version that will never be uploaded (D-411).
+    func forgetLocal(_ identifier: ItemIdentifier, subtree: Bool) {
+        state.withLock { catalog in
+            guard !catalog.localVersions.isEmpty else { return }
+            catalog.localVersions[identifier] = nil
+            guard subtree else { return }
+            for key in Array(catalog.localVersions.keys) where key.rebased(from: identifier, to: identifier) != nil {
+                catalog.localVersions[key] = nil
+            }
+        }
+    }
+
     /// Whether the item has a local version not uploaded yet.
     func hasPendingLocal(_ identifier: ItemIdentifier) -> Bool {
         state.withLock { $0.localVersions[identifier]?.pending ?? false }

@@ -626,8 +626,8 @@ public final class LocalWrites: Sendable {
 
     /// The item `identifier` was replaced by a rename (or deleted) at the provider: its
     /// unpublished staging copies are dropped (their handles write on into nothing, as into an
-    /// unlinked file) and its write-back entry is forgotten, so that the item that takes its
-    /// identifier starts clean.
+    /// unlinked file) and its write-back entry and local version are forgotten, so that the item
+    /// that takes its identifier starts clean (D-411).
     /// Also what lies under `identifier` (a directory deleted with its contents: D-374).
     /// `subtree` false: `identifier` is a file, and only its own entries are looked up (D-401).
     public func forget(_ identifier: ItemIdentifier, subtree: Bool = true) {
@@ -643,6 +643,7 @@ public final class LocalWrites: Sendable {
             return (files, uploads)
         }
         for file in dropped.0 { content.discardStaging(file) }
+        catalog.forgetLocal(identifier, subtree: subtree)  // D-411
         for upload in dropped.1 {
             do { try environment.store.deleteUpload(upload) } catch {
                 environment.logger.warning("cannot delete an upload record: \(error)")
