@@ -606,13 +606,20 @@ public final class LocalWrites: Sendable {
     /// One name of a file with other names goes (D-396): the staging copies of its open writers
     /// become `heir`'s, another name of the same file, and publish under it (its base version is
     /// the same file's). A copy `heir` already has for the same owner stays, and the other goes
-    /// with the name.
+    /// with the name. What the name uploaded last (its bytes published by an fsync, uploaded
+    /// before the name went) is the copy's base from now on: its write-back record, which
+    /// knew it, goes with the name, and the heir's first publish starts a record from the
+    /// copy's base (D-412).
     public func handOverStaging(from old: ItemIdentifier, to heir: ItemIdentifier) {
         state.withLock { state in
+            let uploaded = state.uploads[old].flatMap {
+                $0.record.phase == .materialized ? $0.record.providerVersion : nil
+            }
             for key in Array(state.staged.keys) where key.identifier == old {
                 let target = Key(identifier: heir, owner: key.owner)
-                guard state.staged[target] == nil, let staged = state.staged.removeValue(forKey: key) else { continue }
+                guard state.staged[target] == nil, var staged = state.staged.removeValue(forKey: key) else { continue }
                 staged.file.rename(to: heir)
+                if let uploaded { staged.base = uploaded }
                 state.staged[target] = staged
             }
         }

@@ -423,6 +423,42 @@ struct HardLinkTests {
         await fileSystem.shutdown()
     }
 
+    @Test(
+        "a writer whose name a rename replaces (its fsynced bytes uploaded first) writes on under the other name, no conflict"
+    )
+    func writerOutlivesANameReplacedByARename() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("f", Array("old".utf8))
+        try source.write("x", Array("other".utf8))
+        try source.write("b/keep", [])
+        let fileSystem = try writableFileSystem(source, cache)
+        let f = try await resolve(fileSystem, "f")
+        let b = try await resolve(fileSystem, "b")
+        _ = try await fileSystem.makeHardLink(f.inode, newParent: b.inode, newName: "h", context: .kernel)
+        let writer = try await fileSystem.open(f.inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
+        _ = try await fileSystem.write(
+            f.inode, handle: writer.handle, offset: 0, data: Array("0123456789".utf8), context: .kernel)
+        try await fileSystem.fsync(f.inode, handle: writer.handle, dataOnly: false, context: .kernel)
+        // x replaces f: f's upload ends first, the writer goes on under b/h.
+        try await fileSystem.rename(
+            parent: .root, name: "x", newParent: .root, newName: "f", flags: 0, context: .kernel)
+        _ = try await fileSystem.write(
+            f.inode, handle: writer.handle, offset: 10, data: Array("ab".utf8), context: .kernel)
+        try await fileSystem.flush(f.inode, handle: writer.handle, context: .kernel)
+        await fileSystem.release(f.inode, handle: writer.handle)
+        #expect(try await text(fileSystem, "b/h") == "0123456789ab")
+        #expect(await settled(fileSystem))
+        #expect(sourceText(source, "b/h") == "0123456789ab")
+        #expect(sourceText(source, "f") == "other")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: source.path + "/b").sorted() == ["h", "keep"])
+        await fileSystem.shutdown()
+    }
+
     @Test("links made at the source show as one file: one node, one st_ino, nlink the names; kept across a remount")
     func sourceMadeLinksAndRemount() async throws {
         let source = try TemporaryDirectory()
