@@ -126,6 +126,27 @@ extension Catalog {
         }
     }
 
+    /// An upload through another name of the same file (hard links, D-396) replaced the
+    /// provider's version `from` (nil: a first upload) by `to`, other bytes. A local version of
+    /// this name still to upload is the newer edit: it stays, and counts `to` as older (its own
+    /// upload replaces it). One already uploaded stood for bytes the file no longer has: it goes
+    /// (relabelled as `to`, it showed those old bytes for good, D-410). Either way the name's
+    /// item is asked for again.
+    func otherNameUploaded(_ identifier: ItemIdentifier, from: ContentVersion?, to: ContentVersion) {
+        let told = state.withLock { catalog -> CatalogChange? in
+            if var local = catalog.localVersions[identifier], local.pending {
+                if let from, local.older.contains(from) { local.older.insert(to) }
+                catalog.localVersions[identifier] = local
+                return nil
+            }
+            catalog.localVersions[identifier] = nil
+            catalog.dirty.insert(identifier)
+            guard let item = catalog.items[identifier] else { return nil }
+            return .entry(directory: item.parent, name: item.name, identifier: identifier)
+        }
+        if let told { tell([told]) }
+    }
+
     /// A chmod reached the provider: a pending local version that carried held permissions
     /// (D-385) shows these now.
     func permissionsSet(_ identifier: ItemIdentifier, to permissions: UInt16) {
@@ -169,6 +190,21 @@ extension Catalog {
     /// or not.
     func hasLocalVersion(_ identifier: ItemIdentifier) -> Bool {
         state.withLock { $0.localVersions[identifier] != nil }
+    }
+
+    /// `identifier` (and, `subtree`, what lies under it) was deleted or replaced through the
+    /// mount, its uploads forgotten with it (`LocalWrites.forget`): its local versions go too, so
+    /// that the item that takes the identifier next (a file renamed onto the name) starts clean
+    /// rather than showing a version that will never be uploaded (D-411).
+    func forgetLocal(_ identifier: ItemIdentifier, subtree: Bool) {
+        state.withLock { catalog in
+            guard !catalog.localVersions.isEmpty else { return }
+            catalog.localVersions[identifier] = nil
+            guard subtree else { return }
+            for key in Array(catalog.localVersions.keys) where key.rebased(from: identifier, to: identifier) != nil {
+                catalog.localVersions[key] = nil
+            }
+        }
     }
 
     /// Whether the item has a local version not uploaded yet.

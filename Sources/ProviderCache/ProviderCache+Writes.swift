@@ -611,13 +611,20 @@ public final class LocalWrites: Sendable {
     /// One name of a file with other names goes (D-396): the staging copies of its open writers
     /// become `heir`'s, another name of the same file, and publish under it (its base version is
     /// the same file's). A copy `heir` already has for the same owner stays, and the other goes
-    /// with the name.
+    /// with the name. What the name uploaded last (its bytes published by an fsync, uploaded
+    /// before the name went) is the copy's base from now on: its write-back record, which
+    /// knew it, goes with the name, and the heir's first publish starts a record from the
+    /// copy's base (D-412).
     public func handOverStaging(from old: ItemIdentifier, to heir: ItemIdentifier) {
         state.withLock { state in
+            let uploaded = state.uploads[old].flatMap {
+                $0.record.phase == .materialized ? $0.record.providerVersion : nil
+            }
             for key in Array(state.staged.keys) where key.identifier == old {
                 let target = Key(identifier: heir, owner: key.owner)
-                guard state.staged[target] == nil, let staged = state.staged.removeValue(forKey: key) else { continue }
+                guard state.staged[target] == nil, var staged = state.staged.removeValue(forKey: key) else { continue }
                 staged.file.rename(to: heir)
+                if let uploaded { staged.base = uploaded }
                 state.staged[target] = staged
             }
         }
@@ -631,8 +638,8 @@ public final class LocalWrites: Sendable {
 
     /// The item `identifier` was replaced by a rename (or deleted) at the provider: its
     /// unpublished staging copies are dropped (their handles write on into nothing, as into an
-    /// unlinked file) and its write-back entry is forgotten, so that the item that takes its
-    /// identifier starts clean.
+    /// unlinked file) and its write-back entry and local version are forgotten, so that the item
+    /// that takes its identifier starts clean (D-411).
     /// Also what lies under `identifier` (a directory deleted with its contents: D-374).
     /// `subtree` false: `identifier` is a file, and only its own entries are looked up (D-401).
     public func forget(_ identifier: ItemIdentifier, subtree: Bool = true) {
@@ -648,6 +655,7 @@ public final class LocalWrites: Sendable {
             return (files, uploads)
         }
         for file in dropped.0 { content.discardStaging(file) }
+        catalog.forgetLocal(identifier, subtree: subtree)  // D-411
         for upload in dropped.1 {
             do { try environment.store.deleteUpload(upload) } catch {
                 environment.logger.warning("cannot delete an upload record: \(error)")
@@ -1008,13 +1016,11 @@ public final class LocalWrites: Sendable {
                         current, version: version, providerVersion: uploaded.contentVersion, base: base)
                 }
                 // The file's other names (hard links, D-396) have the new version too: an edit
-                // through one of them that started from the version replaced starts from it now.
-                if let base {
-                    for name in catalog.otherNames(of: current) {
-                        rebase(name, from: base, to: uploaded.contentVersion)
-                        catalog.providerVersionChanged(
-                            name, from: base, to: uploaded.contentVersion, modificationTime: nil)
-                    }
+                // through one of them that started from the version replaced starts from it now,
+                // and what they showed is asked for again (D-410).
+                for name in catalog.otherNames(of: current) {
+                    if let base { rebase(name, from: base, to: uploaded.contentVersion) }
+                    catalog.otherNameUploaded(name, from: base, to: uploaded.contentVersion)
                 }
                 // An empty file created unwritten: the provider's empty version is the item's now.
                 if creates { catalog.apply(uploaded) }

@@ -68,8 +68,12 @@ struct InodeTable {
     /// The node of `identifier`, made if needed. A node whose kind no longer matches is detached
     /// and replaced, so the kernel never sees a file turn into a directory under one number.
     /// `generation` counts how often the identifier was bound in this mount. `serial`: the item's
-    /// serial number, the new node's id unless another node holds it.
-    mutating func bind(_ identifier: ItemIdentifier, kind: ItemKind, serial: UInt64) -> (InodeNumber, UInt64) {
+    /// serial number, the new node's id unless another node holds it. `holder`: another name of
+    /// the same file under which its edit not uploaded yet is kept (D-410): a new node goes by
+    /// that name, with `identifier` as another name.
+    mutating func bind(
+        _ identifier: ItemIdentifier, kind: ItemKind, serial: UInt64, holder: ItemIdentifier? = nil
+    ) -> (InodeNumber, UInt64) {
         if let inode = byIdentifier[identifier], let node = nodes[inode] {
             if node.kind == kind || identifier == .root { return (inode, node.generation) }
             byIdentifier[identifier] = nil
@@ -77,12 +81,18 @@ struct InodeTable {
         // Another name of a file whose node the kernel holds (a hard link: the same serial
         // number, which only the names of one file share): that node, so that every name is one
         // kernel inode with one page cache, and opens through any name reach one item (D-396).
-        // A number's own node id is taken by the first of its names bound.
-        if kind != .directory, serial > InodeNumber.root.rawValue, serial < Self.spareBase {
-            let shared = InodeNumber(serial)
-            if let index = nodes.index(forKey: shared), nodes.values[index].kind == kind,
-                byIdentifier[nodes.values[index].identifier] == shared
-            {
+        // A number's own node id is taken by the first of its names bound; the holder's node,
+        // wherever it is, otherwise.
+        if kind != .directory {
+            var shared: InodeNumber?
+            if serial > InodeNumber.root.rawValue, serial < Self.spareBase {
+                let own = InodeNumber(serial)
+                if let node = nodes[own], node.kind == kind, byIdentifier[node.identifier] == own { shared = own }
+            }
+            if shared == nil, let holder, let inode = byIdentifier[holder], nodes[inode]?.kind == kind {
+                shared = inode
+            }
+            if let shared, let index = nodes.index(forKey: shared) {
                 nodes.values[index].otherNames.append(identifier)
                 byIdentifier[identifier] = shared
                 return (shared, nodes.values[index].generation)
@@ -91,16 +101,25 @@ struct InodeTable {
         let inode =
             serial > InodeNumber.root.rawValue && serial < Self.spareBase && nodes[InodeNumber(serial)] == nil
             ? InodeNumber(serial) : reserve()
-        let generation = (bindings[identifier] ?? 0) + 1
-        bindings[identifier] = generation
-        nodes[inode] = Node(identifier: identifier, kind: kind, lookupCount: 0, generation: generation)
+        // The file's edit is kept under `holder`: the node's item is that name's, so that it reads
+        // and writes on from the edit (not from the provider's version the other names show).
+        var primary = identifier
+        if kind != .directory, let holder, byIdentifier[holder] == nil { primary = holder }
+        let generation = (bindings[primary] ?? 0) + 1
+        bindings[primary] = generation
+        nodes[inode] = Node(
+            identifier: primary, kind: kind, lookupCount: 0, generation: generation,
+            otherNames: primary == identifier ? [] : [identifier])
         byIdentifier[identifier] = inode
+        byIdentifier[primary] = inode
         return (inode, generation)
     }
 
     /// `bind` plus one kernel reference, for a lookup reply: an existing node is found and
     /// counted with one hash of the identifier and one of the number (this runs on every LOOKUP).
-    mutating func bindLookedUp(_ identifier: ItemIdentifier, kind: ItemKind, serial: UInt64) -> (InodeNumber, UInt64) {
+    mutating func bindLookedUp(
+        _ identifier: ItemIdentifier, kind: ItemKind, serial: UInt64, holder: ItemIdentifier? = nil
+    ) -> (InodeNumber, UInt64) {
         if let inode = byIdentifier[identifier], let index = nodes.index(forKey: inode) {
             // The node is checked and counted in place: reading `nodes.values[index]` would copy
             // it (and retain its strings) for each field.
@@ -111,7 +130,7 @@ struct InodeTable {
             }
             if let generation = count(&nodes.values[index]) { return (inode, generation) }
         }
-        let (inode, generation) = bind(identifier, kind: kind, serial: serial)
+        let (inode, generation) = bind(identifier, kind: kind, serial: serial, holder: holder)
         nodes[inode]?.lookupCount += 1
         return (inode, generation)
     }

@@ -257,8 +257,11 @@ public final class ProviderFileSystem: FileSystem {
 
     func entry(for item: ProviderItem, presentBytes: Int64, tracked: Bool) -> Entry {
         let (serial, links) = cache.catalog.serialAndLinks(of: item.identifier)
+        // A file with other names whose edit is kept under one of them (D-410).
+        let holder = links > 1 ? cache.catalog.namesHoldingEdits(of: [item.identifier])[item.identifier] : nil
         let (inode, generation, primary) = state.withLock { state in
-            let (inode, generation) = state.inodes.bindLookedUp(item.identifier, kind: item.kind, serial: serial)
+            let (inode, generation) = state.inodes.bindLookedUp(
+                item.identifier, kind: item.kind, serial: serial, holder: holder)
             return (inode, generation, state.inodes.identity(of: inode)?.identifier)
         }
         // Another name of a file whose node goes by one of its names (D-396): the node's item,
@@ -417,6 +420,7 @@ public final class ProviderFileSystem: FileSystem {
             // d_ino is each item's st_ino (D-389); the node ids stay the kernel's.
             let serials = cache.catalog.serialNumbers(
                 of: [open.identifier, open.identifier == .root ? .root : parentIdentifier] + children.map(\.identifier))
+            let holders = cache.catalog.namesHoldingEdits(of: children.map(\.identifier))  // D-410
             let built = state.withLock { state -> [DirectoryEntry] in
                 let parentInode = state.inodes.bind(parentIdentifier, kind: .directory, serial: serials[1]).0
                 var entries = [
@@ -430,7 +434,9 @@ public final class ProviderFileSystem: FileSystem {
                     if open.identifier == .root, child.name == Self.scopedDirectoryName, state.scopedDirectory != nil {
                         continue
                     }
-                    let inode = state.inodes.bind(child.identifier, kind: child.kind, serial: serial).0
+                    let inode = state.inodes.bind(
+                        child.identifier, kind: child.kind, serial: serial, holder: holders[child.identifier]
+                    ).0
                     entries.append(
                         DirectoryEntry(
                             name: child.name, inode: inode, serialNumber: serial, type: NodeType(child),

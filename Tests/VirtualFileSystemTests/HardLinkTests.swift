@@ -331,6 +331,134 @@ struct HardLinkTests {
         await fileSystem.shutdown()
     }
 
+    @Test(
+        "the kernel forgets the node while an edit waits for its upload: another name's new node reads the edit, and writes on from it"
+    )
+    func anotherNameAfterTheNodeWasForgotten() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("b/h", Array("old\n".utf8))
+        try source.write("a/c/keep", [])
+        var options = FileSystemOptions()
+        options.writable = true
+        // The uploads wait for the shutdown's flush: the edits stay local until then.
+        options.cache.uploadSettle = .seconds(600)
+        options.cache.maximumUploadSettle = .seconds(600)
+        options.cache.shutdownFlush = .seconds(20)
+        let fileSystem = try MountComposition.makeFileSystem(
+            source: source.path, cacheDirectory: cache.path, options: options)
+        let h = try await resolve(fileSystem, "b/h")
+        let c = try await resolve(fileSystem, "a/c")
+        _ = try await fileSystem.makeHardLink(h.inode, newParent: c.inode, newName: "l", context: .kernel)
+
+        // Written through the node (its item: b/h), then forgotten by the kernel (no handle, no
+        // dentry left): a lookup of the other name makes a new node, which must show the edit.
+        try await overwrite(fileSystem, h.inode, "first edit\n")
+        fileSystem.forget(h.inode, count: .max)
+        let l = try await resolve(fileSystem, "a/c/l")
+        #expect(l.attributes.size == 11)
+        #expect(String(decoding: try await readAll(fileSystem, l.inode), as: UTF8.self) == "first edit\n")
+        #expect(try await resolve(fileSystem, "b/h").inode == l.inode)
+
+        // Once more, the new node made by a listing of the other name's directory this time.
+        try await overwrite(fileSystem, l.inode, "second edit\n")
+        fileSystem.forget(l.inode, count: .max)
+        let directory = try await fileSystem.openDirectory(c.inode, context: .kernel)
+        let listed = try await fileSystem.readDirectory(
+            c.inode, handle: directory, after: 0, limit: 100, context: .kernel)
+        fileSystem.releaseDirectory(c.inode, handle: directory)
+        #expect(listed.map(\.name) == [".", "..", "keep", "l"])
+        let again = try await resolve(fileSystem, "a/c/l")
+        #expect(String(decoding: try await readAll(fileSystem, again.inode), as: UTF8.self) == "second edit\n")
+
+        // A write through that name starts from the edit: one file at the source, no conflict copy.
+        let writing = try await fileSystem.open(again.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+        _ = try await fileSystem.write(
+            again.inode, handle: writing.handle, offset: 12, data: Array("third\n".utf8), context: .kernel)
+        try await fileSystem.flush(again.inode, handle: writing.handle, context: .kernel)
+        await fileSystem.release(again.inode, handle: writing.handle)
+        #expect(try await text(fileSystem, "b/h") == "second edit\nthird\n")
+        await fileSystem.shutdown()
+        #expect(sourceText(source, "b/h") == "second edit\nthird\n")
+        #expect(sourceText(source, "a/c/l") == "second edit\nthird\n")
+        #expect(sourceStat(source, "b/h")?.st_ino == sourceStat(source, "a/c/l")?.st_ino)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: source.path + "/b") == ["h"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: source.path + "/a/c").sorted() == ["keep", "l"])
+    }
+
+    @Test("uploads through one name, then the other (the node forgotten between): each name reads the last bytes")
+    func uploadsThroughEitherNameSupersedeEachOther() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("b/h", Array("old\n".utf8))
+        try source.write("a/c/keep", [])
+        let fileSystem = try writableFileSystem(source, cache)
+        let h = try await resolve(fileSystem, "b/h")
+        let c = try await resolve(fileSystem, "a/c")
+        _ = try await fileSystem.makeHardLink(h.inode, newParent: c.inode, newName: "l", context: .kernel)
+        // Written and uploaded through b/h (the node's item), then the kernel forgets the node.
+        try await overwrite(fileSystem, h.inode, "through h, a longer text\n")
+        #expect(await settled(fileSystem))
+        fileSystem.forget(h.inode, count: .max)
+        // A new node by the other name (no edit waits: its item is a/c/l's), written and uploaded.
+        let l = try await resolve(fileSystem, "a/c/l")
+        #expect(try await text(fileSystem, "a/c/l") == "through h, a longer text\n")
+        try await overwrite(fileSystem, l.inode, "through l\n")
+        #expect(await settled(fileSystem))
+        #expect(sourceText(source, "b/h") == "through l\n")
+        fileSystem.forget(l.inode, count: .max)
+        // b/h's own upload is older than the file's bytes now: looked up anew, it reads them.
+        let again = try await resolve(fileSystem, "b/h")
+        #expect(again.attributes.size == 10)
+        #expect(try await text(fileSystem, "b/h") == "through l\n")
+        #expect(try await text(fileSystem, "a/c/l") == "through l\n")
+        await fileSystem.shutdown()
+    }
+
+    @Test(
+        "a writer whose name a rename replaces (its fsynced bytes uploaded first) writes on under the other name, no conflict"
+    )
+    func writerOutlivesANameReplacedByARename() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("f", Array("old".utf8))
+        try source.write("x", Array("other".utf8))
+        try source.write("b/keep", [])
+        let fileSystem = try writableFileSystem(source, cache)
+        let f = try await resolve(fileSystem, "f")
+        let b = try await resolve(fileSystem, "b")
+        _ = try await fileSystem.makeHardLink(f.inode, newParent: b.inode, newName: "h", context: .kernel)
+        let writer = try await fileSystem.open(f.inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
+        _ = try await fileSystem.write(
+            f.inode, handle: writer.handle, offset: 0, data: Array("0123456789".utf8), context: .kernel)
+        try await fileSystem.fsync(f.inode, handle: writer.handle, dataOnly: false, context: .kernel)
+        // x replaces f: f's upload ends first, the writer goes on under b/h.
+        try await fileSystem.rename(
+            parent: .root, name: "x", newParent: .root, newName: "f", flags: 0, context: .kernel)
+        _ = try await fileSystem.write(
+            f.inode, handle: writer.handle, offset: 10, data: Array("ab".utf8), context: .kernel)
+        try await fileSystem.flush(f.inode, handle: writer.handle, context: .kernel)
+        await fileSystem.release(f.inode, handle: writer.handle)
+        #expect(try await text(fileSystem, "b/h") == "0123456789ab")
+        #expect(await settled(fileSystem))
+        #expect(sourceText(source, "b/h") == "0123456789ab")
+        #expect(sourceText(source, "f") == "other")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: source.path + "/b").sorted() == ["h", "keep"])
+        await fileSystem.shutdown()
+    }
+
     @Test("links made at the source show as one file: one node, one st_ino, nlink the names; kept across a remount")
     func sourceMadeLinksAndRemount() async throws {
         let source = try TemporaryDirectory()

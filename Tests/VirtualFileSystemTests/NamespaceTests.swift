@@ -596,4 +596,54 @@ struct NamespaceTests {
         #expect(fixture.provider.content(of: "f")?.0 == .bytes(Array("new".utf8)))
         #expect(try await childNames(fileSystem, .root) == ["f"], "no conflict copy")
     }
+
+    @Test(
+        "a file moved onto the name of one whose edit waits for its upload (replaced, or unlinked before) shows its own bytes"
+    )
+    func aMovedFileDoesNotTakeTheLocalVersionOfTheNameItTakes() async throws {
+        let fixture = try writableFixture()
+        for name in ["f", "g", "x", "y"] {
+            fixture.provider.putFile(name, .bytes(Array("\(name) at the provider".utf8)))
+        }
+        let fileSystem = try fixture.makeFileSystem()
+        func text(_ name: String) async throws -> String {
+            let inode = try await fileSystem.lookup(parent: .root, name: name, context: .kernel).inode
+            let opened = try await fileSystem.open(inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
+            defer { Task { await fileSystem.release(inode, handle: opened.handle) } }
+            return String(
+                decoding: try await fileSystem.read(
+                    inode, handle: opened.handle, offset: 0, count: 100, context: .kernel
+                )
+                .bytes, as: UTF8.self)
+        }
+        /// An edit of `name` published whose upload fails (it stays pending: a write-back settle, an
+        /// offline provider).
+        func pendingEdit(_ name: String) async throws {
+            fixture.faults.add(
+                FaultRule(identifier: ItemIdentifier(name), fault: .failAfter(offset: 0, errno: EIO), on: .upload))
+            let inode = try await fileSystem.lookup(parent: .root, name: name, context: .kernel).inode
+            let writer = try await fileSystem.open(
+                inode, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: .kernel)
+            _ = try await fileSystem.write(
+                inode, handle: writer.handle, offset: 0, data: Array("a longer edit of \(name)".utf8), context: .kernel)
+            try await fileSystem.flush(inode, handle: writer.handle, context: .kernel)
+            await fileSystem.release(inode, handle: writer.handle)
+            #expect(fileSystem.cache.writes.uploadRecord(of: ItemIdentifier(name))?.isPending == true)
+        }
+        // g replaces f, whose edit waits: f is g's file now, with g's bytes and size.
+        try await pendingEdit("f")
+        try await fileSystem.rename(
+            parent: .root, name: "g", newParent: .root, newName: "f", flags: 0, context: .kernel)
+        #expect(try await fileSystem.lookup(parent: .root, name: "f", context: .kernel).attributes.size == 17)
+        #expect(try await text("f") == "g at the provider")
+        // x, whose edit waits, is unlinked; y then takes its name.
+        try await pendingEdit("x")
+        try await fileSystem.unlink(parent: .root, name: "x", context: .kernel)
+        try await fileSystem.rename(
+            parent: .root, name: "y", newParent: .root, newName: "x", flags: 0, context: .kernel)
+        #expect(try await fileSystem.lookup(parent: .root, name: "x", context: .kernel).attributes.size == 17)
+        #expect(try await text("x") == "y at the provider")
+        #expect(
+            fileSystem.cache.writes.pendingUploads.isEmpty, "the replaced and the unlinked edits went with their files")
+    }
 }
