@@ -132,6 +132,14 @@ public final class WebDAVTestServer: @unchecked Sendable {
         }
     }
 
+    /// Kills the server at once (SIGKILL): its connections break mid-answer.
+    public func kill() {
+        guard let process else { return }
+        self.process = nil
+        process.signal(SIGKILL)
+        process.wait(timeout: .seconds(5))
+    }
+
     /// A port nothing listens on right now (bound to port 0, read back, closed).
     public static func freePort() throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

@@ -122,6 +122,8 @@ final class CurlHandles: @unchecked Sendable {
 final class HTTPTransport: Sendable {
     let settings: HTTPSettings
     let handles = CurlHandles(keep: 8)
+    /// Connections libcurl had to open (CURLINFO_NUM_CONNECTS summed): how well they are reused.
+    let connectionsOpened = Locked(0)
     /// Blocking metadata requests run here, off the cooperative pool; content transfers run on
     /// threads of their own (a transfer waiting for its reader must not hold up a listing).
     let pool: BlockingIOPool
@@ -302,6 +304,10 @@ final class HTTPTransport: Sendable {
         var status = 0
         _ = pfs_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
         if status != 0 { context.status = status }
+        var opened = 0
+        if pfs_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK, opened > 0 {
+            connectionsOpened.withLock { $0 += opened }
+        }
         if code == CURLE_OK || context.stoppedOnPurpose { return }
         throw failure(code, request: request, context: context)
     }

@@ -59,6 +59,9 @@ public final class WebDAVProvider: Provider {
                 stallTimeout: configuration.stallTimeout, caFile: configuration.caFile))
     }
 
+    /// How many connections to the server were opened so far (requests reuse them, D-415).
+    public var connectionsOpened: Int { transport.connectionsOpened.withLock { $0 } }
+
     /// Upload staging names (`.providerfs-upload-<random>`): never listed, never looked up, refused
     /// as names of new items (as the local provider's, D-351).
     public static let temporaryNamePrefix = ".providerfs-upload-"

@@ -252,6 +252,48 @@ struct WebDAVProviderServerTests {
         }
     }
 
+    /// Requests reuse connections (D-415): without the handle pool each would open its own.
+    @Test func requestsReuseConnections() async throws {
+        try await withServer { _, _, provider in
+            for _ in 0..<30 { _ = try await provider.item(for: ItemIdentifier("hello.txt")) }
+            let item = try await provider.item(for: ItemIdentifier("big.bin"))
+            for start in stride(from: Int64(0), to: 1 << 20, by: 1 << 18) {
+                let stream = try await provider.fetchContents(
+                    of: item.identifier, version: item.contentVersion, range: start..<start + 1000)
+                #expect(try await readAll(stream).count == 1000)
+            }
+            #expect(provider.connectionsOpened <= 2, "\(provider.connectionsOpened) connections for 35 requests")
+        }
+    }
+
+    /// The server killed while a GET is under way: the bytes that came are delivered, then the
+    /// stream fails with `.io` (EIO at the mount); once the server is back a new fetch succeeds.
+    @Test func aServerKilledMidDownloadFailsTheStreamAndARetrySucceeds() async throws {
+        try await withServer { served, server, provider in
+            // 64 MiB: far more than the stream's queue (8 MiB) and the sockets' buffers hold.
+            #expect(try shellOutput("head -c \(64 << 20) /dev/urandom > '\(served)/huge.bin' && echo ok") == "ok\n")
+            let item = try await provider.item(for: ItemIdentifier("huge.bin"))
+            let stream = try await provider.fetchContents(
+                of: item.identifier, version: item.contentVersion, range: 0..<item.size)
+            var received = try await stream.next(maximumLength: 1 << 20)?.count ?? 0
+            #expect(received > 0)
+            server.kill()
+            var failure: (any Error)?
+            do {
+                while let chunk = try await stream.next(maximumLength: 1 << 20) { received += chunk.count }
+            } catch {
+                failure = error
+            }
+            stream.close()
+            #expect((failure as? ProviderError)?.code == .io, "\(String(describing: failure))")
+            #expect(received < Int(item.size))
+            try server.start(samePort: true)
+            let again = try await provider.fetchContents(
+                of: item.identifier, version: item.contentVersion, range: 0..<item.size)
+            #expect(try await readAll(again, chunk: 1 << 20) == (try read(served + "/huge.bin")))
+        }
+    }
+
     /// Python's http.server ignores Range and sends no ETag: the provider skips to the offset and
     /// uses the last-modified time and size as the version (D-416).
     @Test func aServerThatIgnoresRangeStillGivesExactBytes() async throws {
