@@ -25,7 +25,8 @@ struct MountCommand: CLICommand {
     static let name = "mount"
     static let summary = "mount a provider (a directory, a WebDAV server, or the demo) as a FUSE file system"
     static let usage = """
-        providerfs mount (--demo | --source DIR | --webdav URL [--user U] [--password-file F]) MOUNTPOINT
+        providerfs mount (--demo | --source DIR | --webdav URL [--user U] [--password-file F] [--ca-file F])
+                         MOUNTPOINT
                          [--foreground] [--cache DIR] [--log FILE]
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
@@ -67,6 +68,8 @@ struct MountCommand: CLICommand {
         var user: String?
         /// Absolute.
         var passwordFile: String?
+        /// PEM certificates to trust for https instead of the system's store; absolute.
+        var caFile: String?
     }
 
     struct Output: Encodable {
@@ -83,6 +86,7 @@ struct MountCommand: CLICommand {
         let webdavArgument = try arguments.option("--webdav")
         let userArgument = try arguments.option("--user")
         let passwordFileArgument = try arguments.option("--password-file")
+        let caFileArgument = try arguments.option("--ca-file")
         // A password on the command line shows in ps, shell history and logs: refused, not echoed.
         if arguments.optionalValueFlag("--password") != nil || arguments.optionalValueFlag("--pass") != nil {
             throw UsageError(
@@ -122,14 +126,15 @@ struct MountCommand: CLICommand {
         guard [demo, sourceArgument != nil, webdavArgument != nil].filter({ $0 }).count == 1 else {
             throw UsageError("providerfs mount: give exactly one of --demo, --source DIR or --webdav URL.")
         }
-        if webdavArgument == nil, userArgument != nil || passwordFileArgument != nil {
-            throw UsageError("providerfs mount: --user and --password-file go with --webdav URL.")
+        if webdavArgument == nil, userArgument != nil || passwordFileArgument != nil || caFileArgument != nil {
+            throw UsageError("providerfs mount: --user, --password-file and --ca-file go with --webdav URL.")
         }
 
         let reporter = ReadinessReporter(fd: readyFD)
         do {
             let webdav = try webdavArgument.map { url throws(CommandFailure) in
-                try webdavSource(url: url, user: userArgument, passwordFile: passwordFileArgument)
+                try webdavSource(
+                    url: url, user: userArgument, passwordFile: passwordFileArgument, caFile: caFileArgument)
             }
             var plan = try prepare(
                 demo: demo, source: sourceArgument ?? webdav?.location.description, mountpoint: mountpointArgument,
@@ -163,9 +168,11 @@ struct MountCommand: CLICommand {
     /// The environment variable a WebDAV password may come from (D-418).
     static let webdavPasswordVariable = "PROVIDERFS_WEBDAV_PASSWORD"
 
-    /// `--webdav URL` checked (http or https, no credentials in it, …), the password file made
-    /// absolute and checked readable.
-    static func webdavSource(url: String, user: String?, passwordFile: String?) throws(CommandFailure) -> WebDAVSource {
+    /// `--webdav URL` checked (http or https, no credentials in it, …), the password and CA files
+    /// made absolute and checked readable.
+    static func webdavSource(
+        url: String, user: String?, passwordFile: String?, caFile: String? = nil
+    ) throws(CommandFailure) -> WebDAVSource {
         let location: WebDAVLocation
         do { location = try WebDAVLocation(url) } catch {
             throw CommandFailure("bad --webdav URL: \(error.description)")
@@ -178,13 +185,22 @@ struct MountCommand: CLICommand {
             }
             file = path
         }
-        return WebDAVSource(location: location, user: user, passwordFile: file)
+        var trusted: String?
+        if let caFile {
+            let path = mountPointPath(caFile)
+            guard access(path, R_OK) == 0 else {
+                throw CommandFailure("cannot read the CA file \(path): \(Errno.current.message)")
+            }
+            trusted = path
+        }
+        return WebDAVSource(location: location, user: user, passwordFile: file, caFile: trusted)
     }
 
     /// The daemon's connection settings for `source`: the password from its file (one trailing
     /// newline dropped) or from `PROVIDERFS_WEBDAV_PASSWORD`, never from the command line.
     static func webdavConfiguration(_ source: WebDAVSource) throws(CommandFailure) -> WebDAVConfiguration {
         var configuration = WebDAVConfiguration(location: source.location, user: source.user)
+        configuration.caFile = source.caFile
         if let file = source.passwordFile {
             guard var password = readTextFile(file) else {
                 throw CommandFailure("cannot read the password file \(file): \(Errno.current.message)")
@@ -429,6 +445,7 @@ struct MountCommand: CLICommand {
             arguments[2] = "--webdav=\(webdav.location)"
             if let user = webdav.user { arguments.append("--user=\(user)") }
             if let file = webdav.passwordFile { arguments.append("--password-file=\(file)") }
+            if let file = webdav.caFile { arguments.append("--ca-file=\(file)") }
         }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }

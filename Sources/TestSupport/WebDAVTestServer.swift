@@ -46,6 +46,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
     public enum Kind: Sendable {
         /// `rclone serve webdav ROOT`, with basic authentication when a user is given.
         case rclone(user: String?, password: String?)
+        /// `rclone serve webdav ROOT` over https, with this certificate and key (PEM files).
+        case rcloneTLS(certificate: String, key: String)
         /// `python3 -m http.server`: GET only, Range ignored.
         case pythonStatic
     }
@@ -71,8 +73,11 @@ public final class WebDAVTestServer: @unchecked Sendable {
         rmdir(scratch)
     }
 
-    /// `http://127.0.0.1:<port>/`.
-    public var url: String { "http://127.0.0.1:\(port)/" }
+    /// `http://127.0.0.1:<port>/` (https for `.rcloneTLS`).
+    public var url: String {
+        if case .rcloneTLS = kind { return "https://127.0.0.1:\(port)/" }
+        return "http://127.0.0.1:\(port)/"
+    }
 
     /// Starts the server again (after `stop`), on a new free port unless `samePort`.
     public func start(samePort: Bool = false) throws {
@@ -99,7 +104,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
 
     private func command() throws -> (String, [String], [String: String]) {
         switch kind {
-        case .rclone(let user, let password):
+        case .rclone, .rcloneTLS:
             guard let rclone = WebDAVTestGate.rclone else {
                 throw SystemCallError(WebDAVTestGate.problem ?? "rclone is missing", Errno(ENOENT))
             }
@@ -108,10 +113,11 @@ public final class WebDAVTestServer: @unchecked Sendable {
             // No directory cache: a change made in `root` behind the server's back is what the
             // next PROPFIND shows (rclone's VFS would otherwise serve its cached metadata for 5 min).
             var arguments = ["serve", "webdav", "--addr", "127.0.0.1:\(port)", "--dir-cache-time", "0s", root]
-            if let user {
+            if case .rclone(let user?, let password) = kind {
                 arguments += ["--user", user]
                 environment["RCLONE_PASS"] = password ?? ""
             }
+            if case .rcloneTLS(let certificate, let key) = kind { arguments += ["--cert", certificate, "--key", key] }
             return (rclone, arguments, environment)
         case .pythonStatic:
             guard let python = WebDAVTestGate.findExecutable("python3") else {

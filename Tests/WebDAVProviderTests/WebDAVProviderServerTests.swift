@@ -238,6 +238,33 @@ struct WebDAVProviderServerTests {
         }
     }
 
+    /// https: a certificate the system does not trust is refused; trusted through `caFile`
+    /// (`mount --ca-file`), the same server lists.
+    @Test func httpsTrustsTheSystemStoreOrTheGivenCAFile() async throws {
+        let keys = try makeTemporaryDirectory(prefix: "webdav-tls")
+        defer { removeTreeWithinFileSystem(keys) }
+        let made = try ChildProcess.run(
+            "/usr/bin/openssl",
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", keys + "/key.pem", "-out", keys + "/cert.pem",
+            ])
+        #expect(made.status == 0, "\(made.error)")
+        try await withServer(kind: .rcloneTLS(certificate: keys + "/cert.pem", key: keys + "/key.pem")) {
+            _, server, provider in
+            #expect(server.url.hasPrefix("https://"))
+            await expectCode(.io) { try await provider.children(of: .root) }
+            var configuration = WebDAVConfiguration(location: try WebDAVLocation(server.url))
+            configuration.caFile = keys + "/cert.pem"
+            let trusting = WebDAVProvider(configuration: configuration)
+            #expect(try await trusting.children(of: .root).count == 3)
+            let item = try await trusting.item(for: ItemIdentifier("big.bin"))
+            let stream = try await trusting.fetchContents(
+                of: item.identifier, version: item.contentVersion, range: 100..<200)
+            #expect(try await readAll(stream) == Array(Self.big[100..<200]))
+        }
+    }
+
     @Test func aServerThatIsGoneIsUnreachable() async throws {
         try await withServer { _, server, provider in
             let item = try await provider.item(for: ItemIdentifier("big.bin"))
