@@ -87,6 +87,56 @@ struct WebDAVMountTests {
         #expect(try shell("find \(s) \(m) -name '.providerfs-upload-*'").output.isEmpty)
     }
 
+    /// The conflict path over WebDAV (D-417): a file rewritten on the server while a writer has it
+    /// open through the mount, and a name taken on the server before a new file's upload. Both
+    /// versions are kept: the server's under the name, the mount's edit as the conflict copy.
+    @Test func anEditMetByAServerChangeBecomesAConflictCopy() throws {
+        guard requireFUSE(), requireRclone() else { return }
+        defer { cleanup() }
+        writeTestFile(served + "/notes.txt", Array("base\n".utf8))
+        let server = try WebDAVTestServer(root: served)
+        defer { server.stop() }
+        let mount = try MountedFileSystem.providerfs(
+            ["--webdav", server.url, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mount.stop() }
+        #expect(try shell("cat \(quoted(mount.path("notes.txt")))").output == "base\n")
+        let edit = try shell(
+            """
+            python3 - \(quoted(mount.mountpoint)) \(quoted(served)) <<'PY'
+            import os, sys
+            mnt, src = sys.argv[1], sys.argv[2]
+            fd = os.open(mnt + "/notes.txt", os.O_WRONLY | os.O_TRUNC)
+            with open(src + "/notes.txt", "w") as f:
+                f.write("theirs: written on the server\\n")
+            os.write(fd, b"ours: written through the mount\\n")
+            os.close(fd)
+            fd = os.open(mnt + "/new.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with open(src + "/new.txt", "w") as f:
+                f.write("theirs: new on the server\\n")
+            os.write(fd, b"ours: new through the mount\\n")
+            os.close(fd)
+            PY
+            """)
+        #expect(edit.status == 0, "\(edit.output) \(edit.error)")
+        for (name, theirs, ours) in [
+            ("notes", "theirs: written on the server\n", "ours: written through the mount\n"),
+            ("new", "theirs: new on the server\n", "ours: new through the mount\n"),
+        ] {
+            let deadline = ContinuousClock.now + .seconds(30)
+            var copies: [Substring] = []
+            while ContinuousClock.now < deadline {
+                copies = try shell("ls -1 \(quoted(served))").output.split(separator: "\n")
+                    .filter { $0.hasPrefix("\(name) (conflict ") && $0.hasSuffix(").txt") }
+                if !copies.isEmpty { break }
+                usleep(100_000)
+            }
+            #expect(copies.count == 1, "\(name): \(copies)")
+            guard let copy = copies.first else { continue }
+            #expect(try shell("cat \(quoted(served + "/" + name + ".txt"))").output == theirs, "\(name)")
+            #expect(try shell("cat \(quoted(served + "/" + copy))").output == ours, "\(name)")
+        }
+    }
+
     /// `--user` and `--password-file`: the server's basic authentication passes, and the password
     /// is nowhere on the daemon's command line.
     @Test func authenticatesWithAPasswordFileKeptOffTheCommandLine() throws {
