@@ -19,6 +19,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CQPDF", pkgConfig: "libqpdf", providers: [.apt(["libqpdf-dev"])]),
+        // libcurl with non-variadic setopt/getinfo wrappers (shim.h), for the WebDAV provider only.
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // glibc headers Swift's Glibc module lacks (sys/xattr.h); headers only, part of libc6-dev.
         .systemLibrary(name: "CLinuxHeaders"),
 
@@ -48,6 +50,8 @@ let package = Package(
         .target(name: "ProviderModel", dependencies: ["SystemSupport"]),
         .target(name: "LocalProvider", dependencies: ["ProviderModel", "SystemSupport"]),
         .target(name: "ProviderFaults", dependencies: ["CryptoSupport", "ProviderModel", "SystemSupport"]),
+        // A WebDAV server as the remote (issue 26): HTTP on libcurl, 207 Multi-Status with XMLParser.
+        .target(name: "WebDAVProvider", dependencies: ["CCurl", "ProviderModel", "SystemSupport"]),
         .target(
             name: "ProviderCache",
             dependencies: ["ProviderModel", "SQLiteStore", "CryptoSupport", "SystemSupport", "Diagnostics"]),
@@ -59,7 +63,7 @@ let package = Package(
             name: "ProviderFSCommands",
             dependencies: [
                 "FUSEAdapter", "VirtualFileSystem", "ProviderCache", "ProviderModel", "LocalProvider", "ProviderFaults",
-                "AccessTokens", "FileCoordination", "ControlWire", "SystemSupport", "Diagnostics",
+                "WebDAVProvider", "AccessTokens", "FileCoordination", "ControlWire", "SystemSupport", "Diagnostics",
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
         .executableTarget(name: "reading-list", dependencies: ["ReadingList", "SystemSupport"]),
@@ -104,6 +108,10 @@ let package = Package(
             dependencies: [
                 "LocalProvider", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport", "TestScheduling",
             ]),
+        // The WebDAV provider: its XML and URL parsers, and against a real `rclone serve webdav`.
+        .testTarget(
+            name: "WebDAVProviderTests",
+            dependencies: ["WebDAVProvider", "ProviderModel", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "ProviderFaultsTests",
             dependencies: ["CryptoSupport", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),

@@ -1,4 +1,4 @@
-// `providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] …`
+// `providerfs mount (--demo | --source DIR | --webdav URL) MOUNTPOINT [--foreground] [--cache DIR] …`
 //
 // Without --foreground the command starts the daemon (this same binary with --foreground) in its
 // own session, with stdin from /dev/null and stdout/stderr into a log file, so it never holds the
@@ -15,6 +15,7 @@ import ProviderFaults
 import ProviderModel
 import SystemSupport
 import VirtualFileSystem
+import WebDAVProvider
 
 #if canImport(Glibc)
 import Glibc
@@ -22,9 +23,11 @@ import Glibc
 
 struct MountCommand: CLICommand {
     static let name = "mount"
-    static let summary = "mount a provider (a directory, or the demo) as a FUSE file system"
+    static let summary = "mount a provider (a directory, a WebDAV server, or the demo) as a FUSE file system"
     static let usage = """
-        providerfs mount (--demo | --source DIR) MOUNTPOINT [--foreground] [--cache DIR] [--log FILE]
+        providerfs mount (--demo | --source DIR | --webdav URL [--user U] [--password-file F] [--ca-file F])
+                         MOUNTPOINT
+                         [--foreground] [--cache DIR] [--log FILE]
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
                          [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
@@ -65,6 +68,19 @@ struct MountCommand: CLICommand {
         var noDownloadFor: [String] = []
         var downloadFor: [String] = []
         var allowAllDownloads = false
+        /// `--webdav URL`: the provider is that WebDAV collection (`source` is its URL).
+        var webdav: WebDAVSource?
+    }
+
+    /// A WebDAV server to mount (docs/WEBDAV.md). The password is not here: the daemon reads it
+    /// from `passwordFile` or `PROVIDERFS_WEBDAV_PASSWORD` itself (D-418).
+    struct WebDAVSource {
+        var location: WebDAVLocation
+        var user: String?
+        /// Absolute.
+        var passwordFile: String?
+        /// PEM certificates to trust for https instead of the system's store; absolute.
+        var caFile: String?
     }
 
     struct Output: Encodable {
@@ -78,6 +94,16 @@ struct MountCommand: CLICommand {
     static func run(_ arguments: inout ArgumentList, io: CommandIO) async throws -> Int32 {
         let demo = try arguments.flag("--demo")
         let sourceArgument = try arguments.option("--source")
+        let webdavArgument = try arguments.option("--webdav")
+        let userArgument = try arguments.option("--user")
+        let passwordFileArgument = try arguments.option("--password-file")
+        let caFileArgument = try arguments.option("--ca-file")
+        // A password on the command line shows in ps, shell history and logs: refused, not echoed.
+        if arguments.optionalValueFlag("--password") != nil || arguments.optionalValueFlag("--pass") != nil {
+            throw UsageError(
+                "providerfs mount: no password on the command line (ps and shell history show it); "
+                    + "use --password-file F or the environment variable \(webdavPasswordVariable).")
+        }
         let foreground = try arguments.flag("--foreground")
         let cacheArgument = try arguments.option("--cache")
         let logArgument = try arguments.option("--log")
@@ -124,15 +150,23 @@ struct MountCommand: CLICommand {
         }
         let mountpointArgument = try arguments.requiredPositional("MOUNTPOINT")
         try arguments.finish()
-        guard demo != (sourceArgument != nil) else {
-            throw UsageError("providerfs mount: give exactly one of --demo or --source DIR.")
+        guard [demo, sourceArgument != nil, webdavArgument != nil].filter({ $0 }).count == 1 else {
+            throw UsageError("providerfs mount: give exactly one of --demo, --source DIR or --webdav URL.")
+        }
+        if webdavArgument == nil, userArgument != nil || passwordFileArgument != nil || caFileArgument != nil {
+            throw UsageError("providerfs mount: --user, --password-file and --ca-file go with --webdav URL.")
         }
 
         let reporter = ReadinessReporter(fd: readyFD)
         do {
+            let webdav = try webdavArgument.map { url throws(CommandFailure) in
+                try webdavSource(
+                    url: url, user: userArgument, passwordFile: passwordFileArgument, caFile: caFileArgument)
+            }
             var plan = try prepare(
-                demo: demo, source: sourceArgument, mountpoint: mountpointArgument, cache: cacheArgument,
-                log: logArgument, allowOther: allowOther)
+                demo: demo, source: sourceArgument ?? webdav?.location.description, mountpoint: mountpointArgument,
+                cache: cacheArgument, log: logArgument, allowOther: allowOther, remote: webdav != nil)
+            plan.webdav = webdav
             plan.passthrough = !noPassthrough
             plan.readOnly = readOnly
             plan.requireToken = requireToken
@@ -164,12 +198,65 @@ struct MountCommand: CLICommand {
         return "\(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))ms"
     }
 
-    /// Resolves paths and checks everything that can be checked before mounting.
+    /// The environment variable a WebDAV password may come from (D-418).
+    static let webdavPasswordVariable = "PROVIDERFS_WEBDAV_PASSWORD"
+
+    /// `--webdav URL` checked (http or https, no credentials in it, …), the password and CA files
+    /// made absolute and checked readable.
+    static func webdavSource(
+        url: String, user: String?, passwordFile: String?, caFile: String? = nil
+    ) throws(CommandFailure) -> WebDAVSource {
+        let location: WebDAVLocation
+        do { location = try WebDAVLocation(url) } catch {
+            throw CommandFailure("bad --webdav URL: \(error.description)")
+        }
+        var file: String?
+        if let passwordFile {
+            let path = mountPointPath(passwordFile)
+            guard access(path, R_OK) == 0 else {
+                throw CommandFailure("cannot read the password file \(path): \(Errno.current.message)")
+            }
+            file = path
+        }
+        var trusted: String?
+        if let caFile {
+            let path = mountPointPath(caFile)
+            guard access(path, R_OK) == 0 else {
+                throw CommandFailure("cannot read the CA file \(path): \(Errno.current.message)")
+            }
+            trusted = path
+        }
+        return WebDAVSource(location: location, user: user, passwordFile: file, caFile: trusted)
+    }
+
+    /// The daemon's connection settings for `source`: the password from its file (one trailing
+    /// newline dropped) or from `PROVIDERFS_WEBDAV_PASSWORD`, never from the command line.
+    static func webdavConfiguration(_ source: WebDAVSource) throws(CommandFailure) -> WebDAVConfiguration {
+        var configuration = WebDAVConfiguration(location: source.location, user: source.user)
+        configuration.caFile = source.caFile
+        if let file = source.passwordFile {
+            guard var password = readTextFile(file) else {
+                throw CommandFailure("cannot read the password file \(file): \(Errno.current.message)")
+            }
+            if password.hasSuffix("\n") { password.removeLast() }
+            if password.hasSuffix("\r") { password.removeLast() }
+            configuration.password = password
+        } else if let password = currentEnvironment()[webdavPasswordVariable] {
+            configuration.password = password
+        }
+        return configuration
+    }
+
+    /// Resolves paths and checks everything that can be checked before mounting. `remote`: the
+    /// source is a URL (nothing local to check).
     static func prepare(
-        demo: Bool, source: String?, mountpoint: String, cache: String?, log: String?, allowOther: Bool
+        demo: Bool, source: String?, mountpoint: String, cache: String?, log: String?, allowOther: Bool,
+        remote: Bool = false
     ) throws -> Plan {
         var sourcePath: String
-        if demo {
+        if remote {
+            sourcePath = source!
+        } else if demo {
             // The demo directory holds the generated tree (`source/`) and its fault manifest.
             do { sourcePath = try DemoSource.ensure(at: UserDirectories.demoSource).sourceDirectory } catch {
                 throw CommandFailure("cannot create the demo source in \(UserDirectories.demoSource): \(error)")
@@ -177,14 +264,16 @@ struct MountCommand: CLICommand {
         } else {
             sourcePath = source!
         }
-        var info = stat()
-        guard stat(sourcePath, &info) == 0 else {
-            throw CommandFailure("the source \(sourcePath) does not exist (\(Errno.current.message))")
+        if !remote {
+            var info = stat()
+            guard stat(sourcePath, &info) == 0 else {
+                throw CommandFailure("the source \(sourcePath) does not exist (\(Errno.current.message))")
+            }
+            guard info.st_mode & S_IFMT == S_IFDIR else {
+                throw CommandFailure("the source \(sourcePath) is not a directory")
+            }
+            sourcePath = canonicalPath(sourcePath) ?? sourcePath
         }
-        guard info.st_mode & S_IFMT == S_IFDIR else {
-            throw CommandFailure("the source \(sourcePath) is not a directory")
-        }
-        sourcePath = canonicalPath(sourcePath) ?? sourcePath
 
         let mountpointPath = mountPointPath(mountpoint)
         var state = inspectMountPoint(mountpoint)
@@ -213,7 +302,7 @@ struct MountCommand: CLICommand {
         case .inaccessible(let error):
             throw CommandFailure("cannot use the mount point \(mountpoint): \(error.message)")
         }
-        if sourcePath == mountpointPath || sourcePath.hasPrefix(mountpointPath + "/") {
+        if !remote, sourcePath == mountpointPath || sourcePath.hasPrefix(mountpointPath + "/") {
             throw CommandFailure("the source \(sourcePath) cannot be inside the mount point \(mountpointPath)")
         }
 
@@ -265,6 +354,22 @@ struct MountCommand: CLICommand {
         let fileSystem: ProviderFileSystem
         let faults: FaultPlan
         let tokens: TokenAuthority
+        // A WebDAV server is asked for its root before mounting: a wrong URL, a server that is
+        // down or refuses the credentials fails the mount with the reason.
+        let webdav = try plan.webdav.map { source throws(CommandFailure) in try webdavConfiguration(source) }
+        if let webdav {
+            do {
+                let root = try await WebDAVProvider(configuration: webdav).item(for: .root)
+                guard root.kind == .directory else {
+                    throw CommandFailure("\(webdav.location) is not a WebDAV collection")
+                }
+            } catch let failure as CommandFailure {
+                throw failure
+            } catch {
+                throw CommandFailure(
+                    "cannot use the WebDAV server \(webdav.location): \(ProviderError.from(error).message)")
+            }
+        }
         do {
             var fileSystemOptions = FileSystemOptions()
             if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
@@ -287,7 +392,7 @@ struct MountCommand: CLICommand {
             }
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
-                claims: ClaimPorts(readsAndWrites: claims, namespace: namespaceClaims),
+                claims: ClaimPorts(readsAndWrites: claims, namespace: namespaceClaims), webdav: webdav,
                 // Presenters hear what the provider changed (D-403).
                 providerChanges: MountProviderChanges(server: coordination, mountpoint: plan.mountpoint))
         } catch {
@@ -376,6 +481,14 @@ struct MountCommand: CLICommand {
             "--log=\(plan.logFile)", "--foreground", "--ready-fd=3", plan.mountpoint,
         ]
         if plan.demo { arguments.removeAll { $0 == "--source=\(plan.source)" } }
+        if let webdav = plan.webdav {
+            // The password stays out of the daemon's command line: its file, or the environment
+            // the daemon inherits.
+            arguments[2] = "--webdav=\(webdav.location)"
+            if let user = webdav.user { arguments.append("--user=\(user)") }
+            if let file = webdav.passwordFile { arguments.append("--password-file=\(file)") }
+            if let file = webdav.caFile { arguments.append("--ca-file=\(file)") }
+        }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }
         if plan.readOnly { arguments.append("--read-only") }

@@ -1,8 +1,8 @@
 // The composition root of a mount: the one place that chooses concrete providers (a local
 // directory, the fault wrapper), the metadata store (SQLite) and builds the ProviderCache and the
 // ProviderFileSystem over them. The layers below know only their protocols (`Provider`,
-// `MetadataStore`, `ReadClaimProvider`); a new provider (WebDAV) or wrapper (access tokens) is
-// added here.
+// `MetadataStore`, `ReadClaimProvider`); a new provider (WebDAV, `makeFileSystem(webdav:)`) or
+// wrapper (access tokens) is added here.
 
 package import AccessTokens
 import Diagnostics
@@ -12,6 +12,7 @@ package import ProviderFaults
 package import ProviderModel
 import SystemSupport
 package import VirtualFileSystem
+package import WebDAVProvider
 
 #if canImport(Glibc)
 import Glibc
@@ -26,7 +27,8 @@ package enum MountComposition {
     /// demo with its failing item when that file is first created.
     static func makeMount(
         source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
-        claims: ClaimPorts = ClaimPorts(), providerChanges: (any ProviderChangeListener)? = nil
+        claims: ClaimPorts = ClaimPorts(), webdav: WebDAVConfiguration? = nil,
+        providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan, tokens: TokenAuthority) {
         // One authority: the control handler's token commands and the file system's access paths
         // (`MountScopedAccess`) see the same tokens.
@@ -42,7 +44,7 @@ package enum MountComposition {
         let faults = try storedFaults(in: cacheDirectory)
         let fileSystem = try makeFileSystem(
             source: source, cacheDirectory: cacheDirectory, options: options, faults: faults, claims: claims,
-            scopedAccess: scopedAccess, providerChanges: providerChanges)
+            scopedAccess: scopedAccess, webdav: webdav, providerChanges: providerChanges)
         return (fileSystem, faults, tokens)
     }
 
@@ -87,6 +89,7 @@ package enum MountComposition {
     ///     directory (every mount's provider is wrapped in `FaultInjectingProvider`).
     ///   - claims: the coordination ports: read claims of opens, write claims, namespace claims.
     ///   - scopedAccess: checks access paths (`.scoped/<token>/…`); nil: the mount has none.
+    ///   - webdav: the provider is this WebDAV server (`source` is then only its name).
     ///   - providerChanges: hears of changes the provider made (the mount's presenters, D-403).
     /// - Throws: `.notFound` / `.notADirectory` for a bad source, `.io` for a cache directory that
     ///   cannot be created or a metadata store that cannot be opened; the message says which.
@@ -94,11 +97,16 @@ package enum MountComposition {
         source: String, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
         faults: FaultPlan? = nil, claims: ClaimPorts = ClaimPorts(),
         clock: any Clock<Duration> = ContinuousClock(), scopedAccess: (any ScopedAccessProvider)? = nil,
-        providerChanges: (any ProviderChangeListener)? = nil
+        webdav: WebDAVConfiguration? = nil, providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> ProviderFileSystem {
         let plan: FaultPlan
         if let faults { plan = faults } else { plan = try storedFaults(in: cacheDirectory) }
-        let provider = try makeProvider(source: source, faults: plan, clock: clock)
+        let provider =
+            if let webdav {
+                FaultInjectingProvider(wrapping: WebDAVProvider(configuration: webdav), plan: plan, clock: clock)
+            } else {
+                try makeProvider(source: source, faults: plan, clock: clock)
+            }
         let store = try openMetadataStore(in: cacheDirectory)
         do {
             let cache = try ProviderCache(

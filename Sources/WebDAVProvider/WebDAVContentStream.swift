@@ -1,0 +1,314 @@
+// One ranged GET as a `ContentStream`. The transfer runs on a thread of its own (libcurl's easy
+// interface blocks); its bytes go into a bounded queue that `next` drains. A full queue blocks the
+// transfer thread (backpressure: a slow reader never makes the daemon buffer a whole file), and
+// that waiting does not count against the stall deadline. `fetchContents` returns once the
+// response's status is known, so a changed version (412, or another ETag) or a missing item
+// throws there.
+
+import Foundation
+import ProviderModel
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A mutex with a condition variable (the transfer thread waits on it while the queue is full).
+final class Monitor: @unchecked Sendable {
+    // Safe: the mutex and condition are heap-allocated once and only used through pthread calls.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+        condition.deallocate()
+    }
+
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+
+    /// Waits for a `broadcast`; only inside `withLock`.
+    func wait() { pthread_cond_wait(condition, mutex) }
+
+    func broadcast() { pthread_cond_broadcast(condition) }
+}
+
+final class WebDAVContentStream: ContentStream, @unchecked Sendable {
+    // Safe: every `var` below is only touched with `monitor` held.
+    private let monitor = Monitor()
+    private var chunks: [[UInt8]] = []
+    private var headOffset = 0
+    private var buffered = 0
+    /// The response's status was judged (the first body byte, or the end of a bodiless answer).
+    private var decided = false
+    private var ended = false
+    private var failure: ProviderError?
+    private var closed = false
+    private var waiter: CheckedContinuation<Void, Never>?
+
+    /// Bytes the queue holds before the transfer thread waits.
+    static let capacity = 8 << 20
+
+    let identifier: ItemIdentifier
+    let version: ContentVersion
+    let range: Range<Int64>
+    let context: TransferContext
+    /// Bytes still to skip (a server that ignored Range sent the file from its start) and to deliver.
+    private var skip: Int64 = 0
+    private var remaining: Int64
+
+    init(identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>, stallTimeout: Duration) {
+        self.identifier = identifier
+        self.version = version
+        self.range = range
+        remaining = Int64(range.count)
+        context = TransferContext(stallTimeout: stallTimeout)
+    }
+
+    deinit { close() }
+
+    /// An already ended stream (an empty range, or a range past the end).
+    static func empty(
+        _ identifier: ItemIdentifier, _ version: ContentVersion, _ range: Range<Int64>
+    )
+        -> WebDAVContentStream
+    {
+        let stream = WebDAVContentStream(
+            identifier: identifier, version: version, range: range, stallTimeout: .seconds(1))
+        stream.monitor.withLock {
+            stream.decided = true
+            stream.ended = true
+        }
+        return stream
+    }
+
+    /// Starts the GET on its own thread and waits until its status is known; throws what the
+    /// server answered instead of the bytes (`.versionChanged`, `.noSuchItem`, …).
+    func start(_ request: HTTPRequest, transport: HTTPTransport) async throws {
+        context.onBody = { [unowned self] chunk in self.received(chunk) }
+        let thread = Thread { [self] in
+            var thrown: ProviderError?
+            do { try transport.perform(request, context: context) } catch { thrown = ProviderError.from(error) }
+            // A response that ended without a body is judged now; a transport failure needs no judging.
+            if thrown == nil, !decidedNow() { decide() }
+            finish(thrown)
+        }
+        thread.name = "webdav-get"
+        thread.start()
+        while true {
+            let state = monitor.withLock { () -> (ready: Bool, failure: ProviderError?) in
+                (decided || ended, failure)
+            }
+            if state.ready {
+                if let failure = state.failure {
+                    close()
+                    throw failure
+                }
+                return
+            }
+            await waitForChange(orDecision: true)
+        }
+    }
+
+    private func decidedNow() -> Bool { monitor.withLock { decided } }
+
+    /// Judges the response: its status, its range, its version (see the file's header).
+    /// Called on the transfer thread, before the first body byte is taken or at the end.
+    private func decide() {
+        let status = context.status
+        let headers = context.headers
+        var problem: ProviderError?
+        var empty = false
+        switch status {
+        case 206:
+            // "bytes first-last/total": the range must start where asked.
+            let value = headers["content-range"] ?? ""
+            let first = value.split(separator: " ").dropFirst().first?.split(separator: "-").first.flatMap { Int64($0) }
+            if first != range.lowerBound {
+                problem = ProviderError(
+                    .io, "GET \(identifier): asked for bytes from \(range.lowerBound), got '\(value)'", errno: EIO)
+            }
+        case 200:
+            // The server ignored Range: the body is the whole file; the bytes before the range are skipped.
+            skip = range.lowerBound
+        case 416:
+            empty = true  // the range starts past the end: nothing to deliver (the caller sees the count)
+        default:
+            problem = WebDAVProvider.statusError(status, "GET \(identifier)", conflict: .versionChanged)
+        }
+        if problem == nil, !empty, let mismatch = versionMismatch(headers) { problem = mismatch }
+        let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
+            decided = true
+            if let problem, failure == nil { failure = problem }
+            if empty { ended = true }
+            defer { waiter = nil }
+            return waiter
+        }
+        waiting?.resume()
+        if let problem { context.abortReason = problem }
+        if empty { context.stoppedOnPurpose = true }
+    }
+
+    /// `.versionChanged` when the response names another version than the one asked for: its
+    /// ETag (weak and strong alike compared by their opaque text), or, for a version made of the
+    /// last-modified time and size, those.
+    private func versionMismatch(_ headers: [String: String]) -> ProviderError? {
+        let asked = version.rawValue
+        if WebDAVProvider.isETag(asked) {
+            guard let etag = headers["etag"] else { return nil }
+            if WebDAVProvider.opaqueTag(etag) != WebDAVProvider.opaqueTag(asked) {
+                return ProviderError(.versionChanged, "\(identifier) changed: \(asked) is now \(etag)")
+            }
+            return nil
+        }
+        guard let modified = headers["last-modified"].flatMap(MultiStatus.httpDate) else { return nil }
+        let total: Int64? =
+            if context.status == 206 {
+                headers["content-range"].flatMap { $0.split(separator: "/").last.flatMap { Int64($0) } }
+            } else {
+                headers["content-length"].flatMap { Int64($0) }
+            }
+        guard let total else { return nil }
+        let now = WebDAVProvider.fallbackVersion(lastModified: modified, size: total)
+        return now.rawValue == asked
+            ? nil : ProviderError(.versionChanged, "\(identifier) changed: \(asked) is now \(now)")
+    }
+
+    /// The transfer thread's body callback: judge the response first, then queue the bytes of the
+    /// range, waiting while the queue is full. False stops the transfer.
+    private func received(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        if !decidedNow() { decide() }
+        if context.abortReason != nil || context.stoppedOnPurpose { return false }
+        var bytes = chunk[...]
+        if skip > 0 {
+            let dropped = Int(min(skip, Int64(bytes.count)))
+            bytes = bytes.dropFirst(dropped)
+            skip -= Int64(dropped)
+        }
+        let taken = Int(min(remaining, Int64(bytes.count)))
+        let extra = bytes.count > taken
+        remaining -= Int64(taken)
+        if taken > 0 {
+            let copy = [UInt8](bytes.prefix(taken))
+            let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
+                guard !closed else { return nil }
+                chunks.append(copy)
+                buffered += copy.count
+                defer { waiter = nil }
+                return waiter
+            }
+            waiting?.resume()
+            let open = monitor.withLock { () -> Bool in
+                while buffered >= Self.capacity, !closed { monitor.wait() }
+                return !closed
+            }
+            context.resetStallClock()
+            if !open { return false }
+        }
+        if remaining == 0, extra {
+            // More than the range (a server that ignored Range): the rest is not needed.
+            context.stoppedOnPurpose = true
+            return false
+        }
+        return true
+    }
+
+    private func finish(_ thrown: ProviderError?) {
+        let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
+            ended = true
+            if let thrown, failure == nil, !closed { failure = thrown }
+            defer { waiter = nil }
+            return waiter
+        }
+        waiting?.resume()
+    }
+
+    /// Suspends until the transfer thread queued bytes (or, with `orDecision`, judged the
+    /// response), ended, or the stream was closed or its task cancelled.
+    private func waitForChange(orDecision: Bool = false) async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = monitor.withLock { () -> Bool in
+                    if buffered > 0 || ended || closed || (decided && (orDecision || failure != nil))
+                        || Task.isCancelled
+                    {
+                        return true
+                    }
+                    waiter = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
+                defer { waiter = nil }
+                return waiter
+            }
+            waiting?.resume()
+        }
+    }
+
+    func next(maximumLength: Int) async throws -> [UInt8]? {
+        while true {
+            try Task.checkCancellation()
+            enum Step {
+                case bytes([UInt8])
+                case end
+                case fail(ProviderError)
+                case wait
+            }
+            let step = monitor.withLock { () -> Step in
+                if closed { return .end }
+                if buffered > 0 {
+                    var out: [UInt8] = []
+                    out.reserveCapacity(min(maximumLength, buffered))
+                    while out.count < maximumLength, !chunks.isEmpty {
+                        let head = chunks[0]
+                        let count = min(maximumLength - out.count, head.count - headOffset)
+                        out += head[headOffset..<headOffset + count]
+                        headOffset += count
+                        if headOffset == head.count {
+                            chunks.removeFirst()
+                            headOffset = 0
+                        }
+                    }
+                    buffered -= out.count
+                    monitor.broadcast()
+                    return .bytes(out)
+                }
+                if let failure { return .fail(failure) }
+                if ended { return .end }
+                return .wait
+            }
+            switch step {
+            case .bytes(let bytes): return bytes
+            case .end: return nil
+            case .fail(let error): throw error
+            case .wait: await waitForChange()
+            }
+        }
+    }
+
+    func close() {
+        let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
+            closed = true
+            chunks = []
+            buffered = 0
+            monitor.broadcast()
+            defer { waiter = nil }
+            return waiter
+        }
+        context.cancelled.withLock { $0 = true }
+        waiting?.resume()
+    }
+}

@@ -1,0 +1,249 @@
+// A WebDAV server as the remote (issue 26; docs/WEBDAV.md). Identifiers are paths relative to
+// the base collection, decoded, as a local directory's are. Listings are PROPFIND Depth 1 (never
+// infinity), one item PROPFIND Depth 0, content a ranged GET. The content version is the ETag;
+// a server that sends none gets `lm:<getlastmodified seconds>;s<size>` (D-416). Writes are in
+// WebDAVProvider+Writing.swift.
+
+import Foundation
+public import ProviderModel
+import SystemSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How to reach a WebDAV server. `description` never shows the password.
+public struct WebDAVConfiguration: Sendable, CustomStringConvertible {
+    public var location: WebDAVLocation
+    public var user: String?
+    /// From `--password-file` or `PROVIDERFS_WEBDAV_PASSWORD` only (D-418).
+    public var password: String?
+    /// Connecting may take this long.
+    public var connectTimeout: Duration = .seconds(10)
+    /// A metadata request (PROPFIND, MKCOL, MOVE, DELETE) may take this long in all.
+    public var requestTimeout: Duration = .seconds(30)
+    /// A content transfer (GET, PUT) may move no byte for this long.
+    public var stallTimeout: Duration = .seconds(30)
+    /// CA certificates (PEM) to trust for https instead of the system's.
+    public var caFile: String?
+
+    public init(location: WebDAVLocation, user: String? = nil, password: String? = nil) {
+        self.location = location
+        self.user = user
+        self.password = password
+    }
+
+    public var description: String {
+        "\(location)" + (user.map { " as \($0)" } ?? "") + (password == nil ? "" : " (password set)")
+    }
+}
+
+/// A provider over a WebDAV collection (see the file's header).
+public final class WebDAVProvider: Provider {
+    public let configuration: WebDAVConfiguration
+    var location: WebDAVLocation { configuration.location }
+    let transport: HTTPTransport
+    /// Set once the server refused MOVE for an upload (405, 501): later uploads PUT in place.
+    let putsInPlace = Locked(false)
+
+    /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0) and writing. Not yet:
+    /// change tracking (needs polling), stored attributes (PROPPATCH), links, exchanges.
+    public let capabilities: ProviderCapabilities = [.namedChildLookup, .writing]
+
+    public init(configuration: WebDAVConfiguration) {
+        self.configuration = configuration
+        transport = HTTPTransport(
+            settings: HTTPSettings(
+                user: configuration.user, password: configuration.password,
+                connectTimeout: configuration.connectTimeout, requestTimeout: configuration.requestTimeout,
+                stallTimeout: configuration.stallTimeout, caFile: configuration.caFile))
+    }
+
+    /// How many connections to the server were opened so far (requests reuse them, D-415).
+    public var connectionsOpened: Int { transport.connectionsOpened.withLock { $0 } }
+
+    /// Upload staging names (`.providerfs-upload-<random>`): never listed, never looked up, refused
+    /// as names of new items (as the local provider's, D-351).
+    public static let temporaryNamePrefix = ".providerfs-upload-"
+
+    static func isTemporaryName(_ name: some StringProtocol) -> Bool {
+        name.utf8.starts(with: temporaryNamePrefix.utf8)
+    }
+
+    // MARK: Reading
+
+    public func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        try checkIdentifier(identifier)
+        if let last = identifier.rawValue.split(separator: "/").last, Self.isTemporaryName(last) {
+            throw ProviderError(.noSuchItem, "\(identifier) is gone", errno: ENOENT)
+        }
+        let entries = try await propfind(location.url(of: identifier), depth: 0, what: "\(identifier)")
+        guard
+            let entry = entries.first(where: { location.identifier(forHref: $0.href) == identifier })
+                ?? (entries.count == 1 ? entries.first : nil)
+        else {
+            throw ProviderError(.io, "PROPFIND \(identifier): the answer does not name the item", errno: EIO)
+        }
+        if let status = entry.status {
+            throw Self.statusError(status, "PROPFIND \(identifier)", conflict: .noSuchItem)
+        }
+        return makeItem(identifier, entry)
+    }
+
+    public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try checkIdentifier(identifier)
+        let entries: [MultiStatusEntry]
+        do {
+            entries = try await propfind(
+                location.url(of: identifier, collection: true), depth: 1, what: "\(identifier)")
+        } catch let error as ProviderError where error.code == .noSuchItem && identifier != .root {
+            // "file/" is not found at some servers: say what the item really is.
+            let item = try await item(for: identifier)
+            guard item.kind == .directory else {
+                throw ProviderError(.wrongKind, "\(identifier) is not a directory", errno: ENOTDIR)
+            }
+            throw error
+        }
+        var children: [ProviderItem] = []
+        for entry in entries {
+            guard let child = location.identifier(forHref: entry.href) else { continue }
+            if child == identifier {
+                guard entry.isCollection else {
+                    throw ProviderError(.wrongKind, "\(identifier) is not a directory", errno: ENOTDIR)
+                }
+                continue
+            }
+            // Only direct children, found, and never an upload's staging file.
+            guard entry.status == nil, parent(of: child) == identifier, !Self.isTemporaryName(name(of: child)) else {
+                continue
+            }
+            children.append(makeItem(child, entry))
+        }
+        return children
+    }
+
+    /// One PROPFIND Depth 0 of the name; a miss checks that the directory itself still exists.
+    public func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
+        guard WebDAVLocation.isName(name) else { throw ProviderError(.invalidName, "'\(name)' is not a file name") }
+        if Self.isTemporaryName(name) { return nil }
+        do {
+            return try await item(for: WebDAVLocation.identifier(of: name, in: directory))
+        } catch let error as ProviderError where error.code == .noSuchItem || error.code == .wrongKind {
+            let parent = try await item(for: directory)
+            guard parent.kind == .directory else {
+                throw ProviderError(.wrongKind, "\(directory) is not a directory", errno: ENOTDIR)
+            }
+            return nil
+        }
+    }
+
+    public func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try checkIdentifier(identifier)
+        guard !range.isEmpty else { return WebDAVContentStream.empty(identifier, version, range) }
+        var headers: [String] = []
+        // A strong ETag makes the server refuse (412) a file that changed; a weak one cannot be
+        // used in If-Match, and the response's ETag is compared instead (as it is for every GET).
+        if Self.isETag(version.rawValue), !version.rawValue.hasPrefix("W/") {
+            headers.append("If-Match: \(version.rawValue)")
+        }
+        let request = HTTPRequest(
+            method: "GET", url: location.url(of: identifier), headers: headers, range: range, followRedirects: true,
+            totalDeadline: false)
+        let stream = WebDAVContentStream(
+            identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout)
+        try await stream.start(request, transport: transport)
+        return stream
+    }
+
+    // MARK: Protocol helpers
+
+    static let propfindBody = Array(
+        """
+        <?xml version="1.0" encoding="utf-8"?>
+        <D:propfind xmlns:D="DAV:"><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/>\
+        <D:getetag/></D:prop></D:propfind>
+        """.utf8)
+
+    /// PROPFIND of `url` at `depth` (0 or 1, never infinity), parsed.
+    func propfind(_ url: String, depth: Int, what: String) async throws -> [MultiStatusEntry] {
+        let request = HTTPRequest(
+            method: "PROPFIND", url: url,
+            headers: ["Depth: \(depth)", "Content-Type: application/xml; charset=utf-8"], body: Self.propfindBody,
+            followRedirects: true, maximumResponseBytes: MultiStatusLimits().maximumBytes)
+        let response = try await transport.send(request)
+        guard response.status == 207 else {
+            throw Self.statusError(response.status, "PROPFIND \(what)", conflict: .noSuchItem)
+        }
+        do {
+            return try MultiStatus.parse(response.body)
+        } catch {
+            throw ProviderError(.io, "PROPFIND \(what): \(error)", errno: EIO)
+        }
+    }
+
+    func makeItem(_ identifier: ItemIdentifier, _ entry: MultiStatusEntry) -> ProviderItem {
+        let directory = entry.isCollection
+        let size = directory ? 0 : entry.contentLength ?? 0
+        let modified = entry.lastModified ?? 0
+        let version = entry.etag.map { ContentVersion($0) } ?? Self.fallbackVersion(lastModified: modified, size: size)
+        return ProviderItem(
+            identifier: identifier, parent: parent(of: identifier), name: name(of: identifier),
+            kind: directory ? .directory : .file, size: size, modificationTime: ItemTime(seconds: modified),
+            contentVersion: version, permissions: directory ? 0o755 : 0o644)
+    }
+
+    /// The version of an item whose server sends no ETag (D-416): its last-modified time (whole
+    /// seconds, as HTTP dates are) and size. A rewrite of the same size within one second is not
+    /// seen (docs/WEBDAV.md).
+    static func fallbackVersion(lastModified: Int64, size: Int64) -> ContentVersion {
+        ContentVersion("lm:\(lastModified);s\(size)")
+    }
+
+    /// Whether a version is an ETag (`"…"` or `W/"…"`), not the fallback.
+    static func isETag(_ version: String) -> Bool { version.hasPrefix("\"") || version.hasPrefix("W/\"") }
+
+    /// An ETag without its weakness marker (the weak comparison of RFC 9110 §8.8.3.2).
+    static func opaqueTag(_ tag: String) -> Substring {
+        let trimmed = Substring(tag.trimmingCharacters(in: .whitespaces))
+        return trimmed.hasPrefix("W/") ? trimmed.dropFirst(2) : trimmed
+    }
+
+    func parent(of identifier: ItemIdentifier) -> ItemIdentifier {
+        guard let slash = identifier.rawValue.lastIndex(of: "/") else { return .root }
+        return ItemIdentifier(String(identifier.rawValue[..<slash]))
+    }
+
+    func name(of identifier: ItemIdentifier) -> String {
+        identifier.rawValue.split(separator: "/").last.map(String.init) ?? ""
+    }
+
+    func checkIdentifier(_ identifier: ItemIdentifier) throws {
+        guard identifier != .root else { return }
+        for component in identifier.rawValue.split(separator: "/", omittingEmptySubsequences: false) {
+            guard WebDAVLocation.isName(component) else {
+                throw ProviderError(
+                    .invalidName, "identifier '\(identifier.rawValue)' is not a path inside the collection")
+            }
+        }
+    }
+
+    /// An HTTP status that is not the success asked for, as the cache reads it (docs/WEBDAV.md):
+    /// 401/403 EACCES, 404/410 not found (and `conflict` for 409, which names a missing parent
+    /// for PUT and MKCOL), 412 a changed version, 413 EFBIG, 507 ENOSPC, 502/503/504 unreachable
+    /// (cached items stay readable), anything else EIO.
+    static func statusError(_ status: Int, _ what: String, conflict: ProviderError.Code) -> ProviderError {
+        let message = "\(what): the server answered \(status)"
+        switch status {
+        case 401, 403: return ProviderError(.accessDenied, message, errno: EACCES)
+        case 404, 410: return ProviderError(.noSuchItem, message, errno: ENOENT)
+        case 409: return ProviderError(conflict, message, errno: conflict == .noSuchItem ? ENOENT : nil)
+        case 412: return ProviderError(.versionChanged, message)
+        case 413: return ProviderError(.tooLarge, message, errno: EFBIG)
+        case 507: return ProviderError(.noSpace, message, errno: ENOSPC)
+        case 502, 503, 504: return ProviderError(.unreachable, message, errno: ENETUNREACH)
+        default: return ProviderError(.io, message, errno: EIO)
+        }
+    }
+}
