@@ -1,10 +1,12 @@
 // One ranged GET as a `ContentStream`. The transfer runs on a thread of its own (libcurl's easy
 // interface blocks); its bytes go into a bounded queue that `next` drains. A full queue blocks the
 // transfer thread (backpressure: a slow reader never makes the daemon buffer a whole file), and
-// that waiting does not count against the stall deadline. `fetchContents` returns once the
+// that waiting does not count against the stall deadline. The state is under the project's one
+// lock type; the full queue's wait is a semaphore the reader signals (no second lock kind, D-006). `fetchContents` returns once the
 // response's status is known, so a changed version (412, or another ETag) or a missing item
 // throws there.
 
+import Dispatch
 import Foundation
 import ProviderModel
 import SystemSupport
@@ -13,39 +15,12 @@ import SystemSupport
 import Glibc
 #endif
 
-/// A mutex with a condition variable (the transfer thread waits on it while the queue is full).
-final class Monitor: @unchecked Sendable {
-    // Safe: the mutex and condition are heap-allocated once and only used through pthread calls.
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-
-    init() {
-        pthread_mutex_init(mutex, nil)
-        pthread_cond_init(condition, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(condition)
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-        condition.deallocate()
-    }
-
-    func withLock<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
-    }
-
-    /// Waits for a `broadcast`; only inside `withLock`.
-    func wait() { pthread_cond_wait(condition, mutex) }
-
-    func broadcast() { pthread_cond_broadcast(condition) }
-}
-
 final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     // Safe: every `var` below is only touched with `monitor` held.
-    private let monitor = Monitor()
+    private let monitor = Lock()
+    /// Signalled once for each time the transfer thread waits on a full queue (`producerWaits`).
+    private let spaceAvailable = DispatchSemaphore(value: 0)
+    private var producerWaits = false
     private var chunks: [[UInt8]] = []
     private var headOffset = 0
     private var buffered = 0
@@ -208,10 +183,15 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                 return waiter
             }
             waiting?.resume()
-            let open = monitor.withLock { () -> Bool in
-                while buffered >= Self.capacity, !closed { monitor.wait() }
-                return !closed
+            // Wait while the queue is full: the reader (or `close`) signals once it has made room.
+            while monitor.withLock({ () -> Bool in
+                guard buffered >= Self.capacity, !closed else { return false }
+                producerWaits = true
+                return true
+            }) {
+                spaceAvailable.wait()
             }
+            let open = monitor.withLock { !closed }
             context.resetStallClock()
             if !open { return false }
         }
@@ -267,6 +247,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                 case fail(ProviderError)
                 case wait
             }
+            var wake = false
             let step = monitor.withLock { () -> Step in
                 if closed { return .end }
                 if buffered > 0 {
@@ -283,13 +264,17 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                         }
                     }
                     buffered -= out.count
-                    monitor.broadcast()
+                    if producerWaits, buffered < Self.capacity {
+                        producerWaits = false
+                        wake = true
+                    }
                     return .bytes(out)
                 }
                 if let failure { return .fail(failure) }
                 if ended { return .end }
                 return .wait
             }
+            if wake { spaceAvailable.signal() }
             switch step {
             case .bytes(let bytes): return bytes
             case .end: return nil
@@ -300,14 +285,19 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     }
 
     func close() {
+        var wake = false
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             closed = true
             chunks = []
             buffered = 0
-            monitor.broadcast()
+            if producerWaits {
+                producerWaits = false
+                wake = true
+            }
             defer { waiter = nil }
             return waiter
         }
+        if wake { spaceAvailable.signal() }
         context.cancelled.withLock { $0 = true }
         waiting?.resume()
     }
