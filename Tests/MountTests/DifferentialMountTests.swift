@@ -89,12 +89,14 @@ struct DifferentialMountTests {
     /// was lost from fstat once a rename replaced the file (its staged edit dropped); D-408, an
     /// upload's restore of its directory's times undid an unlink's mtime in that directory;
     /// D-410, a file just linked, truncated and written, read empty or old through one name once
-    /// the kernel had forgotten its node (2 of 3 replays failed before the fix).
+    /// the kernel had forgotten its node (2 of 3 replays failed before the fix); D-412, a writer
+    /// handed to another name by a rename over its own uploaded into a conflict copy.
     /// `links`: whether the sequence was drawn with link(2) (the ones found before D-410 were not:
     /// drawn otherwise, their seed would make another sequence).
     static let regressionSeeds: [(seed: UInt64, links: Bool)] = [
         (18_279_128_783_547_457_624, false), (4_684_424_414_077_234_649, false), (6_867_958_465_429_425_710, false),
         (14_055_210_015_656_341_209, false), (12_769_367_757_050_257_476, false), (5_225_216_938_297_647_926, true),
+        (8_030_425_119_994_881_509, true),
     ]
 
     /// The generation of sequences found while link(2) was left out of them (before D-410).
