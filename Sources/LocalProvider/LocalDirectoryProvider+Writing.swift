@@ -1,7 +1,8 @@
 // LocalDirectoryProvider's write calls (issue 14, ProviderModel/ProviderWriting.swift). Every call
-// works relative to a descriptor of the parent directory, opened O_NOFOLLOW after `checkedPath`
-// checked that the parent's own parent lies inside the root: a symbolic link is never followed
-// out of the source, and the name itself is one checked component.
+// works relative to a descriptor of the parent directory, opened O_NOFOLLOW and then checked: the
+// kernel's path of that descriptor lies inside the root's real path (`openCheckedDirectory`,
+// D-425): a symbolic link is never followed out of the source, and the name itself is one checked
+// component.
 //
 // Uploads are staged in a hidden temporary file in the destination directory
 // (`.providerfs-upload-<random>`, never listed, never looked up, never reported as a change) and
@@ -707,17 +708,16 @@ extension LocalDirectoryProvider {
         var identifier: ItemIdentifier
     }
 
-    /// Opens `identifier` as a directory: its path checked (`checkedPath`), the last component
-    /// not followed (a directory replaced by a symbolic link is refused).
+    /// Opens `identifier` as a directory: its path checked (`openCheckedDirectory`: the real path
+    /// of what was opened lies inside the root), the last component not followed (a directory
+    /// replaced by a symbolic link is refused).
     func openDirectory(_ identifier: ItemIdentifier) throws -> OpenDirectory {
-        let path = try checkedPath(identifier)
         if identifier != .root, let last = identifier.rawValue.split(separator: "/").last, Self.isTemporaryName(last) {
+            _ = try checkedPath(identifier)
             throw ProviderError(.noSuchItem, "\(identifier.rawValue) is gone")
         }
-        let flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (identifier == .root ? 0 : O_NOFOLLOW)
-        let fd = open(path, flags)
+        let (fd, path, code) = try openCheckedDirectory(identifier)
         guard fd >= 0 else {
-            let code = errno
             if code == ENOENT { throw ProviderError(.noSuchItem, "\(Self.describe(identifier)) is gone", errno: code) }
             if code == ENOTDIR || code == ELOOP {
                 throw ProviderError(.wrongKind, "\(Self.describe(identifier)) is not a directory", errno: ENOTDIR)
