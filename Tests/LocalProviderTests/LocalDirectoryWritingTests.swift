@@ -940,6 +940,32 @@ struct LocalDirectoryWritingTests {
         #expect(gone?.code == .noSuchItem)
     }
 
+    @Test("setAttributesNow: declined outside a watched directory, else what setAttributes does (D-426)")
+    func setAttributesNow() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("d/a", [1])
+        try root.write("d/b", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let changes = ItemAttributeChanges(
+            permissions: 0o640, modificationTime: ItemTime(seconds: 1_500_000_000, nanoseconds: 7),
+            accessTime: ItemTime(seconds: 1_400_000_000, nanoseconds: 0))
+        // Never listed: not watched, declined, nothing changed.
+        #expect(try provider.setAttributesNow(ItemIdentifier("d/a"), changes) == nil)
+        #expect(try provider.setAttributesNow(.root, changes) == nil)
+        #expect(try #require(lstatInfo(root.path + "/d/a")).st_mode & 0o7777 != 0o640)
+        _ = try await provider.trackedChildren(of: ItemIdentifier("d"))
+        let now = try #require(try provider.setAttributesNow(ItemIdentifier("d/a"), changes))
+        let async = try await provider.setAttributes(ItemIdentifier("d/b"), changes)
+        #expect(now.permissions == 0o640 && now.modificationTime == changes.modificationTime)
+        #expect(now.permissions == async.permissions && now.modificationTime == async.modificationTime)
+        #expect(now.accessTime == async.accessTime)
+        #expect(try await provider.item(for: ItemIdentifier("d/a")) == now)
+        // Its errors are setAttributes' own.
+        let missing = await failure { _ = try provider.setAttributesNow(ItemIdentifier("d/gone"), changes) }
+        #expect(missing?.code == .noSuchItem)
+    }
+
     @Test("setAttributes: chmod and mtime stored; a link's permissions left alone, its own mtime set")
     func setAttributes() async throws {
         let root = try TemporaryDirectory()
