@@ -40,4 +40,12 @@ static inline int providerfs_fallocate(int fd, int mode, long long offset, long 
 #else
 #define PROVIDERFS_O_TMPFILE (020000000 | O_DIRECTORY)
 #endif
+// O_PATH (a descriptor that only names a file: D-425), likewise only under _GNU_SOURCE.
+#if defined(O_PATH)
+#define PROVIDERFS_O_PATH O_PATH
+#elif defined(__O_PATH)
+#define PROVIDERFS_O_PATH __O_PATH
+#else
+#define PROVIDERFS_O_PATH 010000000
+#endif
 #endif

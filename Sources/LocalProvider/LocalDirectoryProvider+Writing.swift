@@ -1,7 +1,8 @@
 // LocalDirectoryProvider's write calls (issue 14, ProviderModel/ProviderWriting.swift). Every call
-// works relative to a descriptor of the parent directory, opened O_NOFOLLOW after `checkedPath`
-// checked that the parent's own parent lies inside the root: a symbolic link is never followed
-// out of the source, and the name itself is one checked component.
+// works relative to a descriptor of the parent directory, opened O_NOFOLLOW and then checked: the
+// kernel's path of that descriptor lies inside the root's real path (`openCheckedDirectory`,
+// D-425): a symbolic link is never followed out of the source, and the name itself is one checked
+// component.
 //
 // Uploads are staged in a hidden temporary file in the destination directory
 // (`.providerfs-upload-<random>`, never listed, never looked up, never reported as a change) and
@@ -208,60 +209,73 @@ extension LocalDirectoryProvider {
     ) async throws -> ProviderItem {
         // Nothing has happened yet: a cancelled caller changes nothing.
         try Task.checkCancellation()
-        return try await LocalIO.run {
-            if identifier == .root {
-                let path = try self.checkedPath(.root)
-                if changes.uid != nil || changes.gid != nil,
-                    lchown(path, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max) != 0
-                {
-                    throw Self.writeError(errno, "chown of the source directory")
-                }
-                if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
-                    throw Self.writeError(errno, "chmod of the source directory")
-                }
-                if changes.modificationTime != nil || changes.accessTime != nil {
-                    var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
-                    guard utimensat(AT_FDCWD, path, &times, 0) == 0 else {
-                        throw Self.writeError(errno, "utimens of the source directory")
-                    }
-                }
-                return try self.itemSync(.root)
+        return try await LocalIO.run { try self.setAttributesSync(identifier, changes) }
+    }
+
+    /// `setAttributes` on the calling thread for an item whose directory is watched (a local
+    /// file system, as `itemNow`: nothing here waits on a network, D-426); nil for anything else.
+    public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?
+    {
+        guard identifier != .root, let (parent, _) = try? Self.split(identifier), self.changes.isWatched(parent) else {
+            return nil
+        }
+        return try setAttributesSync(identifier, changes)
+    }
+
+    /// chmod, chown, utimens of `identifier` (its parent opened as every write call opens it).
+    func setAttributesSync(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem {
+        if identifier == .root {
+            let path = try self.checkedPath(.root)
+            if changes.uid != nil || changes.gid != nil,
+                lchown(path, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max) != 0
+            {
+                throw Self.writeError(errno, "chown of the source directory")
             }
-            let (parent, name) = try Self.split(identifier)
-            let directory = try self.openDirectory(parent)
-            defer { close(directory.fd) }
-            var info = stat()
-            guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
-                throw Self.writeError(errno, "lstat \(identifier.rawValue)")
-            }
-            // The owner first: Linux's chown clears setuid and setgid, the permissions asked
-            // come after (D-397).
-            if changes.uid != nil || changes.gid != nil {
-                guard
-                    fchownat(
-                        directory.fd, name, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max,
-                        AT_SYMLINK_NOFOLLOW) == 0
-                else { throw Self.writeError(errno, "chown \(identifier.rawValue)") }
-            }
-            // Linux has no permissions for a symbolic link: they are left alone.
-            if let permissions = changes.permissions, info.st_mode & S_IFMT != S_IFLNK {
-                guard fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW) == 0 else {
-                    throw Self.writeError(errno, "chmod \(identifier.rawValue)")
-                }
+            if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
+                throw Self.writeError(errno, "chmod of the source directory")
             }
             if changes.modificationTime != nil || changes.accessTime != nil {
                 var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
-                // A directory's own times under its entry lock: an upload into it that puts its
-                // times back does so before or after, never over this (D-408).
-                let set = self.entries.withLock(identifier) {
-                    utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW)
-                }
-                guard set == 0 else {
-                    throw Self.writeError(errno, "utimens \(identifier.rawValue)")
+                guard utimensat(AT_FDCWD, path, &times, 0) == 0 else {
+                    throw Self.writeError(errno, "utimens of the source directory")
                 }
             }
-            return try self.itemAt(directory, name: name)
+            return try self.itemSync(.root)
         }
+        let (parent, name) = try Self.split(identifier)
+        let directory = try self.openDirectory(parent)
+        defer { close(directory.fd) }
+        var info = stat()
+        guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            throw Self.writeError(errno, "lstat \(identifier.rawValue)")
+        }
+        // The owner first: Linux's chown clears setuid and setgid, the permissions asked
+        // come after (D-397).
+        if changes.uid != nil || changes.gid != nil {
+            guard
+                fchownat(
+                    directory.fd, name, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max,
+                    AT_SYMLINK_NOFOLLOW) == 0
+            else { throw Self.writeError(errno, "chown \(identifier.rawValue)") }
+        }
+        // Linux has no permissions for a symbolic link: they are left alone.
+        if let permissions = changes.permissions, info.st_mode & S_IFMT != S_IFLNK {
+            guard fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw Self.writeError(errno, "chmod \(identifier.rawValue)")
+            }
+        }
+        if changes.modificationTime != nil || changes.accessTime != nil {
+            var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
+            // A directory's own times under its entry lock: an upload into it that puts its
+            // times back does so before or after, never over this (D-408).
+            let set = self.entries.withLock(identifier) {
+                utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW)
+            }
+            guard set == 0 else {
+                throw Self.writeError(errno, "utimens \(identifier.rawValue)")
+            }
+        }
+        return try self.itemAt(directory, name: name)
     }
 
     /// A create through the mount made now, uploaded later (D-386): the name checked free, the
@@ -707,17 +721,16 @@ extension LocalDirectoryProvider {
         var identifier: ItemIdentifier
     }
 
-    /// Opens `identifier` as a directory: its path checked (`checkedPath`), the last component
-    /// not followed (a directory replaced by a symbolic link is refused).
+    /// Opens `identifier` as a directory: its path checked (`openCheckedDirectory`: the real path
+    /// of what was opened lies inside the root), the last component not followed (a directory
+    /// replaced by a symbolic link is refused).
     func openDirectory(_ identifier: ItemIdentifier) throws -> OpenDirectory {
-        let path = try checkedPath(identifier)
         if identifier != .root, let last = identifier.rawValue.split(separator: "/").last, Self.isTemporaryName(last) {
+            _ = try checkedPath(identifier)
             throw ProviderError(.noSuchItem, "\(identifier.rawValue) is gone")
         }
-        let flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (identifier == .root ? 0 : O_NOFOLLOW)
-        let fd = open(path, flags)
+        let (fd, path, code) = try openCheckedDirectory(identifier)
         guard fd >= 0 else {
-            let code = errno
             if code == ENOENT { throw ProviderError(.noSuchItem, "\(Self.describe(identifier)) is gone", errno: code) }
             if code == ENOTDIR || code == ELOOP {
                 throw ProviderError(.wrongKind, "\(Self.describe(identifier)) is not a directory", errno: ENOTDIR)

@@ -54,6 +54,8 @@ public struct LocalDirectoryProvider: Provider {
     /// Per-directory locks around entry changes that restore the directory's times, and the
     /// creates handed out by `deferCreateNow` (LocalDirectoryProvider+Writing.swift, D-386).
     let entries = DirectoryEntries()
+    /// A descriptor of the root kept open, whose kernel path is the root's real path (D-425).
+    let rootAnchor = RootAnchor()
 
     public init(root: String) {
         var trimmed = root
@@ -142,11 +144,15 @@ public struct LocalDirectoryProvider: Provider {
 
     // MARK: Synchronous parts (run on LocalIO's threads, never on the cooperative pool)
 
-    func checkRoot() throws {
+    /// The root's stat (a link as the root is followed); `.unreachable` when it is missing or not a
+    /// directory.
+    @discardableResult
+    func checkRoot() throws -> stat {
         var info = stat()
         guard stat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
             throw ProviderError(.unreachable, "source directory \(root) is not available", errno: errno)
         }
+        return info
     }
 
     /// A path component an identifier may have: not empty, not "." or "..", no NUL.
@@ -154,29 +160,112 @@ public struct LocalDirectoryProvider: Provider {
         !component.isEmpty && component != "." && component != ".." && !component.utf8.contains(0)
     }
 
-    /// The absolute path of `identifier`, after checking every component and that its parent's
-    /// real path lies inside the root's real path.
-    func checkedPath(_ identifier: ItemIdentifier) throws -> String {
-        try checkRoot()
-        if identifier == .root { return root }
+    /// `identifier`'s components, each checked (`.invalidName` for a bad one).
+    static func checkedComponents(_ identifier: ItemIdentifier) throws -> [Substring] {
         let components = identifier.rawValue.split(separator: "/", omittingEmptySubsequences: false)
         for component in components {
-            guard Self.isNameComponent(component) else {
+            guard isNameComponent(component) else {
                 throw ProviderError(.invalidName, "identifier '\(identifier.rawValue)' is not a path inside the source")
             }
         }
+        return components
+    }
+
+    /// The absolute path of `identifier`, after checking every component and that its parent's
+    /// real path lies inside the root's real path (D-425: the kernel's path of a descriptor of
+    /// the parent, not realpath(3)).
+    func checkedPath(_ identifier: ItemIdentifier) throws -> String {
+        let rootInfo = try checkRoot()
+        if identifier == .root { return root }
+        let components = try Self.checkedComponents(identifier)
         if components.count > 1 {
             let parent = root + "/" + components.dropLast().joined(separator: "/")
-            guard let realParent = Self.realPath(parent) else {
-                throw ProviderError(.noSuchItem, "\(identifier) is gone")
-            }
-            guard let realRoot = Self.realPath(root),
-                realParent == realRoot || realParent.hasPrefix(realRoot == "/" ? "/" : realRoot + "/")
-            else {
-                throw ProviderError(.invalidName, "'\(identifier.rawValue)' leads outside the source directory")
-            }
+            try checkInside(parent, of: identifier, rootInfo: rootInfo, strictly: false)
         }
         return root + "/" + identifier.rawValue
+    }
+
+    /// Refuses `path` (what `identifier` needs resolved) unless its real path is the root's real
+    /// path (only when not `strictly`) or lies below it; `.noSuchItem` when it does not resolve.
+    /// With /proc: the path is opened (O_PATH, following links as realpath does) and the
+    /// kernel's name of that descriptor is compared, three system calls at any depth; realpath(3)
+    /// made a readlink for every component of the path and of the root's (D-425).
+    private func checkInside(_ path: String, of identifier: ItemIdentifier, rootInfo: stat, strictly: Bool) throws {
+        let real: [UInt8]?
+        if Self.hasProcFileDescriptors {
+            let fd = open(path, openPathOnly | O_CLOEXEC)
+            real = fd < 0 ? nil : Self.descriptorPath(fd)
+            if fd >= 0 { close(fd) }
+        } else {
+            real = Self.realPath(path).map { Array($0.utf8) }
+        }
+        guard let real else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+        try checkInsideRoot(real, of: identifier, rootInfo: rootInfo, strictly: strictly)
+    }
+
+    /// Refuses the real path `real` unless it lies below the root's real path (or is it, when not
+    /// `strictly`). Compared as bytes: two names that differ only in bytes that are not UTF-8
+    /// must not look alike.
+    private func checkInsideRoot(_ real: [UInt8], of identifier: ItemIdentifier, rootInfo: stat, strictly: Bool) throws
+    {
+        guard let realRoot = rootAnchor.realPath(of: root, info: rootInfo) else {
+            throw ProviderError(.unreachable, "source directory \(root) is not available")
+        }
+        let inside =
+            real.starts(with: realRoot)
+            && (real.count == realRoot.count
+                ? !strictly : realRoot == [UInt8(ascii: "/")] || real[realRoot.count] == UInt8(ascii: "/"))
+        guard inside else {
+            throw ProviderError(.invalidName, "'\(identifier.rawValue)' leads outside the source directory")
+        }
+    }
+
+    /// Opens the directory `identifier` (O_RDONLY | O_DIRECTORY, the last component not followed
+    /// unless it is the root) with the guarantee of `checkedPath`, and more: the real path of the
+    /// directory opened, read from its descriptor, lies inside the root's, so no race with a
+    /// link planted meanwhile leads outside (D-425). The descriptor and the path; or, when the
+    /// open failed, -1 and its errno (after `checkedPath`'s own refusals, which come first).
+    func openCheckedDirectory(_ identifier: ItemIdentifier) throws -> (fd: Int32, path: String, failure: Int32) {
+        let rootInfo = try checkRoot()
+        if identifier == .root {
+            let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            return (fd, root, fd < 0 ? errno : 0)
+        }
+        guard Self.hasProcFileDescriptors else {
+            let path = try checkedPath(identifier)
+            let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            return (fd, path, fd < 0 ? errno : 0)
+        }
+        _ = try Self.checkedComponents(identifier)
+        let path = root + "/" + identifier.rawValue
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            // The parent's check decides what a failure is, as before (an escape, a gone parent).
+            _ = try checkedPath(identifier)
+            return (-1, path, code)
+        }
+        do {
+            guard let real = Self.descriptorPath(fd) else {
+                throw ProviderError(.noSuchItem, "\(identifier) is gone")
+            }
+            try checkInsideRoot(real, of: identifier, rootInfo: rootInfo, strictly: true)
+        } catch {
+            close(fd)
+            throw error
+        }
+        return (fd, path, 0)
+    }
+
+    /// The kernel's path of an open descriptor (readlink of /proc/self/fd/N), as bytes; nil when
+    /// it cannot be read or does not fit PATH_MAX.
+    static func descriptorPath(_ fd: Int32) -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = buffer.withUnsafeMutableBytes { raw in
+            readlink("/proc/self/fd/\(fd)", raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count)
+        }
+        guard count > 0, count < buffer.count, buffer[0] == UInt8(ascii: "/") else { return nil }
+        return Array(buffer[..<count])
     }
 
     static func realPath(_ path: String) -> String? {
@@ -209,11 +298,12 @@ public struct LocalDirectoryProvider: Provider {
         guard Self.isNameComponent(name), name.utf8.count <= 255, !name.utf8.contains(UInt8(ascii: "/")) else {
             throw ProviderError(.invalidName, "'\(name)' is not a file name")
         }
-        let path = try checkedPath(directory)
-        if Self.isTemporaryName(name) { return nil }
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if Self.isTemporaryName(name) {
+            _ = try checkedPath(directory)
+            return nil
+        }
+        let (fd, path, code) = try openCheckedDirectory(directory)
         guard fd >= 0 else {
-            let code = errno
             if code == ENOENT { throw ProviderError(.noSuchItem, "\(directory) is gone") }
             if code == ENOTDIR || code == ELOOP {
                 throw ProviderError(.wrongKind, "\(directory) is not a directory")
@@ -732,5 +822,40 @@ enum LocalIO {
 
     static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await pool.run(body)
+    }
+}
+
+/// A descriptor of a provider's root kept open (O_PATH), so that the root's real path costs one
+/// readlink of /proc/self/fd (D-425). Opened again when the root's path names another directory
+/// (its device and inode differ); the kernel's path of the descriptor follows the directory
+/// wherever it is moved, so it is always the real path of the directory served.
+final class RootAnchor: Sendable {
+    private let held = Locked<(fd: Int32, device: UInt64, inode: UInt64)?>(nil)
+
+    /// The real path of `root`, whose stat is `info`, as bytes; nil when it cannot be had.
+    func realPath(of root: String, info: stat) -> [UInt8]? {
+        guard LocalDirectoryProvider.hasProcFileDescriptors else {
+            return LocalDirectoryProvider.realPath(root).map { Array($0.utf8) }
+        }
+        return held.withLock { held -> [UInt8]? in
+            if let current = held, current.device == UInt64(info.st_dev), current.inode == UInt64(info.st_ino) {
+                return LocalDirectoryProvider.descriptorPath(current.fd)
+            }
+            if let current = held { close(current.fd) }
+            held = nil
+            let fd = open(root, openPathOnly | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { return nil }
+            var opened = stat()
+            guard fstat(fd, &opened) == 0 else {
+                close(fd)
+                return nil
+            }
+            held = (fd, UInt64(opened.st_dev), UInt64(opened.st_ino))
+            return LocalDirectoryProvider.descriptorPath(fd)
+        }
+    }
+
+    deinit {
+        if let current = held.withLock({ $0 }) { close(current.fd) }
     }
 }

@@ -214,6 +214,40 @@ extension ProviderCache {
         var before = try? provider.itemNow(for: identifier)
         if before == nil { before = try? await providerCall { try await provider.item(for: identifier) } }
         let item = try await providerCall { try await provider.setAttributes(identifier, changes) }
+        return attributesSet(identifier, changes, before: before, item: item)
+    }
+
+    /// `setAttributes` on the calling thread (D-426): for an item at the provider (not unborn,
+    /// not kept by the mount alone) with no upload call running, where the provider makes the
+    /// change at once (`Provider.setAttributesNow`: a watched local directory). Nil: declined,
+    /// nothing done (the caller uses `setAttributes`).
+    public func setAttributesNow(
+        of identifier: ItemIdentifier, _ changes: ItemAttributeChanges
+    ) -> Result<ProviderItem, CacheError>? {
+        let provider = environment.provider
+        guard catalog.localOnlyItem(identifier) == nil, !catalog.isUnborn(identifier),
+            writes.tryBeginMove([identifier])
+        else { return nil }
+        defer { writes.endMove([identifier]) }
+        let own = catalog.beginOwnChange(of: [identifier])  // D-403
+        defer { catalog.endOwnChange(own) }
+        // The version before, as the async path finds it; without it, the async path asks.
+        guard let before = try? provider.itemNow(for: identifier) else { return nil }
+        let item: ProviderItem
+        do {
+            guard let made = try provider.setAttributesNow(identifier, changes) else { return nil }
+            item = made
+        } catch {
+            return .failure(CacheError.from(error))
+        }
+        return .success(attributesSet(identifier, changes, before: before, item: item))
+    }
+
+    /// What follows a chmod or utimens made at the provider (`setAttributes` and its twin
+    /// `setAttributesNow`): the queued upload and the catalog learn it.
+    private func attributesSet(
+        _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges, before: ProviderItem?, item: ProviderItem
+    ) -> ProviderItem {
         // A queued upload that carries a chmod held earlier must not undo this one (D-385).
         if let permissions = changes.permissions {
             writes.permissionsSet(identifier, to: permissions)

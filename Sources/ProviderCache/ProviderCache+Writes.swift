@@ -802,6 +802,17 @@ public final class LocalWrites: Sendable {
         }
     }
 
+    /// `beginMove` on the calling thread, when no upload call of the items runs (D-426): true
+    /// when begun (then `endMove`), false when one runs (nothing begun).
+    func tryBeginMove(_ identifiers: [ItemIdentifier]) -> Bool {
+        state.withLock { state -> Bool in
+            let busy = state.callsInFlight.keys.contains { key in identifiers.contains { Self.lies(key, atOrUnder: $0) }
+            }
+            if !busy { state.moving += identifiers }
+            return !busy
+        }
+    }
+
     func endMove(_ identifiers: [ItemIdentifier]) {
         let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             for identifier in identifiers {

@@ -95,6 +95,14 @@ public struct FaultInjectingProvider: Provider {
 
     public func forgetDeferredCreate(_ identifier: ItemIdentifier) { base.forgetDeferredCreate(identifier) }
 
+    /// Declines while any rule strikes writes (the change then reaches `setAttributes`, and meets
+    /// the fault there); else the base's answer.
+    public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?
+    {
+        guard !plan.hasWriteRules else { return nil }
+        return try base.setAttributesNow(identifier, changes).map(record)
+    }
+
     public func trackedChildren(
         of identifier: ItemIdentifier
     ) async throws -> (

@@ -134,6 +134,11 @@ public protocol Provider: Sendable {
     /// The deferred create of `identifier` will not be uploaded (the file was deleted, or its
     /// create failed, before it reached the provider): whatever the provider keeps for it goes.
     func forgetDeferredCreate(_ identifier: ItemIdentifier)
+
+    /// `setAttributes` on the calling thread (D-426), under the same rules as `itemNow`: only
+    /// where the provider answers at once, never waiting on a network. Nil: declined (the caller
+    /// uses `setAttributes`).
+    func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?
 }
 
 /// What `Provider.deferCreateNow` promises.
@@ -206,6 +211,11 @@ extension Provider {
     public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? { nil }
 
     public func forgetDeferredCreate(_ identifier: ItemIdentifier) {}
+
+    public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?
+    {
+        nil
+    }
 
     public func trackedChildren(
         of directory: ItemIdentifier

@@ -42,3 +42,6 @@ public let utimeNow = Int(PROVIDERFS_UTIME_NOW)
 
 /// open(2)'s O_TMPFILE: an unnamed file in the directory opened, linked in later with linkat(2).
 public let openUnnamedTemporary = Int32(PROVIDERFS_O_TMPFILE)
+
+/// open(2)'s O_PATH: a descriptor that names a file without opening it for I/O.
+public let openPathOnly = Int32(PROVIDERFS_O_PATH)

@@ -462,6 +462,18 @@ extension InMemoryProvider {
     public func setAttributes(
         _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) async throws -> ProviderItem {
+        try setAttributesSync(identifier, changes)
+    }
+
+    /// `setAttributes` at once, when `answersImmediately` (as `itemNow`); else declined.
+    public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?
+    {
+        guard answersImmediately else { return nil }
+        return try setAttributesSync(identifier, changes)
+    }
+
+    private func setAttributesSync(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem
+    {
         try state.withLock { state in
             try Self.begin(.setAttributes, needs: .writing, capabilities, in: &state)
             guard var node = state.nodes[identifier] else {

@@ -827,7 +827,8 @@ extension ProviderFileSystem: FileSystemFastPath {
     /// and group the node has (the mounting user's, or the provider's, D-397), or an atime alone
     /// (not kept), answered as the async path would after its checks, with getattr's answer
     /// (D-382); and a chmod or utimens of a file whose open edit has a publish to come, at a
-    /// provider that stores them, which the edit carries (`LocalWrites.holdAttributes`, D-385).
+    /// provider that stores them, which the edit carries (`LocalWrites.holdAttributes`, D-385),
+    /// or else that the provider makes at once (`ProviderCache.setAttributesNow`, D-426).
     /// Anything else: nil.
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
@@ -841,9 +842,17 @@ extension ProviderFileSystem: FileSystemFastPath {
         else { return nil }
         if changes.permissions != nil || changes.modificationTime != nil {
             // An edit carries no chown (and no atime: an edit's upload makes a new file).
-            guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes),
-                cache.writes.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier)
+            guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes)
             else { return nil }
+            if !cache.writes.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
+                // No edit to carry it: made at the provider now, where it answers at once (D-426),
+                // as `changeAttributes` makes it (a chown to the mounting user is no change).
+                var wanted = Self.itemChanges(changes)
+                (wanted.uid, wanted.gid) = (nil, nil)
+                guard let outcome = cache.setAttributesNow(of: node.identifier, wanted) else { return nil }
+                if case .failure(let error) = outcome { return .failure(FileSystemError(error)) }
+                if wanted.modificationTime != nil { cache.writes.modificationSet(of: node.identifier) }
+            }
         } else if changes.accessTime != nil, cache.providerCapabilities.contains(.storesAttributes) {
             return nil  // an atime the provider keeps
         }

@@ -344,6 +344,87 @@ struct LocalDirectoryWritingTests {
         #expect(try #require(lstatInfo(outside.path + "/sub/victim")).st_mode & 0o777 != 0o777)
     }
 
+    @Test("a link swapped in after the provider worked in a directory is refused as before (D-425)")
+    func linkSwappedInAfterUse() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        let outside = try TemporaryDirectory()
+        defer { outside.remove() }
+        try root.write("a/b/f", [1])
+        try outside.write("b/f", [9])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile([1], in: local)
+        // The directory used first: its descriptor and the root's are what a cache would keep.
+        _ = try await provider.createDirectory(named: "x", in: ItemIdentifier("a/b"), permissions: 0o755)
+        #expect(try await provider.child(named: "f", of: ItemIdentifier("a/b"))?.size == 1)
+        #expect(try await provider.item(for: ItemIdentifier("a/b/f")).size == 1)
+        // Watched: the immediate answers (childNow, deferCreateNow) are given for it.
+        _ = try await provider.trackedChildren(of: ItemIdentifier("a/b"))
+        #expect(try provider.childNow(named: "f", of: ItemIdentifier("a/b")) != .declined)
+        // `a` becomes a link out of the source; `a/b` now resolves to `outside/b`.
+        #expect(rename(root.path + "/a", root.path + "/a-old") == 0)
+        #expect(symlink(outside.path, root.path + "/a") == 0)
+        let made = await failure {
+            _ = try await provider.createDirectory(named: "y", in: ItemIdentifier("a/b"), permissions: 0o755)
+        }
+        #expect(made?.code == .invalidName)
+        let uploaded = await failure {
+            _ = try await provider.upload(
+                from: source, to: .create(name: "g", in: ItemIdentifier("a/b")), permissions: nil,
+                modificationTime: nil)
+        }
+        #expect(uploaded?.code == .invalidName)
+        let looked = await failure { _ = try await provider.child(named: "f", of: ItemIdentifier("a/b")) }
+        #expect(looked?.code == .invalidName)
+        let stated = await failure { _ = try await provider.item(for: ItemIdentifier("a/b/f")) }
+        #expect(stated?.code == .invalidName)
+        let immediate = await failure { _ = try provider.childNow(named: "f", of: ItemIdentifier("a/b")) }
+        #expect(immediate?.code == .invalidName)
+        let deleted = await failure { try await provider.delete(ItemIdentifier("a/b/f"), kind: .file) }
+        #expect(deleted?.code == .invalidName)
+        let deferred = await failure { _ = try provider.deferCreateNow(named: "h", in: ItemIdentifier("a/b")) }
+        #expect(deferred?.code == .invalidName)
+        #expect(try entries(outside.path + "/b") == ["f"])
+        #expect(try readFile(outside.path + "/b/f") == [9])
+        // The directory itself replaced by a link: not followed (O_NOFOLLOW), as before.
+        #expect(unlink(root.path + "/a") == 0)
+        #expect(rename(root.path + "/a-old", root.path + "/a") == 0)
+        #expect(rename(root.path + "/a/b", root.path + "/a/b-old") == 0)
+        #expect(symlink(outside.path + "/b", root.path + "/a/b") == 0)
+        let direct = await failure {
+            _ = try await provider.createDirectory(named: "y", in: ItemIdentifier("a/b"), permissions: 0o755)
+        }
+        #expect(direct?.code == .wrongKind)
+        #expect(try entries(outside.path + "/b") == ["f"])
+    }
+
+    @Test("a root given as a link follows the link: retargeted, the provider serves the new directory (D-425)")
+    func rootLinkRetargeted() async throws {
+        let parent = try TemporaryDirectory()
+        defer { parent.remove() }
+        try parent.write("one/d/f", [1])
+        try parent.write("two/d/f", [2, 2])
+        #expect(symlink(parent.path + "/one", parent.path + "/root") == 0)
+        let provider = LocalDirectoryProvider(root: parent.path + "/root")
+        _ = try await provider.createDirectory(named: "x", in: ItemIdentifier("d"), permissions: 0o755)
+        #expect(try await provider.item(for: ItemIdentifier("d/f")).size == 1)
+        #expect(unlink(parent.path + "/root") == 0)
+        #expect(symlink(parent.path + "/two", parent.path + "/root") == 0)
+        #expect(try await provider.item(for: ItemIdentifier("d/f")).size == 2)
+        #expect(try await provider.child(named: "f", of: ItemIdentifier("d"))?.size == 2)
+        _ = try await provider.createDirectory(named: "y", in: ItemIdentifier("d"), permissions: 0o755)
+        #expect(try entries(parent.path + "/two/d") == ["f", "y"])
+        #expect(try entries(parent.path + "/one/d") == ["f", "x"])
+        // The served directory moved and the link with it: still the same directory, found anew.
+        #expect(rename(parent.path + "/two", parent.path + "/three") == 0)
+        #expect(unlink(parent.path + "/root") == 0)
+        #expect(symlink(parent.path + "/three", parent.path + "/root") == 0)
+        _ = try await provider.createDirectory(named: "z", in: ItemIdentifier("d"), permissions: 0o755)
+        #expect(try entries(parent.path + "/three/d") == ["f", "y", "z"])
+    }
+
     @Test("createSymbolicLink stores the target as given, never resolved")
     func createSymbolicLink() async throws {
         let root = try TemporaryDirectory()
@@ -857,6 +938,32 @@ struct LocalDirectoryWritingTests {
             _ = try await provider.move(ItemIdentifier("d"), to: .root, named: "z", mode: .replacing)
         }
         #expect(gone?.code == .noSuchItem)
+    }
+
+    @Test("setAttributesNow: declined outside a watched directory, else what setAttributes does (D-426)")
+    func setAttributesNow() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        try root.write("d/a", [1])
+        try root.write("d/b", [1])
+        let provider = LocalDirectoryProvider(root: root.path)
+        let changes = ItemAttributeChanges(
+            permissions: 0o640, modificationTime: ItemTime(seconds: 1_500_000_000, nanoseconds: 7),
+            accessTime: ItemTime(seconds: 1_400_000_000, nanoseconds: 0))
+        // Never listed: not watched, declined, nothing changed.
+        #expect(try provider.setAttributesNow(ItemIdentifier("d/a"), changes) == nil)
+        #expect(try provider.setAttributesNow(.root, changes) == nil)
+        #expect(try #require(lstatInfo(root.path + "/d/a")).st_mode & 0o7777 != 0o640)
+        _ = try await provider.trackedChildren(of: ItemIdentifier("d"))
+        let now = try #require(try provider.setAttributesNow(ItemIdentifier("d/a"), changes))
+        let async = try await provider.setAttributes(ItemIdentifier("d/b"), changes)
+        #expect(now.permissions == 0o640 && now.modificationTime == changes.modificationTime)
+        #expect(now.permissions == async.permissions && now.modificationTime == async.modificationTime)
+        #expect(now.accessTime == async.accessTime)
+        #expect(try await provider.item(for: ItemIdentifier("d/a")) == now)
+        // Its errors are setAttributes' own.
+        let missing = await failure { _ = try provider.setAttributesNow(ItemIdentifier("d/gone"), changes) }
+        #expect(missing?.code == .noSuchItem)
     }
 
     @Test("setAttributes: chmod and mtime stored; a link's permissions left alone, its own mtime set")

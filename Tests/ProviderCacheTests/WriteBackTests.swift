@@ -77,6 +77,10 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         try await base.setAttributes(identifier, changes)
     }
 
+    func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem? {
+        try base.setAttributesNow(identifier, changes)
+    }
+
     /// Whether creates are deferred (`deferCreateNow`, D-386), as the local provider does.
     let defers = Locked(false)
 
@@ -979,6 +983,49 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(conflict.hasPrefix("c (conflict ") && conflict.hasSuffix(").txt"))
         #expect(fixture.provider.base.content(of: "c.txt")?.0 == .bytes(Array("theirs".utf8)))
         #expect(fixture.provider.base.content(of: conflict)?.0 == .bytes(Array("ours".utf8)))
+        await cache.shutdown()
+    }
+
+    /// D-426: a chmod or utimens the provider makes at once is made on the calling thread, unless
+    /// an upload call of the item runs (the async path waits for it, D-372), the item is not at
+    /// the provider yet (unborn), or the provider does not answer at once.
+    @Test func aChmodOrUtimensIsMadeAtOnceUnlessAnUploadCallRuns() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("old".utf8)))
+        fixture.provider.base.answersImmediately = true
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let time = ItemTime(seconds: 1_000, nanoseconds: 0)
+        let made = try #require(
+            cache.setAttributesNow(
+                of: item.identifier, ItemAttributeChanges(permissions: 0o600, modificationTime: time)))
+        #expect(try made.get().permissions == 0o600)
+        #expect(cache.catalog.knownItem(item.identifier)?.modificationTime == time)
+        #expect(cache.catalog.knownItem(item.identifier)?.permissions == 0o600)
+        #expect(try await fixture.provider.base.item(for: item.identifier).permissions == 0o600)
+        // A missing item: the provider's error, as the async path gives it.
+        fixture.provider.base.remove("f")
+        let missing = cache.setAttributesNow(of: item.identifier, ItemAttributeChanges(permissions: 0o644))
+        #expect(missing == nil || (try? missing?.get()) == nil)
+        fixture.provider.base.putFile("f", .bytes(Array("old".utf8)))
+        let current = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        // An upload call of the item running: declined.
+        fixture.provider.hold()
+        let staging = try await cache.writes.openWriter(current, truncating: false)
+        try await cache.writes.write(staging, Array("new".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(current.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        #expect(cache.setAttributesNow(of: current.identifier, ItemAttributeChanges(permissions: 0o644)) == nil)
+        fixture.provider.release()
+        #expect(await eventually { cache.writes.uploadRecord(of: current.identifier)?.isPending != true })
+        #expect(cache.setAttributesNow(of: current.identifier, ItemAttributeChanges(permissions: 0o644)) != nil)
+        // Not at the provider yet (D-386): declined.
+        fixture.provider.defers.withLock { $0 = true }
+        let created = try await cache.createFile(named: "n", in: .root, permissions: 0o644)
+        #expect(cache.setAttributesNow(of: created.identifier, ItemAttributeChanges(permissions: 0o600)) == nil)
+        // A provider that does not answer at once: declined.
+        fixture.provider.base.answersImmediately = false
+        #expect(cache.setAttributesNow(of: current.identifier, ItemAttributeChanges(permissions: 0o600)) == nil)
         await cache.shutdown()
     }
 

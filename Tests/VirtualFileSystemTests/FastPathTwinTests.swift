@@ -228,8 +228,9 @@ private final class TwinRun: @unchecked Sendable {
         expectEqual("step \(step): getattr \(path)", Outcome(immediate), async)
     }
 
-    /// A chown to the owner every node has, an atime alone, or a change the immediate path
-    /// declines (another owner, a mode).
+    /// A chown to the owner every node has, an atime alone, a mode or times (made at once by a
+    /// provider that answers at once, D-426), or a change the immediate path declines (another
+    /// owner).
     func checkSetAttributes(_ step: Int) async {
         let (path, node) = pick(nodes.sorted { $0.key < $1.key })
         // The mount's owner (FileSystemOptions' default).
@@ -239,6 +240,9 @@ private final class TwinRun: @unchecked Sendable {
             AttributeChanges(uid: owner, gid: group), AttributeChanges(uid: owner),
             AttributeChanges(accessTime: Timestamp(seconds: 1_000, nanoseconds: 0)),
             AttributeChanges(uid: owner &+ 1), AttributeChanges(permissions: 0o600),
+            AttributeChanges(
+                permissions: 0o640, accessTime: Timestamp(seconds: 3_000, nanoseconds: 0),
+                modificationTime: Timestamp(seconds: 2_000, nanoseconds: 0)),
         ])
         guard let immediate = now.setAttributesNow(node.inode, changes: changes, context: .kernel) else { return }
         let async = await outcome { () throws(FileSystemError) in
