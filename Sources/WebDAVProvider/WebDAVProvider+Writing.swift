@@ -83,32 +83,40 @@ extension WebDAVProvider {
         guard [200, 201, 204].contains(put.status) else {
             throw Self.statusError(put.status, "PUT \(identifier)", conflict: .noSuchItem)
         }
-        var moved = false
-        defer {
-            // The staging file never outlives a failed upload (best effort, off the caller's task).
-            if !moved {
-                let transport = self.transport
-                Task.detached { _ = try? await transport.send(HTTPRequest(method: "DELETE", url: staging)) }
+        do {
+            try Task.checkCancellation()
+            let move = try await transport.send(
+                HTTPRequest(
+                    method: "MOVE", url: staging,
+                    headers: ["Destination: \(target)", "Overwrite: \(creating ? "F" : "T")"]))
+            switch move.status {
+            case 200, 201, 204:
+                break
+            case 412 where creating:
+                throw ProviderError(.alreadyExists, "\(identifier) exists", errno: EEXIST)
+            case 405, 501:
+                // The server does not move files: PUT in place from now on.
+                putsInPlace.withLock { $0 = true }
+                await removeStaging(staging)
+                try await putInPlace(localFile, identifier: identifier, creating: creating, baseVersion: baseVersion)
+            default:
+                throw Self.statusError(move.status, "MOVE onto \(identifier)", conflict: .noSuchItem)
             }
-        }
-        try Task.checkCancellation()
-        let move = try await transport.send(
-            HTTPRequest(
-                method: "MOVE", url: staging,
-                headers: ["Destination: \(target)", "Overwrite: \(creating ? "F" : "T")"]))
-        switch move.status {
-        case 200, 201, 204:
-            moved = true
-        case 412 where creating:
-            throw ProviderError(.alreadyExists, "\(identifier) exists", errno: EEXIST)
-        case 405, 501:
-            // The server does not move files: PUT in place from now on.
-            putsInPlace.withLock { $0 = true }
-            try await putInPlace(localFile, identifier: identifier, creating: creating, baseVersion: baseVersion)
-        default:
-            throw Self.statusError(move.status, "MOVE onto \(identifier)", conflict: .noSuchItem)
+        } catch {
+            // The staging file never outlives a failed upload: removed before the failure is
+            // told (before, a DELETE sent off the caller's task could still be on its way when
+            // the caller looked; a cancelled caller's removal still runs to its end).
+            await removeStaging(staging)
+            throw error
         }
         return try await item(for: identifier)
+    }
+
+    /// DELETE of an upload's staging file, best effort, on a task of its own so that a cancelled
+    /// caller's removal still runs; waited for.
+    private func removeStaging(_ staging: String) async {
+        let transport = self.transport
+        await Task.detached { _ = try? await transport.send(HTTPRequest(method: "DELETE", url: staging)) }.value
     }
 
     /// PUT straight onto the name, with the server checking the precondition where it honours it.
