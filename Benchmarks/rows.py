@@ -2,7 +2,7 @@
 ROWS. `measure(bench, peer)` returns one number (or None to skip that peer); `higher_is_better`
 decides how ratios are computed; `target` (optional) is checked against the medians.
 """
-import contextlib, os, shutil, statistics, subprocess, time
+import contextlib, os, shutil, signal, statistics, subprocess, time
 
 
 
@@ -730,9 +730,118 @@ class SQLiteInserts(WriteRow):
             return 300 / elapsed
 
 
+# ---------------------------------------------------------------------------------------------
+# Cache limits (issue 27, D-432): files larger in all than the cache's size limit read one after
+# the other through a mount limited to it, while a sampler adds up the blocks of the cache
+# directory every 20 ms. The value is the peak over the limit (lower is better): ProviderFS checks
+# as downloads store bytes, rclone's `--vfs-cache-max-size` on its poll interval (1 minute by
+# default). Each peer mounts a limited instance of its own for the row (the shared peers have no
+# limit), then unmounts it.
+
+class CacheLimitPeak(Row):
+    key = "cache-limit"
+    title = "peak cache size reading 8 files of limit/2 under a size limit"
+    unit = "× limit"
+    higher_is_better = False
+    files = 8
+
+    def limit(self, bench):
+        return (64 if bench.quick else 256) * MiB
+
+    def iterations(self, default):
+        return 1
+
+    def measures(self, peer):
+        return peer.name in ("providerfs", "rclone")
+
+    def create_data(self, bench):
+        directory = os.path.join(bench.source, "limit")
+        os.makedirs(directory, exist_ok=True)
+        size = self.limit(bench) // 2
+        for index in range(self.files):
+            with open(os.path.join(directory, f"f{index}.bin"), "wb") as f:
+                for _ in range(size // (8 * MiB)):
+                    f.write(os.urandom(8 * MiB))
+
+    def format(self, value):
+        return "–" if value is None else f"{value:.2f} {self.unit}"
+
+    def ratio(self, ours, theirs):
+        if not ours or not theirs:
+            return "–"
+        return f"{theirs / ours:.2f}×"
+
+    @staticmethod
+    def allocated(root):
+        total = 0
+        for directory, _, names in os.walk(root):
+            for name in names:
+                try:
+                    total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+                except OSError:
+                    pass
+        return total
+
+    def measure(self, bench, peer):
+        import threading
+        from bench import unmount, wait_mounted
+        limit = self.limit(bench)
+        root = os.path.join(bench.work, f"limit-{peer.name}-mnt")
+        cache = os.path.join(bench.work, f"limit-{peer.name}-cache")
+        shutil.rmtree(cache, ignore_errors=True)
+        os.makedirs(root, exist_ok=True)
+        if peer.name == "rclone":
+            command = ["rclone", "mount", "--vfs-cache-mode", "full", "--vfs-cache-max-size", str(limit),
+                       "--cache-dir", cache, "--config", "/dev/null", bench.source, root]
+        else:
+            command = [bench.providerfs, "mount", "--source", bench.source, root, "--cache", cache, "--foreground",
+                       "--cache-max-size", str(limit)]
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=bench.peer_log, stderr=bench.peer_log,
+                                   start_new_session=True)
+        peak = [0]
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], self.allocated(cache))
+                done.wait(0.02)
+
+        sampler = threading.Thread(target=sample)
+        try:
+            wait_mounted(root, process)
+            baseline = self.allocated(cache)  # metadata store and logs before any content
+            sampler.start()
+            size = limit // 2
+            for index in range(self.files):
+                assert read_all(os.path.join(root, "limit", f"f{index}.bin")) == size
+            time.sleep(0.5)  # let a check that the last bytes started finish, then sample once more
+            done.set()
+            sampler.join()
+            peak[0] = max(peak[0], self.allocated(cache))
+            return (peak[0] - baseline) / limit
+        finally:
+            done.set()
+            if sampler.is_alive():
+                sampler.join()
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=5)
+            unmount(root)
+            shutil.rmtree(cache, ignore_errors=True)
+
+    def target_check(self, medians):
+        ours = medians.get("providerfs")
+        # One file of limit/2 may be open (being read) beyond the limit.
+        return "≤1.5× limit", "yes" if ours is not None and ours <= 1.5 else "no"
+
+
 ROWS = [
     ColdSequential(), WarmReread(), StatFiles(), StatFilesUncached(), OpenReadFiles(), FioRandomWarm(),
     TimeToFirstByte(), OpenReadFilesFirst(), AccessPathOpenRead(), AccessPathOpenClose(), AccessPathBulk(),
     AccessPathBulkDaemon(), SequentialWrite(), Untar(), UntarReal(), SaveLoop(), GitClone(),
-    SQLiteInserts()
+    SQLiteInserts(), CacheLimitPeak()
 ]

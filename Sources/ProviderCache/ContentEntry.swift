@@ -504,6 +504,12 @@ public final class ContentEntry: Sendable {
     /// once its bytes are durable, so a crash or power cut never makes unwritten bytes "present".
     /// Saves of one entry run one at a time, in call order, and a call returns only after a save
     /// that started after it (or found nothing new): an older snapshot never overwrites a newer one.
+    /// Returns once no range-map save of this entry is running (a retired entry starts none).
+    func waitForPersists() async {
+        await persistGate.acquire()
+        persistGate.release()
+    }
+
     func persist() async {
         await persistGate.acquire()
         await persistLocked()

@@ -1,9 +1,10 @@
 // Eviction (issue 27): an item's stored content goes, its file and records with it, so that the
 // item is a placeholder again and its disk space is free. Only content nobody uses: an entry
 // pinned by a handle or downloading refuses (the caller above refuses items with writes not
-// uploaded). Range-map saves are flushed first, and the check and the removal happen under the
-// entry-creation lock and the store lock, so no save or first open can bring a record of the
-// removed file back (a revived record over a deleted file would serve zeros).
+// uploaded). The check and the removal happen under the entry-creation lock and the store lock,
+// and the item's entries with a range-map save queued or running are retired and waited for
+// before any file goes, so no save or first open can bring a record of the removed file back (a
+// revived record over a deleted file would serve zeros).
 
 import Diagnostics
 import ProviderModel
@@ -35,15 +36,19 @@ extension ContentStore {
 
     /// Removes every stored version of `identifier` (files and records) unless one is in use.
     func evict(_ identifier: ItemIdentifier) async -> ContentEviction {
-        // A save queued for an entry of this item (closed or live) would write its record back
-        // after the removal: saved now, and none is running afterwards.
-        await flushPendingPersists()
-        await waitForRunningFlushes()
         let outcome = await environment.pool.run { () -> (ContentEviction, [ContentRecord], [ContentEntry]) in
             self.creationLock.withLock { self.removeContent(of: identifier) }
         }
         let (result, records, entries) = outcome
         guard case .evicted = result else { return result }
+        // A range-map save of an entry of this item (the live ones removed, or closed ones whose
+        // save is queued or running in a batch) would write its record back after the removal,
+        // over a deleted file: each is retired (a retired entry saves nothing) and its running
+        // save waited for, before any file or row goes. Only this item's saves are waited for.
+        let error = CacheError(.stale, "\(identifier): its local content was evicted")
+        let saving = takePersists(of: identifier)
+        for entry in entries + saving { entry.retire(error) }
+        for entry in entries + saving { await entry.waitForPersists() }
         var freed: Int64 = 0
         for record in records { freed += allocatedBytes(record.fileNumber) }
         for entry in entries { freed += allocatedBytes(entry.fileNumber) }
@@ -52,10 +57,7 @@ extension ContentStore {
             for entry in entries { numbers.remove(entry.fileNumber) }
         }
         for record in records { discardRecordFile(record) }
-        for entry in entries {
-            entry.retire(CacheError(.stale, "\(identifier): its local content was evicted"))
-            discardRecordFile(entry.record)
-        }
+        for entry in entries { discardRecordFile(entry.record) }
         environment.logger.info(
             "\(identifier): evicted \(records.count + entries.count) stored version(s), \(freed) bytes")
         return .evicted(freedBytes: freed)

@@ -55,9 +55,11 @@ public final class ContentStore: Sendable {
     private let pendingPersists = Locked<
         (
             entries: [ObjectIdentifier: ContentEntry], scheduled: Bool, flushing: Int,
-            flushWaiters: [CheckedContinuation<Void, Never>]
+            flushWaiters: [CheckedContinuation<Void, Never>],
+            /// Entries a running batch took and has not saved yet (an eviction finds them here).
+            inFlight: [ObjectIdentifier: ContentEntry]
         )
-    >(([:], false, 0, []))
+    >(([:], false, 0, [], [:]))
 
     struct ContentKey: Hashable {
         var identifier: ItemIdentifier
@@ -547,9 +549,13 @@ public final class ContentStore: Sendable {
                 pending.scheduled = false
                 pending.flushing += 1
             }
+            for (key, entry) in pending.entries { pending.inFlight[key] = entry }
             return Array(pending.entries.values)
         }
-        for entry in entries { await entry.persist() }
+        for entry in entries {
+            await entry.persist()
+            _ = pendingPersists.withLock { $0.inFlight.removeValue(forKey: ObjectIdentifier(entry)) }
+        }
         let waiters = pendingPersists.withLock { pending -> [CheckedContinuation<Void, Never>] in
             pending.flushing -= 1
             guard pending.flushing == 0 else { return [] }
@@ -557,6 +563,20 @@ public final class ContentStore: Sendable {
             return pending.flushWaiters
         }
         for waiter in waiters { waiter.resume() }
+    }
+
+    /// Entries of `identifier` whose range-map save is queued or running in a batch: the queued
+    /// ones leave the queue (an eviction: they are retired, their saves never run).
+    func takePersists(of identifier: ItemIdentifier) -> [ContentEntry] {
+        pendingPersists.withLock { pending in
+            var found: [ContentEntry] = []
+            for (key, entry) in pending.entries where entry.identifier == identifier {
+                pending.entries[key] = nil
+                found.append(entry)
+            }
+            for entry in pending.inFlight.values where entry.identifier == identifier { found.append(entry) }
+            return found
+        }
     }
 
     /// Returns once no batch flush is running.
