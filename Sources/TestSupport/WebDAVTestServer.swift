@@ -184,7 +184,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
     }
 
     /// The PIDs whose parent is `pid` (Apache's workers), from /proc.
-    static func children(of pid: Int32) -> [Int32] {
+    public static func children(of pid: Int32) -> [Int32] {
         guard let stream = opendir("/proc") else { return [] }
         defer { closedir(stream) }
         var found: [Int32] = []

@@ -262,6 +262,25 @@ struct WebDAVProviderServerTests {
         }
     }
 
+    /// Apache's parent forks its workers: `stop` (SIGTERM) and `kill` (SIGKILL) leave none running.
+    @Test func apacheStopsWithItsWorkers() async throws {
+        try await withServer(kind: .apache) { _, server, provider in
+            for stopping in [false, true] {
+                #expect(try await provider.children(of: .root).count == 3)
+                let parent = try #require(server.process?.pid)
+                let workers = WebDAVTestServer.children(of: parent)
+                #expect(!workers.isEmpty)
+                if stopping { server.stop() } else { server.kill() }
+                for pid in workers + [parent] {
+                    let state = readTextFile("/proc/\(pid)/stat").flatMap { $0.split(separator: ")").last }
+                    #expect(state?.split(separator: " ").first ?? "Z" == "Z", "\(pid) still runs")
+                }
+                #expect(!WebDAVTestServer.accepts(server.port))
+                if !stopping { try server.start(samePort: true) }
+            }
+        }
+    }
+
     @Test func authenticatesWithBasicAuth() async throws {
         try await withServer(kind: .rclone(user: "alice", password: "pa ss:wörd")) { _, server, provider in
             await expectCode(.accessDenied) { try await provider.children(of: .root) }
