@@ -1,10 +1,16 @@
 // Real HTTP servers on 127.0.0.1 for the WebDAV provider's tests: `rclone serve webdav` of a
-// directory (Debian rclone), and Python's `http.server` (a plain server that ignores Range, for
-// the fallback path). Each runs as a child process on a free port, is waited for until it
-// accepts connections, and is stopped by its PID (SIGTERM, then SIGKILL) in `stop`, which `deinit`
-// also calls: a failing test leaves no server behind.
+// directory (Debian rclone), Apache 2.4 with mod_dav + mod_dav_fs + DavLockDB (a class-2 server,
+// from a config written into the server's temporary directory), and Python's `http.server` (a
+// plain server that ignores Range, for the fallback path). Each runs as a child process on a free
+// port, is waited for until it accepts connections, and is stopped by its PID (SIGTERM, then
+// SIGKILL) in `stop`, which `deinit` also calls: a failing test leaves no server behind. Apache's
+// parent forks its workers: SIGTERM to the parent stops them and it waits for them; when it must
+// be killed, its workers (found by their parent PID) are killed by PID too.
 //
-// WebDAV tests never skip silently: without rclone they fail, unless
+// Apache refuses to run as root: under root (CI) its workers run as `nobody`, and the served tree
+// is given to `nobody` (its ancestors made searchable) so that they can read and write it.
+//
+// WebDAV tests never skip silently: without rclone or apache2 they fail, unless
 // PROVIDERFS_SKIP_WEBDAV_TESTS=1 is set, and then the suite is reported skipped with that reason.
 
 import SystemSupport
@@ -18,16 +24,26 @@ public enum WebDAVTestGate {
     /// False only when the environment asks to skip them.
     public static var enabled: Bool { currentEnvironment()["PROVIDERFS_SKIP_WEBDAV_TESTS"] != "1" }
 
-    /// Nil when rclone is installed, else the sentence to fail the test with.
+    /// Nil when rclone and apache2 are installed, else the sentence to fail the test with.
     public static var problem: String? {
-        rclone == nil
-            ? "rclone is not installed (apt-get install rclone, or Scripts/install-deps); WebDAV tests cannot run "
-                + "(set PROVIDERFS_SKIP_WEBDAV_TESTS=1 to skip them)"
-            : nil
+        let missing = [rclone == nil ? "rclone" : nil, apache == nil ? "apache2" : nil].compactMap { $0 }
+        guard !missing.isEmpty else { return nil }
+        return
+            "\(missing.joined(separator: " and ")) not installed (apt-get install \(missing.joined(separator: " ")), "
+            + "or Scripts/install-deps); WebDAV tests cannot run (set PROVIDERFS_SKIP_WEBDAV_TESTS=1 to skip them)"
     }
 
     /// The rclone executable, if any.
     public static var rclone: String? { findExecutable("rclone") }
+
+    /// The apache2 executable (Debian keeps it in /usr/sbin) and its modules, if any.
+    public static var apache: String? {
+        let modules = apacheModules + "/mod_dav_fs.so"
+        guard access(modules, R_OK) == 0 else { return nil }
+        return findExecutable("apache2") ?? (access("/usr/sbin/apache2", X_OK) == 0 ? "/usr/sbin/apache2" : nil)
+    }
+
+    static let apacheModules = "/usr/lib/apache2/modules"
 
     static func findExecutable(_ name: String) -> String? {
         let path = currentEnvironment()["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
@@ -48,6 +64,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
         case rclone(user: String?, password: String?)
         /// `rclone serve webdav ROOT` over https, with this certificate and key (PEM files).
         case rcloneTLS(certificate: String, key: String)
+        /// Apache 2.4: mod_dav + mod_dav_fs with a DavLockDB (class 1 and 2), mpm_event.
+        case apache
         /// `python3 -m http.server`: GET only, Range ignored.
         case pythonStatic
     }
@@ -65,12 +83,18 @@ public final class WebDAVTestServer: @unchecked Sendable {
         self.kind = kind
         mkdir(root, 0o755)
         scratch = try makeTemporaryDirectory(prefix: "webdav-server")
-        try start()
+        do {
+            if case .apache = kind { try prepareApache() }
+            try start()
+        } catch {
+            removeTreeWithinFileSystem(scratch)
+            throw error
+        }
     }
 
     deinit {
         stop()
-        rmdir(scratch)
+        removeTreeWithinFileSystem(scratch)
     }
 
     /// `http://127.0.0.1:<port>/` (https for `.rcloneTLS`).
@@ -95,7 +119,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 if child.poll() != nil { break }
                 usleep(20_000)
             }
-            lastError = child.standardError
+            lastError = child.standardError + (readTextFile(scratch + "/error.log") ?? "")
+            Self.kill(Self.children(of: child.pid))
             child.signal(SIGKILL)
             child.wait(timeout: .seconds(5))
         }
@@ -119,6 +144,13 @@ public final class WebDAVTestServer: @unchecked Sendable {
             }
             if case .rcloneTLS(let certificate, let key) = kind { arguments += ["--cert", certificate, "--key", key] }
             return (rclone, arguments, environment)
+        case .apache:
+            guard let apache = WebDAVTestGate.apache else {
+                throw SystemCallError(WebDAVTestGate.problem ?? "apache2 is missing", Errno(ENOENT))
+            }
+            let configuration = scratch + "/httpd.conf"
+            try writeText(apacheConfiguration(), to: configuration)
+            return (apache, ["-f", configuration, "-DFOREGROUND"], [:])
         case .pythonStatic:
             guard let python = WebDAVTestGate.findExecutable("python3") else {
                 throw SystemCallError("python3 is missing", Errno(ENOENT))
@@ -127,23 +159,125 @@ public final class WebDAVTestServer: @unchecked Sendable {
         }
     }
 
-    /// Stops the server by its PID: SIGTERM, then SIGKILL after 5 s. Safe to call more than once.
+    /// Stops the server by its PID: SIGTERM, then SIGKILL after 5 s (Apache's workers with it).
+    /// Safe to call more than once.
     public func stop() {
         guard let process else { return }
         self.process = nil
+        let workers = Self.children(of: process.pid)
         process.signal(SIGTERM)
         if process.wait(timeout: .seconds(5)) == nil {
+            Self.kill(workers + Self.children(of: process.pid))
             process.signal(SIGKILL)
             process.wait(timeout: .seconds(5))
         }
+        Self.kill(workers)
     }
 
-    /// Kills the server at once (SIGKILL): its connections break mid-answer.
+    /// Kills the server at once (SIGKILL, its workers first): its connections break mid-answer.
     public func kill() {
         guard let process else { return }
         self.process = nil
+        Self.kill(Self.children(of: process.pid))
         process.signal(SIGKILL)
         process.wait(timeout: .seconds(5))
+    }
+
+    /// The PIDs whose parent is `pid` (Apache's workers), from /proc.
+    public static func children(of pid: Int32) -> [Int32] {
+        guard let stream = opendir("/proc") else { return [] }
+        defer { closedir(stream) }
+        var found: [Int32] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard let candidate = Int32(name), let status = readTextFile("/proc/\(name)/stat"),
+                let close = status.lastIndex(of: ")")
+            else { continue }
+            // `pid (comm) state ppid ...`: comm may hold spaces, so the fields after the last ')'.
+            let fields = status[status.index(after: close)...].split(separator: " ")
+            if fields.count > 1, Int32(fields[1]) == pid { found.append(candidate) }
+        }
+        return found
+    }
+
+    /// SIGKILLs `pids` and waits (up to 5 s) until none is running (a zombie waiting for its
+    /// parent's reaper runs nothing).
+    static func kill(_ pids: [Int32]) {
+        for pid in pids { Glibc.kill(pid, SIGKILL) }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline, pids.contains(where: isRunning) { usleep(10_000) }
+    }
+
+    private static func isRunning(_ pid: Int32) -> Bool {
+        guard let status = readTextFile("/proc/\(pid)/stat"), let close = status.lastIndex(of: ")") else {
+            return false
+        }
+        return status[status.index(after: close)...].split(separator: " ").first != "Z"
+    }
+
+    // MARK: Apache
+
+    /// Whether Apache's workers run as `nobody` (the tests run as root).
+    private var apacheDropsPrivileges: Bool { geteuid() == 0 }
+
+    /// Makes the served tree and the lock database's directory usable by the workers: under root
+    /// they run as `nobody`, which must search the ancestors (mkdtemp makes them 0700) and own
+    /// what it writes.
+    private func prepareApache() throws {
+        guard WebDAVTestGate.apache != nil else {
+            throw SystemCallError(WebDAVTestGate.problem ?? "apache2 is missing", Errno(ENOENT))
+        }
+        mkdir(scratch + "/lock", 0o755)
+        guard apacheDropsPrivileges else { return }
+        var ancestor = root
+        while let slash = ancestor.lastIndex(of: "/"), slash != ancestor.startIndex {
+            ancestor = String(ancestor[..<slash])
+            var info = stat()
+            if stat(ancestor, &info) == 0, info.st_mode & S_IXOTH == 0 {
+                chmod(ancestor, (info.st_mode & 0o7777) | 0o711)
+            }
+        }
+        chmod(scratch, 0o711)
+        let given = try ChildProcess.run("/bin/chown", ["-R", "nobody:nogroup", root, scratch + "/lock"])
+        guard given.status == 0 else { throw SystemCallError("chown nobody \(root): \(given.error)", Errno(EPERM)) }
+    }
+
+    private func apacheConfiguration() -> String {
+        let modules = WebDAVTestGate.apacheModules
+        let user = apacheDropsPrivileges ? "User nobody\nGroup nogroup\n" : ""
+        return """
+            ServerRoot "\(scratch)"
+            ServerName 127.0.0.1
+            Listen 127.0.0.1:\(port)
+            PidFile "\(scratch)/httpd.pid"
+            DefaultRuntimeDir "\(scratch)"
+            Mutex file:\(scratch)
+            ErrorLog "\(scratch)/error.log"
+            LogLevel warn
+            \(user)LoadModule mpm_event_module \(modules)/mod_mpm_event.so
+            LoadModule authz_core_module \(modules)/mod_authz_core.so
+            LoadModule dav_module \(modules)/mod_dav.so
+            LoadModule dav_fs_module \(modules)/mod_dav_fs.so
+            StartServers 1
+            ServerLimit 2
+            ThreadsPerChild 8
+            MaxRequestWorkers 16
+            MinSpareThreads 1
+            MaxSpareThreads 16
+            DocumentRoot "\(root)"
+            DavLockDB "\(scratch)/lock/DavLock"
+            <Directory "/">
+              AllowOverride None
+              Require all denied
+            </Directory>
+            <Directory "\(root)">
+              Dav On
+              Require all granted
+            </Directory>
+
+            """
     }
 
     /// A port nothing listens on right now (bound to port 0, read back, closed).
@@ -185,5 +319,18 @@ public final class WebDAVTestServer: @unchecked Sendable {
         address.sin_port = UInt16(port).bigEndian
         address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
         return address
+    }
+}
+
+/// Writes `text` to `path` (created or truncated).
+private func writeText(_ text: String, to path: String) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw SystemCallError("open \(path)") }
+    defer { close(fd) }
+    let bytes = Array(text.utf8)
+    if case .failure(let error) = bytes.withUnsafeBytes({
+        writeFully(fd, from: $0.baseAddress!, count: $0.count, at: 0)
+    }) {
+        throw error
     }
 }

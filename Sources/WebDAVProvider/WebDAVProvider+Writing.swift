@@ -67,7 +67,7 @@ extension WebDAVProvider {
             guard current.kind == .file else {
                 throw ProviderError(.wrongKind, "\(replaced) is not a file", errno: EISDIR)
             }
-            if let base, current.contentVersion != base {
+            if let base, !Self.sameVersion(current.contentVersion, base) {
                 throw ProviderError(.versionChanged, "\(replaced) changed: \(base) is now \(current.contentVersion)")
             }
         }

@@ -96,8 +96,10 @@ public final class WebDAVProvider: Provider {
         do {
             entries = try await propfind(
                 location.url(of: identifier, collection: true), depth: 1, what: "\(identifier)")
-        } catch let error as ProviderError where error.code == .noSuchItem && identifier != .root {
-            // "file/" is not found at some servers: say what the item really is.
+        } catch let error as ProviderError where (error.code == .noSuchItem || error.code == .io) && identifier != .root
+        {
+            // "file/" is not found at some servers, a bad request (400) at Apache's mod_dav:
+            // say what the item really is.
             let item = try await item(for: identifier)
             guard item.kind == .directory else {
                 throw ProviderError(.wrongKind, "\(identifier) is not a directory", errno: ENOTDIR)
@@ -203,6 +205,14 @@ public final class WebDAVProvider: Provider {
 
     /// Whether a version is an ETag (`"…"` or `W/"…"`), not the fallback.
     static func isETag(_ version: String) -> Bool { version.hasPrefix("\"") || version.hasPrefix("W/\"") }
+
+    /// Whether two versions name the same content: ETags by the weak comparison (Apache sends
+    /// `W/"x"` for a file changed within the last second and `"x"` after it, D-422), others as
+    /// they are.
+    static func sameVersion(_ one: ContentVersion, _ other: ContentVersion) -> Bool {
+        guard isETag(one.rawValue), isETag(other.rawValue) else { return one == other }
+        return opaqueTag(one.rawValue) == opaqueTag(other.rawValue)
+    }
 
     /// An ETag without its weakness marker (the weak comparison of RFC 9110 §8.8.3.2).
     static func opaqueTag(_ tag: String) -> Substring {

@@ -72,6 +72,38 @@ import Testing
         #expect(MountCommand.durationArgument(.microseconds(10)) == "1ms")
     }
 
+    /// An http(s) SOURCE is a WebDAV mount (an fstab line `https://dav/x /mnt/dav fuse.providerfs
+    /// webdav_user=alice,password_file=/etc/dav-pw,ca_file=/etc/dav-ca.pem`); `user` stays mount(8)'s,
+    /// and a password in the options is refused without being carried or echoed (D-421).
+    @Test func webdavSourceAndItsOptions() async throws {
+        #expect(
+            mountHelperArguments([
+                "https://dav.example.com/a%20b/", "/mnt/dav", "-o",
+                "rw,user,_netdev,webdav_user=alice,password_file=/etc/dav-pw,ca_file=/etc/dav-ca.pem,cache=/var/c",
+            ])
+                == [
+                    "mount", "--webdav=https://dav.example.com/a%20b/", "--user=alice", "--password-file=/etc/dav-pw",
+                    "--ca-file=/etc/dav-ca.pem", "--cache=/var/c", "/mnt/dav",
+                ])
+        #expect(
+            mountHelperArguments(["http://127.0.0.1:8080/", "/m", "-f"]) == [
+                "mount", "--webdav=http://127.0.0.1:8080/", "--foreground", "/m",
+            ])
+        #expect(mountHelperArguments(["ftp://host/", "/m"]) == nil)
+
+        let translated = try #require(
+            mountHelperArguments(["https://dav.example.com/", "/m", "-o", "webdav_user=alice,password=s3cret"]))
+        #expect(translated.contains("--password") && !translated.joined().contains("s3cret"))
+        var arguments = ArgumentList(Array(translated.dropFirst()), commandName: "providerfs mount")
+        do {
+            _ = try await MountCommand.run(&arguments, io: CommandIO(json: false))
+            Issue.record("-o password= was accepted")
+        } catch let error as UsageError {
+            #expect(error.message.contains("no password on the command line"), "\(error.message)")
+            #expect(!error.message.contains("s3cret"))
+        }
+    }
+
     @Test func otherArgumentListsAreNotTheHelperForm() {
         #expect(mountHelperArguments(["frobnicate"]) == nil)
         #expect(mountHelperArguments(["relative", "/m", "-o", "rw"]) == nil)

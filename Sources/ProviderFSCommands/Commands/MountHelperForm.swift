@@ -5,7 +5,10 @@
 /// Translates mount-helper arguments into `mount` command arguments, or nil when `arguments` is
 /// not in that form (then the CLI reports an unknown command as usual).
 ///
-/// SOURCE is a directory, or `demo` for the demo provider. Options understood: `cache=DIR`,
+/// SOURCE is a directory, `demo` for the demo provider, or an `http://` / `https://` URL (a WebDAV
+/// collection, `--webdav`; then also `webdav_user=NAME`, `password_file=F`, `ca_file=F` — not
+/// `user=`, which is mount(8)'s own; `password=…` becomes a bare `--password`, which `mount` refuses
+/// without echoing it, D-421). Options understood: `cache=DIR`,
 /// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`,
 /// `stall_timeout=D`, `write_back_delay=D`, `cache_max_size=S`, `cache_min_free=S`, `cache_max_age=D`, `no_download_for=A:B`,
 /// `download_for=A:B` (names separated by ':', since ',' separates options); `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
@@ -13,11 +16,13 @@
 /// `require_token` (`require-token`, `require_token=yes`, …): that is refused, never ignored, so
 /// that a mount meant to be locked down does not come up open (D-333).
 func mountHelperArguments(_ arguments: [String]) -> [String]? {
-    guard let source = arguments.first, source == "demo" || source.hasPrefix("/") else { return nil }
+    guard let source = arguments.first else { return nil }
+    let webdav = source.hasPrefix("http://") || source.hasPrefix("https://")
+    guard source == "demo" || source.hasPrefix("/") || webdav else { return nil }
     var rest = Array(arguments.dropFirst())
     guard let mountpoint = rest.first, !mountpoint.hasPrefix("-") else { return nil }
     rest.removeFirst()
-    var result = ["mount", source == "demo" ? "--demo" : "--source=\(source)"]
+    var result = ["mount", source == "demo" ? "--demo" : webdav ? "--webdav=\(source)" : "--source=\(source)"]
     var options: [String] = []
     while !rest.isEmpty {
         let argument = rest.removeFirst()
@@ -65,6 +70,15 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             result.append("--no-download-for=" + option.dropFirst("no_download_for=".count))
         } else if option.hasPrefix("download_for=") {
             result.append("--download-for=" + option.dropFirst("download_for=".count))
+        } else if option.hasPrefix("webdav_user=") {
+            result.append("--user=" + option.dropFirst("webdav_user=".count))
+        } else if option.hasPrefix("password_file=") {
+            result.append("--password-file=" + option.dropFirst("password_file=".count))
+        } else if option.hasPrefix("ca_file=") {
+            result.append("--ca-file=" + option.dropFirst("ca_file=".count))
+        } else if option == "password" || option.hasPrefix("password=") {
+            // Refused by `mount`, and never carried further: the value is dropped here.
+            if !result.contains("--password") { result.append("--password") }
         }
     }
     result.append(mountpoint)
