@@ -303,3 +303,22 @@ struct CommandEdgeTests {
         #expect(none.output == "[]\n")
     }
 }
+
+/// A mount suite that grants tokens with `providerfs token grant` through its private runtime
+/// directory (one `grant` for every suite that needs one).
+protocol TokenGranting {
+    var runtime: String { get }
+}
+
+extension TokenGranting {
+    /// `providerfs token grant PATH EXTRA…`: the access path it prints and the token's id.
+    func grant(_ path: String, _ extra: [String] = []) throws -> (accessPath: String, id: String) {
+        let grant = try providerfs(["token", "grant", path] + extra, runtime: runtime)
+        #expect(grant.status == 0, "\(grant)")
+        let lines = grant.output.split(separator: "\n").map(String.init)
+        let accessPath = try #require(lines.first)
+        let id = try #require(
+            lines.dropFirst().first?.split(separator: ",").first.map { String($0.dropFirst("id ".count)) })
+        return (accessPath, id)
+    }
+}

@@ -15,7 +15,7 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ReadingListMountTests {
+struct ReadingListMountTests: TokenGranting {
     let scratch: String
     let source: String
     let runtime: String
@@ -100,12 +100,6 @@ struct ReadingListMountTests {
         return condition()
     }
 
-    func grant(_ path: String, _ extra: [String] = []) throws -> String {
-        let grant = try providerfs(["token", "grant", path] + extra, runtime: runtime)
-        #expect(grant.status == 0, "\(grant)")
-        return try #require(grant.output.split(separator: "\n").first.map(String.init))
-    }
-
     @Test func importsFromPlainAndTokenPathsAndTheCopyOutlivesItsSource() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
@@ -115,7 +109,7 @@ struct ReadingListMountTests {
         let plain = try imported(mounted.path("docs/paper.pdf"))
         #expect(plain["result"] as? String == "imported", "\(plain)")
         #expect(plain["pages"] as? Int == 3)
-        let token = try imported(try grant(mounted.path("other/paper.pdf"), ["--ttl", "10m"]))
+        let token = try imported(try grant(mounted.path("other/paper.pdf"), ["--ttl", "10m"]).accessPath)
         #expect(token["result"] as? String == "imported", "\(token)")
         #expect(token["pages"] as? Int == 5)
         // The token path was started through ScopedAccess: a token derived for reading-list's
@@ -288,7 +282,7 @@ struct ReadingListMountTests {
         defer { mounted.stop() }
         // The import spends exactly the one use (its ScopedAccess start); looking at the source
         // for the report spends none.
-        let accessPath = try grant(mounted.path("docs/paper.pdf"), ["--uses", "1"])
+        let accessPath = try grant(mounted.path("docs/paper.pdf"), ["--uses", "1"]).accessPath
         let first = try imported(accessPath)
         #expect(first["result"] as? String == "imported", "\(first)")
         let again = try imported(accessPath)

@@ -17,7 +17,7 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ScopedAccessAPIMountTests {
+struct ScopedAccessAPIMountTests: TokenGranting {
     let scratch: String
     let source: String
     let runtime: String
@@ -44,16 +44,6 @@ struct ScopedAccessAPIMountTests {
     func mount() throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
             ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
-    }
-
-    func grant(_ path: String, _ extra: [String] = []) throws -> (accessPath: String, id: String) {
-        let grant = try providerfs(["token", "grant", path] + extra, runtime: runtime)
-        #expect(grant.status == 0, "\(grant)")
-        let lines = grant.output.split(separator: "\n").map(String.init)
-        let accessPath = try #require(lines.first)
-        let id = try #require(
-            lines.dropFirst().first?.split(separator: ",").first.map { String($0.dropFirst("id ".count)) })
-        return (accessPath, id)
     }
 
     /// The bytes of `path` read by this process, or the errno of the open or read.

@@ -13,7 +13,7 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ScopedEntryCacheMountTests {
+struct ScopedEntryCacheMountTests: TokenGranting {
     let scratch: String
     let source: String
     let runtime: String
@@ -32,16 +32,6 @@ struct ScopedEntryCacheMountTests {
     }
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
-
-    func grant(_ path: String, _ extra: [String] = []) throws -> (accessPath: String, id: String) {
-        let grant = try providerfs(["token", "grant", path] + extra, runtime: runtime)
-        #expect(grant.status == 0, "\(grant)")
-        let lines = grant.output.split(separator: "\n").map(String.init)
-        let accessPath = try #require(lines.first)
-        let id = try #require(
-            lines.dropFirst().first?.split(separator: ",").first.map { String($0.dropFirst("id ".count)) })
-        return (accessPath, id)
-    }
 
     /// stat(2) of `path` from this process: 0, or the errno.
     func statErrno(_ path: String) -> Int32 {
