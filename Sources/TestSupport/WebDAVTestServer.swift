@@ -24,9 +24,9 @@ public enum WebDAVTestGate {
     /// False only when the environment asks to skip them.
     public static var enabled: Bool { currentEnvironment()["PROVIDERFS_SKIP_WEBDAV_TESTS"] != "1" }
 
-    /// Nil when rclone and apache2 are installed, else the sentence to fail the test with.
+    /// Nil when rclone and apache2 (Debian apache2-bin) are installed, else the sentence to fail the test with.
     public static var problem: String? {
-        let missing = [rclone == nil ? "rclone" : nil, apache == nil ? "apache2" : nil].compactMap { $0 }
+        let missing = [rclone == nil ? "rclone" : nil, apache == nil ? "apache2-bin" : nil].compactMap { $0 }
         guard !missing.isEmpty else { return nil }
         return
             "\(missing.joined(separator: " and ")) not installed (apt-get install \(missing.joined(separator: " ")), "
