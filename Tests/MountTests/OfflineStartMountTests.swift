@@ -1,8 +1,8 @@
 // Offline start (issue 27, item 4; D-434): a mount whose --source directory is missing starts from
 // the stored metadata of its --cache directory: names are listed, a downloaded file reads
-// byte-exact, a file never downloaded fails with ENETUNREACH, `status` says unreachable, a new file
-// is queued and reaches the source once the directory is back. A first mount of a missing
-// directory is still refused.
+// byte-exact, a file never downloaded fails with ENETUNREACH, `status` says unreachable, mkdir is
+// ENETUNREACH, a new file and an append are queued and reach the source once the directory is
+// back. A first mount of a missing directory is still refused.
 
 import Foundation
 import SystemSupport
@@ -69,10 +69,16 @@ struct OfflineStartMountTests {
         let written = patternBytes(count: 70_000, seed: 43)
         writeTestFile(mount.path("dir/new.bin"), written)
         #expect(fileBytes(mount.path("dir/new.bin")) == written)
+        // A write to a downloaded file is queued too; a namespace change needs the provider.
+        let appended = try shell("printf more >> \(quoted(mount.path("dir/kept.bin")))")
+        #expect(appended.status == 0, "\(appended)")
+        let made = try shell("mkdir \(quoted(mount.path("dir/sub")))")
+        #expect(made.status != 0 && made.error.contains("Network is unreachable"), "\(made)")
 
         // The disk is back: the queued file reaches it, the other file reads, status is reachable.
         #expect(rename(moved, source) == 0)
         #expect(waitForSource(source + "/dir/new.bin", written, timeout: .seconds(60)), "the queued file never arrived")
+        #expect(waitForSource(source + "/dir/kept.bin", kept + Array("more".utf8), timeout: .seconds(60)))
         #expect(fileBytes(mount.path("dir/other.bin")) == other)
         let back = try providerfs(["status", mount.mountpoint], runtime: runtime)
         #expect(back.status == 0 && back.output.contains("provider: reachable"), "\(back)")
