@@ -64,6 +64,8 @@ struct OfflineStartMountTests {
         let status = try providerfs(["status", mount.mountpoint], runtime: runtime)
         #expect(status.status == 0 && status.output.contains("provider: unreachable"), "\(status)")
         #expect(status.output.contains("offline since"), "\(status)")
+        let json = try providerfs(["status", mount.mountpoint, "--json"], runtime: runtime)
+        #expect(json.output.contains("\"offlineSince\":\""), "\(json)")
 
         // A new file is accepted and queued.
         let written = patternBytes(count: 70_000, seed: 43)
@@ -82,6 +84,7 @@ struct OfflineStartMountTests {
         #expect(fileBytes(mount.path("dir/other.bin")) == other)
         let back = try providerfs(["status", mount.mountpoint], runtime: runtime)
         #expect(back.status == 0 && back.output.contains("provider: reachable"), "\(back)")
+        #expect(!back.output.contains("offline since"), "\(back)")
     }
 
     @Test func aFirstMountOfAMissingSourceIsRefused() throws {
