@@ -283,7 +283,17 @@ extension LocalDirectoryProvider {
     /// upload's restore of the directory's times cannot undo it), the identifier noted, so that
     /// the `.create` upload keeps the directory's times then. Only in a watched directory (a
     /// local file system: nothing here waits on a network).
+    ///
+    /// While the root is missing (its last look found it so; no system call here), the create is
+    /// deferred too, with nothing checked at the source or moved there: the upload, queued until
+    /// the root is back, is then an ordinary exclusive create, and a name taken there meanwhile
+    /// is a conflict as for any deferred create (D-434).
     public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
+        if rootMissing.withLock({ $0 }) {
+            try Self.checkNewName(name)
+            try checkPathFits(name, in: parent)
+            return DeferredCreate(identifier: Self.identifier(of: name, in: parent), directory: nil)
+        }
         guard changes.isWatched(parent) else { return nil }
         try Self.checkNewName(name)
         try checkPathFits(name, in: parent)

@@ -56,6 +56,9 @@ public struct LocalDirectoryProvider: Provider {
     let entries = DirectoryEntries()
     /// A descriptor of the root kept open, whose kernel path is the root's real path (D-425).
     let rootAnchor = RootAnchor()
+    /// Whether the last look at the root found it missing (`checkRoot`): while it is, creates are
+    /// deferred without a system call (`deferCreateNow`, an offline start, D-434).
+    let rootMissing = Locked(false)
 
     public init(root: String) {
         var trimmed = root
@@ -150,8 +153,11 @@ public struct LocalDirectoryProvider: Provider {
     func checkRoot() throws -> stat {
         var info = stat()
         guard stat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-            throw ProviderError(.unreachable, "source directory \(root) is not available", errno: errno)
+            let code = errno
+            rootMissing.withLock { $0 = true }
+            throw ProviderError(.unreachable, "source directory \(root) is not available", errno: code)
         }
+        rootMissing.withLock { $0 = false }
         return info
     }
 

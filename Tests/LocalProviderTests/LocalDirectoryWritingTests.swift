@@ -56,6 +56,51 @@ struct LocalDirectoryWritingTests {
             ]))
     }
 
+    @Test("a root missing at start: unreachable everywhere, creates deferred; served once it appears (D-434)")
+    func rootAppearsLater() async throws {
+        let parent = try TemporaryDirectory()
+        let scratch = try TemporaryDirectory()
+        defer {
+            parent.remove()
+            scratch.remove()
+        }
+        let path = parent.path + "/disk"
+        let provider = LocalDirectoryProvider(root: path)
+        #expect(await failure { _ = try await provider.item(for: .root) }?.code == .unreachable)
+        #expect(await failure { _ = try await provider.children(of: .root) }?.code == .unreachable)
+        #expect(await failure { _ = try await provider.trackedChildren(of: .root) }?.code == .unreachable)
+        #expect(await failure { _ = try await provider.child(named: "a", of: .root) }?.code == .unreachable)
+        let fetch = await failure {
+            _ = try await provider.fetchContents(of: ItemIdentifier("a"), version: ContentVersion("v"), range: 0..<1)
+        }
+        #expect(fetch?.code == .unreachable)
+        let upload = await failure {
+            _ = try await provider.upload(
+                from: try localFile(Array("new".utf8), in: scratch), to: .create(name: "new", in: .root),
+                permissions: 0o644, modificationTime: nil)
+        }
+        #expect(upload?.code == .unreachable)
+        // While missing, a create is deferred without touching the source; a bad name still refused.
+        let deferred = try provider.deferCreateNow(named: "new", in: ItemIdentifier("d"))
+        #expect(deferred?.identifier == ItemIdentifier("d/new") && deferred?.directory == nil)
+        #expect(throws: ProviderError.self) { _ = try provider.deferCreateNow(named: "..", in: .root) }
+
+        // The disk is plugged in: the same provider serves it, no restart.
+        try writeFile(path + "/d/a", Array("here".utf8))
+        let children = try await provider.children(of: ItemIdentifier("d"))
+        #expect(children.map(\.name) == ["a"])
+        let item = try await provider.item(for: ItemIdentifier("d/a"))
+        let stream = try await provider.fetchContents(of: item.identifier, version: item.contentVersion, range: 0..<4)
+        #expect(try await drain(stream) == Array("here".utf8))
+        let created = try await provider.upload(
+            from: try localFile(Array("new".utf8), in: scratch), to: .create(name: "new", in: ItemIdentifier("d")),
+            permissions: 0o644, modificationTime: nil)
+        #expect(created.identifier == ItemIdentifier("d/new"))
+        #expect(try String(contentsOfFile: path + "/d/new", encoding: .utf8) == "new")
+        // Back: no more offline deferral outside watched directories.
+        #expect(try provider.deferCreateNow(named: "other", in: .root) == nil)
+    }
+
     @Test("link makes a second name (EEXIST, a directory refused); an upload to a file with two names writes in place")
     func hardLinks() async throws {
         let root = try TemporaryDirectory()

@@ -266,13 +266,22 @@ struct MountCommand: CLICommand {
         }
         if !remote {
             var info = stat()
-            guard stat(sourcePath, &info) == 0 else {
-                throw CommandFailure("the source \(sourcePath) does not exist (\(Errno.current.message))")
+            if stat(sourcePath, &info) == 0, info.st_mode & S_IFMT == S_IFDIR {
+                sourcePath = canonicalPath(sourcePath) ?? sourcePath
+            } else {
+                // Missing (a disk not plugged in, a share down): an offline start from the stored
+                // metadata when the cache directory already caches this source (D-434).
+                let failure = Errno.current
+                let absolute = mountPointPath(sourcePath)
+                let offlineCache = cache.map { mountPointPath($0) } ?? UserDirectories.defaultCache(forSource: absolute)
+                guard !demo, MountComposition.canStartOffline(source: absolute, cacheDirectory: offlineCache) else {
+                    if stat(sourcePath, &info) == 0 {
+                        throw CommandFailure("the source \(sourcePath) is not a directory")
+                    }
+                    throw CommandFailure("the source \(sourcePath) does not exist (\(failure.message))")
+                }
+                sourcePath = absolute
             }
-            guard info.st_mode & S_IFMT == S_IFDIR else {
-                throw CommandFailure("the source \(sourcePath) is not a directory")
-            }
-            sourcePath = canonicalPath(sourcePath) ?? sourcePath
         }
 
         let mountpointPath = mountPointPath(mountpoint)

@@ -75,7 +75,8 @@ struct StatusCommand: CLICommand {
             "  provider: "
                 + (provider.reachable
                     ? "reachable (answered in \(Int(provider.responseMilliseconds.rounded())) ms)"
-                    : "unreachable: \(provider.error.map { "\($0.errno): \($0.message)" } ?? "no answer")"))
+                    : "unreachable\(provider.offlineSince.map { " (offline since \($0))" } ?? ""): "
+                        + (provider.error.map { "\($0.errno): \($0.message)" } ?? "no answer")))
         io.line(
             "  cache:    \(formatSize(status.cache.usedBytes)) used, \(formatSize(status.cache.freeBytes)) free "
                 + "(\(status.cache.directory))")

@@ -120,6 +120,8 @@ struct ControlMountStatus: Codable, Sendable, Equatable {
         var responseMilliseconds: Double
         var probeDeadlineSeconds: Double
         var error: ControlItemError?
+        /// When unreachable: since when the mount knows it (ISO 8601; D-434).
+        var offlineSince: String? = nil
     }
 
     var mountpoint: String
@@ -151,6 +153,8 @@ struct MountControl: ControlHandler {
     var tokens: TokenAuthority?
     /// Asks presenters before an eviction; nil: evictions ask nobody (no coordination server).
     var evictionClaims: MountEvictionClaims?
+    /// Since when the provider has been unreachable, as far as the mount knows (D-434).
+    var offline = OfflineSince(nil)
 
     func handle(_ request: ControlRequest, peer: UnixSocket.PeerCredentials) async -> Result<[UInt8], ControlError> {
         if let refusal = Self.requireTokenRefusal(request, peer: peer, policy: fileSystem.options.plainPaths) {
@@ -291,6 +295,7 @@ struct MountControl: ControlHandler {
             if item.state == .error { errors.append(entry) } else { transfers.append(entry) }
         }
         let found = await probe
+        let offlineSince = offline.update(reachable: found.reachable)
         return ControlMountStatus(
             mountpoint: mountpoint, source: source, pid: getpid(),
             uptimeSeconds: (ContinuousClock.now - started).seconds,
@@ -299,7 +304,8 @@ struct MountControl: ControlHandler {
                 limits: cache.limitsStatus.map(ControlMountStatus.CacheLimits.init)),
             provider: .init(
                 reachable: found.reachable, responseMilliseconds: found.elapsed.seconds * 1000,
-                probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init)),
+                probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init),
+                offlineSince: offlineSince.map { $0.formatted(.iso8601) }),
             transfers: transfers.sorted { $0.path < $1.path }, errors: errors.sorted { $0.path < $1.path },
             requireToken: fileSystem.options.plainPaths != nil)
     }
@@ -326,9 +332,32 @@ extension MountCommand {
             fileSystem: fileSystem, mountpoint: plan.mountpoint,
             source: plan.demo ? "demo (\(plan.source))" : plan.source,
             started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) }, tokens: tokens,
-            evictionClaims: evictionClaims)
+            evictionClaims: evictionClaims,
+            offline: OfflineSince(
+                plan.webdav == nil && !MountComposition.sourceIsPresent(plan.source) ? Date() : nil))
         return ControlServer(
             socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,
             log: { message in Logger(label: "control").notice(message) })
+    }
+}
+
+/// Since when a mount's provider has been unreachable, as far as the mount knows (D-434): from an
+/// offline start, or from the first status probe that failed; cleared by a probe that answers.
+/// (Only `status` probes; a failure that no probe saw is not dated.)
+final class OfflineSince: Sendable {
+    private let since: Locked<Date?>
+
+    init(_ start: Date?) { since = Locked(start) }
+
+    /// Records a probe's outcome; returns since when the provider is unreachable (nil: reachable).
+    func update(reachable: Bool) -> Date? {
+        since.withLock { since in
+            if reachable {
+                since = nil
+            } else if since == nil {
+                since = Date()
+            }
+            return since
+        }
     }
 }

@@ -6,6 +6,7 @@
 
 package import AccessTokens
 import Diagnostics
+import Foundation
 import LocalProvider
 package import ProviderCache
 package import ProviderFaults
@@ -105,9 +106,16 @@ package enum MountComposition {
             if let webdav {
                 FaultInjectingProvider(wrapping: WebDAVProvider(configuration: webdav), plan: plan, clock: clock)
             } else {
-                try makeProvider(source: source, faults: plan, clock: clock)
+                try makeProvider(source: source, faults: plan, clock: clock, cacheDirectory: cacheDirectory)
             }
+        let offline = webdav == nil && !sourceIsPresent(source)
         let store = try openMetadataStore(in: cacheDirectory)
+        // Recorded while the source is here, for a later offline start (D-434).
+        if webdav == nil, !offline { recordSource(source, in: cacheDirectory) }
+        if offline {
+            Logger(label: "mount").warning(
+                "the source \(source) is not available: starting offline from the stored metadata in \(cacheDirectory)")
+        }
         do {
             let cache = try ProviderCache(
                 provider: provider, directory: cacheDirectory, store: store, clock: clock, options: options.cache,
@@ -151,19 +159,55 @@ package enum MountComposition {
     /// The provider for `source`: a local directory, wrapped in `faults` when given (the wrapper
     /// keeps every capability of the local provider: lookups, tracking, pushes, immediate metadata;
     /// with no rule it hands out the local streams untouched).
+    /// A source that is missing (or is no directory) is refused unless `cacheDirectory` may start
+    /// offline for it (`canStartOffline`, D-434): the provider then answers `.unreachable` until
+    /// the directory appears.
     package static func makeProvider(
-        source: String, faults: FaultPlan? = nil, clock: any Clock<Duration> = ContinuousClock()
+        source: String, faults: FaultPlan? = nil, clock: any Clock<Duration> = ContinuousClock(),
+        cacheDirectory: String? = nil
     ) throws(FileSystemError) -> any Provider {
         var info = stat()
-        guard stat(source, &info) == 0 else {
+        if let cacheDirectory, canStartOffline(source: source, cacheDirectory: cacheDirectory) {
+            // Offline start: the provider itself reads a missing root as `.unreachable`.
+        } else if stat(source, &info) != 0 {
             throw FileSystemError(.notFound, "the source directory \(source) does not exist")
-        }
-        guard info.st_mode & S_IFMT == S_IFDIR else {
+        } else if info.st_mode & S_IFMT != S_IFDIR {
             throw FileSystemError(.notADirectory, "the source \(source) is not a directory")
         }
         let local = LocalDirectoryProvider(root: source)
         guard let faults else { return local }
         return FaultInjectingProvider(wrapping: local, plan: faults, clock: clock)
+    }
+
+    /// The name of the file in a cache directory that records the source it caches (D-434).
+    package static let sourceRecordName = "source"
+
+    /// Whether `source` is a directory now (a stat that fails, e.g. ENOENT or a network file
+    /// system's EIO/ENOTCONN, is "not present").
+    package static func sourceIsPresent(_ source: String) -> Bool {
+        var info = stat()
+        return stat(source, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
+    }
+
+    /// Whether a mount of `source`, absent now, may start offline from `cacheDirectory` (D-434):
+    /// only when the directory holds a metadata store and records `source` (its real path when
+    /// it was last mounted) as what it caches. A first mount, or a typo in `--source`, is refused.
+    package static func canStartOffline(source: String, cacheDirectory: String) -> Bool {
+        guard !sourceIsPresent(source), access(cacheDirectory + "/metadata.sqlite", F_OK) == 0,
+            let data = FileManager.default.contents(atPath: cacheDirectory + "/" + sourceRecordName)
+        else { return false }
+        let recorded = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+        return recorded.contains(source)
+    }
+
+    /// Writes `source` into the cache directory's source record unless it is there already.
+    static func recordSource(_ source: String, in cacheDirectory: String) {
+        let path = cacheDirectory + "/" + sourceRecordName
+        let bytes = Array((source + "\n").utf8)
+        if let data = FileManager.default.contents(atPath: path), Array(data) == bytes { return }
+        if let failure = replaceFileAtomically(path, with: bytes) {
+            Logger(label: "mount").warning("cannot record the source in \(path): \(failure)")
+        }
     }
 
     /// The store kept in `<cacheDirectory>/metadata.sqlite`.
