@@ -37,15 +37,6 @@ struct CacheLimitMountTests {
         return ((object["cache"] as? [String: Any])?["limits"] as? [String: Any]) ?? [:]
     }
 
-    func eventually(_ limit: Duration = .seconds(20), _ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while try !condition() {
-            if ContinuousClock.now > deadline { return false }
-            usleep(20_000)
-        }
-        return true
-    }
-
     @Test func readingMoreThanTheLimitKeepsTheCacheWithinIt() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
@@ -60,7 +51,7 @@ struct CacheLimitMountTests {
             #expect(bytes == (try Data(contentsOf: URL(fileURLWithPath: source + "/f\(index).bin"))))
             // Closed: nothing is in use, so the stored content is within the limit once the
             // check that this download's bytes started has run.
-            let within = try eventually { (try limits(mount.mountpoint)["storedBytes"] as? Int ?? Int.max) <= limit }
+            let within = try waitUntil { (try limits(mount.mountpoint)["storedBytes"] as? Int ?? Int.max) <= limit }
             let now = try limits(mount.mountpoint)
             #expect(within, "after f\(index): \(now)")
         }

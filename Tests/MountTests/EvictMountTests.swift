@@ -49,16 +49,6 @@ struct EvictMountTests {
         }
     }
 
-    /// Waits (bounded) until `condition` holds.
-    func eventually(_ limit: Duration = .seconds(20), _ condition: () -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while !condition() {
-            if ContinuousClock.now > deadline { return false }
-            usleep(20_000)
-        }
-        return true
-    }
-
     @Test func aDownloadedFileIsAPlaceholderAgainAndReadsTheSameBytes() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
@@ -96,7 +86,7 @@ struct EvictMountTests {
         // A directory: every file under it; a file written through the mount too, once uploaded.
         writeTestFile(mount.path("docs/new.txt"), Array("written through the mount\n".utf8))
         #expect(
-            eventually {
+            waitUntil {
                 (try? Data(contentsOf: URL(fileURLWithPath: source + "/docs/new.txt")))
                     == Data("written through the mount\n".utf8)
             })
@@ -148,7 +138,7 @@ struct EvictMountTests {
         }
         let vetoing = try ChildProcess(providerfsPath, ["present", big], environment: environment)
         defer { stop(vetoing) }
-        #expect(eventually { vetoing.standardOutput.contains(#""event":"ready""#) }, "\(vetoing.standardError)")
+        #expect(waitUntil { vetoing.standardOutput.contains(#""event":"ready""#) }, "\(vetoing.standardError)")
         let vetoed = try providerfs(["evict", big, "--json"], runtime: runtime)
         #expect(vetoed.status == 1, "\(vetoed)")
         let refusal = try #require(lines(vetoed.output).first)
@@ -161,7 +151,7 @@ struct EvictMountTests {
         let accepting = try ChildProcess(
             providerfsPath, ["present", big, "--accept-eviction"], environment: environment)
         defer { stop(accepting) }
-        #expect(eventually { accepting.standardOutput.contains(#""event":"ready""#) }, "\(accepting.standardError)")
+        #expect(waitUntil { accepting.standardOutput.contains(#""event":"ready""#) }, "\(accepting.standardError)")
         let accepted = try providerfs(["evict", big], runtime: runtime)
         #expect(accepted.status == 0, "\(accepted)")
         #expect(accepting.standardOutput.contains("accommodatePresentedItemEviction"), "\(accepting.standardOutput)")

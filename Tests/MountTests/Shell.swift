@@ -51,3 +51,13 @@ func requireFUSE() -> Bool {
     }
     return true
 }
+
+/// Polls `condition` every 20 ms until it holds (true) or `limit` passes (false).
+func waitUntil(_ limit: Duration = .seconds(20), _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while try !condition() {
+        if ContinuousClock.now > deadline { return false }
+        usleep(20_000)
+    }
+    return true
+}

@@ -44,8 +44,7 @@ struct DownloadCommand: CLICommand {
         let progress = ProgressDisplay(terminal: isatty(1) == 1 && !io.json, io: io)
         var results: [FileResult] = []
         for file in files {
-            let suffix = String(file.dropFirst(path.count)).drop { $0 == "/" }
-            let relative = root.isEmpty ? String(suffix) : suffix.isEmpty ? root : root + "/" + suffix
+            let relative = relativePath(of: file, under: path, root: root)
             let result = await download(file, relativePath: relative, client: client, progress: progress)
             results.append(result)
             if io.json { io.emit(result) }
@@ -101,6 +100,13 @@ struct DownloadCommand: CLICommand {
         }
         progress.finish(path, bytes: result.bytes, size: result.size, error: result.error)
         return result
+    }
+
+    /// `file` (at or under the command's `path`) relative to the mount root, given `root`: `path`
+    /// relative to the mount root (`ControlClient.forMount`).
+    static func relativePath(of file: String, under path: String, root: String) -> String {
+        let suffix = String(file.dropFirst(path.count)).drop { $0 == "/" }
+        return root.isEmpty ? String(suffix) : suffix.isEmpty ? root : root + "/" + suffix
     }
 
     /// Every regular file below `directory`, sorted. A plain readdir walk: FileManager's

@@ -42,8 +42,7 @@ struct EvictCommand: CLICommand {
             let (client, root) = try ControlClient.forMount(containing: path)
             let files = info.st_mode & S_IFMT == S_IFDIR ? DownloadCommand.regularFiles(under: path) : [path]
             for file in files {
-                let suffix = String(file.dropFirst(path.count)).drop { $0 == "/" }
-                let relative = root.isEmpty ? String(suffix) : suffix.isEmpty ? root : root + "/" + suffix
+                let relative = DownloadCommand.relativePath(of: file, under: path, root: root)
                 let result = await evict(file, relativePath: relative, client: client)
                 results.append(result)
                 if io.json {

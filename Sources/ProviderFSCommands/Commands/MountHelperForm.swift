@@ -41,10 +41,9 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
         }
     }
     for option in options {
-        if option.hasPrefix("cache=") {
-            result.append("--cache=" + option.dropFirst("cache=".count))
-        } else if option.hasPrefix("log=") {
-            result.append("--log=" + option.dropFirst("log=".count))
+        let parts = option.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+        if parts.count == 2, let flag = mountHelperValueOptions[String(parts[0])] {
+            result.append(flag + "=" + parts[1])
         } else if option == "allow_other" {
             result.append("--allow-other")
         } else if option == "ro" {
@@ -56,26 +55,6 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             if !result.contains("--require-token") { result.append("--require-token") }
         } else if option.lowercased().contains("require") {
             result.append("--unknown-mount-option=" + option)
-        } else if option.hasPrefix("stall_timeout=") {
-            result.append("--stall-timeout=" + option.dropFirst("stall_timeout=".count))
-        } else if option.hasPrefix("write_back_delay=") {
-            result.append("--write-back-delay=" + option.dropFirst("write_back_delay=".count))
-        } else if option.hasPrefix("cache_max_size=") {
-            result.append("--cache-max-size=" + option.dropFirst("cache_max_size=".count))
-        } else if option.hasPrefix("cache_min_free=") {
-            result.append("--cache-min-free=" + option.dropFirst("cache_min_free=".count))
-        } else if option.hasPrefix("cache_max_age=") {
-            result.append("--cache-max-age=" + option.dropFirst("cache_max_age=".count))
-        } else if option.hasPrefix("no_download_for=") {
-            result.append("--no-download-for=" + option.dropFirst("no_download_for=".count))
-        } else if option.hasPrefix("download_for=") {
-            result.append("--download-for=" + option.dropFirst("download_for=".count))
-        } else if option.hasPrefix("webdav_user=") {
-            result.append("--user=" + option.dropFirst("webdav_user=".count))
-        } else if option.hasPrefix("password_file=") {
-            result.append("--password-file=" + option.dropFirst("password_file=".count))
-        } else if option.hasPrefix("ca_file=") {
-            result.append("--ca-file=" + option.dropFirst("ca_file=".count))
         } else if option == "password" || option.hasPrefix("password=") {
             // Refused by `mount`, and never carried further: the value is dropped here.
             if !result.contains("--password") { result.append("--password") }
@@ -84,3 +63,11 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
     result.append(mountpoint)
     return result
 }
+
+/// The `-o KEY=VALUE` options and the `mount` flag each becomes (`--FLAG=VALUE`).
+private let mountHelperValueOptions: [String: String] = [
+    "cache": "--cache", "log": "--log", "stall_timeout": "--stall-timeout", "write_back_delay": "--write-back-delay",
+    "cache_max_size": "--cache-max-size", "cache_min_free": "--cache-min-free", "cache_max_age": "--cache-max-age",
+    "no_download_for": "--no-download-for", "download_for": "--download-for", "webdav_user": "--user",
+    "password_file": "--password-file", "ca_file": "--ca-file",
+]
