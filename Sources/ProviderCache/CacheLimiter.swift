@@ -6,8 +6,8 @@
 // limit, and every `limitCheckPeriod`; one check at a time. So the stored content exceeds
 // `maximumSize` by at most what is in use at that moment (open or downloading): over the limit,
 // every other evictable item goes first. When what cannot
-// be evicted (writes not uploaded yet) fills a limit by itself, new downloads are refused with
-// ENOSPC (`blockedReason`) until a check finds room.
+// be evicted (writes not uploaded yet, pinned content: D-445) fills a limit by itself, new
+// downloads are refused with ENOSPC (`blockedReason`, which says which) until a check finds room.
 
 import Diagnostics
 import ProviderModel
@@ -203,6 +203,7 @@ final class CacheLimiter: Sendable {
         var evicted = 0
         var evictedBytes: Int64 = 0
         var kept: Int64 = 0
+        var pinned: Int64 = 0
         for candidate in candidates {
             let tooOld = options.maximumAge.map { now - (candidate.lastUse ?? started) >= $0 } ?? false
             let overSize = options.maximumSize.map { total > $0 } ?? false
@@ -216,6 +217,9 @@ final class CacheLimiter: Sendable {
                 evictedBytes += freed
             case .alreadyPlaceholder:
                 total -= candidate.bytes
+            case .refused(.pinned):
+                kept += candidate.bytes
+                pinned += candidate.bytes
             case .refused, nil:
                 kept += candidate.bytes
             }
@@ -224,14 +228,20 @@ final class CacheLimiter: Sendable {
         // back later), but when what cannot be evicted fills it by itself, new downloads are
         // refused rather than filling the disk.
         var blocked: String?
+        // Pinned content (D-445) is kept like writes not uploaded; the reason names both parts.
+        let why =
+            pinned == 0
+            ? "changes not uploaded yet"
+            : pinned >= total - inUse
+                ? "pinned" : "\(pinned) bytes pinned, the rest changes not uploaded yet"
         if let maximum = options.maximumSize, total - inUse > maximum {
             blocked =
-                "the cache holds \(total - inUse) bytes that cannot be evicted (changes not uploaded yet), "
+                "the cache holds \(total - inUse) bytes that cannot be evicted (\(why)), "
                 + "over its limit of \(maximum) bytes (--cache-max-size)"
         } else if let minimum = options.minimumFree, let free, free < minimum, inUse == 0 {
             blocked =
                 "the cache's file system has \(free) bytes free, less than --cache-min-free \(minimum), "
-                + "and nothing in the cache can be evicted"
+                + "and nothing in the cache can be evicted" + (pinned > 0 ? " (\(pinned) bytes pinned)" : "")
         }
         let over =
             (options.maximumSize.map { total > $0 } ?? false)

@@ -80,6 +80,10 @@ public struct CacheOptions: Sendable {
     public var minimumFree: Int64? = nil
     public var maximumAge: Duration? = nil
     public var limitCheckPeriod: Duration = .seconds(10)
+    /// Pinned items (D-445) are looked at again this often (listed, files not complete queued),
+    /// for providers that push no changes; nil: only when pinned, at the start and on pushed
+    /// changes.
+    public var pinnedRefreshPeriod: Duration? = .seconds(60)
     /// Bytes stored by downloads between two checks of the limits: a sixteenth of the size
     /// limit, at most 8 MiB (a check sums the stored content, O(items with content)).
     var limitCheckBytes: Int64 { min(8 << 20, max(64 << 10, (maximumSize ?? (128 << 20)) / 16)) }

@@ -213,11 +213,13 @@ public final class Catalog: Sendable {
         immediateMetadata = provider.capabilities.contains(.immediateMetadata) ? provider : nil
     }
 
-    /// Starts hearing the provider's pushed changes (`.changeNotifying`), once the cache is built.
-    func startObservingProvider() {
+    /// Starts hearing the provider's pushed changes (`.changeNotifying`), once the cache is built;
+    /// `then` hears each batch after the catalog applied it (pinned directories, D-445).
+    func startObservingProvider(then: (@Sendable ([ProviderChange]?) -> Void)? = nil) {
         guard environment.provider.capabilities.contains(.changeNotifying) else { return }
         environment.provider.observeChanges { [weak self] changes in
             self?.providerChanged(changes)
+            then?(changes)
         }
     }
 

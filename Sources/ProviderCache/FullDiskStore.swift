@@ -9,7 +9,8 @@ import SystemSupport
 /// `.noSpace` is kept (the newest per identifier) and made again before the next write and at
 /// `flush()` (the cache's shutdown). The caller still gets the error. Other writes (content
 /// records, attribute overrides) pass through: a content record is saved before its file counts
-/// (a publish that cannot save it fails), and the rest only cost a refetch when lost.
+/// (a publish that cannot save it fails), and the rest only cost a refetch when lost (a pin state
+/// that a full disk refused is still held in memory; `Pins` logs it).
 final class FullDiskStore: MetadataStore {
     let base: any MetadataStore
     /// The rows to write again: a value to save, or nil to delete.
@@ -30,6 +31,8 @@ final class FullDiskStore: MetadataStore {
     func loadContents() throws -> [ContentRecord] { try base.loadContents() }
     func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride] { try base.loadAttributeOverrides() }
     func loadUploads() throws -> [UploadRecord] { try base.loadUploads() }
+    func loadPins() throws -> [ItemIdentifier: PinState] { try base.loadPins() }
+    func savePin(_ state: PinState, for identifier: ItemIdentifier) throws { try base.savePin(state, for: identifier) }
 
     func saveContent(_ record: ContentRecord) throws { try base.saveContent(record) }
     func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {

@@ -82,6 +82,11 @@ public protocol MetadataStore: Sendable {
     /// Inserts or replaces, keyed by identifier.
     func saveUpload(_ record: UploadRecord) throws
     func deleteUpload(_ identifier: ItemIdentifier) throws
+    /// Pin states set explicitly (issue 27, D-445): `.pinned` or `.unpinned` per item; an item
+    /// without a row inherits its parent's policy.
+    func loadPins() throws -> [ItemIdentifier: PinState]
+    /// Inserts or replaces; `.inherited` deletes the row.
+    func savePin(_ state: PinState, for identifier: ItemIdentifier) throws
 }
 
 /// Stores written before the write-back queue keep nothing of it (a restart loses the queue).
@@ -89,6 +94,12 @@ extension MetadataStore {
     public func loadUploads() throws -> [UploadRecord] { [] }
     public func saveUpload(_ record: UploadRecord) throws {}
     public func deleteUpload(_ identifier: ItemIdentifier) throws {}
+}
+
+/// Stores written before pin states keep none (a restart forgets them).
+extension MetadataStore {
+    public func loadPins() throws -> [ItemIdentifier: PinState] { [:] }
+    public func savePin(_ state: PinState, for identifier: ItemIdentifier) throws {}
 }
 
 /// A store that keeps everything in memory: for tests and for `--cache` less experiments. Sharing
@@ -99,6 +110,7 @@ public final class InMemoryMetadataStore: MetadataStore {
         var contents: [String: ContentRecord] = [:]
         var attributes: [ItemIdentifier: AttributeOverride] = [:]
         var uploads: [ItemIdentifier: UploadRecord] = [:]
+        var pins: [ItemIdentifier: PinState] = [:]
     }
     private let state = Locked(State())
 
@@ -131,4 +143,8 @@ public final class InMemoryMetadataStore: MetadataStore {
     public func loadUploads() throws -> [UploadRecord] { state.withLock { Array($0.uploads.values) } }
     public func saveUpload(_ record: UploadRecord) throws { state.withLock { $0.uploads[record.identifier] = record } }
     public func deleteUpload(_ identifier: ItemIdentifier) throws { state.withLock { $0.uploads[identifier] = nil } }
+    public func loadPins() throws -> [ItemIdentifier: PinState] { state.withLock { $0.pins } }
+    public func savePin(_ state: PinState, for identifier: ItemIdentifier) throws {
+        self.state.withLock { $0.pins[identifier] = state == .inherited ? nil : state }
+    }
 }

@@ -80,7 +80,7 @@ extension ProviderCache {
 
 // Eviction (issue 27, `providerfs evict`): a file's local content goes and the item is a
 // placeholder again. Refused for what only this machine has (writes not uploaded, a file made by
-// the mount alone) and for content in use (a handle open, a download running).
+// the mount alone), for content in use (a handle open, a download running) and for what is pinned.
 extension ProviderCache {
     /// What an eviction did.
     public enum Eviction: Sendable, Equatable {
@@ -105,6 +105,8 @@ extension ProviderCache {
         /// Written through the mount under one of several hard-linked names: its other names are
         /// asked for again once the provider lists them, and are not evicted by this.
         case severalNames = "written through one of several names"
+        /// Pinned, or in a pinned directory (D-445): kept downloaded until unpinned.
+        case pinned = "pinned"
     }
 
     /// Why `identifier` cannot be evicted now, or nil when it can (checked again by `evict`).
@@ -114,6 +116,7 @@ extension ProviderCache {
             throw CacheError(.notFound, "\(identifier) is not known")
         }
         guard item.kind == .file, item.special == nil else { return .notAFile }
+        if isPinned(identifier) { return .pinned }
         if catalog.isUnborn(identifier) || catalog.hasPendingLocal(identifier)
             || writes.uploadRecord(of: identifier)?.isPending == true
         {

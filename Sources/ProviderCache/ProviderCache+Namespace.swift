@@ -93,6 +93,7 @@ extension ProviderCache {
         writes.forget(item.identifier, subtree: item.kind == .directory)
         catalog.deleted(item.identifier)
         attributeOverrides.remove(item.identifier)
+        if pins.state(of: item.identifier) != .inherited { pins.set(.inherited, for: item.identifier) }
     }
 
     /// One name of a file with other names goes (D-396): what was written through it and is not
@@ -188,6 +189,7 @@ extension ProviderCache {
         }
         let moves = catalog.moved(item, to: moved, replaced: replaced?.identifier)
         attributeOverrides.rekey(moves)
+        pinsMoved(moved, moves: moves)  // D-445
         // Open writers publish, and queued uploads go, under the new identifier (D-371).
         if moved.identifier != item.identifier {
             writes.rekey(from: item.identifier, to: moved.identifier, subtree: item.kind == .directory)
@@ -274,6 +276,7 @@ extension ProviderCache {
         let subtree = catalog.knownItem(from).map { $0.kind == .directory } ?? true
         let moves = catalog.identifiersMoved(from: from, to: to)
         attributeOverrides.rekey(moves)
+        pins.rekey(moves)
         // The write-back queue, forgotten items too (D-383).
         if from != to { writes.rekey(from: from, to: to, subtree: subtree) }
         return moves

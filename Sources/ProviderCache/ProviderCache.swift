@@ -102,7 +102,7 @@ public final class ProviderCache: Sendable {
             environment: environment, catalog: catalog, content: content, initialBackoff: options.uploadRetryDelay,
             maximumBackoff: options.maximumUploadRetryDelay)
         writes.resume()
-        catalog.startObservingProvider()
+        pins = Pins(environment: environment)
         if options.hasLimits {
             let limiter = CacheLimiter(
                 options: options, content: content, environment: environment, directory: directory)
@@ -114,7 +114,13 @@ public final class ProviderCache: Sendable {
         } else {
             limiter = nil
         }
+        // Pushed changes in pinned directories are downloaded (D-445).
+        catalog.startObservingProvider { [weak self] changes in self?.pinnedProviderChanged(changes) }
+        startPins()
     }
+
+    /// Pin states (D-445) and the pinned downloads' queue (ProviderCache+Pins.swift).
+    let pins: Pins
 
     /// The cache's limits (nil: none set).
     let limiter: CacheLimiter?
@@ -222,10 +228,12 @@ public final class ProviderCache: Sendable {
     /// maps. Later content requests fail.
     public func shutdown() async {
         limiter?.stop()
+        stopPins()
         if environment.provider.capabilities.contains(.changeNotifying) { environment.provider.observeChanges(nil) }
         await writes.shutdown()
         await catalog.shutdown()
         await content.shutdown()
+        await drainPins()
         // Rows a full disk refused, now that space may be back (a delete must not be undone by
         // the next start, D-390).
         if !storeWrites.flush() {

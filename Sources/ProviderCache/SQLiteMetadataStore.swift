@@ -105,6 +105,17 @@ public final class SQLiteMetadataStore: MetadataStore {
                 try db.execute("ALTER TABLE items ADD COLUMN \(column) INTEGER")
             }
         }
+        // Pin states set explicitly (issue 27, D-445): a row per pinned or unpinned item; no
+        // row: inherited. Older caches have none.
+        migrator.registerMigration("provider cache v9: pin states") { db in
+            try db.execute(
+                """
+                CREATE TABLE pins (
+                    identifier TEXT PRIMARY KEY NOT NULL,
+                    state TEXT NOT NULL
+                )
+                """)
+        }
         return migrator
     }
 
@@ -347,6 +358,30 @@ public final class SQLiteMetadataStore: MetadataStore {
     public func deleteUpload(_ identifier: ItemIdentifier) throws {
         try writing { db in
             try db.execute("DELETE FROM uploads WHERE identifier = ?", [identifier.rawValue])
+        }
+    }
+
+    public func loadPins() throws -> [ItemIdentifier: PinState] {
+        try queue.read { db in
+            var result: [ItemIdentifier: PinState] = [:]
+            try db.forEachRow("SELECT * FROM pins") { row in
+                let state: String = try row["state"]
+                // A state this version does not know reads as inherited.
+                guard let pin = PinState(rawValue: state), pin != .inherited else { return }
+                result[ItemIdentifier(try row["identifier"] as String)] = pin
+            }
+            return result
+        }
+    }
+
+    public func savePin(_ state: PinState, for identifier: ItemIdentifier) throws {
+        try writing { db in
+            guard state != .inherited else {
+                try db.execute("DELETE FROM pins WHERE identifier = ?", [identifier.rawValue])
+                return
+            }
+            try db.execute(
+                "INSERT OR REPLACE INTO pins (identifier, state) VALUES (?, ?)", [identifier.rawValue, state.rawValue])
         }
     }
 }
