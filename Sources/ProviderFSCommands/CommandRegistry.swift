@@ -7,6 +7,8 @@ enum CommandRegistry {
         StatusCommand.self,
         DownloadCommand.self,
         EvictCommand.self,
+        PinCommand.self,
+        UnpinCommand.self,
         FaultCommand.self,
         TokenCommand.self,
         CoordinateCommand.self,

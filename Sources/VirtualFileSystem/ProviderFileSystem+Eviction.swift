@@ -2,6 +2,7 @@
 // eviction, and the kernel told to drop the node's cached pages (a read-only mount keeps them).
 
 public import ProviderCache
+import ProviderModel
 import SystemSupport
 
 extension ProviderFileSystem {
@@ -22,11 +23,17 @@ extension ProviderFileSystem {
         ofPath path: String
     ) async throws(FileSystemError) -> (status: ItemStatus, eviction: ProviderCache.Eviction) {
         let status = try await status(ofPath: path)
+        let eviction = try await evict(status.identifier)
+        return (cache.status(of: status.identifier) ?? status, eviction)
+    }
+
+    /// Evicts `identifier`'s local content and tells the kernel to drop the node's pages.
+    func evict(_ identifier: ItemIdentifier) async throws(FileSystemError) -> ProviderCache.Eviction {
         let eviction: ProviderCache.Eviction
-        do { eviction = try await cache.evict(status.identifier) } catch { throw FileSystemError(error) }
-        if case .evicted = eviction, let node = state.withLock({ $0.inodes.inode(of: status.identifier) }) {
+        do { eviction = try await cache.evict(identifier) } catch { throw FileSystemError(error) }
+        if case .evicted = eviction, let node = state.withLock({ $0.inodes.inode(of: identifier) }) {
             kernelInvalidation.withLock { $0 }?.call([.content(node)])
         }
-        return (cache.status(of: status.identifier) ?? status, eviction)
+        return eviction
     }
 }

@@ -651,6 +651,10 @@ public final class ProviderFileSystem: FileSystem {
         public static let error = "user.providerfs.error"
         /// The name the local edit was kept under when it met a newer provider version (issue 14).
         public static let conflict = "user.providerfs.conflict"
+        /// The item's own pin state: pinned, unpinned or inherited; settable (D-445).
+        public static let pin = "user.providerfs.pin"
+        /// The effective policy, pinned or unpinned (read only, D-445).
+        public static let policy = "user.providerfs.policy"
     }
 
     func status(of node: InodeTable.Node) throws(FileSystemError) -> ItemStatus {
@@ -672,6 +676,10 @@ public final class ProviderFileSystem: FileSystem {
         // A name not the mount's: none, whatever the item's state (as getExtendedAttributeNow).
         guard name.hasPrefix("user.providerfs.") else { throw FileSystemError(.noAttribute, "no attribute \(name)") }
         let status = try status(of: node)
+        if status.kind != .symbolicLink, status.state != .localOnly, let value = pinAttribute(name, of: node.identifier)
+        {
+            return Array(value.utf8)
+        }
         let value: String
         switch name {
         case AttributeName.state: value = status.state.rawValue
@@ -707,23 +715,30 @@ public final class ProviderFileSystem: FileSystem {
         var names = [AttributeName.state, AttributeName.progress, AttributeName.version]
         if status.lastError != nil { names.append(AttributeName.error) }
         if status.upload?.conflictName != nil { names.append(AttributeName.conflict) }
+        if status.kind != .symbolicLink, status.state != .localOnly {
+            names += [AttributeName.pin, AttributeName.policy]
+        }
         return names
     }
 
+    /// Only `user.providerfs.pin` is settable (D-445); any other name: EROFS.
     public func setExtendedAttribute(
         _ inode: InodeNumber, name: String, value: [UInt8], flags: Int32, context: RequestContext
     ) async throws(FileSystemError) {
         try checkPlainNode(inode, "setxattr", context: context)
-        _ = try anyNode(inode, context: context, operation: "setxattr")
-        throw readOnly("setxattr")
+        let node = try anyNode(inode, context: context, operation: "setxattr")
+        guard name == AttributeName.pin, let node else { throw readOnly("setxattr") }
+        try await setPinAttribute(try Self.pinState(from: value), of: node, flags: flags)
     }
 
+    /// Removing `user.providerfs.pin` makes the item inherit (D-445); any other name: EROFS.
     public func removeExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) {
         try checkPlainNode(inode, "removexattr", context: context)
-        _ = try anyNode(inode, context: context, operation: "removexattr")
-        throw readOnly("removexattr")
+        let node = try anyNode(inode, context: context, operation: "removexattr")
+        guard name == AttributeName.pin, let node else { throw readOnly("removexattr") }
+        try await setPinAttribute(.inherited, of: node, flags: 0)
     }
 
     // MARK: File system

@@ -41,8 +41,8 @@ final class StubHandler: ControlHandler, @unchecked Sendable {
             }
             if path == "missing" { return .failure(ControlError(.notFound, "missing is not in the mount")) }
             return ControlProtocol.encode(["path": path])
-        case .faultAdd, .faultList, .faultClear, .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire, .tokenLog,
-            .tokenDerive, .tokenRelease, .identifyItem, .resolveItem:
+        case .pin, .faultAdd, .faultList, .faultClear, .tokenGrant, .tokenList, .tokenRevoke, .tokenExpire,
+            .tokenLog, .tokenDerive, .tokenRelease, .identifyItem, .resolveItem:
             return ControlProtocol.encode(["kind": request.kind])
         }
     }

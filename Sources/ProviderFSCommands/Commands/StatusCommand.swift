@@ -16,7 +16,7 @@ struct StatusCommand: CLICommand {
     static let summary = "show an item's state, progress, version and last error, or list the mounts"
     static let usage = "providerfs status [MOUNTPOINT | PATH] [--json]"
 
-    static let attributes = ["state", "progress", "version", "error"]
+    static let attributes = ["state", "progress", "version", "error", "pin", "policy"]
 
     struct ItemStatus: Encodable {
         var path: String
@@ -24,6 +24,9 @@ struct StatusCommand: CLICommand {
         var progress: String?
         var version: String?
         var error: String?
+        /// The item's own pin state and its effective policy (D-445).
+        var pin: String?
+        var policy: String?
     }
 
     struct MountStatus: Encodable {
@@ -91,6 +94,14 @@ struct StatusCommand: CLICommand {
                     + "\(limits.evictions) evicted (\(formatSize(limits.evictedBytes)))")
             if let reason = limits.blockedReason { io.line("            new downloads refused (ENOSPC): \(reason)") }
         }
+        if let pins = status.cache.pins {
+            io.line(
+                "  pins:     \(pins.pinnedItems) pinned, \(pins.unpinnedItems) unpinned; "
+                    + "\(pins.downloadedFiles) of \(pins.files) pinned files downloaded "
+                    + "(\(formatSize(pins.presentBytes)) of \(formatSize(pins.totalBytes))); "
+                    + "\(pins.downloading) downloading, \(pins.queued) queued, \(pins.failed.count) failed")
+            for item in pins.failed { io.line("            \(item.path)  \(item.error?.text ?? "failed")") }
+        }
         io.line("  transfers:" + (status.transfers.isEmpty ? " none" : ""))
         for item in status.transfers {
             let percent = item.totalBytes > 0 ? Int(Double(item.presentBytes) / Double(item.totalBytes) * 100) : 100
@@ -125,6 +136,8 @@ struct StatusCommand: CLICommand {
                 case "state": status.state = value
                 case "progress": status.progress = value
                 case "version": status.version = value
+                case "pin": status.pin = value
+                case "policy": status.policy = value
                 default: status.error = value.isEmpty ? nil : value
                 }
             case .failure(let error) where error == .noData || error == .notSupported:
@@ -141,6 +154,7 @@ struct StatusCommand: CLICommand {
             io.line("  progress: \(status.progress ?? "-")")
             io.line("  version:  \(status.version ?? "-")")
             io.line("  error:    \(status.error ?? "-")")
+            if let pin = status.pin { io.line("  pin:      \(pin) (policy: \(status.policy ?? "-"))") }
         }
         return ExitStatus.success
     }

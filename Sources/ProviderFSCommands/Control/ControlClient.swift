@@ -57,6 +57,10 @@ struct ControlClient: Sendable {
         try await send(.evict(path: path), as: ControlEvictReply.self)
     }
 
+    func pin(_ path: String, state: String) async throws(CommandFailure) -> ControlPinReply {
+        try await send(.pin(path: path, state: state), as: ControlPinReply.self)
+    }
+
     /// One request and its decoded reply; every failure as one sentence.
     func send<Reply: Decodable & Sendable>(
         _ request: ControlRequest, as type: Reply.Type

@@ -34,6 +34,9 @@ enum ControlRequest: Sendable, Equatable {
     /// Evict a file's local content (issue 27): its presenters are asked first (a forEvicting
     /// claim); answers what happened, or why not.
     case evict(path: String)
+    /// Set an item's pin state (D-445: pinned, unpinned or inherited); unpinned evicts its files
+    /// where eviction allows. Answers the state, the policy and the evictions.
+    case pin(path: String, state: String)
     /// Add a fault on an item (or a folder and everything inside it).
     case faultAdd(FaultRequest)
     /// The mount's faults.
@@ -60,7 +63,7 @@ enum ControlRequest: Sendable, Equatable {
     case resolveItem(ItemIdentity)
 
     static let kinds = [
-        "status", "item", "download", "evict", "faultAdd", "faultList", "faultClear", "tokenGrant", "tokenList",
+        "status", "item", "download", "evict", "pin", "faultAdd", "faultList", "faultClear", "tokenGrant", "tokenList",
         "tokenRevoke", "tokenExpire", "tokenLog", "tokenDerive", "tokenRelease", "identifyItem", "resolveItem",
     ]
 
@@ -70,6 +73,7 @@ enum ControlRequest: Sendable, Equatable {
         case .item: "item"
         case .download: "download"
         case .evict: "evict"
+        case .pin: "pin"
         case .faultAdd: "faultAdd"
         case .faultList: "faultList"
         case .faultClear: "faultClear"
@@ -89,6 +93,7 @@ enum ControlRequest: Sendable, Equatable {
         switch self {
         case .status, .faultList: [:]
         case .item(let path), .download(let path), .evict(let path): ["path": path]
+        case .pin(let path, let state): ["path": path, "state": state]
         case .faultAdd(let request): request.arguments
         case .faultClear(let path): path.map { ["path": $0] } ?? ["all": true]
         case .tokenGrant(let request): request.arguments
@@ -105,7 +110,7 @@ enum ControlRequest: Sendable, Equatable {
         switch kind {
         case "status":
             return .success(.status)
-        case "item", "download", "evict":
+        case "item", "download", "evict", "pin":
             guard let path = arguments["path"] as? String else {
                 return .failure(ControlError(.invalidArguments, "\"\(kind)\" needs a string argument \"path\""))
             }
@@ -116,6 +121,13 @@ enum ControlRequest: Sendable, Equatable {
             switch kind {
             case "item": return .success(.item(path: normalized))
             case "download": return .success(.download(path: normalized))
+            case "pin":
+                guard let state = arguments["state"] as? String, ["pinned", "unpinned", "inherited"].contains(state)
+                else {
+                    return .failure(
+                        ControlError(.invalidArguments, "\"pin\" needs \"state\": pinned, unpinned or inherited"))
+                }
+                return .success(.pin(path: normalized, state: state))
             default: return .success(.evict(path: normalized))
             }
         case "faultAdd":

@@ -81,6 +81,21 @@ struct ControlEvictReply: Codable, Sendable, Equatable {
     var freedBytes: Int64
 }
 
+/// The reply to `pin` (D-445).
+struct ControlPinReply: Codable, Sendable, Equatable {
+    /// The item's status after it.
+    var item: ControlItemStatus
+    /// Its own state now: pinned, unpinned or inherited.
+    var pin: String
+    /// Its effective policy: pinned (kept downloaded) or unpinned (download on read).
+    var policy: String
+    /// The item whose state decides the policy (relative path; "" the root), absent: the
+    /// default.
+    var decidedBy: String?
+    /// Unpinned: one reply per file under it that had content (evicted, or refused and why).
+    var evictions: [ControlEvictReply]
+}
+
 /// The reply to `status`.
 struct ControlMountStatus: Codable, Sendable, Equatable {
     struct CacheSpace: Codable, Sendable, Equatable {
@@ -92,6 +107,21 @@ struct ControlMountStatus: Codable, Sendable, Equatable {
         var freeBytes: Int64
         /// The limits (`--cache-max-size`, …) and what they did; absent when none is set.
         var limits: CacheLimits? = nil
+        /// Pinned content (D-445); absent when no item has a pin state of its own.
+        var pins: Pins? = nil
+    }
+    struct Pins: Codable, Sendable, Equatable {
+        var pinnedItems: Int
+        var unpinnedItems: Int
+        /// Files known under pinned items, those complete, their bytes present and total.
+        var files: Int
+        var downloadedFiles: Int
+        var presentBytes: Int64
+        var totalBytes: Int64
+        var queued: Int
+        var downloading: Int
+        /// Pinned files whose last download failed.
+        var failed: [ControlItemStatus]
     }
     struct CacheLimits: Codable, Sendable, Equatable {
         var maximumSize: Int64?
@@ -191,6 +221,12 @@ struct MountControl: ControlHandler {
             } catch {
                 return .failure(error)
             }
+        case .pin(let path, let state):
+            do {
+                return ControlProtocol.encode(try await pin(path, state: state, pid: peer.pid))
+            } catch {
+                return .failure(error)
+            }
         }
     }
 
@@ -277,6 +313,39 @@ struct MountControl: ControlHandler {
         }
     }
 
+    /// Sets an item's pin state; unpinned: then evicts each file under it with content, as
+    /// `evict` does (its refusals, presenters asked first), and answers each.
+    func pin(_ path: String, state: String, pid: Int32) async throws(ControlError) -> ControlPinReply {
+        guard let pin = PinState(rawValue: state) else {
+            throw ControlError(.invalidArguments, "\"state\" must be pinned, unpinned or inherited")
+        }
+        let info: ProviderFileSystem.PinInfo
+        do { info = try await fileSystem.setPinState(pin, ofPath: path) } catch {
+            throw Self.controlError(error, path: path)
+        }
+        var evictions: [ControlEvictReply] = []
+        if pin == .unpinned {
+            let cache = fileSystem.cache
+            for file in cache.filesWithContent(atOrUnder: info.status.identifier) {
+                guard let filePath = cache.catalog.path(of: file) else { continue }
+                do { evictions.append(try await evict(filePath, pid: pid)) } catch {
+                    // Gone meanwhile: nothing to evict.
+                    guard let status = cache.status(of: file) else { continue }
+                    evictions.append(
+                        ControlEvictReply(
+                            item: ControlItemStatus(path: filePath, status), outcome: "failed", reason: error.message,
+                            freedBytes: 0))
+                }
+            }
+        }
+        let now = (try? await fileSystem.pinInfo(ofPath: path)) ?? info
+        return ControlPinReply(
+            item: ControlItemStatus(path: path, now.status), pin: now.state.rawValue,
+            policy: now.policy.pinned ? "pinned" : "unpinned",
+            decidedBy: now.policy.decidedBy.map { fileSystem.cache.catalog.path(of: $0) ?? "\($0)" },
+            evictions: evictions)
+    }
+
     private static func evict(
         _ path: String, in fileSystem: ProviderFileSystem
     ) async -> Result<(status: ItemStatus, eviction: ProviderCache.Eviction), FileSystemError> {
@@ -301,7 +370,21 @@ struct MountControl: ControlHandler {
             uptimeSeconds: (ContinuousClock.now - started).seconds,
             cache: .init(
                 directory: directory, usedBytes: usage.usedBytes, freeBytes: usage.availableBytes,
-                limits: cache.limitsStatus.map(ControlMountStatus.CacheLimits.init)),
+                limits: cache.limitsStatus.map(ControlMountStatus.CacheLimits.init),
+                pins: cache.pinsStatus().map { pins in
+                    ControlMountStatus.Pins(
+                        pinnedItems: pins.pinnedItems, unpinnedItems: pins.unpinnedItems, files: pins.files,
+                        downloadedFiles: pins.downloadedFiles, presentBytes: pins.presentBytes,
+                        totalBytes: pins.totalBytes, queued: pins.queued, downloading: pins.downloading,
+                        failed: pins.failures.compactMap { failure in
+                            cache.status(of: failure.identifier).map { status in
+                                var status = status
+                                status.lastError = failure.error
+                                return ControlItemStatus(
+                                    path: cache.catalog.path(of: failure.identifier) ?? "\(failure.identifier)", status)
+                            }
+                        })
+                }),
             provider: .init(
                 reachable: found.reachable, responseMilliseconds: found.elapsed.seconds * 1000,
                 probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init),
