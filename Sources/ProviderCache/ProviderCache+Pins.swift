@@ -36,7 +36,9 @@ extension ProviderCache {
     /// Throws `.notFound` for an unknown item, `.unsupported` for a symbolic link or a node the
     /// mount keeps alone.
     public func setPinState(_ pin: PinState, of identifier: ItemIdentifier) throws(CacheError) {
-        guard let item = catalog.knownItem(identifier) else { throw CacheError(.notFound, "\(identifier) is not known") }
+        guard let item = catalog.knownItem(identifier) else {
+            throw CacheError(.notFound, "\(identifier) is not known")
+        }
         guard item.kind == .file || item.kind == .directory, item.special == nil else {
             throw CacheError(.unsupported, "\(identifier): only files and directories take a pin state")
         }
@@ -77,7 +79,8 @@ extension ProviderCache {
         let explicit = pins.explicitStates
         guard !explicit.isEmpty else { return nil }
         var status = PinsStatus(
-            pinnedItems: explicit.values.count { $0 == .pinned }, unpinnedItems: explicit.values.count { $0 == .unpinned },
+            pinnedItems: explicit.values.count { $0 == .pinned },
+            unpinnedItems: explicit.values.count { $0 == .unpinned },
             files: 0, downloadedFiles: 0, presentBytes: 0, totalBytes: 0, queued: 0, downloading: 0, failures: [])
         // The known tree under each pin, without its unpinned parts; each file once.
         var seen: Set<ItemIdentifier> = []
