@@ -125,6 +125,7 @@ struct ProviderFileSystemTests {
         #expect(
             try await fileSystem.listExtendedAttributes(ok.inode, context: .kernel) == [
                 "user.providerfs.state", "user.providerfs.progress", "user.providerfs.version",
+                "user.providerfs.pin", "user.providerfs.policy",
             ])
         await #expect(throws: FileSystemError.self) { _ = try await xattr(fileSystem, ok.inode, "user.other") }
         do {
