@@ -839,9 +839,126 @@ class CacheLimitPeak(Row):
         return "≤1.5× limit", "yes" if ours is not None and ours <= 1.5 else "no"
 
 
+# ---------------------------------------------------------------------------------------------
+# Cache control at scale (issue 27, D-431, D-445): a folder of 10,000 files of 1 KiB on a mount of
+# its own (ProviderFS only: no peer has these commands). `evict-10k`: every file read once (untimed),
+# then `providerfs evict FOLDER` until it returns. `pin-10k`: a fresh cache, `providerfs pin FOLDER`
+# and `status --json` polled (every 50 ms) until every file is downloaded, nothing read through the
+# mount. The value is the wall time; the daemon's CPU time (utime + stime from /proc) over the same
+# span is printed under the table.
+
+class CacheControlAtScale(Row):
+    unit = "s"
+    higher_is_better = False
+    files = 10_000
+
+    def __init__(self):
+        self.cpu = []
+
+    def iterations(self, default):
+        return 1
+
+    def measures(self, peer):
+        return peer.name == "providerfs"
+
+    def create_data(self, bench):
+        directory = os.path.join(bench.source, "many")
+        if os.path.isdir(directory) and len(os.listdir(directory)) == self.files:
+            return
+        os.makedirs(directory, exist_ok=True)
+        block = os.urandom(1024)
+        for index in range(self.files):
+            with open(os.path.join(directory, f"f{index:05d}.txt"), "wb") as f:
+                f.write(block)
+
+    def format(self, value):
+        return "–" if value is None else f"{value:.2f} {self.unit}"
+
+    def notes(self, medians, paired):
+        if not self.cpu:
+            return []
+        return [f"`{self.key}`: daemon CPU {statistics.median(self.cpu):.2f} s (median of {len(self.cpu)}), "
+                f"wall {medians.get('providerfs') or 0:.2f} s, for {self.files:,} files"]
+
+    @staticmethod
+    def daemon_cpu(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    @contextlib.contextmanager
+    def own_mount(self, bench):
+        from bench import unmount, wait_mounted
+        root = os.path.join(bench.work, f"{self.key}-mnt")
+        cache = os.path.join(bench.work, f"{self.key}-cache")
+        shutil.rmtree(cache, ignore_errors=True)
+        os.makedirs(root, exist_ok=True)
+        process = subprocess.Popen(
+            [bench.providerfs, "mount", "--source", bench.source, root, "--cache", cache, "--foreground"],
+            stdin=subprocess.DEVNULL, stdout=bench.peer_log, stderr=bench.peer_log, start_new_session=True)
+        try:
+            wait_mounted(root, process)
+            yield root, process.pid
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=5)
+            unmount(root)
+            shutil.rmtree(cache, ignore_errors=True)
+
+    def command(self, bench, *arguments):
+        subprocess.run([bench.providerfs, *arguments], check=True, stdout=subprocess.DEVNULL, stderr=bench.peer_log)
+
+    def downloaded(self, bench, root):
+        import json
+        result = subprocess.run([bench.providerfs, "status", root, "--json"], check=True, capture_output=True, text=True)
+        pins = json.loads(result.stdout)["cache"].get("pins") or {}
+        return pins.get("downloadedFiles", 0)
+
+
+class EvictManyFiles(CacheControlAtScale):
+    key = "evict-10k"
+    title = "providerfs evict of a folder of 10,000 downloaded files"
+
+    def measure(self, bench, peer):
+        with self.own_mount(bench) as (root, pid):
+            folder = os.path.join(root, "many")
+            for name in sorted(os.listdir(folder)):
+                assert read_all(os.path.join(folder, name)) == 1024
+            cpu = self.daemon_cpu(pid)
+            start = time.perf_counter()
+            self.command(bench, "evict", folder)
+            elapsed = time.perf_counter() - start
+            self.cpu.append(self.daemon_cpu(pid) - cpu)
+            return elapsed
+
+
+class PinManyFiles(CacheControlAtScale):
+    key = "pin-10k"
+    title = "providerfs pin of a folder of 10,000 files until all are downloaded"
+
+    def measure(self, bench, peer):
+        with self.own_mount(bench) as (root, pid):
+            folder = os.path.join(root, "many")
+            cpu = self.daemon_cpu(pid)
+            start = time.perf_counter()
+            self.command(bench, "pin", folder)
+            deadline = start + 600
+            while self.downloaded(bench, root) < self.files:
+                assert time.perf_counter() < deadline, "the pinned folder was not downloaded within 600 s"
+                time.sleep(0.05)
+            elapsed = time.perf_counter() - start
+            self.cpu.append(self.daemon_cpu(pid) - cpu)
+            return elapsed
+
+
 ROWS = [
     ColdSequential(), WarmReread(), StatFiles(), StatFilesUncached(), OpenReadFiles(), FioRandomWarm(),
     TimeToFirstByte(), OpenReadFilesFirst(), AccessPathOpenRead(), AccessPathOpenClose(), AccessPathBulk(),
     AccessPathBulkDaemon(), SequentialWrite(), Untar(), UntarReal(), SaveLoop(), GitClone(),
-    SQLiteInserts(), CacheLimitPeak()
+    SQLiteInserts(), CacheLimitPeak(), EvictManyFiles(), PinManyFiles()
 ]
