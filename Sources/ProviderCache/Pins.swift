@@ -107,6 +107,16 @@ final class Pins: Sendable {
         var nextTask: UInt64 = 0
         /// The periodic look runs (started with the first pin).
         var refreshing = false
+        /// `waitForPinnedDownloads` callers, resumed once no look and no download runs.
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
+        var isIdle: Bool { !looking && workers == 0 }
+
+        /// The waiters to resume now, if the work is done.
+        mutating func takeIdleWaiters() -> [CheckedContinuation<Void, Never>] {
+            guard isIdle, !idleWaiters.isEmpty else { return [] }
+            defer { idleWaiters = [] }
+            return idleWaiters
+        }
         var stopped = false
     }
 

@@ -196,13 +196,14 @@ extension ProviderCache {
 
     private func runLooks() async {
         while true {
-            let next = pins.state.withLock { state -> ItemIdentifier? in
+            let (next, idle) = pins.state.withLock { state -> (ItemIdentifier?, [CheckedContinuation<Void, Never>]) in
                 guard !state.stopped, let next = state.looks.pop() else {
                     state.looking = false
-                    return nil
+                    return (nil, state.takeIdleWaiters())
                 }
-                return next
+                return (next, [])
             }
+            for waiter in idle { waiter.resume() }
             guard let next else { return }
             await look(at: next)
         }
@@ -260,14 +261,15 @@ extension ProviderCache {
 
     private func runPinnedDownloads() async {
         while true {
-            let next = pins.state.withLock { state -> ItemIdentifier? in
+            let (next, idle) = pins.state.withLock { state -> (ItemIdentifier?, [CheckedContinuation<Void, Never>]) in
                 guard !state.stopped, let next = state.downloads.pop() else {
                     state.workers -= 1
-                    return nil
+                    return (nil, state.takeIdleWaiters())
                 }
                 state.running.insert(next)
-                return next
+                return (next, [])
             }
+            for waiter in idle { waiter.resume() }
             guard let next else { return }
             let failure = await downloadPinned(next)
             pins.state.withLock { state in
@@ -290,6 +292,8 @@ extension ProviderCache {
             if !entry.isMaterialized {
                 entry.startBackgroundDownload()
                 try await entry.ensurePresent(0..<entry.size)
+                // Until its loop ended: the worker's slot is the download's.
+                await entry.waitForDownload()
             }
             return nil
         } catch {
@@ -311,16 +315,26 @@ extension ProviderCache {
     }
 
     /// Waits for the pinned work's tasks to end (after `stopPins` and the content's shutdown,
-    /// which fails the downloads they wait for).
+    /// which fails the downloads they wait for); then no waiter is left waiting.
     func drainPins() async {
         let tasks = pins.state.withLock { Array($0.tasks.values) }
         for task in tasks { await task.value }
+        let waiters = pins.state.withLock { state in
+            defer { state.idleWaiters = [] }
+            return state.idleWaiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
-    /// Waits until no pinned look or download is queued or running (tests, the benchmark).
+    /// Waits until no pinned look or download is queued or running (tests).
     public func waitForPinnedDownloads() async {
-        while pins.state.withLock({ !$0.tasks.isEmpty && ($0.looking || $0.workers > 0) }) {
-            try? await Task.sleep(for: .milliseconds(5))
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = pins.state.withLock { state -> Bool in
+                if state.isIdle { return true }
+                state.idleWaiters.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
         }
     }
 }
