@@ -843,9 +843,9 @@ class CacheLimitPeak(Row):
 # Cache control at scale (issue 27, D-431, D-445): a folder of 10,000 files of 1 KiB on a mount of
 # its own (ProviderFS only: no peer has these commands). `evict-10k`: every file read once (untimed),
 # then `providerfs evict FOLDER` until it returns. `pin-10k`: a fresh cache, `providerfs pin FOLDER`
-# and `status --json` polled (every 200 ms: each poll walks the pinned tree) until every file is downloaded, nothing read through the
-# mount. The value is the wall time; the daemon's CPU time (utime + stime from /proc) over the same
-# span is printed under the table.
+# and `status --json` polled (every 200 ms: each poll walks the pinned tree) until every file is
+# downloaded, nothing read through the mount. The value is the wall time; the daemon's CPU time
+# (utime + stime from /proc) over the same span is printed under the table.
 
 class CacheControlAtScale(Row):
     unit = "s"
