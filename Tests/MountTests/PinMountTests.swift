@@ -179,4 +179,35 @@ struct PinMountTests {
             try Data(contentsOf: URL(fileURLWithPath: mounted.path("docs/a.txt")))
                 == Data(patternBytes(count: 200_000, seed: 41)))
     }
+
+    @Test func pinnedContentFillingTheLimitRefusesOtherDownloadsWithENOSPCAndSaysWhy() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try MountedFileSystem.providerfs(
+            ["--source", source, "--cache", cache, "--cache-max-size", "1M"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        defer { mounted.stop() }
+        // 1.3 MB pinned under a 1 MiB limit: the limit cannot evict it.
+        let pinned = try providerfs(["pin", mounted.path("docs")], runtime: runtime)
+        #expect(pinned.status == 0, "\(pinned)")
+        func limits() throws -> [String: Any] {
+            let result = try providerfs(["status", mounted.mountpoint, "--json"], runtime: runtime)
+            return ((lines(result.output).first?["cache"] as? [String: Any])?["limits"] as? [String: Any]) ?? [:]
+        }
+        let blocked = try waitUntil { (try limits()["blockedReason"] as? String ?? "").contains("pinned") }
+        let now = try limits()
+        #expect(blocked, "\(now)")
+        #expect(
+            attribute("state", mounted.path("docs/a.txt")) != "dataless"
+                || attribute("state", mounted.path("docs/b.txt")) != "dataless")
+        let read = try shell(
+            "cat \(quoted(mounted.path("other/x.txt"))) >/dev/null 2>\(quoted(scratch + "/err")); echo $?")
+        #expect(read.output != "0\n", "a download past the limit succeeded")
+        #expect(
+            (try? String(contentsOfFile: scratch + "/err", encoding: .utf8))?.contains("No space left on device")
+                == true)
+        let text = try providerfs(["status", mounted.mountpoint], runtime: runtime)
+        #expect(text.output.contains("new downloads refused (ENOSPC)"), "\(text.output)")
+        #expect(text.output.contains("pinned"), "\(text.output)")
+    }
 }
