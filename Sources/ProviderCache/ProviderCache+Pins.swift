@@ -294,6 +294,9 @@ extension ProviderCache {
                 try await entry.ensurePresent(0..<entry.size)
                 // Until its loop ended: the worker's slot is the download's.
                 await entry.waitForDownload()
+                // No reader made the kernel ask: its attributes (st_blocks, what du shows) are
+                // dropped so that the next stat sees the bytes.
+                catalog.tell([.attributes(identifier)])
             }
             return nil
         } catch {
