@@ -103,14 +103,20 @@ struct PinMountTests {
             try Data(contentsOf: URL(fileURLWithPath: mounted.path("docs/sub/new.bin")))
                 == Data(patternBytes(count: 300_000, seed: 45)))
 
+        // Moved into the pinned folder through the mount: downloaded, unread.
+        #expect(rename(mounted.path("other/x.txt"), mounted.path("docs/x.txt")) == 0)
+        #expect(
+            waitUntil { attribute("state", mounted.path("docs/x.txt")) == "materialized" },
+            "\(attribute("state", mounted.path("docs/x.txt")))")
+
         // status counts them.
         let status = try pins(mounted.mountpoint)
-        #expect(status["pinnedItems"] as? Int == 1 && status["files"] as? Int == 4, "\(status)")
-        #expect(status["downloadedFiles"] as? Int == 4, "\(status)")
+        #expect(status["pinnedItems"] as? Int == 1 && status["files"] as? Int == 5, "\(status)")
+        #expect(status["downloadedFiles"] as? Int == 5, "\(status)")
         #expect(status["presentBytes"] as? Int == status["totalBytes"] as? Int, "\(status)")
         let text = try providerfs(["status", mounted.mountpoint], runtime: runtime)
         #expect(
-            text.output.contains("pins:     1 pinned, 0 unpinned; 4 of 4 pinned files downloaded"), "\(text.output)")
+            text.output.contains("pins:     1 pinned, 0 unpinned; 5 of 5 pinned files downloaded"), "\(text.output)")
 
         // The state survives a remount of the same cache.
         mounted.stop()
