@@ -105,6 +105,8 @@ final class Pins: Sendable {
         /// Background tasks (the looks, the download workers, the periodic look), by number.
         var tasks: [UInt64: Task<Void, Never>] = [:]
         var nextTask: UInt64 = 0
+        /// Tasks that ended before they were kept in `tasks`.
+        var finished: Set<UInt64> = []
         /// The periodic look runs (started with the first pin).
         var refreshing = false
         /// `waitForPinnedDownloads` callers, resumed once no look and no download runs.

@@ -182,16 +182,27 @@ extension ProviderCache {
 
     // MARK: Work
 
+    /// Runs `body` as a task kept in `tasks` (cancelled by `stopPins`, awaited by `drainPins`);
+    /// made with no lock held.
     private func spawnPinTask(_ body: @escaping @Sendable () async -> Void) {
-        pins.state.withLock { state in
-            guard !state.stopped else { return }
-            let number = state.nextTask
-            state.nextTask += 1
-            state.tasks[number] = Task { [pins] in
-                await body()
-                pins.state.withLock { _ = $0.tasks.removeValue(forKey: number) }
+        let reserved = pins.state.withLock { state -> UInt64? in
+            guard !state.stopped else { return nil }
+            defer { state.nextTask += 1 }
+            return state.nextTask
+        }
+        guard let number = reserved else { return }
+        let task = Task { [pins] in
+            await body()
+            pins.state.withLock { state in
+                if state.tasks.removeValue(forKey: number) == nil { state.finished.insert(number) }
             }
         }
+        let cancel = pins.state.withLock { state -> Bool in
+            if state.finished.remove(number) != nil { return false }
+            state.tasks[number] = task
+            return state.stopped
+        }
+        if cancel { task.cancel() }
     }
 
     private func runLooks() async {
