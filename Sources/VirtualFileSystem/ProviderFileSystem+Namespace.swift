@@ -175,6 +175,10 @@ extension ProviderFileSystem {
         guard site.scoped == nil, scopedTarget(inode) == nil else {
             throw FileSystemError(.crossDevice, "link: through an access path")
         }
+        // A node whose readers use the page cache gets no second name (one name per caching node:
+        // a lookup through the other would share its pages), and an old version's node none:
+        // ESTALE, and the kernel retries on the name's new node (D-435).
+        try admitChange(inode, writing: false)
         if let removed = removedAttributes(inode), removed.linkCount == 0 {
             throw FileSystemError(.notFound, "link: the file was removed")
         }

@@ -30,6 +30,8 @@ struct WriteHandle: Sendable {
     /// The write claim taken at the open, ended at the release (D-399); nil when the mount's
     /// claim provider takes no write claims.
     var claim: WriteClaimToken? = nil
+    /// Counted in its plain node's writers (`admitChange`), given back at its release.
+    var admitted = false
 }
 
 extension ProviderFileSystem {
@@ -102,6 +104,30 @@ extension ProviderFileSystem {
         _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext,
         scoped: ScopedNode? = nil, use: String? = nil
     ) async throws(FileSystemError) -> OpenedFile {
+        // Not on a node whose readers use the page cache: ESTALE, and the kernel retries on a new
+        // node (D-435).
+        let admitted = scoped == nil && isWritable
+        if admitted {
+            do throws(FileSystemError) {
+                try admitChange(inode, writing: true)
+            } catch {
+                returnScopedUse(use)
+                throw error
+            }
+        }
+        do throws(FileSystemError) {
+            return try await openAdmittedForWriting(
+                inode, node: node, flags: flags, context: context, scoped: scoped, use: use, admitted: admitted)
+        } catch {
+            if admitted { dismissWriter(inode) }
+            throw error
+        }
+    }
+
+    private func openAdmittedForWriting(
+        _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext,
+        scoped: ScopedNode?, use: String?, admitted: Bool
+    ) async throws(FileSystemError) -> OpenedFile {
         let item: ProviderItem
         let claim: WriteClaimToken?
         do throws(FileSystemError) {
@@ -126,7 +152,7 @@ extension ProviderFileSystem {
         // O_TRUNC of an existing file is a change even when it is empty (its mtime moves).
         return try await openWriter(
             inode, identifier: node.identifier, item: item, truncating: flags.truncates, touching: flags.truncates,
-            context: context, scoped: scoped, use: use, claim: claim)
+            context: context, scoped: scoped, use: use, claim: claim, admitted: admitted)
     }
 
     /// The write claim of a write open (D-399): granted at once, or waited for FIFO behind the
@@ -156,7 +182,8 @@ extension ProviderFileSystem {
     /// `claim`: the handle's write claim, ended at its release (or here when this fails).
     private func openWriter(
         _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool, touching: Bool = false,
-        context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil, claim: WriteClaimToken?
+        context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil, claim: WriteClaimToken?,
+        admitted: Bool = false
     ) async throws(FileSystemError) -> OpenedFile {
         let staging: StagingFile
         do {
@@ -177,7 +204,7 @@ extension ProviderFileSystem {
         writeHandles.withLock {
             $0[handle] = WriteHandle(
                 inode: inode, identifier: identifier, staging: staging, opener: opener, scoped: scoped, scopedUse: use,
-                claim: claim)
+                claim: claim, admitted: admitted)
         }
         // Direct I/O: the writes do not go through the page cache that readers of the published
         // version share (D-363).
@@ -271,18 +298,26 @@ extension ProviderFileSystem {
             do { try await cache.writes.truncate(staging, to: size) } catch { throw FileSystemError(error) }
         } else {
             // truncate(2) with no writer: a writer of its own, under its own write claim (D-399),
-            // published at once.
-            let claim = try await acquireWriteClaim(path: nil, identifier: node.identifier, context: context)
-            let item: ProviderItem
+            // published at once. Not on a node whose readers use the page cache (D-435).
+            let admitted = scoped == nil
+            if admitted { try admitChange(inode, writing: true) }
+            let opened: OpenedFile
             do throws(FileSystemError) {
-                item = try await self.item(of: node, maximumAge: .zero)
+                let claim = try await acquireWriteClaim(path: nil, identifier: node.identifier, context: context)
+                let item: ProviderItem
+                do throws(FileSystemError) {
+                    item = try await self.item(of: node, maximumAge: .zero)
+                } catch {
+                    releaseWriteClaim(claim)
+                    throw error
+                }
+                opened = try await openWriter(
+                    inode, identifier: node.identifier, item: item, truncating: size == 0, context: context,
+                    scoped: scoped, claim: claim, admitted: admitted)
             } catch {
-                releaseWriteClaim(claim)
+                if admitted { dismissWriter(inode) }
                 throw error
             }
-            let opened = try await openWriter(
-                inode, identifier: node.identifier, item: item, truncating: size == 0, context: context,
-                scoped: scoped, claim: claim)
             guard let writer = writeHandle(opened.handle) else {
                 throw FileSystemError(.badHandle, "truncate's handle vanished")
             }
@@ -423,7 +458,10 @@ extension ProviderFileSystem {
     /// The handle's last publish, then the end of its write claim (presenters get didChange).
     private func closeWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
         guard let writer = writeHandles.withLock({ $0.removeValue(forKey: handle) }) else { return }
-        defer { releaseWriteClaim(writer.claim) }
+        defer {
+            releaseWriteClaim(writer.claim)
+            if writer.admitted { dismissWriter(writer.inode) }
+        }
         try await publishing(writer) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
                 return try await self.cache.writes.closeWriter(writer.staging)
