@@ -63,8 +63,8 @@ extension LocalWrites {
             for upload in uploads { state.uploads[upload] = nil }
             return (files, uploads)
         }
-        for file in dropped.0 { content.discardStaging(file) }
-        catalog.forgetLocal(identifier, subtree: subtree)  // D-411
+        for file in dropped.0 { stagingContent.discardStaging(file) }
+        writeBackCatalog.forgetLocal(identifier, subtree: subtree)  // D-411
         for upload in dropped.1 {
             do { try environment.store.deleteUpload(upload) } catch {
                 environment.logger.warning("cannot delete an upload record: \(error)")

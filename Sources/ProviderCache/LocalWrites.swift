@@ -21,10 +21,13 @@ import Musl
 /// Staging copies and the write-back of one cache.
 public final class LocalWrites: Sendable {
     let environment: CacheEnvironment
-
-    let catalog: Catalog
-
-    let content: ContentStore
+    /// The catalog and the content store, each only as the port of the part that calls it
+    /// (D-440): staging's (Staging/StagingPorts.swift) and the write-back's
+    /// (WriteBack/WriteBackPorts.swift).
+    let stagingCatalog: any StagingCatalog
+    let stagingContent: any StagingContent
+    let writeBackCatalog: any WriteBackCatalog
+    let writeBackContent: any WriteBackContent
 
     struct Staged {
         var machine: StagingMachine
@@ -78,7 +81,6 @@ public final class LocalWrites: Sendable {
 
     /// Backoff of failed uploads.
     let initialBackoff: Duration
-
     let maximumBackoff: Duration
 
     init(
@@ -86,8 +88,10 @@ public final class LocalWrites: Sendable {
         initialBackoff: Duration = .seconds(1), maximumBackoff: Duration = .seconds(300)
     ) {
         self.environment = environment
-        self.catalog = catalog
-        self.content = content
+        stagingCatalog = catalog
+        stagingContent = content
+        writeBackCatalog = catalog
+        writeBackContent = content
         self.initialBackoff = initialBackoff
         self.maximumBackoff = maximumBackoff
     }
@@ -95,7 +99,7 @@ public final class LocalWrites: Sendable {
     /// After a restart: staging leftovers removed, local versions served again, pending uploads
     /// resumed.
     func resume() {
-        content.removeStagingLeftovers()
+        stagingContent.removeStagingLeftovers()
         let records: [UploadRecord]
         do { records = try environment.store.loadUploads() } catch {
             environment.logger.warning("cannot read the write-back queue: \(error)")
@@ -104,16 +108,16 @@ public final class LocalWrites: Sendable {
         var actions: [(ItemIdentifier, [UploadMachine.Action])] = []
         for record in records {
             // (A create closed unwritten has no local version: its empty file is still to make.)
-            if !record.localVersion.isUnborn { catalog.restoreLocal(record) }
+            if !record.localVersion.isUnborn { writeBackCatalog.restoreLocal(record) }
             if record.creates {
                 // Its item is gone from the catalog: nothing to create (D-386).
-                guard catalog.knownItem(record.identifier) != nil else {
+                guard writeBackCatalog.knownItem(record.identifier) != nil else {
                     do { try environment.store.deleteUpload(record.identifier) } catch {
                         environment.logger.warning("cannot delete an upload record: \(error)")
                     }
                     continue
                 }
-                catalog.restoreUnborn(record.identifier)
+                writeBackCatalog.restoreUnborn(record.identifier)
             }
             let started = state.withLock { state -> [UploadMachine.Action] in
                 var machine = UploadMachine(

@@ -59,8 +59,8 @@ extension LocalWrites {
     /// fsync(2) through any handle of `identifier`: its current version's content file is
     /// forced to disk if a publish at close left it unsynced (D-381).
     public func makeDurable(_ identifier: ItemIdentifier) async throws(CacheError) {
-        guard let version = catalog.currentVersion(of: identifier) else { return }
-        try await content.syncIfUnsynced(identifier, version)
+        guard let version = stagingCatalog.currentVersion(of: identifier) else { return }
+        try await stagingContent.syncIfUnsynced(identifier, version)
     }
 
     /// `closeWriter` of a write handle on the calling thread, when it publishes nothing (other
@@ -90,8 +90,8 @@ extension LocalWrites {
         }
         guard outcome.done else { return false }
         if outcome.discard {
-            content.discardStaging(staging)
-            content.retireStaging(staging)
+            stagingContent.discardStaging(staging)
+            stagingContent.retireStaging(staging)
             startParkedCreate(staging.identifier)
         }
         return true
@@ -116,7 +116,7 @@ extension LocalWrites {
         environment.logger.notice(
             "\(staging.identifier): the writes through token \(staging.owner ?? "-") are dropped unpublished (its access ended)"
         )
-        content.discardStaging(staging)
+        stagingContent.discardStaging(staging)
         return true
     }
 
@@ -152,14 +152,14 @@ extension LocalWrites {
         switch action {
         case nil: return nil
         case .discard:
-            content.discardStaging(staged.file)
-            content.retireStaging(staged.file)
+            stagingContent.discardStaging(staged.file)
+            stagingContent.retireStaging(staged.file)
             // A new file closed unwritten (`touch`): created at the provider empty (D-386).
             startParkedCreate(identifier)
             return nil
         case .publish:
             // No handle writes it any more: its descriptor goes now, published or not (D-390).
-            defer { content.retireStaging(staged.file) }
+            defer { stagingContent.retireStaging(staged.file) }
             do {
                 return try await publish(staged, syncing: !staged.startedEmpty)
             } catch {
@@ -167,7 +167,7 @@ extension LocalWrites {
                 environment.logger.error(
                     "\(identifier): the last write handle closed, and its publish failed: \(error); "
                         + "the unpublished writes are dropped")
-                content.discardStaging(staged.file)
+                stagingContent.discardStaging(staged.file)
                 // A new file: created at the provider as the mount shows it, empty (D-386, D-390).
                 if let upload = uploadRecord(of: identifier), upload.creates, upload.localVersion.isUnborn {
                     environment.logger.notice("\(identifier): created at the provider empty, as nothing was published")
@@ -184,24 +184,24 @@ extension LocalWrites {
     /// publish at close, D-381).
     private func publish(_ staged: Staged, syncing: Bool) async throws(CacheError) -> PublishedVersion {
         let identifier = staged.file.identifier
-        let version = ContentVersion("local:\(content.reserveFileNumber()).\(UInt32.random(in: 0...UInt32.max))")
-        let record = try await content.publish(staged.file, as: version, syncing: syncing)
+        let version = ContentVersion("local:\(stagingContent.reserveFileNumber()).\(UInt32.random(in: 0...UInt32.max))")
+        let record = try await stagingContent.publish(staged.file, as: version, syncing: syncing)
         environment.logger.debug(
             "\(identifier): published \(version) (\(record.size) bytes) as content file \(record.fileNumber)")
         // The last change's time (close and fsync change nothing, as on a local file system); an
         // explicit mtime set after it (utimens during the edit, D-375) stays.
         let modified =
-            staged.file.modified ?? catalog.knownItem(identifier)?.modificationTime ?? wallClockTime()
+            staged.file.modified ?? stagingCatalog.knownItem(identifier)?.modificationTime ?? wallClockTime()
         // A chmod held during the edit (D-385), taken with the bytes (a later one is the next
         // publish's).
         let key = Self.key(of: staged.file)
         let permissions = staged.file.takePermissions()
-        var published = catalog.publishLocal(
+        var published = stagingCatalog.publishLocal(
             identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions)
-        if published == nil, (try? await catalog.item(identifier, maximumAge: .zero)) != nil {
+        if published == nil, (try? await stagingCatalog.item(identifier, maximumAge: .zero)) != nil {
             // Not known under this identifier: a move of a directory above it (RENAME_EXCHANGE of
             // two directories) may have left the catalog to list it again. The provider says.
-            published = catalog.publishLocal(
+            published = stagingCatalog.publishLocal(
                 identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions)
         }
         guard let item = published else {

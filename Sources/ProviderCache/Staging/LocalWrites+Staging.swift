@@ -36,27 +36,29 @@ extension LocalWrites {
         }
         var source: ContentEntry?
         if !truncating && item.size > 0 {
-            let entry = try await content.pin(item) { [catalog] in catalog.currentVersion(of: item.identifier) == $0 }
+            let entry = try await stagingContent.pin(item) { [stagingCatalog] in
+                stagingCatalog.currentVersion(of: item.identifier) == $0
+            }
             source = entry
             do {
                 try await entry.ensurePresent(0..<item.size)
             } catch {
-                content.unpin(entry)
+                stagingContent.unpin(entry)
                 throw error
             }
         }
         let file: StagingFile
         do {
-            file = try await content.makeStaging(item.identifier, copying: source, owner: owner)
+            file = try await stagingContent.makeStaging(item.identifier, copying: source, owner: owner)
         } catch {
-            if let source { content.unpin(source) }
+            if let source { stagingContent.unpin(source) }
             throw error
         }
-        if let source { content.unpin(source) }
+        if let source { stagingContent.unpin(source) }
         // O_TRUNC of a file with bytes, or of an existing one (`touching`), is a change (st_mtime now).
         let changed = truncating && (item.size > 0 || touching)
         if changed { file.setModified(wallClockTime()) }
-        let base = catalog.providerBase(of: item.identifier)
+        let base = stagingCatalog.providerBase(of: item.identifier)
         state.withLock { state in
             var machine = StagingMachine(startsModified: changed)
             machine.openWriter()

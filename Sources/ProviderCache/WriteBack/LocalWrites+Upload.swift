@@ -22,23 +22,23 @@ extension LocalWrites {
         var conflictName: String?
         var entry: ContentEntry?
         // A file created through the mount and closed unwritten: the empty file (D-386).
-        let empty = version.isUnborn ? try? await content.emptyFile() : nil
-        if !version.isUnborn, let item = catalog.knownItem(identifier), item.contentVersion == version,
-            let pinned = try? await content.pin(item, isCurrent: { _ in true })
+        let empty = version.isUnborn ? try? await writeBackContent.emptyFile() : nil
+        if !version.isUnborn, let item = writeBackCatalog.knownItem(identifier), item.contentVersion == version,
+            let pinned = try? await writeBackContent.pin(item, isCurrent: { _ in true })
         {
             entry = pinned
         }
-        defer { if let entry { content.unpin(entry) } }
+        defer { if let entry { writeBackContent.unpin(entry) } }
         // Every byte of the version must be in its content file: a pin of a version the store
         // has no complete record of (a race with a move) makes an empty entry, whose file would
         // upload as zeros.
         // A file to create whose item the catalog lost (its directory removed outside the mount,
         // D-386): there is nothing to create it from or in; the record goes, or it would retry
         // forever.
-        if catalog.knownItem(identifier) == nil, dropOrphanedCreate(identifier, version: version) { return }
-        guard let item = catalog.knownItem(identifier),
+        if writeBackCatalog.knownItem(identifier) == nil, dropOrphanedCreate(identifier, version: version) { return }
+        guard let item = writeBackCatalog.knownItem(identifier),
             let path = empty
-                ?? entry.flatMap({ $0.isMaterialized ? content.contentFilePath(identifier, version) : nil })
+                ?? entry.flatMap({ $0.isMaterialized ? writeBackContent.contentFilePath(identifier, version) : nil })
         else {
             // (A move during the pin retires the pinned entry: retried under the new identifier.)
             let (current, next, _) = applyToUpload(identifier, version: version) {
@@ -56,10 +56,10 @@ extension LocalWrites {
         }
         // What the provider shows of the item until its result is recorded is this upload
         // (D-403: not told as a change of the provider's).
-        let own = catalog.beginOwnChange(of: [identifier])
+        let own = writeBackCatalog.beginOwnChange(of: [identifier], naming: [])
         // Its directory's metadata is passing until the call ends (D-384).
-        let directory = catalog.knownItem(identifier)?.parent ?? item.parent
-        let holding = catalog.beginWriting(into: directory, current: try? provider.itemNow(for: directory))
+        let directory = writeBackCatalog.knownItem(identifier)?.parent ?? item.parent
+        let holding = writeBackCatalog.beginWriting(into: directory, current: try? provider.itemNow(for: directory))
         // The base as it is now: a chmod or utimens through the mount may have rebased it while
         // this call waited (D-375).
         // The permissions a chmod during the edit set (D-385) ride along.
@@ -69,7 +69,7 @@ extension LocalWrites {
             }
             return (machine.record.baseVersion, machine.record.permissions, machine.record.creates)
         }
-        let current = catalog.knownItem(identifier) ?? item
+        let current = writeBackCatalog.knownItem(identifier) ?? item
         do {
             // Not at the provider yet (D-386): created under its name, with its mode and mtime.
             let target: UploadTarget =
@@ -103,19 +103,19 @@ extension LocalWrites {
         // rebases from it (applied after, it was left with the version before its own change,
         // and the next edit became a conflict copy).
         defer {
-            if holding { catalog.endWriting(into: directory) }
-            catalog.endOwnChange(own)
+            if holding { writeBackCatalog.endWriting(into: directory) }
+            writeBackCatalog.endOwnChange(own)
             endUploadCall(identifier)
         }
         switch result {
         case .success(let uploaded):
             // Created (or kept as a conflict copy): the provider's answers about the identifier
             // count again (D-386).
-            if creates { catalog.born(identifier) }
+            if creates { writeBackCatalog.born(identifier) }
             if let conflictName {
-                catalog.dropLocal(identifier)
-                catalog.applyCreated(uploaded)
-                _ = try? await catalog.item(identifier, maximumAge: .zero)
+                writeBackCatalog.dropLocal(identifier)
+                writeBackCatalog.applyCreated(uploaded)
+                _ = try? await writeBackCatalog.item(identifier, maximumAge: .zero)
                 let (current, next, _) = applyToUpload(identifier, version: version) {
                     $0.conflictResolved(conflictName: conflictName)
                 }
@@ -126,18 +126,18 @@ extension LocalWrites {
                     $0.uploaded(version, providerVersion: uploaded.contentVersion, now: self.environment.timeline.now)
                 }
                 if phase == .materialized {
-                    catalog.localUploaded(
+                    writeBackCatalog.localUploaded(
                         current, version: version, providerVersion: uploaded.contentVersion, base: base)
                 }
                 // The file's other names (hard links, D-396) have the new version too: an edit
                 // through one of them that started from the version replaced starts from it now,
                 // and what they showed is asked for again (D-410).
-                for name in catalog.otherNames(of: current) {
+                for name in writeBackCatalog.otherNames(of: current) {
                     if let base { rebase(name, from: base, to: uploaded.contentVersion) }
-                    catalog.otherNameUploaded(name, from: base, to: uploaded.contentVersion)
+                    writeBackCatalog.otherNameUploaded(name, from: base, to: uploaded.contentVersion)
                 }
                 // An empty file created unwritten: the provider's empty version is the item's now.
-                if creates { catalog.apply(uploaded) }
+                if creates { writeBackCatalog.apply(uploaded, origin: .mount, appeared: false) }
                 perform(current, next)
             }
         case .failure(let error):
