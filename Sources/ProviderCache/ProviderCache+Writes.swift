@@ -80,3 +80,78 @@ extension ProviderCache {
         }
     }
 }
+
+// MARK: Write handles
+
+/// What the file system's write handles call (D-440): the façade passes each to `LocalWrites`
+/// (Staging/), so that the file system reaches writing through `ProviderCache` alone.
+extension ProviderCache {
+    /// `LocalWrites.openWriter`: a write handle opens on `item`'s staging copy.
+    public func openWriter(
+        _ item: ProviderItem, truncating: Bool, touching: Bool = false, owner: String? = nil
+    ) async throws(CacheError) -> StagingFile {
+        try await writes.openWriter(item, truncating: truncating, touching: touching, owner: owner)
+    }
+
+    /// `LocalWrites.write`: bytes into a write handle's staging copy.
+    public func write(_ staging: StagingFile, _ bytes: [UInt8], at offset: Int64) async throws(CacheError) {
+        try await writes.write(staging, bytes, at: offset)
+    }
+
+    /// `LocalWrites.writeNow`: `write` on the calling thread when the copy takes it at once.
+    public func writeNow(_ staging: StagingFile, _ bytes: [UInt8], at offset: Int64) -> Result<Void, CacheError>? {
+        writes.writeNow(staging, bytes, at: offset)
+    }
+
+    /// `LocalWrites.truncate`: the staging copy's length set.
+    public func truncate(_ staging: StagingFile, to size: Int64) async throws(CacheError) {
+        try await writes.truncate(staging, to: size)
+    }
+
+    /// `LocalWrites.allocate`: fallocate(2) through a write handle.
+    public func allocate(
+        _ staging: StagingFile, offset: Int64, length: Int64, keepSize: Bool
+    ) async throws(CacheError) {
+        try await writes.allocate(staging, offset: offset, length: length, keepSize: keepSize)
+    }
+
+    /// `LocalWrites.sync`: fsync or a flush publishes what changed.
+    public func sync(_ staging: StagingFile, durable: Bool = true) async throws(CacheError) -> PublishedVersion? {
+        try await writes.sync(staging, durable: durable)
+    }
+
+    /// `LocalWrites.makeDurable`: fsync(2) through any handle of `identifier`.
+    public func makeDurable(_ identifier: ItemIdentifier) async throws(CacheError) {
+        try await writes.makeDurable(identifier)
+    }
+
+    /// `LocalWrites.closeWriter`: a write handle closes; the last one publishes or drops the copy.
+    public func closeWriter(_ staging: StagingFile) async throws(CacheError) -> PublishedVersion? {
+        try await writes.closeWriter(staging)
+    }
+
+    /// `LocalWrites.closeWriterNow`: `closeWriter` on the calling thread when it publishes nothing.
+    public func closeWriterNow(_ staging: StagingFile) -> Bool { writes.closeWriterNow(staging) }
+
+    /// `LocalWrites.abandon`: the writes of a token that ended are dropped.
+    @discardableResult
+    public func abandon(_ staging: StagingFile) async -> Bool { await writes.abandon(staging) }
+
+    /// `LocalWrites.staging(of:owner:)`: the staging copy write handles have open.
+    public func staging(of identifier: ItemIdentifier, owner: String? = nil) -> StagingFile? {
+        writes.staging(of: identifier, owner: owner)
+    }
+
+    /// `LocalWrites.staged`: what stat shows of an item's shared staging copy.
+    public func staged(_ identifier: ItemIdentifier) -> (size: Int64, modified: ItemTime?, permissions: UInt16?)? {
+        writes.staged(identifier)
+    }
+
+    /// `LocalWrites.holdAttributes`: chmod or utimens kept with an open edit (D-385).
+    public func holdAttributes(_ changes: ItemAttributeChanges, of identifier: ItemIdentifier) -> Bool {
+        writes.holdAttributes(changes, of: identifier)
+    }
+
+    /// `LocalWrites.modificationSet`: utimens set the mtime open staging copies show.
+    public func modificationSet(of identifier: ItemIdentifier) { writes.modificationSet(of: identifier) }
+}
