@@ -84,7 +84,8 @@ public final class LocalWrites: Sendable {
     let maximumBackoff: Duration
 
     init(
-        environment: CacheEnvironment, catalog: Catalog, content: ContentStore,
+        environment: CacheEnvironment, catalog: any StagingCatalog & WriteBackCatalog,
+        content: any StagingContent & WriteBackContent,
         initialBackoff: Duration = .seconds(1), maximumBackoff: Duration = .seconds(300)
     ) {
         self.environment = environment
