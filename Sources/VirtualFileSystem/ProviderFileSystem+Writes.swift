@@ -187,7 +187,7 @@ extension ProviderFileSystem {
     ) async throws(FileSystemError) -> OpenedFile {
         let staging: StagingFile
         do {
-            staging = try await cache.writes.openWriter(
+            staging = try await cache.openWriter(
                 item, truncating: truncating, touching: touching, owner: scoped?.tokenID)
         } catch {
             releaseWriteClaim(claim)
@@ -231,7 +231,7 @@ extension ProviderFileSystem {
             _ = try await changeAttributes(inode, AttributeChanges(permissions: permissions), context: context)
         }
         do {
-            try await cache.writes.write(writer.staging, data, at: offset)
+            try await cache.write(writer.staging, data, at: offset)
         } catch {
             throw FileSystemError(error)
         }
@@ -246,7 +246,7 @@ extension ProviderFileSystem {
     ) -> Result<Int, FileSystemError>? {
         guard offset >= 0, let writer = writeHandle(handle), writer.scoped == nil,
             permissionsAfterWrite(writer, context: context) == nil,
-            let outcome = cache.writes.writeNow(writer.staging, data, at: offset)
+            let outcome = cache.writeNow(writer.staging, data, at: offset)
         else { return nil }
         switch outcome {
         case .success: return .success(data.count)
@@ -261,7 +261,7 @@ extension ProviderFileSystem {
     /// mount is (D-363); truncate(2) comes with its own mode change.
     func permissionsAfterWrite(_ writer: WriteHandle, context: RequestContext) -> UInt16? {
         guard context.uid != 0, let item = cache.catalog.knownItem(writer.identifier) else { return nil }
-        let shown = cache.writes.staged(writer.identifier)?.permissions ?? cache.shown(item).permissions
+        let shown = cache.staged(writer.identifier)?.permissions ?? cache.shown(item).permissions
         guard shown & 0o6000 != 0 else { return nil }
         var kept = shown & ~0o4000
         if shown & 0o2010 == 0o2010 { kept &= ~0o2000 }
@@ -292,10 +292,10 @@ extension ProviderFileSystem {
         guard node.kind == .file else { throw FileSystemError(.isADirectory, "\(node.identifier) is not a file") }
         if let handle, let writer = writeHandle(handle) {
             try await checkWriting(writer, "truncate", context: context)
-            do { try await cache.writes.truncate(writer.staging, to: size) } catch { throw FileSystemError(error) }
-        } else if let staging = cache.writes.staging(of: node.identifier, owner: scoped?.tokenID) {
+            do { try await cache.truncate(writer.staging, to: size) } catch { throw FileSystemError(error) }
+        } else if let staging = cache.staging(of: node.identifier, owner: scoped?.tokenID) {
             // truncate(2) while write handles are open: their staging file (published with them).
-            do { try await cache.writes.truncate(staging, to: size) } catch { throw FileSystemError(error) }
+            do { try await cache.truncate(staging, to: size) } catch { throw FileSystemError(error) }
         } else {
             // truncate(2) with no writer: a writer of its own, under its own write claim (D-399),
             // published at once. Not on a node whose readers use the page cache (D-435).
@@ -322,7 +322,7 @@ extension ProviderFileSystem {
                 throw FileSystemError(.badHandle, "truncate's handle vanished")
             }
             do {
-                try await cache.writes.truncate(writer.staging, to: size)
+                try await cache.truncate(writer.staging, to: size)
             } catch {
                 await releaseWriter(opened.handle, context: context)
                 throw FileSystemError(error)
@@ -350,7 +350,7 @@ extension ProviderFileSystem {
         }
         try await checkWriting(writer, "fallocate", context: context)
         do {
-            try await cache.writes.allocate(writer.staging, offset: offset, length: length, keepSize: keepSize)
+            try await cache.allocate(writer.staging, offset: offset, length: length, keepSize: keepSize)
         } catch {
             throw FileSystemError(error)
         }
@@ -385,7 +385,7 @@ extension ProviderFileSystem {
     /// Drops the writer's unpublished writes when its token has ended (D-369).
     private func dropIfTokenEnded(_ writer: WriteHandle) async {
         guard let scoped = writer.scoped, scopedAccess?.hasEnded(id: scoped.tokenID) == true else { return }
-        await cache.writes.abandon(writer.staging)
+        await cache.abandon(writer.staging)
     }
 
     /// fsync of a write handle publishes what changed (under the handle's write claim), its bytes
@@ -397,7 +397,7 @@ extension ProviderFileSystem {
             // fsync of a handle open for reading: what a close published unsynced is synced now
             // (D-381; `sync FILE`, dpkg's deferred fsync).
             guard durable, let identifier = state.withLock({ $0.files[handle]?.identifier }) else { return }
-            do throws(CacheError) { try await cache.writes.makeDurable(identifier) } catch {
+            do throws(CacheError) { try await cache.makeDurable(identifier) } catch {
                 throw FileSystemError(error)
             }
             return
@@ -405,7 +405,7 @@ extension ProviderFileSystem {
         if let context { try await checkWriting(writer, durable ? "fsync" : "flush", context: context) }
         try await publishing(writer) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
-                return try await self.cache.writes.sync(writer.staging, durable: durable)
+                return try await self.cache.sync(writer.staging, durable: durable)
             } catch {
                 throw FileSystemError(error)
             }
@@ -464,7 +464,7 @@ extension ProviderFileSystem {
         }
         try await publishing(writer) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
-                return try await self.cache.writes.closeWriter(writer.staging)
+                return try await self.cache.closeWriter(writer.staging)
             } catch {
                 throw FileSystemError(error)
             }

@@ -207,7 +207,7 @@ public final class ProviderFileSystem: FileSystem {
         let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
         // Writable: the staged length and last change while write handles are open
         // (ProviderFileSystem+Writes).
-        let staged = item.kind == .file && isWritable ? cache.writes.staged(item.identifier) : nil
+        let staged = item.kind == .file && isWritable ? cache.staged(item.identifier) : nil
         let modified = staged?.modified ?? item.modificationTime
         let shownPermissions = staged?.permissions ?? item.permissions  // a chmod the open edit holds (D-385)
         let time = Timestamp(seconds: modified.seconds, nanoseconds: modified.nanoseconds)
@@ -914,14 +914,14 @@ extension ProviderFileSystem: FileSystemFastPath {
             // An edit carries no chown (and no atime: an edit's upload makes a new file).
             guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes)
             else { return nil }
-            if !cache.writes.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
+            if !cache.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
                 // No edit to carry it: made at the provider now, where it answers at once (D-426),
                 // as `changeAttributes` makes it (a chown to the mounting user is no change).
                 var wanted = Self.itemChanges(changes)
                 (wanted.uid, wanted.gid) = (nil, nil)
                 guard let outcome = cache.setAttributesNow(of: node.identifier, wanted) else { return nil }
                 if case .failure(let error) = outcome { return .failure(FileSystemError(error)) }
-                if wanted.modificationTime != nil { cache.writes.modificationSet(of: node.identifier) }
+                if wanted.modificationTime != nil { cache.modificationSet(of: node.identifier) }
             }
         } else if changes.accessTime != nil, cache.providerCapabilities.contains(.storesAttributes) {
             return nil  // an atime the provider keeps
@@ -1026,7 +1026,7 @@ extension ProviderFileSystem: FileSystemFastPath {
         if let writer = writeHandle(handle) {
             // A plain writer's release that publishes nothing (the flush before it did): here
             // (D-387). One that publishes, or a token's (its use ends, its checks): async.
-            guard writer.scoped == nil, cache.writes.closeWriterNow(writer.staging) else { return nil }
+            guard writer.scoped == nil, cache.closeWriterNow(writer.staging) else { return nil }
             writeHandles.withLock { _ = $0.removeValue(forKey: handle) }
             releaseWriteClaim(writer.claim)  // never waits
             if writer.admitted { dismissWriter(writer.inode) }
