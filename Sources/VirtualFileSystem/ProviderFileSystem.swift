@@ -276,7 +276,7 @@ public final class ProviderFileSystem: FileSystem {
         // (or size) there binds a new node instead (D-435).
         if bound.3 > 0, links <= 1,
             retireIfShowingAnother(
-                inode, item: item, shownSize: cache.writes.staged(item.identifier)?.size ?? item.size)
+                inode, item: item, shownSize: cache.staged(item.identifier)?.size ?? item.size)
         {
             (inode, generation, primary) = state.withLock { state in
                 state.inodes.forget(inode, count: 1)  // this reply names the new node
@@ -553,7 +553,7 @@ public final class ProviderFileSystem: FileSystem {
         scoped: ScopedNode? = nil, use: String? = nil
     ) throws(FileSystemError) -> OpenedFile {
         let versioned = scoped == nil && versionNodes
-        let editOpen = versioned && cache.writes.staged(node.identifier) != nil
+        let editOpen = versioned && cache.staged(node.identifier) != nil
         var retiredNames: [ItemIdentifier] = []
         let opened = state.withLock { state -> (FileHandleID, Bool, ReadCaching)? in
             var caching = ReadCaching.direct
