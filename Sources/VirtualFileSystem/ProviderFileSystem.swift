@@ -558,7 +558,8 @@ public final class ProviderFileSystem: FileSystem {
         let opened = state.withLock { state -> (FileHandleID, Bool, ReadCaching)? in
             var caching = ReadCaching.direct
             if versioned, let current = state.inodes[inode] {
-                caching = Self.readCaching(of: current, version: item.contentVersion, editOpen: editOpen)
+                caching = Self.readCaching(
+                    of: current, version: item.contentVersion, editOpen: editOpen, complete: entry.isMaterialized)
                 if caching == .stale {
                     retiredNames = Self.retire(inode, current: item, in: &state)
                     return nil

@@ -87,6 +87,7 @@ struct VersionNodeMountTests {
             readers = []
             ino = os.stat(path).st_ino
             def open_reader():
+                with open(path, 'rb') as f: f.read()  # all in the cache: the next open caches
                 fd = os.open(path, os.O_RDONLY)
                 expected = versions[-1]
                 assert os.pread(fd, 65536, 0) == expected[:65536], 'a new open read an older version'
@@ -134,6 +135,7 @@ struct VersionNodeMountTests {
             import errno, os, sys
             path, old = sys.argv[1], open(sys.argv[2], 'rb').read()
             def reader():
+                with open(path, 'rb') as f: f.read()  # all in the cache: the next open caches
                 fd = os.open(path, os.O_RDONLY)
                 os.pread(fd, 4096, 0)
                 return fd
