@@ -30,6 +30,7 @@ struct MountCommand: CLICommand {
                          [--foreground] [--cache DIR] [--log FILE]
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
+                         [--poll-interval DURATION|0]
                          [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
                          [--no-download-for NAME,...] [--download-for NAME,...|all]
         """
@@ -70,6 +71,9 @@ struct MountCommand: CLICommand {
         var allowAllDownloads = false
         /// `--webdav URL`: the provider is that WebDAV collection (`source` is its URL).
         var webdav: WebDAVSource?
+        /// How often listed directories are asked again for remote changes (D-450); nil: the
+        /// default (`MountPolling.defaultInterval`), zero: never.
+        var pollInterval: Duration?
     }
 
     /// A WebDAV server to mount (docs/WEBDAV.md). The password is not here: the daemon reads it
@@ -124,6 +128,7 @@ struct MountCommand: CLICommand {
             throw UsageError("providerfs mount: --stall-timeout must be at least 1ms.")
         }
         let writeBackDelay = try arguments.duration("--write-back-delay")
+        let pollInterval = try pollIntervalArgument(&arguments)
         if let writeBackDelay, writeBackDelay > .seconds(3600) {
             throw UsageError("providerfs mount: --write-back-delay must be at most 1h.")
         }
@@ -172,6 +177,7 @@ struct MountCommand: CLICommand {
             plan.requireToken = requireToken
             plan.stallTimeout = stallTimeout
             plan.writeBackDelay = writeBackDelay
+            plan.pollInterval = pollInterval
             plan.cacheMaximumSize = cacheMaximumSize
             plan.cacheMinimumFree = cacheMinimumFree
             plan.cacheMaximumAge = cacheMaximumAge
@@ -189,6 +195,20 @@ struct MountCommand: CLICommand {
             reporter.fail(failure.message)
             throw failure
         }
+    }
+
+    /// `--poll-interval DURATION` (`0` or `off`: never poll), at least 100ms otherwise.
+    static func pollIntervalArgument(_ arguments: inout ArgumentList) throws(UsageError) -> Duration? {
+        guard let text = try arguments.option("--poll-interval") else { return nil }
+        if text == "0" || text == "off" { return .zero }
+        let interval: Duration
+        do { interval = try parseDuration(text) } catch {
+            throw UsageError("providerfs mount: --poll-interval: \(error).")
+        }
+        guard interval == .zero || interval >= .milliseconds(100) else {
+            throw UsageError("providerfs mount: --poll-interval must be 0 (off) or at least 100ms.")
+        }
+        return interval
     }
 
     /// `duration` as the daemon's command line gives it back to `parseDuration`: whole
@@ -436,6 +456,11 @@ struct MountCommand: CLICommand {
             }
         }
         defer { control?.stop() }
+        // Remote changes (D-450): listings asked again every interval, for the life of the mount.
+        let pollInterval = plan.pollInterval ?? MountPolling.defaultInterval(remote: plan.webdav != nil)
+        let polling =
+            pollInterval > .zero
+            ? MountPolling(catalog: fileSystem.cache.catalog, interval: pollInterval, logger: logger) : nil
         let server = FUSEServer(fileSystem: fileSystem, mountpoint: plan.mountpoint, options: options) {
             do { try MountRegistry.write(record) } catch {
                 logger.warning("cannot write the mount registry: \(error)")
@@ -449,8 +474,11 @@ struct MountCommand: CLICommand {
         defer { MountRegistry.remove(mountpoint: plan.mountpoint) }
         // Audit entries of uses still waiting for the flusher are written before the daemon ends (D-347).
         defer { tokens.flushAuditLog() }
+        let ran: Result<FUSEExit, FUSEServerError>
+        do { ran = .success(try await server.run()) } catch { ran = .failure(error) }
+        await polling?.stop()
         do {
-            let end = try await server.run()
+            let end = try ran.get()
             logger.notice(
                 "unmounted \(plan.mountpoint)"
                     + (end.signal.map { " after signal \($0)" } ?? "")
@@ -507,6 +535,9 @@ struct MountCommand: CLICommand {
         }
         if let writeBackDelay = plan.writeBackDelay {
             arguments.append("--write-back-delay=" + durationArgument(writeBackDelay))
+        }
+        if let pollInterval = plan.pollInterval {
+            arguments.append("--poll-interval=" + (pollInterval == .zero ? "0" : durationArgument(pollInterval)))
         }
         if let size = plan.cacheMaximumSize { arguments.append("--cache-max-size=\(size)") }
         if let size = plan.cacheMinimumFree { arguments.append("--cache-min-free=\(size)") }

@@ -191,6 +191,12 @@ struct MountControl: ControlHandler {
             } catch {
                 return .failure(error)
             }
+        case .refresh(let path):
+            do {
+                return ControlProtocol.encode(try await refresh(path))
+            } catch {
+                return .failure(error)
+            }
         }
     }
 
