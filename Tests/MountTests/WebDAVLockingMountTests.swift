@@ -103,6 +103,54 @@ struct WebDAVLockingMountTests {
         #expect(try shell("ls \(quoted(served))").output == "counter.txt\n", "no conflict copies")
     }
 
+    /// `providerfs coordinate --write` on one machine holds the server lock for its whole claim:
+    /// its command's read-modify-write, with a pause between the read and the write, is not
+    /// interleaved with the other machine's increment, which waits and then reads the result.
+    @Test func aCoordinatedWriteClaimExcludesTheOtherMachineForItsWholeLength() throws {
+        guard requireFUSE(), requireServers() else { return }
+        defer { cleanup() }
+        let dav = try WebDAVTestServer(root: served, kind: .apache)
+        defer { dav.stop() }
+        let laptopA = try machine("a", dav.url)
+        defer { laptopA.stop() }
+        let laptopB = try machine("b", dav.url)
+        defer { laptopB.stop() }
+        writeTestFile(scratch + "/increment.py", Array(Self.incrementer.utf8))
+        let marker = scratch + "/claimed"
+        let slow = """
+            import os, sys, time
+            path, marker = sys.argv[1], sys.argv[2]
+            with open(path, "rb") as f:
+                value = int(f.read().strip() or b"0")
+            open(marker, "w").close()
+            time.sleep(2)
+            with open(path, "r+b") as f:
+                f.write(b"%012d\\n" % (value + 1))
+            """
+        writeTestFile(scratch + "/slow.py", Array(slow.utf8))
+        let counter = laptopA.path("counter.txt")
+        let claim = try ChildProcess(
+            providerfs,
+            ["coordinate", "--write", counter, "--", "/usr/bin/python3", scratch + "/slow.py", counter, marker],
+            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run-a"])
+        defer { stop(claim) }
+        #expect(waitUntil { access(marker, F_OK) == 0 || !claim.isRunning }, "\(claim.standardError)")
+        // One increment on the other machine, started inside A's claim (after its read).
+        let started = ContinuousClock.now
+        let other = try ChildProcess(
+            "/usr/bin/python3", [scratch + "/increment.py", laptopB.path("counter.txt"), "0.001"])
+        defer { stop(other) }
+        #expect(waitUntil(.seconds(60)) { !other.isRunning && !claim.isRunning })
+        let waited = ContinuousClock.now - started
+        #expect(claim.poll() == 0, "\(claim.standardError)")
+        #expect(other.standardOutput.contains("count 1"), "\(other.standardOutput) \(other.standardError)")
+        print("a coordinated claim and the other machine's increment inside it ended after \(waited)")
+        #expect(
+            waitUntil(.seconds(30)) { readTextFile(served + "/counter.txt") == "000000000002\n" },
+            "\(readTextFile(served + "/counter.txt") ?? "nil")")
+        #expect(try shell("ls \(quoted(served))").output == "counter.txt\n", "no conflict copies")
+    }
+
     @Test func aKilledHoldersLockLapsesAndTheOtherGetsIn() throws {
         guard requireFUSE(), requireServers() else { return }
         defer { cleanup() }

@@ -481,6 +481,10 @@ struct MountCommand: CLICommand {
         }
         defer { control?.stop() }
         remoteLocks?.start(cache: fileSystem.cache)
+        // Coordination clients' write claims take the server's locks too (D-451).
+        if let remoteLocks {
+            coordination.setClaimGate(MountRemoteLockGate(locks: remoteLocks, mountpoint: plan.mountpoint))
+        }
         // Remote changes (D-450): listings asked again every interval, for the life of the mount.
         let pollInterval = plan.pollInterval ?? MountPolling.defaultInterval(remote: plan.webdav != nil)
         let polling =

@@ -8,6 +8,7 @@
 // DAV class 1 (no LOCK) gets no cross-machine exclusion, and `status` says so.
 
 import Diagnostics
+package import FileCoordination
 import Foundation
 package import ProviderCache
 import ProviderModel
@@ -305,5 +306,48 @@ package final class RemoteLockingWriteClaims: WriteClaimProvider {
     package func releaseWriteClaim(_ token: WriteClaimToken) {
         base.releaseWriteClaim(token)
         if let identifier = locked.withLock({ $0.removeValue(forKey: token) }) { locks.release(identifier) }
+    }
+}
+
+/// The claims of coordination clients (`providerfs coordinate --write`, the Swift API) through a
+/// WebDAV mount's coordination server take the server's lock on each file they write, for as
+/// long as the claim is held (D-451): a read-modify-write inside one claim excludes the other
+/// machine from its read to its write. Paths outside the mount take nothing.
+package final class MountRemoteLockGate: ClaimGate {
+    let locks: MountRemoteLocks
+    let mountpoint: String
+    private let taken = Locked<(next: UInt64, held: [UInt64: [ItemIdentifier]])>((1, [:]))
+
+    package init(locks: MountRemoteLocks, mountpoint: String) {
+        self.locks = locks
+        self.mountpoint = mountpoint
+    }
+
+    package func acquire(writing paths: [String], until deadline: UInt64) async throws(CoordinationError) -> UInt64? {
+        let prefix = mountpoint + "/"
+        let relatives = Set(paths.filter { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }).sorted()
+        let now = monotonicNanoseconds()
+        let until = ContinuousClock.now + .nanoseconds(Int64(clamping: deadline > now ? deadline - now : 0))
+        var identifiers: [ItemIdentifier] = []
+        // In path order, so that two claims of several files never wait on each other crosswise.
+        for relative in relatives {
+            let identifier = ItemIdentifier(relative)
+            guard await locks.wantsLock(identifier) else { continue }
+            do { try await locks.acquire(identifier, path: relative, deadline: until) } catch {
+                for held in identifiers { locks.release(held) }
+                throw CoordinationError(.timedOut, error.message)
+            }
+            identifiers.append(identifier)
+        }
+        guard !identifiers.isEmpty else { return nil }
+        return taken.withLock { taken in
+            defer { taken.next += 1 }
+            taken.held[taken.next] = identifiers
+            return taken.next
+        }
+    }
+
+    package func release(_ token: UInt64) {
+        for identifier in taken.withLock({ $0.held.removeValue(forKey: token) }) ?? [] { locks.release(identifier) }
     }
 }
