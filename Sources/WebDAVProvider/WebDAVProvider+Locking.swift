@@ -101,8 +101,17 @@ extension WebDAVProvider {
     /// The `If` header a write to `identifier` (at `url`) carries while this provider holds its
     /// lock; none otherwise.
     func lockHeaders(for identifier: ItemIdentifier, url: String) -> [String] {
-        guard let token = heldLocks.withLock({ $0[identifier] }) else { return [] }
-        return ["If: <\(url)> (<\(token)>)"]
+        lockHeaders(for: [(identifier, url)])
+    }
+
+    /// One `If` header with a tagged list for each of `items` whose lock this provider holds (a
+    /// MOVE names its source and its destination); none when it holds neither.
+    func lockHeaders(for items: [(identifier: ItemIdentifier, url: String)]) -> [String] {
+        let held = heldLocks.withLock { locks in
+            items.compactMap { item in locks[item.identifier].map { (item.url, $0) } }
+        }
+        guard !held.isEmpty else { return [] }
+        return ["If: " + held.map { "<\($0.0)> (<\($0.1)>)" }.joined(separator: " ")]
     }
 
     /// The token of a `Lock-Token: <token>` header.

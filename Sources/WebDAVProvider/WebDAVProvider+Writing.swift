@@ -202,13 +202,23 @@ extension WebDAVProvider {
             }
         }
         let collection = source.kind == .directory
-        let response = try await transport.send(
+        let sourceURL = location.url(of: identifier, collection: collection)
+        let destinationURL = location.url(of: destination, collection: collection)
+        func moveRequest() -> HTTPRequest {
             HTTPRequest(
-                method: "MOVE", url: location.url(of: identifier, collection: collection),
+                method: "MOVE", url: sourceURL,
                 headers: [
-                    "Destination: \(location.url(of: destination, collection: collection))",
+                    "Destination: \(destinationURL)",
                     "Overwrite: \(mode == .noReplace ? "F" : "T")",
-                ]))
+                ] + lockHeaders(for: [(identifier, sourceURL), (destination, destinationURL)]))
+        }
+        var response = try await transport.send(moveRequest())
+        if [412, 423].contains(response.status), holdsLock(on: identifier) {
+            // A lock does not move with its item (RFC 4918 §7.7), and rclone refuses the
+            // holder's MOVE of a locked source even with its token (412): the lock ends first.
+            await unlock(identifier)
+            response = try await transport.send(moveRequest())
+        }
         switch response.status {
         case 200, 201, 204: break
         case 412: throw ProviderError(.alreadyExists, "\(what): the destination exists", errno: EEXIST)

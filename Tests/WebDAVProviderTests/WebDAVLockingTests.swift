@@ -82,6 +82,34 @@ struct WebDAVLockingTests {
         await one.unlock(file)
     }
 
+    /// A locked file is renamed by its holder (the MOVE names the source's lock), not by the
+    /// other client (423: EBUSY).
+    @Test(arguments: DAVServer.allCases) func onlyTheHolderMovesALockedFile(on server: DAVServer) async throws {
+        if let problem = WebDAVTestGate.problem {
+            Issue.record(Comment(rawValue: problem))
+            return
+        }
+        let scratch = try makeTemporaryDirectory(prefix: "webdav-lock-move")
+        defer { removeTreeWithinFileSystem(scratch) }
+        let served = scratch + "/served"
+        mkdir(served, 0o755)
+        try write(served + "/a.txt", Array("a\n".utf8))
+        let dav = try WebDAVTestServer(root: served, kind: server.kind)
+        defer { dav.stop() }
+        let location = try WebDAVLocation(dav.url)
+        let one = WebDAVProvider(configuration: WebDAVConfiguration(location: location))
+        let other = WebDAVProvider(configuration: WebDAVConfiguration(location: location))
+        let file = ItemIdentifier("a.txt")
+        #expect(try await one.lock(file, timeout: .seconds(30), owner: "one") == .acquired)
+        await #expect(throws: ProviderError.self) {
+            _ = try await other.move(file, to: .root, named: "theirs.txt", mode: .replacing)
+        }
+        #expect(access(served + "/a.txt", F_OK) == 0)
+        _ = try await one.move(file, to: .root, named: "ours.txt", mode: .replacing)
+        #expect(try read(served + "/ours.txt") == Array("a\n".utf8))
+        await one.unlock(file)
+    }
+
     @Test func complianceClassesFromTheDAVHeader() {
         #expect(
             WebDAVProvider.complianceClasses("1,2, <http://apache.org/dav/propset/fs/1>") == [

@@ -286,7 +286,12 @@ package final class RemoteLockingWriteClaims: WriteClaimProvider {
 
     package func acquireWriteClaim(_ request: ReadClaimRequest) async throws(FileSystemError) -> WriteClaimToken {
         let deadline = ContinuousClock.now + self.deadline
-        let token = try await base.acquireWriteClaim(request)
+        let token: WriteClaimToken
+        if let now = base.acquireWriteClaimNow(request) {
+            token = now
+        } else {
+            token = try await base.acquireWriteClaim(request)
+        }
         guard await locks.wantsLock(request.identifier) else { return token }
         do {
             try await locks.acquire(request.identifier, path: request.relativePath, deadline: deadline)
