@@ -7,6 +7,7 @@ enum CommandRegistry {
         StatusCommand.self,
         DownloadCommand.self,
         EvictCommand.self,
+        RefreshCommand.self,
         FaultCommand.self,
         TokenCommand.self,
         CoordinateCommand.self,

@@ -48,11 +48,14 @@ struct HTTPRequest: Sendable {
 /// One HTTP response (the last one, after redirects).
 struct HTTPResponse: Sendable {
     var status: Int
-    /// Header names lowercased; a repeated header keeps its last value.
+    /// Header names lowercased; a repeated header keeps its last value (`listHeaders` are joined).
     var headers: [String: String]
     var body: [UInt8]
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// Headers whose repeated lines are joined with ", " (every other keeps its last line).
+    static let listHeaders: Set<String> = ["dav", "allow"]
 }
 
 /// The per-transfer state libcurl's callbacks reach through their context pointer. Used by the
@@ -229,7 +232,14 @@ final class HTTPTransport: Sendable {
                     transfer.status = MultiStatus.statusCode(line) ?? 0
                 } else if let colon = line.firstIndex(of: ":") {
                     let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
-                    transfer.headers[name] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                    let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                    // The list headers a server repeats (Apache: `DAV: 1,2` and `DAV: <…propset…>`)
+                    // are joined, as RFC 9110 §5.3 allows; any other keeps its last value.
+                    if let earlier = transfer.headers[name], HTTPResponse.listHeaders.contains(name) {
+                        transfer.headers[name] = earlier + ", " + value
+                    } else {
+                        transfer.headers[name] = value
+                    }
                 }
                 return length
             })

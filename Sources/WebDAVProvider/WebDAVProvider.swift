@@ -45,6 +45,8 @@ public final class WebDAVProvider: Provider {
     let transport: HTTPTransport
     /// Set once the server refused MOVE for an upload (405, 501): later uploads PUT in place.
     let putsInPlace = Locked(false)
+    /// The WebDAV locks this provider holds, by item: their tokens (WebDAVProvider+Locking.swift).
+    let heldLocks = Locked<[ItemIdentifier: String]>([:])
 
     /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0) and writing. Not yet:
     /// change tracking (needs polling), stored attributes (PROPPATCH), links, exchanges.
@@ -241,7 +243,8 @@ public final class WebDAVProvider: Provider {
 
     /// An HTTP status that is not the success asked for, as the cache reads it (docs/WEBDAV.md):
     /// 401/403 EACCES, 404/410 not found (and `conflict` for 409, which names a missing parent
-    /// for PUT and MKCOL), 412 a changed version, 413 EFBIG, 507 ENOSPC, 502/503/504 unreachable
+    /// for PUT and MKCOL), 412 a changed version, 413 EFBIG, 423 EBUSY (another client's lock, D-451),
+    /// 507 ENOSPC, 502/503/504 unreachable
     /// (cached items stay readable), anything else EIO.
     static func statusError(_ status: Int, _ what: String, conflict: ProviderError.Code) -> ProviderError {
         let message = "\(what): the server answered \(status)"
@@ -251,6 +254,7 @@ public final class WebDAVProvider: Provider {
         case 409: return ProviderError(conflict, message, errno: conflict == .noSuchItem ? ENOENT : nil)
         case 412: return ProviderError(.versionChanged, message)
         case 413: return ProviderError(.tooLarge, message, errno: EFBIG)
+        case 423: return ProviderError(.io, message + " (locked by another client)", errno: EBUSY)
         case 507: return ProviderError(.noSpace, message, errno: ENOSPC)
         case 502, 503, 504: return ProviderError(.unreachable, message, errno: ENETUNREACH)
         default: return ProviderError(.io, message, errno: EIO)

@@ -130,8 +130,12 @@ struct UploadMachine: Sendable, Equatable {
     ) -> [Action] {
         if record.phase == .materialized {
             // After an upload the provider's version is the local one: the next edit starts
-            // there (a writer that fsynced, was uploaded, and wrote on); else from `base`.
-            record.baseVersion = record.providerVersion ?? base
+            // there (a writer that fsynced, was uploaded, and wrote on: its staging began from
+            // the upload's own base or a local version); else from `base`. A writer that began
+            // from another provider version (changed elsewhere since the upload: another
+            // machine's write, D-451) starts from that one, or its upload was a false conflict.
+            let since = base.map { $0 != record.baseVersion && !$0.rawValue.hasPrefix("local:") } ?? false
+            record.baseVersion = since ? base : record.providerVersion ?? base
             record.providerVersion = nil
             record.permissions = nil
         }

@@ -57,6 +57,10 @@ struct ControlClient: Sendable {
         try await send(.evict(path: path), as: ControlEvictReply.self)
     }
 
+    func refresh(_ path: String) async throws(CommandFailure) -> ControlRefreshReply {
+        try await send(.refresh(path: path), as: ControlRefreshReply.self)
+    }
+
     /// One request and its decoded reply; every failure as one sentence.
     func send<Reply: Decodable & Sendable>(
         _ request: ControlRequest, as type: Reply.Type

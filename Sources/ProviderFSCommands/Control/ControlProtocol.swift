@@ -34,6 +34,10 @@ enum ControlRequest: Sendable, Equatable {
     /// Evict a file's local content (issue 27): its presenters are asked first (a forEvicting
     /// claim); answers what happened, or why not.
     case evict(path: String)
+    /// Ask the provider again about a path (D-450): its directory's listing and, for a
+    /// directory, its own; changes are applied as any provider answer (kernel told, ESTALE for
+    /// open readers of a changed version, presenters told).
+    case refresh(path: String)
     /// Add a fault on an item (or a folder and everything inside it).
     case faultAdd(FaultRequest)
     /// The mount's faults.
@@ -60,7 +64,8 @@ enum ControlRequest: Sendable, Equatable {
     case resolveItem(ItemIdentity)
 
     static let kinds = [
-        "status", "item", "download", "evict", "faultAdd", "faultList", "faultClear", "tokenGrant", "tokenList",
+        "status", "item", "download", "evict", "refresh", "faultAdd", "faultList", "faultClear", "tokenGrant",
+        "tokenList",
         "tokenRevoke", "tokenExpire", "tokenLog", "tokenDerive", "tokenRelease", "identifyItem", "resolveItem",
     ]
 
@@ -70,6 +75,7 @@ enum ControlRequest: Sendable, Equatable {
         case .item: "item"
         case .download: "download"
         case .evict: "evict"
+        case .refresh: "refresh"
         case .faultAdd: "faultAdd"
         case .faultList: "faultList"
         case .faultClear: "faultClear"
@@ -88,7 +94,7 @@ enum ControlRequest: Sendable, Equatable {
     var arguments: [String: Any] {
         switch self {
         case .status, .faultList: [:]
-        case .item(let path), .download(let path), .evict(let path): ["path": path]
+        case .item(let path), .download(let path), .evict(let path), .refresh(let path): ["path": path]
         case .faultAdd(let request): request.arguments
         case .faultClear(let path): path.map { ["path": $0] } ?? ["all": true]
         case .tokenGrant(let request): request.arguments
@@ -105,7 +111,7 @@ enum ControlRequest: Sendable, Equatable {
         switch kind {
         case "status":
             return .success(.status)
-        case "item", "download", "evict":
+        case "item", "download", "evict", "refresh":
             guard let path = arguments["path"] as? String else {
                 return .failure(ControlError(.invalidArguments, "\"\(kind)\" needs a string argument \"path\""))
             }
@@ -116,6 +122,7 @@ enum ControlRequest: Sendable, Equatable {
             switch kind {
             case "item": return .success(.item(path: normalized))
             case "download": return .success(.download(path: normalized))
+            case "refresh": return .success(.refresh(path: normalized))
             default: return .success(.evict(path: normalized))
             }
         case "faultAdd":
