@@ -91,6 +91,9 @@ final class TransferContext: @unchecked Sendable {
     func resetStallClock() { lastProgress = ContinuousClock.now }
 
     var errorText: String { String(cString: errorBuffer) }
+
+    /// libcurl's result of the transfer (CURLE_OK until it failed).
+    var code = CURLE_OK
 }
 
 /// libcurl's easy handles, reused.
@@ -134,9 +137,15 @@ final class HTTPTransport: Sendable {
     /// curl_global_init, once per process, before any handle exists (it is not thread-safe).
     private static let initialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
-    init(settings: HTTPSettings, threads: Int = 8) {
+    /// When `send` asks again (D-452).
+    let retry: HTTPRetry
+    /// Requests `send` asked again (status and tests).
+    let retries = Locked(0)
+
+    init(settings: HTTPSettings, threads: Int = 8, retry: HTTPRetry = HTTPRetry()) {
         _ = Self.initialized
         self.settings = settings
+        self.retry = retry
         pool = BlockingIOPool(threadCount: threads)
     }
 
@@ -144,9 +153,43 @@ final class HTTPTransport: Sendable {
 
     /// Sends `request` and collects its response (at most `maximumResponseBytes` of body).
     /// Transport failures throw `ProviderError` (see `failure`); any HTTP status is returned.
+    /// A busy server (502, 503, 504, 429) and a connection that failed are asked again after a
+    /// backoff (`retry`, D-452); a cancelled task stops the wait.
     func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        var attempt = 1
+        while true {
+            let context = TransferContext(stallTimeout: settings.stallTimeout)
+            let outcome: HTTPRetry.Outcome
+            let answer: Result<HTTPResponse, any Error>
+            do {
+                let response = try await sendOnce(request, context: context)
+                answer = .success(response)
+                outcome = .status(response.status, retryAfter: response.header("retry-after"))
+            } catch {
+                answer = .failure(error)
+                outcome = context.abortReason != nil || error is CancellationError ? .other : Self.outcome(context.code)
+            }
+            guard let wait = retry.delay(after: attempt, method: request.method, outcome: outcome) else {
+                return try answer.get()
+            }
+            retries.withLock { $0 += 1 }
+            try await Task.sleep(for: wait)
+            attempt += 1
+        }
+    }
+
+    /// A failed transfer as `HTTPRetry` reads it.
+    static func outcome(_ code: CURLcode) -> HTTPRetry.Outcome {
+        switch code {
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST: .notConnected
+        case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR: .noAnswer
+        default: .other
+        }
+    }
+
+    /// One attempt of `send`.
+    private func sendOnce(_ request: HTTPRequest, context: TransferContext) async throws -> HTTPResponse {
         try Task.checkCancellation()
-        let context = TransferContext(stallTimeout: settings.stallTimeout)
         return try await withTaskCancellationHandler {
             try await pool.run { () throws -> HTTPResponse in
                 var body: [UInt8] = []
@@ -319,6 +362,7 @@ final class HTTPTransport: Sendable {
             connectionsOpened.withLock { $0 += opened }
         }
         if code == CURLE_OK || context.stoppedOnPurpose { return }
+        context.code = code
         throw failure(code, request: request, context: context)
     }
 

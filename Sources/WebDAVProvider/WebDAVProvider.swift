@@ -4,6 +4,7 @@
 // a server that sends none gets `lm:<getlastmodified seconds>;s<size>` (D-416). Writes are in
 // WebDAVProvider+Writing.swift.
 
+import CCurl
 import Foundation
 public import ProviderModel
 import SystemSupport
@@ -26,6 +27,8 @@ public struct WebDAVConfiguration: Sendable, CustomStringConvertible {
     public var stallTimeout: Duration = .seconds(30)
     /// CA certificates (PEM) to trust for https instead of the system's.
     public var caFile: String?
+    /// When a request is asked again: a busy server, a refused connection (D-452).
+    public var retry = HTTPRetry()
 
     public init(location: WebDAVLocation, user: String? = nil, password: String? = nil) {
         self.location = location
@@ -58,8 +61,11 @@ public final class WebDAVProvider: Provider {
             settings: HTTPSettings(
                 user: configuration.user, password: configuration.password,
                 connectTimeout: configuration.connectTimeout, requestTimeout: configuration.requestTimeout,
-                stallTimeout: configuration.stallTimeout, caFile: configuration.caFile))
+                stallTimeout: configuration.stallTimeout, caFile: configuration.caFile), retry: configuration.retry)
     }
+
+    /// Requests asked again after a busy answer or a refused connection (D-452).
+    public var requestsRetried: Int { transport.retries.withLock { $0 } }
 
     /// How many connections to the server were opened so far (requests reuse them, D-415).
     public var connectionsOpened: Int { transport.connectionsOpened.withLock { $0 } }
@@ -155,10 +161,32 @@ public final class WebDAVProvider: Provider {
         let request = HTTPRequest(
             method: "GET", url: location.url(of: identifier), headers: headers, range: range, followRedirects: true,
             totalDeadline: false)
-        let stream = WebDAVContentStream(
-            identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout)
-        try await stream.start(request, transport: transport)
-        return stream
+        // Asked again, before any byte was taken, when the server is busy or the connection
+        // failed (D-452).
+        var attempt = 1
+        while true {
+            let stream = WebDAVContentStream(
+                identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout)
+            do {
+                try await stream.start(request, transport: transport)
+                return stream
+            } catch {
+                // Read after `start` saw the transfer's decision or end under the stream's lock.
+                let context = stream.context
+                let outcome: HTTPRetry.Outcome =
+                    error is CancellationError
+                    ? .other
+                    : context.status != 0
+                        ? .status(context.status, retryAfter: context.headers["retry-after"])
+                        : HTTPTransport.outcome(context.code)
+                guard let wait = transport.retry.delay(after: attempt, method: "GET", outcome: outcome) else {
+                    throw error
+                }
+                transport.retries.withLock { $0 += 1 }
+                try await Task.sleep(for: wait)
+                attempt += 1
+            }
+        }
     }
 
     // MARK: Protocol helpers
