@@ -33,6 +33,8 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
     /// The client's start time (/proc/PID/stat), read when it first holds a claim (loop thread).
     private var cachedStartTime: UInt64?
     private weak var server: CoordinationServer?
+    /// Write claims and the gate (D-451; ClaimGate.swift).
+    private let gated = Locked(GatedClaims())
 
     init(fd: Int32, pid: Int32, server: CoordinationServer) {
         self.fd = fd
@@ -78,9 +80,53 @@ final class ClientSession: ArbiterSink, @unchecked Sendable {
     /// little (the server drops it later), so a client claiming in a loop costs no write per claim.
     func ended(_ local: UInt64) {
         grants.withLock { _ = $0.locals.remove(local) }
+        if let token = gated.withLock({ $0.held.removeValue(forKey: local) }) { server?.claimGate?.release(token) }
+    }
+
+    /// A submitted claim writes `paths` (loop thread; only with a gate): its grant passes the gate.
+    func noteSubmitted(_ local: UInt64, writing paths: [String], deadline: UInt64) {
+        guard !paths.isEmpty else { return }
+        gated.withLock { $0.submitted[local] = (paths, deadline) }
+    }
+
+    /// The connection is gone: what the gate holds for it ends.
+    func releaseGates() {
+        let tokens = gated.withLock { gated in
+            defer { gated = GatedClaims(closed: true) }
+            return Array(gated.held.values)
+        }
+        guard let gate = server?.claimGate else { return }
+        for token in tokens { gate.release(token) }
     }
 
     func granted(_ claim: ClaimID, paths: [String]) {
+        if let writing = gated.withLock({ $0.submitted.removeValue(forKey: claim.local) }),
+            let gate = server?.claimGate
+        {
+            // The arbiter granted it; the gate (another machine's lock) may still make it wait.
+            Task { [self] in
+                do throws(CoordinationError) {
+                    let token = try await gate.acquire(writing: writing.paths, until: writing.deadline)
+                    if let token {
+                        let gone = gated.withLock { gated -> Bool in
+                            if gated.closed { return true }
+                            gated.held[claim.local] = token
+                            return false
+                        }
+                        if gone { gate.release(token) }
+                    }
+                    grant(claim, paths: paths)
+                } catch {
+                    server?.host.release(claim)
+                    failed(claim, error: error)
+                }
+            }
+            return
+        }
+        grant(claim, paths: paths)
+    }
+
+    private func grant(_ claim: ClaimID, paths: [String]) {
         // Recorded before the frame is queued: the server lists this connection as a holder
         // before the grant leaves (D-402).
         let unlisted = grants.withLock { grants -> Bool in

@@ -41,6 +41,14 @@ package final class CoordinationServer: @unchecked Sendable {
     }
 
     private let control = Locked(Control())
+    /// What clients' write claims also take (D-451); nil: the arbiter alone.
+    private let gate = Locked<(any ClaimGate)?>(nil)
+
+    /// Sets what clients' write claims take beyond the arbiter (a WebDAV mount's server locks).
+    package func setClaimGate(_ gate: (any ClaimGate)?) { self.gate.withLock { $0 = gate } }
+
+    /// The gate, if any.
+    var claimGate: (any ClaimGate)? { gate.withLock { $0 } }
     private let finishedSignal = DispatchSemaphore(value: 0)
     private var listenFD: Int32 = -1
     /// Wakes the poll loop from other threads.
@@ -373,6 +381,11 @@ package final class CoordinationServer: @unchecked Sendable {
         switch message {
         case .submit(let local, let purpose, let waitTimeout, let presenterTimeout, let held, let intents):
             let now = host.now
+            if claimGate != nil {
+                session.noteSubmitted(
+                    local, writing: intents.filter { $0.kind == .write }.map(\.path),
+                    deadline: now &+ min(waitTimeout, UInt64(Int64.max) / 2))
+            }
             host.submit(
                 ClaimRequest(
                     id: ClaimID(owner: owner, local: local), pid: session.claimPid, purpose: purpose,
@@ -434,6 +447,7 @@ package final class CoordinationServer: @unchecked Sendable {
         close(session.fd)
         session.closed = true
         host.removeOwner(session.owner)
+        session.releaseGates()
     }
 
     // MARK: Holders and the grace period (D-402)

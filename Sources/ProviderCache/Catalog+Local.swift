@@ -4,7 +4,7 @@
 // so the next listing does not look like a remote change. Another provider version after the
 // upload is a remote change like any other.
 
-import ProviderModel
+public import ProviderModel
 import SystemSupport
 
 /// An item's local version as the catalog serves it.
@@ -210,6 +210,24 @@ extension Catalog {
     /// Whether the item has a local version not uploaded yet.
     func hasPendingLocal(_ identifier: ItemIdentifier) -> Bool {
         state.withLock { $0.localVersions[identifier]?.pending ?? false }
+    }
+
+    /// For each of `identifiers` that is a name of a file with other names (hard links, D-396)
+    /// whose edit not uploaded yet is kept under another of them: that name. What is written
+    /// through a file's node is published under the node's name alone, so a new node of the file
+    /// (the kernel forgot the last one) must go by that name, whichever name it is looked up by
+    /// (D-410). Empty without hard links or pending edits.
+    public func namesHoldingEdits(of identifiers: [ItemIdentifier]) -> [ItemIdentifier: ItemIdentifier] {
+        state.withLock { catalog in
+            guard !catalog.serials.groups.isEmpty, !catalog.localVersions.isEmpty else { return [:] }
+            var holders: [ItemIdentifier: ItemIdentifier] = [:]
+            for identifier in identifiers where catalog.localVersions[identifier]?.pending != true {
+                let holder = catalog.serials.otherNames(of: identifier)
+                    .filter { catalog.localVersions[$0]?.pending == true }.min()
+                if let holder { holders[identifier] = holder }
+            }
+            return holders
+        }
     }
 
     /// The provider's version the item's current local version stands for (after its upload), or

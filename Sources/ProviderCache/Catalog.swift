@@ -265,24 +265,6 @@ public final class Catalog: Sendable {
         state.withLock { $0.serials.otherNames(of: identifier) }
     }
 
-    /// For each of `identifiers` that is a name of a file with other names (hard links, D-396)
-    /// whose edit not uploaded yet is kept under another of them: that name. What is written
-    /// through a file's node is published under the node's name alone, so a new node of the file
-    /// (the kernel forgot the last one) must go by that name, whichever name it is looked up by
-    /// (D-410). Empty without hard links or pending edits.
-    public func namesHoldingEdits(of identifiers: [ItemIdentifier]) -> [ItemIdentifier: ItemIdentifier] {
-        state.withLock { catalog in
-            guard !catalog.serials.groups.isEmpty, !catalog.localVersions.isEmpty else { return [:] }
-            var holders: [ItemIdentifier: ItemIdentifier] = [:]
-            for identifier in identifiers where catalog.localVersions[identifier]?.pending != true {
-                let holder = catalog.serials.otherNames(of: identifier)
-                    .filter { catalog.localVersions[$0]?.pending == true }.min()
-                if let holder { holders[identifier] = holder }
-            }
-            return holders
-        }
-    }
-
     /// The numbers of `identifiers`, in order (one lock for a directory's listing).
     public func serialNumbers(of identifiers: [ItemIdentifier]) -> [UInt64] {
         state.withLock { catalog in identifiers.map { catalog.serials.number(for: $0) } }

@@ -26,7 +26,7 @@ public struct ItemStatus: Sendable, Equatable {
     public var totalBytes: Int64
     public var version: ContentVersion
     public var lastError: RecordedError?
-    /// The write-back record, when the item was written through the mount (ProviderCache+Writes).
+    /// The write-back record, when the item was written through the mount (WriteBack/).
     public var upload: UploadRecord? = nil
 }
 
@@ -39,7 +39,7 @@ public final class ProviderCache: Sendable {
     public let catalog: Catalog
     /// The content entries of the catalog's files.
     public let content: ContentStore
-    /// Staging copies and the write-back queue (ProviderCache+Writes.swift).
+    /// Staging copies and the write-back queue (LocalWrites.swift, Staging/, WriteBack/).
     public let writes: LocalWrites
     let environment: CacheEnvironment
     /// chmod and utimens the provider does not store (AttributeOverrides.swift).

@@ -9,6 +9,7 @@ enum CommandRegistry {
         EvictCommand.self,
         PinCommand.self,
         UnpinCommand.self,
+        RefreshCommand.self,
         FaultCommand.self,
         TokenCommand.self,
         CoordinateCommand.self,

@@ -68,6 +68,10 @@ public final class WebDAVTestServer: @unchecked Sendable {
         case apache
         /// `python3 -m http.server`: GET only, Range ignored.
         case pythonStatic
+        /// A proxy in front of `upstream` (a server's URL) that answers 503 with Retry-After 0 to
+        /// every request but each `passEvery`-th of the same method and path, which it forwards
+        /// (0: every request is 503).
+        case busyProxy(upstream: String, passEvery: Int)
     }
 
     /// The directory served.
@@ -156,8 +160,51 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 throw SystemCallError("python3 is missing", Errno(ENOENT))
             }
             return (python, ["-m", "http.server", "--bind", "127.0.0.1", "--directory", root, "\(port)"], [:])
+        case .busyProxy(let upstream, let passEvery):
+            guard let python = WebDAVTestGate.findExecutable("python3") else {
+                throw SystemCallError("python3 is missing", Errno(ENOENT))
+            }
+            let script = scratch + "/busy-proxy.py"
+            try writeText(Self.busyProxyScript, to: script)
+            return (python, [script, "\(port)", upstream, "\(passEvery)"], [:])
         }
     }
+
+    /// The `busyProxy` server: HTTP/1.1, any method, bodies forwarded both ways.
+    static let busyProxyScript = """
+        import http.client, http.server, sys, threading, urllib.parse
+        port, upstream, every = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2]), int(sys.argv[3])
+        lock = threading.Lock(); seen = {}
+        class Proxy(http.server.BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+            def log_message(self, *args): pass
+            def answer(self):
+                length = int(self.headers.get('Content-Length') or 0)
+                body = self.rfile.read(length) if length else None
+                with lock:
+                    key = (self.command, self.path)
+                    seen[key] = seen.get(key, 0) + 1
+                    busy = every == 0 or seen[key] % every != 0
+                if busy:
+                    self.send_response(503); self.send_header('Retry-After', '0')
+                    self.send_header('Content-Length', '0'); self.end_headers(); return
+                connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ('host', 'connection')}
+                for k in [k for k in headers if k.lower() == 'destination']:
+                    target = urllib.parse.urlsplit(headers[k])
+                    headers[k] = target._replace(scheme=upstream.scheme, netloc=upstream.netloc).geturl()
+                connection.request(self.command, self.path, body=body, headers=headers)
+                response = connection.getresponse(); data = response.read(); connection.close()
+                self.send_response(response.status)
+                for k, v in response.getheaders():
+                    if k.lower() not in ('transfer-encoding', 'connection', 'content-length', 'keep-alive'):
+                        self.send_header(k, v)
+                self.send_header('Content-Length', str(len(data))); self.end_headers()
+                if self.command != 'HEAD': self.wfile.write(data)
+            do_GET = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = do_PROPFIND = do_MKCOL = do_MOVE = do_COPY = answer
+            do_LOCK = do_UNLOCK = do_PROPPATCH = do_POST = answer
+        http.server.ThreadingHTTPServer(('127.0.0.1', port), Proxy).serve_forever()
+        """
 
     /// Stops the server by its PID: SIGTERM, then SIGKILL after 5 s (Apache's workers with it).
     /// Safe to call more than once.

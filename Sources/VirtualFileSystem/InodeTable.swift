@@ -18,6 +18,19 @@ struct InodeTable {
         /// The file's other names (hard links) that resolved to this node (D-396): one of them
         /// becomes `identifier` when that name goes.
         var otherNames: [ItemIdentifier] = []
+        /// Read handles open here that may use the kernel's page cache or passthrough on a
+        /// writable mount (D-435): all of them read `cachedItem`'s version.
+        var cachingHandles = 0
+        /// The item as the caching handles' version has it (size, times): what the node shows
+        /// once retired, so that the kernel never gets another version's size for these pages.
+        var cachedItem: ProviderItem?
+        /// Plain write handles open here (their bytes may be in no page cache readers share).
+        var writers = 0
+        /// No name leads here any more: a newer version (or a writer) has a node of its own, and
+        /// this one lives on for the descriptors open on it until forgotten (D-435).
+        var retired = false
+        /// The item's serial number (st_ino) when the node was bound.
+        var serial: UInt64 = 0
     }
 
     /// What a node's page cache in the kernel may hold.
@@ -55,6 +68,13 @@ struct InodeTable {
     mutating func identity(of inode: InodeNumber) -> (identifier: ItemIdentifier, kind: ItemKind)? {
         guard let index = nodes.index(forKey: inode) else { return nil }
         func read(_ node: inout Node) -> (ItemIdentifier, ItemKind) { (node.identifier, node.kind) }
+        return read(&nodes.values[index])
+    }
+
+    /// How many read handles of the node use the page cache (D-435), without copying the node.
+    mutating func cachingHandles(of inode: InodeNumber) -> Int {
+        guard let index = nodes.index(forKey: inode) else { return 0 }
+        func read(_ node: inout Node) -> Int { node.cachingHandles }
         return read(&nodes.values[index])
     }
 
@@ -109,7 +129,7 @@ struct InodeTable {
         bindings[primary] = generation
         nodes[inode] = Node(
             identifier: primary, kind: kind, lookupCount: 0, generation: generation,
-            otherNames: primary == identifier ? [] : [identifier])
+            otherNames: primary == identifier ? [] : [identifier], serial: serial)
         byIdentifier[identifier] = inode
         byIdentifier[primary] = inode
         return (inode, generation)
@@ -199,6 +219,21 @@ struct InodeTable {
         }
         nodes.values[index].lookupCount += 1
         return nodes.values[index].generation
+    }
+
+    /// `inode` keeps serving the descriptors open on it, but no name leads to it any more: the next
+    /// lookup of its item binds a new node (a new kernel inode, with a page cache of its own),
+    /// with the same st_ino (D-435). Returns the names it had.
+    mutating func retire(_ inode: InodeNumber) -> [ItemIdentifier] {
+        guard inode != .root, let index = nodes.index(forKey: inode) else { return [] }
+        nodes.values[index].retired = true
+        let names = [nodes.values[index].identifier] + nodes.values[index].otherNames
+        var unbound: [ItemIdentifier] = []
+        for name in names where byIdentifier[name] == inode {
+            byIdentifier[name] = nil
+            unbound.append(name)
+        }
+        return unbound
     }
 
     /// The identifiers a node answers to: its item's and its other names' (D-396).

@@ -175,6 +175,10 @@ extension ProviderFileSystem {
         guard site.scoped == nil, scopedTarget(inode) == nil else {
             throw FileSystemError(.crossDevice, "link: through an access path")
         }
+        // A node whose readers use the page cache gets no second name (one name per caching node:
+        // a lookup through the other would share its pages), and an old version's node none:
+        // ESTALE, and the kernel retries on the name's new node (D-435).
+        try admitChange(inode, writing: false)
         if let removed = removedAttributes(inode), removed.linkCount == 0 {
             throw FileSystemError(.notFound, "link: the file was removed")
         }
@@ -521,7 +525,7 @@ extension ProviderFileSystem {
             held.accessTime = nil  // an edit's upload makes a new file: the atime is not carried
             if storesAttributes, node.kind == .file, wanted.uid == nil, wanted.gid == nil,
                 wanted.permissions != nil || wanted.modificationTime != nil,
-                cache.writes.holdAttributes(held, of: node.identifier)
+                cache.holdAttributes(held, of: node.identifier)
             {
                 // Carried by the open edit's publish and upload (D-385).
                 return try await getAttributes(inode, context: context)
@@ -537,7 +541,7 @@ extension ProviderFileSystem {
                 cache.keepAttributes(wanted, for: item)
             }
             // An explicit mtime replaces the open edit's last change, until its next one.
-            if wanted.modificationTime != nil { cache.writes.modificationSet(of: item.identifier) }
+            if wanted.modificationTime != nil { cache.modificationSet(of: item.identifier) }
         }
         return try await getAttributes(inode, context: context)
     }

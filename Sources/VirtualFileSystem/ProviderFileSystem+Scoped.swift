@@ -568,7 +568,11 @@ extension ProviderFileSystem {
             return nil
         }
         let plain = InodeTable.Node(identifier: identifier, kind: .file, lookupCount: 0, generation: 0)
-        return .success(opened(inode, plain, item: item, entry: entry, claim: claim, scoped: node, use: use))
+        do throws(FileSystemError) {
+            return .success(try opened(inode, plain, item: item, entry: entry, claim: claim, scoped: node, use: use))
+        } catch {
+            return .failure(error)  // never: an access path's handle is never cached
+        }
     }
 
     /// `enforce` for an open, in one check that takes the use when the token allows it (D-348):

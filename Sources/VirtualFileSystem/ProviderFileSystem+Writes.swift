@@ -30,6 +30,8 @@ struct WriteHandle: Sendable {
     /// The write claim taken at the open, ended at the release (D-399); nil when the mount's
     /// claim provider takes no write claims.
     var claim: WriteClaimToken? = nil
+    /// Counted in its plain node's writers (`admitChange`), given back at its release.
+    var admitted = false
 }
 
 extension ProviderFileSystem {
@@ -102,6 +104,30 @@ extension ProviderFileSystem {
         _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext,
         scoped: ScopedNode? = nil, use: String? = nil
     ) async throws(FileSystemError) -> OpenedFile {
+        // Not on a node whose readers use the page cache: ESTALE, and the kernel retries on a new
+        // node (D-435).
+        let admitted = scoped == nil && isWritable
+        if admitted {
+            do throws(FileSystemError) {
+                try admitChange(inode, writing: true)
+            } catch {
+                returnScopedUse(use)
+                throw error
+            }
+        }
+        do throws(FileSystemError) {
+            return try await openAdmittedForWriting(
+                inode, node: node, flags: flags, context: context, scoped: scoped, use: use, admitted: admitted)
+        } catch {
+            if admitted { dismissWriter(inode) }
+            throw error
+        }
+    }
+
+    private func openAdmittedForWriting(
+        _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext,
+        scoped: ScopedNode?, use: String?, admitted: Bool
+    ) async throws(FileSystemError) -> OpenedFile {
         let item: ProviderItem
         let claim: WriteClaimToken?
         do throws(FileSystemError) {
@@ -126,7 +152,7 @@ extension ProviderFileSystem {
         // O_TRUNC of an existing file is a change even when it is empty (its mtime moves).
         return try await openWriter(
             inode, identifier: node.identifier, item: item, truncating: flags.truncates, touching: flags.truncates,
-            context: context, scoped: scoped, use: use, claim: claim)
+            context: context, scoped: scoped, use: use, claim: claim, admitted: admitted)
     }
 
     /// The write claim of a write open (D-399): granted at once, or waited for FIFO behind the
@@ -156,11 +182,12 @@ extension ProviderFileSystem {
     /// `claim`: the handle's write claim, ended at its release (or here when this fails).
     private func openWriter(
         _ inode: InodeNumber, identifier: ItemIdentifier, item: ProviderItem, truncating: Bool, touching: Bool = false,
-        context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil, claim: WriteClaimToken?
+        context: RequestContext, scoped: ScopedNode? = nil, use: String? = nil, claim: WriteClaimToken?,
+        admitted: Bool = false
     ) async throws(FileSystemError) -> OpenedFile {
         let staging: StagingFile
         do {
-            staging = try await cache.writes.openWriter(
+            staging = try await cache.openWriter(
                 item, truncating: truncating, touching: touching, owner: scoped?.tokenID)
         } catch {
             releaseWriteClaim(claim)
@@ -177,7 +204,7 @@ extension ProviderFileSystem {
         writeHandles.withLock {
             $0[handle] = WriteHandle(
                 inode: inode, identifier: identifier, staging: staging, opener: opener, scoped: scoped, scopedUse: use,
-                claim: claim)
+                claim: claim, admitted: admitted)
         }
         // Direct I/O: the writes do not go through the page cache that readers of the published
         // version share (D-363).
@@ -204,7 +231,7 @@ extension ProviderFileSystem {
             _ = try await changeAttributes(inode, AttributeChanges(permissions: permissions), context: context)
         }
         do {
-            try await cache.writes.write(writer.staging, data, at: offset)
+            try await cache.write(writer.staging, data, at: offset)
         } catch {
             throw FileSystemError(error)
         }
@@ -219,7 +246,7 @@ extension ProviderFileSystem {
     ) -> Result<Int, FileSystemError>? {
         guard offset >= 0, let writer = writeHandle(handle), writer.scoped == nil,
             permissionsAfterWrite(writer, context: context) == nil,
-            let outcome = cache.writes.writeNow(writer.staging, data, at: offset)
+            let outcome = cache.writeNow(writer.staging, data, at: offset)
         else { return nil }
         switch outcome {
         case .success: return .success(data.count)
@@ -234,7 +261,7 @@ extension ProviderFileSystem {
     /// mount is (D-363); truncate(2) comes with its own mode change.
     func permissionsAfterWrite(_ writer: WriteHandle, context: RequestContext) -> UInt16? {
         guard context.uid != 0, let item = cache.catalog.knownItem(writer.identifier) else { return nil }
-        let shown = cache.writes.staged(writer.identifier)?.permissions ?? cache.shown(item).permissions
+        let shown = cache.staged(writer.identifier)?.permissions ?? cache.shown(item).permissions
         guard shown & 0o6000 != 0 else { return nil }
         var kept = shown & ~0o4000
         if shown & 0o2010 == 0o2010 { kept &= ~0o2000 }
@@ -265,29 +292,37 @@ extension ProviderFileSystem {
         guard node.kind == .file else { throw FileSystemError(.isADirectory, "\(node.identifier) is not a file") }
         if let handle, let writer = writeHandle(handle) {
             try await checkWriting(writer, "truncate", context: context)
-            do { try await cache.writes.truncate(writer.staging, to: size) } catch { throw FileSystemError(error) }
-        } else if let staging = cache.writes.staging(of: node.identifier, owner: scoped?.tokenID) {
+            do { try await cache.truncate(writer.staging, to: size) } catch { throw FileSystemError(error) }
+        } else if let staging = cache.staging(of: node.identifier, owner: scoped?.tokenID) {
             // truncate(2) while write handles are open: their staging file (published with them).
-            do { try await cache.writes.truncate(staging, to: size) } catch { throw FileSystemError(error) }
+            do { try await cache.truncate(staging, to: size) } catch { throw FileSystemError(error) }
         } else {
             // truncate(2) with no writer: a writer of its own, under its own write claim (D-399),
-            // published at once.
-            let claim = try await acquireWriteClaim(path: nil, identifier: node.identifier, context: context)
-            let item: ProviderItem
+            // published at once. Not on a node whose readers use the page cache (D-435).
+            let admitted = scoped == nil
+            if admitted { try admitChange(inode, writing: true) }
+            let opened: OpenedFile
             do throws(FileSystemError) {
-                item = try await self.item(of: node, maximumAge: .zero)
+                let claim = try await acquireWriteClaim(path: nil, identifier: node.identifier, context: context)
+                let item: ProviderItem
+                do throws(FileSystemError) {
+                    item = try await self.item(of: node, maximumAge: .zero)
+                } catch {
+                    releaseWriteClaim(claim)
+                    throw error
+                }
+                opened = try await openWriter(
+                    inode, identifier: node.identifier, item: item, truncating: size == 0, context: context,
+                    scoped: scoped, claim: claim, admitted: admitted)
             } catch {
-                releaseWriteClaim(claim)
+                if admitted { dismissWriter(inode) }
                 throw error
             }
-            let opened = try await openWriter(
-                inode, identifier: node.identifier, item: item, truncating: size == 0, context: context,
-                scoped: scoped, claim: claim)
             guard let writer = writeHandle(opened.handle) else {
                 throw FileSystemError(.badHandle, "truncate's handle vanished")
             }
             do {
-                try await cache.writes.truncate(writer.staging, to: size)
+                try await cache.truncate(writer.staging, to: size)
             } catch {
                 await releaseWriter(opened.handle, context: context)
                 throw FileSystemError(error)
@@ -315,7 +350,7 @@ extension ProviderFileSystem {
         }
         try await checkWriting(writer, "fallocate", context: context)
         do {
-            try await cache.writes.allocate(writer.staging, offset: offset, length: length, keepSize: keepSize)
+            try await cache.allocate(writer.staging, offset: offset, length: length, keepSize: keepSize)
         } catch {
             throw FileSystemError(error)
         }
@@ -350,7 +385,7 @@ extension ProviderFileSystem {
     /// Drops the writer's unpublished writes when its token has ended (D-369).
     private func dropIfTokenEnded(_ writer: WriteHandle) async {
         guard let scoped = writer.scoped, scopedAccess?.hasEnded(id: scoped.tokenID) == true else { return }
-        await cache.writes.abandon(writer.staging)
+        await cache.abandon(writer.staging)
     }
 
     /// fsync of a write handle publishes what changed (under the handle's write claim), its bytes
@@ -362,7 +397,7 @@ extension ProviderFileSystem {
             // fsync of a handle open for reading: what a close published unsynced is synced now
             // (D-381; `sync FILE`, dpkg's deferred fsync).
             guard durable, let identifier = state.withLock({ $0.files[handle]?.identifier }) else { return }
-            do throws(CacheError) { try await cache.writes.makeDurable(identifier) } catch {
+            do throws(CacheError) { try await cache.makeDurable(identifier) } catch {
                 throw FileSystemError(error)
             }
             return
@@ -370,7 +405,7 @@ extension ProviderFileSystem {
         if let context { try await checkWriting(writer, durable ? "fsync" : "flush", context: context) }
         try await publishing(writer) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
-                return try await self.cache.writes.sync(writer.staging, durable: durable)
+                return try await self.cache.sync(writer.staging, durable: durable)
             } catch {
                 throw FileSystemError(error)
             }
@@ -423,10 +458,13 @@ extension ProviderFileSystem {
     /// The handle's last publish, then the end of its write claim (presenters get didChange).
     private func closeWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
         guard let writer = writeHandles.withLock({ $0.removeValue(forKey: handle) }) else { return }
-        defer { releaseWriteClaim(writer.claim) }
+        defer {
+            releaseWriteClaim(writer.claim)
+            if writer.admitted { dismissWriter(writer.inode) }
+        }
         try await publishing(writer) { () throws(FileSystemError) -> PublishedVersion? in
             do throws(CacheError) {
-                return try await self.cache.writes.closeWriter(writer.staging)
+                return try await self.cache.closeWriter(writer.staging)
             } catch {
                 throw FileSystemError(error)
             }

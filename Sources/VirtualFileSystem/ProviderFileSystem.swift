@@ -42,6 +42,9 @@ public struct FileSystemOptions: Sendable {
     /// change fails with EROFS (and `providerfs mount` mounts read-only for the kernel too).
     /// `providerfs mount` sets it unless `--read-only` (D-376); off here, for tests of the read path.
     public var writable = false
+    /// Writable mounts: plain read handles use the kernel's page cache and passthrough, with a
+    /// kernel node per version (D-435). Off: every handle is direct I/O (D-363).
+    public var versionNodes = true
     public init() {}
 }
 
@@ -84,6 +87,8 @@ public final class ProviderFileSystem: FileSystem {
         /// still missing fail with it at once, without a new download, until the handle is closed.
         /// Present bytes are still served. Not an interrupt (that was the reader's, not the file's).
         var failure: CacheError?
+        /// Counted in its node's `cachingHandles` (D-435).
+        var caching = false
     }
 
     struct OpenDirectory {
@@ -202,7 +207,7 @@ public final class ProviderFileSystem: FileSystem {
         let item = cache.shown(item)  // chmod and utimens the mount keeps (ProviderCache.keepAttributes)
         // Writable: the staged length and last change while write handles are open
         // (ProviderFileSystem+Writes).
-        let staged = item.kind == .file && isWritable ? cache.writes.staged(item.identifier) : nil
+        let staged = item.kind == .file && isWritable ? cache.staged(item.identifier) : nil
         let modified = staged?.modified ?? item.modificationTime
         let shownPermissions = staged?.permissions ?? item.permissions  // a chmod the open edit holds (D-385)
         let time = Timestamp(seconds: modified.seconds, nanoseconds: modified.nanoseconds)
@@ -259,10 +264,26 @@ public final class ProviderFileSystem: FileSystem {
         let (serial, links) = cache.catalog.serialAndLinks(of: item.identifier)
         // A file with other names whose edit is kept under one of them (D-410).
         let holder = links > 1 ? cache.catalog.namesHoldingEdits(of: [item.identifier])[item.identifier] : nil
-        let (inode, generation, primary) = state.withLock { state in
+        let bound = state.withLock { state in
             let (inode, generation) = state.inodes.bindLookedUp(
                 item.identifier, kind: item.kind, serial: serial, holder: holder)
-            return (inode, generation, state.inodes.identity(of: inode)?.identifier)
+            return (
+                inode, generation, state.inodes.identity(of: inode)?.identifier, state.inodes.cachingHandles(of: inode)
+            )
+        }
+        var (inode, generation, primary) = (bound.0, bound.1, bound.2)
+        // Read handles of the node use the page cache: a lookup that would show another version
+        // (or size) there binds a new node instead (D-435).
+        if bound.3 > 0, links <= 1,
+            retireIfShowingAnother(
+                inode, item: item, shownSize: cache.staged(item.identifier)?.size ?? item.size)
+        {
+            (inode, generation, primary) = state.withLock { state in
+                state.inodes.forget(inode, count: 1)  // this reply names the new node
+                let (inode, generation) = state.inodes.bindLookedUp(
+                    item.identifier, kind: item.kind, serial: serial, holder: holder)
+                return (inode, generation, state.inodes.identity(of: inode)?.identifier)
+            }
         }
         // Another name of a file whose node goes by one of its names (D-396): the node's item,
         // which has what was written through the node (its local version, its open edit).
@@ -344,9 +365,20 @@ public final class ProviderFileSystem: FileSystem {
         if let removed = removedAttributes(inode) { return removed }
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
-        return attributes(
-            of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
-            tracked: cache.catalog.isTracked(item))
+        return shown(
+            attributes(
+                of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
+                tracked: cache.catalog.isTracked(item)), of: item, node: node)
+    }
+
+    /// `attributes` for a getattr of `node`, unless caching handles of it read another version:
+    /// then the node is retired and answers what they read (D-435).
+    func shown(_ attributes: NodeAttributes, of item: ProviderItem, node: InodeTable.Node) -> NodeAttributes {
+        guard node.cachingHandles > 0,
+            retireIfShowingAnother(attributes.inode, item: item, shownSize: attributes.size),
+            let retired = removedAttributes(attributes.inode)
+        else { return attributes }
+        return retired
     }
 
     public func setAttributes(
@@ -509,24 +541,54 @@ public final class ProviderFileSystem: FileSystem {
             returnScopedUse(use)
             throw error
         }
-        return opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
+        return try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
     }
 
-    /// The handle of an open whose claim is held and whose content version is pinned.
+    /// The handle of an open whose claim is held and whose content version is pinned. On a mount
+    /// with version nodes a plain handle uses the page cache when its node's pages can only be of
+    /// its version (D-435); when the node caches another version it is retired and this fails
+    /// with ESTALE, giving back the pin, the claim and the use.
     func opened(
         _ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem, entry: ContentEntry, claim: ReadClaimToken,
         scoped: ScopedNode? = nil, use: String? = nil
-    ) -> OpenedFile {
-        let (handle, keepCache) = state.withLock { state -> (FileHandleID, Bool) in
+    ) throws(FileSystemError) -> OpenedFile {
+        let versioned = scoped == nil && versionNodes
+        let editOpen = versioned && cache.staged(node.identifier) != nil
+        var retiredNames: [ItemIdentifier] = []
+        let opened = state.withLock { state -> (FileHandleID, Bool, ReadCaching)? in
+            var caching = ReadCaching.direct
+            if versioned, let current = state.inodes[inode] {
+                caching = Self.readCaching(
+                    of: current, version: item.contentVersion, editOpen: editOpen, complete: entry.isMaterialized)
+                if caching == .stale {
+                    retiredNames = Self.retire(inode, current: item, in: &state)
+                    return nil
+                }
+            }
             let handle = state.allocateHandle()
             state.files[handle] = OpenFile(
                 inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
-                scopedUse: use)
+                scopedUse: use, caching: caching == .cached)
             // A first open keeps the (empty) cache too: dropping it would make the kernel wait,
             // uninterruptibly, on pages a concurrent open's stalled read has locked (D-366).
             let keepCache = state.inodes[inode]?.pageCache.keeps(item.contentVersion) ?? false
-            state.inodes[inode]?.pageCache = .version(item.contentVersion)
-            return (handle, keepCache)
+            if !versioned {
+                state.inodes[inode]?.pageCache = .version(item.contentVersion)
+            } else if caching == .cached, var current = state.inodes[inode] {
+                // Direct handles leave the node's pages alone; caching ones say whose they are.
+                if current.cachingHandles == 0 { current.cachedItem = item }
+                current.cachingHandles += 1
+                current.pageCache = .version(item.contentVersion)
+                state.inodes[inode] = current
+            }
+            return (handle, keepCache, caching)
+        }
+        guard let (handle, keepCache, caching) = opened else {
+            forgetNames(retiredNames)
+            cache.content.unpin(entry)
+            claims.releaseReadClaim(claim)
+            returnScopedUse(use)
+            throw FileSystemError(.stale, "\(node.identifier): its node holds another version's pages")
         }
         logger.debug("\(node.identifier): handle \(handle) reads \(entry.version) from \(entry.filePath)")
         // Complete at open: the pinned version's cache file is the content, and stays so while the
@@ -535,12 +597,14 @@ public final class ProviderFileSystem: FileSystem {
         // Through an access path: never passed through, never in the page cache, so that every
         // read reaches `read` and its token check (D-306).
         // Require-token mode: the same for plain handles, so that every read asks the policy (D-331).
-        // Writable mount: the same, so that no kernel cache (one page cache per inode, one
-        // passthrough file per inode) holds bytes of a version this handle did not pin (D-363).
-        if scoped != nil || requiresToken || isWritable {
+        // Writable mount: cached only on a node of this version alone (D-435); else the same, so
+        // that no kernel cache (one page cache and one passthrough file per node) holds bytes of a
+        // version this handle did not pin (D-363).
+        if scoped != nil || requiresToken || (isWritable && caching != .cached) {
             return OpenedFile(handle: handle, keepCache: false, directIO: true, servedFrom: nil)
         }
-        return OpenedFile(handle: handle, keepCache: keepCache, servedFrom: entry.materializedFilePath)
+        return OpenedFile(
+            handle: handle, keepCache: caching == .cached || keepCache, servedFrom: entry.materializedFilePath)
     }
 
     public func read(
@@ -602,7 +666,14 @@ public final class ProviderFileSystem: FileSystem {
     /// Ends a handle: unpins its content (a superseded version's file goes with the last pin)
     /// and ends its read claim. Never waits.
     func releaseHandle(_ handle: FileHandleID) {
-        guard let open = state.withLock({ $0.files.removeValue(forKey: handle) }) else { return }
+        let removed = state.withLock { state -> OpenFile? in
+            guard let open = state.files.removeValue(forKey: handle) else { return nil }
+            if open.caching, let count = state.inodes[open.inode]?.cachingHandles, count > 0 {
+                state.inodes[open.inode]?.cachingHandles = count - 1
+            }
+            return open
+        }
+        guard let open = removed else { return }
         cache.content.unpin(open.entry)
         claims.releaseReadClaim(open.claim)
         endScopedUse(open.scopedUse)
@@ -859,14 +930,14 @@ extension ProviderFileSystem: FileSystemFastPath {
             // An edit carries no chown (and no atime: an edit's upload makes a new file).
             guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes)
             else { return nil }
-            if !cache.writes.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
+            if !cache.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
                 // No edit to carry it: made at the provider now, where it answers at once (D-426),
                 // as `changeAttributes` makes it (a chown to the mounting user is no change).
                 var wanted = Self.itemChanges(changes)
                 (wanted.uid, wanted.gid) = (nil, nil)
                 guard let outcome = cache.setAttributesNow(of: node.identifier, wanted) else { return nil }
                 if case .failure(let error) = outcome { return .failure(FileSystemError(error)) }
-                if wanted.modificationTime != nil { cache.writes.modificationSet(of: node.identifier) }
+                if wanted.modificationTime != nil { cache.modificationSet(of: node.identifier) }
             }
         } else if changes.accessTime != nil, cache.providerCapabilities.contains(.storesAttributes) {
             return nil  // an atime the provider keeps
@@ -927,9 +998,10 @@ extension ProviderFileSystem: FileSystemFastPath {
             item.kind == node.kind || node.identifier == .root
         else { return nil }
         return .success(
-            attributes(
-                of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
-                tracked: cache.catalog.isTracked(item)))
+            shown(
+                attributes(
+                    of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
+                    tracked: cache.catalog.isTracked(item)), of: item, node: node))
     }
 
     /// An open for reading whose claim is granted at once, whose revalidation the cache or the
@@ -958,7 +1030,11 @@ extension ProviderFileSystem: FileSystemFastPath {
             claims.releaseReadClaim(claim)
             return nil
         }
-        return .success(opened(inode, node, item: item, entry: entry, claim: claim))
+        do throws(FileSystemError) {
+            return .success(try opened(inode, node, item: item, entry: entry, claim: claim))
+        } catch {
+            return .failure(error)
+        }
     }
 
     /// `release`, which never waits.
@@ -966,9 +1042,10 @@ extension ProviderFileSystem: FileSystemFastPath {
         if let writer = writeHandle(handle) {
             // A plain writer's release that publishes nothing (the flush before it did): here
             // (D-387). One that publishes, or a token's (its use ends, its checks): async.
-            guard writer.scoped == nil, cache.writes.closeWriterNow(writer.staging) else { return nil }
+            guard writer.scoped == nil, cache.closeWriterNow(writer.staging) else { return nil }
             writeHandles.withLock { _ = $0.removeValue(forKey: handle) }
             releaseWriteClaim(writer.claim)  // never waits
+            if writer.admitted { dismissWriter(writer.inode) }
             return .success(())
         }
         releaseHandle(handle)

@@ -48,11 +48,14 @@ struct HTTPRequest: Sendable {
 /// One HTTP response (the last one, after redirects).
 struct HTTPResponse: Sendable {
     var status: Int
-    /// Header names lowercased; a repeated header keeps its last value.
+    /// Header names lowercased; a repeated header keeps its last value (`listHeaders` are joined).
     var headers: [String: String]
     var body: [UInt8]
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// Headers whose repeated lines are joined with ", " (every other keeps its last line).
+    static let listHeaders: Set<String> = ["dav", "allow"]
 }
 
 /// The per-transfer state libcurl's callbacks reach through their context pointer. Used by the
@@ -88,6 +91,9 @@ final class TransferContext: @unchecked Sendable {
     func resetStallClock() { lastProgress = ContinuousClock.now }
 
     var errorText: String { String(cString: errorBuffer) }
+
+    /// libcurl's result of the transfer (CURLE_OK until it failed).
+    var code = CURLE_OK
 }
 
 /// libcurl's easy handles, reused.
@@ -131,9 +137,15 @@ final class HTTPTransport: Sendable {
     /// curl_global_init, once per process, before any handle exists (it is not thread-safe).
     private static let initialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
-    init(settings: HTTPSettings, threads: Int = 8) {
+    /// When `send` asks again (D-452).
+    let retry: HTTPRetry
+    /// Requests `send` asked again (status and tests).
+    let retries = Locked(0)
+
+    init(settings: HTTPSettings, threads: Int = 8, retry: HTTPRetry = HTTPRetry()) {
         _ = Self.initialized
         self.settings = settings
+        self.retry = retry
         pool = BlockingIOPool(threadCount: threads)
     }
 
@@ -141,9 +153,43 @@ final class HTTPTransport: Sendable {
 
     /// Sends `request` and collects its response (at most `maximumResponseBytes` of body).
     /// Transport failures throw `ProviderError` (see `failure`); any HTTP status is returned.
+    /// A busy server (502, 503, 504, 429) and a connection that failed are asked again after a
+    /// backoff (`retry`, D-452); a cancelled task stops the wait.
     func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        var attempt = 1
+        while true {
+            let context = TransferContext(stallTimeout: settings.stallTimeout)
+            let outcome: HTTPRetry.Outcome
+            let answer: Result<HTTPResponse, any Error>
+            do {
+                let response = try await sendOnce(request, context: context)
+                answer = .success(response)
+                outcome = .status(response.status, retryAfter: response.header("retry-after"))
+            } catch {
+                answer = .failure(error)
+                outcome = context.abortReason != nil || error is CancellationError ? .other : Self.outcome(context.code)
+            }
+            guard let wait = retry.delay(after: attempt, method: request.method, outcome: outcome) else {
+                return try answer.get()
+            }
+            retries.withLock { $0 += 1 }
+            try await Task.sleep(for: wait)
+            attempt += 1
+        }
+    }
+
+    /// A failed transfer as `HTTPRetry` reads it.
+    static func outcome(_ code: CURLcode) -> HTTPRetry.Outcome {
+        switch code {
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST: .notConnected
+        case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR: .noAnswer
+        default: .other
+        }
+    }
+
+    /// One attempt of `send`.
+    private func sendOnce(_ request: HTTPRequest, context: TransferContext) async throws -> HTTPResponse {
         try Task.checkCancellation()
-        let context = TransferContext(stallTimeout: settings.stallTimeout)
         return try await withTaskCancellationHandler {
             try await pool.run { () throws -> HTTPResponse in
                 var body: [UInt8] = []
@@ -229,7 +275,14 @@ final class HTTPTransport: Sendable {
                     transfer.status = MultiStatus.statusCode(line) ?? 0
                 } else if let colon = line.firstIndex(of: ":") {
                     let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
-                    transfer.headers[name] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                    let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                    // The list headers a server repeats (Apache: `DAV: 1,2` and `DAV: <…propset…>`)
+                    // are joined, as RFC 9110 §5.3 allows; any other keeps its last value.
+                    if let earlier = transfer.headers[name], HTTPResponse.listHeaders.contains(name) {
+                        transfer.headers[name] = earlier + ", " + value
+                    } else {
+                        transfer.headers[name] = value
+                    }
                 }
                 return length
             })
@@ -309,6 +362,7 @@ final class HTTPTransport: Sendable {
             connectionsOpened.withLock { $0 += opened }
         }
         if code == CURLE_OK || context.stoppedOnPurpose { return }
+        context.code = code
         throw failure(code, request: request, context: context)
     }
 

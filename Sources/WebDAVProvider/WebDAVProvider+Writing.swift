@@ -6,8 +6,8 @@
 // version. A reader of the server sees the old bytes or the new, never a part. A replace with a
 // base version first checks the item's current version (PROPFIND Depth 0) and throws
 // `.versionChanged` — the conflict path the local provider takes — when it moved on; between that
-// check and the MOVE another writer can still slip in (closing that needs LOCK, a later step; docs/
-// WEBDAV.md). A server that refuses MOVE (405, 501) gets PUT in place with `If-Match` (replace) or
+// check and the MOVE another writer can still slip in, unless the provider holds the item's WebDAV
+// lock (D-451): then every write to it carries the lock token and nobody else's can. A server that refuses MOVE (405, 501) gets PUT in place with `If-Match` (replace) or
 // `If-None-Match: *` (create), for the rest of the provider's life.
 //
 // MKCOL and a MOVE of a directory over another are checked first (existence, emptiness, kinds):
@@ -88,7 +88,8 @@ extension WebDAVProvider {
             let move = try await transport.send(
                 HTTPRequest(
                     method: "MOVE", url: staging,
-                    headers: ["Destination: \(target)", "Overwrite: \(creating ? "F" : "T")"]))
+                    headers: ["Destination: \(target)", "Overwrite: \(creating ? "F" : "T")"]
+                        + lockHeaders(for: identifier, url: target)))
             switch move.status {
             case 200, 201, 204:
                 break
@@ -132,10 +133,11 @@ extension WebDAVProvider {
         } else if let baseVersion, Self.isETag(baseVersion.rawValue), !baseVersion.rawValue.hasPrefix("W/") {
             headers.append("If-Match: \(baseVersion.rawValue)")
         }
+        let url = location.url(of: identifier)
         let put = try await transport.send(
             HTTPRequest(
-                method: "PUT", url: location.url(of: identifier), headers: headers, uploadFile: localFile,
-                totalDeadline: false))
+                method: "PUT", url: url, headers: headers + lockHeaders(for: identifier, url: url),
+                uploadFile: localFile, totalDeadline: false))
         switch put.status {
         case 200, 201, 204: return
         case 412 where creating: throw ProviderError(.alreadyExists, "\(identifier) exists", errno: EEXIST)
@@ -159,8 +161,9 @@ extension WebDAVProvider {
         if kind == .directory, try await !children(of: identifier).isEmpty {
             throw ProviderError(.notEmpty, "\(identifier) is not empty", errno: ENOTEMPTY)
         }
+        let url = location.url(of: identifier, collection: kind == .directory)
         let response = try await transport.send(
-            HTTPRequest(method: "DELETE", url: location.url(of: identifier, collection: kind == .directory)))
+            HTTPRequest(method: "DELETE", url: url, headers: lockHeaders(for: identifier, url: url)))
         guard [200, 202, 204].contains(response.status) else {
             throw Self.statusError(response.status, "DELETE \(identifier)", conflict: .io)
         }
@@ -199,13 +202,23 @@ extension WebDAVProvider {
             }
         }
         let collection = source.kind == .directory
-        let response = try await transport.send(
+        let sourceURL = location.url(of: identifier, collection: collection)
+        let destinationURL = location.url(of: destination, collection: collection)
+        func moveRequest() -> HTTPRequest {
             HTTPRequest(
-                method: "MOVE", url: location.url(of: identifier, collection: collection),
+                method: "MOVE", url: sourceURL,
                 headers: [
-                    "Destination: \(location.url(of: destination, collection: collection))",
+                    "Destination: \(destinationURL)",
                     "Overwrite: \(mode == .noReplace ? "F" : "T")",
-                ]))
+                ] + lockHeaders(for: [(identifier, sourceURL), (destination, destinationURL)]))
+        }
+        var response = try await transport.send(moveRequest())
+        if [412, 423].contains(response.status), holdsLock(on: identifier) {
+            // A lock does not move with its item (RFC 4918 §7.7), and rclone refuses the
+            // holder's MOVE of a locked source even with its token (412): the lock ends first.
+            await unlock(identifier)
+            response = try await transport.send(moveRequest())
+        }
         switch response.status {
         case 200, 201, 204: break
         case 412: throw ProviderError(.alreadyExists, "\(what): the destination exists", errno: EEXIST)

@@ -4,6 +4,7 @@
 // a server that sends none gets `lm:<getlastmodified seconds>;s<size>` (D-416). Writes are in
 // WebDAVProvider+Writing.swift.
 
+import CCurl
 import Foundation
 public import ProviderModel
 import SystemSupport
@@ -26,6 +27,8 @@ public struct WebDAVConfiguration: Sendable, CustomStringConvertible {
     public var stallTimeout: Duration = .seconds(30)
     /// CA certificates (PEM) to trust for https instead of the system's.
     public var caFile: String?
+    /// When a request is asked again: a busy server, a refused connection (D-452).
+    public var retry = HTTPRetry()
 
     public init(location: WebDAVLocation, user: String? = nil, password: String? = nil) {
         self.location = location
@@ -45,6 +48,8 @@ public final class WebDAVProvider: Provider {
     let transport: HTTPTransport
     /// Set once the server refused MOVE for an upload (405, 501): later uploads PUT in place.
     let putsInPlace = Locked(false)
+    /// The WebDAV locks this provider holds, by item: their tokens (WebDAVProvider+Locking.swift).
+    let heldLocks = Locked<[ItemIdentifier: String]>([:])
 
     /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0) and writing. Not yet:
     /// change tracking (needs polling), stored attributes (PROPPATCH), links, exchanges.
@@ -56,8 +61,11 @@ public final class WebDAVProvider: Provider {
             settings: HTTPSettings(
                 user: configuration.user, password: configuration.password,
                 connectTimeout: configuration.connectTimeout, requestTimeout: configuration.requestTimeout,
-                stallTimeout: configuration.stallTimeout, caFile: configuration.caFile))
+                stallTimeout: configuration.stallTimeout, caFile: configuration.caFile), retry: configuration.retry)
     }
+
+    /// Requests asked again after a busy answer or a refused connection (D-452).
+    public var requestsRetried: Int { transport.retries.withLock { $0 } }
 
     /// How many connections to the server were opened so far (requests reuse them, D-415).
     public var connectionsOpened: Int { transport.connectionsOpened.withLock { $0 } }
@@ -153,10 +161,32 @@ public final class WebDAVProvider: Provider {
         let request = HTTPRequest(
             method: "GET", url: location.url(of: identifier), headers: headers, range: range, followRedirects: true,
             totalDeadline: false)
-        let stream = WebDAVContentStream(
-            identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout)
-        try await stream.start(request, transport: transport)
-        return stream
+        // Asked again, before any byte was taken, when the server is busy or the connection
+        // failed (D-452).
+        var attempt = 1
+        while true {
+            let stream = WebDAVContentStream(
+                identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout)
+            do {
+                try await stream.start(request, transport: transport)
+                return stream
+            } catch {
+                // Read after `start` saw the transfer's decision or end under the stream's lock.
+                let context = stream.context
+                let outcome: HTTPRetry.Outcome =
+                    error is CancellationError
+                    ? .other
+                    : context.status != 0
+                        ? .status(context.status, retryAfter: context.headers["retry-after"])
+                        : HTTPTransport.outcome(context.code)
+                guard let wait = transport.retry.delay(after: attempt, method: "GET", outcome: outcome) else {
+                    throw error
+                }
+                transport.retries.withLock { $0 += 1 }
+                try await Task.sleep(for: wait)
+                attempt += 1
+            }
+        }
     }
 
     // MARK: Protocol helpers
@@ -241,7 +271,8 @@ public final class WebDAVProvider: Provider {
 
     /// An HTTP status that is not the success asked for, as the cache reads it (docs/WEBDAV.md):
     /// 401/403 EACCES, 404/410 not found (and `conflict` for 409, which names a missing parent
-    /// for PUT and MKCOL), 412 a changed version, 413 EFBIG, 507 ENOSPC, 502/503/504 unreachable
+    /// for PUT and MKCOL), 412 a changed version, 413 EFBIG, 423 EBUSY (another client's lock, D-451),
+    /// 507 ENOSPC, 502/503/504 unreachable
     /// (cached items stay readable), anything else EIO.
     static func statusError(_ status: Int, _ what: String, conflict: ProviderError.Code) -> ProviderError {
         let message = "\(what): the server answered \(status)"
@@ -251,6 +282,7 @@ public final class WebDAVProvider: Provider {
         case 409: return ProviderError(conflict, message, errno: conflict == .noSuchItem ? ENOENT : nil)
         case 412: return ProviderError(.versionChanged, message)
         case 413: return ProviderError(.tooLarge, message, errno: EFBIG)
+        case 423: return ProviderError(.io, message + " (locked by another client)", errno: EBUSY)
         case 507: return ProviderError(.noSpace, message, errno: ENOSPC)
         case 502, 503, 504: return ProviderError(.unreachable, message, errno: ENETUNREACH)
         default: return ProviderError(.io, message, errno: EIO)

@@ -3,8 +3,8 @@
 // reach the daemon; anything else still goes through it. "Reached the daemon" is counted in
 // libfuse's own request trace (PROVIDERFS_FUSE_DEBUG=1 / `--debug`: one line per request with its
 // opcode and node), after dropping the page cache so that nothing is served from memory.
-// Passthrough is for `--read-only` mounts: a writable mount's handles are all direct I/O (D-363),
-// which `aWritableMountReadsThroughTheDaemon` checks.
+// These run on `--read-only` mounts; a writable mount's readers use passthrough and the page cache
+// on a node of their version alone (D-435, VersionNodeMountTests).
 
 import FUSEAdapter
 import Foundation

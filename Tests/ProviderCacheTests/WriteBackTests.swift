@@ -245,6 +245,22 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(next.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v2"))))
     }
 
+    /// D-451: after an upload the item changed elsewhere (another machine) and a writer opened
+    /// from that version: its edit starts there, not from the upload's result (a false conflict).
+    @Test func anEditFromAVersionChangedElsewhereSinceTheUploadStartsThere() {
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
+        _ = machine.published(ContentVersion("l1"), base: ContentVersion("v1"))
+        _ = machine.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v2"))
+        let next = machine.published(ContentVersion("l2"), base: ContentVersion("v3"))
+        #expect(next.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v3"))))
+        // From the local version (the upload's bytes): the upload's result, as before.
+        _ = machine.uploaded(ContentVersion("l2"), providerVersion: ContentVersion("v4"))
+        let local = machine.published(ContentVersion("l3"), base: ContentVersion("local:2.7"))
+        #expect(local.contains(.upload(version: ContentVersion("l3"), base: ContentVersion("v4"))))
+    }
+
     @Test func aPublishDuringAnUploadIsUploadedNextFromItsResult() {
         var machine = UploadMachine(
             record: UploadRecord(

@@ -27,7 +27,7 @@ final class StubHandler: ControlHandler, @unchecked Sendable {
         switch request {
         case .status:
             return .success(Array("{\"kind\":\"status\",\"uid\":\(peer.uid)}".utf8))
-        case .item(let path), .download(let path), .evict(let path):
+        case .item(let path), .download(let path), .evict(let path), .refresh(let path):
             if path == "slow" {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let open = gate.withLock { gate -> Bool in

@@ -79,12 +79,24 @@ import Testing
         #expect(
             mountHelperArguments([
                 "https://dav.example.com/a%20b/", "/mnt/dav", "-o",
-                "rw,user,_netdev,webdav_user=alice,password_file=/etc/dav-pw,ca_file=/etc/dav-ca.pem,cache=/var/c",
+                "rw,user,_netdev,webdav_user=alice,password_file=/etc/dav-pw,ca_file=/etc/dav-ca.pem,cache=/var/c,"
+                    + "poll_interval=30s",
             ])
                 == [
                     "mount", "--webdav=https://dav.example.com/a%20b/", "--user=alice", "--password-file=/etc/dav-pw",
-                    "--ca-file=/etc/dav-ca.pem", "--cache=/var/c", "/mnt/dav",
+                    "--ca-file=/etc/dav-ca.pem", "--cache=/var/c", "--poll-interval=30s", "/mnt/dav",
                 ])
+        // `--poll-interval` (D-450): a duration of at least 100ms, or 0 / off.
+        for (text, expected) in [
+            ("30s", Duration.seconds(30)), ("0", .zero), ("off", .zero), ("100ms", .milliseconds(100)),
+        ] {
+            var parsed = ArgumentList(["--poll-interval", text], commandName: "providerfs mount")
+            #expect(try MountCommand.pollIntervalArgument(&parsed) == expected, "\(text)")
+        }
+        for text in ["10ms", "soon", "-1s"] {
+            var parsed = ArgumentList(["--poll-interval", text], commandName: "providerfs mount")
+            #expect(throws: UsageError.self, "\(text)") { try MountCommand.pollIntervalArgument(&parsed) }
+        }
         #expect(
             mountHelperArguments(["http://127.0.0.1:8080/", "/m", "-f"]) == [
                 "mount", "--webdav=http://127.0.0.1:8080/", "--foreground", "/m",

@@ -30,6 +30,7 @@ struct MountCommand: CLICommand {
                          [--foreground] [--cache DIR] [--log FILE]
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
+                         [--poll-interval DURATION|0] [--lock-timeout DURATION]
                          [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
                          [--no-download-for NAME,...] [--download-for NAME,...|all]
         """
@@ -70,6 +71,11 @@ struct MountCommand: CLICommand {
         var allowAllDownloads = false
         /// `--webdav URL`: the provider is that WebDAV collection (`source` is its URL).
         var webdav: WebDAVSource?
+        /// How often listed directories are asked again for remote changes (D-450); nil: the
+        /// default (`MountPolling.defaultInterval`), zero: never.
+        var pollInterval: Duration?
+        /// How long a WebDAV lock lives at the server without a refresh (D-451); nil: the default.
+        var lockTimeout: Duration?
     }
 
     /// A WebDAV server to mount (docs/WEBDAV.md). The password is not here: the daemon reads it
@@ -124,6 +130,11 @@ struct MountCommand: CLICommand {
             throw UsageError("providerfs mount: --stall-timeout must be at least 1ms.")
         }
         let writeBackDelay = try arguments.duration("--write-back-delay")
+        let pollInterval = try pollIntervalArgument(&arguments)
+        let lockTimeout = try arguments.duration("--lock-timeout")
+        if let lockTimeout, lockTimeout < .seconds(1) || lockTimeout > .seconds(3600) {
+            throw UsageError("providerfs mount: --lock-timeout must be between 1s and 1h.")
+        }
         if let writeBackDelay, writeBackDelay > .seconds(3600) {
             throw UsageError("providerfs mount: --write-back-delay must be at most 1h.")
         }
@@ -153,8 +164,11 @@ struct MountCommand: CLICommand {
         guard [demo, sourceArgument != nil, webdavArgument != nil].filter({ $0 }).count == 1 else {
             throw UsageError("providerfs mount: give exactly one of --demo, --source DIR or --webdav URL.")
         }
-        if webdavArgument == nil, userArgument != nil || passwordFileArgument != nil || caFileArgument != nil {
-            throw UsageError("providerfs mount: --user, --password-file and --ca-file go with --webdav URL.")
+        if webdavArgument == nil,
+            userArgument != nil || passwordFileArgument != nil || caFileArgument != nil || lockTimeout != nil
+        {
+            throw UsageError(
+                "providerfs mount: --user, --password-file, --ca-file and --lock-timeout go with --webdav URL.")
         }
 
         let reporter = ReadinessReporter(fd: readyFD)
@@ -172,6 +186,8 @@ struct MountCommand: CLICommand {
             plan.requireToken = requireToken
             plan.stallTimeout = stallTimeout
             plan.writeBackDelay = writeBackDelay
+            plan.pollInterval = pollInterval
+            plan.lockTimeout = lockTimeout
             plan.cacheMaximumSize = cacheMaximumSize
             plan.cacheMinimumFree = cacheMinimumFree
             plan.cacheMaximumAge = cacheMaximumAge
@@ -189,6 +205,20 @@ struct MountCommand: CLICommand {
             reporter.fail(failure.message)
             throw failure
         }
+    }
+
+    /// `--poll-interval DURATION` (`0` or `off`: never poll), at least 100ms otherwise.
+    static func pollIntervalArgument(_ arguments: inout ArgumentList) throws(UsageError) -> Duration? {
+        guard let text = try arguments.option("--poll-interval") else { return nil }
+        if text == "0" || text == "off" { return .zero }
+        let interval: Duration
+        do { interval = try parseDuration(text) } catch {
+            throw UsageError("providerfs mount: --poll-interval: \(error).")
+        }
+        guard interval == .zero || interval >= .milliseconds(100) else {
+            throw UsageError("providerfs mount: --poll-interval must be 0 (off) or at least 100ms.")
+        }
+        return interval
     }
 
     /// `duration` as the daemon's command line gives it back to `parseDuration`: whole
@@ -379,6 +409,18 @@ struct MountCommand: CLICommand {
                     "cannot use the WebDAV server \(webdav.location): \(ProviderError.from(error).message)")
             }
         }
+        // Coordination across machines (D-451): a WebDAV mount's write claims take the server's
+        // lock on the item too; the provider that holds the locks is the one that writes.
+        let webdavProvider = webdav.map { WebDAVProvider(configuration: $0) }
+        let remoteLocks = webdavProvider.map { provider in
+            MountRemoteLocks(
+                provider: provider, timeout: plan.lockTimeout ?? MountRemoteLocks.defaultTimeout,
+                owner: "providerfs on \(ProcessInfo.processInfo.hostName), pid \(getpid()), \(plan.mountpoint)")
+        }
+        let writeClaims: any WriteClaimProvider =
+            remoteLocks.map {
+                RemoteLockingWriteClaims(base: claims, locks: $0, deadline: CoordinationDeadlines.default.claimWait)
+            } ?? claims
         do {
             var fileSystemOptions = FileSystemOptions()
             if let stallTimeout = plan.stallTimeout { fileSystemOptions.cache.stallTimeout = stallTimeout }
@@ -401,7 +443,8 @@ struct MountCommand: CLICommand {
             }
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
-                claims: ClaimPorts(readsAndWrites: claims, namespace: namespaceClaims), webdav: webdav,
+                claims: ClaimPorts(reads: claims, writes: writeClaims, namespace: namespaceClaims), webdav: webdav,
+                webdavProvider: webdavProvider,
                 // Presenters hear what the provider changed (D-403).
                 providerChanges: MountProviderChanges(server: coordination, mountpoint: plan.mountpoint))
         } catch {
@@ -429,13 +472,24 @@ struct MountCommand: CLICommand {
         let control = makeControlServer(
             plan, fileSystem: fileSystem, faults: faults, tokens: tokens,
             evictionClaims: MountEvictionClaims(
-                server: coordination, mountpoint: plan.mountpoint, deadline: MountEvictionClaims.defaultDeadline))
+                server: coordination, mountpoint: plan.mountpoint, deadline: MountEvictionClaims.defaultDeadline),
+            remoteLocks: remoteLocks)
         if let control {
             do { try control.start() } catch {
                 logger.warning("cannot start the control socket \(control.socketPath): \(error.errno.message)")
             }
         }
         defer { control?.stop() }
+        remoteLocks?.start(cache: fileSystem.cache)
+        // Coordination clients' write claims take the server's locks too (D-451).
+        if let remoteLocks {
+            coordination.setClaimGate(MountRemoteLockGate(locks: remoteLocks, mountpoint: plan.mountpoint))
+        }
+        // Remote changes (D-450): listings asked again every interval, for the life of the mount.
+        let pollInterval = plan.pollInterval ?? MountPolling.defaultInterval(remote: plan.webdav != nil)
+        let polling =
+            pollInterval > .zero
+            ? MountPolling(catalog: fileSystem.cache.catalog, interval: pollInterval, logger: logger) : nil
         let server = FUSEServer(fileSystem: fileSystem, mountpoint: plan.mountpoint, options: options) {
             do { try MountRegistry.write(record) } catch {
                 logger.warning("cannot write the mount registry: \(error)")
@@ -449,8 +503,12 @@ struct MountCommand: CLICommand {
         defer { MountRegistry.remove(mountpoint: plan.mountpoint) }
         // Audit entries of uses still waiting for the flusher are written before the daemon ends (D-347).
         defer { tokens.flushAuditLog() }
+        let ran: Result<FUSEExit, FUSEServerError>
+        do { ran = .success(try await server.run()) } catch { ran = .failure(error) }
+        await polling?.stop()
+        await remoteLocks?.stop()
         do {
-            let end = try await server.run()
+            let end = try ran.get()
             logger.notice(
                 "unmounted \(plan.mountpoint)"
                     + (end.signal.map { " after signal \($0)" } ?? "")
@@ -507,6 +565,10 @@ struct MountCommand: CLICommand {
         }
         if let writeBackDelay = plan.writeBackDelay {
             arguments.append("--write-back-delay=" + durationArgument(writeBackDelay))
+        }
+        if let lockTimeout = plan.lockTimeout { arguments.append("--lock-timeout=" + durationArgument(lockTimeout)) }
+        if let pollInterval = plan.pollInterval {
+            arguments.append("--poll-interval=" + (pollInterval == .zero ? "0" : durationArgument(pollInterval)))
         }
         if let size = plan.cacheMaximumSize { arguments.append("--cache-max-size=\(size)") }
         if let size = plan.cacheMinimumFree { arguments.append("--cache-min-free=\(size)") }

@@ -73,6 +73,7 @@ struct StatusCommand: CLICommand {
                     ? "require-token (plain paths only for this user's providerfs commands; apps use access paths)"
                     : "plain paths open"))
         io.line("  uptime:   \(formatUptime(status.uptimeSeconds))")
+        if let across = status.acrossMachines { io.line("  machines: \(across)") }
         let provider = status.provider
         io.line(
             "  provider: "

@@ -61,6 +61,10 @@ struct ControlClient: Sendable {
         try await send(.pin(path: path, state: state), as: ControlPinReply.self)
     }
 
+    func refresh(_ path: String) async throws(CommandFailure) -> ControlRefreshReply {
+        try await send(.refresh(path: path), as: ControlRefreshReply.self)
+    }
+
     /// One request and its decoded reply; every failure as one sentence.
     func send<Reply: Decodable & Sendable>(
         _ request: ControlRequest, as type: Reply.Type

@@ -37,6 +37,10 @@ enum ControlRequest: Sendable, Equatable {
     /// Set an item's pin state (D-445: pinned, unpinned or inherited); unpinned evicts its files
     /// where eviction allows. Answers the state, the policy and the evictions.
     case pin(path: String, state: String)
+    /// Ask the provider again about a path (D-450): its directory's listing and, for a
+    /// directory, its own; changes are applied as any provider answer (kernel told, ESTALE for
+    /// open readers of a changed version, presenters told).
+    case refresh(path: String)
     /// Add a fault on an item (or a folder and everything inside it).
     case faultAdd(FaultRequest)
     /// The mount's faults.
@@ -63,7 +67,8 @@ enum ControlRequest: Sendable, Equatable {
     case resolveItem(ItemIdentity)
 
     static let kinds = [
-        "status", "item", "download", "evict", "pin", "faultAdd", "faultList", "faultClear", "tokenGrant", "tokenList",
+        "status", "item", "download", "evict", "pin", "refresh", "faultAdd", "faultList", "faultClear",
+        "tokenGrant", "tokenList",
         "tokenRevoke", "tokenExpire", "tokenLog", "tokenDerive", "tokenRelease", "identifyItem", "resolveItem",
     ]
 
@@ -74,6 +79,7 @@ enum ControlRequest: Sendable, Equatable {
         case .download: "download"
         case .evict: "evict"
         case .pin: "pin"
+        case .refresh: "refresh"
         case .faultAdd: "faultAdd"
         case .faultList: "faultList"
         case .faultClear: "faultClear"
@@ -92,7 +98,7 @@ enum ControlRequest: Sendable, Equatable {
     var arguments: [String: Any] {
         switch self {
         case .status, .faultList: [:]
-        case .item(let path), .download(let path), .evict(let path): ["path": path]
+        case .item(let path), .download(let path), .evict(let path), .refresh(let path): ["path": path]
         case .pin(let path, let state): ["path": path, "state": state]
         case .faultAdd(let request): request.arguments
         case .faultClear(let path): path.map { ["path": $0] } ?? ["all": true]
@@ -110,7 +116,7 @@ enum ControlRequest: Sendable, Equatable {
         switch kind {
         case "status":
             return .success(.status)
-        case "item", "download", "evict", "pin":
+        case "item", "download", "evict", "pin", "refresh":
             guard let path = arguments["path"] as? String else {
                 return .failure(ControlError(.invalidArguments, "\"\(kind)\" needs a string argument \"path\""))
             }
@@ -128,6 +134,7 @@ enum ControlRequest: Sendable, Equatable {
                         ControlError(.invalidArguments, "\"pin\" needs \"state\": pinned, unpinned or inherited"))
                 }
                 return .success(.pin(path: normalized, state: state))
+            case "refresh": return .success(.refresh(path: normalized))
             default: return .success(.evict(path: normalized))
             }
         case "faultAdd":

@@ -167,6 +167,9 @@ struct ControlMountStatus: Codable, Sendable, Equatable {
     /// Require-token mode: plain paths only for the owner's providerfs commands (nil from a
     /// daemon of an older version: not in it).
     var requireToken: Bool? = nil
+    /// Coordination across machines (WebDAV mounts, D-451): whether writes take the server's
+    /// locks, and why not; nil for other mounts.
+    var acrossMachines: String? = nil
 }
 
 /// `ControlHandler` over a mount's `ProviderFileSystem`.
@@ -185,6 +188,8 @@ struct MountControl: ControlHandler {
     var evictionClaims: MountEvictionClaims?
     /// Since when the provider has been unreachable, as far as the mount knows (D-434).
     var offline = OfflineSince(nil)
+    /// The server locks of a WebDAV mount's writers (D-451); nil for other mounts.
+    var remoteLocks: MountRemoteLocks?
 
     func handle(_ request: ControlRequest, peer: UnixSocket.PeerCredentials) async -> Result<[UInt8], ControlError> {
         if let refusal = Self.requireTokenRefusal(request, peer: peer, policy: fileSystem.options.plainPaths) {
@@ -224,6 +229,12 @@ struct MountControl: ControlHandler {
         case .pin(let path, let state):
             do {
                 return ControlProtocol.encode(try await pin(path, state: state, pid: peer.pid))
+            } catch {
+                return .failure(error)
+            }
+        case .refresh(let path):
+            do {
+                return ControlProtocol.encode(try await refresh(path))
             } catch {
                 return .failure(error)
             }
@@ -390,7 +401,7 @@ struct MountControl: ControlHandler {
                 probeDeadlineSeconds: probeDeadline.seconds, error: found.error.map(ControlItemError.init),
                 offlineSince: offlineSince.map { $0.formatted(.iso8601) }),
             transfers: transfers.sorted { $0.path < $1.path }, errors: errors.sorted { $0.path < $1.path },
-            requireToken: fileSystem.options.plainPaths != nil)
+            requireToken: fileSystem.options.plainPaths != nil, acrossMachines: await remoteLocks?.statusLine())
     }
 
     static func controlError(_ error: FileSystemError, path: String) -> ControlError {
@@ -408,7 +419,7 @@ extension MountCommand {
     /// `ProviderFileSystem` (nothing to answer from).
     static func makeControlServer(
         _ plan: Plan, fileSystem: any FileSystem, faults: FaultPlan?, tokens: TokenAuthority? = nil,
-        evictionClaims: MountEvictionClaims? = nil
+        evictionClaims: MountEvictionClaims? = nil, remoteLocks: MountRemoteLocks? = nil
     ) -> ControlServer? {
         guard let fileSystem = fileSystem as? ProviderFileSystem else { return nil }
         let handler = MountControl(
@@ -417,7 +428,8 @@ extension MountCommand {
             started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) }, tokens: tokens,
             evictionClaims: evictionClaims,
             offline: OfflineSince(
-                plan.webdav == nil && !MountComposition.sourceIsPresent(plan.source) ? Date() : nil))
+                plan.webdav == nil && !MountComposition.sourceIsPresent(plan.source) ? Date() : nil),
+            remoteLocks: remoteLocks)
         return ControlServer(
             socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,
             log: { message in Logger(label: "control").notice(message) })

@@ -29,7 +29,7 @@ package enum MountComposition {
     static func makeMount(
         source: String, cacheDirectory: String, demo: Bool, options: FileSystemOptions = FileSystemOptions(),
         claims: ClaimPorts = ClaimPorts(), webdav: WebDAVConfiguration? = nil,
-        providerChanges: (any ProviderChangeListener)? = nil
+        webdavProvider: WebDAVProvider? = nil, providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> (fileSystem: ProviderFileSystem, faults: FaultPlan, tokens: TokenAuthority) {
         // One authority: the control handler's token commands and the file system's access paths
         // (`MountScopedAccess`) see the same tokens.
@@ -45,7 +45,8 @@ package enum MountComposition {
         let faults = try storedFaults(in: cacheDirectory)
         let fileSystem = try makeFileSystem(
             source: source, cacheDirectory: cacheDirectory, options: options, faults: faults, claims: claims,
-            scopedAccess: scopedAccess, webdav: webdav, providerChanges: providerChanges)
+            scopedAccess: scopedAccess, webdav: webdav, webdavProvider: webdavProvider,
+            providerChanges: providerChanges)
         return (fileSystem, faults, tokens)
     }
 
@@ -90,7 +91,8 @@ package enum MountComposition {
     ///     directory (every mount's provider is wrapped in `FaultInjectingProvider`).
     ///   - claims: the coordination ports: read claims of opens, write claims, namespace claims.
     ///   - scopedAccess: checks access paths (`.scoped/<token>/…`); nil: the mount has none.
-    ///   - webdav: the provider is this WebDAV server (`source` is then only its name).
+    ///   - webdav: the provider is this WebDAV server (`source` is then only its name);
+    ///     `webdavProvider`: the one to use for it (the mount's server locks share it, D-451).
     ///   - providerChanges: hears of changes the provider made (the mount's presenters, D-403).
     /// - Throws: `.notFound` / `.notADirectory` for a bad source, `.io` for a cache directory that
     ///   cannot be created or a metadata store that cannot be opened; the message says which.
@@ -98,13 +100,15 @@ package enum MountComposition {
         source: String, cacheDirectory: String, options: FileSystemOptions = FileSystemOptions(),
         faults: FaultPlan? = nil, claims: ClaimPorts = ClaimPorts(),
         clock: any Clock<Duration> = ContinuousClock(), scopedAccess: (any ScopedAccessProvider)? = nil,
-        webdav: WebDAVConfiguration? = nil, providerChanges: (any ProviderChangeListener)? = nil
+        webdav: WebDAVConfiguration? = nil, webdavProvider: WebDAVProvider? = nil,
+        providerChanges: (any ProviderChangeListener)? = nil
     ) throws(FileSystemError) -> ProviderFileSystem {
         let plan: FaultPlan
         if let faults { plan = faults } else { plan = try storedFaults(in: cacheDirectory) }
         let provider =
             if let webdav {
-                FaultInjectingProvider(wrapping: WebDAVProvider(configuration: webdav), plan: plan, clock: clock)
+                FaultInjectingProvider(
+                    wrapping: webdavProvider ?? WebDAVProvider(configuration: webdav), plan: plan, clock: clock)
             } else {
                 try makeProvider(source: source, faults: plan, clock: clock, cacheDirectory: cacheDirectory)
             }

@@ -1,60 +1,10 @@
-// The rules of writing, as pure state machines in the Arbiter style: state in, actions out; their
-// hosts (ProviderCache+Writes.swift) carry the actions out with the lock dropped.
+// The rules of the write-back, as a pure state machine in the Arbiter style: state in, actions out;
+// its host (LocalWrites+Queue.swift) carries the actions out with the lock dropped.
 //
-// `StagingMachine`: one item's staging copy while write handles are open: who writes, whether
-// anything changed since the last publish, and when to publish or drop it.
 // `UploadMachine`: one item's write-back: dirty → uploading → materialized, or error with retries
 // and exponential backoff, and a new publish that arrives while an upload runs.
 
 public import ProviderModel
-
-/// One item's staging copy (docs/SEMANTICS.md, "Writes").
-struct StagingMachine: Sendable, Equatable {
-    enum Action: Sendable, Equatable {
-        /// Publish the staging file as a new version (it is renamed into the content store; a
-        /// writer that changes it afterwards copies it back first, D-379).
-        case publish
-        /// Nothing to publish and no writer left: delete the staging file.
-        case discard
-    }
-    /// Open write handles.
-    private(set) var writers = 0
-    /// Bytes changed (write, truncate, or an O_TRUNC/create start) since the last publish.
-    private(set) var modified = false
-    /// A publish is to come (at the last close, or the next fsync): a chmod or utimens now can
-    /// ride on it instead of reaching the provider on its own (D-385).
-    var publishes: Bool { modified && !closed }
-    /// The staging file is gone (published by moving, or discarded): no more writes.
-    private(set) var closed = false
-
-    init(startsModified: Bool) { modified = startsModified }
-
-    mutating func openWriter() { writers += 1 }
-
-    mutating func changed() { modified = true }
-
-    /// fsync or a flush of the only writer: publish what changed, keep writing.
-    mutating func sync() -> Action? {
-        guard modified, !closed else { return nil }
-        modified = false
-        return .publish
-    }
-
-    /// A publish failed: the changes are still to be published.
-    mutating func publishFailed() { modified = true }
-
-    /// A write handle is released; the last one publishes or discards.
-    mutating func closeWriter() -> Action? {
-        writers = max(0, writers - 1)
-        guard writers == 0, !closed else { return nil }
-        closed = true
-        if modified {
-            modified = false
-            return .publish
-        }
-        return .discard
-    }
-}
 
 /// Where an item's write-back stands.
 public enum UploadPhase: String, Sendable, Equatable {
@@ -180,8 +130,12 @@ struct UploadMachine: Sendable, Equatable {
     ) -> [Action] {
         if record.phase == .materialized {
             // After an upload the provider's version is the local one: the next edit starts
-            // there (a writer that fsynced, was uploaded, and wrote on); else from `base`.
-            record.baseVersion = record.providerVersion ?? base
+            // there (a writer that fsynced, was uploaded, and wrote on: its staging began from
+            // the upload's own base or a local version); else from `base`. A writer that began
+            // from another provider version (changed elsewhere since the upload: another
+            // machine's write, D-451) starts from that one, or its upload was a false conflict.
+            let since = base.map { $0 != record.baseVersion && !$0.rawValue.hasPrefix("local:") } ?? false
+            record.baseVersion = since ? base : record.providerVersion ?? base
             record.providerVersion = nil
             record.permissions = nil
         }
