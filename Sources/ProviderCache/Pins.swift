@@ -100,6 +100,9 @@ final class Pins: Sendable {
         /// Pinned files to download, and those downloading now.
         var downloads = IdentifierQueue()
         var running: Set<ItemIdentifier> = []
+        /// Queued again while downloading (the provider changed it meanwhile): downloaded again
+        /// once that download ends.
+        var again: Set<ItemIdentifier> = []
         var workers = 0
         var failures: [ItemIdentifier: RecordedError] = [:]
         /// Background tasks (the looks, the download workers, the periodic look), by number.

@@ -261,7 +261,13 @@ extension ProviderCache {
         guard !identifiers.isEmpty else { return }
         let workers = pins.state.withLock { state -> Int in
             guard !state.stopped else { return 0 }
-            for identifier in identifiers where !state.running.contains(identifier) { state.downloads.push(identifier) }
+            for identifier in identifiers {
+                if state.running.contains(identifier) {
+                    state.again.insert(identifier)
+                } else {
+                    state.downloads.push(identifier)
+                }
+            }
             let more = min(Self.pinnedWorkers - state.workers, state.downloads.count)
             guard more > 0 else { return 0 }
             state.workers += more
@@ -286,6 +292,8 @@ extension ProviderCache {
             pins.state.withLock { state in
                 state.running.remove(next)
                 state.failures[next] = failure
+                // Changed while it downloaded: this worker takes it again.
+                if state.again.remove(next) != nil { state.downloads.push(next) }
             }
         }
     }

@@ -160,6 +160,32 @@ import Testing
         withExtendedLifetime(fixture) {}
     }
 
+    @Test("a pinned file changed at the provider while it downloads is downloaded again, in its newest version")
+    func changedWhileDownloading() async throws {
+        let (fixture, provider, cache) = try await Self.pinnedTree()
+        try cache.setPinState(.pinned, of: ItemIdentifier("d"))
+        await cache.waitForPinnedDownloads()
+        fixture.provider.hold()
+        fixture.provider.putFile("d/a", .ramp(seed: 8, size: 210_000))
+        provider.report([.entry(directory: ItemIdentifier("d"), name: "a")])
+        var spins = 0
+        while cache.pinsStatus()?.downloading != 1, spins < 100_000 {
+            spins += 1
+            await Task.yield()
+        }
+        #expect(cache.pinsStatus()?.downloading == 1, "its download runs (held)")
+        fixture.provider.putFile("d/a", .ramp(seed: 9, size: 220_000))
+        provider.report([.entry(directory: ItemIdentifier("d"), name: "a")])
+        fixture.provider.release()
+        await cache.waitForPinnedDownloads()
+        #expect(state(cache, "d/a") == .materialized)
+        let item = try #require(cache.catalog.knownItem(ItemIdentifier("d/a")))
+        #expect(item.size == 220_000)
+        #expect(try await readAll(cache, item) == expectedBytes(fixture.provider, "d/a", 0..<220_000))
+        await cache.shutdown()
+        withExtendedLifetime(fixture) {}
+    }
+
     @Test("a file moved through the mount into a pinned directory is downloaded; a pin follows its item's move")
     func movedIn() async throws {
         let (fixture, _, cache) = try await Self.pinnedTree()
