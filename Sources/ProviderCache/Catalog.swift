@@ -213,15 +213,17 @@ public final class Catalog: Sendable {
         immediateMetadata = provider.capabilities.contains(.immediateMetadata) ? provider : nil
     }
 
-    /// Starts hearing the provider's pushed changes (`.changeNotifying`), once the cache is built;
-    /// `then` hears each batch after the catalog applied it (pinned directories, D-445).
-    func startObservingProvider(then: (@Sendable ([ProviderChange]?) -> Void)? = nil) {
+    /// Starts hearing the provider's pushed changes (`.changeNotifying`), once the cache is built.
+    func startObservingProvider() {
         guard environment.provider.capabilities.contains(.changeNotifying) else { return }
         environment.provider.observeChanges { [weak self] changes in
             self?.providerChanged(changes)
-            then?(changes)
         }
     }
+
+    /// Hears each batch of changes the provider reported (pushed, or `refresh PATH`) once the
+    /// catalog applied it: the pinned directories (D-445). No lock of the cache held.
+    let afterProviderChanges = Locked<Callback<[ProviderChange]?>?>(nil)
 
     /// Stops telling the observer and cancels (and awaits) the background re-listings.
     func shutdown() async {
@@ -353,6 +355,7 @@ public final class Catalog: Sendable {
         }
         tell(told)
         refreshWanted(changes)
+        afterProviderChanges.withLock { $0 }?.call(changes)
     }
 
     // MARK: Items

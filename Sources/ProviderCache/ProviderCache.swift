@@ -115,7 +115,10 @@ public final class ProviderCache: Sendable {
             limiter = nil
         }
         // Pushed changes in pinned directories are downloaded (D-445).
-        catalog.startObservingProvider { [weak self] changes in self?.pinnedProviderChanged(changes) }
+        catalog.afterProviderChanges.withLock {
+            $0 = Callback { [weak self] changes in self?.pinnedProviderChanged(changes) }
+        }
+        catalog.startObservingProvider()
         startPins()
     }
 

@@ -160,6 +160,25 @@ import Testing
         withExtendedLifetime(fixture) {}
     }
 
+    @Test("at a provider that pushes no changes, `refresh` of a pinned folder downloads what appeared there")
+    func refreshedAtAQuietProvider() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.putFile("d/a", .ramp(seed: 10, size: 90_000))
+        let cache = try fixture.makeCache()
+        _ = try await cache.catalog.children(of: .root, maximumAge: nil)
+        _ = try await cache.catalog.children(of: ItemIdentifier("d"), maximumAge: nil)
+        try cache.setPinState(.pinned, of: ItemIdentifier("d"))
+        await cache.waitForPinnedDownloads()
+        #expect(state(cache, "d/a") == .materialized)
+        fixture.provider.putFile("d/new", .ramp(seed: 11, size: 70_000))
+        _ = try await cache.catalog.refresh(path: "d")
+        await cache.waitForPinnedDownloads()
+        #expect(state(cache, "d/new") == .materialized)
+        await cache.shutdown()
+        withExtendedLifetime(fixture) {}
+    }
+
     @Test("a pinned file changed at the provider while it downloads is downloaded again, in its newest version")
     func changedWhileDownloading() async throws {
         let (fixture, provider, cache) = try await Self.pinnedTree()
