@@ -19,6 +19,9 @@
 #   READER_TIMEOUT      seconds a reader may take before it counts as hung (default 20)
 #   SCENARIO_KEEP=1     keep the temp dir (source, cache, daemon log) after the scenario
 #   SCENARIO_TRACE=1    trace every command with a timestamp (set -x)
+#   SCENARIO_PROVIDER=webdav   mount_source serves $SRC with `rclone serve webdav` on 127.0.0.1
+#                       (stopped by its PID at cleanup) and mounts it with --webdav, polling
+#                       every second (default: local, --source)
 #
 # Requires: bash 5, fuse3 (/dev/fuse), getfattr (attr), python3, sha256sum, timeout, cmp.
 
@@ -136,12 +139,35 @@ make_file() {
 # mount_source [MOUNT OPTIONS…]: mounts $SRC at $MNT with its own cache and log, records the
 # daemon's pid (printed by `providerfs mount --json`).
 mount_source() {
-    local out
-    out="$(providerfs mount --source "$SRC" "$MNT" --cache "$S/cache" --log "$S/daemon.log" --json "$@")" \
+    local out source=(--source "$SRC")
+    if [[ "${SCENARIO_PROVIDER:-local}" == webdav ]]; then
+        [[ -n "$WEBDAV_URL" ]] || start_webdav_server
+        source=(--webdav "$WEBDAV_URL" --poll-interval 1s)
+    fi
+    out="$(providerfs mount "${source[@]}" "$MNT" --cache "$S/cache" --log "$S/daemon.log" --json "$@")" \
         || fail "providerfs mount failed"
     DAEMON_PID="$(sed -n 's/.*"pid" *: *\([0-9]*\).*/\1/p' <<<"$out")"
     [[ "$DAEMON_PID" =~ ^[0-9]+$ ]] || fail "no daemon pid in: $out"
     say "mounted $SRC at $MNT (daemon pid $DAEMON_PID${*:+, $*})"
+}
+
+# start_webdav_server: `rclone serve webdav` of $SRC on a free port of 127.0.0.1, in the background
+# (the cleanup kills it by pid); sets WEBDAV_URL once it accepts connections.
+WEBDAV_URL=""
+start_webdav_server() {
+    local port
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    in_background rclone serve webdav --addr "127.0.0.1:$port" --dir-cache-time 0s "$SRC"
+    local _
+    for _ in $(seq 100); do
+        if python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; then
+            WEBDAV_URL="http://127.0.0.1:$port/"
+            say "serving $SRC over WebDAV at $WEBDAV_URL (rclone pid $!)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    fail "rclone serve webdav did not start"
 }
 
 # in_background CMD…: starts CMD in the background; cleanup kills it by pid. $! is its pid. CMD must

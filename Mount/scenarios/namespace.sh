@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scenario-providers: local (symbolic and hard links: WebDAV has none (EPERM))
 # Namespace changes through a writable mount (issue 14), as a user would script them: mkdir -p,
 # mv of a file and of a directory, mv over an existing file, ln -s, rm, rm -r, and rmdir of a
 # non-empty directory (ENOTEMPTY). After each step the SOURCE directory shows the change. A

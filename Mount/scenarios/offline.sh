@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scenario-providers: local (goes offline by removing the source directory; a stopped WebDAV server is not scripted yet)
 # The provider goes offline. Items already downloaded keep working from the cache, listings and
 # stat answer from the metadata kept locally, and an item that is not cached fails at once with
 # ENETUNREACH ("Network is unreachable"), never a hang. When the provider is back, it reads whole.

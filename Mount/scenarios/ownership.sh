@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scenario-providers: local (chown: WebDAV stores no owners)
 # Ownership (D-397): a mount by root of a local source shows the source's owners and applies
 # chown there; through an --allow-other mount a node made by another user belongs to that user
 # at the source (the group of a setgid directory); a chown by a user who may not is EPERM. The

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scenario-providers: local (the batch of imports takes longer than the scenario timeout over rclone)
 # Batch imports through one access path (issue 24 item 6, D-394): every coordinated open probes
 # `.scoped/.providerfs-package` (the coordinator's package marker), a name that cannot be a token.
 # Before, each probe counted as a token guess and the 21st within a second throttled the user:

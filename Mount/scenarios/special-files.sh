@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# scenario-providers: local (FIFOs, sockets and devices are chown'ed: WebDAV stores no owners)
 # FIFOs, sockets and devices made through the mount (D-398) are kept by the mount alone, "not
 # synced": a FIFO carries bytes from a writer to a reader (the kernel's, never the daemon's), a
 # Unix socket binds and accepts, a device node shows its number (and does not open: nodev). None

@@ -14,38 +14,6 @@ import Glibc
 import TestScheduling
 #endif
 
-/// A writable mount over a scratch source tree.
-final class WritableMount {
-    let scratch: String
-    let tree: String
-    let cache: String
-    let environment: [String: String]
-    var mount: MountedFileSystem
-
-    init(prefix: String, writable: Bool = true) throws {
-        scratch = try makeTemporaryDirectory(prefix: prefix)
-        tree = scratch + "/tree"
-        cache = scratch + "/cache"
-        mkdir(tree, 0o755)
-        environment = ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"]
-        mount = try MountedFileSystem.providerfs(
-            ["--source", tree, "--cache", cache] + (writable ? [] : ["--read-only"]), environment: environment)
-    }
-
-    func path(_ relative: String) -> String { mount.path(relative) }
-    func source(_ relative: String) -> String { tree + "/" + relative }
-
-    /// Mounts again on the same cache (after a stop or a kill).
-    func remount() throws {
-        mount = try MountedFileSystem.providerfs(["--source", tree, "--cache", cache], environment: environment)
-    }
-
-    func stop() {
-        mount.stop()
-        removeTreeWithinFileSystem(scratch)
-    }
-}
-
 /// The bytes of the file at `path`, nil when it cannot be read.
 func fileBytes(_ path: String) -> [UInt8]? {
     guard let data = FileManager.default.contents(atPath: path) else { return nil }
@@ -78,9 +46,9 @@ func waitForState(_ path: String, _ state: String, timeout: Duration = .seconds(
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
 struct WriteMountTests {
-    @Test func aNewFileReachesTheSource() throws {
+    @Test(arguments: ProviderKind.available) func aNewFileReachesTheSource(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-new")
+        let mount = try WritableMount(prefix: "write-new", kind: kind)
         defer { mount.stop() }
         let result = try shell("echo hello > \(quoted(mount.path("new.txt")))")
         #expect(result.status == 0, "\(result)")
@@ -93,9 +61,9 @@ struct WriteMountTests {
     /// and writable shared mappings work; the mapping's bytes are what read(2) of the same handle
     /// sees; msync publishes; a mapping kept after close(2) and written then publishes at munmap;
     /// every version reaches the source.
-    @Test func sharedMappingsReadWriteAndPublish() throws {
+    @Test(arguments: ProviderKind.available) func sharedMappingsReadWriteAndPublish(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-mmap")
+        let mount = try WritableMount(prefix: "write-mmap", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("m.bin"), Array(repeating: UInt8(ascii: "a"), count: 3 * 4096 + 100))
         let script = """
@@ -130,9 +98,9 @@ struct WriteMountTests {
         #expect(mount.mount.child.standardError.contains("mmap of direct I/O handles: negotiated"))
     }
 
-    @Test func overwriteAppendAndTruncate() throws {
+    @Test(arguments: ProviderKind.available) func overwriteAppendAndTruncate(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-edit")
+        let mount = try WritableMount(prefix: "write-edit", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("0123456789".utf8))
         let file = quoted(mount.path("f"))
@@ -303,9 +271,9 @@ struct WriteMountTests {
         #expect(stat(mount.source("w"), &info) == 0 && info.st_mtim.tv_sec > 1_000_000_300)
     }
 
-    @Test func twoWritersShareOneStagingCopy() throws {
+    @Test(arguments: ProviderKind.available) func twoWritersShareOneStagingCopy(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-two")
+        let mount = try WritableMount(prefix: "write-two", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("..........".utf8))
         let first = open(mount.path("f"), O_WRONLY)
@@ -324,9 +292,11 @@ struct WriteMountTests {
         #expect(waitForSource(mount.source("f"), Array("AA......BB".utf8)))
     }
 
-    @Test func aReaderThatOpenedBeforeReadsTheOldVersionToItsEnd() throws {
+    @Test(arguments: ProviderKind.available) func aReaderThatOpenedBeforeReadsTheOldVersionToItsEnd(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-reader")
+        let mount = try WritableMount(prefix: "write-reader", kind: kind)
         defer { mount.stop() }
         let old = patternBytes(count: 1 << 20, seed: 7)
         writeTestFile(mount.source("f"), old)
@@ -354,9 +324,11 @@ struct WriteMountTests {
     /// Spawning a program while a file is open for writing makes the kernel send a flush from the
     /// child (its copy of the descriptor is closed by posix_spawn's file actions or at exec): that
     /// flush must not publish the half-written file (D-364). The writer's own close does.
-    @Test func aChildsFlushOfAnInheritedDescriptorPublishesNothing() throws {
+    @Test(arguments: ProviderKind.available) func aChildsFlushOfAnInheritedDescriptorPublishesNothing(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-child-flush")
+        let mount = try WritableMount(prefix: "write-child-flush", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("old".utf8))
         let writer = open(mount.path("f"), O_WRONLY)  // inherited by the child below
@@ -374,9 +346,10 @@ struct WriteMountTests {
         #expect(waitForSource(mount.source("f"), Array("had!".utf8)))
     }
 
-    @Test func fsyncPublishesWhileTheWriterStaysOpen() throws {
+    @Test(arguments: ProviderKind.available) func fsyncPublishesWhileTheWriterStaysOpen(over kind: ProviderKind) throws
+    {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-fsync")
+        let mount = try WritableMount(prefix: "write-fsync", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("old".utf8))
         let writer = open(mount.path("f"), O_WRONLY | O_TRUNC)
@@ -394,9 +367,9 @@ struct WriteMountTests {
     /// once share one staging copy, and their interleaved writes would make a mixed version that
     /// is legitimately published); readers check that each open reads one version only (every
     /// read uniform, and the same byte for the whole open).
-    @Test func tortureReadersNeverSeeAMix() throws {
+    @Test(arguments: ProviderKind.available) func tortureReadersNeverSeeAMix(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-torture")
+        let mount = try WritableMount(prefix: "write-torture", kind: kind)
         defer { mount.stop() }
         let size = 64 << 20
         writeTestFile(mount.source("f"), [UInt8](repeating: UInt8(ascii: "A"), count: size))
@@ -504,6 +477,9 @@ struct WriteMountTests {
         print("torture (64 MiB): \(writes) rewrites, \(reads) whole-file reads")
     }
 
+    // Local only: the failure it needs (an immutable directory) is not one a WebDAV server gets
+    // over: rclone then leaves the file out of its listings, and Apache (an unprivileged user)
+    // cannot write into a directory the test made as root.
     @Test func aKilledDaemonUploadsAfterTheRemount() throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-kill")
