@@ -37,6 +37,9 @@ public final class LocalWrites: Sendable {
         /// The edit started from an empty version (a new file): its publishes at close do not
         /// force the bytes to disk; fsync's do (D-381).
         var startedEmpty = false
+        /// When the copy was made (`timeline.now`): a base taken after the item's last upload is
+        /// news from the provider, one taken before it is not (D-451).
+        var since: Duration = .zero
     }
 
     /// Whose staging copy: the item's shared one (`owner` nil: plain paths), or a token's own
@@ -71,6 +74,8 @@ public final class LocalWrites: Sendable {
         /// Moves waiting for upload calls to end, by ticket (an interrupted one leaves, D-400).
         var blockedMoves: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var nextMoveTicket: UInt64 = 1
+        /// When each item's last upload was recorded (`timeline.now`).
+        var uploadedAt: [ItemIdentifier: Duration] = [:]
     }
 
     let state = Locked(State())

@@ -97,6 +97,9 @@ struct DifferentialMountTests {
         (18_279_128_783_547_457_624, false), (4_684_424_414_077_234_649, false), (6_867_958_465_429_425_710, false),
         (14_055_210_015_656_341_209, false), (12_769_367_757_050_257_476, false), (5_225_216_938_297_647_926, true),
         (8_030_425_119_994_881_509, true),
+        // A writer's base taken for news from the provider after its own upload (D-451's first
+        // form): false conflicts, an old version read.
+        (267_171_192_138_368_504, true), (2_851_362_918_633_942_220, true),
     ]
 
     /// The generation of sequences found while link(2) was left out of them (before D-410).
@@ -203,6 +206,12 @@ struct DifferentialMountTests {
             #expect(MountTable.entry(at: mounted.mountpoint) == nil, "the mount outlived the test")
         }
 
+        // A seed that once failed (a writer's old base taken for news from the provider after
+        // its own upload, D-451): replayed on every run.
+        let replayed = RandomIOChecker.run(
+            path: mounted.path("fsx-replayed.bin"), seed: 15_234_226_912_746_720_864,
+            options: RandomIOOptions(operations: 61, maximumFileSize: 4 << 20, fsyncBeforeOtherDescriptors: true))
+        #expect(replayed.passed, "\(replayed)")
         var expected: [String: [UInt8]] = [:]
         for index in 0..<runs {
             let name = "fsx-\(index).bin"

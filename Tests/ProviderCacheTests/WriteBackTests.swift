@@ -253,12 +253,19 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
                 identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, phase: .materialized))
         _ = machine.published(ContentVersion("l1"), base: ContentVersion("v1"))
         _ = machine.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v2"))
-        let next = machine.published(ContentVersion("l2"), base: ContentVersion("v3"))
+        let next = machine.published(ContentVersion("l2"), base: ContentVersion("v3"), baseIsNewer: true)
         #expect(next.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v3"))))
         // From the local version (the upload's bytes): the upload's result, as before.
         _ = machine.uploaded(ContentVersion("l2"), providerVersion: ContentVersion("v4"))
-        let local = machine.published(ContentVersion("l3"), base: ContentVersion("local:2.7"))
+        let local = machine.published(
+            ContentVersion("l3"), base: ContentVersion("local:2.7"), baseIsNewer: true)
         #expect(local.contains(.upload(version: ContentVersion("l3"), base: ContentVersion("v4"))))
+        // A copy made before that upload (a writer that fsyncs and writes on): its base is
+        // history, the upload's result is the base (the fsx seed 15234226912746720864 read an old
+        // version after a false conflict when this took the copy's base).
+        _ = machine.uploaded(ContentVersion("l3"), providerVersion: ContentVersion("v5"))
+        let old = machine.published(ContentVersion("l4"), base: ContentVersion("v1"), baseIsNewer: false)
+        #expect(old.contains(.upload(version: ContentVersion("l4"), base: ContentVersion("v5"))))
     }
 
     @Test func aPublishDuringAnUploadIsUploadedNextFromItsResult() {

@@ -214,8 +214,10 @@ extension LocalWrites {
                         identifier: identifier, localVersion: version, baseVersion: staged.base, phase: .materialized),
                     initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
             }
+            // The copy was made after the item's last upload: its base is the provider's news.
+            let fresh = state.uploadedAt[identifier].map { staged.since > $0 } ?? false
             return state.uploads[identifier]!.published(
-                version, base: staged.base, permissions: permissions, now: environment.timeline.now,
+                version, base: staged.base, baseIsNewer: fresh, permissions: permissions, now: environment.timeline.now,
                 settle: environment.options.uploadSettle, maximumSettle: environment.options.maximumUploadSettle)
         }
         perform(identifier, actions)

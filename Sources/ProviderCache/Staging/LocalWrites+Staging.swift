@@ -62,7 +62,8 @@ extension LocalWrites {
         state.withLock { state in
             var machine = StagingMachine(startsModified: changed)
             machine.openWriter()
-            state.staged[key] = Staged(machine: machine, file: file, base: base, startedEmpty: item.size == 0)
+            state.staged[key] = Staged(
+                machine: machine, file: file, base: base, startedEmpty: item.size == 0, since: environment.timeline.now)
         }
         environment.logger.debug(
             "\(item.identifier): a writer opens new staging \(file.path) from \(source.map { "\($0.version)" } ?? "nothing")"

@@ -125,16 +125,20 @@ struct UploadMachine: Sendable, Equatable {
     /// `settle` (D-405): the upload starts that long after the newest publish, and no later than
     /// `maximumSettle` after the oldest one it waits for (`now`: the host's timeline).
     mutating func published(
-        _ version: ContentVersion, base: ContentVersion?, permissions: UInt16? = nil, now: Duration = .zero,
-        settle: Duration = .zero, maximumSettle: Duration = .zero
+        _ version: ContentVersion, base: ContentVersion?, baseIsNewer: Bool = false, permissions: UInt16? = nil,
+        now: Duration = .zero, settle: Duration = .zero, maximumSettle: Duration = .zero
     ) -> [Action] {
         if record.phase == .materialized {
             // After an upload the provider's version is the local one: the next edit starts
             // there (a writer that fsynced, was uploaded, and wrote on: its staging began from
-            // the upload's own base or a local version); else from `base`. A writer that began
-            // from another provider version (changed elsewhere since the upload: another
-            // machine's write, D-451) starts from that one, or its upload was a false conflict.
-            let since = base.map { $0 != record.baseVersion && !$0.rawValue.hasPrefix("local:") } ?? false
+            // the upload's own base or a local version); else from `base`. A writer whose copy
+            // was made after that upload from another provider version (`baseIsNewer`: changed
+            // elsewhere since, another machine's write, D-451) starts from that one, or its
+            // upload was a false conflict. A copy older than the upload keeps the upload's
+            // version: its base is history (a long-lived writer that fsyncs).
+            let since =
+                baseIsNewer
+                && base.map { $0 != record.baseVersion && !$0.rawValue.hasPrefix("local:") && !$0.isUnborn } ?? false
             record.baseVersion = since ? base : record.providerVersion ?? base
             record.providerVersion = nil
             record.permissions = nil
