@@ -6,6 +6,10 @@
 public import ProviderCache
 import ProviderModel
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 extension ProviderFileSystem {
     /// An item's pin state, its effective policy and its status.
     public struct PinInfo: Sendable, Equatable {
@@ -50,16 +54,28 @@ extension ProviderFileSystem {
 
     /// setxattr/removexattr of `user.providerfs.pin` on `node`: the state set, and for
     /// `unpinned` the files under it evicted where eviction allows (those in use, not uploaded
-    /// or pinned below are kept; presenters are not asked, as for the limits: D-445).
-    func setPinAttribute(_ pin: PinState, of node: InodeTable.Node, flags: Int32) async throws(FileSystemError) {
+    /// or pinned below are kept), each after its presenters agreed (`evictionClaims`, as
+    /// `providerfs unpin` asks them; a presenter that refuses keeps its file).
+    func setPinAttribute(
+        _ pin: PinState, of node: InodeTable.Node, flags: Int32, context: RequestContext
+    ) async throws(FileSystemError) {
         // The attribute always exists: XATTR_CREATE fails as for any existing attribute.
         if flags & 1 != 0 {  // XATTR_CREATE
             throw FileSystemError(.exists, "user.providerfs.pin always exists")
         }
         do { try cache.setPinState(pin, of: node.identifier) } catch { throw FileSystemError(error) }
         guard pin == .unpinned else { return }
+        let pid = Self.process(of: context) ?? getpid()
         for file in cache.filesWithContent(atOrUnder: node.identifier) {
-            _ = try? await evict(file)
+            guard let evictionClaims, let path = cache.catalog.path(of: file) else {
+                _ = try? await evict(file)
+                continue
+            }
+            do throws(FileSystemError) {
+                _ = try await evictionClaims.evictingClaim(path, pid: pid) { try? await self.evict(file) }
+            } catch {
+                logger.info("\(path): kept by user.providerfs.pin=unpinned: \(error.message)")
+            }
         }
     }
 

@@ -59,6 +59,8 @@ public final class ProviderFileSystem: FileSystem {
     let writeClaims: (any WriteClaimProvider)?
     /// The coordination of unlink, rmdir and rename (`ports.namespace`).
     let namespaceClaims: any NamespaceClaimProvider
+    /// Presenters asked before a `user.providerfs.pin` eviction (`ports.evictions`).
+    let evictionClaims: (any EvictionClaimProvider)?
     /// Checks the tokens of access paths; nil: the mount has no `.scoped` directory.
     let scopedAccess: (any ScopedAccessProvider)?
     /// Require-token mode: `options.plainPaths` is set (read on every lookup, without unwrapping it).
@@ -157,6 +159,7 @@ public final class ProviderFileSystem: FileSystem {
         self.claims = claims.reads
         self.writeClaims = claims.writes
         self.namespaceClaims = claims.namespace
+        self.evictionClaims = claims.evictions
         self.scopedAccess = scopedAccess
         if scopedAccess != nil { state.withLock { $0.scopedDirectory = $0.inodes.reserve() } }
         // Tokens that end early make the kernel forget their paths (D-346).
@@ -799,7 +802,7 @@ public final class ProviderFileSystem: FileSystem {
         try checkPlainNode(inode, "setxattr", context: context)
         let node = try anyNode(inode, context: context, operation: "setxattr")
         guard name == AttributeName.pin, let node else { throw readOnly("setxattr") }
-        try await setPinAttribute(try Self.pinState(from: value), of: node, flags: flags)
+        try await setPinAttribute(try Self.pinState(from: value), of: node, flags: flags, context: context)
     }
 
     /// Removing `user.providerfs.pin` makes the item inherit (D-445); any other name: EROFS.
@@ -809,7 +812,7 @@ public final class ProviderFileSystem: FileSystem {
         try checkPlainNode(inode, "removexattr", context: context)
         let node = try anyNode(inode, context: context, operation: "removexattr")
         guard name == AttributeName.pin, let node else { throw readOnly("removexattr") }
-        try await setPinAttribute(.inherited, of: node, flags: 0)
+        try await setPinAttribute(.inherited, of: node, flags: 0, context: context)
     }
 
     // MARK: File system

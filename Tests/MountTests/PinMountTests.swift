@@ -217,4 +217,47 @@ struct PinMountTests {
         #expect(text.output.contains("new downloads refused (ENOSPC)"), "\(text.output)")
         #expect(text.output.contains("pinned"), "\(text.output)")
     }
+
+    /// `setfattr … unpinned` asks presenters first, as `providerfs unpin` does: one without
+    /// accommodatePresentedItemEviction keeps its file, one that accommodates hears of it first.
+    @Test func setfattrUnpinnedAsksPresentersFirst() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mounted = try mount()
+        defer { mounted.stop() }
+        let docs = mounted.path("docs")
+        let files = ["docs/a.txt", "docs/b.txt", "docs/sub/c.bin"]
+        func pinAll() throws {
+            #expect(try shell("setfattr -n user.providerfs.pin -v pinned \(quoted(docs))").status == 0)
+            #expect(waitUntil { files.allSatisfy { attribute("state", mounted.path($0)) == "materialized" } })
+        }
+        let environment = ["PROVIDERFS_RUNTIME_DIR": runtime]
+        let providerfsPath = productsDirectory + "/providerfs"
+        func stop(_ child: ChildProcess) {
+            child.signal(SIGTERM)
+            if child.wait(timeout: .seconds(10)) == nil {
+                child.signal(SIGKILL)
+                child.wait(timeout: .seconds(5))
+            }
+        }
+        try pinAll()
+        let vetoing = try ChildProcess(
+            providerfsPath, ["present", mounted.path("docs/a.txt")], environment: environment)
+        defer { stop(vetoing) }
+        #expect(waitUntil { vetoing.standardOutput.contains(#""event":"ready""#) }, "\(vetoing.standardError)")
+        #expect(try shell("setfattr -n user.providerfs.pin -v unpinned \(quoted(docs))").status == 0)
+        #expect(attribute("state", mounted.path("docs/a.txt")) == "materialized", "a presenter refused: kept")
+        #expect(attribute("state", mounted.path("docs/b.txt")) == "dataless")
+        #expect(attribute("state", mounted.path("docs/sub/c.bin")) == "dataless")
+        stop(vetoing)
+
+        try pinAll()
+        let accepting = try ChildProcess(
+            providerfsPath, ["present", mounted.path("docs/a.txt"), "--accept-eviction"], environment: environment)
+        defer { stop(accepting) }
+        #expect(waitUntil { accepting.standardOutput.contains(#""event":"ready""#) }, "\(accepting.standardError)")
+        #expect(try shell("setfattr -n user.providerfs.pin -v unpinned \(quoted(docs))").status == 0)
+        #expect(accepting.standardOutput.contains("accommodatePresentedItemEviction"), "\(accepting.standardOutput)")
+        for file in files { #expect(attribute("state", mounted.path(file)) == "dataless", "\(file)") }
+    }
 }

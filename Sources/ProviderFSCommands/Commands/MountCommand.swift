@@ -390,6 +390,8 @@ struct MountCommand: CLICommand {
         let namespaceClaims = MountNamespaceClaims(
             server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait,
             readClaims: claims)
+        let evictionClaims = MountEvictionClaims(
+            server: coordination, mountpoint: plan.mountpoint, deadline: MountEvictionClaims.defaultDeadline)
         let fileSystem: ProviderFileSystem
         let faults: FaultPlan
         let tokens: TokenAuthority
@@ -443,7 +445,9 @@ struct MountCommand: CLICommand {
             }
             (fileSystem, faults, tokens) = try MountComposition.makeMount(
                 source: plan.source, cacheDirectory: plan.cacheDirectory, demo: plan.demo, options: fileSystemOptions,
-                claims: ClaimPorts(reads: claims, writes: writeClaims, namespace: namespaceClaims), webdav: webdav,
+                claims: ClaimPorts(
+                    reads: claims, writes: writeClaims, namespace: namespaceClaims, evictions: evictionClaims),
+                webdav: webdav,
                 webdavProvider: webdavProvider,
                 // Presenters hear what the provider changed (D-403).
                 providerChanges: MountProviderChanges(server: coordination, mountpoint: plan.mountpoint))
@@ -471,9 +475,7 @@ struct MountCommand: CLICommand {
         // before the kernel mount, so a client that sees the mount finds its socket.
         let control = makeControlServer(
             plan, fileSystem: fileSystem, faults: faults, tokens: tokens,
-            evictionClaims: MountEvictionClaims(
-                server: coordination, mountpoint: plan.mountpoint, deadline: MountEvictionClaims.defaultDeadline),
-            remoteLocks: remoteLocks)
+            evictionClaims: evictionClaims, remoteLocks: remoteLocks)
         if let control {
             do { try control.start() } catch {
                 logger.warning("cannot start the control socket \(control.socketPath): \(error.errno.message)")

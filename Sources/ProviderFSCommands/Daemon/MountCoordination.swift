@@ -245,3 +245,17 @@ package struct MountEvictionClaims: Sendable {
         return await body()
     }
 }
+
+/// The file system's eviction port (a `user.providerfs.pin` of `unpinned`): the same claim.
+extension MountEvictionClaims: EvictionClaimProvider {
+    package func evictingClaim<T: Sendable>(
+        _ relativePath: String, pid: Int32, _ body: () async -> T
+    ) async throws(FileSystemError) -> T {
+        do throws(CoordinationError) {
+            return try await withEvictionClaim(relativePath, pid: pid, body)
+        } catch {
+            let reason = error.code == .presenterFailed ? "a presenter refused" : "not coordinated"
+            throw FileSystemError(.coordinationFailed, "\(reason): \(error.message)")
+        }
+    }
+}
