@@ -3,6 +3,7 @@
 // (getfattr shows it, setfattr sets it: setting `unpinned` evicts, as `providerfs unpin` does;
 // removing it is `inherited`). `user.providerfs.policy` shows the effective policy (read only).
 
+import Diagnostics
 public import ProviderCache
 import ProviderModel
 
