@@ -30,6 +30,8 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     private var failure: ProviderError?
     private var closed = false
     private var waiter: CheckedContinuation<Void, Never>?
+    /// How the transfer failed, as `HTTPRetry` reads it (set on the transfer thread).
+    private var failedAs: HTTPRetry.Outcome = .other
 
     /// Bytes the queue holds before the transfer thread waits.
     static let capacity = 8 << 20
@@ -97,6 +99,9 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
 
     private func decidedNow() -> Bool { monitor.withLock { decided } }
 
+    /// How `start` failed, for a retry (D-452): the server's answer, or the transfer's failure.
+    var failureOutcome: HTTPRetry.Outcome { monitor.withLock { failedAs } }
+
     /// Judges the response: its status, its range, its version (see the file's header).
     /// Called on the transfer thread, before the first body byte is taken or at the end.
     private func decide() {
@@ -122,9 +127,13 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             problem = WebDAVProvider.statusError(status, "GET \(identifier)", conflict: .versionChanged)
         }
         if problem == nil, !empty, let mismatch = versionMismatch(headers) { problem = mismatch }
+        let answered = HTTPRetry.Outcome.status(status, retryAfter: headers["retry-after"])
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             decided = true
-            if let problem, failure == nil { failure = problem }
+            if let problem, failure == nil {
+                failure = problem
+                failedAs = answered
+            }
             if empty { ended = true }
             defer { waiter = nil }
             return waiter
@@ -204,9 +213,13 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     }
 
     private func finish(_ thrown: ProviderError?) {
+        let transport = thrown == nil ? HTTPRetry.Outcome.other : HTTPTransport.outcome(context.code)
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             ended = true
-            if let thrown, failure == nil, !closed { failure = thrown }
+            if let thrown, failure == nil, !closed {
+                failure = thrown
+                failedAs = transport
+            }
             defer { waiter = nil }
             return waiter
         }

@@ -4,7 +4,6 @@
 // a server that sends none gets `lm:<getlastmodified seconds>;s<size>` (D-416). Writes are in
 // WebDAVProvider+Writing.swift.
 
-import CCurl
 import Foundation
 public import ProviderModel
 import SystemSupport
@@ -171,14 +170,7 @@ public final class WebDAVProvider: Provider {
                 try await stream.start(request, transport: transport)
                 return stream
             } catch {
-                // Read after `start` saw the transfer's decision or end under the stream's lock.
-                let context = stream.context
-                let outcome: HTTPRetry.Outcome =
-                    error is CancellationError
-                    ? .other
-                    : context.status != 0
-                        ? .status(context.status, retryAfter: context.headers["retry-after"])
-                        : HTTPTransport.outcome(context.code)
+                let outcome: HTTPRetry.Outcome = error is CancellationError ? .other : stream.failureOutcome
                 guard let wait = transport.retry.delay(after: attempt, method: "GET", outcome: outcome) else {
                     throw error
                 }
