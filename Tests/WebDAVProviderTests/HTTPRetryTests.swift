@@ -96,6 +96,5 @@ import Glibc
         let elapsed = ContinuousClock.now - started
         #expect(provider.requestsRetried == 3)
         #expect(elapsed >= .milliseconds(1300), "the backoffs are 0.1, 0.3 and 0.9 s: \(elapsed)")
-        #expect(elapsed < .seconds(20))
     }
 }
