@@ -267,25 +267,24 @@ public final class ProviderFileSystem: FileSystem {
         let (serial, links) = cache.catalog.serialAndLinks(of: item.identifier)
         // A file with other names whose edit is kept under one of them (D-410).
         let holder = links > 1 ? cache.catalog.namesHoldingEdits(of: [item.identifier])[item.identifier] : nil
-        let bound = state.withLock { state in
+        func bindLookedUp(_ state: inout State) -> (InodeNumber, UInt64, ItemIdentifier?) {
             let (inode, generation) = state.inodes.bindLookedUp(
                 item.identifier, kind: item.kind, serial: serial, holder: holder)
-            return (
-                inode, generation, state.inodes.identity(of: inode)?.identifier, state.inodes.cachingHandles(of: inode)
-            )
+            return (inode, generation, state.inodes.identity(of: inode)?.identifier)
         }
-        var (inode, generation, primary) = (bound.0, bound.1, bound.2)
+        let (bound, caching) = state.withLock { state in
+            let bound = bindLookedUp(&state)
+            return (bound, state.inodes.cachingHandles(of: bound.0))
+        }
+        var (inode, generation, primary) = bound
         // Read handles of the node use the page cache: a lookup that would show another version
         // (or size) there binds a new node instead (D-435).
-        if bound.3 > 0, links <= 1,
-            retireIfShowingAnother(
-                inode, item: item, shownSize: cache.staged(item.identifier)?.size ?? item.size)
+        if caching > 0, links <= 1,
+            retireIfShowingAnother(inode, item: item, shownSize: cache.staged(item.identifier)?.size ?? item.size)
         {
             (inode, generation, primary) = state.withLock { state in
                 state.inodes.forget(inode, count: 1)  // this reply names the new node
-                let (inode, generation) = state.inodes.bindLookedUp(
-                    item.identifier, kind: item.kind, serial: serial, holder: holder)
-                return (inode, generation, state.inodes.identity(of: inode)?.identifier)
+                return bindLookedUp(&state)
             }
         }
         // Another name of a file whose node goes by one of its names (D-396): the node's item,

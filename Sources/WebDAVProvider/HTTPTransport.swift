@@ -156,25 +156,33 @@ final class HTTPTransport: Sendable {
     /// A busy server (502, 503, 504, 429) and a connection that failed are asked again after a
     /// backoff (`retry`, D-452); a cancelled task stops the wait.
     func send(_ request: HTTPRequest) async throws -> HTTPResponse {
-        var attempt = 1
-        while true {
+        try await retrying(request.method) {
             let context = TransferContext(stallTimeout: settings.stallTimeout)
-            let outcome: HTTPRetry.Outcome
-            let answer: Result<HTTPResponse, any Error>
             do {
                 let response = try await sendOnce(request, context: context)
-                answer = .success(response)
-                outcome = .status(response.status, retryAfter: response.header("retry-after"))
+                return (.success(response), .status(response.status, retryAfter: response.header("retry-after")))
             } catch {
-                answer = .failure(error)
-                outcome = context.abortReason != nil || error is CancellationError ? .other : Self.outcome(context.code)
+                let outcome =
+                    context.abortReason != nil || error is CancellationError ? .other : Self.outcome(context.code)
+                return (.failure(error), outcome)
             }
-            guard let wait = retry.delay(after: attempt, method: request.method, outcome: outcome) else {
+        }
+    }
+
+    /// Runs `attempt` until `retry` says its outcome is the answer, waiting its backoffs (D-452):
+    /// the one loop of `send` and of a GET's start (`WebDAVProvider.fetchContents`).
+    func retrying<T>(
+        _ method: String, _ attempt: () async -> (Result<T, any Error>, HTTPRetry.Outcome)
+    ) async throws -> T {
+        var number = 1
+        while true {
+            let (answer, outcome) = await attempt()
+            guard let wait = retry.delay(after: number, method: method, outcome: outcome) else {
                 return try answer.get()
             }
             retries.withLock { $0 += 1 }
             try await Task.sleep(for: wait)
-            attempt += 1
+            number += 1
         }
     }
 

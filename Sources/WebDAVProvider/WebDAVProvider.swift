@@ -162,21 +162,14 @@ public final class WebDAVProvider: Provider {
             totalDeadline: false)
         // Asked again, before any byte was taken, when the server is busy or the connection
         // failed (D-452).
-        var attempt = 1
-        while true {
+        return try await transport.retrying("GET") {
             let stream = WebDAVContentStream(
                 identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout)
             do {
                 try await stream.start(request, transport: transport)
-                return stream
+                return (.success(stream as any ContentStream), .other)
             } catch {
-                let outcome: HTTPRetry.Outcome = error is CancellationError ? .other : stream.failureOutcome
-                guard let wait = transport.retry.delay(after: attempt, method: "GET", outcome: outcome) else {
-                    throw error
-                }
-                transport.retries.withLock { $0 += 1 }
-                try await Task.sleep(for: wait)
-                attempt += 1
+                return (.failure(error), error is CancellationError ? .other : stream.failureOutcome)
             }
         }
     }

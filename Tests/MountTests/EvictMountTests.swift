@@ -129,15 +129,8 @@ struct EvictMountTests {
         // A presenter without accommodatePresentedItemEviction vetoes (rule 34).
         let environment = ["PROVIDERFS_RUNTIME_DIR": runtime]
         let providerfsPath = productsDirectory + "/providerfs"
-        func stop(_ child: ChildProcess) {
-            child.signal(SIGTERM)
-            if child.wait(timeout: .seconds(10)) == nil {
-                child.signal(SIGKILL)
-                child.wait(timeout: .seconds(5))
-            }
-        }
         let vetoing = try ChildProcess(providerfsPath, ["present", big], environment: environment)
-        defer { stop(vetoing) }
+        defer { stopChild(vetoing) }
         #expect(waitUntil { vetoing.standardOutput.contains(#""event":"ready""#) }, "\(vetoing.standardError)")
         let vetoed = try providerfs(["evict", big, "--json"], runtime: runtime)
         #expect(vetoed.status == 1, "\(vetoed)")
@@ -145,12 +138,12 @@ struct EvictMountTests {
         #expect(refusal["outcome"] as? String == "refused")
         #expect((refusal["reason"] as? String ?? "").contains("accommodatePresentedItemEviction"), "\(refusal)")
         #expect(try state(big) == "materialized")
-        stop(vetoing)
+        stopChild(vetoing)
 
         // One that accepts hears of it before the content goes, and ends.
         let accepting = try ChildProcess(
             providerfsPath, ["present", big, "--accept-eviction"], environment: environment)
-        defer { stop(accepting) }
+        defer { stopChild(accepting) }
         #expect(waitUntil { accepting.standardOutput.contains(#""event":"ready""#) }, "\(accepting.standardError)")
         let accepted = try providerfs(["evict", big], runtime: runtime)
         #expect(accepted.status == 0, "\(accepted)")

@@ -233,28 +233,21 @@ struct PinMountTests {
         }
         let environment = ["PROVIDERFS_RUNTIME_DIR": runtime]
         let providerfsPath = productsDirectory + "/providerfs"
-        func stop(_ child: ChildProcess) {
-            child.signal(SIGTERM)
-            if child.wait(timeout: .seconds(10)) == nil {
-                child.signal(SIGKILL)
-                child.wait(timeout: .seconds(5))
-            }
-        }
         try pinAll()
         let vetoing = try ChildProcess(
             providerfsPath, ["present", mounted.path("docs/a.txt")], environment: environment)
-        defer { stop(vetoing) }
+        defer { stopChild(vetoing) }
         #expect(waitUntil { vetoing.standardOutput.contains(#""event":"ready""#) }, "\(vetoing.standardError)")
         #expect(try shell("setfattr -n user.providerfs.pin -v unpinned \(quoted(docs))").status == 0)
         #expect(attribute("state", mounted.path("docs/a.txt")) == "materialized", "a presenter refused: kept")
         #expect(attribute("state", mounted.path("docs/b.txt")) == "dataless")
         #expect(attribute("state", mounted.path("docs/sub/c.bin")) == "dataless")
-        stop(vetoing)
+        stopChild(vetoing)
 
         try pinAll()
         let accepting = try ChildProcess(
             providerfsPath, ["present", mounted.path("docs/a.txt"), "--accept-eviction"], environment: environment)
-        defer { stop(accepting) }
+        defer { stopChild(accepting) }
         #expect(waitUntil { accepting.standardOutput.contains(#""event":"ready""#) }, "\(accepting.standardError)")
         #expect(try shell("setfattr -n user.providerfs.pin -v unpinned \(quoted(docs))").status == 0)
         #expect(accepting.standardOutput.contains("accommodatePresentedItemEviction"), "\(accepting.standardOutput)")

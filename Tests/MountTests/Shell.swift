@@ -61,3 +61,12 @@ func waitUntil(_ limit: Duration = .seconds(20), _ condition: () throws -> Bool)
     }
     return true
 }
+
+/// Ends a child the test started: SIGTERM, then SIGKILL when it has not ended within 10 s.
+func stopChild(_ child: ChildProcess) {
+    child.signal(SIGTERM)
+    if child.wait(timeout: .seconds(10)) == nil {
+        child.signal(SIGKILL)
+        child.wait(timeout: .seconds(5))
+    }
+}

@@ -25,21 +25,10 @@ import Glibc
     static let readOnly = OpenFlags(rawValue: O_RDONLY)
     static let truncating = OpenFlags(rawValue: O_WRONLY | O_TRUNC)
 
-    func read(_ fs: ProviderFileSystem, _ inode: InodeNumber, _ handle: FileHandleID) async throws -> [UInt8] {
-        let data = try await fs.read(inode, handle: handle, offset: 0, count: 1 << 20, context: .kernel)
-        switch data.source {
-        case .memory(let buffer): return buffer.withUnsafeBytes { Array($0.prefix(data.count)) }
-        case .file(let descriptor, let offset, _):
-            var result = [UInt8](repeating: 0, count: data.count)
-            let got = result.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, data.count, off_t(offset)) }
-            return Array(result.prefix(max(0, got)))
-        }
-    }
-
     /// Reads the whole file through a handle of its own, so that it is all in the cache.
     func download(_ fs: ProviderFileSystem, _ inode: InodeNumber) async throws {
         let handle = try await fs.open(inode, flags: Self.readOnly, context: .kernel).handle
-        _ = try await read(fs, inode, handle)
+        _ = try await readBytes(fs, inode, handle)
         await fs.release(inode, handle: handle)
     }
 
@@ -68,11 +57,11 @@ import Glibc
         // Not all here yet: direct I/O, which follows a download faster than the page cache.
         let cold = try await fs.open(node, flags: Self.readOnly, context: .kernel)
         #expect(cold.directIO)
-        _ = try await read(fs, node, cold.handle)
+        _ = try await readBytes(fs, node, cold.handle)
         await fs.release(node, handle: cold.handle)
         let reader = try await fs.open(node, flags: Self.readOnly, context: .kernel)
         #expect(!reader.directIO && reader.keepCache, "a reader of a node of its version alone uses the page cache")
-        #expect(try await read(fs, node, reader.handle) == old)
+        #expect(try await readBytes(fs, node, reader.handle) == old)
 
         // A writer of that node: ESTALE (the kernel looks the name up again), and the kernel is
         // told to forget the name.
@@ -97,7 +86,7 @@ import Glibc
         #expect(oldShown.size == Int64(old.count))
         #expect(oldShown.linkCount == 0)
         #expect(oldShown.serialNumber == first.attributes.serialNumber)
-        #expect(try await read(fs, node, reader.handle) == old)
+        #expect(try await readBytes(fs, node, reader.handle) == old)
         #expect(try await fs.getAttributes(newNode, context: .kernel).size == 3)
 
         // The writer's node held a writer's pages: a reader of the new version gets a node of
@@ -110,7 +99,7 @@ import Glibc
         #expect(third.attributes.inode != newNode && third.attributes.inode != node)
         let newReader = try await fs.open(third.attributes.inode, flags: Self.readOnly, context: .kernel)
         #expect(!newReader.directIO && newReader.keepCache, "a published version is all in the cache")
-        #expect(try await read(fs, third.attributes.inode, newReader.handle) == new)
+        #expect(try await readBytes(fs, third.attributes.inode, newReader.handle) == new)
         // Another reader of the same version shares that node's pages.
         let again = try await fs.open(third.attributes.inode, flags: Self.readOnly, context: .kernel)
         #expect(!again.directIO && again.keepCache)
@@ -147,7 +136,7 @@ import Glibc
         let current = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
         #expect(current != node)
         #expect(try await fs.setAttributes(current, changes: size, handle: nil, context: .kernel).size == 4)
-        #expect(try await read(fs, node, reader.handle) == Array("0123456789".utf8))
+        #expect(try await readBytes(fs, node, reader.handle) == Array("0123456789".utf8))
 
         // A writer open on the current node: a reader beside it is direct I/O, on the same node.
         let writer = try await fs.open(current, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)

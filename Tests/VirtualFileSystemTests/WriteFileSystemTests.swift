@@ -47,7 +47,8 @@ final class WritingMemoryProvider: Provider, @unchecked Sendable {
     }
 }
 
-private func readBytes(
+/// The bytes one read of `handle` returns (from memory or from the descriptor it names).
+func readBytes(
     _ fs: ProviderFileSystem, _ inode: InodeNumber, _ handle: FileHandleID, count: Int = 1 << 20
 )
     async throws -> [UInt8]
