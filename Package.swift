@@ -66,7 +66,18 @@ let package = Package(
                 "WebDAVProvider", "AccessTokens", "FileCoordination", "ControlWire", "SystemSupport", "Diagnostics",
             ]),
         .executableTarget(name: "providerfs", dependencies: ["ProviderFSCommands"]),
-        .executableTarget(name: "reading-list", dependencies: ["ReadingList", "SystemSupport"]),
+        // One process per import: a release build links the Swift runtime and Foundation statically,
+        // which halves its start-up (D-476). The libraries are the toolchain's own static ones.
+        .executableTarget(
+            name: "reading-list", dependencies: ["ReadingList", "SystemSupport"],
+            linkerSettings: [
+                .unsafeFlags(
+                    [
+                        "-static-stdlib", "-Xlinker", "--start-group", "-lFoundation", "-lCoreFoundation",
+                        "-lFoundationEssentials", "-lFoundationInternationalization", "-l_FoundationICU",
+                        "-l_FoundationCShims", "-l_FoundationCollections", "-Xlinker", "--end-group",
+                    ], .when(configuration: .release))
+            ]),
         // A small child process for cross-process coordination tests and benchmarks.
         .executableTarget(name: "coordination-probe", dependencies: ["FileCoordination", "SystemSupport"]),
         // SQLiteStore against raw SQLite, built -c release by Benchmarks/sqlite.sh (not run by tests).

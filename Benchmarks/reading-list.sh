@@ -3,6 +3,10 @@
 # "importing a 100 MB PDF from a materialized item: the whole import within 2x of cp + qpdf
 # --check of the same file, measured in the same run").
 #   Benchmarks/reading-list.sh [SIZE_MIB] [REPETITIONS]      (defaults 100 and 7)
+#   Benchmarks/reading-list.sh --many [COUNT] [REPETITIONS]  (defaults 200 and 3)
+# --many (issue 28: start-up): COUNT small PDFs (one page, < 1 KiB), each imported by a process of
+# its own, against `cp` + `qpdf --check` of each; target <= 2x. Also prints the start-up cost
+# (`reading-list --version`, and `list` of the library the imports made).
 # Builds the release binaries, writes a PDF of SIZE_MIB in a source directory, mounts it with
 # providerfs, materializes it, then alternates the two commands REPETITIONS times and prints
 # each run and the medians and their ratio. Both read the same materialized item through the
@@ -12,8 +16,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
-SIZE_MIB="${1:-100}"
-REPETITIONS="${2:-7}"
+MANY=""
+if [[ "${1:-}" == "--many" ]]; then
+    MANY="${2:-200}"
+    REPETITIONS="${3:-3}"
+    SIZE_MIB=0
+else
+    SIZE_MIB="${1:-100}"
+    REPETITIONS="${2:-7}"
+fi
 
 Scripts/install-deps
 echo "== release build" >&2
@@ -39,6 +50,29 @@ trap 'exit 143' TERM
 mkdir -p "$work/src" "$work/mnt"
 export PROVIDERFS_RUNTIME_DIR="$work/run"
 
+if [[ -n "$MANY" ]]; then
+    mkdir -p "$work/src/many"
+    python3 - "$work/src/many" "$MANY" <<'PY'
+import sys
+directory, count = sys.argv[1], int(sys.argv[2])
+for n in range(count):
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>", "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>"]
+    content = "BT /F1 12 Tf 72 700 Td (document %d) Tj ET" % n
+    objects.append("<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += ("%d 0 obj\n%s\nendobj\n" % (i, body)).encode()
+    xref = len(out)
+    out += ("xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)).encode()
+    for offset in offsets:
+        out += ("%010d 00000 n \n" % offset).encode()
+    out += ("trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)).encode()
+    open("%s/d%05d.pdf" % (directory, n), "wb").write(out)
+PY
+fi
 python3 - "$work/src/document.pdf" "$SIZE_MIB" <<'PY'
 import sys
 path, mib = sys.argv[1], int(sys.argv[2])
@@ -67,13 +101,59 @@ PY
 mounted="$("$bin/providerfs" mount --source "$work/src" "$work/mnt" --cache "$work/cache" --json)"
 daemon="$(sed -n 's/.*"pid" *: *\([0-9]*\).*/\1/p' <<<"$mounted")"
 "$bin/providerfs" download "$work/mnt/document.pdf" >/dev/null
+seconds() { local start=$EPOCHREALTIME; "$@" >/dev/null 2>&1 || return 1; python3 -c "print(f'{$EPOCHREALTIME - $start:.3f}')"; }
+
+if [[ -n "$MANY" ]]; then
+    "$bin/providerfs" download "$work/mnt/many" >/dev/null
+    echo "## reading-list: $MANY small PDFs, one process each, vs cp + qpdf --check of each ($REPETITIONS rounds, alternating)"
+    echo
+    baseline=()
+    imports=()
+    for run in $(seq "$REPETITIONS"); do
+        rm -rf "$work/copies" "$work/app"
+        mkdir -p "$work/copies"
+        sync
+        b="$(seconds sh -c "for f in '$work/mnt/many'/*.pdf; do cp \"\$f\" '$work/copies/' && qpdf --check \"\$f\" || exit 1; done")" \
+            || { echo "cp + qpdf --check failed" >&2; exit 1; }
+        sync
+        i="$(seconds sh -c "for f in '$work/mnt/many'/*.pdf; do '$bin/reading-list' import \"\$f\" --data-dir '$work/app' || exit 1; done")" \
+            || { echo "an import failed: $("$bin/reading-list" report --data-dir "$work/app" --limit 1)" >&2; exit 1; }
+        imported="$("$bin/reading-list" list --json --data-dir "$work/app" | grep -c .)"
+        [[ "$imported" -eq "$MANY" ]] || { echo "the library holds $imported documents, not $MANY" >&2; exit 1; }
+        baseline+=("$b")
+        imports+=("$i")
+        echo "round $run: cp + qpdf --check $b s, imports $i s"
+    done
+    version="$(seconds sh -c "for n in \$(seq 20); do '$bin/reading-list' --version || exit 1; done")"
+    listing="$(seconds sh -c "for n in \$(seq 20); do '$bin/reading-list' list --data-dir '$work/app' || exit 1; done")"
+    verdict=0
+    python3 - "${baseline[*]}" "${imports[*]}" "$MANY" "$version" "$listing" <<'PY' || verdict=$?
+import statistics, sys
+baseline = [float(x) for x in sys.argv[1].split()]
+imports = [float(x) for x in sys.argv[2].split()]
+count, version, listing = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+b, i = statistics.median(baseline), statistics.median(imports)
+print()
+print("| | median, whole round | per file |")
+print("|---|---|---|")
+print(f"| cp + qpdf --check | {b:.3f} s | {b / count * 1000:.1f} ms |")
+print(f"| reading-list import | {i:.3f} s | {i / count * 1000:.1f} ms |")
+print(f"| start-up: reading-list --version | | {version / 20 * 1000:.1f} ms |")
+print(f"| start-up and reconcile: reading-list list ({count} documents) | | {listing / 20 * 1000:.1f} ms |")
+print()
+ratio = i / b
+print(f"import / (cp + qpdf --check) = {ratio:.2f} (target: <= 2.00): {'met' if ratio <= 2.0 else 'MISSED'}")
+sys.exit(0 if ratio <= 2.0 else 3)
+PY
+    [[ $verdict -eq 0 ]] || { echo "reading-list: small imports are more than 2x cp + qpdf --check (issue 28 target)" >&2; exit 1; }
+    exit 0
+fi
 state="$(getfattr --only-values -n user.providerfs.state "$work/mnt/document.pdf")"
 [[ "$state" == materialized ]] || { echo "the item is $state, not materialized" >&2; exit 1; }
 size="$(stat -c %s "$work/src/document.pdf")"
 echo "## reading-list import vs cp + qpdf --check ($size bytes, materialized, $REPETITIONS runs each, alternating)"
 echo
 
-seconds() { local start=$EPOCHREALTIME; "$@" >/dev/null 2>&1 || return 1; python3 -c "print(f'{$EPOCHREALTIME - $start:.3f}')"; }
 baseline=()
 imports=()
 for run in $(seq "$REPETITIONS"); do

@@ -205,8 +205,7 @@ public final class Importer: Sendable {
             attempt.result = .imported
             attempt.documentID = document?.id
         }
-        try? store.save(attempt)
-        try? store.pruneAttempts(keeping: 500)
+        try? store.save(attempt, keepingAttempts: 500)
         return ImportOutcome(attempt: attempt, document: document, failure: failure)
     }
 }

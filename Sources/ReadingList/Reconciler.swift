@@ -91,7 +91,7 @@ public enum Reconciler {
             if unlink(path) == 0 { report.removedFiles.append("library/" + name) }
         }
 
-        for attempt in try store.attempts(limit: 500) where attempt.result == .running {
+        for attempt in try store.runningAttempts() {
             guard !isAlive(pid: attempt.ownerPID, startTime: attempt.ownerStartTime) else { continue }
             var interrupted = attempt
             interrupted.result = .interrupted

@@ -115,7 +115,10 @@ public final class RecordStore: Sendable {
         var configuration = DatabaseQueue.Configuration()
         // Two imports (two processes) may write at once: wait for each other, do not fail.
         configuration.busyTimeout = .seconds(30)
-        configuration.synchronous = .full
+        // Commits are durable against a crash of the process; the ones an import's outcome rests
+        // on (a record made available or removed) are also fsynced, and with them every earlier
+        // commit (D-475).
+        configuration.synchronous = .normal
         configuration.label = "reading-list"
         do {
             queue = try DatabaseQueue(path: path, migrator: migrator, configuration: configuration)
@@ -146,7 +149,7 @@ public final class RecordStore: Sendable {
     /// Marks a pending document available (its file is in the library); false if it is gone.
     @discardableResult
     public func markAvailable(_ id: String) throws(ReadingListError) -> Bool {
-        try write("mark \(id) available") { db in
+        try write("mark \(id) available", durable: true) { db in
             try db.execute(
                 "UPDATE documents SET state = 'available', owner_pid = NULL, owner_start_time = NULL WHERE id = ?",
                 [id])
@@ -157,7 +160,7 @@ public final class RecordStore: Sendable {
     /// Removes a document's record; false if there was none.
     @discardableResult
     public func delete(_ id: String) throws(ReadingListError) -> Bool {
-        try write("delete the record of \(id)") { db in
+        try write("delete the record of \(id)", durable: true) { db in
             try db.execute("DELETE FROM documents WHERE id = ?", [id])
             return db.changesCount > 0
         }
@@ -184,8 +187,9 @@ public final class RecordStore: Sendable {
 
     // MARK: Attempts
 
-    /// Writes (inserts or replaces) an attempt's row.
-    public func save(_ attempt: ImportAttempt) throws(ReadingListError) {
+    /// Writes (inserts or replaces) an attempt's row; with `keepingAttempts`, also keeps only
+    /// that many of the newest attempts, in the same transaction.
+    public func save(_ attempt: ImportAttempt, keepingAttempts: Int? = nil) throws(ReadingListError) {
         try write("record the import attempt") { db in
             try db.execute(
                 """
@@ -199,6 +203,7 @@ public final class RecordStore: Sendable {
                     attempt.documentID, Self.json(attempt.stages), Self.json(attempt.versions),
                     attempt.ownerPID.map(Int64.init), attempt.ownerStartTime.map { Int64(bitPattern: $0) },
                 ])
+            if let keepingAttempts { try Self.prune(db, keeping: keepingAttempts) }
         }
     }
 
@@ -213,20 +218,35 @@ public final class RecordStore: Sendable {
         }
     }
 
+    /// The attempts still marked running (by a live import, or one whose process ended).
+    public func runningAttempts() throws(ReadingListError) -> [ImportAttempt] {
+        try read("read the running import attempts") { db in
+            try db.fetchAll(
+                AttemptRow.self, "SELECT * FROM attempts WHERE result = ? ORDER BY started_at, id",
+                [ImportAttempt.Result.running.rawValue]
+            ).map(\.attempt)
+        }
+    }
+
     /// Keeps the newest `count` attempts.
     public func pruneAttempts(keeping count: Int) throws(ReadingListError) {
-        try write("prune the import attempts") { db in
-            try db.execute(
-                "DELETE FROM attempts WHERE id NOT IN (SELECT id FROM attempts ORDER BY started_at DESC LIMIT ?)",
-                [max(0, count)])
-        }
+        try write("prune the import attempts") { db in try Self.prune(db, keeping: count) }
+    }
+
+    static func prune(_ db: Database, keeping count: Int) throws {
+        try db.execute(
+            "DELETE FROM attempts WHERE id NOT IN (SELECT id FROM attempts ORDER BY started_at DESC LIMIT ?)",
+            [max(0, count)])
     }
 
     // MARK: Plumbing
 
-    func write<T>(_ what: String, _ body: (Database) throws -> T) throws(ReadingListError) -> T {
+    /// A write transaction; `durable` ones are fsynced before this returns (D-475).
+    func write<T>(
+        _ what: String, durable: Bool = false, _ body: (Database) throws -> T
+    ) throws(ReadingListError) -> T {
         do {
-            return try queue.write(body)
+            return try durable ? queue.write(synchronous: .full, body) : queue.write(body)
         } catch {
             throw ReadingListError("cannot \(what): \(error)")
         }

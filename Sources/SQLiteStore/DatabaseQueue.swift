@@ -116,6 +116,14 @@ public final class DatabaseQueue: @unchecked Sendable {
         return try writerQueue.sync { try performWrite(updates) }
     }
 
+    /// Runs `updates` like `write(_:)`, but commits with the durability `synchronous` instead of
+    /// the store's configured one (D-475). A store opened `.normal` makes one commit survive power
+    /// loss with `.full`; in WAL mode that commit's sync also makes every earlier commit durable.
+    public func write<T>(synchronous: Configuration.Synchronous, _ updates: (Database) throws -> T) throws -> T {
+        checkNotNested("write")
+        return try writerQueue.sync { try performWrite(updates, synchronous: synchronous) }
+    }
+
     /// Runs `updates` in a write transaction on the store's writer queue and resumes with its result.
     ///
     /// The calling task is suspended, not blocked. Task cancellation does not interrupt a write
@@ -128,10 +136,21 @@ public final class DatabaseQueue: @unchecked Sendable {
         }
     }
 
-    private func performWrite<T>(_ updates: (Database) throws -> T) throws -> T {
+    private func performWrite<T>(
+        _ updates: (Database) throws -> T, synchronous: Configuration.Synchronous? = nil
+    ) throws -> T {
         let db = writer
         db.beginAccess()
         defer { db.endAccess() }
+        if let synchronous, synchronous != configuration.synchronous {
+            // Outside a transaction, so that it applies to this commit; back once it is made.
+            try db.executeInternal("PRAGMA synchronous = \(synchronous.rawValue)")
+        }
+        defer {
+            if let synchronous, synchronous != configuration.synchronous {
+                try? db.executeInternal("PRAGMA synchronous = \(configuration.synchronous.rawValue)")
+            }
+        }
         db.resetChangedTables()
         try db.executeInternal("BEGIN IMMEDIATE")
         let result: T

@@ -129,4 +129,29 @@ import Testing
         let full = try DatabaseQueue(path: directory.file("full.db"), configuration: configuration)
         #expect(try full.write { db in try db.fetchValue(Int64.self, "PRAGMA synchronous") } == 2)
     }
+
+    /// D-475: one commit of a NORMAL store made FULL, and the store's own setting back after it,
+    /// also when the write throws; a FULL store's writes asked for NORMAL commit with NORMAL.
+    @Test func oneWriteCommitsWithItsOwnDurability() throws {
+        let store = try makeStore()
+        let synchronous = { (db: Database) in try db.fetchValue(Int64.self, "PRAGMA synchronous") }
+        #expect(try store.write(synchronous: .full, synchronous) == 2)
+        #expect(try store.write(synchronous) == 1)
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try store.write(synchronous: .full) { db in
+                #expect(try synchronous(db) == 2)
+                throw Refused()
+            }
+        }
+        #expect(try store.write(synchronous) == 1)
+        try store.write(synchronous: .full) { db in try db.insert(Item(id: 7, name: "durable")) }
+        #expect(
+            try store.read { db in try db.fetchValue(String.self, "SELECT name FROM items WHERE id = 7") } == "durable")
+        var configuration = DatabaseQueue.Configuration()
+        configuration.synchronous = .full
+        let full = try DatabaseQueue(path: directory.file("full2.db"), configuration: configuration)
+        #expect(try full.write(synchronous: .normal, synchronous) == 1)
+        #expect(try full.write(synchronous) == 2)
+    }
 }
