@@ -3,7 +3,7 @@
 Run through Benchmarks/run. Rows are in rows.py; peers here. Everything started is recorded in
 `Bench.cleanups` and undone in reverse order in a finally block (also on SIGINT/SIGTERM).
 """
-import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rows as row_definitions  # noqa: E402
@@ -133,8 +133,42 @@ class Rclone(FusePeer):
         shutil.rmtree(self.cache, ignore_errors=True)
 
     def command(self):
+        remote = [self.bench.source]
+        if self.bench.url:  # --webdav: the same server ProviderFS mounts
+            remote = ["--webdav-url", self.bench.url, ":webdav:"]
         return ["rclone", "mount", "--vfs-cache-mode", "full", "--cache-dir", self.cache, "--config", "/dev/null",
-                self.bench.source, self.root]
+                *remote, self.root]
+
+
+class Davfs2(Peer):
+    """davfs2 (`mount -t davfs`, Debian davfs2) of the WebDAV server, --webdav only. It runs as its
+    own daemon; `umount` waits for it to write back and end. Cold: its cache removed between
+    mounts."""
+    name = "davfs2"
+    cold_needs_remount = True
+
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.root = os.path.join(bench.work, self.name + "-mnt")
+        os.makedirs(self.root, exist_ok=True)
+        self.conf = os.path.join(bench.work, "davfs2.conf")
+        with open(self.conf, "w") as f:
+            # No credentials to ask for, no LOCKs (as rclone's mount), a cache a cold read fits in.
+            f.write("ask_auth 0\nuse_locks 0\ncache_size 4096\n")
+        # davfs2 keeps root's cache under /var/cache/davfs2, one directory per mount.
+        self.cache = "/var/cache/davfs2/" + "127.0.0.1+" + self.root.strip("/").replace("/", "-") + "+root"
+
+    def start(self):
+        shutil.rmtree(self.cache, ignore_errors=True)
+        subprocess.run(["mount.davfs", self.bench.url, self.root, "-o", f"conf={self.conf}"], check=True,
+                       stdin=subprocess.DEVNULL, stdout=self.bench.peer_log, stderr=self.bench.peer_log, timeout=60)
+        wait_mounted(self.root)
+
+    def stop(self):
+        if is_mounted(self.root):
+            subprocess.run(["umount", self.root], stdout=self.bench.peer_log, stderr=self.bench.peer_log,
+                           timeout=600, check=False)
+        shutil.rmtree(self.cache, ignore_errors=True)
 
 
 class ProviderFS(FusePeer):
@@ -146,8 +180,8 @@ class ProviderFS(FusePeer):
         shutil.rmtree(self.cache, ignore_errors=True)
 
     def command(self):
-        return [self.bench.providerfs, "mount", "--source", self.bench.source, self.root, "--cache", self.cache,
-                "--foreground"]
+        source = ["--webdav", self.bench.url] if self.bench.url else ["--source", self.bench.source]
+        return [self.bench.providerfs, "mount", *source, self.root, "--cache", self.cache, "--foreground"]
 
 
 
@@ -235,11 +269,50 @@ class Bench:
         self.peers = []
         self.notes = []
         self.writes = False
+        self.server = None
+        self.url = None  # --webdav: the server's URL
+
+    def start_server(self):
+        """--webdav: `rclone serve webdav` of the source directory on 127.0.0.1 (a free port);
+        every peer but native reads and writes the source through it."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.server = subprocess.Popen(
+            ["rclone", "serve", "webdav", self.source, "--addr", f"127.0.0.1:{port}", "--config", "/dev/null"],
+            stdin=subprocess.DEVNULL, stdout=self.peer_log, stderr=self.peer_log, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.server.poll() is not None:
+                raise RuntimeError("rclone serve webdav ended at start (peers.log)")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("rclone serve webdav did not listen within 30 s")
+        self.url = f"http://127.0.0.1:{port}/"
+
+    def stop_server(self):
+        if self.server is not None and self.server.poll() is None:
+            self.server.send_signal(signal.SIGTERM)
+            try:
+                self.server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait(timeout=5)
+        self.server = None
 
     def add_peers(self, rows):
         self.writes = any(getattr(row, "writes", False) for row in rows)
         self.peers.append(Native(self))
-        if shutil.which("bindfs"):
+        if self.args.webdav:
+            if shutil.which("mount.davfs"):
+                self.peers.append(Davfs2(self))
+            else:
+                self.notes.append("davfs2 not installed (Scripts/install-deps --bench): column empty")
+        elif shutil.which("bindfs"):
             self.peers.append(Bindfs(self))
         else:
             self.notes.append("bindfs not installed (Scripts/install-deps --bench): column empty")
@@ -272,6 +345,10 @@ class Bench:
                 peer.stop()
             except Exception as error:  # keep cleaning the others
                 log(f"cleanup of {peer.name}: {error}")
+        try:
+            self.stop_server()
+        except Exception as error:
+            log(f"cleanup of the WebDAV server: {error}")
         self.peer_log.close()
         if self.args.keep:
             log(f"kept {self.work}")
@@ -293,6 +370,9 @@ def main():
                         help="add a ProviderFS peer mounted with --read-only (passthrough and page cache)")
     parser.add_argument("--baseline", metavar="BINARY",
                         help="add a peer 'providerfs-base': the same mount from another providerfs binary (A/B)")
+    parser.add_argument("--webdav", action="store_true",
+                        help="serve the source with `rclone serve webdav` on 127.0.0.1; ProviderFS, rclone mount "
+                             "and davfs2 mount that server (bindfs is left out)")
     args = parser.parse_args()
 
     def interrupt(signum, frame):
@@ -319,6 +399,9 @@ def main():
         for row in rows:
             row.create_data(bench)
         subprocess.run(["sync"], check=False)
+        if args.webdav:
+            bench.start_server()
+            log(f"== WebDAV server {bench.url} (rclone serve webdav of the data set)")
         for peer in list(bench.peers):
             try:
                 peer.start()
@@ -373,6 +456,17 @@ def medians_of(results, row, names):
     return medians
 
 
+def remote_target(row, medians):
+    """--webdav (issue 26): at least 1.5x rclone's mount on read rows, 1x on write rows."""
+    factor = 1.0 if getattr(row, "writes", False) else 1.5
+    target = f"≥{factor:g}× rclone"
+    ours, rclone = medians.get("providerfs"), medians.get("rclone")
+    if not ours or not rclone:
+        return target, "–"
+    better = ours / rclone if row.higher_is_better else rclone / ours
+    return target, "yes" if better >= factor else "no"
+
+
 def print_table(bench, rows, results):
     names = [peer.name for peer in bench.peers]
     others = [name for name in names if name != "providerfs"]
@@ -387,7 +481,7 @@ def print_table(bench, rows, results):
         for name in others:
             ours, theirs = medians.get("providerfs"), medians.get(name)
             cells.append(row.ratio(ours, theirs))
-        target, met = row.target_check(medians)
+        target, met = remote_target(row, medians) if bench.url else row.target_check(medians)
         cells += [target, met]
         print("| " + " | ".join(cells) + " |")
     print()

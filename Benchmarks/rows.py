@@ -2,7 +2,11 @@
 ROWS. `measure(bench, peer)` returns one number (or None to skip that peer); `higher_is_better`
 decides how ratios are computed; `target` (optional) is checked against the medians.
 """
-import contextlib, os, shutil, signal, statistics, subprocess, time
+import contextlib, os, shutil, signal, statistics, subprocess, sys, tarfile, time
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
 
 
 
@@ -548,7 +552,40 @@ class Untar(WriteRow):
             start = time.perf_counter()
             subprocess.run(["tar", "xf", self.tarball, "-C", directory], check=True)
             elapsed = time.perf_counter() - start
+            if getattr(bench, "url", None) and peer.name != "native":
+                # --webdav (issue 26): also the time until the server holds every file whole.
+                at_source = os.path.join(bench.source, os.path.relpath(directory, peer.root))
+                self.wait_until_held(at_source, start, peer.name)
             return UNTAR_FILES / elapsed
+
+    def wait_until_held(self, at_source, start, name, timeout=900):
+        expected = {}
+        with tarfile.open(self.tarball) as archive:
+            for member in archive.getmembers():
+                if member.isfile():
+                    expected[os.path.normpath(member.name)] = member.size
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            held = 0
+            for relative, size in expected.items():
+                try:
+                    if os.stat(os.path.join(at_source, relative)).st_size == size:
+                        held += 1
+                except OSError:
+                    pass
+            if held == len(expected):
+                self.held.setdefault(name, []).append(time.perf_counter() - start)
+                return
+            time.sleep(0.2)
+        log(f"   {name}: the server did not hold all {len(expected)} files within {timeout} s")
+
+    held = {}
+
+    def notes(self, medians, paired):
+        if not self.held:
+            return []
+        cells = ", ".join(f"{name} {statistics.median(values):.1f} s" for name, values in sorted(self.held.items()))
+        return [f"untar: time from the start of `tar x` until the server holds every file (median): {cells}"]
 
     def target_check(self, medians):
         ours, bindfs = medians.get("providerfs"), medians.get("bindfs")

@@ -3,7 +3,6 @@
 # downloaded — its files arrive with no reader, a file created in it at the source too — and
 # `evict` refuses them ("pinned"); `status` counts them; `setfattr -n user.providerfs.pin -v
 # unpinned` evicts them; `pin --inherit` goes back to the parent's policy.
-# scenario-providers: local (a file created at the source is downloaded when the source reports it: the local one at once; over WebDAV the poll does not tell pins, a look every 60 s finds it)
 source "$(dirname "$0")/lib.sh"
 scenario_start
 

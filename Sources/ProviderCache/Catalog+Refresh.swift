@@ -54,7 +54,7 @@ extension Catalog {
 
     /// One pass of the poll (D-450): every directory listed this session whose listing is at
     /// least `olderThan` old is listed again (a provider that tracks listings answers from its
-    /// token), oldest first, at most `limit` of them. Failures are left to the next pass and to
+    /// token), oldest first, at most `limit` of them, and the pins told of each (D-445). Failures are left to the next pass and to
     /// lookups (an unreachable provider keeps the cached listing). Returns how many were asked.
     @discardableResult
     public func pollListedDirectories(olderThan: Duration, limit: Int = 4096) async -> Int {
@@ -69,7 +69,10 @@ extension Catalog {
             // Removed by an earlier listing of this pass (a directory deleted with its parent).
             guard state.withLock({ $0.listedAt[directory] != nil }) else { continue }
             asked += 1
-            _ = try? await children(of: directory, maximumAge: olderThan)
+            guard (try? await children(of: directory, maximumAge: olderThan)) != nil else { continue }
+            // What a poll found is a provider change like a pushed one: pins hear it, so a file
+            // that appeared in a pinned folder is downloaded now, not at the next pinned sweep.
+            afterProviderChanges.withLock { $0 }?.call([.entries(directory: directory)])
         }
         return asked
     }

@@ -179,6 +179,29 @@ import Testing
         withExtendedLifetime(fixture) {}
     }
 
+    @Test("at a provider that pushes no changes, the poll of listed folders downloads what appeared in a pinned one")
+    func polledAtAQuietProvider() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.addDirectory("d")
+        fixture.provider.addDirectory("out")
+        fixture.provider.putFile("d/a", .ramp(seed: 12, size: 90_000))
+        let cache = try fixture.makeCache()
+        for directory in ["", "d", "out"] {
+            _ = try await cache.catalog.children(of: ItemIdentifier(directory), maximumAge: nil)
+        }
+        try cache.setPinState(.pinned, of: ItemIdentifier("d"))
+        await cache.waitForPinnedDownloads()
+        #expect(state(cache, "d/a") == .materialized)
+        fixture.provider.putFile("d/new", .ramp(seed: 13, size: 70_000))
+        fixture.provider.putFile("out/other", .ramp(seed: 14, size: 50_000))
+        #expect(await cache.catalog.pollListedDirectories(olderThan: .zero) == 3)
+        await cache.waitForPinnedDownloads()
+        #expect(state(cache, "d/new") == .materialized)
+        #expect(state(cache, "out/other") == .dataless)
+        await cache.shutdown()
+        withExtendedLifetime(fixture) {}
+    }
+
     @Test("a pinned file changed at the provider while it downloads is downloaded again, in its newest version")
     func changedWhileDownloading() async throws {
         let (fixture, provider, cache) = try await Self.pinnedTree()
