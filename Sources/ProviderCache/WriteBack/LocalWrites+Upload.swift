@@ -126,23 +126,29 @@ extension LocalWrites {
         /// The base version a replace names: a chmod or utimens through the mount may have
         /// rebased it while this call waited (D-375).
         var base: ContentVersion?
-        /// The permissions a chmod during the edit set (D-385): they ride along.
+        /// The permissions a chmod during the edit set (D-385), or one held while the upload
+        /// waited or ran (D-460): they ride along.
         var permissions: UInt16?
+        /// The mtime a utimens held while the upload waited (D-460); nil: the item's.
+        var modificationTime: ItemTime?
         /// Not at the provider yet: created by this call (D-386).
         var creates: Bool
     }
 
-    /// Step 4: the terms, read from the record under the lock.
+    /// Step 4: the terms, read from the record under the lock (what it holds of chmod and
+    /// utimens is noted as carried: what is held after this is made after the call, D-460).
     private func uploadTerms(
         _ identifier: ItemIdentifier, version: ContentVersion, base: ContentVersion?
     ) -> UploadTerms {
         state.withLock { state in
-            guard let machine = state.uploads[identifier], machine.inFlight == version else {
+            guard state.uploads[identifier]?.inFlight == version else {
                 return UploadTerms(base: base, permissions: nil, creates: false)
             }
+            let held = state.uploads[identifier]!.sendingAttributes()
+            let record = state.uploads[identifier]!.record
             return UploadTerms(
-                base: machine.record.baseVersion, permissions: machine.record.permissions,
-                creates: machine.record.creates)
+                base: record.baseVersion, permissions: held.permissions, modificationTime: held.modificationTime,
+                creates: record.creates)
         }
     }
 
@@ -159,7 +165,7 @@ extension LocalWrites {
                 creates ? .create(name: current.name, in: current.parent) : .replace(identifier, baseVersion: base)
             let uploaded = try await environment.provider.upload(
                 from: path, to: target, permissions: creates ? permissions ?? current.permissions : permissions,
-                modificationTime: current.modificationTime)
+                modificationTime: terms.modificationTime ?? current.modificationTime)
             // Made by the upload: given to whoever created it through the mount (D-397).
             return (
                 .success(
