@@ -105,9 +105,10 @@ struct HeldCreateTwinTests {
     }
 }
 
-/// Polls `condition` (real time, at most 10 s): the write-back runs in tasks of its own.
+/// Polls `condition` (real time, at most 30 s: a suite run in parallel can starve the tasks for
+/// seconds): the write-back runs in tasks of its own.
 private func heldEventually(_ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + .seconds(10)
+    let deadline = ContinuousClock.now + .seconds(30)
     while ContinuousClock.now < deadline {
         if condition() { return true }
         try? await Task.sleep(for: .milliseconds(2))
