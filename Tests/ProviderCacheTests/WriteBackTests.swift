@@ -1221,6 +1221,61 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         await cache.shutdown()
     }
 
+    /// D-460, what meets a held chmod and utimens: a rename of the file before its create makes
+    /// it at the provider with them; an unlink while its create runs leaves nothing and makes no
+    /// call for them; a name taken at the provider meanwhile keeps them with the mount's file,
+    /// the conflict copy, and never makes them on the other file.
+    @Test func heldAttributesFollowTheFileThroughARenameAnUnlinkAndAConflict() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let changes = ItemAttributeChanges(permissions: 0o600, modificationTime: time)
+        // A rename before the create: the file is made at the provider with them.
+        let renamed = try await cache.createFile(named: "r", in: .root, permissions: 0o644)
+        _ = try #require(cache.setAttributesNow(of: renamed.identifier, changes))
+        let current = try await cache.catalog.item(renamed.identifier, maximumAge: .zero)
+        let (moved, _) = try await cache.move(current, to: .root, named: "r2", mode: .replacing, replaced: nil)
+        var carried = fixture.provider.carried.withLock { $0 }
+        #expect(carried.permissions == 0o600 && carried.modificationTime == time)
+        #expect(fixture.provider.base.content(of: "r2")?.0 == .bytes([]))
+        #expect(cache.writes.uploadRecord(of: moved.identifier) == nil, "nothing left to upload")
+        // An unlink while the create runs: it waits for that call, then nothing is left.
+        let gone = try await cache.createFile(named: "g", in: .root, permissions: 0o644)
+        let staging = try await cache.writes.openWriter(gone, truncating: true)
+        try await cache.writes.write(staging, Array("g".utf8), at: 0)
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(gone.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 2 })
+        _ = try #require(cache.setAttributesNow(of: gone.identifier, changes))
+        let unlink = Task { try await cache.delete(try await cache.catalog.item(gone.identifier, maximumAge: nil)) }
+        fixture.provider.release()
+        try await unlink.value
+        #expect(await eventually { cache.writes.uploadRecord(of: gone.identifier) == nil })
+        #expect(fixture.provider.base.content(of: "g") == nil)
+        #expect(fixture.provider.attributeCalls == 0)
+        // A name taken at the provider meanwhile: the conflict copy is the mount's file, with them.
+        let taken = try await cache.createFile(named: "c.txt", in: .root, permissions: 0o644)
+        let takenStaging = try await cache.writes.openWriter(taken, truncating: true)
+        try await cache.writes.write(takenStaging, Array("ours".utf8), at: 0)
+        fixture.provider.base.putFile("c.txt", .bytes(Array("theirs".utf8)))
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(taken.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 3 })
+        _ = try #require(cache.setAttributesNow(of: taken.identifier, changes))
+        let theirs = try await fixture.provider.base.item(for: taken.identifier)
+        fixture.provider.release()
+        #expect(await eventually { cache.writes.uploadRecord(of: taken.identifier)?.conflictName != nil })
+        let record = try #require(cache.writes.uploadRecord(of: taken.identifier))
+        #expect(record.phase == .materialized && record.heldAttributes == HeldAttributes())
+        carried = fixture.provider.carried.withLock { $0 }
+        #expect(carried.permissions == 0o600 && carried.modificationTime == time)
+        let after = try await fixture.provider.base.item(for: taken.identifier)
+        #expect(after.permissions == theirs.permissions && after.modificationTime == theirs.modificationTime)
+        #expect(fixture.provider.attributeCalls == 0)
+        await cache.shutdown()
+    }
+
     /// D-460, crash safety: the record holds the chmod and utimens before the answer. A daemon
     /// killed while the create upload runs, or after it and before their own call, still gets
     /// them to the provider after the restart; meanwhile the catalog shows them.

@@ -179,8 +179,14 @@ extension LocalWrites {
         {
             // Keep both: the local edit under a conflict name, the provider's under the original.
             environment.logger.notice("\(identifier): the provider's version changed since the edit began: \(error)")
+            // The copy is the mount's file: with a chmod or utimens held since the call began
+            // (D-460), which the record then drops.
+            var copy = writeBackCatalog.knownItem(identifier) ?? current
+            let held = state.withLock { $0.uploads[identifier]?.record.heldAttributes } ?? HeldAttributes()
+            if let permissions = held.permissions { copy.permissions = permissions }
+            if let time = held.modificationTime { copy.modificationTime = time }
             do {
-                let (name, created) = try await uploadConflictCopy(current, from: path)
+                let (name, created) = try await uploadConflictCopy(copy, from: path)
                 return (.success(created), name)
             } catch {
                 return (.failure(error), nil)
