@@ -157,6 +157,28 @@ extension Catalog {
         }
     }
 
+    /// A chmod or utimens held by the item's upload record (D-460), or a restart that finds one
+    /// held: the item shows it now, and so does a local version still to upload (and its upload
+    /// carries that mtime). Not saved: the record is what a restart reads (`LocalWrites.resume`
+    /// calls this again). Returns the item; nil when the catalog does not have it.
+    @discardableResult
+    func attributesHeld(_ identifier: ItemIdentifier, _ held: HeldAttributes) -> ProviderItem? {
+        let now = environment.timeline.now
+        return state.withLock { catalog -> ProviderItem? in
+            guard var item = catalog.items[identifier] else { return nil }
+            if var local = catalog.localVersions[identifier], local.pending {
+                if let permissions = held.permissions { local.permissions = permissions }
+                if let time = held.modificationTime { local.modificationTime = time }
+                catalog.localVersions[identifier] = local
+            }
+            if let permissions = held.permissions { item.permissions = permissions }
+            if let time = held.modificationTime { item.modificationTime = time }
+            catalog.items[identifier] = item
+            catalog.refreshedAt[identifier] = now
+            return item
+        }
+    }
+
     /// The local version is given up (kept as a conflict copy): the provider's is asked for.
     func dropLocal(_ identifier: ItemIdentifier) {
         state.withLock { catalog in

@@ -125,6 +125,10 @@ public final class LocalWrites: Sendable {
                 }
                 writeBackCatalog.restoreUnborn(record.identifier)
             }
+            // A chmod or utimens the record holds is shown again (D-460).
+            if record.isPending, !record.heldAttributes.isEmpty {
+                writeBackCatalog.attributesHeld(record.identifier, record.heldAttributes)
+            }
             let started = state.withLock { state -> [UploadMachine.Action] in
                 var machine = UploadMachine(
                     record: record, initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)

@@ -203,6 +203,7 @@ extension ProviderCache {
     ) async throws(CacheError) -> ProviderItem {
         let provider = environment.provider
         if let node = catalog.localOnlyItem(identifier) { return setLocalOnlyAttributes(node, changes) }  // D-398
+        if let held = heldForUpload(identifier, changes) { return held }  // D-460
         // Like a move (D-372): no upload call for the item runs meanwhile, so none meets the
         // version this changes. Edits that started from the version before follow it (D-375).
         try await writes.beginMove([identifier])
@@ -219,7 +220,8 @@ extension ProviderCache {
         return attributesSet(identifier, changes, before: before, item: item)
     }
 
-    /// `setAttributes` on the calling thread (D-426): for an item at the provider (not unborn,
+    /// `setAttributes` on the calling thread: held by the upload that must come first, as
+    /// `setAttributes` holds it (D-460); else (D-426) for an item at the provider (not unborn,
     /// not kept by the mount alone) with no upload call running, where the provider makes the
     /// change at once (`Provider.setAttributesNow`: a watched local directory). Nil: declined,
     /// nothing done (the caller uses `setAttributes`).
@@ -227,7 +229,9 @@ extension ProviderCache {
         of identifier: ItemIdentifier, _ changes: ItemAttributeChanges
     ) -> Result<ProviderItem, CacheError>? {
         let provider = environment.provider
-        guard catalog.localOnlyItem(identifier) == nil, !catalog.isUnborn(identifier),
+        guard catalog.localOnlyItem(identifier) == nil else { return nil }
+        if let held = heldForUpload(identifier, changes) { return .success(held) }  // D-460
+        guard !catalog.isUnborn(identifier),
             writes.tryBeginMove([identifier])
         else { return nil }
         defer { writes.endMove([identifier]) }
@@ -250,22 +254,31 @@ extension ProviderCache {
     private func attributesSet(
         _ identifier: ItemIdentifier, _ changes: ItemAttributeChanges, before: ProviderItem?, item: ProviderItem
     ) -> ProviderItem {
-        // A queued upload that carries a chmod held earlier must not undo this one (D-385).
-        if let permissions = changes.permissions {
-            writes.permissionsSet(identifier, to: permissions)
-            catalog.permissionsSet(identifier, to: permissions)
-        }
-        if let before, before.contentVersion != item.contentVersion {
-            // The file's other names (hard links, D-396) changed with it.
-            for name in [identifier] + catalog.otherNames(of: identifier) {
-                writes.rebase(name, from: before.contentVersion, to: item.contentVersion)
-                catalog.providerVersionChanged(
-                    name, from: before.contentVersion, to: item.contentVersion,
-                    modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
-            }
-        }
-        catalog.apply(item)
+        // A queued upload that carries a chmod or utimens held earlier must not undo this one
+        // (D-385, D-460).
+        writes.attributesCarried(
+            identifier, HeldAttributes(permissions: changes.permissions, modificationTime: changes.modificationTime))
+        if let permissions = changes.permissions { catalog.permissionsSet(identifier, to: permissions) }
+        // The edits that started from the version before follow it (D-375).
+        writes.versionChanged(
+            identifier, before: before, by: item,
+            modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
         return item
+    }
+
+    /// A chmod or utimens of a file whose upload must reach the provider first (its create is
+    /// queued or running, or attributes held earlier wait for their call): held by the upload's
+    /// record instead of waiting for it (`LocalWrites.holdForUpload`), and shown by the catalog
+    /// at once (D-460). The atime is not carried, as an open edit does not carry it (D-385: the
+    /// upload makes a new file). Not for a file with other names (D-396: they would not show
+    /// it) or a chown. Nil: not held, nothing done.
+    private func heldForUpload(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) -> ProviderItem? {
+        guard changes.uid == nil, changes.gid == nil, changes.permissions != nil || changes.modificationTime != nil,
+            catalog.otherNames(of: identifier).isEmpty
+        else { return nil }
+        let held = HeldAttributes(permissions: changes.permissions, modificationTime: changes.modificationTime)
+        guard writes.holdForUpload(identifier, held) else { return nil }
+        return catalog.attributesHeld(identifier, held)
     }
 
     /// Items re-keyed outside a move through the mount (the write-back queue's hook): `from` and,

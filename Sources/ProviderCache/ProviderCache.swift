@@ -174,6 +174,14 @@ public final class ProviderCache: Sendable {
             switch upload.phase {
             case .dirty: status.state = .dirty
             case .uploading: status.state = .uploading
+            case .attributes:
+                // Uploaded; a held chmod or utimens still to make (D-460).
+                status.state = upload.lastError == nil ? .uploading : .error
+                if upload.lastError != nil {
+                    status.lastError = RecordedError(
+                        code: upload.lastErrorCode ?? .io, message: "chmod or utimens failed: \(upload.lastError ?? "")"
+                    )
+                }
             case .error:
                 status.state = .error
                 // Its errno is the failure's (ENOSPC for a full provider), EIO when it names none.

@@ -116,6 +116,11 @@ public final class SQLiteMetadataStore: MetadataStore {
                 )
                 """)
         }
+        // An mtime a utimens held while the upload was queued or running (D-460); NULL: none.
+        migrator.registerMigration("provider cache: held upload mtimes (D-460)") { db in
+            try db.execute("ALTER TABLE uploads ADD COLUMN mtime_seconds INTEGER")
+            try db.execute("ALTER TABLE uploads ADD COLUMN mtime_nanoseconds INTEGER")
+        }
         return migrator
     }
 
@@ -326,6 +331,8 @@ public final class SQLiteMetadataStore: MetadataStore {
                 let conflictName: String? = try row["conflict_name"]
                 let permissions: Int64? = try row["permissions"]
                 let creates: Int64 = try row["creates"]
+                let seconds: Int64? = try row["mtime_seconds"]
+                let nanoseconds: Int64? = try row["mtime_nanoseconds"]
                 result.append(
                     UploadRecord(
                         identifier: ItemIdentifier(identifier), localVersion: ContentVersion(local),
@@ -333,7 +340,10 @@ public final class SQLiteMetadataStore: MetadataStore {
                         attempts: Int(attempts), lastError: lastError,
                         providerVersion: provider.map { ContentVersion($0) },
                         conflictName: conflictName,
-                        permissions: permissions.map { UInt16(truncatingIfNeeded: $0) }, creates: creates != 0))
+                        permissions: permissions.map { UInt16(truncatingIfNeeded: $0) }, creates: creates != 0,
+                        modificationTime: seconds.map {
+                            ItemTime(seconds: $0, nanoseconds: Int32(truncatingIfNeeded: nanoseconds ?? 0))
+                        }))
             }
             return result
         }
@@ -344,13 +354,14 @@ public final class SQLiteMetadataStore: MetadataStore {
             try db.execute(
                 """
                 INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
-                    provider_version, conflict_name, permissions, creates)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    provider_version, conflict_name, permissions, creates, mtime_seconds, mtime_nanoseconds)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                 [
                     record.identifier.rawValue, record.localVersion.rawValue, record.baseVersion?.rawValue,
                     record.phase.rawValue, Int64(record.attempts), record.lastError, record.providerVersion?.rawValue,
                     record.conflictName, record.permissions.map { Int64($0) }, Int64(record.creates ? 1 : 0),
+                    record.modificationTime.map { $0.seconds }, record.modificationTime.map { Int64($0.nanoseconds) },
                 ])
         }
     }

@@ -80,6 +80,8 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
         /// With `.storesOwnership`: the owner of what is made (as a local source's daemon run by
         /// root makes it), nil otherwise (D-397).
         var ownerOfNew: ItemOwner?
+        /// Whether `deferCreateNow` defers creates (D-386), as the local provider does.
+        var defersCreates = false
     }
 
     let state = Locked(State())
@@ -203,6 +205,21 @@ public final class InMemoryProvider: Provider, @unchecked Sendable {
         state.counters.itemCalls += 1
         guard let node = state.nodes[identifier] else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
         return node.item
+    }
+
+    /// Whether creates wait for their first upload (`deferCreateNow`, D-386), as in a watched
+    /// local directory; false (the default): made at once.
+    public var defersCreates: Bool {
+        get { state.withLock { $0.defersCreates } }
+        set { state.withLock { $0.defersCreates = newValue } }
+    }
+
+    /// With `defersCreates`: the name checked free, the identifier the `.create` upload will give.
+    public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
+        try state.withLock { state in
+            guard state.defersCreates else { return nil }
+            return DeferredCreate(identifier: try Self.newEntry(name, in: parent, state: state), directory: nil)
+        }
     }
 
     /// Whether `itemNow(for:)` answers (like a local directory) or declines (like a network

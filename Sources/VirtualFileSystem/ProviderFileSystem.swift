@@ -916,8 +916,9 @@ extension ProviderFileSystem: FileSystemFastPath {
     /// (not kept), answered as the async path would after its checks, with getattr's answer
     /// (D-382); and a chmod or utimens of a file whose open edit has a publish to come, at a
     /// provider that stores them, which the edit carries (`LocalWrites.holdAttributes`, D-385),
-    /// or else that the provider makes at once (`ProviderCache.setAttributesNow`, D-426).
-    /// Anything else: nil.
+    /// or else that `ProviderCache.setAttributesNow` answers at once: held by the upload that
+    /// must come first (a create queued or running, D-460), or made by a provider that answers
+    /// at once (D-426). Anything else: nil.
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
@@ -933,8 +934,9 @@ extension ProviderFileSystem: FileSystemFastPath {
             guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes)
             else { return nil }
             if !cache.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
-                // No edit to carry it: made at the provider now, where it answers at once (D-426),
-                // as `changeAttributes` makes it (a chown to the mounting user is no change).
+                // No edit to carry it: held by the upload that must come first (D-460), or made
+                // at the provider now, where it answers at once (D-426), as `changeAttributes`
+                // makes it (a chown to the mounting user is no change).
                 var wanted = Self.itemChanges(changes)
                 (wanted.uid, wanted.gid) = (nil, nil)
                 guard let outcome = cache.setAttributesNow(of: node.identifier, wanted) else { return nil }

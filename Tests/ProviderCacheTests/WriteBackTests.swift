@@ -74,7 +74,40 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     }
 
     func setAttributes(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) async throws -> ProviderItem {
-        try await base.setAttributes(identifier, changes)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let wait = attributeControl.withLock { state -> Bool in
+                state.calls += 1
+                guard state.held else { return false }
+                state.waiting.append(continuation)
+                return true
+            }
+            if !wait { continuation.resume() }
+        }
+        let fail = attributeControl.withLock { state -> Bool in
+            guard state.failures > 0 else { return false }
+            state.failures -= 1
+            return true
+        }
+        if fail { throw ProviderError(.io, "injected setattr failure", errno: EIO) }
+        return try await base.setAttributes(identifier, changes)
+    }
+
+    /// setAttributes calls begun (held ones included); while held, each waits (before it changes
+    /// anything) until `releaseAttributes`; the next `failures` fail with EIO once let go.
+    private let attributeControl = Locked<
+        (calls: Int, held: Bool, failures: Int, waiting: [CheckedContinuation<Void, Never>])
+    >(
+        (0, false, 0, []))
+    var attributeCalls: Int { attributeControl.withLock { $0.calls } }
+    func holdAttributes() { attributeControl.withLock { $0.held = true } }
+    func releaseAttributes(failing failures: Int = 0) {
+        let waiting = attributeControl.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.held = false
+            state.failures = failures
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for waiter in waiting { waiter.resume() }
     }
 
     func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem? {
@@ -278,6 +311,68 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         let after = machine.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v2"))
         #expect(after.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v2"))))
         #expect(machine.record.phase == .uploading)
+    }
+
+    /// D-460: a chmod or utimens held while the create runs is carried by the call when it came
+    /// before the call read its terms, else made after it (phase `.attributes`, pending); one held
+    /// during that call is made next; a failure retries the attributes (not the bytes); a
+    /// restart makes them again; a publish meanwhile is uploaded from what the upload made.
+    @Test func attributesHeldDuringAnUploadAreCarriedOrMadeAfterIt() {
+        let time = ItemTime(seconds: 1_000, nanoseconds: 7)
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, creates: true))
+        _ = machine.start()
+        // Held before the call read its terms: carried, nothing after.
+        _ = machine.hold(HeldAttributes(permissions: 0o600, modificationTime: nil))
+        #expect(machine.sendingAttributes() == HeldAttributes(permissions: 0o600, modificationTime: nil))
+        #expect(machine.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v1")).count == 1)
+        #expect(machine.record.phase == .materialized && machine.record.permissions == nil)
+
+        var after = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, creates: true))
+        _ = after.start()
+        #expect(after.sendingAttributes() == HeldAttributes())
+        // Held after it: saved at once, made after the upload.
+        #expect(after.hold(HeldAttributes(permissions: 0o640, modificationTime: time)).count == 1)
+        #expect(after.record.modificationTime == time)
+        let uploaded = after.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v1"))
+        #expect(uploaded.contains(.setAttributes(version: ContentVersion("l1"))))
+        #expect(after.record.phase == .attributes && after.record.isPending && !after.record.creates)
+        #expect(after.record.providerVersion == ContentVersion("v1"))
+        // Another held while that call runs: made next.
+        #expect(after.sendingAttributes() == HeldAttributes(permissions: 0o640, modificationTime: time))
+        _ = after.hold(HeldAttributes(permissions: 0o644, modificationTime: nil))
+        #expect(after.attributesMade(ContentVersion("l1")).contains(.setAttributes(version: ContentVersion("l1"))))
+        // A failure retries the attributes after the backoff, not the upload.
+        _ = after.sendingAttributes()
+        let failed = after.failed(ContentVersion("l1"), message: "EIO")
+        #expect(failed.contains { if case .retry = $0 { true } else { false } })
+        #expect(after.record.phase == .attributes)
+        // A restart (the record as saved) makes them again.
+        var restarted = UploadMachine(record: after.record)
+        #expect(restarted.start().contains(.setAttributes(version: ContentVersion("l1"))))
+        #expect(after.retryDue().contains(.setAttributes(version: ContentVersion("l1"))))
+        _ = after.sendingAttributes()
+        #expect(after.attributesMade(ContentVersion("l1")).count == 1)
+        #expect(after.record.phase == .materialized && after.record.heldAttributes == HeldAttributes())
+
+        // A publish while the attributes wait: uploaded next from what the upload made, carrying
+        // them; its own mtime replaces the one held.
+        var edited = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("l1"), baseVersion: nil, creates: true))
+        _ = edited.start()
+        _ = edited.sendingAttributes()
+        _ = edited.hold(HeldAttributes(permissions: 0o600, modificationTime: time))
+        _ = edited.uploaded(ContentVersion("l1"), providerVersion: ContentVersion("v1"))
+        _ = edited.published(ContentVersion("l2"), base: nil)
+        #expect(edited.record.phase == .uploading && edited.record.modificationTime == nil)
+        #expect(
+            edited.attributesMade(ContentVersion("l1")).contains(
+                .upload(version: ContentVersion("l2"), base: ContentVersion("v1"))))
+        #expect(edited.sendingAttributes() == HeldAttributes(permissions: 0o600, modificationTime: nil))
     }
 
     @Test func failuresBackOffExponentiallyAndBounded() {
@@ -1042,14 +1137,213 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         fixture.provider.release()
         #expect(await eventually { cache.writes.uploadRecord(of: current.identifier)?.isPending != true })
         #expect(cache.setAttributesNow(of: current.identifier, ItemAttributeChanges(permissions: 0o644)) != nil)
-        // Not at the provider yet (D-386): declined.
+        // Not at the provider yet (D-386): held by its create upload (D-460), nothing made there.
         fixture.provider.defers.withLock { $0 = true }
         let created = try await cache.createFile(named: "n", in: .root, permissions: 0o644)
-        #expect(cache.setAttributesNow(of: created.identifier, ItemAttributeChanges(permissions: 0o600)) == nil)
+        #expect(
+            try cache.setAttributesNow(of: created.identifier, ItemAttributeChanges(permissions: 0o600))?.get() != nil)
+        #expect(cache.writes.uploadRecord(of: created.identifier)?.permissions == 0o600)
+        #expect(fixture.provider.base.content(of: "n") == nil)
         // A provider that does not answer at once: declined.
         fixture.provider.base.answersImmediately = false
         #expect(cache.setAttributesNow(of: current.identifier, ItemAttributeChanges(permissions: 0o600)) == nil)
         await cache.shutdown()
+    }
+
+    /// D-460: a chmod or utimens of a file whose create upload runs (`cp -p`, git's local clone)
+    /// is answered at once, on the calling thread and the async way alike, without waiting for
+    /// that upload: the record holds it, the catalog shows it, and the provider gets it right
+    /// after the upload (the call had read its terms already).
+    @Test func aChmodOrUtimensOfAFileWhoseCreateRunsDoesNotWaitForIt() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let later = ItemTime(seconds: 1_100_000_000, nanoseconds: 0)
+        let item = try await cache.createFile(named: "n", in: .root, permissions: 0o644)
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(staging, Array("new".utf8), at: 0)
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        let made = try #require(
+            cache.setAttributesNow(
+                of: item.identifier, ItemAttributeChanges(permissions: 0o600, modificationTime: time)),
+            "declined: it would wait for the create upload")
+        #expect(try made.get().permissions == 0o600)
+        #expect(fixture.provider.uploadCount == 0, "the create upload is still held")
+        var shown = try #require(cache.catalog.itemNow(item.identifier, maximumAge: .seconds(1)))
+        #expect(shown.permissions == 0o600 && shown.modificationTime == time)
+        #expect(
+            cache.writes.uploadRecord(of: item.identifier)?.heldAttributes
+                == HeldAttributes(permissions: 0o600, modificationTime: time))
+        // The async twin holds it the same way: it answers while the upload is still held.
+        let answered = Locked(false)
+        let utimens = Task {
+            _ = try await cache.setAttributes(of: item.identifier, ItemAttributeChanges(modificationTime: later))
+            answered.withLock { $0 = true }
+        }
+        #expect(await eventually { answered.withLock { $0 } }, "the async path waited for the upload")
+        #expect(fixture.provider.uploadCount == 0)
+        fixture.provider.release()
+        try await utimens.value
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        let atProvider = try await fixture.provider.base.item(for: item.identifier)
+        #expect(atProvider.permissions == 0o600 && atProvider.modificationTime == later)
+        #expect(fixture.provider.base.content(of: "n")?.0 == .bytes(Array("new".utf8)))
+        #expect(fixture.provider.attributeCalls >= 1)
+        let record = try #require(cache.writes.uploadRecord(of: item.identifier))
+        #expect(record.phase == .materialized && record.heldAttributes == HeldAttributes())
+        shown = try await cache.catalog.item(item.identifier, maximumAge: .zero)
+        #expect(shown.permissions == 0o600 && shown.modificationTime == later && shown.size == 3)
+        await cache.shutdown()
+    }
+
+    /// D-460: held before the create sent anything (a parked create: the file not closed yet),
+    /// the chmod and utimens ride the create upload itself; no call of their own.
+    @Test func aChmodOrUtimensHeldBeforeTheCreateSendsRidesIt() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let item = try await cache.createFile(named: "t", in: .root, permissions: 0o644)
+        _ = try await cache.writes.openWriter(item, truncating: true)
+        _ = try #require(
+            cache.setAttributesNow(
+                of: item.identifier, ItemAttributeChanges(permissions: 0o600, modificationTime: time)))
+        #expect(fixture.provider.base.content(of: "t") == nil)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        let carried = fixture.provider.carried.withLock { $0 }
+        #expect(carried.permissions == 0o600 && carried.modificationTime == time)
+        #expect(fixture.provider.attributeCalls == 0)
+        #expect(fixture.provider.base.content(of: "t")?.0 == .bytes([]))
+        await cache.shutdown()
+    }
+
+    /// D-460, what meets a held chmod and utimens: a rename of the file before its create makes
+    /// it at the provider with them; an unlink while its create runs leaves nothing and makes no
+    /// call for them; a name taken at the provider meanwhile keeps them with the mount's file,
+    /// the conflict copy, and never makes them on the other file.
+    @Test func heldAttributesFollowTheFileThroughARenameAnUnlinkAndAConflict() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.defers.withLock { $0 = true }
+        let cache = try fixture.makeCache()
+        let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let changes = ItemAttributeChanges(permissions: 0o600, modificationTime: time)
+        // A rename before the create: the file is made at the provider with them.
+        let renamed = try await cache.createFile(named: "r", in: .root, permissions: 0o644)
+        _ = try #require(cache.setAttributesNow(of: renamed.identifier, changes))
+        let current = try await cache.catalog.item(renamed.identifier, maximumAge: .zero)
+        let (moved, _) = try await cache.move(current, to: .root, named: "r2", mode: .replacing, replaced: nil)
+        var carried = fixture.provider.carried.withLock { $0 }
+        #expect(carried.permissions == 0o600 && carried.modificationTime == time)
+        #expect(fixture.provider.base.content(of: "r2")?.0 == .bytes([]))
+        #expect(cache.writes.uploadRecord(of: moved.identifier) == nil, "nothing left to upload")
+        // An unlink while the create runs: it waits for that call, then nothing is left.
+        let gone = try await cache.createFile(named: "g", in: .root, permissions: 0o644)
+        let staging = try await cache.writes.openWriter(gone, truncating: true)
+        try await cache.writes.write(staging, Array("g".utf8), at: 0)
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(gone.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 2 })
+        _ = try #require(cache.setAttributesNow(of: gone.identifier, changes))
+        let unlink = Task { try await cache.delete(try await cache.catalog.item(gone.identifier, maximumAge: nil)) }
+        fixture.provider.release()
+        try await unlink.value
+        #expect(await eventually { cache.writes.uploadRecord(of: gone.identifier) == nil })
+        #expect(fixture.provider.base.content(of: "g") == nil)
+        #expect(fixture.provider.attributeCalls == 0)
+        // A name taken at the provider meanwhile: the conflict copy is the mount's file, with them.
+        let taken = try await cache.createFile(named: "c.txt", in: .root, permissions: 0o644)
+        let takenStaging = try await cache.writes.openWriter(taken, truncating: true)
+        try await cache.writes.write(takenStaging, Array("ours".utf8), at: 0)
+        fixture.provider.base.putFile("c.txt", .bytes(Array("theirs".utf8)))
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(taken.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 3 })
+        _ = try #require(cache.setAttributesNow(of: taken.identifier, changes))
+        let theirs = try await fixture.provider.base.item(for: taken.identifier)
+        fixture.provider.release()
+        #expect(await eventually { cache.writes.uploadRecord(of: taken.identifier)?.conflictName != nil })
+        let record = try #require(cache.writes.uploadRecord(of: taken.identifier))
+        #expect(record.phase == .materialized && record.heldAttributes == HeldAttributes())
+        carried = fixture.provider.carried.withLock { $0 }
+        #expect(carried.permissions == 0o600 && carried.modificationTime == time)
+        let after = try await fixture.provider.base.item(for: taken.identifier)
+        #expect(after.permissions == theirs.permissions && after.modificationTime == theirs.modificationTime)
+        #expect(fixture.provider.attributeCalls == 0)
+        await cache.shutdown()
+    }
+
+    /// D-460, crash safety: the record holds the chmod and utimens before the answer. A daemon
+    /// killed while the create upload runs, or after it and before their own call, still gets
+    /// them to the provider after the restart; meanwhile the catalog shows them.
+    @Test func aHeldChmodOrUtimensSurvivesARestart() async throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-writes-held-create")
+        defer { directory.remove() }
+        let store = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
+        let fixture = try WriteFixture(store: store)
+        fixture.provider.defers.withLock { $0 = true }
+        let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let changes = ItemAttributeChanges(permissions: 0o600, modificationTime: time)
+        let cache = try fixture.makeCache()
+        // "u": killed while its create upload runs; "a": after its upload, before the attributes.
+        var items: [String: ProviderItem] = [:]
+        for name in ["u", "a"] {
+            let item = try await cache.createFile(named: name, in: .root, permissions: 0o644)
+            let staging = try await cache.writes.openWriter(item, truncating: true)
+            try await cache.writes.write(staging, Array(name.utf8), at: 0)
+            items[name] = item
+        }
+        fixture.provider.holdAttributes()
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(items["a"]!.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        _ = try #require(cache.setAttributesNow(of: items["a"]!.identifier, changes))
+        fixture.provider.release()
+        // "a"'s upload had read its terms: its chmod and utimens wait for their own call.
+        #expect(
+            await eventually {
+                cache.writes.uploadRecord(of: items["a"]!.identifier)?.phase == .attributes
+                    && fixture.provider.attributeCalls == 1
+            })
+        fixture.provider.hold()
+        _ = try await cache.writes.closeWriter(items["u"]!.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 2 })
+        _ = try #require(cache.setAttributesNow(of: items["u"]!.identifier, changes))
+        await cache.shutdown()
+        // The dead cache's calls never get through (a killed daemon's would not return).
+        fixture.provider.failNext(1)
+        fixture.provider.release()
+        fixture.provider.releaseAttributes(failing: 1)
+        #expect(
+            await eventually {
+                items.values.allSatisfy { cache.writes.uploadRecord(of: $0.identifier)?.lastError != nil }
+            })
+        #expect(try await fixture.provider.base.item(for: items["a"]!.identifier).permissions == 0o644)
+        fixture.provider.hold()
+        let restarted = try fixture.makeCache()
+        for item in items.values {
+            #expect(
+                restarted.writes.uploadRecord(of: item.identifier)?.heldAttributes
+                    == HeldAttributes(permissions: 0o600, modificationTime: time))
+        }
+        let listed = try await restarted.catalog.children(of: .root, maximumAge: .zero)
+        for name in ["u", "a"] {
+            let served = try #require(listed.first { $0.name == name })
+            #expect(served.permissions == 0o600 && served.modificationTime == time, "\(name)")
+        }
+        fixture.provider.release()
+        for item in items.values { #expect(await restarted.writes.waitUntilUploaded(item.identifier)) }
+        // "u": its resumed create carried them; "a": its attributes were made.
+        let carried = fixture.provider.carried.withLock { $0 }
+        #expect(carried.permissions == 0o600 && carried.modificationTime == time)
+        #expect(fixture.provider.base.content(of: "u")?.0 == .bytes(Array("u".utf8)))
+        let made = try await fixture.provider.base.item(for: items["a"]!.identifier)
+        #expect(made.permissions == 0o600 && made.modificationTime == time)
+        #expect(fixture.provider.base.content(of: "a")?.0 == .bytes(Array("a".utf8)))
+        await restarted.shutdown()
     }
 
     /// Review of D-385/D-386: a chmod that reaches the provider while an upload carrying an

@@ -46,6 +46,76 @@ struct FastPathTwinTests {
     }
 }
 
+/// D-460: a chmod and utimens of a file whose create upload runs (git's local clone, `cp -p`)
+/// is answered on the FUSE thread, without waiting for that upload, with what the async path
+/// answers on an identical mount, and getattr shows it at once; the source gets it once the
+/// upload ends. (The random twins above never create files: both would race for one name.)
+@Suite("Fast path twins: a setattr held by a running create")
+struct HeldCreateTwinTests {
+    @Test func aSetattrOfAFileWhoseCreateRunsIsAnsweredAtOnceAsTheAsyncPathAnswersIt() async throws {
+        let changes = AttributeChanges(
+            permissions: 0o640, accessTime: Timestamp(seconds: 3_000, nanoseconds: 0),
+            modificationTime: Timestamp(seconds: 2_000, nanoseconds: 5))
+        var answers: [NodeAttributes] = []
+        for immediate in [true, false] {
+            let fixture = try VFSFixture(options: VFSFixture.writableOptions())
+            fixture.provider.defersCreates = true
+            fixture.provider.answersImmediately = true
+            let fileSystem = try fixture.makeFileSystem()
+            let (entry, opened) = try await fileSystem.create(
+                parent: .root, name: "object", permissions: 0o444, flags: OpenFlags(rawValue: O_WRONLY | O_CREAT),
+                context: .kernel)
+            let inode = entry.attributes.inode
+            _ = try await fileSystem.write(inode, handle: opened.handle, offset: 0, data: [1, 2, 3], context: .kernel)
+            fixture.provider.holdUploads()
+            await fileSystem.release(inode, handle: opened.handle)
+            #expect(await heldEventually { fixture.provider.heldUploadCount == 1 })
+            let answer: NodeAttributes
+            if immediate {
+                let now = try #require(
+                    fileSystem.setAttributesNow(inode, changes: changes, context: .kernel),
+                    "declined: it would wait for the create upload")
+                answer = try now.get()
+                let shown = try #require(fileSystem.getAttributesNow(inode, context: .kernel)).get()
+                #expect(shown == answer)
+            } else {
+                let done = Locked<NodeAttributes?>(nil)
+                let task = Task {
+                    let made = try await fileSystem.setAttributes(
+                        inode, changes: changes, handle: nil, context: .kernel)
+                    done.withLock { $0 = made }
+                }
+                #expect(await heldEventually { done.withLock { $0 } != nil }, "the async path waited for the upload")
+                fixture.provider.releaseUploads()
+                try await task.value
+                answer = try #require(done.withLock { $0 })
+            }
+            #expect(answer.permissions == 0o640)
+            #expect(answer.modificationTime == Timestamp(seconds: 2_000, nanoseconds: 5))
+            #expect(fixture.provider.heldUploadCount <= 1, "still held while answered")
+            answers.append(answer)
+            fixture.provider.releaseUploads()
+            #expect(await fileSystem.cache.writes.waitUntilUploaded(ItemIdentifier("object")))
+            let atSource = try await fixture.provider.item(for: ItemIdentifier("object"))
+            #expect(atSource.permissions == 0o640)
+            #expect(atSource.modificationTime == ItemTime(seconds: 2_000, nanoseconds: 5))
+            await fileSystem.shutdown()
+        }
+        #expect(answers.count == 2 && answers[0] == answers[1])
+    }
+}
+
+/// Polls `condition` (real time, at most 30 s: a suite run in parallel can starve the tasks for
+/// seconds): the write-back runs in tasks of its own.
+private func heldEventually(_ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return condition()
+}
+
 /// Two file systems kept identical; `now` answers immediately, `slow` the async way.
 private final class TwinRun: @unchecked Sendable {
     // Confined to the test's task: no concurrent access.

@@ -52,15 +52,14 @@ extension LocalWrites {
         return true
     }
 
-    /// A chmod of `identifier` reached the provider: a queued upload that carries permissions held
-    /// earlier (D-385) carries these now, or it would undo the chmod.
-    func permissionsSet(_ identifier: ItemIdentifier, to permissions: UInt16) {
+    /// A chmod or utimens of `identifier` reached the provider: a queued upload that carries
+    /// attributes held earlier (D-385, D-460) carries these now, or it would undo them.
+    func attributesCarried(_ identifier: ItemIdentifier, _ made: HeldAttributes) {
         let saved = state.withLock { state -> UploadRecord? in
-            guard var machine = state.uploads[identifier], machine.record.isPending, machine.record.permissions != nil
-            else { return nil }
-            machine.carry(permissions: permissions)
-            state.uploads[identifier] = machine
-            return machine.record
+            guard state.uploads[identifier]?.record.isPending == true, state.uploads[identifier]!.carry(made) else {
+                return nil
+            }
+            return state.uploads[identifier]!.record
         }
         if let saved { save(saved) }
     }
@@ -162,6 +161,8 @@ extension LocalWrites {
                     }
                     self.perform(current, next)
                 }
+            case .setAttributes(let version):
+                spawn { await self.makeHeldAttributes(identifier, version: version) }
             case .retry(let delay, let version):
                 let timeline = environment.timeline
                 spawn {

@@ -126,23 +126,29 @@ extension LocalWrites {
         /// The base version a replace names: a chmod or utimens through the mount may have
         /// rebased it while this call waited (D-375).
         var base: ContentVersion?
-        /// The permissions a chmod during the edit set (D-385): they ride along.
+        /// The permissions a chmod during the edit set (D-385), or one held while the upload
+        /// waited or ran (D-460): they ride along.
         var permissions: UInt16?
+        /// The mtime a utimens held while the upload waited (D-460); nil: the item's.
+        var modificationTime: ItemTime?
         /// Not at the provider yet: created by this call (D-386).
         var creates: Bool
     }
 
-    /// Step 4: the terms, read from the record under the lock.
+    /// Step 4: the terms, read from the record under the lock (what it holds of chmod and
+    /// utimens is noted as carried: what is held after this is made after the call, D-460).
     private func uploadTerms(
         _ identifier: ItemIdentifier, version: ContentVersion, base: ContentVersion?
     ) -> UploadTerms {
         state.withLock { state in
-            guard let machine = state.uploads[identifier], machine.inFlight == version else {
+            guard state.uploads[identifier]?.inFlight == version else {
                 return UploadTerms(base: base, permissions: nil, creates: false)
             }
+            let held = state.uploads[identifier]!.sendingAttributes()
+            let record = state.uploads[identifier]!.record
             return UploadTerms(
-                base: machine.record.baseVersion, permissions: machine.record.permissions,
-                creates: machine.record.creates)
+                base: record.baseVersion, permissions: held.permissions, modificationTime: held.modificationTime,
+                creates: record.creates)
         }
     }
 
@@ -159,7 +165,7 @@ extension LocalWrites {
                 creates ? .create(name: current.name, in: current.parent) : .replace(identifier, baseVersion: base)
             let uploaded = try await environment.provider.upload(
                 from: path, to: target, permissions: creates ? permissions ?? current.permissions : permissions,
-                modificationTime: current.modificationTime)
+                modificationTime: terms.modificationTime ?? current.modificationTime)
             // Made by the upload: given to whoever created it through the mount (D-397).
             return (
                 .success(
@@ -173,8 +179,14 @@ extension LocalWrites {
         {
             // Keep both: the local edit under a conflict name, the provider's under the original.
             environment.logger.notice("\(identifier): the provider's version changed since the edit began: \(error)")
+            // The copy is the mount's file: with a chmod or utimens held since the call began
+            // (D-460), which the record then drops.
+            var copy = writeBackCatalog.knownItem(identifier) ?? current
+            let held = state.withLock { $0.uploads[identifier]?.record.heldAttributes } ?? HeldAttributes()
+            if let permissions = held.permissions { copy.permissions = permissions }
+            if let time = held.modificationTime { copy.modificationTime = time }
             do {
-                let (name, created) = try await uploadConflictCopy(current, from: path)
+                let (name, created) = try await uploadConflictCopy(copy, from: path)
                 return (.success(created), name)
             } catch {
                 return (.failure(error), nil)

@@ -15,6 +15,9 @@ public enum UploadPhase: String, Sendable, Equatable {
     case error
     /// Uploaded: the local version is the provider's `providerVersion`.
     case materialized
+    /// Uploaded as `providerVersion`, but a chmod or utimens held by the record came after the
+    /// upload call read what it carries: made at the provider next (D-460). Still pending.
+    case attributes
 }
 
 /// One item's durable write-back entry (a row of the `uploads` table).
@@ -33,9 +36,12 @@ public struct UploadRecord: Sendable, Equatable {
     public var providerVersion: ContentVersion?
     /// When the local edit was kept beside a conflicting provider version: the conflict copy's name.
     public var conflictName: String?
-    /// Permission bits a chmod during the edit set (D-385), for the upload to carry; nil: the
-    /// provider's stay.
+    /// Permission bits a chmod during the edit set (D-385), or one held while the upload is
+    /// queued or running (D-460), for the upload to carry; nil: the provider's stay.
     public var permissions: UInt16?
+    /// An mtime a utimens set while the upload is queued or running (D-460), for the upload to
+    /// carry; nil: the local version's own (its publish's, or the item's).
+    public var modificationTime: ItemTime?
     /// The provider does not have the file yet (created through the mount, D-386): the upload is
     /// a `.create` under the item's name. Cleared once it got through.
     public var creates: Bool
@@ -43,7 +49,7 @@ public struct UploadRecord: Sendable, Equatable {
         identifier: ItemIdentifier, localVersion: ContentVersion, baseVersion: ContentVersion?,
         phase: UploadPhase = .dirty, attempts: Int = 0, lastError: String? = nil,
         providerVersion: ContentVersion? = nil, conflictName: String? = nil, permissions: UInt16? = nil,
-        creates: Bool = false
+        creates: Bool = false, modificationTime: ItemTime? = nil
     ) {
         self.identifier = identifier
         self.localVersion = localVersion
@@ -55,6 +61,12 @@ public struct UploadRecord: Sendable, Equatable {
         self.conflictName = conflictName
         self.permissions = permissions
         self.creates = creates
+        self.modificationTime = modificationTime
+    }
+
+    /// The chmod and utimens the record holds for the provider (D-385, D-460).
+    public var heldAttributes: HeldAttributes {
+        HeldAttributes(permissions: permissions, modificationTime: modificationTime)
     }
 
     /// What the last failure was: the code its message starts with ("noSpace: …", as
@@ -66,6 +78,32 @@ public struct UploadRecord: Sendable, Equatable {
 
     /// Still to upload (dirty, uploading, error): the local version must be served meanwhile.
     public var isPending: Bool { phase != .materialized }
+}
+
+/// A mode and an mtime an upload record holds for the provider (nil: none).
+public struct HeldAttributes: Sendable, Equatable {
+    public var permissions: UInt16?
+    public var modificationTime: ItemTime?
+
+    public init(permissions: UInt16? = nil, modificationTime: ItemTime? = nil) {
+        self.permissions = permissions
+        self.modificationTime = modificationTime
+    }
+
+    /// Whether anything is held.
+    var isEmpty: Bool { permissions == nil && modificationTime == nil }
+
+    /// Whether this holds something that `sent` did not carry (a chmod or utimens held after the
+    /// call read its terms).
+    func isNews(since sent: HeldAttributes?) -> Bool {
+        (permissions != nil && permissions != sent?.permissions)
+            || (modificationTime != nil && modificationTime != sent?.modificationTime)
+    }
+
+    /// As the provider's `setAttributes` takes them.
+    var changes: ItemAttributeChanges {
+        ItemAttributeChanges(permissions: permissions, modificationTime: modificationTime)
+    }
 }
 
 /// The write-back of one item. Time is the host's timeline (injected clock).
@@ -81,10 +119,17 @@ struct UploadMachine: Sendable, Equatable {
         /// The write-back settle (D-405): call `settleDue` on the machine of `version` after the
         /// delay.
         case settle(after: Duration, version: ContentVersion)
+        /// Make the held chmod and utimens at the provider (`sendingAttributes` says which), then
+        /// report `attributesMade` or `failed` (D-460).
+        case setAttributes(version: ContentVersion)
     }
     private(set) var record: UploadRecord
-    /// The version the running upload sends (nil: none runs).
+    /// The version the running upload sends (nil: none runs); in phase `.attributes`, the
+    /// version whose held attributes the running call makes.
     private(set) var inFlight: ContentVersion?
+    /// The held attributes the running call carries, as it read them (`sendingAttributes`; nil:
+    /// not read yet): what is held beyond them is made after it (D-460).
+    private(set) var carried: HeldAttributes?
     /// When the newest local version may start its upload (D-405): set by a publish made with a
     /// settle, cleared when an upload starts. On the host's timeline.
     private(set) var settleDeadline: Duration?
@@ -105,8 +150,31 @@ struct UploadMachine: Sendable, Equatable {
 
     /// What to do at start (after a restart: resume).
     mutating func start() -> [Action] {
+        if record.phase == .attributes { return makeAttributes() }
         guard record.phase == .dirty || record.phase == .error else { return [] }
         return begin()
+    }
+
+    /// The running call reads what it carries: the held attributes, noted as carried.
+    mutating func sendingAttributes() -> HeldAttributes {
+        carried = record.heldAttributes
+        return record.heldAttributes
+    }
+
+    /// A chmod or utimens of the item while its upload is queued or running (D-460): held by
+    /// the record, carried by the next upload call, or made after the running one. Each given
+    /// field replaces the one held.
+    mutating func hold(_ attributes: HeldAttributes) -> [Action] {
+        if let permissions = attributes.permissions { record.permissions = permissions }
+        if let time = attributes.modificationTime { record.modificationTime = time }
+        return [.save(record)]
+    }
+
+    private mutating func makeAttributes() -> [Action] {
+        record.phase = .attributes
+        inFlight = record.localVersion
+        carried = nil
+        return [.save(record), .setAttributes(version: record.localVersion)]
     }
 
     private mutating func begin() -> [Action] {
@@ -128,7 +196,12 @@ struct UploadMachine: Sendable, Equatable {
         _ version: ContentVersion, base: ContentVersion?, baseIsNewer: Bool = false, permissions: UInt16? = nil,
         now: Duration = .zero, settle: Duration = .zero, maximumSettle: Duration = .zero
     ) -> [Action] {
-        if record.phase == .materialized {
+        if record.phase == .attributes {
+            // Uploaded, its held attributes not made yet: the next upload replaces what the
+            // last one made, and carries them (D-460).
+            record.baseVersion = record.providerVersion ?? record.baseVersion
+            record.providerVersion = nil
+        } else if record.phase == .materialized {
             // After an upload the provider's version is the local one: the next edit starts
             // there (a writer that fsynced, was uploaded, and wrote on: its staging began from
             // the upload's own base or a local version); else from `base`. A writer whose copy
@@ -144,6 +217,9 @@ struct UploadMachine: Sendable, Equatable {
             record.permissions = nil
         }
         if let permissions { record.permissions = permissions }
+        // The new version brings its own mtime (a write after a utimens moves it, and a publish
+        // without a change keeps the item's, which shows the one held), D-460.
+        record.modificationTime = nil
         record.localVersion = version
         record.attempts = 0
         record.conflictName = nil
@@ -183,13 +259,18 @@ struct UploadMachine: Sendable, Equatable {
         _ version: ContentVersion, providerVersion: ContentVersion, now: Duration = .zero
     ) -> [Action] {
         inFlight = nil
+        let sent = carried
+        carried = nil
         record.attempts = 0
         record.lastError = nil
         record.creates = false  // the provider has the file now
         if version == record.localVersion {
-            record.phase = .materialized
             record.providerVersion = providerVersion
+            // A chmod or utimens held after the call read its terms: made next (D-460).
+            if record.heldAttributes.isNews(since: sent) { return makeAttributes() }
+            record.phase = .materialized
             record.permissions = nil  // the provider has them now
+            record.modificationTime = nil
             return [.save(record)]
         }
         // A newer version was published meanwhile: it is uploaded next, from what this one made
@@ -203,14 +284,16 @@ struct UploadMachine: Sendable, Equatable {
     }
 
     /// The upload failed with `message`; retried after the backoff (doubling, bounded).
+    /// In phase `.attributes` the call that failed made the held attributes: retried as such.
     mutating func failed(_ version: ContentVersion, message: String) -> [Action] {
         inFlight = nil
+        carried = nil
         if version != record.localVersion {
             // A newer version is waiting: try it at once.
             return begin()
         }
         record.attempts += 1
-        record.phase = .error
+        if record.phase != .attributes { record.phase = .error }
         record.lastError = message
         return [.save(record), .retry(after: backoff, version: record.localVersion)]
     }
@@ -224,8 +307,28 @@ struct UploadMachine: Sendable, Equatable {
 
     /// The backoff has passed.
     mutating func retryDue() -> [Action] {
+        if record.phase == .attributes, inFlight == nil { return makeAttributes() }
         guard record.phase == .error else { return [] }
         return begin()
+    }
+
+    /// The held attributes of `version` were made at the provider (or `gone`: the item is no
+    /// longer there, nothing to make them on). Those held since are made next; a version
+    /// published meanwhile is uploaded next, carrying them (D-460). The host rebased the record
+    /// to the version the change made first (`rebase`).
+    mutating func attributesMade(_ version: ContentVersion, gone: Bool = false) -> [Action] {
+        guard inFlight == version else { return [] }
+        inFlight = nil
+        let sent = carried
+        carried = nil
+        record.attempts = 0
+        record.lastError = nil
+        if version != record.localVersion { return begin() }
+        if !gone, record.heldAttributes.isNews(since: sent) { return makeAttributes() }
+        record.phase = .materialized
+        record.permissions = nil
+        record.modificationTime = nil
+        return [.save(record)]
     }
 
     /// The item was renamed (its identifier changed).
@@ -248,8 +351,20 @@ struct UploadMachine: Sendable, Equatable {
         return changed
     }
 
-    /// A chmod reached the provider while this record waits: it carries that mode now (D-385).
-    mutating func carry(permissions: UInt16) { record.permissions = permissions }
+    /// A chmod or utimens reached the provider while this record waits: what the record holds of
+    /// them (D-385, D-460) is that now, or its upload would undo it.
+    mutating func carry(_ made: HeldAttributes) -> Bool {
+        var changed = false
+        if record.permissions != nil, let permissions = made.permissions {
+            record.permissions = permissions
+            changed = true
+        }
+        if record.modificationTime != nil, let time = made.modificationTime {
+            record.modificationTime = time
+            changed = true
+        }
+        return changed
+    }
 
     /// The file, not at the provider yet, was created there empty as `created` (D-386): the
     /// upload is a replace of that version now.
@@ -262,9 +377,11 @@ struct UploadMachine: Sendable, Equatable {
     /// `conflictName`; the item is the provider's again.
     mutating func conflictResolved(conflictName: String) -> [Action] {
         inFlight = nil
+        carried = nil
         record.phase = .materialized
         record.conflictName = conflictName
         record.permissions = nil
+        record.modificationTime = nil
         record.creates = false
         record.attempts = 0
         record.lastError = nil

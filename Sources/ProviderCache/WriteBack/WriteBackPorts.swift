@@ -35,6 +35,13 @@ protocol WriteBackCatalog: AnyObject, Sendable {
         _ identifier: ItemIdentifier, version: ContentVersion, providerVersion: ContentVersion, base: ContentVersion?)
     func otherNames(of identifier: ItemIdentifier) -> [ItemIdentifier]
     func otherNameUploaded(_ identifier: ItemIdentifier, from: ContentVersion?, to: ContentVersion)
+    /// A chmod or utimens through the mount: one held by an upload record is shown (D-460, at
+    /// a restart too); one made at the provider moves the local version's provider version
+    /// (D-375).
+    @discardableResult
+    func attributesHeld(_ identifier: ItemIdentifier, _ held: HeldAttributes) -> ProviderItem?
+    func providerVersionChanged(
+        _ identifier: ItemIdentifier, from: ContentVersion, to: ContentVersion, modificationTime: ItemTime?)
     /// The item was replaced or deleted: its local version goes with its record (D-411).
     func forgetLocal(_ identifier: ItemIdentifier, subtree: Bool)
 }
