@@ -267,6 +267,14 @@ public final class Catalog: Sendable {
         state.withLock { $0.serials.otherNames(of: identifier) }
     }
 
+    /// The numbers of listed `items`, in order, as applying their listing gives them (a file with
+    /// other names shares theirs, D-396): for entries shown before the listing is applied (D-470).
+    public func serialNumbers(ofListed items: [ProviderItem]) -> [UInt64] {
+        state.withLock { catalog in
+            items.map { catalog.serials.number(for: $0.identifier, link: $0.hardLinkIdentity) }
+        }
+    }
+
     /// The numbers of `identifiers`, in order (one lock for a directory's listing).
     public func serialNumbers(of identifiers: [ItemIdentifier]) -> [UInt64] {
         state.withLock { catalog in identifiers.map { catalog.serials.number(for: $0) } }
@@ -489,7 +497,7 @@ public final class Catalog: Sendable {
     /// one name made `tar x` into a directory list it whole for every file's LOOKUP: quadratic.
     private func answersByName(_ directory: ItemIdentifier, _ name: String) -> Bool {
         guard environment.provider.capabilities.contains(.namedChildLookup),
-            state.withLock({ $0.listedAt[directory] != nil }),
+            state.withLock({ $0.listedAt[directory] != nil || $0.listingsInFlight[directory] != nil }),
             case .unknown = cachedChild(named: name, of: directory, maximumAge: environment.options.directoryTTL)
         else { return false }
         guard environment.provider.capabilities.contains(.listingChangeTracking) else { return true }
@@ -517,7 +525,7 @@ public final class Catalog: Sendable {
     /// `.unknown` when the provider declines or fails (the async path says why).
     private func askedNow(named name: String, of directory: ItemIdentifier) -> ChildAnswer {
         guard let provider = immediateMetadata, provider.capabilities.contains(.namedChildLookup),
-            state.withLock({ $0.listedAt[directory] != nil })
+            state.withLock({ $0.listedAt[directory] != nil || $0.listingsInFlight[directory] != nil })
         else { return .unknown }
         let answer: ImmediateChild
         let asked = changeMark(of: directory)
@@ -586,10 +594,39 @@ public final class Catalog: Sendable {
         return state.withLock { Self.childItems(of: identifier, in: $0) }
     }
 
+    /// `children(of:maximumAge:)` that, when it lists the directory at the provider now, hands
+    /// the children to `batch` as the provider's batches arrive (D-470), each sorted by name, so
+    /// a reader can answer with them before the whole directory is read. Not handed over: what
+    /// the mount created there and the provider does not have yet (D-386) and what it changed
+    /// there since the listing began (D-388) — the listing's answer, as `children(of:)`'s,
+    /// has those as the mount made them. Nothing is handed over when the listing kept is fresh
+    /// enough or the provider does not list in batches.
+    public func children(
+        of identifier: ItemIdentifier, maximumAge: Duration?, batch: @escaping @Sendable ([ProviderItem]) -> Void
+    ) async throws(CacheError) -> [ProviderItem] {
+        try await listChildren(of: identifier, maximumAge: maximumAge, batch: batch)
+        return state.withLock { Self.childItems(of: identifier, in: $0) }
+    }
+
+    /// A batch of a listing of `directory` begun at `changeCount`, as `children(of:maximumAge:batch:)`
+    /// hands it over.
+    private func listedBatch(
+        _ items: [ProviderItem], of directory: ItemIdentifier, changeCount: UInt64
+    ) -> [ProviderItem] {
+        let kept = state.withLock { catalog -> [ProviderItem] in
+            let changed = catalog.changedWhileListed[directory]?.filter { $0.value.count > changeCount }
+            guard !catalog.unborn.isEmpty || changed?.isEmpty == false else { return items }
+            return items.filter { !catalog.unborn.contains($0.identifier) && changed?[$0.identifier] == nil }
+        }
+        return kept.sorted { $0.name < $1.name }
+    }
+
     /// Makes the catalog hold a listing of `identifier` younger than `maximumAge` (or, with the
     /// provider unreachable, any listing kept from any session). Lookups use this without
-    /// building the sorted children array.
-    private func listChildren(of identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) {
+    /// building the sorted children array. `batch`: as `children(of:maximumAge:batch:)`.
+    private func listChildren(
+        of identifier: ItemIdentifier, maximumAge: Duration?, batch: (@Sendable ([ProviderItem]) -> Void)? = nil
+    ) async throws(CacheError) {
         let now = environment.timeline.now
         let fresh = state.withLock { catalog -> Bool in
             guard let at = catalog.listedAt[identifier] else { return false }
@@ -606,6 +643,12 @@ public final class Catalog: Sendable {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 () async throws -> (children: [ProviderItem], token: ListingChangeToken?) in
+                if let tracking, let batch {
+                    return try await tracking.trackedChildren(of: identifier) { [self] items in
+                        let kept = listedBatch(items, of: identifier, changeCount: changeCount)
+                        if !kept.isEmpty { batch(kept) }
+                    }
+                }
                 if let tracking { return try await tracking.trackedChildren(of: identifier) }
                 return (try await provider.children(of: identifier), nil)
             }
@@ -624,6 +667,24 @@ public final class Catalog: Sendable {
                 throw failure
             }
         }
+    }
+
+    /// Whether whoever shows `directory`'s listing may keep showing it until told of a change
+    /// (D-472): the provider tells of every change of it (a tracked listing, its token unchanged
+    /// or the listing younger than `directoryTTL`), and it is younger than `fullListingInterval`
+    /// (what the provider's tracking misses is seen then).
+    public func listingStaysCurrent(_ directory: ItemIdentifier) -> Bool {
+        guard pushesChanges else { return false }
+        let now = environment.timeline.now
+        let options = environment.options
+        let fresh = state.withLock { catalog -> Bool? in
+            guard let tracked = catalog.listingTokens[directory], let at = catalog.listedAt[directory],
+                now - tracked.listedAt < options.fullListingInterval
+            else { return nil }
+            return now - at < options.directoryTTL
+        }
+        guard let fresh else { return false }
+        return fresh || revalidateListing(of: directory, with: environment.provider, at: now)
     }
 
     /// A listing of `directory` is on its way from now (D-388): what the mount changes there is
