@@ -993,9 +993,155 @@ class PinManyFiles(CacheControlAtScale):
             return elapsed
 
 
+# ---------------------------------------------------------------------------------------------
+# Big directories (issue 28 item 4): one directory of N files (`bigdir/flat`) and a tree of N files
+# in 100 directories (`bigdir/tree`); N = 100,000, 20,000 with --quick. Every pass is cold: the
+# caching peers are remounted with an empty cache and every peer's dentries, inodes and pages are
+# dropped (root), so the listing reaches each daemon (and the source's disk). `bigdir-ls` also times
+# a second `ls -f` right after the cold one (warm: each peer's kernel caches as it sets them),
+# printed under the table.
+
+BIGDIR_DIRECTORIES = 100
+
+
+def bigdir_count(bench):
+    return 20_000 if bench.quick else 100_000
+
+
+class BigDirData(Row):
+    higher_is_better = False
+    unit = "s"
+
+    def create_data(self, bench):
+        count = bigdir_count(bench)
+        root = os.path.join(bench.source, "bigdir")
+        marker = os.path.join(bench.work, f"bigdir-{count}.done")
+        if os.path.exists(marker):
+            return
+        flat = os.path.join(root, "flat")
+        os.makedirs(flat, exist_ok=True)
+        for index in range(count):
+            with open(os.path.join(flat, f"file-{index:06}.txt"), "wb") as f:
+                f.write(b"x" * (index % 100))
+        per_directory = count // BIGDIR_DIRECTORIES
+        for directory in range(BIGDIR_DIRECTORIES):
+            path = os.path.join(root, "tree", f"dir-{directory:03}")
+            os.makedirs(path, exist_ok=True)
+            for index in range(per_directory):
+                with open(os.path.join(path, f"file-{index:05}.c"), "wb") as f:
+                    f.write(b"y" * (index % 50))
+        open(marker, "w").close()
+
+    def iterations(self, default):
+        return default
+
+    def format(self, value):
+        if value is None:
+            return "–"
+        return f"{value * 1000:,.1f} ms" if value < 1 else f"{value:.2f} s"
+
+    @staticmethod
+    def cold(peer):
+        if peer.cold_needs_remount:
+            peer.remount()
+        drop_caches()
+
+    @staticmethod
+    def timed(command):
+        start = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - start
+
+    def target_check(self, medians):
+        ours, bindfs = medians.get("providerfs"), medians.get("bindfs")
+        ok = ours is not None and bindfs is not None and ours <= self.target_factor * bindfs
+        return self.target_text, "yes" if ok else "no"
+
+
+class BigDirList(BigDirData):
+    key = "bigdir-ls"
+    title = "`ls -f` of one directory of N files, cold (warm under the table)"
+    target_factor = 2
+    target_text = "cold ≤ 2× bindfs; warm ≤ bindfs"
+
+    def __init__(self):
+        self.warm = {}
+
+    def measure(self, bench, peer):
+        directory = os.path.join(peer.root, "bigdir", "flat")
+        self.cold(peer)
+        cold = self.timed(["ls", "-f", directory])
+        self.warm.setdefault(peer.name, []).append(self.timed(["ls", "-f", directory]))
+        return cold
+
+    def target_check(self, medians):
+        text, met = super().target_check(medians)
+        ours, bindfs = self.warm.get("providerfs"), self.warm.get("bindfs")
+        if met == "yes" and not (ours and bindfs and statistics.median(ours) <= statistics.median(bindfs)):
+            met = "no (warm)"
+        return text, met
+
+    def notes(self, medians, paired):
+        if not self.warm:
+            return []
+        warm = {name: statistics.median(values) for name, values in self.warm.items()}
+        cells = [f"{name} {self.format(value)}" for name, value in warm.items()]
+        line = f"- {self.key} warm (a second `ls -f` right after the cold one): " + ", ".join(cells)
+        ours = warm.get("providerfs")
+        for name in ("bindfs", "providerfs-base"):
+            if ours and warm.get(name):
+                line += f"; providerfs/{name} {warm[name] / ours:.2f}×"
+        return [line]
+
+
+class BigDirLongList(BigDirData):
+    key = "bigdir-lsl"
+    title = "`ls -l` of one directory of N files, cold"
+    target_factor = 1
+    target_text = "≤ bindfs"
+
+    def measure(self, bench, peer):
+        self.cold(peer)
+        return self.timed(["ls", "-l", os.path.join(peer.root, "bigdir", "flat")])
+
+
+class BigDirFind(BigDirData):
+    key = "bigdir-find"
+    title = f"`find` of a tree of N files in {BIGDIR_DIRECTORIES} directories, cold"
+    target_factor = 2
+    target_text = "≤ 2× bindfs"
+
+    def measure(self, bench, peer):
+        self.cold(peer)
+        return self.timed(["find", os.path.join(peer.root, "bigdir", "tree")])
+
+
+class BigDirFirstEntry(BigDirData):
+    """opendir and the first readdir (one getdents64 of glibc's 32 KiB buffer) of a cold directory
+    of N files: how long a caller waits before it sees anything. A listing that streams answers
+    this before the whole directory was read from the provider."""
+    key = "bigdir-first"
+    title = "first entry of a cold listing of N files"
+    target_factor = 1
+    target_text = "(streaming: ≪ bigdir-ls)"
+
+    def measure(self, bench, peer):
+        directory = os.path.join(peer.root, "bigdir", "flat")
+        self.cold(peer)
+        start = time.perf_counter()
+        with os.scandir(directory) as entries:
+            next(entries)
+            elapsed = time.perf_counter() - start
+        return elapsed
+
+    def target_check(self, medians):
+        return self.target_text, ""
+
+
 ROWS = [
     ColdSequential(), WarmReread(), StatFiles(), StatFilesUncached(), OpenReadFiles(), FioRandomWarm(),
     TimeToFirstByte(), OpenReadFilesFirst(), AccessPathOpenRead(), AccessPathOpenClose(), AccessPathBulk(),
     AccessPathBulkDaemon(), SequentialWrite(), Untar(), UntarReal(), SaveLoop(), GitClone(),
-    SQLiteInserts(), CacheLimitPeak(), EvictManyFiles(), PinManyFiles()
+    SQLiteInserts(), CacheLimitPeak(), EvictManyFiles(), PinManyFiles(), BigDirList(), BigDirLongList(),
+    BigDirFind(), BigDirFirstEntry()
 ]

@@ -33,6 +33,17 @@ extension Dispatcher {
                 if connection.pointee.capable & UInt32(FUSE_CAP_ATOMIC_O_TRUNC) != 0 {
                     connection.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
                 }
+                // READDIRPLUS where the file system gives attributes (D-471), for every readdir:
+                // the adaptive form asks for it only at the start of a listing and after lookups,
+                // and `ls -l` (the whole listing first, then an lstat of each name) then sent a
+                // LOOKUP for every entry but the first page's. libfuse turns both on whenever the
+                // operation is set.
+                connection.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
+                if !dispatcher.fileSystem.givesDirectoryAttributes {
+                    connection.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS)
+                } else if connection.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
+                    connection.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
+                }
             }
             dispatcher.onInitialized()
         }
@@ -126,10 +137,14 @@ extension Dispatcher {
 
         ops.opendir = { request, inode, _ in
             Dispatcher.from(request).respond(request, "opendir") { fs, context throws(FileSystemError) in
-                try await fs.openDirectory(InodeNumber(inode), context: context)
-            } reply: { request, handle in
+                let handle = try await fs.openDirectory(InodeNumber(inode), context: context)
+                return (handle, fs.listingCaching(InodeNumber(inode), handle: handle))
+            } reply: { request, opened in
                 var info = fuse_file_info()
-                info.fh = handle.rawValue
+                info.fh = opened.0.rawValue
+                // The kernel's cache of the listing (D-472).
+                info.cache_readdir = opened.1 == .none ? 0 : 1
+                info.keep_cache = opened.1 == .kept ? 1 : 0
                 return fuse_reply_open(request, &info)
             }
         }
@@ -139,12 +154,51 @@ extension Dispatcher {
             // A fuse_dirent is 24 bytes plus the name rounded up to 8: ask for about as many
             // entries as can fit; the ones that do not fit are asked for again from their cookie.
             let limit = max(1, size / 32)
-            Dispatcher.from(request).respond(request, "readdir") { fs, context throws(FileSystemError) in
-                try await fs.readDirectory(
-                    InodeNumber(inode), handle: handle, after: UInt64(offset), limit: limit, context: context)
-            } reply: { request, entries in
+            let dispatcher = Dispatcher.from(request)
+            let reply: @Sendable (fuse_req_t, [DirectoryEntry]) -> Int32 = { request, entries in
                 replyDirectory(request, entries, capacity: size)
             }
+            // Entries the open listing already has: no task (D-470).
+            guard
+                !dispatcher.answerNow(
+                    request, "readdir",
+                    now: { fs, context in
+                        fs.readDirectoryNow(
+                            InodeNumber(inode), handle: handle, after: UInt64(offset), limit: limit, context: context)
+                    }, reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "readdir",
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.readDirectory(
+                        InodeNumber(inode), handle: handle, after: UInt64(offset), limit: limit, context: context)
+                }, reply: reply)
+        }
+
+        ops.readdirplus = { request, inode, size, offset, fileInfo in
+            let handle = FileHandleID(fileInfo!.pointee.fh)
+            // A fuse_direntplus is a fuse_entry_out (128 bytes), a fuse_dirent (24) and the name
+            // rounded up to 8. Entries that do not fit are given back (`forget`) and asked for
+            // again from their cookie (D-471).
+            let limit = max(1, size / 160)
+            let dispatcher = Dispatcher.from(request)
+            let reply: @Sendable (fuse_req_t, [DirectoryEntryPlus]) -> Int32 = { request, entries in
+                replyDirectoryPlus(request, entries, capacity: size, fileSystem: Dispatcher.from(request).fileSystem)
+            }
+            guard
+                !dispatcher.answerNow(
+                    request, "readdirplus",
+                    now: { fs, context in
+                        fs.readDirectoryPlusNow(
+                            InodeNumber(inode), handle: handle, after: UInt64(offset), limit: limit, context: context)
+                    }, reply: reply)
+            else { return }
+            dispatcher.respond(
+                request, "readdirplus",
+                work: { fs, context throws(FileSystemError) in
+                    try await fs.readDirectoryPlus(
+                        InodeNumber(inode), handle: handle, after: UInt64(offset), limit: limit, context: context)
+                }, reply: reply)
         }
 
         ops.releasedir = { request, inode, fileInfo in
@@ -546,6 +600,41 @@ private func replyDirectory(_ request: fuse_req_t, _ entries: [DirectoryEntry], 
         used += needed
     }
     return fuse_reply_buf(request, buffer, used)
+}
+
+/// Packs entries with `fuse_add_direntry_plus` until the kernel's buffer is full. The kernel takes
+/// a reference of every node it is sent (not of "." and "..", sent without one); the lookups of
+/// entries that did not fit, or of all of them when the reply did not reach the kernel, are given
+/// back at once (D-471).
+private func replyDirectoryPlus(
+    _ request: fuse_req_t, _ entries: [DirectoryEntryPlus], capacity: Int, fileSystem: any FileSystem
+) -> Int32 {
+    let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(capacity, 1))
+    defer { buffer.deallocate() }
+    var used = 0
+    var sent = 0
+    for plus in entries {
+        var parameters: fuse_entry_param
+        if let lookup = plus.lookup {
+            parameters = lookup.entryParam
+        } else {
+            // No node: the kernel shows the name and looks it up when needed.
+            parameters = fuse_entry_param()
+            parameters.attr.st_ino = ino_t(plus.entry.serialNumber)
+            parameters.attr.st_mode = plus.entry.type.modeBits
+        }
+        let needed = fuse_add_direntry_plus(
+            request, buffer + used, capacity - used, plus.entry.name, &parameters,
+            off_t(Int64(bitPattern: plus.entry.cookie)))
+        if needed > capacity - used { break }
+        used += needed
+        sent += 1
+    }
+    let rc = fuse_reply_buf(request, buffer, used)
+    for (index, plus) in entries.enumerated() where rc != 0 || index >= sent {
+        if let lookup = plus.lookup { fileSystem.forget(lookup.inode, count: 1) }
+    }
+    return rc
 }
 
 /// Decodes setattr's `to_set` bit mask. "Now" requests are resolved here with the wall clock.

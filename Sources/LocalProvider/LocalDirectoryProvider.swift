@@ -110,6 +110,22 @@ public struct LocalDirectoryProvider: Provider {
         }
     }
 
+    /// `trackedChildren(of:)` handing the children over as they are stat'ed: the names are read
+    /// first (cheap), then the first `firstListingBatch` children are stat'ed and handed over, then
+    /// the rest `listingBatch` at a time (D-470).
+    public func trackedChildren(
+        of identifier: ItemIdentifier, batch: @escaping @Sendable ([ProviderItem]) -> Void
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    ) {
+        try await LocalIO.run {
+            let path = try self.checkedPath(identifier)
+            let info = try Self.directoryInfo(identifier, at: path)
+            let token = self.changes.token(for: identifier, path: path, device: UInt64(info.st_dev))
+            return (try self.listing(of: identifier, at: path, batch: batch), token)
+        }
+    }
+
     public func hasChanges(since token: ListingChangeToken) -> Bool {
         changes.hasChanges(since: token)
     }
@@ -344,8 +360,11 @@ public struct LocalDirectoryProvider: Provider {
         return info
     }
 
-    /// The children of the directory at `path` (checked, and known to be a directory).
-    private func listing(of identifier: ItemIdentifier, at path: String) throws -> [ProviderItem] {
+    /// The children of the directory at `path` (checked, and known to be a directory), handed to
+    /// `batch` as they are stat'ed when given.
+    private func listing(
+        of identifier: ItemIdentifier, at path: String, batch: (@Sendable ([ProviderItem]) -> Void)? = nil
+    ) throws -> [ProviderItem] {
         guard let directory = opendir(path) else {
             let code = errno
             if code == ENOENT { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
@@ -377,31 +396,52 @@ public struct LocalDirectoryProvider: Provider {
         let names = found
         let prefix = identifier == .root ? "" : identifier.rawValue + "/"
         let slots = ListingSlots(count: names.count)
-        let workers = names.count >= Self.parallelListingThreshold ? Self.listingThreads : 1
-        DispatchQueue.concurrentPerform(iterations: workers) { worker in
-            var index = worker
-            while index < names.count {
-                let (name, bytes) = names[index]
-                var childInfo = stat()
-                // Gone between readdir and fstatat: it simply is not listed.
-                let statted =
-                    if let bytes {
-                        fstatat(descriptor, bytes, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
-                    } else {
-                        fstatat(descriptor, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
+        // Stat'ed in parts when someone takes batches: the first one small (the first entries
+        // reach the caller soon), then larger ones; without, all at once.
+        var start = 0
+        var delivered = 0
+        while start < names.count {
+            let end =
+                batch == nil
+                ? names.count : min(names.count, start + (start == 0 ? Self.firstListingBatch : Self.listingBatch))
+            let first = start
+            let count = end - first
+            let workers = count >= Self.parallelListingThreshold ? Self.listingThreads : 1
+            DispatchQueue.concurrentPerform(iterations: workers) { worker in
+                var index = first + worker
+                while index < end {
+                    let (name, bytes) = names[index]
+                    var childInfo = stat()
+                    // Gone between readdir and fstatat: it simply is not listed.
+                    let statted =
+                        if let bytes {
+                            fstatat(descriptor, bytes, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
+                        } else {
+                            fstatat(descriptor, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
+                        }
+                    if statted {
+                        slots.set(
+                            index,
+                            Self.makeItem(
+                                identifier: ItemIdentifier(prefix + name), parent: identifier, name: name,
+                                path: { path + "/" + name }, info: childInfo))
                     }
-                if statted {
-                    slots.set(
-                        index,
-                        Self.makeItem(
-                            identifier: ItemIdentifier(prefix + name), parent: identifier, name: name,
-                            path: { path + "/" + name }, info: childInfo))
+                    index += workers
                 }
-                index += workers
             }
+            if let batch {
+                let part = slots.items(in: delivered..<end)
+                delivered = end
+                if !part.isEmpty { batch(part) }
+            }
+            start = end
         }
         return slots.items()
     }
+
+    /// How many children the first batch of a listing has, and each one after it (D-470).
+    public static let firstListingBatch = 256
+    public static let listingBatch = 4096
 
     /// Listings of at least this many children stat them on `listingThreads` threads.
     public static let parallelListingThreshold = 256
@@ -422,6 +462,7 @@ public struct LocalDirectoryProvider: Provider {
         }
         func set(_ index: Int, _ item: ProviderItem?) { slots[index] = item }
         func items() -> [ProviderItem] { slots.compactMap { $0 } }
+        func items(in range: Range<Int>) -> [ProviderItem] { slots[range].compactMap { $0 } }
     }
 
     /// The inode of the item's version (`i<inode>`): it survives a rename or a move within the

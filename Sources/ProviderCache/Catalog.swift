@@ -489,7 +489,7 @@ public final class Catalog: Sendable {
     /// one name made `tar x` into a directory list it whole for every file's LOOKUP: quadratic.
     private func answersByName(_ directory: ItemIdentifier, _ name: String) -> Bool {
         guard environment.provider.capabilities.contains(.namedChildLookup),
-            state.withLock({ $0.listedAt[directory] != nil }),
+            state.withLock({ $0.listedAt[directory] != nil || $0.listingsInFlight[directory] != nil }),
             case .unknown = cachedChild(named: name, of: directory, maximumAge: environment.options.directoryTTL)
         else { return false }
         guard environment.provider.capabilities.contains(.listingChangeTracking) else { return true }
@@ -517,7 +517,7 @@ public final class Catalog: Sendable {
     /// `.unknown` when the provider declines or fails (the async path says why).
     private func askedNow(named name: String, of directory: ItemIdentifier) -> ChildAnswer {
         guard let provider = immediateMetadata, provider.capabilities.contains(.namedChildLookup),
-            state.withLock({ $0.listedAt[directory] != nil })
+            state.withLock({ $0.listedAt[directory] != nil || $0.listingsInFlight[directory] != nil })
         else { return .unknown }
         let answer: ImmediateChild
         let asked = changeMark(of: directory)
@@ -588,8 +588,10 @@ public final class Catalog: Sendable {
 
     /// Makes the catalog hold a listing of `identifier` younger than `maximumAge` (or, with the
     /// provider unreachable, any listing kept from any session). Lookups use this without
-    /// building the sorted children array.
-    private func listChildren(of identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) {
+    /// building the sorted children array. `batch`: as `children(of:maximumAge:batch:)`.
+    func listChildren(
+        of identifier: ItemIdentifier, maximumAge: Duration?, batch: (@Sendable ([ProviderItem]) -> Void)? = nil
+    ) async throws(CacheError) {
         let now = environment.timeline.now
         let fresh = state.withLock { catalog -> Bool in
             guard let at = catalog.listedAt[identifier] else { return false }
@@ -606,6 +608,12 @@ public final class Catalog: Sendable {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 () async throws -> (children: [ProviderItem], token: ListingChangeToken?) in
+                if let tracking, let batch {
+                    return try await tracking.trackedChildren(of: identifier) { [self] items in
+                        let kept = listedBatch(items, of: identifier, changeCount: changeCount)
+                        if !kept.isEmpty { batch(kept) }
+                    }
+                }
                 if let tracking { return try await tracking.trackedChildren(of: identifier) }
                 return (try await provider.children(of: identifier), nil)
             }
@@ -648,7 +656,7 @@ public final class Catalog: Sendable {
     /// was taken is as good as one taken now: it and its children count as refreshed `now`, with
     /// no provider call (D-224). Not once the listing itself is `fullListingInterval` old (what
     /// the provider's tracking misses is seen then). False: list again.
-    private func revalidateListing(
+    func revalidateListing(
         of directory: ItemIdentifier, with tracking: any Provider, at now: Duration
     ) -> Bool {
         let limit = environment.options.fullListingInterval
@@ -785,7 +793,7 @@ public final class Catalog: Sendable {
         return state.withLock { catalog in catalog.listedAt[identifier].map { now - $0 } }
     }
 
-    private static func childItems(of identifier: ItemIdentifier, in catalog: State) -> [ProviderItem] {
+    static func childItems(of identifier: ItemIdentifier, in catalog: State) -> [ProviderItem] {
         (catalog.children[identifier] ?? []).compactMap { catalog.items[$0] }.sorted { $0.name < $1.name }
     }
 }

@@ -113,6 +113,16 @@ public struct FaultInjectingProvider: Provider {
         return (record(children), token)
     }
 
+    public func trackedChildren(
+        of identifier: ItemIdentifier, batch: @escaping @Sendable ([ProviderItem]) -> Void
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    ) {
+        try await strikeMetadata(identifier)
+        let (children, token) = try await base.trackedChildren(of: identifier, batch: batch)
+        return (record(children), token)
+    }
+
     /// Unsure (true) while any rule strikes metadata.
     public func hasChanges(since token: ListingChangeToken) -> Bool {
         plan.hasMetadataRules || base.hasChanges(since: token)

@@ -54,6 +54,18 @@ public protocol Provider: Sendable {
         children: [ProviderItem], token: ListingChangeToken?
     )
 
+    /// `trackedChildren(of:)` that also hands the children over in batches as they are read
+    /// (`batch`: called in order, from any thread, before this returns; the batches together are
+    /// the children returned), so a caller can answer with the first ones before the last are read
+    /// (a directory of 100,000 entries, D-470). The default lists with `trackedChildren(of:)` and
+    /// hands everything over as one batch. Callers check `.listingChangeTracking` for the token as
+    /// for `trackedChildren(of:)`.
+    func trackedChildren(
+        of directory: ItemIdentifier, batch: @escaping @Sendable ([ProviderItem]) -> Void
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    )
+
     /// `.listingChangeTracking`: false only when nothing a listing of the token's directory shows
     /// (its names, its children's metadata, its own metadata) can have changed since the token was
     /// taken; true when anything did or when unsure. Never waits. The default is unsure (true).
@@ -223,6 +235,16 @@ extension Provider {
         children: [ProviderItem], token: ListingChangeToken?
     ) {
         (try await children(of: directory), nil)
+    }
+
+    public func trackedChildren(
+        of directory: ItemIdentifier, batch: @escaping @Sendable ([ProviderItem]) -> Void
+    ) async throws -> (
+        children: [ProviderItem], token: ListingChangeToken?
+    ) {
+        let listed = try await trackedChildren(of: directory)
+        if !listed.children.isEmpty { batch(listed.children) }
+        return listed
     }
 
     public func hasChanges(since token: ListingChangeToken) -> Bool { true }

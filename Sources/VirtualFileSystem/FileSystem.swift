@@ -195,6 +195,30 @@ public struct DirectoryEntry: Sendable, Equatable {
     }
 }
 
+/// How the kernel may cache what it was shown of an open directory's listing (D-472).
+public enum ListingCaching: Sendable, Equatable {
+    /// Not at all: every readdir reaches the file system.
+    case none
+    /// For this open (FOPEN_CACHE_DIR): the next open starts afresh.
+    case thisOpen
+    /// Across opens too (FOPEN_CACHE_DIR and FOPEN_KEEP_CACHE), until the file system invalidates
+    /// the directory's content (`KernelInvalidation.content`).
+    case kept
+}
+
+/// A readdirplus entry (D-471): the entry and, where the file system gives it, the lookup answer
+/// the kernel keeps for it (the node's lookup count is taken, as by a LOOKUP; `forget` gives it
+/// back). Nil for "." and ".." and for entries the file system has no attributes for yet: the
+/// kernel looks those up when it needs them.
+public struct DirectoryEntryPlus: Sendable, Equatable {
+    public var entry: DirectoryEntry
+    public var lookup: Entry?
+    public init(entry: DirectoryEntry, lookup: Entry?) {
+        self.entry = entry
+        self.lookup = lookup
+    }
+}
+
 /// What `statfs(2)` shows.
 public struct FileSystemStatistics: Sendable, Equatable {
     public var blockSize: UInt64
@@ -260,6 +284,16 @@ public protocol FileSystem: Sendable {
         _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
     ) async throws(FileSystemError) -> [DirectoryEntry]
     func releaseDirectory(_ inode: InodeNumber, handle: FileHandleID)
+    /// readdirplus: `readDirectory`'s entries with their lookup answers. The default gives none
+    /// (the kernel looks every entry up), and `givesDirectoryAttributes` says whether the file
+    /// system gives any: the adapter asks the kernel for READDIRPLUS only then.
+    func readDirectoryPlus(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) async throws(FileSystemError) -> [DirectoryEntryPlus]
+    var givesDirectoryAttributes: Bool { get }
+    /// How the kernel may cache the listing of the directory just opened as `handle`. Default
+    /// `.none`.
+    func listingCaching(_ inode: InodeNumber, handle: FileHandleID) -> ListingCaching
 
     func open(
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
@@ -373,9 +407,24 @@ public protocol FileSystemFastPath: Sendable {
     func getExtendedAttributeNow(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) -> Result<[UInt8], FileSystemError>?
+    /// A readdir (or readdirplus) whose entries the open listing already has (D-470).
+    func readDirectoryNow(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) -> Result<[DirectoryEntry], FileSystemError>?
+    func readDirectoryPlusNow(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) -> Result<[DirectoryEntryPlus], FileSystemError>?
 }
 
 extension FileSystemFastPath {
+    public func readDirectoryNow(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) -> Result<[DirectoryEntry], FileSystemError>? { nil }
+
+    public func readDirectoryPlusNow(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) -> Result<[DirectoryEntryPlus], FileSystemError>? { nil }
+
     public func writeNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
     ) -> Result<Int, FileSystemError>? { nil }
@@ -390,6 +439,18 @@ extension FileSystemFastPath {
 }
 
 extension FileSystem {
+    public func readDirectoryPlus(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) async throws(FileSystemError) -> [DirectoryEntryPlus] {
+        try await readDirectory(inode, handle: handle, after: cookie, limit: limit, context: context).map {
+            DirectoryEntryPlus(entry: $0, lookup: nil)
+        }
+    }
+
+    public var givesDirectoryAttributes: Bool { false }
+
+    public func listingCaching(_ inode: InodeNumber, handle: FileHandleID) -> ListingCaching { .none }
+
     public func makeNode(
         parent: InodeNumber, name: String, type: MknodType, permissions: UInt16, device: UInt64,
         context: RequestContext

@@ -96,7 +96,10 @@ public final class ProviderFileSystem: FileSystem {
     struct OpenDirectory {
         var inode: InodeNumber
         var identifier: ItemIdentifier
+        /// An access path's listing, taken at cookie 0 (ProviderFileSystem+Scoped.swift).
         var snapshot: [DirectoryEntry]?
+        /// A plain path's listing, taken at cookie 0, filled as the provider lists (D-470).
+        var listing: DirectoryListing?
         /// Opened through an access path: every readdir re-checks it.
         var scoped: ScopedNode?
     }
@@ -140,6 +143,9 @@ public final class ProviderFileSystem: FileSystem {
         /// them (an open descriptor): their last item, answered by getattr (link count 0) until
         /// forgotten (ProviderFileSystem+Namespace.swift).
         var removed: [InodeNumber: (item: ProviderItem, serial: UInt64)] = [:]
+        /// Directories whose listing the kernel may have cached since their content was last
+        /// invalidated (`listingCaching`, D-472): a change of their entries invalidates it.
+        var cachedListings: Set<InodeNumber> = []
         mutating func allocateHandle() -> FileHandleID {
             defer { nextHandle += 1 }
             return FileHandleID(nextHandle)
@@ -346,6 +352,7 @@ public final class ProviderFileSystem: FileSystem {
             guard var node = state.scoped[inode] else {
                 state.inodes.forget(inode, count: count)
                 if !state.removed.isEmpty, state.inodes[inode] == nil { state.removed[inode] = nil }
+                if !state.cachedListings.isEmpty, state.inodes[inode] == nil { state.cachedListings.remove(inode) }
                 return
             }
             node.lookupCount -= min(count, node.lookupCount)
@@ -440,49 +447,152 @@ public final class ProviderFileSystem: FileSystem {
                 open, scoped, handle: handle, after: cookie, limit: limit, context: context)
         }
         try checkPlainPath("readdir", context: context)
-        var snapshot = open.snapshot
         // A listing is taken when reading starts (cookie 0) and kept for the handle, so cookies
         // stay valid while the directory changes on the provider (rewinddir takes a new one).
-        if snapshot == nil || cookie == 0 {
-            let children: [ProviderItem]
-            do {
-                children = try await cache.catalog.children(of: open.identifier, maximumAge: options.cache.directoryTTL)
-            } catch {
-                throw FileSystemError(error)
-            }
-            let parentIdentifier = cache.catalog.knownItem(open.identifier)?.parent ?? .root
-            // d_ino is each item's st_ino (D-389); the node ids stay the kernel's.
-            let serials = cache.catalog.serialNumbers(
-                of: [open.identifier, open.identifier == .root ? .root : parentIdentifier] + children.map(\.identifier))
-            let holders = cache.catalog.namesHoldingEdits(of: children.map(\.identifier))  // D-410
-            let built = state.withLock { state -> [DirectoryEntry] in
-                let parentInode = state.inodes.bind(parentIdentifier, kind: .directory, serial: serials[1]).0
-                var entries = [
-                    DirectoryEntry(name: ".", inode: open.inode, serialNumber: serials[0], type: .directory, cookie: 1),
-                    DirectoryEntry(
-                        name: "..", inode: open.identifier == .root ? .root : parentInode, serialNumber: serials[1],
-                        type: .directory, cookie: 2),
-                ]
-                for (child, serial) in zip(children, serials.dropFirst(2)) {
-                    // A provider item named `.scoped` at the root is hidden by the access paths.
-                    if open.identifier == .root, child.name == Self.scopedDirectoryName, state.scopedDirectory != nil {
-                        continue
-                    }
-                    let inode = state.inodes.bind(
-                        child.identifier, kind: child.kind, serial: serial, holder: holders[child.identifier]
-                    ).0
-                    entries.append(
-                        DirectoryEntry(
-                            name: child.name, inode: inode, serialNumber: serial, type: NodeType(child),
-                            cookie: UInt64(entries.count + 1)))
-                }
-                state.directories[handle]?.snapshot = entries
-                return entries
-            }
-            snapshot = built
+        let listing = cookie == 0 || open.listing == nil ? startListing(open, handle: handle) : open.listing!
+        return try await listing.entries(after: cookie, limit: limit)
+    }
+
+    public var givesDirectoryAttributes: Bool { true }
+
+    /// D-472: a plain directory's listing is kept by the kernel across opens while the catalog's
+    /// listing stays current (tracked: every change of it is told, and `catalogChanged`
+    /// invalidates the directory's content then); for one open when the provider pushes changes
+    /// (the listing this open takes becomes tracked); not otherwise (each open lists again, as
+    /// the listing TTL says), nor for access paths or in require-token mode (every caller is
+    /// checked).
+    public func listingCaching(_ inode: InodeNumber, handle: FileHandleID) -> ListingCaching {
+        guard kernelCanBeTold, !requiresToken, cache.catalog.pushesChanges,
+            let open = state.withLock({ $0.directories[handle] }), open.scoped == nil
+        else { return .none }
+        let caching: ListingCaching = cache.catalog.listingStaysCurrent(open.identifier) ? .kept : .thisOpen
+        state.withLock { _ = $0.cachedListings.insert(inode) }
+        return caching
+    }
+
+    /// readdirplus (D-471): the entries of `readDirectory`, each child with its lookup answer when
+    /// the catalog holds its item (an entry handed over before its listing was applied has none:
+    /// the kernel looks it up). Access paths give none (each lookup there checks its token).
+    public func readDirectoryPlus(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) async throws(FileSystemError) -> [DirectoryEntryPlus] {
+        guard let open = state.withLock({ $0.directories[handle] }) else {
+            throw FileSystemError(.badHandle, "directory handle \(handle) is not open")
         }
-        guard let snapshot, cookie < UInt64(snapshot.count) else { return [] }
-        return Array(snapshot[Int(cookie)..<min(snapshot.count, Int(cookie) + max(0, limit))])
+        if open.scoped != nil {
+            return try await readDirectory(inode, handle: handle, after: cookie, limit: limit, context: context).map {
+                DirectoryEntryPlus(entry: $0, lookup: nil)
+            }
+        }
+        try checkPlainPath("readdirplus", context: context)
+        let listing = cookie == 0 || open.listing == nil ? startListing(open, handle: handle) : open.listing!
+        return withLookups(try await listing.entriesWithItems(after: cookie, limit: limit))
+    }
+
+    /// Each child's lookup answer, as `lookup` gives it (its node's lookup count taken): of the
+    /// catalog's item, or (an item it does not hold yet: its listing is being applied) of the
+    /// item as listed, which is what applying it will hold (the mount has no local state of an
+    /// item the catalog never held; those it made are handed over only with the listing's answer).
+    func withLookups(_ entries: [(DirectoryEntry, ProviderItem?)]) -> [DirectoryEntryPlus] {
+        entries.map { entry, listed in
+            guard let listed else { return DirectoryEntryPlus(entry: entry, lookup: nil) }
+            let item = cache.catalog.knownItem(listed.identifier) ?? listed
+            let lookup = self.entry(
+                for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
+            return DirectoryEntryPlus(entry: entry, lookup: lookup)
+        }
+    }
+
+    /// The open plain listing of `handle` when a read after `cookie` needs no new one (nil: the
+    /// async path starts or checks it).
+    func openListing(_ handle: FileHandleID, after cookie: UInt64, context: RequestContext) -> DirectoryListing? {
+        guard cookie != 0, let open = state.withLock({ $0.directories[handle] }), open.scoped == nil,
+            let listing = open.listing, (try? checkPlainPath("readdir", context: context)) != nil
+        else { return nil }
+        return listing
+    }
+
+    /// A new listing for the open directory `handle`: "." and "..", then the children as the
+    /// catalog hands them over, filled by a task of its own (D-470).
+    func startListing(_ open: OpenDirectory, handle: FileHandleID) -> DirectoryListing {
+        let listing = DirectoryListing()
+        let parentIdentifier = cache.catalog.knownItem(open.identifier)?.parent ?? .root
+        // d_ino is each item's st_ino (D-389); the node ids stay the kernel's.
+        let serials = cache.catalog.serialNumbers(
+            of: [open.identifier, open.identifier == .root ? .root : parentIdentifier])
+        let dots = state.withLock { state -> [ListedEntry] in
+            let parentInode = state.inodes.bind(parentIdentifier, kind: .directory, serial: serials[1]).0
+            state.directories[handle]?.listing = listing
+            return [
+                ListedEntry(item: nil, name: ".", inode: open.inode, serialNumber: serials[0], type: .directory),
+                ListedEntry(
+                    item: nil, name: "..", inode: open.identifier == .root ? .root : parentInode,
+                    serialNumber: serials[1],
+                    type: .directory),
+            ]
+        }
+        listing.append(dots, publish: false)
+        let directory = open.identifier
+        let batches = Locked(0)
+        Task {
+            do throws(CacheError) {
+                let children = try await cache.catalog.children(
+                    of: directory, maximumAge: options.cache.directoryTTL
+                ) { [self] batch in
+                    // The first batch waits for the second: a listing in one batch is answered
+                    // from its final form (sorted, with what the mount changed meanwhile).
+                    let count = batches.withLock { count in
+                        count += 1
+                        return count
+                    }
+                    if count == 2 { listing.publish() }
+                    add(batch, to: listing, in: directory, publish: count >= 2)
+                }
+                if batches.withLock({ $0 }) < 2 {
+                    // Answered in one piece: from the listing's answer, as before streaming.
+                    listing.restart()
+                    listing.append(dots, publish: false)
+                    add(children, to: listing, in: directory, publish: false)
+                } else {
+                    add(children, to: listing, in: directory, publish: false)
+                }
+                listing.end()
+            } catch {
+                listing.end(failure: FileSystemError(error))
+            }
+        }
+        return listing
+    }
+
+    /// The entries of `children` of `directory` that `listing` does not have yet, added.
+    private func add(
+        _ children: [ProviderItem], to listing: DirectoryListing, in directory: ItemIdentifier, publish: Bool
+    ) {
+        let unseen = listing.unseen(children.map(\.identifier))
+        var new: [ProviderItem] = []
+        new.reserveCapacity(children.count)
+        for (child, isNew) in zip(children, unseen) where isNew { new.append(child) }
+        let serials = cache.catalog.serialNumbers(ofListed: new)
+        let holders = cache.catalog.namesHoldingEdits(of: new.map(\.identifier))  // D-410
+        let entries = state.withLock { state -> [ListedEntry] in
+            var entries: [ListedEntry] = []
+            entries.reserveCapacity(new.count)
+            for (child, serial) in zip(new, serials) {
+                // A provider item named `.scoped` at the root is hidden by the access paths.
+                if directory == .root, child.name == Self.scopedDirectoryName, state.scopedDirectory != nil {
+                    continue
+                }
+                let inode = state.inodes.bind(
+                    child.identifier, kind: child.kind, serial: serial, holder: holders[child.identifier]
+                ).0
+                entries.append(
+                    ListedEntry(
+                        item: child, name: child.name, inode: inode, serialNumber: serial,
+                        type: NodeType(child)))
+            }
+            return entries
+        }
+        listing.append(entries, publish: publish)
     }
 
     public func releaseDirectory(_ inode: InodeNumber, handle: FileHandleID) {
@@ -886,6 +996,21 @@ public final class ProviderFileSystem: FileSystem {
 /// better) returns nil and goes the async way. Same rules as the async methods, by construction:
 /// both ask the cache with the same maximum ages.
 extension ProviderFileSystem: FileSystemFastPath {
+    /// A readdir past cookie 0 whose entries the open listing has (or that reads its end): no
+    /// task (D-470).
+    public func readDirectoryNow(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) -> Result<[DirectoryEntry], FileSystemError>? {
+        openListing(handle, after: cookie, context: context)?.entriesNow(after: cookie, limit: limit)
+    }
+
+    public func readDirectoryPlusNow(
+        _ inode: InodeNumber, handle: FileHandleID, after cookie: UInt64, limit: Int, context: RequestContext
+    ) -> Result<[DirectoryEntryPlus], FileSystemError>? {
+        openListing(handle, after: cookie, context: context)?.entriesWithItemsNow(after: cookie, limit: limit)
+            .map { $0.map(withLookups) }
+    }
+
     public func lookupNow(
         parent: InodeNumber, name: String, context: RequestContext
     ) -> Result<Entry, FileSystemError>? {
@@ -1169,8 +1294,17 @@ extension ProviderFileSystem: KernelCacheCoherent {
         }
         let invalidations = state.withLock { state -> [KernelInvalidation] in
             var result: [KernelInvalidation] = []
+            // The directory's listing, if the kernel may keep one (D-472): its pages go.
+            func forgetListing(_ directory: InodeNumber) {
+                if !state.cachedListings.isEmpty, state.cachedListings.remove(directory) != nil {
+                    result.append(.content(directory))
+                }
+            }
             func add(_ directory: ItemIdentifier, _ name: String, _ identifier: ItemIdentifier?) {
-                if let parent = state.inodes.inode(of: directory) { result.append(.entry(parent: parent, name: name)) }
+                if let parent = state.inodes.inode(of: directory) {
+                    result.append(.entry(parent: parent, name: name))
+                    forgetListing(parent)
+                }
                 if let identifier, let node = state.inodes.inode(of: identifier) { result.append(.attributes(node)) }
             }
             for change in changes {
@@ -1179,12 +1313,15 @@ extension ProviderFileSystem: KernelCacheCoherent {
                 case .attributes(let identifier):
                     if let node = state.inodes.inode(of: identifier) { result.append(.attributes(node)) }
                 case .entries(let directory):
+                    if let node = state.inodes.inode(of: directory) { forgetListing(node) }
                     for child in wholeDirectories[directory] ?? [] { add(directory, child.name, child.identifier) }
                 case .everything: break
                 }
             }
             if everything {
                 for inode in state.inodes.nodes.keys where inode != .root { result.append(.attributes(inode)) }
+                for inode in state.cachedListings { result.append(.content(inode)) }
+                state.cachedListings.removeAll()
                 for item in items {
                     if let parent = state.inodes.inode(of: item.parent) {
                         result.append(.entry(parent: parent, name: item.name))
