@@ -122,7 +122,9 @@ let package = Package(
         // The WebDAV provider: its XML and URL parsers, and against a real `rclone serve webdav`.
         .testTarget(
             name: "WebDAVProviderTests",
-            dependencies: ["WebDAVProvider", "ProviderModel", "SystemSupport", "TestSupport", "TestScheduling"]),
+            dependencies: [
+                "WebDAVProvider", "ProviderCache", "ProviderModel", "SystemSupport", "TestSupport", "TestScheduling",
+            ]),
         .testTarget(
             name: "ProviderFaultsTests",
             dependencies: ["CryptoSupport", "ProviderFaults", "ProviderModel", "SystemSupport", "TestSupport"]),

@@ -79,11 +79,93 @@ extension Catalog {
 
     func endOwnChange(_ paths: [String]) {
         state.withLock { catalog in
+            // A question on its way, asked before this end, may not show the change (D-465).
+            if !catalog.questions.isEmpty, !paths.isEmpty {
+                catalog.changeCount &+= 1
+                for path in paths { catalog.ownEnded[path] = catalog.changeCount }
+            }
             for path in paths {
                 let left = (catalog.ownChanges[path] ?? 1) - 1
                 catalog.ownChanges[path] = left > 0 ? left : nil
             }
         }
+    }
+
+    // MARK: Misses (D-465)
+
+    /// A question to the provider (a listing, an item or a name) is asked now: returns its mark,
+    /// for `providerMissed` / `missIsPassing` and `endQuestion`.
+    func beginQuestion() -> UInt64 {
+        state.withLock { Self.beginQuestion(in: &$0) }
+    }
+
+    static func beginQuestion(in catalog: inout State) -> UInt64 {
+        catalog.questions[catalog.changeCount, default: 0] += 1
+        return catalog.changeCount
+    }
+
+    /// The question asked at `mark` was answered (and the answer applied) or failed.
+    func endQuestion(_ mark: UInt64) {
+        state.withLock { Self.endQuestion(mark, in: &$0) }
+    }
+
+    static func endQuestion(_ mark: UInt64, in catalog: inout State) {
+        let left = (catalog.questions[mark] ?? 1) - 1
+        catalog.questions[mark] = left > 0 ? left : nil
+        guard !catalog.ownEnded.isEmpty else { return }
+        // Ends no question still on its way was asked before are of no more use.
+        guard let oldest = catalog.questions.keys.min() else { return catalog.ownEnded.removeAll() }
+        catalog.ownEnded = catalog.ownEnded.filter { $0.value > oldest }
+    }
+
+    /// Whether the provider's "not there" for `identifier`, answering a question asked at `mark`
+    /// (nil: when is not known), says nothing about the item (D-465): the mount's own call
+    /// changing it (or an item above it) is on its way — the provider may show the item taken
+    /// away and not yet put back (rclone's MOVE deletes the destination, then renames) — or it
+    /// ended after the question was asked. The one rule for every miss: a listing that lacks the
+    /// item (`applyListing`), an item or name lookup that finds none (`providerMissed`).
+    static func missIsPassing(_ identifier: ItemIdentifier, askedAt mark: UInt64?, in catalog: State) -> Bool {
+        guard !catalog.ownChanges.isEmpty || !catalog.ownEnded.isEmpty, identifier != .root,
+            let path = path(of: identifier, in: catalog)
+        else { return false }
+        if isOwn(.deleted(path: path), catalog.ownChanges) { return true }
+        guard let mark else { return false }
+        return catalog.ownEnded.contains { ended, at in
+            at > mark && (ended == path || path.hasPrefix(ended + "/"))
+        }
+    }
+
+    /// The provider answered that `identifier` is not there (a lookup asked at `mark`): the item
+    /// is removed with what is inside it, told as the provider's deletion (D-403) — unless the
+    /// miss is passing (`missIsPassing`): then it stays, asked for again when next used, and is
+    /// returned.
+    @discardableResult
+    func providerMissed(_ identifier: ItemIdentifier, askedAt mark: UInt64?) -> ProviderItem? {
+        guard identifier != .root else { return nil }
+        let listening = listensForProviderChanges()
+        var reported: ProviderOriginChange?
+        let (kept, removal) = state.withLock { catalog -> (ProviderItem?, Removal?) in
+            if let item = catalog.items[identifier], Self.missIsPassing(identifier, askedAt: mark, in: catalog) {
+                catalog.dirty.insert(identifier)
+                catalog.refreshedAt[identifier] = nil
+                return (item, nil)
+            }
+            if listening { reported = Self.reportedDeletion(of: identifier, in: catalog) }
+            return (nil, Self.remove(identifier, from: &catalog))
+        }
+        if let removal { finishRemoval(removal) }
+        if let reported { announce([reported]) }
+        return kept
+    }
+
+    /// The provider's deletion of `identifier` as presenters hear of it (D-403), unless the
+    /// mount is changing it itself.
+    static func reportedDeletion(of identifier: ItemIdentifier, in catalog: State) -> ProviderOriginChange? {
+        guard let item = catalog.items[identifier], let directory = path(of: item.parent, in: catalog) else {
+            return nil
+        }
+        let deleted = ProviderOriginChange.deleted(path: join(directory, item.name))
+        return isOwn(deleted, catalog.ownChanges) ? nil : deleted
     }
 
     /// Whether `change` concerns a path the mount is changing now (`own`: `State.ownChanges`).

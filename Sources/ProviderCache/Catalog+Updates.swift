@@ -187,10 +187,23 @@ extension Catalog {
                     old.count == listed.count && listed.allSatisfy { old.contains($0.identifier) }
                 } ?? false
             var newIdentifiers = oldIdentifiers ?? []
+            // Children the listing lacks while the mount's own call changes them (D-465): kept,
+            // and asked for again when next used.
+            var kept: [ProviderItem] = []
             // Membership compared the slow way: old children not listed any more are removed.
             func removeUnlisted() {
                 newIdentifiers = Set(listed.map(\.identifier))
+                kept = []
                 for identifier in (oldIdentifiers ?? []).subtracting(newIdentifiers) {
+                    if let item = catalog.items[identifier],
+                        Self.missIsPassing(identifier, askedAt: changeCount, in: catalog)
+                    {
+                        kept.append(item)
+                        newIdentifiers.insert(identifier)
+                        catalog.dirty.insert(identifier)
+                        catalog.refreshedAt[identifier] = nil
+                        continue
+                    }
                     tellRemoved(identifier)
                     removed += Self.removeSubtree(identifier, from: &catalog, superseded: &superseded)
                 }
@@ -248,7 +261,7 @@ extension Catalog {
             // unchanged directory of thousands of files rebuilds nothing).
             if renamed || !removed.isEmpty || !sameMembers || catalog.names[directory] == nil {
                 catalog.names[directory] = Dictionary(
-                    listed.map { (NameKey($0.name), Self.sharingStorage($0.identifier, in: catalog)) },
+                    (listed + kept).map { (NameKey($0.name), Self.sharingStorage($0.identifier, in: catalog)) },
                     uniquingKeysWith: { first, _ in first })
             }
             catalog.children[directory] = newIdentifiers
@@ -349,11 +362,7 @@ extension Catalog {
         let listening = origin == .provider && listensForProviderChanges()
         var reported: ProviderOriginChange?
         var removal = state.withLock { catalog -> Removal in
-            if listening, let item = catalog.items[identifier], let directory = Self.path(of: item.parent, in: catalog)
-            {
-                let deleted = ProviderOriginChange.deleted(path: Self.join(directory, item.name))
-                if !Self.isOwn(deleted, catalog.ownChanges) { reported = deleted }
-            }
+            if listening { reported = Self.reportedDeletion(of: identifier, in: catalog) }
             return Self.remove(identifier, from: &catalog)
         }
         if keepingContent { removal.superseded = [] }

@@ -143,6 +143,12 @@ public final class Catalog: Sendable {
         /// its provider call until the catalog recorded the result, with how many changes: what
         /// the provider shows of them meanwhile is the mount's own change (D-403).
         var ownChanges: [String: Int] = [:]
+        /// Questions to the provider on their way now (listings, item and name lookups), by the
+        /// `changeCount` read when each was asked (`beginQuestion`), with how many; and the paths
+        /// whose `ownChanges` ended since the oldest of them was asked, with the `changeCount` of
+        /// the end. An answer asked before that end may predate the change (D-465).
+        var questions: [UInt64: Int] = [:]
+        var ownEnded: [String: UInt64] = [:]
     }
 
     /// Content of an item that the catalog no longer has in that version: every version of
@@ -370,6 +376,8 @@ public final class Catalog: Sendable {
     /// Unreachable provider: the known copy if any. Gone on the provider: removed, `.notFound`.
     public func item(_ identifier: ItemIdentifier, maximumAge: Duration?) async throws(CacheError) -> ProviderItem {
         if let cached = itemNow(identifier, maximumAge: maximumAge, askingProvider: false) { return cached }
+        let asked = beginQuestion()
+        defer { endQuestion(asked) }
         do {
             // Metadata calls get the same deadline as content chunks: a hung provider makes
             // lookup/getattr/open fall back to the cached metadata instead of hanging.
@@ -385,7 +393,8 @@ public final class Catalog: Sendable {
                 if let fallback = knownItem(identifier) { return fallback }
                 throw failure
             case .notFound:
-                removeItem(identifier, origin: .provider)
+                // Not while the mount's own call changes it (D-465).
+                if let kept = providerMissed(identifier, askedAt: asked) { return kept }
                 throw failure
             default:
                 throw failure
@@ -520,7 +529,8 @@ public final class Catalog: Sendable {
             state.withLock({ $0.listedAt[directory] != nil || $0.listingsInFlight[directory] != nil })
         else { return .unknown }
         let answer: ImmediateChild
-        let asked = changeMark(of: directory)
+        let (asked, question) = state.withLock { ($0.lastChange[directory] ?? 0, Self.beginQuestion(in: &$0)) }
+        defer { endQuestion(question) }
         do { answer = try provider.childNow(named: name, of: directory) } catch { return .unknown }
         let previous = state.withLock { $0.names[directory]?[NameKey(name)] }
         switch answer {
@@ -528,9 +538,10 @@ public final class Catalog: Sendable {
             return .unknown
         case .absent:
             if let previous, let unborn = unbornItem(previous) { return .found(unborn, tracked: false) }
-            // Changed through the mount while the provider was asked (D-392): the async path decides.
+            // Changed through the mount while the provider was asked (D-392), or a miss of the
+            // mount's own call on its way (D-465): the async path decides.
             if previous != nil, changeMark(of: directory) != asked { return .unknown }
-            if let previous { removeItem(previous, origin: .provider) }
+            if let previous, providerMissed(previous, askedAt: question) != nil { return .unknown }
             return .absent
         case .found(let found):
             if let previous, previous != found.identifier { removeItem(previous, origin: .provider) }
@@ -603,7 +614,7 @@ public final class Catalog: Sendable {
         if let tracking, revalidateListing(of: identifier, with: tracking, at: now) { return }
         // Read before the provider's token: a change reported after it may be missing from the listing.
         let changeCount = beginListing(of: identifier)
-        defer { endListing(of: identifier) }
+        defer { endListing(of: identifier, askedAt: changeCount) }
         do {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
@@ -626,7 +637,7 @@ public final class Catalog: Sendable {
                 if state.withLock({ $0.children[identifier] != nil }) { return }
                 throw failure
             case .notFound:
-                removeItem(identifier, origin: .provider)
+                providerMissed(identifier, askedAt: changeCount)
                 throw failure
             default:
                 throw failure
@@ -636,19 +647,21 @@ public final class Catalog: Sendable {
 
     /// A listing of `directory` is on its way from now (D-388): what the mount changes there is
     /// recorded until `endListing`. Returns the change count to apply the listing with.
+    /// It is a question to the provider (D-465) too.
     func beginListing(of directory: ItemIdentifier) -> UInt64 {
         state.withLock { catalog in
             catalog.listingsInFlight[directory, default: 0] += 1
-            return catalog.changeCount
+            return Self.beginQuestion(in: &catalog)
         }
     }
 
-    /// That listing was applied, or failed.
-    func endListing(of directory: ItemIdentifier) {
+    /// That listing (begun at `count`) was applied, or failed.
+    func endListing(of directory: ItemIdentifier, askedAt count: UInt64) {
         state.withLock { catalog in
             let left = (catalog.listingsInFlight[directory] ?? 1) - 1
             catalog.listingsInFlight[directory] = left > 0 ? left : nil
             if left <= 0 { catalog.changedWhileListed[directory] = nil }
+            Self.endQuestion(count, in: &catalog)
         }
     }
 
@@ -741,7 +754,8 @@ public final class Catalog: Sendable {
             return try await child(named: name, of: directory, maximumAge: .zero)
         }
         let found: ProviderItem?
-        let asked = changeMark(of: directory)
+        let (asked, question) = state.withLock { ($0.lastChange[directory] ?? 0, Self.beginQuestion(in: &$0)) }
+        defer { endQuestion(question) }
         do {
             found = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 try await lookup.child(named: name, of: directory)
@@ -752,7 +766,12 @@ public final class Catalog: Sendable {
             // No answer from the provider: the listing we have stands (the name is missing).
             case .unreachable, .timedOut: return nil
             case .notFound:
-                removeItem(directory, origin: .provider)
+                // The directory kept (D-465): the listing we have stands.
+                if providerMissed(directory, askedAt: question) != nil {
+                    return state.withLock { catalog in
+                        catalog.names[directory]?[NameKey(name)].flatMap { catalog.items[$0] }
+                    }
+                }
                 throw failure
             default: throw failure
             }
@@ -765,8 +784,9 @@ public final class Catalog: Sendable {
             // The mount changed the directory while the provider was asked (a birth, a create, a
             // rename): the answer may predate the change and does not undo it (D-392).
             if let previous, changeMark(of: directory) != asked { return knownItem(previous) }
-            // Gone from the provider while the listing still has it.
-            if let previous { removeItem(previous, origin: .provider) }
+            // Gone from the provider while the listing still has it (unless the mount's own call
+            // on its way changes it, D-465).
+            if let previous { return providerMissed(previous, askedAt: question) }
             return nil
         }
         // Another identifier under that name in the index is the old holder of the name.

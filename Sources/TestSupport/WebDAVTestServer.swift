@@ -72,6 +72,50 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// every request but each `passEvery`-th of the same method and path, which it forwards
         /// (0: every request is 503).
         case busyProxy(upstream: String, passEvery: Int)
+        /// A proxy in front of `upstream` that passes every request on and spoils its answer as
+        /// `tamper(_:)` last said (issue 26's bad input).
+        case tampering(upstream: String)
+    }
+
+    /// How a `.tampering` proxy spoils answers (`tamper(_:)`); the script reads it per request.
+    public enum Tampering: String, Sendable, CaseIterable {
+        /// Answers as the server does.
+        case none
+        /// GET: `If-Match` dropped on the way (a server that ignores it), and the answer's ETag
+        /// another one (the file changed between the PROPFIND and the GET).
+        case etagChangedOnGet = "etag-changed-on-get"
+        /// Every answer's ETags (headers and 207 bodies) are new ones: a server whose ETags change
+        /// on every request.
+        case etagPerRequest = "etag-per-request"
+        /// PROPFIND answered 200 with an HTML error page.
+        case htmlPropfind = "html-propfind"
+        /// 207 answers get more responses, with hrefs outside the collection, with `..` (plain
+        /// and encoded), with an encoded `/`, and on another host.
+        case foreignHrefs = "foreign-hrefs"
+        /// Every href of a 207 answer is replaced by one outside the collection (`/../escaped`).
+        case onlyForeignHrefs = "only-foreign-hrefs"
+        /// GET: a Content-Length 1,000 bytes longer than the body, then the connection closed.
+        case longerContentLength = "longer-content-length"
+        /// GET: a Content-Length 10 bytes shorter than the body (all of it sent), then closed.
+        case shorterContentLength = "shorter-content-length"
+        /// GET and PROPFIND: the true Content-Length, half the body, then the connection closed.
+        case closedMidBody = "closed-mid-body"
+        /// GET and PROPFIND: a header line of 300 KiB.
+        case hugeHeader = "huge-header"
+        /// GET and PROPFIND: `Content-Length: 12abc`.
+        case garbageContentLength = "garbage-content-length"
+    }
+
+    /// Written by the tampering proxy once it holds its port.
+    private var readyFile: String { scratch + "/ready" }
+    private var waitsForReady: Bool {
+        if case .tampering = kind { return true }
+        return false
+    }
+
+    /// Sets how a `.tampering` proxy spoils the answers to requests from now on.
+    public func tamper(_ tampering: Tampering) throws {
+        try writeText(tampering.rawValue, to: scratch + "/tampering")
     }
 
     /// The directory served.
@@ -113,10 +157,13 @@ public final class WebDAVTestServer: @unchecked Sendable {
         for _ in 0..<5 {
             if !samePort || port == 0 { port = try Self.freePort() }
             let (executable, arguments, environment) = try command()
+            unlink(readyFile)
             let child = try ChildProcess(executable, arguments, environment: environment)
             let deadline = ContinuousClock.now + .seconds(15)
             while ContinuousClock.now < deadline {
-                if Self.accepts(port) {
+                // The tampering proxy says it holds the port (another test's server may answer on
+                // it when two took the same free port at once, and this one's bind failed).
+                if Self.accepts(port), !waitsForReady || access(readyFile, F_OK) == 0 {
                     process = child
                     return
                 }
@@ -167,8 +214,93 @@ public final class WebDAVTestServer: @unchecked Sendable {
             let script = scratch + "/busy-proxy.py"
             try writeText(Self.busyProxyScript, to: script)
             return (python, [script, "\(port)", upstream, "\(passEvery)"], [:])
+        case .tampering(let upstream):
+            guard let python = WebDAVTestGate.findExecutable("python3") else {
+                throw SystemCallError("python3 is missing", Errno(ENOENT))
+            }
+            let script = scratch + "/tampering-proxy.py"
+            try writeText(Self.tamperingProxyScript, to: script)
+            return (python, [script, "\(port)", upstream, scratch + "/tampering"], [:])
         }
     }
+
+    /// The `tampering` server: HTTP/1.1, any method, forwarded to the upstream server, the answer
+    /// spoiled per the mode file (`Tampering`).
+    static let tamperingProxyScript = #"""
+        import http.client, http.server, re, socket, sys, threading, urllib.parse
+        port, upstream, modefile = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2]), sys.argv[3]
+        lock = threading.Lock(); counter = [0]
+        FOREIGN = ['/../escaped.txt', '/%2e%2e/escaped.txt', '/docs/..%2F..%2Fescaped.txt', '/docs%2Fescaped.txt',
+                   '/docs/../../escaped.txt', 'http://127.0.0.2:9/escaped.txt', '/docs/nested/deeper.txt', '//escaped.txt']
+        def entry(href):
+            return ('<D:response><D:href>%s</D:href><D:propstat><D:prop><D:resourcetype/>'
+                    '<D:getcontentlength>6</D:getcontentlength><D:getetag>"evil"</D:getetag></D:prop>'
+                    '<D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>' % href).encode()
+        def mode():
+            try:
+                with open(modefile) as f: return f.read().strip()
+            except OSError: return 'none'
+        def fresh():
+            with lock:
+                counter[0] += 1
+                return '"tag-%d"' % counter[0]
+        class Proxy(http.server.BaseHTTPRequestHandler):
+            protocol_version = 'HTTP/1.1'
+            def log_message(self, *args): pass
+            def send_raw(self, status, headers, body, length=None, cut=None):
+                head = 'HTTP/1.1 %d X\r\n' % status
+                for k, v in headers: head += '%s: %s\r\n' % (k, v)
+                head += 'Content-Length: %s\r\n\r\n' % (len(body) if length is None else length)
+                self.wfile.write(head.encode()); self.wfile.write(body if cut is None else body[:cut])
+                self.wfile.flush()
+                if cut is not None or length is not None:
+                    self.close_connection = True
+                    try: self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError: pass
+            def answer(self):
+                m = mode(); method = self.command
+                length = int(self.headers.get('Content-Length') or 0)
+                body = self.rfile.read(length) if length else None
+                if m == 'html-propfind' and method == 'PROPFIND':
+                    page = b'<!DOCTYPE html><html><body><h1>Down for maintenance</h1></body></html>'
+                    return self.send_raw(200, [('Content-Type', 'text/html')], page)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ('host', 'connection')}
+                if m == 'etag-changed-on-get' and method == 'GET':
+                    headers = {k: v for k, v in headers.items() if k.lower() != 'if-match'}
+                connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
+                connection.request(method, self.path, body=body, headers=headers)
+                response = connection.getresponse(); data = response.read(); connection.close()
+                out = [(k, v) for k, v in response.getheaders()
+                       if k.lower() not in ('transfer-encoding', 'connection', 'content-length', 'keep-alive')]
+                status = response.status
+                if m == 'etag-changed-on-get' and method == 'GET':
+                    out = [(k, v) for k, v in out if k.lower() != 'etag'] + [('ETag', fresh())]
+                if m == 'etag-per-request':
+                    out = [(k, v) for k, v in out if k.lower() != 'etag'] + [('ETag', fresh())]
+                    data = re.sub(rb'(<[A-Za-z0-9]*:?getetag>)[^<]*(</)', lambda g: g.group(1) + fresh().encode() + g.group(2), data)
+                if status == 207 and m == 'foreign-hrefs':
+                    extra = b''.join(entry(h) for h in FOREIGN)
+                    data = re.sub(rb'(</[A-Za-z0-9]*:?multistatus>)', lambda g: extra + g.group(1), data)
+                if status == 207 and m == 'only-foreign-hrefs':
+                    data = re.sub(rb'(<[A-Za-z0-9]*:?href>)[^<]*(</)', lambda g: g.group(1) + b'/../escaped.txt' + g.group(2), data)
+                spoils = method in ('GET', 'PROPFIND')
+                if method == 'GET' and m == 'longer-content-length':
+                    return self.send_raw(status, out, data, length=len(data) + 1000)
+                if method == 'GET' and m == 'shorter-content-length':
+                    return self.send_raw(status, out, data, length=max(0, len(data) - 10))
+                if spoils and m == 'closed-mid-body':
+                    return self.send_raw(status, out, data, cut=len(data) // 2)
+                if spoils and m == 'huge-header':
+                    out.append(('X-Filler', 'a' * (300 << 10)))
+                if spoils and m == 'garbage-content-length':
+                    return self.send_raw(status, out, data, length='12abc')
+                self.send_raw(status, out, data if method != 'HEAD' else b'')
+            do_GET = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = do_PROPFIND = do_MKCOL = do_MOVE = do_COPY = answer
+            do_LOCK = do_UNLOCK = do_PROPPATCH = do_POST = answer
+        server = http.server.ThreadingHTTPServer(('127.0.0.1', port), Proxy)
+        open(modefile.rsplit('/', 1)[0] + '/ready', 'w').close()
+        server.serve_forever()
+        """#
 
     /// The `busyProxy` server: HTTP/1.1, any method, bodies forwarded both ways.
     static let busyProxyScript = """

@@ -71,6 +71,9 @@ final class TransferContext: @unchecked Sendable {
     var abortReason: ProviderError?
     /// The body was cut short on purpose (enough bytes arrived): not a failure.
     var stoppedOnPurpose = false
+    /// Judges a response that libcurl took as complete (a stream's body against its
+    /// Content-Range): an error fails the request and closes its connection (D-466).
+    var check: () -> ProviderError? = { nil }
     var uploadFD: Int32 = -1
     var uploadFailure: Int32 = 0
     let stallTimeout: Duration
@@ -112,11 +115,12 @@ final class CurlHandles: @unchecked Sendable {
         return curl_easy_init()
     }
 
-    /// Back to the pool, its options reset (its connections, DNS and TLS caches stay).
-    func give(_ handle: UnsafeMutableRawPointer) {
+    /// Back to the pool, its options reset (its connections, DNS and TLS caches stay); closed
+    /// with its connections unless `reusable` (D-466).
+    func give(_ handle: UnsafeMutableRawPointer, reusable: Bool = true) {
         curl_easy_reset(handle)
         let kept = lock.withLock { () -> Bool in
-            guard idle.count < keep else { return false }
+            guard reusable, idle.count < keep else { return false }
             idle.append(handle)
             return true
         }
@@ -225,9 +229,12 @@ final class HTTPTransport: Sendable {
     func perform(_ request: HTTPRequest, context: TransferContext) throws {
         guard let handle = handles.take() else { throw ProviderError(.io, "curl_easy_init failed", errno: ENOMEM) }
         var headerList: UnsafeMutablePointer<curl_slist>?
+        // A connection that carried a failed or lying answer may hold what is left of it: never
+        // used again (the next request read "HTTP/0.9" there, D-466).
+        var reusable = false
         defer {
             curl_slist_free_all(headerList)
-            handles.give(handle)
+            handles.give(handle, reusable: reusable)
             if context.uploadFD >= 0 {
                 close(context.uploadFD)
                 context.uploadFD = -1
@@ -369,7 +376,16 @@ final class HTTPTransport: Sendable {
         if pfs_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK, opened > 0 {
             connectionsOpened.withLock { $0 += opened }
         }
-        if code == CURLE_OK || context.stoppedOnPurpose { return }
+        if code == CURLE_OK || context.stoppedOnPurpose {
+            if let length = context.headers["content-length"], !Self.isDecimal(length) {
+                throw ProviderError(
+                    .io, "\(request.method) \(request.url): the server sent Content-Length '\(length.prefix(40))'",
+                    errno: EIO)
+            }
+            if let problem = context.check() { throw problem }
+            reusable = true
+            return
+        }
         context.code = code
         throw failure(code, request: request, context: context)
     }
@@ -392,6 +408,11 @@ final class HTTPTransport: Sendable {
         default:
             return ProviderError(.io, what, errno: EIO)
         }
+    }
+
+    /// Whether a Content-Length is a number (RFC 9110 §8.6: 1*DIGIT).
+    static func isDecimal(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { (48...57).contains($0) }
     }
 
     static func milliseconds(_ duration: Duration) -> Int {

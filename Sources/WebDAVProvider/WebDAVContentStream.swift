@@ -43,6 +43,8 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     /// Bytes still to skip (a server that ignored Range sent the file from its start) and to deliver.
     private var skip: Int64 = 0
     private var remaining: Int64
+    /// Body bytes the server sent (the transfer thread's count).
+    private var bodyBytes: Int64 = 0
 
     init(identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>, stallTimeout: Duration) {
         self.identifier = identifier
@@ -73,6 +75,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     /// server answered instead of the bytes (`.versionChanged`, `.noSuchItem`, …).
     func start(_ request: HTTPRequest, transport: HTTPTransport) async throws {
         context.onBody = { [unowned self] chunk in self.received(chunk) }
+        context.check = { [unowned self] in self.shortBody() }
         let thread = Thread { [self] in
             var thrown: ProviderError?
             do { try transport.perform(request, context: context) } catch { thrown = ProviderError.from(error) }
@@ -83,8 +86,10 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         thread.name = "webdav-get"
         thread.start()
         while true {
+            // A transfer that broke after bytes came (even all of them, before `start` looked)
+            // hands them over first, then fails at `next` (D-466).
             let state = monitor.withLock { () -> (ready: Bool, failure: ProviderError?) in
-                (decided || ended, failure)
+                (decided || ended, buffered > 0 ? nil : failure)
             }
             if state.ready {
                 if let failure = state.failure {
@@ -127,6 +132,11 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             problem = WebDAVProvider.statusError(status, "GET \(identifier)", conflict: .versionChanged)
         }
         if problem == nil, !empty, let mismatch = versionMismatch(headers) { problem = mismatch }
+        // libcurl reads "12abc" as 12: no byte of such an answer is taken (D-466).
+        if problem == nil, let length = headers["content-length"], !HTTPTransport.isDecimal(length) {
+            problem = ProviderError(
+                .io, "GET \(identifier): the server sent Content-Length '\(length.prefix(40))'", errno: EIO)
+        }
         let answered = HTTPRetry.Outcome.status(status, retryAfter: headers["retry-after"])
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             decided = true
@@ -173,6 +183,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     private func received(_ chunk: UnsafeRawBufferPointer) -> Bool {
         if !decidedNow() { decide() }
         if context.abortReason != nil || context.stoppedOnPurpose { return false }
+        bodyBytes += Int64(chunk.count)
         var bytes = chunk[...]
         if skip > 0 {
             let dropped = Int(min(skip, Int64(bytes.count)))
@@ -210,6 +221,24 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             return false
         }
         return true
+    }
+
+    /// A 206 whose body ended before the bytes its Content-Range announced (a Content-Length
+    /// shorter than the range, which libcurl takes at its word): `.io`, never a clean end that
+    /// passes a short range off as the file's end (D-466). Nil for any other ending.
+    private func shortBody() -> ProviderError? {
+        guard context.status == 206, !context.stoppedOnPurpose, !monitor.withLock({ closed }),
+            let value = context.headers["content-range"]
+        else { return nil }
+        // "bytes first-last/total"
+        let span = value.split(separator: " ").dropFirst().first?.split(separator: "/").first?.split(separator: "-")
+        guard let span, span.count == 2, let first = Int64(span[0]), let last = Int64(span[1]), last >= first,
+            bodyBytes < last - first + 1
+        else { return nil }
+        return ProviderError(
+            .io,
+            "GET \(identifier): the body ended after \(bodyBytes) of the \(last - first + 1) bytes of '\(value)'",
+            errno: EIO)
     }
 
     private func finish(_ thrown: ProviderError?) {

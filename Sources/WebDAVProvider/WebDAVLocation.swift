@@ -92,10 +92,15 @@ public struct WebDAVLocation: Sendable, Hashable, CustomStringConvertible {
             guard path[..<slash].lowercased() == origin.lowercased() else { return nil }
             path = rest[slash...]
         }
+        // An absolute path; "//…" is a reference to another host (RFC 3986 §4.2), and an empty
+        // component ("a//b") names nothing: refused, not collapsed (D-466).
         guard path.hasPrefix("/") else { return nil }
+        var parts = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        if parts.last?.isEmpty == true { parts.removeLast() }  // a collection's trailing "/"
+        guard !parts.contains(where: \.isEmpty) else { return nil }
         // Decoded component by component: an encoded "/" inside a name is refused, not split.
         var components: [String] = []
-        for encoded in path.split(separator: "/") {
+        for encoded in parts {
             guard let component = Self.percentDecoded(String(encoded)), !component.contains("/") else { return nil }
             components.append(component)
         }

@@ -85,10 +85,9 @@ public final class WebDAVProvider: Provider {
             throw ProviderError(.noSuchItem, "\(identifier) is gone", errno: ENOENT)
         }
         let entries = try await propfind(location.url(of: identifier), depth: 0, what: "\(identifier)")
-        guard
-            let entry = entries.first(where: { location.identifier(forHref: $0.href) == identifier })
-                ?? (entries.count == 1 ? entries.first : nil)
-        else {
+        // Only the response whose href is the item's: one naming another place (outside the
+        // collection, `..`, an encoded "/") is never taken for it (D-466).
+        guard let entry = entries.first(where: { location.identifier(forHref: $0.href) == identifier }) else {
             throw ProviderError(.io, "PROPFIND \(identifier): the answer does not name the item", errno: EIO)
         }
         if let status = entry.status {
@@ -114,12 +113,15 @@ public final class WebDAVProvider: Provider {
             throw error
         }
         var children: [ProviderItem] = []
+        var namesItself = false
         for entry in entries {
+            // Hrefs outside the collection, with "." or "..", an encoded "/" or another host: ignored.
             guard let child = location.identifier(forHref: entry.href) else { continue }
             if child == identifier {
                 guard entry.isCollection else {
                     throw ProviderError(.wrongKind, "\(identifier) is not a directory", errno: ENOTDIR)
                 }
+                namesItself = true
                 continue
             }
             // Only direct children, found, and never an upload's staging file.
@@ -127,6 +129,12 @@ public final class WebDAVProvider: Provider {
                 continue
             }
             children.append(makeItem(child, entry))
+        }
+        // Every server answers a Depth 1 PROPFIND with the collection itself first. Without it the
+        // hrefs are not this collection's (a proxy that rewrites paths): an empty listing would
+        // delete every child from the catalog (D-466).
+        guard namesItself else {
+            throw ProviderError(.io, "PROPFIND \(identifier): the answer does not name the collection", errno: EIO)
         }
         return children
     }
@@ -191,6 +199,14 @@ public final class WebDAVProvider: Provider {
             followRedirects: true, maximumResponseBytes: MultiStatusLimits().maximumBytes)
         let response = try await transport.send(request)
         guard response.status == 207 else {
+            // A 2xx that is not a Multi-Status (an HTML page from a proxy or a login portal) says
+            // what it was (D-466).
+            if (200..<300).contains(response.status) {
+                let type = response.header("content-type") ?? "no Content-Type"
+                throw ProviderError(
+                    .io, "PROPFIND \(what): the server answered \(response.status) (\(type)), not a 207 Multi-Status",
+                    errno: EIO)
+            }
             throw Self.statusError(response.status, "PROPFIND \(what)", conflict: .noSuchItem)
         }
         do {

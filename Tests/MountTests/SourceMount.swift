@@ -23,11 +23,6 @@ enum ProviderKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     /// Every provider, WebDAV's unless the environment asks to skip them
     /// (PROVIDERFS_SKIP_WEBDAV_TESTS=1; without rclone or apache2 those tests fail, never skip).
     static var available: [ProviderKind] { WebDAVTestGate.enabled ? allCases : [.local] }
-
-    /// `available` without rclone, for tests that open a file right after its upload: rclone's
-    /// MOVE of the uploaded copy onto the name is not atomic, and a lookup in between finds no
-    /// file (ENOENT; issue 26's notes), which Apache's MOVE never shows.
-    static var withAtomicMoves: [ProviderKind] { available.filter { $0 != .rclone } }
 }
 
 /// A mount of a scratch tree over one provider (see the file's header).

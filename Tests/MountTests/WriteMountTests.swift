@@ -61,7 +61,7 @@ struct WriteMountTests {
     /// and writable shared mappings work; the mapping's bytes are what read(2) of the same handle
     /// sees; msync publishes; a mapping kept after close(2) and written then publishes at munmap;
     /// every version reaches the source.
-    @Test(arguments: ProviderKind.withAtomicMoves) func sharedMappingsReadWriteAndPublish(
+    @Test(arguments: ProviderKind.available) func sharedMappingsReadWriteAndPublish(
         over kind: ProviderKind
     ) throws {
         guard requireFUSE() else { return }
@@ -279,7 +279,7 @@ struct WriteMountTests {
         #expect(stat(mount.source("w"), &info) == 0 && info.st_mtim.tv_sec > 1_000_000_300)
     }
 
-    @Test(arguments: ProviderKind.withAtomicMoves) func twoWritersShareOneStagingCopy(over kind: ProviderKind) throws {
+    @Test(arguments: ProviderKind.available) func twoWritersShareOneStagingCopy(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         let mount = try WritableMount(prefix: "write-two", kind: kind)
         defer { mount.stop() }

@@ -63,7 +63,7 @@ private struct HeldListing: Sendable {
     func apply(to catalog: Catalog) {
         catalog.applyListing(of: directory, children: children, at: takenAt, changeCount: count)
     }
-    func end(in catalog: Catalog) { catalog.endListing(of: directory) }
+    func end(in catalog: Catalog) { catalog.endListing(of: directory, askedAt: count) }
 }
 
 @Suite struct ListingWindowTests {

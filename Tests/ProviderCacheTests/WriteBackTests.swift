@@ -143,10 +143,23 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         for waiter in waiting { waiter.resume() }
     }
 
+    /// Whether a replace takes the old file away before it puts the new one, as `rclone serve
+    /// webdav`'s MOVE (delete the destination, then rename onto it, D-465): while the call is
+    /// held, listings and lookups find no file under the name.
+    let replacesInTwoSteps = Locked(false)
+
     func upload(
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem {
         targets.withLock { $0.append(target) }
+        if case .replace(let identifier, let baseVersion) = target, replacesInTwoSteps.withLock({ $0 }) {
+            let path = identifier.rawValue
+            guard let (_, current) = base.content(of: path) else { throw ProviderError(.noSuchItem, "\(path) is gone") }
+            if let baseVersion, baseVersion != current {
+                throw ProviderError(.versionChanged, "\(path) is at \(current), not \(baseVersion)")
+            }
+            base.remove(path)
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = control.withLock { state -> Bool in
                 state.started += 1
@@ -171,6 +184,7 @@ final class UploadingProvider: Provider, @unchecked Sendable {
             if base.content(of: path) != nil { throw ProviderError(.alreadyExists, "\(path) exists") }
         case .replace(let identifier, let baseVersion):
             path = identifier.rawValue
+            if replacesInTwoSteps.withLock({ $0 }) { break }  // checked and taken away above
             guard let (_, current) = base.content(of: path) else { throw ProviderError(.noSuchItem, "\(path) is gone") }
             if let baseVersion, baseVersion != current {
                 throw ProviderError(.versionChanged, "\(path) is at \(current), not \(baseVersion)")

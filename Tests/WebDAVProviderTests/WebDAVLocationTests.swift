@@ -58,6 +58,11 @@ struct WebDAVLocationTests {
         #expect(location.identifier(forHref: "/my%20dav/a%00b") == nil)
         #expect(location.identifier(forHref: "/my%20dav/%ZZ") == nil)
         #expect(location.identifier(forHref: "/my%20dav/%FF") == nil, "not UTF-8")
+        // D-466: "//host/…" names another host; an empty component names nothing.
+        #expect(location.identifier(forHref: "//my%20dav/x") == nil, "a network-path reference")
+        #expect(location.identifier(forHref: "/my%20dav//x") == nil)
+        #expect(location.identifier(forHref: "/my%20dav/d//x") == nil)
+        #expect(location.identifier(forHref: "/my%20dav/%2e%2e/x") == nil, "an encoded ..")
         // Round trip of awkward names.
         for name in ["a b", "100%", "#1", "why?", "ünïcødé", "e\u{301}", "semi;colon", "plus+sign"] {
             let url = location.url(of: ItemIdentifier("d/" + name))
