@@ -242,6 +242,73 @@ extension Catalog {
         listener.providerChanged(changes)
     }
 
+    /// The provider says what changed (`.changeNotifying`): the listings and items concerned stop
+    /// counting as fresh (the next answer asks the provider), then the observer hears of it.
+    func providerChanged(_ changes: [ProviderChange]?) {
+        let now = environment.timeline.now
+        let expired = now - environment.options.directoryTTL
+        let told = state.withLock { catalog -> [CatalogChange] in
+            catalog.changeCount &+= 1
+            func expire(_ directory: ItemIdentifier) {
+                catalog.lastChange[directory] = catalog.changeCount
+                catalog.listingTokens[directory] = nil
+                if let at = catalog.listedAt[directory], at > expired { catalog.listedAt[directory] = expired }
+            }
+            guard let changes else {
+                for directory in Array(catalog.listedAt.keys) { expire(directory) }
+                catalog.refreshedAt.removeAll()
+                return [.everything]
+            }
+            var told: [CatalogChange] = []
+            told.reserveCapacity(changes.count)
+            for change in changes {
+                switch change {
+                case .entry(let directory, let name), .membership(let directory, let name):
+                    // A child written or chmod'ed changes only that child, asked for alone when
+                    // next used; a name created or removed (or one the listing lacks) changes the
+                    // listing, listed again when next used.
+                    let identifier = Self.child(NameKey(name), of: directory, in: &catalog)
+                    if let identifier {
+                        catalog.dirty.insert(identifier)
+                        catalog.refreshedAt[identifier] = nil
+                    }
+                    var membership = identifier == nil
+                    if case .membership = change { membership = true }
+                    if membership {
+                        expire(directory)
+                    } else {
+                        // Its token is void (the provider counted the event), so the listing is
+                        // listed again once it expires anyway; a listing taken meanwhile may
+                        // still show the old metadata.
+                        catalog.lastChange[directory] = catalog.changeCount
+                    }
+                    if !membership, let identifier, catalog.items[identifier]?.kind == .directory {
+                        // A directory's own metadata (the local provider restores a directory's
+                        // times after every upload into it): its attributes, not its dentry,
+                        // whose drop made the kernel forget and look up again (D-382).
+                        catalog.metadataOnly.insert(identifier)
+                        told.append(.attributes(identifier))
+                    } else {
+                        if let identifier, !catalog.metadataOnly.isEmpty { catalog.metadataOnly.remove(identifier) }
+                        told.append(.entry(directory: directory, name: name, identifier: identifier))
+                    }
+                case .entries(let directory):
+                    expire(directory)
+                    for child in catalog.children[directory] ?? [] {
+                        catalog.dirty.insert(child)
+                        catalog.refreshedAt[child] = nil
+                        if !catalog.metadataOnly.isEmpty { catalog.metadataOnly.remove(child) }
+                    }
+                    told.append(.entries(directory: directory))
+                }
+            }
+            return told
+        }
+        tell(told)
+        refreshWanted(changes)
+        afterProviderChanges.withLock { $0 }?.call(changes)
+    }
+
     /// The provider reported changes (`.changeNotifying`), which only mark items and listings
     /// stale: those a listener wants are refreshed now (one task at a time, coalescing what
     /// arrives meanwhile), so their changes are told without waiting for a lookup. Nothing
