@@ -104,6 +104,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
         case hugeHeader = "huge-header"
         /// GET and PROPFIND: `Content-Length: 12abc`.
         case garbageContentLength = "garbage-content-length"
+        /// A class-1 server: `OPTIONS` says `DAV: 1`, LOCK and UNLOCK are answered 405.
+        case classOne = "class-one"
     }
 
     /// Written by the tampering proxy once it holds its port.
@@ -264,7 +266,13 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 if m == 'html-propfind' and method == 'PROPFIND':
                     page = b'<!DOCTYPE html><html><body><h1>Down for maintenance</h1></body></html>'
                     return self.send_raw(200, [('Content-Type', 'text/html')], page)
+                if m == 'class-one' and method in ('LOCK', 'UNLOCK'):
+                    allow = 'OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE'
+                    return self.send_raw(405, [('Allow', allow)], b'')
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ('host', 'connection')}
+                for k in [k for k in headers if k.lower() == 'destination']:
+                    target = urllib.parse.urlsplit(headers[k])
+                    headers[k] = target._replace(scheme=upstream.scheme, netloc=upstream.netloc).geturl()
                 if m == 'etag-changed-on-get' and method == 'GET':
                     headers = {k: v for k, v in headers.items() if k.lower() != 'if-match'}
                 connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
@@ -273,6 +281,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 out = [(k, v) for k, v in response.getheaders()
                        if k.lower() not in ('transfer-encoding', 'connection', 'content-length', 'keep-alive')]
                 status = response.status
+                if m == 'class-one' and method == 'OPTIONS':
+                    out = [(k, v) for k, v in out if k.lower() != 'dav'] + [('DAV', '1')]
                 if m == 'etag-changed-on-get' and method == 'GET':
                     out = [(k, v) for k, v in out if k.lower() != 'etag'] + [('ETag', fresh())]
                 if m == 'etag-per-request':

@@ -103,6 +103,38 @@ struct WebDAVLockingMountTests {
         #expect(try shell("ls \(quoted(served))").output == "counter.txt\n", "no conflict copies")
     }
 
+    /// A class-1 server (`OPTIONS` says `DAV: 1`, LOCK answered 405: rclone behind a proxy that
+    /// makes it one) works without exclusion across machines: `status` says so, and a write
+    /// through the mount is not refused for want of a lock and reaches the server.
+    @Test func aClassOneServerWritesWithoutLocksAndStatusSaysSo() throws {
+        guard requireFUSE(), requireServers() else { return }
+        defer { cleanup() }
+        let upstream = try WebDAVTestServer(root: served)
+        defer { upstream.stop() }
+        let dav = try WebDAVTestServer(root: scratch + "/proxy-root", kind: .tampering(upstream: upstream.url))
+        defer { dav.stop() }
+        try dav.tamper(.classOne)
+        let options = try shell("curl -s -i -X OPTIONS \(quoted(dav.url))")
+        #expect(
+            options.output.split(separator: "\r\n").contains { $0.lowercased() == "dav: 1" },
+            "the server should be class 1: \(options.output)")
+        let laptop = try machine("a", dav.url)
+        defer { laptop.stop() }
+        let status = try shell(
+            "PROVIDERFS_RUNTIME_DIR=\(quoted(scratch + "/run-a")) \(quoted(providerfs)) status \(quoted(laptop.mountpoint))"
+        )
+        #expect(
+            status.output.contains("machines: none: the server is DAV class 1 (no LOCK)"),
+            "\(status.output) \(status.error)")
+        let written = "000000000042\n"
+        let write = try shell("printf %s \(quoted(written)) > \(quoted(laptop.path("counter.txt")))")
+        #expect(write.status == 0, "a write without a server lock: \(write.error)")
+        #expect(
+            waitUntil(.seconds(30)) { readTextFile(served + "/counter.txt") == written },
+            "server: \(readTextFile(served + "/counter.txt") ?? "nil")")
+        #expect(try shell("ls \(quoted(served))").output == "counter.txt\n", "no conflict copies")
+    }
+
     /// `providerfs coordinate --write` on one machine holds the server lock for its whole claim:
     /// its command's read-modify-write, with a pause between the read and the write, is not
     /// interleaved with the other machine's increment, which waits and then reads the result.
