@@ -102,12 +102,7 @@ public struct LocalDirectoryProvider: Provider {
     ) async throws -> (
         children: [ProviderItem], token: ListingChangeToken?
     ) {
-        try await LocalIO.run {
-            let path = try self.checkedPath(identifier)
-            let info = try Self.directoryInfo(identifier, at: path)
-            let token = self.changes.token(for: identifier, path: path, device: UInt64(info.st_dev))
-            return (try self.listing(of: identifier, at: path), token)
-        }
+        try await trackedListing(of: identifier, batch: nil)
     }
 
     /// `trackedChildren(of:)` handing the children over as they are stat'ed: the names are read
@@ -118,6 +113,13 @@ public struct LocalDirectoryProvider: Provider {
     ) async throws -> (
         children: [ProviderItem], token: ListingChangeToken?
     ) {
+        try await trackedListing(of: identifier, batch: batch)
+    }
+
+    /// Both forms of `trackedChildren`: the token taken before the listing.
+    private func trackedListing(
+        of identifier: ItemIdentifier, batch: (@Sendable ([ProviderItem]) -> Void)?
+    ) async throws -> (children: [ProviderItem], token: ListingChangeToken?) {
         try await LocalIO.run {
             let path = try self.checkedPath(identifier)
             let info = try Self.directoryInfo(identifier, at: path)
