@@ -74,8 +74,6 @@ public final class LocalWrites: Sendable {
         /// Moves waiting for upload calls to end, by ticket (an interrupted one leaves, D-400).
         var blockedMoves: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var nextMoveTicket: UInt64 = 1
-        /// When each item's last upload was recorded (`timeline.now`).
-        var uploadedAt: [ItemIdentifier: Duration] = [:]
     }
 
     let state = Locked(State())

@@ -779,11 +779,17 @@ public enum DifferentialTester {
             subject.closeAll()
         }
         var identities = IdentityTracker()
+        // PROVIDERFS_DIFF_TRACE=1 prints every step with both results, for reading a replay.
+        let trace = getenv("PROVIDERFS_DIFF_TRACE").map { String(cString: $0) } == "1"
         for step in 0..<steps {
             let operation = generator.next()
             report.operations.append(operation)
             let expected = reference.perform(operation)
             let actual = subject.perform(operation)
+            if trace {
+                let differs = expected == actual ? "" : " | subject \(actual)"
+                print("trace #\(step) \(operation) → \(expected)\(differs)")
+            }
             if expected != actual {
                 guard let index = deviations.firstIndex(where: { $0.accepts(operation, expected, actual) }) else {
                     report.divergence = Divergence(

@@ -100,6 +100,9 @@ struct DifferentialMountTests {
         // A writer's base taken for news from the provider after its own upload (D-451's first
         // form): false conflicts, an old version read.
         (267_171_192_138_368_504, true), (2_851_362_918_633_942_220, true),
+        // A writer renamed onto a name whose earlier file had uploaded took its copy's old base
+        // for news (D-477): false conflict copies.
+        (4_975_878_240_140_784_189, true), (6_146_882_525_447_483_587, true),
     ]
 
     /// The generation of sequences found while link(2) was left out of them (before D-410).

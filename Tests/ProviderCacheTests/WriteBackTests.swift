@@ -522,6 +522,43 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(cache.status(of: ItemIdentifier("g"))?.state == .materialized)
     }
 
+    /// D-477: a writer that fsyncs (each publish uploaded) and is then renamed onto a name whose
+    /// earlier file was uploaded before the writer's copy was made publishes from its own last
+    /// upload. The time of that upload was kept by identifier: it outlived the name's file, made
+    /// the writer's old base look like news from the provider, and the upload kept a false
+    /// conflict copy (differential seeds 4975878240140784189 and 6146882525447483587).
+    @Test func aWriterRenamedOntoANameUploadedBeforeItsCopyIsNoConflict() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("f0".utf8)))
+        fixture.provider.base.putFile("g", .bytes(Array("g0".utf8)))
+        let cache = try fixture.makeCache()
+        let g = try await cache.catalog.item(ItemIdentifier("g"), maximumAge: .zero)
+        let other = try await cache.writes.openWriter(g, truncating: false)
+        try await cache.writes.write(other, Array("g1".utf8), at: 0)
+        _ = try #require(try await cache.writes.closeWriter(g.identifier))
+        #expect(await cache.writes.waitUntilUploaded(g.identifier))
+        try await cache.delete(try #require(cache.catalog.knownItem(g.identifier)))
+        fixture.clock.advance(by: .seconds(1))
+        // Made after g's upload; two of its publishes uploaded before the rename.
+        let f = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let writer = try await cache.writes.openWriter(f, truncating: false)
+        for round in 1...2 {
+            try await cache.writes.write(writer, Array("f\(round)".utf8), at: 0)
+            _ = try #require(try await cache.writes.sync(writer, durable: true))
+            #expect(await cache.writes.waitUntilUploaded(f.identifier))
+            fixture.clock.advance(by: .seconds(1))
+        }
+        let current = try #require(cache.catalog.knownItem(f.identifier))
+        _ = try await cache.move(current, to: .root, named: "g", mode: .replacing, replaced: nil)
+        try await cache.writes.write(writer, Array("f3".utf8), at: 0)
+        _ = try #require(try await cache.writes.sync(writer, durable: true))
+        #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("g")))
+        #expect(fixture.provider.base.content(of: "g")?.0 == .bytes(Array("f3".utf8)))
+        let names = fixture.provider.base.allItems.map(\.name).sorted()
+        #expect(!names.contains { $0.contains("conflict") }, "\(names)")
+        #expect(try await cache.writes.closeWriter(ItemIdentifier("g")) == nil)
+    }
+
     /// D-405: an upload starts only once its settle has passed, and a file made and deleted
     /// within it (a database's journal) never reaches the provider.
     @Test func theWriteBackSettles() async throws {

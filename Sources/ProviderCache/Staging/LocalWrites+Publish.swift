@@ -215,7 +215,9 @@ extension LocalWrites {
                     initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
             }
             // The copy was made after the item's last upload: its base is the provider's news.
-            let fresh = state.uploadedAt[identifier].map { staged.since > $0 } ?? false
+            // (The item's own record says when: a time kept by identifier outlived a rename or
+            // unlink, and another item's older upload made a stale base "news", D-477.)
+            let fresh = state.uploads[identifier]!.uploadedAt.map { staged.since > $0 } ?? false
             return state.uploads[identifier]!.published(
                 version, base: staged.base, baseIsNewer: fresh, permissions: permissions, now: environment.timeline.now,
                 settle: environment.options.uploadSettle, maximumSettle: environment.options.maximumUploadSettle)

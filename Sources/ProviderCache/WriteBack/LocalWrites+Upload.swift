@@ -240,8 +240,6 @@ extension LocalWrites {
         _ uploaded: ProviderItem, of identifier: ItemIdentifier, version: ContentVersion, terms: UploadTerms
     ) {
         let base = terms.base
-        let now = environment.timeline.now
-        state.withLock { $0.uploadedAt[identifier] = now }
         let (current, next, phase) = applyToUpload(identifier, version: version) {
             $0.uploaded(version, providerVersion: uploaded.contentVersion, now: self.environment.timeline.now)
         }

@@ -133,6 +133,10 @@ struct UploadMachine: Sendable, Equatable {
     /// When the newest local version may start its upload (D-405): set by a publish made with a
     /// settle, cleared when an upload starts. On the host's timeline.
     private(set) var settleDeadline: Duration?
+    /// When the item's last upload was recorded (the host's timeline; nil: none since the
+    /// daemon started). It is the item's, so it follows renames with the record and goes with
+    /// it: a staging copy made after it took its base from the provider's news (D-451, D-477).
+    private(set) var uploadedAt: Duration?
     /// When the oldest publish still waiting out the settle was made: bounds the settle.
     private var settlingSince: Duration?
     let initialBackoff: Duration
@@ -259,6 +263,7 @@ struct UploadMachine: Sendable, Equatable {
         _ version: ContentVersion, providerVersion: ContentVersion, now: Duration = .zero
     ) -> [Action] {
         inFlight = nil
+        uploadedAt = now
         let sent = carried
         carried = nil
         record.attempts = 0
