@@ -105,23 +105,30 @@ public enum MultiStatus {
     }
 
     /// The status code of an HTTP status line ("HTTP/1.1 404 Not Found" → 404).
+    /// Three digits, 100 to 599, after "HTTP/…" and before the reason phrase (no sign, no other
+    /// spelling of the number: HTTPHeaderFuzzTests holds it to that grammar).
     static func statusCode(_ line: String) -> Int? {
         let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), let code = Int(parts[1]), (100...599).contains(code)
+        guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), let code = digits(parts[1], count: 3...3),
+            (100...599).contains(code)
         else { return nil }
         return code
     }
 
-    /// An RFC 1123 date ("Sun, 06 Nov 1994 08:49:37 GMT") as seconds since the epoch.
+    /// An RFC 1123 date ("Sun, 06 Nov 1994 08:49:37 GMT") as seconds since the epoch: a day of
+    /// one or two digits, a four-digit year, two digits each for the time, nothing signed.
     public static func httpDate(_ text: String) -> Int64? {
         let parts = text.split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]), let year = Int(parts[3]) else {
+        guard parts.count == 6, parts[5] == "GMT", let day = digits(parts[1], count: 1...2),
+            let year = digits(parts[3], count: 4...4)
+        else {
             return nil
         }
         let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
         guard let monthIndex = months.firstIndex(of: String(parts[2])) else { return nil }
-        let time = parts[4].split(separator: ":")
-        guard time.count == 3, let hour = Int(time[0]), let minute = Int(time[1]), let second = Int(time[2]),
+        let time = parts[4].split(separator: ":", omittingEmptySubsequences: false)
+        guard time.count == 3, let hour = digits(time[0], count: 2...2), let minute = digits(time[1], count: 2...2),
+            let second = digits(time[2], count: 2...2),
             (1...31).contains(day), (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second),
             (1...9999).contains(year)
         else { return nil }
@@ -134,6 +141,12 @@ public enum MultiStatus {
         let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
         let days = era * 146097 + dayOfEra - 719468
         return Int64(days) * 86400 + Int64(hour * 3600 + minute * 60 + second)
+    }
+
+    /// `count` ASCII digits as a number, else nil.
+    private static func digits(_ text: Substring, count: ClosedRange<Int>) -> Int? {
+        guard count.contains(text.utf8.count), text.utf8.allSatisfy({ (48...57).contains($0) }) else { return nil }
+        return Int(text)
     }
 }
 

@@ -116,10 +116,9 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         var empty = false
         switch status {
         case 206:
-            // "bytes first-last/total": the range must start where asked.
+            // "bytes first-last/total": the range must start where asked (ContentRange: strictly).
             let value = headers["content-range"] ?? ""
-            let first = value.split(separator: " ").dropFirst().first?.split(separator: "-").first.flatMap { Int64($0) }
-            if first != range.lowerBound {
+            if ContentRange(value)?.first != range.lowerBound {
                 problem = ProviderError(
                     .io, "GET \(identifier): asked for bytes from \(range.lowerBound), got '\(value)'", errno: EIO)
             }
@@ -168,7 +167,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         guard let modified = headers["last-modified"].flatMap(MultiStatus.httpDate) else { return nil }
         let total: Int64? =
             if context.status == 206 {
-                headers["content-range"].flatMap { $0.split(separator: "/").last.flatMap { Int64($0) } }
+                headers["content-range"].flatMap { ContentRange($0)?.total }
             } else {
                 headers["content-length"].flatMap { Int64($0) }
             }
@@ -230,14 +229,9 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         guard context.status == 206, !context.stoppedOnPurpose, !monitor.withLock({ closed }),
             let value = context.headers["content-range"]
         else { return nil }
-        // "bytes first-last/total"
-        let span = value.split(separator: " ").dropFirst().first?.split(separator: "/").first?.split(separator: "-")
-        guard let span, span.count == 2, let first = Int64(span[0]), let last = Int64(span[1]), last >= first,
-            bodyBytes < last - first + 1
-        else { return nil }
+        guard let span = ContentRange(value), bodyBytes < span.count else { return nil }
         return ProviderError(
-            .io,
-            "GET \(identifier): the body ended after \(bodyBytes) of the \(last - first + 1) bytes of '\(value)'",
+            .io, "GET \(identifier): the body ended after \(bodyBytes) of the \(span.count) bytes of '\(value)'",
             errno: EIO)
     }
 
