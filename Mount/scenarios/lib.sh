@@ -153,21 +153,37 @@ mount_source() {
 
 # start_webdav_server: `rclone serve webdav` of $SRC on a free port of 127.0.0.1, in the background
 # (the cleanup kills it by pid); sets WEBDAV_URL once it accepts connections.
+# Again after stop_webdav_server: the same port (the mount's URL), WEBDAV_PID the new server's.
 WEBDAV_URL=""
+WEBDAV_PORT=""
+WEBDAV_PID=""
 start_webdav_server() {
-    local port
-    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    local port="$WEBDAV_PORT"
+    [[ -n "$port" ]] \
+        || port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
     in_background rclone serve webdav --addr "127.0.0.1:$port" --dir-cache-time 0s "$SRC"
+    WEBDAV_PID="$!"
     local _
     for _ in $(seq 100); do
         if python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; then
             WEBDAV_URL="http://127.0.0.1:$port/"
-            say "serving $SRC over WebDAV at $WEBDAV_URL (rclone pid $!)"
+            WEBDAV_PORT="$port"
+            say "serving $SRC over WebDAV at $WEBDAV_URL (rclone pid $WEBDAV_PID)"
             return 0
         fi
         sleep 0.1
     done
     fail "rclone serve webdav did not start"
+}
+
+# stop_webdav_server: the server started by start_webdav_server (a child of this shell) ends on
+# SIGTERM, by its pid, and is waited for; its port refuses connections afterwards.
+stop_webdav_server() {
+    [[ -n "$WEBDAV_PID" ]] || fail "no WebDAV server to stop"
+    kill -TERM "$WEBDAV_PID" 2>/dev/null
+    wait "$WEBDAV_PID" 2>/dev/null || true  # 143: ended by the SIGTERM
+    say "stopped the WebDAV server (rclone pid $WEBDAV_PID)"
+    WEBDAV_PID=""
 }
 
 # in_background CMD…: starts CMD in the background; cleanup kills it by pid. $! is its pid. CMD must

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# scenario-providers: local (over WebDAV a new name is made at the server at once, empty (D-386's deferred create is the local provider's))
 # The write-back settle (docs/SEMANTICS.md "Write-back", D-405, D-408), on a mount made with
 # `--write-back-delay 2s`: SQLite in its default rollback-journal mode commits 30 transactions
 # through the mount; its journal (made and deleted within each commit) never reaches the source,

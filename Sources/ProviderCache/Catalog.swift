@@ -696,8 +696,12 @@ public final class Catalog: Sendable {
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
-            // No answer from the provider: the listing we have stands (the name is missing).
-            case .unreachable, .timedOut: return nil
+            // No answer from the provider: the listing we have stands, for a name it has as for
+            // one it lacks (D-492: offline, a listed file stays found past the listing's TTL).
+            case .unreachable, .timedOut:
+                return state.withLock { catalog in
+                    catalog.names[directory]?[NameKey(name)].flatMap { catalog.items[$0] }
+                }
             case .notFound:
                 // The directory kept (D-465): the listing we have stands.
                 if providerMissed(directory, askedAt: question) != nil {

@@ -31,6 +31,13 @@ extension ProviderCache {
             }
         }
         if let deferred {
+            // Not looked up at the provider (a remote's deferral, D-491): a name the catalog
+            // holds for an item at the provider is taken.
+            if !deferred.nameChecked, catalog.knownItem(deferred.identifier) != nil,
+                !catalog.isUnborn(deferred.identifier)
+            {
+                throw CacheError(.exists, "'\(name)' exists")
+            }
             let item = ProviderItem(
                 identifier: deferred.identifier, parent: parent, name: name, kind: .file, size: 0,
                 modificationTime: wallClockTime(), contentVersion: .unborn(content.reserveFileNumber()),

@@ -86,10 +86,12 @@ public struct FaultInjectingProvider: Provider {
         return answer
     }
 
-    /// Declines while any rule strikes writes (the create then reaches the provider at once, and
-    /// meets the fault there); else the base's answer.
+    /// Declines while an upload fault is armed (the create then reaches the provider at once, and
+    /// meets the fault there); else the base's answer. An offline rule does not decline: a
+    /// provider that defers makes a create offline as it would without a network (D-434, D-491),
+    /// and its `.create` upload meets the rule until it is cleared.
     public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
-        guard !plan.hasWriteRules else { return nil }
+        guard !plan.hasUploadFaults else { return nil }
         return try base.deferCreateNow(named: name, in: parent)
     }
 

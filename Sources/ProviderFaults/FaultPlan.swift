@@ -52,6 +52,8 @@ public final class FaultPlan: @unchecked Sendable {
         var any = false
         var metadata = false
         var writes = false
+        /// A rule strikes writes that is not an offline one (an upload fault).
+        var uploadFaults = false
     }
 
     public init(_ rules: [FaultRule] = []) {
@@ -145,6 +147,9 @@ public final class FaultPlan: @unchecked Sendable {
 
     /// Any rule that strikes write calls (offline, or on uploads).
     var hasWriteRules: Bool { flags.withLock { $0.writes } }
+
+    /// Whether a rule strikes writes that is not an offline one: an upload fault a create must meet.
+    var hasUploadFaults: Bool { flags.withLock { $0.uploadFaults } }
 
     // MARK: What the wrapper asks
 
@@ -322,6 +327,7 @@ public final class FaultPlan: @unchecked Sendable {
     private static func flags(of entries: [Entry]) -> Flags {
         Flags(
             any: !entries.isEmpty, metadata: entries.contains { $0.rule.strikesMetadata },
-            writes: entries.contains { $0.rule.strikesWrites })
+            writes: entries.contains { $0.rule.strikesWrites },
+            uploadFaults: entries.contains { $0.rule.strikesWrites && $0.rule.fault != .offline })
     }
 }

@@ -159,9 +159,14 @@ public struct DeferredCreate: Sendable, Equatable {
     public var identifier: ItemIdentifier
     /// The directory after its metadata moved, when the provider can tell it at once.
     public var directory: ProviderItem?
-    public init(identifier: ItemIdentifier, directory: ProviderItem?) {
+    /// The provider looked the name up and found it free. False: it could not without a
+    /// network round trip (a remote's deferral, D-491); the caller checks what it knows, and
+    /// the `.create` upload meets a name taken since as `.alreadyExists` (a conflict copy).
+    public var nameChecked: Bool
+    public init(identifier: ItemIdentifier, directory: ProviderItem?, nameChecked: Bool = true) {
         self.identifier = identifier
         self.directory = directory
+        self.nameChecked = nameChecked
     }
 }
 

@@ -237,6 +237,18 @@ extension WebDAVProvider {
     }
 
     /// A name a new item may have: one component, and not a staging name.
+    /// A file created through the mount is made at the server by its first upload, not by an
+    /// empty PUT now (D-491): the name is checked as the upload would check it, but not looked
+    /// up (that would be the round trip this saves); the cache checks its own listing, and the
+    /// `.create` upload's `Overwrite: F` (or `If-None-Match: *`) refuses a name taken since,
+    /// which the write-back keeps as a conflict copy. Nothing waits on the network, so a create
+    /// works while the server is unreachable and is uploaded once it is back.
+    public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
+        try checkNewName(name)
+        return DeferredCreate(
+            identifier: WebDAVLocation.identifier(of: name, in: parent), directory: nil, nameChecked: false)
+    }
+
     func checkNewName(_ name: String) throws {
         guard WebDAVLocation.isName(name) else {
             throw ProviderError(.invalidName, "'\(name)' is not a file name", errno: EINVAL)

@@ -24,6 +24,8 @@ final class NameCountingProvider: Provider, Sendable {
     var capabilities: ProviderCapabilities {
         base.capabilities.union(immediate ? [.namedChildLookup, .immediateMetadata] : .namedChildLookup)
     }
+    /// Every call about names and listings fails as a server that cannot be reached does.
+    let unreachable = Locked(false)
     var listings: Int { calls.withLock { $0.listings } }
     var names: Int { calls.withLock { $0.names } }
     var immediateNames: Int { calls.withLock { $0.immediateNames } }
@@ -43,11 +45,13 @@ final class NameCountingProvider: Provider, Sendable {
 
     func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         calls.withLock { $0.listings += 1 }
+        if unreachable.withLock({ $0 }) { throw ProviderError(.unreachable, "the server is down") }
         return try await base.children(of: identifier)
     }
 
     func child(named name: String, of directory: ItemIdentifier) async throws -> ProviderItem? {
         calls.withLock { $0.names += 1 }
+        if unreachable.withLock({ $0 }) { throw ProviderError(.unreachable, "the server is down") }
         return try await base.children(of: directory).first { $0.name == name }
     }
 
@@ -96,6 +100,32 @@ final class NameCountingProvider: Provider, Sendable {
         #expect(
             try await cache.catalog.children(of: d, maximumAge: options.directoryTTL).map(\.name) == ["a", "c", "e"])
         #expect(provider.listings == 2)
+        await cache.shutdown()
+    }
+
+    /// D-492: a stale listing's lookup that gets no answer (a server that cannot be reached)
+    /// keeps what the listing says, both ways: a listed name is found (it was ENOENT, so offline
+    /// every file of a WebDAV mount vanished once its listing was older than the TTL), a name
+    /// the listing lacks stays missing.
+    @Test func aStaleLookupThatGetsNoAnswerKeepsTheListing() async throws {
+        let base = InMemoryProvider()
+        base.addDirectory("d")
+        for name in ["a", "b"] { base.putFile("d/\(name)", .bytes(Array(name.utf8))) }
+        let provider = NameCountingProvider(base: base)
+        let clock = ManualClock()
+        let directory = try TemporaryDirectory(prefix: "providerfs-stale-listing-offline")
+        defer { directory.remove() }
+        let options = CacheFixture.defaultOptions()
+        let cache = try ProviderCache(
+            provider: provider, directory: directory.path, store: InMemoryMetadataStore(), clock: clock,
+            options: options)
+        let d = ItemIdentifier("d")
+        #expect(try await cache.catalog.children(of: d, maximumAge: nil).map(\.name) == ["a", "b"])
+        clock.advance(by: options.directoryTTL)
+        provider.unreachable.withLock { $0 = true }
+        #expect(try await cache.catalog.child(named: "a", of: d)?.size == 1, "a listed name stays")
+        #expect(try await cache.catalog.child(named: "missing", of: d) == nil)
+        #expect(provider.names == 2, "the provider was asked both times")
         await cache.shutdown()
     }
 
