@@ -494,6 +494,32 @@ struct HardLinkTests {
         await fileSystem.shutdown()
     }
 
+    @Test("a link made while an edit of the file waits to upload shows the edit under the new name")
+    func aLinkMadeWhileAnEditWaitsShowsTheEdit() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("a", Array("hello\n".utf8))
+        var options = FileSystemOptions()
+        options.writable = true
+        options.cache.uploadSettle = .seconds(30)  // the edit waits to upload for the whole test
+        options.cache.maximumUploadSettle = .seconds(30)
+        let fileSystem = try MountComposition.makeFileSystem(
+            source: source.path, cacheDirectory: cache.path, options: options)
+        let a = try await resolve(fileSystem, "a")
+        _ = try await fileSystem.makeHardLink(a.inode, newParent: .root, newName: "l", context: .kernel)
+        try await overwrite(fileSystem, a.inode, "a longer edit\n")
+        #expect(sourceText(source, "a") == "hello\n", "not uploaded yet")
+        let b = try await fileSystem.makeHardLink(a.inode, newParent: .root, newName: "b", context: .kernel)
+        #expect(b.attributes.size == 14, "the link's reply")
+        #expect(try await resolve(fileSystem, "b").attributes.size == 14, "a lookup of the new name")
+        #expect(try await text(fileSystem, "b") == "a longer edit\n")
+        #expect(try await resolve(fileSystem, "l").attributes.size == 14)
+    }
+
     @Test("link errors: a directory EPERM, a taken name EEXIST, a file as directory ENOTDIR, read-only EROFS")
     func linkErrors() async throws {
         let source = try TemporaryDirectory()
