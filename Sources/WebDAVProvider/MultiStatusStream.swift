@@ -18,11 +18,11 @@ import FoundationXML
 /// One Multi-Status document, fed by one thread and parsed by another (or by the same one after
 /// the last byte was fed, when the pipe holds the whole document).
 public final class MultiStatusStream: @unchecked Sendable {
-    // Safe: `fed` and `tail` are only touched by the feeding thread; `pipe` and `refusal` lock.
+    // Safe: `tail` is only touched by the feeding thread; `fed`, `pipe` and `refusal` lock.
     public let limits: MultiStatusLimits
     private let pipe: BodyPipe
     private let entry: (MultiStatusEntry) -> Bool
-    private var fed = 0
+    private let fed = Locked(0)
     /// The last bytes fed, so a declaration split between two chunks is seen.
     private var tail: [UInt8] = []
     private let refusal = Locked<MultiStatusError?>(nil)
@@ -39,13 +39,16 @@ public final class MultiStatusStream: @unchecked Sendable {
     }
 
     /// Bytes fed so far.
-    public var bytesFed: Int { fed }
+    public var bytesFed: Int { fed.withLock { $0 } }
 
     /// The next bytes of the document; waits while the pipe is full. False: the document was
     /// refused (too large, a DTD) or its parse ended; feed no more.
     public func feed(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        fed += bytes.count
-        guard fed <= limits.maximumBytes else {
+        let total = fed.withLock { fed in
+            fed += bytes.count
+            return fed
+        }
+        guard total <= limits.maximumBytes else {
             return refuse("the Multi-Status document is over the limit of \(limits.maximumBytes) bytes")
         }
         // No DTD: a Multi-Status needs none, and a DTD is how entity expansion ("billion laughs")
