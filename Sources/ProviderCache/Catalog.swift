@@ -552,11 +552,14 @@ public final class Catalog: Sendable {
             let provider = environment.provider
             let listed = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
                 () async throws -> (children: [ProviderItem], token: ListingChangeToken?) in
-                if let tracking, let batch {
-                    return try await tracking.trackedChildren(of: identifier) { [self] items in
+                if let batch {
+                    // Any provider may list in batches (WebDAV does, D-478); the token only
+                    // counts from one that tracks.
+                    let listed = try await provider.trackedChildren(of: identifier) { [self] items in
                         let kept = listedBatch(items, of: identifier, changeCount: changeCount)
                         if !kept.isEmpty { batch(kept) }
                     }
+                    return (listed.children, tracking == nil ? nil : listed.token)
                 }
                 if let tracking { return try await tracking.trackedChildren(of: identifier) }
                 return (try await provider.children(of: identifier), nil)

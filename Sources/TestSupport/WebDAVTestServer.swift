@@ -62,6 +62,10 @@ public final class WebDAVTestServer: @unchecked Sendable {
     public enum Kind: Sendable {
         /// `rclone serve webdav ROOT`, with basic authentication when a user is given.
         case rclone(user: String?, password: String?)
+        /// `rclone serve webdav ROOT` with rclone's directory cache (5 min): what changes in ROOT
+        /// behind its back is not seen, but a listing of thousands of entries takes milliseconds
+        /// (without the cache, rclone reads the directory again for each entry: 2,000 took 2 min).
+        case rcloneCachingListings
         /// `rclone serve webdav ROOT` over https, with this certificate and key (PEM files).
         case rcloneTLS(certificate: String, key: String)
         /// Apache 2.4: mod_dav + mod_dav_fs with a DavLockDB (class 1 and 2), mpm_event.
@@ -106,6 +110,9 @@ public final class WebDAVTestServer: @unchecked Sendable {
         case garbageContentLength = "garbage-content-length"
         /// A class-1 server: `OPTIONS` says `DAV: 1`, LOCK and UNLOCK are answered 405.
         case classOne = "class-one"
+        /// PROPFIND: a 207 answer of more than 4 KiB is sent but for its last 64 bytes, which
+        /// wait until the mode is another one (at most 60 s): a listing whose end is slow to come.
+        case holdPropfindEnd = "hold-propfind-end"
     }
 
     /// Written by the tampering proxy once it holds its port.
@@ -182,7 +189,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
 
     private func command() throws -> (String, [String], [String: String]) {
         switch kind {
-        case .rclone, .rcloneTLS:
+        case .rclone, .rcloneTLS, .rcloneCachingListings:
             guard let rclone = WebDAVTestGate.rclone else {
                 throw SystemCallError(WebDAVTestGate.problem ?? "rclone is missing", Errno(ENOENT))
             }
@@ -190,7 +197,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
             var environment = ["RCLONE_CONFIG": scratch + "/rclone.conf"]
             // No directory cache: a change made in `root` behind the server's back is what the
             // next PROPFIND shows (rclone's VFS would otherwise serve its cached metadata for 5 min).
-            var arguments = ["serve", "webdav", "--addr", "127.0.0.1:\(port)", "--dir-cache-time", "0s", root]
+            var arguments = ["serve", "webdav", "--addr", "127.0.0.1:\(port)", root]
+            if case .rcloneCachingListings = kind {} else { arguments += ["--dir-cache-time", "0s"] }
             if case .rclone(let user?, let password) = kind {
                 arguments += ["--user", user]
                 environment["RCLONE_PASS"] = password ?? ""
@@ -229,7 +237,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
     /// The `tampering` server: HTTP/1.1, any method, forwarded to the upstream server, the answer
     /// spoiled per the mode file (`Tampering`).
     static let tamperingProxyScript = #"""
-        import http.client, http.server, re, socket, sys, threading, urllib.parse
+        import http.client, http.server, re, socket, sys, threading, time, urllib.parse
         port, upstream, modefile = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2]), sys.argv[3]
         lock = threading.Lock(); counter = [0]
         FOREIGN = ['/../escaped.txt', '/%2e%2e/escaped.txt', '/docs/..%2F..%2Fescaped.txt', '/docs%2Fescaped.txt',
@@ -259,6 +267,15 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     self.close_connection = True
                     try: self.connection.shutdown(socket.SHUT_RDWR)
                     except OSError: pass
+            def send_held(self, status, headers, body):
+                head = 'HTTP/1.1 %d X\r\n' % status
+                for k, v in headers: head += '%s: %s\r\n' % (k, v)
+                head += 'Content-Length: %d\r\n\r\n' % len(body)
+                self.wfile.write(head.encode()); self.wfile.write(body[:-64]); self.wfile.flush()
+                for _ in range(3000):
+                    if mode() != 'hold-propfind-end': break
+                    time.sleep(0.02)
+                self.wfile.write(body[-64:]); self.wfile.flush()
             def answer(self):
                 m = mode(); method = self.command
                 length = int(self.headers.get('Content-Length') or 0)
@@ -302,6 +319,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     return self.send_raw(status, out, data, cut=len(data) // 2)
                 if spoils and m == 'huge-header':
                     out.append(('X-Filler', 'a' * (300 << 10)))
+                if status == 207 and m == 'hold-propfind-end' and len(data) > 4096:
+                    return self.send_held(status, out, data)
                 if spoils and m == 'garbage-content-length':
                     return self.send_raw(status, out, data, length='12abc')
                 self.send_raw(status, out, data if method != 'HEAD' else b'')

@@ -201,23 +201,40 @@ final class HTTPTransport: Sendable {
 
     /// One attempt of `send`.
     private func sendOnce(_ request: HTTPRequest, context: TransferContext) async throws -> HTTPResponse {
+        let body = Locked<[UInt8]>([])
+        context.onBody = { chunk in
+            let fits = body.withLock { body in
+                guard body.count + chunk.count <= request.maximumResponseBytes else { return false }
+                body.append(contentsOf: chunk)
+                return true
+            }
+            if !fits {
+                context.abortReason = ProviderError(
+                    .io,
+                    "\(request.method) \(request.url): the response is longer than "
+                        + "\(request.maximumResponseBytes) bytes", errno: EIO)
+            }
+            return fits
+        }
+        return try await run(request, context: context) { failure in
+            if let failure { throw failure }
+            return HTTPResponse(status: context.status, headers: context.headers, body: body.withLock { $0 })
+        }
+    }
+
+    /// Runs `request` on the pool, its body going to `context.onBody` (set by the caller), then
+    /// `finish` on the same thread with the transfer's failure (nil: the response ended): where a
+    /// streamed body's reader is waited for (D-478). A cancelled task stops the transfer.
+    func run<T: Sendable>(
+        _ request: HTTPRequest, context: TransferContext,
+        finish: @escaping @Sendable ((any Error)?) throws -> T
+    ) async throws -> T {
         try Task.checkCancellation()
         return try await withTaskCancellationHandler {
-            try await pool.run { () throws -> HTTPResponse in
-                var body: [UInt8] = []
-                context.onBody = { chunk in
-                    guard body.count + chunk.count <= request.maximumResponseBytes else {
-                        context.abortReason = ProviderError(
-                            .io,
-                            "\(request.method) \(request.url): the response is longer than "
-                                + "\(request.maximumResponseBytes) bytes", errno: EIO)
-                        return false
-                    }
-                    body.append(contentsOf: chunk)
-                    return true
-                }
-                try self.perform(request, context: context)
-                return HTTPResponse(status: context.status, headers: context.headers, body: body)
+            try await pool.run { () throws -> T in
+                var failure: (any Error)?
+                do { try self.perform(request, context: context) } catch { failure = error }
+                return try finish(failure)
             }
         } onCancel: {
             context.cancelled.withLock { $0 = true }

@@ -1,11 +1,13 @@
 // PROPFIND's answer, the 207 Multi-Status document (RFC 4918 §13, §14.16), read with
-// FoundationXML's XMLParser and defended against hostile input: a size limit before parsing, no
-// DTD at all (so no entity expansion and no external entity is ever fetched), a depth limit and an
+// FoundationXML's XMLParser as it arrives (MultiStatusStream.swift, D-478) and defended against
+// hostile input: a size limit and no DTD at all (so no entity expansion and no external entity is
+// ever fetched), both checked on the bytes before the parser sees them, a depth limit and an
 // element count limit while parsing, and a length limit on each text value. Elements are matched
 // by namespace and local name: a `getetag` in another namespace is not the DAV: one.
 
 import Foundation
 import ProviderModel
+import SystemSupport
 
 #if canImport(FoundationXML)
 import FoundationXML
@@ -34,8 +36,9 @@ public struct MultiStatusError: Error, Sendable, Equatable, CustomStringConverti
 
 /// The limits the parser holds hostile documents to.
 public struct MultiStatusLimits: Sendable {
-    /// Bytes of the whole document (a Depth 1 listing of 10,000 entries is about 5 MB).
-    public var maximumBytes = 64 << 20
+    /// Bytes of the whole document (a Depth 1 listing of 10,000 entries is about 5 MB). Parsed
+    /// as it arrives, so it is not held: memory holds the entries (D-478).
+    public var maximumBytes = 256 << 20
     /// Nesting depth of elements (a real 207 nests 6 or 7 deep).
     public var maximumDepth = 32
     /// Elements in all.
@@ -47,50 +50,31 @@ public struct MultiStatusLimits: Sendable {
 
 public enum MultiStatus {
     /// The responses of `document`. Throws `MultiStatusError` for a document that is too large,
-    /// carries a DTD, nests too deep, is not well-formed XML, or is not a DAV: multistatus.
+    /// carries a DTD, nests too deep, is not well-formed XML, or is not a DAV: multistatus. The
+    /// same parse as a streamed PROPFIND's (`MultiStatusStream`), fed all at once.
     public static func parse(
         _ document: [UInt8], limits: MultiStatusLimits = MultiStatusLimits()
     ) throws(MultiStatusError) -> [MultiStatusEntry] {
-        guard document.count <= limits.maximumBytes else {
-            throw MultiStatusError(
-                description:
-                    "the Multi-Status document has \(document.count) bytes, over the limit of \(limits.maximumBytes)")
+        let entries = Locked<[MultiStatusEntry]>([])
+        let stream = MultiStatusStream(limits: limits, capacity: .max) { entry in
+            entries.withLock { $0.append(entry) }
+            return true
         }
-        // No DTD: a Multi-Status needs none, and a DTD is how entity expansion ("billion laughs")
-        // and external entities get in. Refused before the parser sees a byte.
-        if containsDeclaration(document) {
-            throw MultiStatusError(description: "the Multi-Status document has a DTD or entity declaration")
-        }
-        let reader = Reader(limits: limits)
-        let parser = XMLParser(data: Data(document))
-        parser.shouldProcessNamespaces = true
-        parser.shouldReportNamespacePrefixes = false
-        parser.shouldResolveExternalEntities = false
-        parser.delegate = reader
-        let parsed = parser.parse()
-        if let failure = reader.failure { throw failure }
-        guard parsed else {
-            let reason = parser.parserError.map { "\($0.localizedDescription)" } ?? "unknown error"
-            throw MultiStatusError(description: "the Multi-Status document is not well-formed XML (\(reason))")
-        }
-        guard reader.sawMultiStatus else {
-            throw MultiStatusError(description: "the document is not a DAV: multistatus")
-        }
-        // swift-corelibs' XMLParser accepts a document cut short: the root must have been closed.
-        guard reader.closedRoot else {
-            throw MultiStatusError(description: "the Multi-Status document is not well-formed XML (it ends early)")
-        }
-        return reader.entries
+        _ = document.withUnsafeBytes { stream.feed($0) }
+        stream.finish(complete: true)
+        try stream.parse()
+        return entries.withLock { $0 }
     }
 
     /// Whether `bytes` holds `<!DOCTYPE` or `<!ENTITY` (any case), the start of a DTD.
-    static func containsDeclaration(_ bytes: [UInt8]) -> Bool {
+    static func containsDeclaration<Bytes: RandomAccessCollection<UInt8>>(_ bytes: Bytes) -> Bool
+    where Bytes.Index == Int {
         let doctype = Array("<!DOCTYPE".utf8)
         let entity = Array("<!ENTITY".utf8)
-        var index = 0
-        while index + 2 < bytes.count {
+        var index = bytes.startIndex
+        while index + 2 < bytes.endIndex {
             if bytes[index] == UInt8(ascii: "<"), bytes[index + 1] == UInt8(ascii: "!") {
-                for keyword in [doctype, entity] where index + keyword.count <= bytes.count {
+                for keyword in [doctype, entity] where index + keyword.count <= bytes.endIndex {
                     var matches = true
                     for offset in 2..<keyword.count where bytes[index + offset] & 0xDF != keyword[offset] {
                         matches = false
@@ -150,11 +134,15 @@ public enum MultiStatus {
     }
 }
 
-/// The XMLParser delegate: a small state machine over the DAV: elements.
-private final class Reader: NSObject, XMLParserDelegate {
+/// The XMLParser delegate: a small state machine over the DAV: elements, handing each response
+/// to `entry` as it closes.
+final class MultiStatusReader: NSObject, XMLParserDelegate {
     let limits: MultiStatusLimits
-    var entries: [MultiStatusEntry] = []
+    /// False stops the parse (`stopped`).
+    let entry: (MultiStatusEntry) -> Bool
     var failure: MultiStatusError?
+    /// `entry` said stop.
+    var stopped = false
     var sawMultiStatus = false
     var closedRoot = false
 
@@ -169,7 +157,10 @@ private final class Reader: NSObject, XMLParserDelegate {
     private var propstatStatus: Int?
     private var sawPropstat = false
 
-    init(limits: MultiStatusLimits) { self.limits = limits }
+    init(limits: MultiStatusLimits, entry: @escaping (MultiStatusEntry) -> Bool) {
+        self.limits = limits
+        self.entry = entry
+    }
 
     private func fail(_ parser: XMLParser, _ message: String) {
         if failure == nil { failure = MultiStatusError(description: message) }
@@ -258,9 +249,13 @@ private final class Reader: NSObject, XMLParserDelegate {
                 if let etag = pending.etag { current!.etag = etag }
             }
         case "response" where depth == 2:
-            if var entry = current, !entry.href.isEmpty {
-                if sawPropstat { entry.status = nil }
-                entries.append(entry)
+            if var response = current, !response.href.isEmpty {
+                if sawPropstat { response.status = nil }
+                if !entry(response) {
+                    stopped = true
+                    current = nil
+                    return fail(parser, "the reader of the Multi-Status document stopped it")
+                }
             }
             current = nil
         default: break

@@ -1,6 +1,6 @@
 // A WebDAV server as the remote (issue 26; docs/WEBDAV.md). Identifiers are paths relative to
 // the base collection, decoded, as a local directory's are. Listings are PROPFIND Depth 1 (never
-// infinity), one item PROPFIND Depth 0, content a ranged GET. The content version is the ETag;
+// infinity), streamed (WebDAVProvider+Listing.swift), one item PROPFIND Depth 0, content a ranged GET. The content version is the ETag;
 // a server that sends none gets `lm:<getlastmodified seconds>;s<size>` (D-416). Writes are in
 // WebDAVProvider+Writing.swift.
 
@@ -50,9 +50,10 @@ public final class WebDAVProvider: Provider {
     /// The WebDAV locks this provider holds, by item: their tokens (WebDAVProvider+Locking.swift).
     let heldLocks = Locked<[ItemIdentifier: String]>([:])
 
-    /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0) and writing. Not yet:
+    /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0), writing, and GETs that
+    /// check the version (`If-Match`, the answer's ETag compared: `fetchContents`). Not yet:
     /// change tracking (needs polling), stored attributes (PROPPATCH), links, exchanges.
-    public let capabilities: ProviderCapabilities = [.namedChildLookup, .writing]
+    public let capabilities: ProviderCapabilities = [.namedChildLookup, .writing, .versionCheckedFetch]
 
     public init(configuration: WebDAVConfiguration) {
         self.configuration = configuration
@@ -84,59 +85,13 @@ public final class WebDAVProvider: Provider {
         if let last = identifier.rawValue.split(separator: "/").last, Self.isTemporaryName(last) {
             throw ProviderError(.noSuchItem, "\(identifier) is gone", errno: ENOENT)
         }
-        let entries = try await propfind(location.url(of: identifier), depth: 0, what: "\(identifier)")
-        // Only the response whose href is the item's: one naming another place (outside the
-        // collection, `..`, an encoded "/") is never taken for it (D-466).
-        guard let entry = entries.first(where: { location.identifier(forHref: $0.href) == identifier }) else {
+        guard let entry = try await propfindItem(identifier) else {
             throw ProviderError(.io, "PROPFIND \(identifier): the answer does not name the item", errno: EIO)
         }
         if let status = entry.status {
             throw Self.statusError(status, "PROPFIND \(identifier)", conflict: .noSuchItem)
         }
         return makeItem(identifier, entry)
-    }
-
-    public func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
-        try checkIdentifier(identifier)
-        let entries: [MultiStatusEntry]
-        do {
-            entries = try await propfind(
-                location.url(of: identifier, collection: true), depth: 1, what: "\(identifier)")
-        } catch let error as ProviderError where (error.code == .noSuchItem || error.code == .io) && identifier != .root
-        {
-            // "file/" is not found at some servers, a bad request (400) at Apache's mod_dav:
-            // say what the item really is.
-            let item = try await item(for: identifier)
-            guard item.kind == .directory else {
-                throw ProviderError(.wrongKind, "\(identifier) is not a directory", errno: ENOTDIR)
-            }
-            throw error
-        }
-        var children: [ProviderItem] = []
-        var namesItself = false
-        for entry in entries {
-            // Hrefs outside the collection, with "." or "..", an encoded "/" or another host: ignored.
-            guard let child = location.identifier(forHref: entry.href) else { continue }
-            if child == identifier {
-                guard entry.isCollection else {
-                    throw ProviderError(.wrongKind, "\(identifier) is not a directory", errno: ENOTDIR)
-                }
-                namesItself = true
-                continue
-            }
-            // Only direct children, found, and never an upload's staging file.
-            guard entry.status == nil, parent(of: child) == identifier, !Self.isTemporaryName(name(of: child)) else {
-                continue
-            }
-            children.append(makeItem(child, entry))
-        }
-        // Every server answers a Depth 1 PROPFIND with the collection itself first. Without it the
-        // hrefs are not this collection's (a proxy that rewrites paths): an empty listing would
-        // delete every child from the catalog (D-466).
-        guard namesItself else {
-            throw ProviderError(.io, "PROPFIND \(identifier): the answer does not name the collection", errno: EIO)
-        }
-        return children
     }
 
     /// One PROPFIND Depth 0 of the name; a miss checks that the directory itself still exists.
@@ -190,31 +145,6 @@ public final class WebDAVProvider: Provider {
         <D:propfind xmlns:D="DAV:"><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/>\
         <D:getetag/></D:prop></D:propfind>
         """.utf8)
-
-    /// PROPFIND of `url` at `depth` (0 or 1, never infinity), parsed.
-    func propfind(_ url: String, depth: Int, what: String) async throws -> [MultiStatusEntry] {
-        let request = HTTPRequest(
-            method: "PROPFIND", url: url,
-            headers: ["Depth: \(depth)", "Content-Type: application/xml; charset=utf-8"], body: Self.propfindBody,
-            followRedirects: true, maximumResponseBytes: MultiStatusLimits().maximumBytes)
-        let response = try await transport.send(request)
-        guard response.status == 207 else {
-            // A 2xx that is not a Multi-Status (an HTML page from a proxy or a login portal) says
-            // what it was (D-466).
-            if (200..<300).contains(response.status) {
-                let type = response.header("content-type") ?? "no Content-Type"
-                throw ProviderError(
-                    .io, "PROPFIND \(what): the server answered \(response.status) (\(type)), not a 207 Multi-Status",
-                    errno: EIO)
-            }
-            throw Self.statusError(response.status, "PROPFIND \(what)", conflict: .noSuchItem)
-        }
-        do {
-            return try MultiStatus.parse(response.body)
-        } catch {
-            throw ProviderError(.io, "PROPFIND \(what): \(error)", errno: EIO)
-        }
-    }
 
     func makeItem(_ identifier: ItemIdentifier, _ entry: MultiStatusEntry) -> ProviderItem {
         let directory = entry.isCollection
