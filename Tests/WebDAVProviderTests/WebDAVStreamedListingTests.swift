@@ -92,7 +92,13 @@ struct WebDAVStreamedListingTests {
         // The same items a Depth 0 PROPFIND gives, for a sample.
         for child in listed.children where child.name.hasPrefix("ü-0001") {
             let one = try await provider.item(for: child.identifier)
-            #expect(one.size == child.size && one.contentVersion == child.contentVersion, "\(child.name)")
+            // Apache's ETag of a file changed within the last second is weak, strong after (D-422):
+            // the same version by the weak comparison.
+            func opaque(_ version: ContentVersion) -> Substring {
+                version.rawValue.hasPrefix("W/") ? version.rawValue.dropFirst(2) : Substring(version.rawValue)
+            }
+            #expect(
+                one.size == child.size && opaque(one.contentVersion) == opaque(child.contentVersion), "\(child.name)")
         }
     }
 
