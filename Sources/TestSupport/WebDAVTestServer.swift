@@ -391,38 +391,48 @@ public final class WebDAVTestServer: @unchecked Sendable {
         process.wait(timeout: .seconds(5))
     }
 
-    /// The PIDs whose parent is `pid` (Apache's workers), from /proc.
-    public static func children(of pid: Int32) -> [Int32] {
+    /// One process for the life of the system: its PID and when it started (a PID the kernel
+    /// gives again, to another test's server say, names a process that started later).
+    public struct ProcessIdentity: Hashable, Sendable, CustomStringConvertible {
+        public let pid: Int32
+        public let startTime: UInt64
+
+        /// The process with `pid` now; nil when there is none.
+        public init?(_ pid: Int32) {
+            guard let startTime = ProcessInfoFiles.startTime(of: pid) else { return nil }
+            self.pid = pid
+            self.startTime = startTime
+        }
+
+        /// Whether this very process still runs (not gone, not a zombie, not a later one with its PID).
+        public var isRunning: Bool { ProcessInfoFiles.isRunning(pid, startedAt: startTime) }
+
+        public var description: String { "pid \(pid) (started at tick \(startTime))" }
+    }
+
+    /// The processes whose parent is `pid` (Apache's workers), from /proc.
+    public static func children(of pid: Int32) -> [ProcessIdentity] {
         guard let stream = opendir("/proc") else { return [] }
         defer { closedir(stream) }
-        var found: [Int32] = []
+        var found: [ProcessIdentity] = []
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
-            guard let candidate = Int32(name), let status = readTextFile("/proc/\(name)/stat"),
-                let close = status.lastIndex(of: ")")
+            guard let candidate = Int32(name), ProcessInfoFiles.parentProcess(of: candidate) == pid,
+                let process = ProcessIdentity(candidate)
             else { continue }
-            // `pid (comm) state ppid ...`: comm may hold spaces, so the fields after the last ')'.
-            let fields = status[status.index(after: close)...].split(separator: " ")
-            if fields.count > 1, Int32(fields[1]) == pid { found.append(candidate) }
+            found.append(process)
         }
         return found
     }
 
-    /// SIGKILLs `pids` and waits (up to 5 s) until none is running (a zombie waiting for its
-    /// parent's reaper runs nothing).
-    static func kill(_ pids: [Int32]) {
-        for pid in pids { Glibc.kill(pid, SIGKILL) }
+    /// SIGKILLs `processes` that still run (a PID given again to another process is left alone)
+    /// and waits (up to 5 s) until none runs (a zombie waiting for its parent's reaper runs nothing).
+    static func kill(_ processes: [ProcessIdentity]) {
+        for process in processes where process.isRunning { Glibc.kill(process.pid, SIGKILL) }
         let deadline = ContinuousClock.now + .seconds(5)
-        while ContinuousClock.now < deadline, pids.contains(where: isRunning) { usleep(10_000) }
-    }
-
-    private static func isRunning(_ pid: Int32) -> Bool {
-        guard let status = readTextFile("/proc/\(pid)/stat"), let close = status.lastIndex(of: ")") else {
-            return false
-        }
-        return status[status.index(after: close)...].split(separator: " ").first != "Z"
+        while ContinuousClock.now < deadline, processes.contains(where: \.isRunning) { usleep(10_000) }
     }
 
     // MARK: Apache
@@ -488,24 +498,53 @@ public final class WebDAVTestServer: @unchecked Sendable {
             """
     }
 
-    /// A port nothing listens on right now (bound to port 0, read back, closed).
+    /// A port for a test server: one that no other server of this process was given, outside
+    /// the kernel's ephemeral range, and free right now (a bind to it succeeds). A server stopped
+    /// and started again keeps its port (`start(samePort:)`): had it come from a bind to port 0,
+    /// the kernel could give it to another test's server while this one is stopped, and that
+    /// server would answer on it (a test checking that nothing accepts on it failed now and then).
+    /// Ports from the ephemeral range (any bind to port 0, every client socket, the scenario
+    /// scripts' servers) never fall here, and none is handed out twice.
     public static func freePort() throws -> Int32 {
+        let range = portsOutsideEphemeralRange()
+        return try givenPorts.withLock { given in
+            let width = range.upperBound - range.lowerBound
+            let start = Int32.random(in: 0..<width)
+            for step in 0..<width {
+                let port = range.lowerBound + (start + step) % width
+                guard !given.contains(port), bindable(port) else { continue }
+                given.insert(port)
+                return port
+            }
+            throw SystemCallError("no free port in \(range) on 127.0.0.1", Errno(EADDRINUSE))
+        }
+    }
+
+    /// The ports `freePort` gave in this process.
+    private static let givenPorts = Locked<Set<Int32>>([])
+
+    /// The larger of the ranges below and above `net.ipv4.ip_local_port_range` (from 10000 up):
+    /// 10000..<32768 with Linux's default 32768–60999.
+    static func portsOutsideEphemeralRange() -> Range<Int32> {
+        let bounds = (readTextFile("/proc/sys/net/ipv4/ip_local_port_range") ?? "")
+            .split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).compactMap { Int32($0) }
+        let (low, high) = bounds.count == 2 ? (bounds[0], bounds[1]) : (32768, 60999)
+        let below: Range<Int32> = 10000..<max(10001, low)
+        let above: Range<Int32> = min(high + 1, 65535)..<65536
+        return below.count >= above.count ? below : above
+    }
+
+    /// Whether a socket can bind 127.0.0.1:`port` now (no listener, no connection on it).
+    private static func bindable(_ port: Int32) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw SystemCallError("socket") }
+        guard fd >= 0 else { return false }
         defer { close(fd) }
-        var address = loopback(port: 0)
-        let bound = withUnsafePointer(to: &address) {
+        var address = loopback(port: port)
+        return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
             }
         }
-        guard bound == 0 else { throw SystemCallError("bind 127.0.0.1:0") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw SystemCallError("getsockname") }
-        return Int32(UInt16(bigEndian: address.sin_port))
     }
 
     /// Whether something accepts TCP connections on 127.0.0.1:`port`.

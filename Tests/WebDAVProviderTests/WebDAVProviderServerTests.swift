@@ -262,7 +262,10 @@ struct WebDAVProviderServerTests {
         }
     }
 
-    /// Apache's parent forks its workers: `stop` (SIGTERM) and `kill` (SIGKILL) leave none running.
+    /// Apache's parent forks its workers: `stop` (SIGTERM) and `kill` (SIGKILL) leave none running,
+    /// and nothing accepts on its port until it starts again there. Each process is checked by
+    /// its PID and start time (a PID given again to another process is not Apache's), and the
+    /// port is one no other server of the run can take while Apache is stopped (`freePort`).
     @Test func apacheStopsWithItsWorkers() async throws {
         try await withServer(kind: .apache) { _, server, provider in
             for stopping in [false, true] {
@@ -270,15 +273,27 @@ struct WebDAVProviderServerTests {
                 let parent = try #require(server.process?.pid)
                 let workers = WebDAVTestServer.children(of: parent)
                 #expect(!workers.isEmpty)
+                let apache = try workers + [#require(WebDAVTestServer.ProcessIdentity(parent))]
                 if stopping { server.stop() } else { server.kill() }
-                for pid in workers + [parent] {
-                    let state = readTextFile("/proc/\(pid)/stat").flatMap { $0.split(separator: ")").last }
-                    #expect(state?.split(separator: " ").first ?? "Z" == "Z", "\(pid) still runs")
+                for process in apache {
+                    #expect(!process.isRunning, "\(process) still runs")
                 }
                 #expect(!WebDAVTestServer.accepts(server.port))
                 if !stopping { try server.start(samePort: true) }
             }
         }
+    }
+
+    /// A test server's port is never one the kernel gives a bind to port 0 (another test's
+    /// server, a client socket), and never one another server of the run got: a server stopped
+    /// and started again on its port finds it free, and nothing else answers there meanwhile.
+    @Test func serverPortsAreOutsideTheEphemeralRangeAndNeverGivenTwice() throws {
+        let bounds = (readTextFile("/proc/sys/net/ipv4/ip_local_port_range") ?? "")
+            .split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).compactMap { Int32($0) }
+        let ephemeral = try #require(bounds.count == 2 ? bounds[0]...bounds[1] : nil)
+        let ports = try (0..<200).map { _ in try WebDAVTestServer.freePort() }
+        #expect(Set(ports).count == ports.count, "a port was given twice")
+        #expect(ports.allSatisfy { !ephemeral.contains($0) }, "\(ports.filter { ephemeral.contains($0) })")
     }
 
     @Test func authenticatesWithBasicAuth() async throws {
