@@ -124,9 +124,12 @@ extension Catalog {
 
     /// Replaces the children of `directory` with a fresh listing: new items appear, changed ones
     /// are updated (old content superseded), missing ones are removed with their descendants.
+    /// `applied`: called once the catalog holds the listing, before it is saved to the store
+    /// (D-486: a readdir waiting for the listing's end is answered then); the save follows in this
+    /// call, and `shutdown` waits for it.
     func applyListing(
         of directory: ItemIdentifier, children listed: [ProviderItem], token: ListingChangeToken? = nil,
-        at now: Duration, changeCount: UInt64? = nil
+        at now: Duration, changeCount: UInt64? = nil, applied: (() -> Void)? = nil
     ) {
         var told: [CatalogChange] = []
         let listening = listensForProviderChanges()
@@ -270,6 +273,11 @@ extension Catalog {
             if oldIdentifiers == nil, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)
         }
+        if let applied {
+            listingSaves.begin()
+            applied()
+        }
+        defer { if applied != nil { listingSaves.end() } }
         if !removed.isEmpty {
             do { try environment.store.deleteItems(removed) } catch {
                 environment.logger.warning("cannot delete items from the metadata store: \(error)")

@@ -82,6 +82,9 @@ public final class Catalog: Sendable {
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
     private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
 
+    /// Listings answered before their save to the store (D-486); shutdown waits for their saves.
+    let listingSaves = PendingWork()
+
     /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
     /// are bytes.
     struct NameKey: Hashable {
@@ -248,6 +251,7 @@ public final class Catalog: Sendable {
             task.cancel()
             await task.value
         }
+        await listingSaves.drained()
     }
 
     /// The content version the catalog holds for `identifier` (nil: not known).
@@ -534,7 +538,8 @@ public final class Catalog: Sendable {
     /// provider unreachable, any listing kept from any session). Lookups use this without
     /// building the sorted children array. `batch`: as `children(of:maximumAge:batch:)`.
     func listChildren(
-        of identifier: ItemIdentifier, maximumAge: Duration?, batch: (@Sendable ([ProviderItem]) -> Void)? = nil
+        of identifier: ItemIdentifier, maximumAge: Duration?, batch: (@Sendable ([ProviderItem]) -> Void)? = nil,
+        applied: (() -> Void)? = nil
     ) async throws(CacheError) {
         let now = environment.timeline.now
         let fresh = state.withLock { catalog -> Bool in
@@ -562,7 +567,8 @@ public final class Catalog: Sendable {
                 return (try await provider.children(of: identifier), nil)
             }
             applyListing(
-                of: identifier, children: listed.children, token: listed.token, at: now, changeCount: changeCount)
+                of: identifier, children: listed.children, token: listed.token, at: now, changeCount: changeCount,
+                applied: applied)
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
