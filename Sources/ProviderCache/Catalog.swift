@@ -753,6 +753,10 @@ public final class Catalog: Sendable {
     }
 
     static func childItems(of identifier: ItemIdentifier, in catalog: State) -> [ProviderItem] {
-        (catalog.children[identifier] ?? []).compactMap { catalog.items[$0] }.sorted { $0.name < $1.name }
+        unsortedChildItems(of: identifier, in: catalog).sorted { $0.name < $1.name }
+    }
+
+    static func unsortedChildItems(of identifier: ItemIdentifier, in catalog: State) -> [ProviderItem] {
+        (catalog.children[identifier] ?? []).compactMap { catalog.items[$0] }
     }
 }

@@ -549,12 +549,13 @@ public final class ProviderFileSystem: FileSystem {
                     add(batch, to: listing, in: directory, publish: count >= 2)
                 } answer: { [self] children in
                     // The end is read once the catalog holds the listing, before its save (D-486).
+                    // What it adds is sorted by name (only what the batches lacked, when they came).
                     if batches.withLock({ $0 }) < 2 {
                         // Answered in one piece: from the listing's answer, as before streaming.
                         listing.restart()
                         listing.append(dots, publish: false)
                     }
-                    add(children, to: listing, in: directory, publish: false)
+                    add(children, to: listing, in: directory, publish: false, sorting: true)
                     listing.end()
                 }
             } catch {
@@ -565,13 +566,16 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     /// The entries of `children` of `directory` that `listing` does not have yet, added.
+    /// `sorting`: sort those by name (a provider's batches come sorted, `listedBatch`).
     private func add(
-        _ children: [ProviderItem], to listing: DirectoryListing, in directory: ItemIdentifier, publish: Bool
+        _ children: [ProviderItem], to listing: DirectoryListing, in directory: ItemIdentifier, publish: Bool,
+        sorting: Bool = false
     ) {
         let unseen = listing.unseen(children.map(\.identifier))
         var new: [ProviderItem] = []
         new.reserveCapacity(children.count)
         for (child, isNew) in zip(children, unseen) where isNew { new.append(child) }
+        if sorting { new.sort { $0.name < $1.name } }
         let serials = cache.catalog.serialNumbers(ofListed: new)
         // No node is made for a listed entry (D-485): d_ino is its serial number, and the kernel
         // gets a node only from a lookup or a readdirplus answer. An entry names the node it
