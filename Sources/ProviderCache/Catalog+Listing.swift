@@ -15,7 +15,7 @@ extension Catalog {
     /// enough or the provider does not list in batches.
     /// `answer`: the listing's answer (what `children(of:maximumAge:)` returns, in no order: it
     /// is not sorted under the catalog's lock), given once, as soon as the catalog holds it: a
-    /// listing taken now is saved to the store after it (D-486), and this returns after the save.
+    /// listing taken now is saved to the store after it, soon (`saveSoon`, D-486).
     public func children(
         of identifier: ItemIdentifier, maximumAge: Duration?, batch: @escaping @Sendable ([ProviderItem]) -> Void,
         answer: @escaping ([ProviderItem]) -> Void

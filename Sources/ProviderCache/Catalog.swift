@@ -82,8 +82,10 @@ public final class Catalog: Sendable {
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
     private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
 
-    /// Listings answered before their save to the store (D-486); shutdown waits for their saves.
-    let listingSaves = PendingWork()
+    /// Items of listings answered before their save to the store, saved soon (`saveSoon`, D-486);
+    /// shutdown saves them at once and waits for saves under way.
+    let listingSaves = Locked<(identifiers: [ItemIdentifier], task: Task<Void, Never>?, closed: Bool)>(([], nil, false))
+    let listingSavesRunning = PendingWork()
 
     /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
     /// are bytes.
@@ -251,7 +253,12 @@ public final class Catalog: Sendable {
             task.cancel()
             await task.value
         }
-        await listingSaves.drained()
+        let waiting = listingSaves.withLock { saves in
+            saves.closed = true
+            return saves.task
+        }
+        waiting?.cancel()  // its sleep ends now, and it saves
+        await listingSavesRunning.drained()
     }
 
     /// The content version the catalog holds for `identifier` (nil: not known).
