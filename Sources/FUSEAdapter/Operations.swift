@@ -33,16 +33,19 @@ extension Dispatcher {
                 if connection.pointee.capable & UInt32(FUSE_CAP_ATOMIC_O_TRUNC) != 0 {
                     connection.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
                 }
-                // READDIRPLUS where the file system gives attributes (D-471), for every readdir:
-                // the adaptive form asks for it only at the start of a listing and after lookups,
-                // and `ls -l` (the whole listing first, then an lstat of each name) then sent a
-                // LOOKUP for every entry but the first page's. libfuse turns both on whenever the
+                // READDIRPLUS where the file system gives attributes (D-471), in its adaptive
+                // form (D-487): the kernel asks for it for a listing's first request and after
+                // its caller stat'ed an entry (`ls -l`, which stats each page's names before it
+                // reads the next), plain READDIR otherwise (`ls -f`, `find`: no node, no
+                // attributes for names nobody stats). libfuse turns both on whenever the
                 // operation is set.
-                connection.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
                 if !dispatcher.fileSystem.givesDirectoryAttributes {
-                    connection.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS)
+                    connection.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO)
                 } else if connection.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
                     connection.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
+                    if connection.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS_AUTO) != 0 {
+                        connection.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS_AUTO)
+                    }
                 }
             }
             dispatcher.onInitialized()

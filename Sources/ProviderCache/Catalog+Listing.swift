@@ -13,11 +13,19 @@ extension Catalog {
     /// there since the listing began (D-388) — the listing's answer, as `children(of:)`'s,
     /// has those as the mount made them. Nothing is handed over when the listing kept is fresh
     /// enough or the provider does not list in batches.
+    /// `answer`: the listing's answer (what `children(of:maximumAge:)` returns, in no order: it
+    /// is not sorted under the catalog's lock), given once, as soon as the catalog holds it: a
+    /// listing taken now is saved to the store after it, soon (`saveSoon`, D-486).
     public func children(
-        of identifier: ItemIdentifier, maximumAge: Duration?, batch: @escaping @Sendable ([ProviderItem]) -> Void
-    ) async throws(CacheError) -> [ProviderItem] {
-        try await listChildren(of: identifier, maximumAge: maximumAge, batch: batch)
-        return state.withLock { Self.childItems(of: identifier, in: $0) }
+        of identifier: ItemIdentifier, maximumAge: Duration?, batch: @escaping @Sendable ([ProviderItem]) -> Void,
+        answer: @escaping ([ProviderItem]) -> Void
+    ) async throws(CacheError) {
+        let answered = Locked(false)
+        try await listChildren(of: identifier, maximumAge: maximumAge, batch: batch) { [self] in
+            answered.withLock { $0 = true }
+            answer(state.withLock { Self.unsortedChildItems(of: identifier, in: $0) })
+        }
+        if !answered.withLock({ $0 }) { answer(state.withLock { Self.unsortedChildItems(of: identifier, in: $0) }) }
     }
 
     /// A batch of a listing of `directory` begun at `changeCount`, as `children(of:maximumAge:batch:)`

@@ -124,9 +124,12 @@ extension Catalog {
 
     /// Replaces the children of `directory` with a fresh listing: new items appear, changed ones
     /// are updated (old content superseded), missing ones are removed with their descendants.
+    /// `applied`: called once the catalog holds the listing, before it is saved to the store
+    /// (D-486: a readdir waiting for the listing's end is answered then); its items are then
+    /// saved with `saveSoon`.
     func applyListing(
         of directory: ItemIdentifier, children listed: [ProviderItem], token: ListingChangeToken? = nil,
-        at now: Duration, changeCount: UInt64? = nil
+        at now: Duration, changeCount: UInt64? = nil, applied: (() -> Void)? = nil
     ) {
         var told: [CatalogChange] = []
         let listening = listensForProviderChanges()
@@ -270,12 +273,13 @@ extension Catalog {
             if oldIdentifiers == nil, let directoryItem = catalog.items[directory] { toSave.append(directoryItem) }
             return (toSave, removed, superseded)
         }
+        applied?()
         if !removed.isEmpty {
             do { try environment.store.deleteItems(removed) } catch {
                 environment.logger.warning("cannot delete items from the metadata store: \(error)")
             }
         }
-        save(toSave)
+        if applied != nil { saveSoon(toSave) } else { save(toSave) }
         tell(told)
         let announced =
             (directoryPath.map {
@@ -461,6 +465,42 @@ extension Catalog {
             self.content.supersede(content.identifier, except: content.current, error: error)
         }
     }
+    /// Saves the items of listings answered before their save (D-486) together, `listingSaveDelay`
+    /// after the first of them, as the catalog has them then (one removed meanwhile is not
+    /// saved): a second pass right after a cold listing does not meet its save, and a tree walk's
+    /// listings are saved a few at a time. `shutdown` saves what waits at once.
+    func saveSoon(_ items: [ProviderItem]) {
+        guard !items.isEmpty else { return }
+        let waits = listingSaves.withLock { saves -> Bool in
+            guard !saves.closed else { return false }
+            saves.identifiers += items.map(\.identifier)
+            if saves.task == nil {
+                listingSavesRunning.begin()
+                saves.task = Task { [self] in
+                    try? await Task.sleep(for: Self.listingSaveDelay)
+                    saveListed()
+                    listingSavesRunning.end()
+                }
+            }
+            return true
+        }
+        if !waits { save(items) }
+    }
+
+    static let listingSaveDelay = Duration.seconds(1)
+
+    /// Saves what `saveSoon` holds, as the catalog has it now.
+    func saveListed() {
+        let identifiers = listingSaves.withLock { saves -> [ItemIdentifier] in
+            defer {
+                saves.identifiers = []
+                saves.task = nil
+            }
+            return saves.identifiers
+        }
+        save(state.withLock { catalog in identifiers.compactMap { catalog.items[$0] } })
+    }
+
     func save(_ items: [ProviderItem]) {
         guard !items.isEmpty else { return }
         let stored = state.withLock { catalog in

@@ -82,6 +82,11 @@ public final class Catalog: Sendable {
     /// Background re-listings (`listingRefreshAhead`) by directory; shutdown cancels and awaits them.
     private let refreshes = Locked<(tasks: [ItemIdentifier: Task<Void, Never>], closed: Bool)>(([:], false))
 
+    /// Items of listings answered before their save to the store, saved soon (`saveSoon`, D-486);
+    /// shutdown saves them at once and waits for saves under way.
+    let listingSaves = Locked<(identifiers: [ItemIdentifier], task: Task<Void, Never>?, closed: Bool)>(([], nil, false))
+    let listingSavesRunning = PendingWork()
+
     /// A name as its UTF-8 bytes: Swift String equality is canonical equivalence, POSIX names
     /// are bytes.
     struct NameKey: Hashable {
@@ -248,6 +253,12 @@ public final class Catalog: Sendable {
             task.cancel()
             await task.value
         }
+        let waiting = listingSaves.withLock { saves in
+            saves.closed = true
+            return saves.task
+        }
+        waiting?.cancel()  // its sleep ends now, and it saves
+        await listingSavesRunning.drained()
     }
 
     /// The content version the catalog holds for `identifier` (nil: not known).
@@ -534,7 +545,8 @@ public final class Catalog: Sendable {
     /// provider unreachable, any listing kept from any session). Lookups use this without
     /// building the sorted children array. `batch`: as `children(of:maximumAge:batch:)`.
     func listChildren(
-        of identifier: ItemIdentifier, maximumAge: Duration?, batch: (@Sendable ([ProviderItem]) -> Void)? = nil
+        of identifier: ItemIdentifier, maximumAge: Duration?, batch: (@Sendable ([ProviderItem]) -> Void)? = nil,
+        applied: (() -> Void)? = nil
     ) async throws(CacheError) {
         let now = environment.timeline.now
         let fresh = state.withLock { catalog -> Bool in
@@ -565,7 +577,8 @@ public final class Catalog: Sendable {
                 return (try await provider.children(of: identifier), nil)
             }
             applyListing(
-                of: identifier, children: listed.children, token: listed.token, at: now, changeCount: changeCount)
+                of: identifier, children: listed.children, token: listed.token, at: now, changeCount: changeCount,
+                applied: applied)
         } catch {
             let failure = CacheError.from(error)
             switch failure.code {
@@ -754,6 +767,10 @@ public final class Catalog: Sendable {
     }
 
     static func childItems(of identifier: ItemIdentifier, in catalog: State) -> [ProviderItem] {
-        (catalog.children[identifier] ?? []).compactMap { catalog.items[$0] }.sorted { $0.name < $1.name }
+        unsortedChildItems(of: identifier, in: catalog).sorted { $0.name < $1.name }
+    }
+
+    static func unsortedChildItems(of identifier: ItemIdentifier, in catalog: State) -> [ProviderItem] {
+        (catalog.children[identifier] ?? []).compactMap { catalog.items[$0] }
     }
 }

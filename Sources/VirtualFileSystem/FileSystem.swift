@@ -181,6 +181,9 @@ public struct OpenedFile: Sendable, Equatable {
 /// One directory entry. `cookie` is the offset to pass to continue after this entry.
 public struct DirectoryEntry: Sendable, Equatable {
     public var name: String
+    /// The entry's node when it has one; a plain listing makes none (D-485): a child the kernel
+    /// has no node of names its serial number here. Not sent to the kernel (readdir gives d_ino
+    /// and d_type only).
     public var inode: InodeNumber
     /// What readdir shows as d_ino: the item's st_ino (`NodeAttributes.serialNumber`).
     public var serialNumber: UInt64

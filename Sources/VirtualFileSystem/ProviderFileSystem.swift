@@ -536,7 +536,7 @@ public final class ProviderFileSystem: FileSystem {
         let batches = Locked(0)
         Task {
             do throws(CacheError) {
-                let children = try await cache.catalog.children(
+                try await cache.catalog.children(
                     of: directory, maximumAge: options.cache.directoryTTL
                 ) { [self] batch in
                     // The first batch waits for the second: a listing in one batch is answered
@@ -547,16 +547,17 @@ public final class ProviderFileSystem: FileSystem {
                     }
                     if count == 2 { listing.publish() }
                     add(batch, to: listing, in: directory, publish: count >= 2)
+                } answer: { [self] children in
+                    // The end is read once the catalog holds the listing, before its save (D-486).
+                    // What it adds is sorted by name (only what the batches lacked, when they came).
+                    if batches.withLock({ $0 }) < 2 {
+                        // Answered in one piece: from the listing's answer, as before streaming.
+                        listing.restart()
+                        listing.append(dots, publish: false)
+                    }
+                    add(children, to: listing, in: directory, publish: false, sorting: true)
+                    listing.end()
                 }
-                if batches.withLock({ $0 }) < 2 {
-                    // Answered in one piece: from the listing's answer, as before streaming.
-                    listing.restart()
-                    listing.append(dots, publish: false)
-                    add(children, to: listing, in: directory, publish: false)
-                } else {
-                    add(children, to: listing, in: directory, publish: false)
-                }
-                listing.end()
             } catch {
                 listing.end(failure: FileSystemError(error))
             }
@@ -565,32 +566,32 @@ public final class ProviderFileSystem: FileSystem {
     }
 
     /// The entries of `children` of `directory` that `listing` does not have yet, added.
+    /// `sorting`: sort those by name (a provider's batches come sorted, `listedBatch`).
     private func add(
-        _ children: [ProviderItem], to listing: DirectoryListing, in directory: ItemIdentifier, publish: Bool
+        _ children: [ProviderItem], to listing: DirectoryListing, in directory: ItemIdentifier, publish: Bool,
+        sorting: Bool = false
     ) {
         let unseen = listing.unseen(children.map(\.identifier))
         var new: [ProviderItem] = []
         new.reserveCapacity(children.count)
         for (child, isNew) in zip(children, unseen) where isNew { new.append(child) }
+        if sorting { new.sort { $0.name < $1.name } }
         let serials = cache.catalog.serialNumbers(ofListed: new)
-        let holders = cache.catalog.namesHoldingEdits(of: new.map(\.identifier))  // D-410
-        let entries = state.withLock { state -> [ListedEntry] in
-            var entries: [ListedEntry] = []
-            entries.reserveCapacity(new.count)
-            for (child, serial) in zip(new, serials) {
-                // A provider item named `.scoped` at the root is hidden by the access paths.
-                if directory == .root, child.name == Self.scopedDirectoryName, state.scopedDirectory != nil {
-                    continue
-                }
-                let inode = state.inodes.bind(
-                    child.identifier, kind: child.kind, serial: serial, holder: holders[child.identifier]
-                ).0
-                entries.append(
-                    ListedEntry(
-                        item: child, name: child.name, inode: inode, serialNumber: serial,
-                        type: NodeType(child)))
-            }
-            return entries
+        // No node is made for a listed entry (D-485): d_ino is its serial number, and the kernel
+        // gets a node only from a lookup or a readdirplus answer. An entry names the node it
+        // already has, else its serial number (the id its node takes when one is made and no
+        // other node holds that number).
+        let hidesScoped = directory == .root && state.withLock { $0.scopedDirectory != nil }
+        let nodes = state.withLock { state in new.map { state.inodes.inode(of: $0.identifier) } }
+        var entries: [ListedEntry] = []
+        entries.reserveCapacity(new.count)
+        for (index, child) in new.enumerated() {
+            // A provider item named `.scoped` at the root is hidden by the access paths.
+            if hidesScoped, child.name == Self.scopedDirectoryName { continue }
+            entries.append(
+                ListedEntry(
+                    item: child, name: child.name, inode: nodes[index] ?? InodeNumber(serials[index]),
+                    serialNumber: serials[index], type: NodeType(child)))
         }
         listing.append(entries, publish: publish)
     }

@@ -111,25 +111,52 @@ struct BigDirectoryMountTests {
         defer { cleanup() }
         let mount = try mount(trace: true)
         defer { mount.stop() }
-        let listed = try #require(readDirectoryEntries(mount.path("big")))
-        #expect(listed.count == Self.files + 30)
-        try settleTrace(mount)
         let directory = try nodeNumber(mount.path("big"))
+        try settleTrace(mount)
         let lookups = requests(mount, "opcode: LOOKUP (1), nodeid: \(directory),")
-        #expect(requests(mount, "opcode: READDIRPLUS") > 0, "the kernel asked for READDIRPLUS")
-        // `ls -l`'s pattern: the whole listing first, then an lstat of every name.
+        // `ls -l`'s pattern (coreutils 9): each name is stat'ed as readdir(3) gives it, so the
+        // names of one getdents buffer are stat'ed before the next is read.
+        let listing = try #require(opendir(mount.path("big")))
+        var listed = 0
         var sizes = 0
-        for entry in listed {
+        while let entry = readdir(listing) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name == "." || name == ".." { continue }
             var info = stat()
-            #expect(lstat(mount.path("big/" + entry.name), &info) == 0)
+            #expect(lstat(mount.path("big/" + name), &info) == 0)
+            #expect(UInt64(info.st_ino) == UInt64(entry.pointee.d_ino), "\(name): d_ino is st_ino")
             sizes += Int(info.st_size)
+            listed += 1
         }
+        closedir(listing)
+        #expect(listed == Self.files + 30)
         #expect(sizes > 0)
         try settleTrace(mount)
         let after = requests(mount, "opcode: LOOKUP (1), nodeid: \(directory),")
-        // Every entry came with its attributes: none is looked up (a few may be, where the kernel
-        // let go of a node under memory pressure; far fewer than the thousands listed).
-        #expect(after - lookups < listed.count / 10, "lookups after the listing: \(after - lookups)")
+        // Every entry came with its attributes (the kernel asks for READDIRPLUS once its caller
+        // stat'ed an entry, D-487): none is looked up (a few may be, where the kernel let go of
+        // a node under memory pressure; far fewer than the thousands listed).
+        #expect(requests(mount, "opcode: READDIRPLUS (44), nodeid: \(directory),") > 1)
+        #expect(after - lookups < listed / 10, "lookups after the listing: \(after - lookups)")
+    }
+
+    @Test func aListingNobodyStatsIsReadWithoutAttributes() throws {
+        guard requireFUSE() else { return }
+        defer { cleanup() }
+        let mount = try mount(trace: true)
+        defer { mount.stop() }
+        let directory = try nodeNumber(mount.path("big"))
+        // `ls -f`, `find`: names only. After the first request the kernel asks for plain READDIR
+        // (D-487): no node and no attributes for names nobody stats.
+        let listed = try #require(readDirectoryEntries(mount.path("big")))
+        #expect(listed.count == Self.files + 30)
+        try settleTrace(mount)
+        let plus = requests(mount, "opcode: READDIRPLUS (44), nodeid: \(directory),")
+        let plain = requests(mount, "opcode: READDIR (28), nodeid: \(directory),")
+        #expect(plus <= 1, "READDIRPLUS only for the listing's first request")
+        #expect(plain > 0, "the rest as plain READDIR")
     }
 
     @Test func aKeptListingIsServedByTheKernelAndShowsASourceChangeAtOnce() throws {

@@ -1,5 +1,7 @@
-// Big directories (D-470, D-471): a listing streams (readdir answers with the provider's first
-// batches while it still lists), and readdirplus gives each entry the attributes getattr gives.
+// Big directories (D-470, D-471, D-485, D-486): a listing streams (readdir answers with the
+// provider's first batches while it still lists), readdirplus gives each entry the attributes
+// getattr gives, a plain listing makes no node per entry, and its end is answered before its
+// save to the store.
 
 import Foundation
 import ProviderCache
@@ -7,7 +9,8 @@ import ProviderModel
 import SystemSupport
 import TestSupport
 import Testing
-import VirtualFileSystem
+
+@testable import VirtualFileSystem
 
 /// Opened once; every waiter before and after goes on.
 final class ListingGate: Sendable {
@@ -72,6 +75,39 @@ struct BatchedListingProvider: Provider {
             start = end
         }
         return (children, nil)
+    }
+}
+
+/// An in-memory store whose saves of `slowAtLeast` items or more first call `probe` and then
+/// take `delay`: a listing's save, made slow, and what the file system answers meanwhile.
+final class SlowListingStore: MetadataStore {
+    let base = InMemoryMetadataStore()
+    let slowAtLeast: Int
+    let delay: TimeInterval
+    let probe = Locked<(@Sendable () -> Void)?>(nil)
+
+    init(slowAtLeast: Int, delay: TimeInterval) {
+        self.slowAtLeast = slowAtLeast
+        self.delay = delay
+    }
+
+    func loadItems() throws -> [StoredItem] { try base.loadItems() }
+    func saveItems(_ items: [StoredItem]) throws {
+        if items.count >= slowAtLeast {
+            probe.withLock { $0 }?()
+            Thread.sleep(forTimeInterval: delay)
+        }
+        try base.saveItems(items)
+    }
+    func deleteItems(_ identifiers: [ItemIdentifier]) throws { try base.deleteItems(identifiers) }
+    func loadContents() throws -> [ContentRecord] { try base.loadContents() }
+    func saveContent(_ record: ContentRecord) throws { try base.saveContent(record) }
+    func deleteContent(identifier: ItemIdentifier, version: ContentVersion) throws {
+        try base.deleteContent(identifier: identifier, version: version)
+    }
+    func loadAttributeOverrides() throws -> [ItemIdentifier: AttributeOverride] { try base.loadAttributeOverrides() }
+    func saveAttributeOverride(_ override: AttributeOverride?, for identifier: ItemIdentifier) throws {
+        try base.saveAttributeOverride(override, for: identifier)
     }
 }
 
@@ -167,5 +203,88 @@ struct BatchedListingProvider: Provider {
         _ = try await fileSystem.getAttributes(a, context: .kernel)
         fileSystem.forget(a, count: 1)
         await #expect(throws: FileSystemError.self) { try await fileSystem.getAttributes(a, context: .kernel) }
+    }
+
+    @Test func aPlainListingMakesNoNodePerEntry() async throws {
+        let fixture = try VFSFixture()
+        for index in 0..<500 { fixture.provider.putFile(String(format: "f%04d", index), .bytes([1])) }
+        let fileSystem = try fixture.makeFileSystem()
+        let nodes = { fileSystem.state.withLock { $0.inodes.count } }
+        let before = nodes()
+        let entries = try await listAll(fileSystem, .root, limit: 100)
+        #expect(entries.count == 502)
+        #expect(nodes() == before, "no node for a listed entry the kernel was not given")
+        // A lookup makes the node: the id the entry named (its serial number, free) and the
+        // st_ino readdir gave as d_ino.
+        let entry = try #require(entries.first { $0.name == "f0123" })
+        let looked = try await fileSystem.lookup(parent: .root, name: entry.name, context: .kernel)
+        #expect(nodes() == before + 1)
+        #expect(looked.attributes.serialNumber == entry.serialNumber)
+        #expect(looked.inode == entry.inode)
+        // Listed again: the entry names the node it has now.
+        let again = try await listAll(fileSystem, .root, limit: 100)
+        #expect(again.first { $0.name == "f0123" }?.inode == looked.inode)
+        #expect(nodes() == before + 1)
+    }
+
+    @Test func aListingsEndIsAnsweredBeforeItsSave() async throws {
+        let fixture = try VFSFixture()
+        let count = 1000
+        for index in 0..<count { fixture.provider.putFile(String(format: "f%04d", index), .bytes([1])) }
+        let store = SlowListingStore(slowAtLeast: count, delay: 0.3)
+        let cache = try ProviderCache(
+            provider: fixture.provider, directory: fixture.directory.path, store: store, clock: fixture.clock,
+            options: fixture.options.cache)
+        let fileSystem = ProviderFileSystem(cache: cache, options: fixture.options)
+        let handle = try await fileSystem.openDirectory(.root, context: .kernel)
+        // What a readdir past the last entry gets when the save begins: the end (an empty
+        // answer), not "wait".
+        let atSave = Locked<Result<[DirectoryEntry], FileSystemError>??>(nil)
+        let saving = ListingGate()
+        store.probe.withLock {
+            $0 = {
+                let now = fileSystem.readDirectoryNow(
+                    .root, handle: handle, after: UInt64(count + 2), limit: 10, context: .kernel)
+                atSave.withLock { $0 = .some(now) }
+                saving.open()
+            }
+        }
+        var entries: [DirectoryEntry] = []
+        while true {
+            let cookie = entries.last?.cookie ?? 0
+            let batch = try await withDeadline(.seconds(30), "readdir") {
+                try await fileSystem.readDirectory(.root, handle: handle, after: cookie, limit: 300, context: .kernel)
+            }
+            if batch.isEmpty { break }
+            entries += batch
+        }
+        #expect(entries.count == count + 2)
+        try await withDeadline(.seconds(30), "the listing's save") { await saving.wait() }
+        fileSystem.releaseDirectory(.root, handle: handle)
+        let seen = try #require(atSave.withLock { $0 }, "the listing was saved")
+        let answer = try #require(seen, "a readdir at the end was answered while the listing was saved")
+        #expect(try answer.get().isEmpty)
+        await fileSystem.shutdown()
+        let saved = try store.base.loadItems()
+        #expect(saved.filter { $0.item.name.hasPrefix("f") }.count == count, "\(saved.count) saved")
+    }
+
+    @Test func shutdownSavesTheListingsWaitingForTheirSave() async throws {
+        let fixture = try VFSFixture()
+        for directory in ["a", "b"] {
+            fixture.provider.addDirectory(directory)
+            for index in 0..<300 { fixture.provider.putFile("\(directory)/f\(index)", .bytes([1])) }
+        }
+        let fileSystem = try fixture.makeFileSystem()
+        for directory in ["a", "b"] {
+            let entry = try await fileSystem.lookup(parent: .root, name: directory, context: .kernel)
+            #expect(try await listAll(fileSystem, entry.inode, limit: 100).count == 302)
+        }
+        // Both listings wait for their save (a second after the first answer); shutdown saves
+        // them now, and returns once they are in the store.
+        await fileSystem.shutdown()
+        let saved = try fixture.store.loadItems()
+        #expect(saved.filter { $0.item.parent == ItemIdentifier("a") }.count == 300)
+        #expect(saved.filter { $0.item.parent == ItemIdentifier("b") }.count == 300)
     }
 }
