@@ -6,6 +6,7 @@ import Dispatch
 import Foundation
 import ProviderModel
 import SystemSupport
+import TestScheduling
 import TestSupport
 import Testing
 
@@ -667,7 +668,9 @@ struct LocalDirectoryWritingTests {
             release.wait()
         })
         let before = try await provider.item(for: ItemIdentifier("d/f"))
-        let upload = Task { [provider] in
+        // Its hook blocks its thread: off the cooperative pool (two threads on CI), where it could
+        // wait behind other blocked tests and not start within the deadline (TSan, CI).
+        let upload = Task(executorPreference: BlockingTestExecutor.unbounded) { [provider] in
             try await provider.upload(
                 from: source, to: .replace(ItemIdentifier("d/f"), baseVersion: before.contentVersion),
                 permissions: nil, modificationTime: nil)
@@ -813,7 +816,7 @@ struct LocalDirectoryWritingTests {
             if first { proceed.wait() }
         })
         let uploading = provider
-        let task = Task {
+        let task = Task(executorPreference: BlockingTestExecutor.unbounded) {  // its hook blocks
             try await uploading.upload(
                 from: source, to: .create(name: "big", in: .root), permissions: nil, modificationTime: nil)
         }
