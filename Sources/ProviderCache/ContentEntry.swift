@@ -154,8 +154,10 @@ public final class ContentEntry: Sendable {
         return file.range(at: offset, count: Int(end - offset))
     }
 
-    /// Waits until `range` is on disk (starting or joining the download), or fails.
-    public func ensurePresent(_ range: Range<Int64>) async throws(CacheError) {
+    /// Waits until `range` is on disk (starting or joining the download), or fails. `probe`: an
+    /// open's revalidation by its first fetch (D-479): the first chunk at `range` is fetched and
+    /// nothing more, unless a reader comes (`DownloadMachine.register`).
+    public func ensurePresent(_ range: Range<Int64>, probe: Bool = false) async throws(CacheError) {
         let range = range.clamped(to: 0..<size)
         let id: UInt64
         switch state.withLock({ $0.machine.beginRead(range) }) {
@@ -167,7 +169,7 @@ public final class ContentEntry: Sendable {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, CacheError>, Never>) in
                 let actions = state.withLock { state in
                     state.continuations[id] = continuation
-                    return state.machine.register(id, range: range)
+                    return state.machine.register(id, range: range, probe: probe)
                 }
                 perform(actions)
             }

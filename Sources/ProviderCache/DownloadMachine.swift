@@ -77,6 +77,9 @@ struct DownloadMachine: Sendable {
     /// The range the running fetch set out to bring (nil between fetches): a fetch that ends
     /// "completed" without all of it ended early.
     private(set) var fetchTarget: Range<Int64>?
+    /// The loop runs for an open's probe alone (D-479): it fetches the probe's first chunk, with no
+    /// read-ahead and no background completion, until a reader or a background request comes.
+    private(set) var probing = false
 
     init(size: Int64, present: ByteRanges, lastError: RecordedError?, options: CacheOptions, identifier: String) {
         self.size = size
@@ -116,14 +119,23 @@ struct DownloadMachine: Sendable {
 
     /// The reader `id` (from `beginRead`) is ready to be resumed: it waits, or is completed at
     /// once (its bytes came meanwhile, the version was retired, or it was cancelled first).
-    mutating func register(_ id: UInt64, range: Range<Int64>) -> [DownloadAction] {
+    /// `probe`: an open's revalidation by its first fetch (D-479), not a read: it brings the
+    /// first chunk at `range` and nothing more (no read-ahead, no background completion) unless a
+    /// reader or a background request comes meanwhile.
+    mutating func register(_ id: UInt64, range: Range<Int64>, probe: Bool = false) -> [DownloadAction] {
         if cancelledWaiters.remove(id) != nil {
             return [.complete(waiter: id, error: CacheError(.cancelled, "read interrupted"))]
         }
         if present.contains(range) { return [.complete(waiter: id, error: nil)] }
         if let error = retiredError { return [.complete(waiter: id, error: error)] }
         waiters.append((id, range))
-        lastRequest = range
+        if probe {
+            if loopRunning { return [] }
+            probing = true
+        } else {
+            probing = false
+            lastRequest = range
+        }
         if loopRunning { return [] }
         loopRunning = true
         downloading = true
@@ -147,6 +159,7 @@ struct DownloadMachine: Sendable {
     mutating func requestBackgroundDownload() -> [DownloadAction] {
         guard retiredError == nil, !isComplete else { return [] }
         downloading = true
+        probing = false
         if loopRunning {
             restartRequested = true
             return []
@@ -185,15 +198,21 @@ struct DownloadMachine: Sendable {
                 // Ranges only: the reader's bytes and the read-ahead window after them (at least
                 // one first chunk), so that a stream which cannot be cut short (a checksummed one
                 // is verified only at its end) does not fetch the rest of the file.
+                // A probe: its first chunk only.
                 let limit =
-                    options.backgroundCompletion
-                    ? size
-                    : min(
-                        size,
-                        max(waiter.range.upperBound + options.readAheadWindow, missing + Int64(options.firstChunkSize)))
+                    probing
+                    ? min(size, max(waiter.range.upperBound, missing + Int64(options.firstChunkSize)))
+                    : options.backgroundCompletion
+                        ? size
+                        : min(
+                            size,
+                            max(
+                                waiter.range.upperBound + options.readAheadWindow,
+                                missing + Int64(options.firstChunkSize)))
                 return present.gap(startingAt: missing, limit: limit)
             }
         }
+        if probing { return nil }
         if options.backgroundCompletion {
             let start = min(position, size)
             if let missing = present.firstMissing(in: start..<size) ?? present.firstMissing(in: 0..<size) {
@@ -358,6 +377,7 @@ struct DownloadMachine: Sendable {
         }
         downloading = false
         loopRunning = false
+        probing = false
         return false
     }
 
