@@ -150,7 +150,12 @@ public final class ContentEntry: Sendable {
     public func readIfPresent(offset: Int64, count: Int) -> ReadData? {
         let end = min(size, offset + Int64(count))
         guard offset < end else { return ReadData(buffer: AlignedBuffer(capacity: 0), count: 0) }
-        guard state.withLock({ $0.machine.present.contains(offset..<end) }) else { return nil }
+        let (present, actions) = state.withLock { state -> (Bool, [DownloadAction]) in
+            guard state.machine.present.contains(offset..<end) else { return (false, []) }
+            return (true, state.machine.readPresent())
+        }
+        guard present else { return nil }
+        perform(actions)
         return file.range(at: offset, count: Int(end - offset))
     }
 
@@ -160,7 +165,14 @@ public final class ContentEntry: Sendable {
     public func ensurePresent(_ range: Range<Int64>, probe: Bool = false) async throws(CacheError) {
         let range = range.clamped(to: 0..<size)
         let id: UInt64
-        switch state.withLock({ $0.machine.beginRead(range) }) {
+        let (start, started) = state.withLock { state -> (DownloadMachine.ReadStart, [DownloadAction]) in
+            let start = state.machine.beginRead(range)
+            // Present already: a read after a probe alone starts what a first read starts.
+            if case .ready = start, !probe { return (start, state.machine.readPresent()) }
+            return (start, [])
+        }
+        perform(started)
+        switch start {
         case .ready: return
         case .failed(let error): throw error
         case .wait(let waiterID): id = waiterID

@@ -80,6 +80,10 @@ struct DownloadMachine: Sendable {
     /// The loop runs for an open's probe alone (D-479): it fetches the probe's first chunk, with no
     /// read-ahead and no background completion, until a reader or a background request comes.
     private(set) var probing = false
+    /// A probe's loop ended with no reader (D-479): the first read then starts what a read
+    /// starts (the background completion), even when the probe already brought its bytes
+    /// (`readPresent`), as the first read did before the probe (D-493).
+    private(set) var probedOnly = false
 
     init(size: Int64, present: ByteRanges, lastError: RecordedError?, options: CacheOptions, identifier: String) {
         self.size = size
@@ -134,6 +138,7 @@ struct DownloadMachine: Sendable {
             probing = true
         } else {
             probing = false
+            probedOnly = false
             lastRequest = range
         }
         if loopRunning { return [] }
@@ -377,8 +382,18 @@ struct DownloadMachine: Sendable {
         }
         downloading = false
         loopRunning = false
+        if probing { probedOnly = true }
         probing = false
         return false
+    }
+
+    /// A read was answered from present bytes: after a probe alone, the download a first read
+    /// starts begins now (D-493): with background completion, the rest of the file.
+    mutating func readPresent() -> [DownloadAction] {
+        guard probedOnly else { return [] }
+        probedOnly = false
+        guard options.backgroundCompletion, !isComplete, retiredError == nil else { return [] }
+        return requestBackgroundDownload()
     }
 
     // MARK: Range-map saves

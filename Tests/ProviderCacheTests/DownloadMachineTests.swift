@@ -105,6 +105,12 @@ struct DownloadMachineRuleTests {
         let goesOn = harness.machine.finishUnlessNeeded(afterFailure: false)
         #expect(!goesOn)
         #expect(!harness.machine.loopRunning && !harness.machine.probing)
+        // D-493: the first read, answered from the probe's bytes, starts what a first read
+        // starts (with background completion, the rest of the file), once.
+        let firstRead = harness.machine.readPresent()
+        #expect(firstRead == (background ? [.startDownload] : []))
+        if background { #expect(harness.machine.nextFetch() == Int64(64 << 10)..<(1 << 20)) }
+        #expect(harness.machine.readPresent().isEmpty)
 
         // A reader comes while a probe runs: the download goes on as for the reader.
         var joined = DownloadHarness(options: DownloadHarness.options(background: background))
