@@ -197,6 +197,11 @@ public final class ContentEntry: Sendable {
         perform(state.withLock { $0.machine.requestBackgroundDownload() })
     }
 
+    /// This version is no longer the item's, superseded by the mount's own publish, but still
+    /// the provider's: its handles go on reading and fetching it (D-494).
+    func detach() { state.withLock { $0.machine.detach() } }
+    var isDetached: Bool { state.withLock { $0.machine.detached } }
+
     /// Marks this version unfetchable: waiters and later reads of missing bytes fail with `error`;
     /// the download stops. Present bytes stay readable for handles that pinned this version.
     func retire(_ error: CacheError) {

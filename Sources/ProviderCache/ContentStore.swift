@@ -297,7 +297,15 @@ public final class ContentStore: Sendable {
         }
         let key = ContentKey(identifier: entry.identifier, version: entry.version)
         let live = state.withLock { $0.entries[key] === entry }
-        if live { close(ifIdle: entry) } else { discardIfUnused(entry) }
+        if live {
+            close(ifIdle: entry)
+        } else {
+            // A detached entry's last handle went (D-494): its download stops with it.
+            if entry.isDetached {
+                entry.retire(CacheError(.cancelled, "\(entry.identifier): superseded, no handle reads it"))
+            }
+            discardIfUnused(entry)
+        }
     }
 
     /// Deletes a superseded entry's file and record, unless the store still uses that file (the
@@ -351,7 +359,15 @@ public final class ContentStore: Sendable {
             return (entries, records)
         }
         for record in records { discard(record: record) }
+        // Superseded by the mount's own publish (a local version), a provider version is still
+        // the provider's until the upload replaces it: handles that opened it read on, fetching
+        // what they lack (D-494; retired, a reader that opened before a rewrite met ESTALE).
+        let published = current?.rawValue.hasPrefix("local:") ?? false
         for entry in entries {
+            if published, !entry.version.rawValue.hasPrefix("local:"), entry.pins > 0 {
+                entry.detach()
+                continue
+            }
             entry.retire(error)
             discardIfUnused(entry)
         }

@@ -84,6 +84,8 @@ struct DownloadMachine: Sendable {
     /// starts (the background completion), even when the probe already brought its bytes
     /// (`readPresent`), as the first read did before the probe (D-493).
     private(set) var probedOnly = false
+    /// Superseded by a local publish and kept for its handles (`detach`, D-494).
+    private(set) var detached = false
 
     init(size: Int64, present: ByteRanges, lastError: RecordedError?, options: CacheOptions, identifier: String) {
         self.size = size
@@ -175,6 +177,13 @@ struct DownloadMachine: Sendable {
 
     /// This version can no longer be fetched: waiters fail with `error` (the first retirement's
     /// error stays), and the download stops.
+    /// The catalog went on to a version the mount published itself (D-494): this one is no
+    /// longer the item's, but the provider still has it until the upload replaces it, so its
+    /// open handles go on reading and fetching it. Its range map is not saved any more (the
+    /// store has no record of it); a fetch after the provider replaced it fails as any fetch of
+    /// a changed version does (`.stale`).
+    mutating func detach() { detached = true }
+
     mutating func retire(_ error: CacheError) -> [DownloadAction] {
         if retiredError == nil { retiredError = error }
         let failed = waiters.map { DownloadAction.complete(waiter: $0.id, error: error) }
@@ -402,6 +411,7 @@ struct DownloadMachine: Sendable {
     /// is nothing new (or the version was superseded or deleted: its record is gone).
     mutating func persistSnapshot(now: Duration) -> (ByteRanges, RecordedError?)? {
         if let retired = retiredError, retired.code != .cancelled { return nil }
+        if detached { return nil }
         if let saved, saved.0 == present, saved.1 == lastError { return nil }
         unsyncedBytes = 0
         lastPersistAt = now

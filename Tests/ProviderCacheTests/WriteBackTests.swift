@@ -559,6 +559,32 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(try await cache.writes.closeWriter(ItemIdentifier("g")) == nil)
     }
 
+    /// D-494: a reader that pinned the provider's version and has only its first bytes reads
+    /// the rest after a rewrite through the mount is published (not yet uploaded: the provider
+    /// still has the old version). Retired at the publish, the missing bytes failed with
+    /// `.stale`, so a reader that opened before the rewrite met ESTALE.
+    @Test func aReaderOfTheReplacedVersionReadsItToItsEndAfterAPublish() async throws {
+        let fixture = try WriteFixture()
+        fixture.options.backgroundCompletion = false  // the reader's ranges only
+        let old = (0..<(2 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        fixture.provider.base.putFile("f", .bytes(old))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let reader = try await cache.pinContent(of: item)
+        defer { cache.content.unpin(reader) }
+        #expect(bytes(of: try await reader.read(offset: 0, count: 4096)) == Array(old[0..<4096]))
+        #expect(!reader.isMaterialized, "the rest is not here yet")
+        fixture.provider.hold()  // the upload waits: the provider keeps the old version
+        let writer = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(writer, Array("new".utf8), at: 0)
+        _ = try #require(try await cache.writes.closeWriter(item.identifier))
+        let rest = try await reader.read(offset: 1 << 20, count: 1 << 20)
+        #expect(bytes(of: rest) == Array(old[(1 << 20)...]), "the old version's end, fetched after the publish")
+        fixture.provider.release()
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("new".utf8)))
+    }
+
     /// D-405: an upload starts only once its settle has passed, and a file made and deleted
     /// within it (a database's journal) never reaches the provider.
     @Test func theWriteBackSettles() async throws {
