@@ -198,9 +198,18 @@ public final class ContentEntry: Sendable {
     }
 
     /// This version is no longer the item's, superseded by the mount's own publish, but still
-    /// the provider's: its handles go on reading and fetching it (D-494).
-    func detach() { state.withLock { $0.machine.detach() } }
+    /// the provider's until the upload, which waits for it: while a handle pins it, its handles
+    /// go on reading it and the rest of it is fetched (D-494). False: no handle pins it.
+    func detach() -> Bool {
+        let (detached, actions) = state.withLock { $0.machine.detach() }
+        perform(actions)
+        return detached
+    }
     var isDetached: Bool { state.withLock { $0.machine.detached } }
+    /// Retired: its missing bytes can no longer be fetched (superseded, deleted, shut down).
+    var isRetired: Bool { state.withLock { $0.machine.retiredError != nil } }
+    /// Readers waiting for bytes (tests: the upload that waits for a detached version, D-494).
+    var waiterCount: Int { state.withLock { $0.machine.waiters.count } }
 
     /// Marks this version unfetchable: waiters and later reads of missing bytes fail with `error`;
     /// the download stops. Present bytes stay readable for handles that pinned this version.

@@ -118,6 +118,9 @@ public final class ContentStore: Sendable {
         var records = ContentTable<ContentRecord>()
         var nextFileNumber: Int64 = 1
         var isShutDown = false
+        /// Provider versions a local publish replaced while handles read them, kept until their
+        /// last handle goes; the item's upload waits until they are here in full (D-494).
+        var detached: [ItemIdentifier: [ContentEntry]] = [:]
     }
 
     /// The store over `directory/content`, with the records kept from earlier sessions for which
@@ -300,10 +303,9 @@ public final class ContentStore: Sendable {
         if live {
             close(ifIdle: entry)
         } else {
-            // A detached entry's last handle went (D-494): its download stops with it.
-            if entry.isDetached {
-                entry.retire(CacheError(.cancelled, "\(entry.identifier): superseded, no handle reads it"))
-            }
+            // A detached entry's last handle went (D-494): its download stops with it, and the
+            // upload that waits for it goes on.
+            if entry.isDetached { endDetached(entry) }
             discardIfUnused(entry)
         }
     }
@@ -360,17 +362,54 @@ public final class ContentStore: Sendable {
         }
         for record in records { discard(record: record) }
         // Superseded by the mount's own publish (a local version), a provider version is still
-        // the provider's until the upload replaces it: handles that opened it read on, fetching
-        // what they lack (D-494; retired, a reader that opened before a rewrite met ESTALE).
-        let published = current?.rawValue.hasPrefix("local:") ?? false
+        // the provider's until the upload replaces it, and the upload waits until the versions
+        // open handles read are here in full (`secureReplaced`): those handles read on, and only
+        // a change made elsewhere can cut them short (D-494; retired here, a reader that opened
+        // before a rewrite met ESTALE unless its download happened to end first).
+        let published = current?.isLocal ?? false
         for entry in entries {
-            if published, !entry.version.rawValue.hasPrefix("local:"), entry.pins > 0 {
-                entry.detach()
-                continue
+            // Detached only while pinned (decided under the entry's lock, so that a last unpin
+            // either comes after and ends it, or came before and it is retired here).
+            // Listed first, detached then under the entry's lock while a handle pins it: a last
+            // unpin after that ends it (`endDetached`); one before leaves it to be retired here.
+            if published, !entry.version.isLocal {
+                state.withLock { $0.detached[identifier, default: []].append(entry) }
+                if entry.detach() { continue }
+                endDetached(entry)
             }
             entry.retire(error)
             discardIfUnused(entry)
         }
+    }
+
+    /// A detached entry's last handle went (or none pinned it): its download stops, and an
+    /// upload that waits for it goes on.
+    private func endDetached(_ entry: ContentEntry) {
+        entry.retire(CacheError(.cancelled, "\(entry.identifier): superseded, no handle reads it"))
+        state.withLock { state in
+            state.detached[entry.identifier]?.removeAll { $0 === entry }
+            if state.detached[entry.identifier]?.isEmpty == true { state.detached[entry.identifier] = nil }
+        }
+    }
+
+    /// Waits until the provider versions of `identifier` that a local publish replaced while
+    /// handles read them (D-494) are here in full, or no handle reads them, or they can no
+    /// longer be fetched (changed or deleted elsewhere): then an upload may replace them at the
+    /// provider. False: a download failed otherwise (the provider unreachable, the cache's disk
+    /// full): the upload waits for a later attempt, as for a failure of its own.
+    func secureReplaced(_ identifier: ItemIdentifier) async -> Bool {
+        let entries = state.withLock { $0.detached[identifier] ?? [] }
+        for entry in entries where entry.pins > 0 {
+            do {
+                try await entry.ensurePresent(0..<entry.size)
+            } catch {
+                if entry.isRetired { continue }
+                environment.logger.notice(
+                    "\(identifier): the upload waits: a version open handles read is not here in full: \(error)")
+                return false
+            }
+        }
+        return true
     }
 
     /// Items were re-keyed (old → new identifier, nil: not moved; a move at a provider whose
@@ -611,7 +650,8 @@ public final class ContentStore: Sendable {
     func shutdown() async {
         let entries = state.withLock { state -> [ContentEntry] in
             state.isShutDown = true
-            return Array(state.entries.values)
+            // Detached versions (D-494) download too: they stop as well.
+            return Array(state.entries.values) + state.detached.values.joined()
         }
         for entry in entries {
             entry.retire(CacheError(.cancelled, "the file system is shutting down"))

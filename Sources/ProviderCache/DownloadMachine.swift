@@ -84,8 +84,12 @@ struct DownloadMachine: Sendable {
     /// starts (the background completion), even when the probe already brought its bytes
     /// (`readPresent`), as the first read did before the probe (D-493).
     private(set) var probedOnly = false
-    /// Superseded by a local publish and kept for its handles (`detach`, D-494).
+    /// Superseded by a local publish and kept for its handles until it is here in full
+    /// (`detach`, D-494).
     private(set) var detached = false
+    /// Whether bytes past the readers' ranges are fetched: background completion, or a detached
+    /// version (D-494).
+    private var wholeFile: Bool { options.backgroundCompletion || detached }
 
     init(size: Int64, present: ByteRanges, lastError: RecordedError?, options: CacheOptions, identifier: String) {
         self.size = size
@@ -175,15 +179,20 @@ struct DownloadMachine: Sendable {
         return [.startDownload]
     }
 
+    /// The catalog went on to a version the mount published itself (D-494): this one is no
+    /// longer the item's, but the provider still has it until the upload replaces it, and the
+    /// upload waits until it is here in full (`ContentStore.secureReplaced`). Only while a handle
+    /// pins it (false, nothing changed: no handle reads it, it is retired as before). Detached,
+    /// it is fetched whole, whatever the download mode, and its range map is not saved any more
+    /// (the store has no record of it).
+    mutating func detach() -> (detached: Bool, actions: [DownloadAction]) {
+        guard pins > 0 else { return (false, []) }
+        detached = true
+        return (true, requestBackgroundDownload())
+    }
+
     /// This version can no longer be fetched: waiters fail with `error` (the first retirement's
     /// error stays), and the download stops.
-    /// The catalog went on to a version the mount published itself (D-494): this one is no
-    /// longer the item's, but the provider still has it until the upload replaces it, so its
-    /// open handles go on reading and fetching it. Its range map is not saved any more (the
-    /// store has no record of it); a fetch after the provider replaced it fails as any fetch of
-    /// a changed version does (`.stale`).
-    mutating func detach() { detached = true }
-
     mutating func retire(_ error: CacheError) -> [DownloadAction] {
         if retiredError == nil { retiredError = error }
         let failed = waiters.map { DownloadAction.complete(waiter: $0.id, error: error) }
@@ -216,7 +225,7 @@ struct DownloadMachine: Sendable {
                 let limit =
                     probing
                     ? min(size, max(waiter.range.upperBound, missing + Int64(options.firstChunkSize)))
-                    : options.backgroundCompletion
+                    : wholeFile
                         ? size
                         : min(
                             size,
@@ -227,7 +236,7 @@ struct DownloadMachine: Sendable {
             }
         }
         if probing { return nil }
-        if options.backgroundCompletion {
+        if wholeFile {
             let start = min(position, size)
             if let missing = present.firstMissing(in: start..<size) ?? present.firstMissing(in: 0..<size) {
                 return present.gap(startingAt: missing, limit: size)
@@ -287,7 +296,7 @@ struct DownloadMachine: Sendable {
             guard let missing = present.firstMissing(in: waiter.range) else { return false }
             return missing < written.upperBound || missing >= written.upperBound + options.readAheadWindow
         }
-        if !options.backgroundCompletion && waiters.isEmpty
+        if !wholeFile && waiters.isEmpty
             && written.upperBound >= lastRequest.upperBound + options.readAheadWindow
         {
             retarget = true

@@ -60,7 +60,28 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     func fetchContents(
         of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
     ) async throws -> any ContentStream {
-        try await base.fetchContents(of: identifier, version: version, range: range)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let wait = fetchHold.withLock { hold -> Bool in
+                guard hold.held else { return false }
+                hold.waiting.append(continuation)
+                return true
+            }
+            if !wait { continuation.resume() }
+        }
+        return try await base.fetchContents(of: identifier, version: version, range: range)
+    }
+
+    /// While held, fetches wait (before the version is checked) until `releaseFetches`.
+    private let fetchHold = Locked<(held: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+    func holdFetches() { fetchHold.withLock { $0.held = true } }
+    var heldFetches: Int { fetchHold.withLock { $0.waiting.count } }
+    func releaseFetches() {
+        let waiting = fetchHold.withLock { hold -> [CheckedContinuation<Void, Never>] in
+            hold.held = false
+            defer { hold.waiting = [] }
+            return hold.waiting
+        }
+        for waiter in waiting { waiter.resume() }
     }
 
     func move(
@@ -583,6 +604,90 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         fixture.provider.release()
         #expect(await cache.writes.waitUntilUploaded(item.identifier))
         #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("new".utf8)))
+    }
+
+    /// D-494: the upload of a rewrite waits until the version a reader has open is here in full
+    /// (its download fetches the rest at the publish), so the reader reads its version to its
+    /// end whatever the timing. Without the wait, the upload replaced the provider's version
+    /// while the reader lacked most of it.
+    @Test func theUploadWaitsUntilTheVersionAReaderHasOpenIsHereInFull() async throws {
+        let fixture = try WriteFixture()
+        fixture.options.backgroundCompletion = false  // the reader's ranges only
+        let old = (0..<(2 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        fixture.provider.base.putFile("f", .bytes(old))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let reader = try await cache.pinContent(of: item)
+        defer { cache.content.unpin(reader) }
+        #expect(bytes(of: try await reader.read(offset: 0, count: 4096)) == Array(old[0..<4096]))
+        fixture.provider.holdFetches()
+        let writer = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(writer, Array("new".utf8), at: 0)
+        _ = try #require(try await cache.writes.closeWriter(item.identifier))
+        // The upload attempt waits for the old version (its one waiter) and has not called the
+        // provider: the fetch of the old version's rest is held (the 256 KiB read-ahead begun
+        // before the hold may still be streaming).
+        #expect(await eventually { reader.waiterCount == 1 }, "the upload does not wait for the reader's version")
+        #expect(await eventually { fixture.provider.heldFetches >= 1 })
+        #expect(!reader.isMaterialized)
+        #expect(fixture.provider.startedCount == 0)
+        fixture.provider.releaseFetches()
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("new".utf8)))
+        #expect(reader.isMaterialized, "uploaded before the reader's version was here in full")
+        let rest = try await reader.read(offset: 4096, count: old.count - 4096)
+        #expect(bytes(of: rest) == Array(old[4096...]) ? true : false, "the reader's version, to its end")
+    }
+
+    /// D-494: a reader that closes ends the wait: the upload goes on though the old version's
+    /// fetch is still held (nothing to secure any more).
+    @Test func aReaderThatClosesLetsTheWaitingUploadGoOn() async throws {
+        let fixture = try WriteFixture()
+        fixture.options.backgroundCompletion = false
+        fixture.provider.base.putFile("f", .bytes(Array(repeating: 7, count: 1 << 20)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let reader = try await cache.pinContent(of: item)
+        _ = try await reader.read(offset: 0, count: 4096)
+        fixture.provider.holdFetches()
+        let writer = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(writer, Array("new".utf8), at: 0)
+        _ = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(await eventually { reader.waiterCount == 1 })
+        #expect(fixture.provider.startedCount == 0)
+        cache.content.unpin(reader)
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("new".utf8)))
+        fixture.provider.releaseFetches()
+    }
+
+    /// D-494: only a change made elsewhere cuts a reader short: the provider's version changed
+    /// while the upload waited, so the old version's fetch is refused, the reader's missing bytes
+    /// fail with `.stale` (ESTALE), and the upload goes on (a conflict: the edit is kept as a copy).
+    @Test func aChangeElsewhereWhileTheUploadWaitsCutsTheReaderShort() async throws {
+        let fixture = try WriteFixture()
+        fixture.options.backgroundCompletion = false
+        fixture.provider.base.putFile("f", .bytes(Array(repeating: 7, count: 1 << 20)))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let reader = try await cache.pinContent(of: item)
+        defer { cache.content.unpin(reader) }
+        _ = try await reader.read(offset: 0, count: 4096)
+        fixture.provider.holdFetches()
+        let writer = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(writer, Array("new".utf8), at: 0)
+        _ = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(await eventually { reader.waiterCount == 1 })
+        fixture.provider.base.putFile("f", .bytes(Array("elsewhere".utf8)))
+        fixture.provider.releaseFetches()
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("elsewhere".utf8)))
+        do {
+            _ = try await reader.read(offset: 512 << 10, count: 4096)
+            Issue.record("read bytes of a version changed elsewhere")
+        } catch {
+            #expect(error.code == .stale)
+        }
     }
 
     /// D-405: an upload starts only once its settle has passed, and a file made and deleted

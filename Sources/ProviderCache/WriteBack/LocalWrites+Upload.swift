@@ -13,12 +13,22 @@ import Musl
 #endif
 
 extension LocalWrites {
-    /// One upload attempt of `version`, in steps: the bytes found (`uploadSource`, `itemToSend`),
-    /// the item's name held still (`beginUploadCall`, D-372), the catalog told of the call
-    /// (`holdCatalog`), the provider called (`send`), the result recorded (`record`). A rename
-    /// while it runs moves its entry: the identifier is looked up again before and after the
-    /// provider's call.
+    /// One upload attempt of `version`, in steps: the version it replaces secured for the
+    /// handles that still read it (`secureReplaced`, D-494), the bytes found (`uploadSource`,
+    /// `itemToSend`), the item's name held still (`beginUploadCall`, D-372), the catalog told of
+    /// the call (`holdCatalog`), the provider called (`send`), the result recorded (`record`). A
+    /// rename while it runs moves its entry: the identifier is looked up again before and after
+    /// the provider's call.
     func upload(_ requested: ItemIdentifier, version: ContentVersion, base: ContentVersion?) async {
+        // The provider keeps one version: what open handles of the one this upload replaces
+        // have not read yet is fetched first (else they met ESTALE, D-494).
+        guard await writeBackContent.secureReplaced(uploadKey(requested, version: version)) else {
+            let (current, next, _) = applyToUpload(requested, version: version) {
+                $0.failed(version, message: "the version open handles read is not cached in full yet")
+            }
+            perform(current, next)
+            return
+        }
         var identifier = uploadKey(requested, version: version)
         let source = await uploadSource(identifier, version: version)
         defer { if let entry = source.entry { writeBackContent.unpin(entry) } }

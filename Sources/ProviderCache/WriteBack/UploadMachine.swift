@@ -402,4 +402,6 @@ extension ContentVersion {
     }
 
     var isUnborn: Bool { rawValue.hasPrefix("unborn:") }
+    /// A version a publish through the mount made ("local:…"), not the provider's.
+    var isLocal: Bool { rawValue.hasPrefix("local:") }
 }

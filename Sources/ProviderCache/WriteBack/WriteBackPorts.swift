@@ -55,6 +55,9 @@ protocol WriteBackContent: AnyObject, Sendable {
     /// A create closed unwritten sends the empty file (D-386).
     func emptyFile() async throws(CacheError) -> String
     func contentFilePath(_ identifier: ItemIdentifier, _ version: ContentVersion) -> String?
+    /// Before an upload replaces the item at the provider: the provider versions handles still
+    /// read are here in full, or none is read any more (false: a download failed; D-494).
+    func secureReplaced(_ identifier: ItemIdentifier) async -> Bool
 }
 
 extension Catalog: WriteBackCatalog {}
