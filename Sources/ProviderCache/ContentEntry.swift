@@ -150,29 +150,15 @@ public final class ContentEntry: Sendable {
     public func readIfPresent(offset: Int64, count: Int) -> ReadData? {
         let end = min(size, offset + Int64(count))
         guard offset < end else { return ReadData(buffer: AlignedBuffer(capacity: 0), count: 0) }
-        let (present, actions) = state.withLock { state -> (Bool, [DownloadAction]) in
-            guard state.machine.present.contains(offset..<end) else { return (false, []) }
-            return (true, state.machine.readPresent())
-        }
-        guard present else { return nil }
-        perform(actions)
+        guard state.withLock({ $0.machine.present.contains(offset..<end) }) else { return nil }
         return file.range(at: offset, count: Int(end - offset))
     }
 
-    /// Waits until `range` is on disk (starting or joining the download), or fails. `probe`: an
-    /// open's revalidation by its first fetch (D-479): the first chunk at `range` is fetched and
-    /// nothing more, unless a reader comes (`DownloadMachine.register`).
-    public func ensurePresent(_ range: Range<Int64>, probe: Bool = false) async throws(CacheError) {
+    /// Waits until `range` is on disk (starting or joining the download), or fails.
+    public func ensurePresent(_ range: Range<Int64>) async throws(CacheError) {
         let range = range.clamped(to: 0..<size)
         let id: UInt64
-        let (start, started) = state.withLock { state -> (DownloadMachine.ReadStart, [DownloadAction]) in
-            let start = state.machine.beginRead(range)
-            // Present already: a read after a probe alone starts what a first read starts.
-            if case .ready = start, !probe { return (start, state.machine.readPresent()) }
-            return (start, [])
-        }
-        perform(started)
-        switch start {
+        switch state.withLock({ $0.machine.beginRead(range) }) {
         case .ready: return
         case .failed(let error): throw error
         case .wait(let waiterID): id = waiterID
@@ -181,7 +167,7 @@ public final class ContentEntry: Sendable {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, CacheError>, Never>) in
                 let actions = state.withLock { state in
                     state.continuations[id] = continuation
-                    return state.machine.register(id, range: range, probe: probe)
+                    return state.machine.register(id, range: range)
                 }
                 perform(actions)
             }

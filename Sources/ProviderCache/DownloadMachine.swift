@@ -77,13 +77,6 @@ struct DownloadMachine: Sendable {
     /// The range the running fetch set out to bring (nil between fetches): a fetch that ends
     /// "completed" without all of it ended early.
     private(set) var fetchTarget: Range<Int64>?
-    /// The loop runs for an open's probe alone (D-479): it fetches the probe's first chunk, with no
-    /// read-ahead and no background completion, until a reader or a background request comes.
-    private(set) var probing = false
-    /// A probe's loop ended with no reader (D-479): the first read then starts what a read
-    /// starts (the background completion), even when the probe already brought its bytes
-    /// (`readPresent`), as the first read did before the probe (D-493).
-    private(set) var probedOnly = false
     /// Superseded by a local publish and kept for its handles until it is here in full
     /// (`detach`, D-494).
     private(set) var detached = false
@@ -129,24 +122,14 @@ struct DownloadMachine: Sendable {
 
     /// The reader `id` (from `beginRead`) is ready to be resumed: it waits, or is completed at
     /// once (its bytes came meanwhile, the version was retired, or it was cancelled first).
-    /// `probe`: an open's revalidation by its first fetch (D-479), not a read: it brings the
-    /// first chunk at `range` and nothing more (no read-ahead, no background completion) unless a
-    /// reader or a background request comes meanwhile.
-    mutating func register(_ id: UInt64, range: Range<Int64>, probe: Bool = false) -> [DownloadAction] {
+    mutating func register(_ id: UInt64, range: Range<Int64>) -> [DownloadAction] {
         if cancelledWaiters.remove(id) != nil {
             return [.complete(waiter: id, error: CacheError(.cancelled, "read interrupted"))]
         }
         if present.contains(range) { return [.complete(waiter: id, error: nil)] }
         if let error = retiredError { return [.complete(waiter: id, error: error)] }
         waiters.append((id, range))
-        if probe {
-            if loopRunning { return [] }
-            probing = true
-        } else {
-            probing = false
-            probedOnly = false
-            lastRequest = range
-        }
+        lastRequest = range
         if loopRunning { return [] }
         loopRunning = true
         downloading = true
@@ -170,7 +153,6 @@ struct DownloadMachine: Sendable {
     mutating func requestBackgroundDownload() -> [DownloadAction] {
         guard retiredError == nil, !isComplete else { return [] }
         downloading = true
-        probing = false
         if loopRunning {
             restartRequested = true
             return []
@@ -221,21 +203,15 @@ struct DownloadMachine: Sendable {
                 // Ranges only: the reader's bytes and the read-ahead window after them (at least
                 // one first chunk), so that a stream which cannot be cut short (a checksummed one
                 // is verified only at its end) does not fetch the rest of the file.
-                // A probe: its first chunk only.
                 let limit =
-                    probing
-                    ? min(size, max(waiter.range.upperBound, missing + Int64(options.firstChunkSize)))
-                    : wholeFile
-                        ? size
-                        : min(
-                            size,
-                            max(
-                                waiter.range.upperBound + options.readAheadWindow,
-                                missing + Int64(options.firstChunkSize)))
+                    wholeFile
+                    ? size
+                    : min(
+                        size,
+                        max(waiter.range.upperBound + options.readAheadWindow, missing + Int64(options.firstChunkSize)))
                 return present.gap(startingAt: missing, limit: limit)
             }
         }
-        if probing { return nil }
         if wholeFile {
             let start = min(position, size)
             if let missing = present.firstMissing(in: start..<size) ?? present.firstMissing(in: 0..<size) {
@@ -400,18 +376,7 @@ struct DownloadMachine: Sendable {
         }
         downloading = false
         loopRunning = false
-        if probing { probedOnly = true }
-        probing = false
         return false
-    }
-
-    /// A read was answered from present bytes: after a probe alone, the download a first read
-    /// starts begins now (D-493): with background completion, the rest of the file.
-    mutating func readPresent() -> [DownloadAction] {
-        guard probedOnly else { return [] }
-        probedOnly = false
-        guard options.backgroundCompletion, !isComplete, retiredError == nil else { return [] }
-        return requestBackgroundDownload()
     }
 
     // MARK: Range-map saves

@@ -187,9 +187,6 @@ public struct DeferredCreate: Sendable, Equatable {
 ///   them (a listing past its TTL is revalidated for the cost of one check, D-224).
 /// - `changeNotifying`: `observeChanges(_:)` pushes changes as they happen (the kernel's caches
 ///   are told at once, D-228). Implies `listingChangeTracking` (changes concern tracked listings).
-/// - `versionCheckedFetch`: `fetchContents` fails with `.versionChanged` before its first byte
-///   when the version asked for is no longer the provider's (an open of a file with nothing
-///   cached asks no separate question, D-479).
 /// - `writing`, `symbolicLinks`, `exchangingMoves`, `storesAttributes`: the calls that change the
 ///   provider (ProviderWriting.swift).
 ///
@@ -222,10 +219,6 @@ public struct ProviderCapabilities: OptionSet, Sendable, Hashable {
     public static let immediateMetadata = ProviderCapabilities(rawValue: 1 << 1)
     public static let listingChangeTracking = ProviderCapabilities(rawValue: 1 << 2)
     public static let changeNotifying = ProviderCapabilities(rawValue: 1 << 3)
-    /// `fetchContents` refuses (`.versionChanged`) a version that is no longer the provider's
-    /// before it hands over a byte (WebDAV: `If-Match`, the answer's ETag compared): an open's
-    /// first fetch is its revalidation too (D-479).
-    public static let versionCheckedFetch = ProviderCapabilities(rawValue: 1 << 10)
 }
 
 extension Provider {

@@ -638,53 +638,23 @@ public final class ProviderFileSystem: FileSystem {
         let entry: ContentEntry
         let item: ProviderItem
         do throws(FileSystemError) {
-            (item, entry) = try await revalidatedContent(of: node, path: path, context: context)
+            item = try await self.item(
+                of: node, maximumAge: options.revalidateOnOpen ? .zero : options.cache.attributeTTL)
+            guard item.kind == .file else {
+                throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+            }
+            if let refusal = downloadRefusal(item, path: path, context: context) { throw refusal }
+            do {
+                entry = try await cache.pinContent(of: item)
+            } catch {
+                throw FileSystemError(error)
+            }
         } catch {
             claims.releaseReadClaim(claim)
             returnScopedUse(use)
             throw error
         }
         return try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
-    }
-
-    /// The item an open reads, at the provider's current version (D-208: asked at the open; the
-    /// known copy when the provider cannot be reached), and its content entry, pinned. With a
-    /// provider whose fetches check the version (`.versionCheckedFetch`, D-479), a file known
-    /// within the attribute TTL none of whose bytes are here is revalidated by the open's first
-    /// fetch instead (its first chunk and no more, which a read from the start needs anyway):
-    /// one request.
-    /// That fetch failing for any reason (the version changed, the item is gone, the provider
-    /// cannot be reached) leaves the open to ask as D-208 does.
-    func revalidatedContent(
-        of node: InodeTable.Node, path: String, context: RequestContext
-    ) async throws(FileSystemError) -> (ProviderItem, ContentEntry) {
-        if options.revalidateOnOpen, cache.providerCapabilities.contains(.versionCheckedFetch) {
-            let known = try await self.item(of: node, maximumAge: options.cache.attributeTTL)
-            if known.kind == .file, known.size > 0, downloadRefusal(known, path: path, context: context) == nil,
-                let entry = try? await cache.pinContent(of: known)
-            {
-                if entry.presentRanges.isEmpty {
-                    do {
-                        try await entry.ensurePresent(0..<1, probe: true)
-                        return (known, entry)
-                    } catch {
-                        logger.debug("\(node.identifier): the open's first fetch failed (\(error)); asking again")
-                    }
-                }
-                cache.content.unpin(entry)
-            }
-        }
-        let item = try await self.item(
-            of: node, maximumAge: options.revalidateOnOpen ? .zero : options.cache.attributeTTL)
-        guard item.kind == .file else {
-            throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
-        }
-        if let refusal = downloadRefusal(item, path: path, context: context) { throw refusal }
-        do {
-            return (item, try await cache.pinContent(of: item))
-        } catch {
-            throw FileSystemError(error)
-        }
     }
 
     /// The handle of an open whose claim is held and whose content version is pinned. On a mount

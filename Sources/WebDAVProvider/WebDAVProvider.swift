@@ -50,10 +50,9 @@ public final class WebDAVProvider: Provider {
     /// The WebDAV locks this provider holds, by item: their tokens (WebDAVProvider+Locking.swift).
     let heldLocks = Locked<[ItemIdentifier: String]>([:])
 
-    /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0), writing, and GETs that
-    /// check the version (`If-Match`, the answer's ETag compared: `fetchContents`). Not yet:
+    /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0) and writing. Not yet:
     /// change tracking (needs polling), stored attributes (PROPPATCH), links, exchanges.
-    public let capabilities: ProviderCapabilities = [.namedChildLookup, .writing, .versionCheckedFetch]
+    public let capabilities: ProviderCapabilities = [.namedChildLookup, .writing]
 
     public init(configuration: WebDAVConfiguration) {
         self.configuration = configuration

@@ -81,55 +81,6 @@ struct DownloadMachineRuleTests {
         #expect(harness.machine.nextFetch() == 4096..<(1 << 20))
     }
 
-    @Test(
-        "an open's probe fetches its first chunk and no more, in both modes; a reader that comes meanwhile gets the usual download (D-479)",
-        arguments: [true, false])
-    func probeFetchesTheFirstChunkOnly(background: Bool) throws {
-        var harness = DownloadHarness(options: DownloadHarness.options(background: background))
-        guard case .wait(let probe) = harness.machine.beginRead(0..<1) else {
-            Issue.record("missing bytes must wait")
-            return
-        }
-        harness.apply(harness.machine.register(probe, range: 0..<1, probe: true))
-        #expect(harness.downloadStarts == 1 && harness.machine.probing)
-        let first = harness.machine.nextFetch()
-        #expect(first == 0..<Int64(64 << 10))
-        harness.machine.fetchStarted(0..<(64 << 10))
-        harness.deliver(0..<(64 << 10))
-        #expect(harness.error(of: probe) == .some(nil))
-        let after = harness.machine.fetchEnded(.completed(progress: true))
-        #expect(after == .next)
-        // Nothing more: no read-ahead, no background completion; the loop ends.
-        let more = harness.machine.nextFetch()
-        #expect(more == nil)
-        let goesOn = harness.machine.finishUnlessNeeded(afterFailure: false)
-        #expect(!goesOn)
-        #expect(!harness.machine.loopRunning && !harness.machine.probing)
-        // D-493: the first read, answered from the probe's bytes, starts what a first read
-        // starts (with background completion, the rest of the file), once.
-        let firstRead = harness.machine.readPresent()
-        #expect(firstRead == (background ? [.startDownload] : []))
-        if background { #expect(harness.machine.nextFetch() == Int64(64 << 10)..<(1 << 20)) }
-        #expect(harness.machine.readPresent().isEmpty)
-
-        // A reader comes while a probe runs: the download goes on as for the reader.
-        var joined = DownloadHarness(options: DownloadHarness.options(background: background))
-        guard case .wait(let second) = joined.machine.beginRead(0..<1) else { return }
-        joined.apply(joined.machine.register(second, range: 0..<1, probe: true))
-        let probed = joined.machine.nextFetch()
-        #expect(probed == 0..<Int64(64 << 10))
-        joined.machine.fetchStarted(0..<(64 << 10))
-        let reader = joined.read(100_000..<100_010)
-        #expect(reader != nil && !joined.machine.probing && joined.downloadStarts == 1)
-        joined.deliver(0..<(64 << 10))
-        let afterJoined = joined.machine.fetchEnded(.completed(progress: true))
-        #expect(afterJoined == .next)
-        // The reader's gap, then (background) on to the end or (ranges only) its read-ahead.
-        let expected: Range<Int64> = background ? 100_000..<(1 << 20) : 100_000..<(100_010 + (256 << 10))
-        let next = joined.machine.nextFetch()
-        #expect(next == expected)
-    }
-
     @Test("a waiter is completed only when every byte of its range is present, and only once")
     func deliveryCompletesWaiters() throws {
         var harness = DownloadHarness()
