@@ -29,7 +29,6 @@ extension Catalog {
             {
                 item = ours
             }
-            keepKnownVersion(&item, in: catalog)
             // A local version is served instead of the provider's (Catalog+Local.swift).
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }
             if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
@@ -218,7 +217,6 @@ extension Catalog {
             for var item in listed {
                 let old = catalog.items[item.identifier]
                 if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
-                keepKnownVersion(&item, in: catalog)
                 if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }  // Catalog+Local.swift
                 if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
                 if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
@@ -449,18 +447,6 @@ extension Catalog {
             }
         }
         return removed
-    }
-
-    /// The provider's answer keeps the version string the catalog holds for the item when the
-    /// provider names the same content by both (D-500: Apache's ETag is `W/"x"` for a second
-    /// after a change, then `"x"`): a new string for the same bytes superseded the content, and
-    /// a handle reading it met ESTALE though nothing had changed.
-    func keepKnownVersion(_ item: inout ProviderItem, in catalog: State) {
-        guard item.kind == .file, let known = catalog.items[item.identifier], known.kind == .file,
-            known.contentVersion != item.contentVersion,
-            environment.provider.sameContent(known.contentVersion, item.contentVersion)
-        else { return }
-        item.contentVersion = known.contentVersion
     }
 
     /// The content of `identifier` other than `version`, which the catalog no longer has.

@@ -163,8 +163,6 @@ public struct FaultInjectingProvider: Provider {
 
     public func fingerprint(of item: ProviderItem) -> String? { base.fingerprint(of: item) }
 
-    public func sameContent(_ one: ContentVersion, _ other: ContentVersion) -> Bool { base.sameContent(one, other) }
-
     // MARK: Writing (forwarded after the write rules; the base's capabilities say which calls
     // really work)
     //

@@ -91,11 +91,6 @@ public protocol Provider: Sendable {
     /// The default has none.
     func fingerprint(of item: ProviderItem) -> String?
 
-    /// Whether two version strings name the same content (no call to the provider). The default:
-    /// equal strings. WebDAV: ETags by the weak comparison, since Apache sends `W/"x"` for a
-    /// file changed within the last second and `"x"` after it (D-500).
-    func sameContent(_ one: ContentVersion, _ other: ContentVersion) -> Bool
-
     // MARK: Writing (`.writing`; ProviderWriting.swift has the rules every call keeps, and the
     // defaults, which decline with `.notSupported`)
 
@@ -264,8 +259,6 @@ extension Provider {
     public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {}
 
     public func fingerprint(of item: ProviderItem) -> String? { nil }
-
-    public func sameContent(_ one: ContentVersion, _ other: ContentVersion) -> Bool { one == other }
 }
 
 /// Successive chunks of a content fetch. Not shared between tasks: one consumer drives it.

@@ -174,10 +174,6 @@ public final class WebDAVProvider: Provider {
         return opaqueTag(one.rawValue) == opaqueTag(other.rawValue)
     }
 
-    /// The catalog keeps the version it has when the server names the same content by another
-    /// ETag form (D-500).
-    public func sameContent(_ one: ContentVersion, _ other: ContentVersion) -> Bool { Self.sameVersion(one, other) }
-
     /// An ETag without its weakness marker (the weak comparison of RFC 9110 §8.8.3.2).
     static func opaqueTag(_ tag: String) -> Substring {
         let trimmed = Substring(tag.trimmingCharacters(in: .whitespaces))
