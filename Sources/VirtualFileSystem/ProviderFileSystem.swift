@@ -493,10 +493,18 @@ public final class ProviderFileSystem: FileSystem {
     /// catalog's item, or (an item it does not hold yet: its listing is being applied) of the
     /// item as listed, which is what applying it will hold (the mount has no local state of an
     /// item the catalog never held; those it made are handed over only with the listing's answer).
+    /// None for an item reported changed since (dirty): its lookup asks for it.
     func withLookups(_ entries: [(DirectoryEntry, ProviderItem?)]) -> [DirectoryEntryPlus] {
         entries.map { entry, listed in
             guard let listed else { return DirectoryEntryPlus(entry: entry, lookup: nil) }
-            let item = cache.catalog.knownItem(listed.identifier) ?? listed
+            let item: ProviderItem
+            switch cache.catalog.knownItemToShow(listed.identifier) {
+            case .held(let known): item = known
+            case .notHeld: item = listed
+            // Reported changed since it was listed (another name of its file changed, D-396): the
+            // kernel's lookup asks for it again, as `lookup` does.
+            case .askAgain: return DirectoryEntryPlus(entry: entry, lookup: nil)
+            }
             let lookup = self.entry(
                 for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
             return DirectoryEntryPlus(entry: entry, lookup: lookup)
