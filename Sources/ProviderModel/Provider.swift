@@ -147,6 +147,12 @@ public protocol Provider: Sendable {
     /// create failed, before it reached the provider): whatever the provider keeps for it goes.
     func forgetDeferredCreate(_ identifier: ItemIdentifier)
 
+    /// Whether two versions of one item name the same content although their text differs (a
+    /// WebDAV ETag turns from weak to strong a second after a change, D-422). The catalog then
+    /// keeps the version it holds, and with it the content cached for it (D-510). Default: the
+    /// same text.
+    func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool
+
     /// `setAttributes` on the calling thread (D-426), under the same rules as `itemNow`: only
     /// where the provider answers at once, never waiting on a network. Nil: declined (the caller
     /// uses `setAttributes`).
@@ -228,6 +234,8 @@ extension Provider {
     public func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? { nil }
 
     public func forgetDeferredCreate(_ identifier: ItemIdentifier) {}
+
+    public func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool { version == other }
 
     public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?
     {

@@ -166,6 +166,11 @@ public final class WebDAVProvider: Provider {
     /// Whether a version is an ETag (`"…"` or `W/"…"`), not the fallback.
     static func isETag(_ version: String) -> Bool { version.hasPrefix("\"") || version.hasPrefix("W/\"") }
 
+    /// `sameVersion`: the catalog keeps a weak ETag's version when the tag turns strong (D-510).
+    public func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool {
+        Self.sameVersion(version, other)
+    }
+
     /// Whether two versions name the same content: ETags by the weak comparison (Apache sends
     /// `W/"x"` for a file changed within the last second and `"x"` after it, D-422), others as
     /// they are.

@@ -74,6 +74,9 @@ final class SourceMount {
         }
     }
 
+    /// The runtime directory (registry, control socket) that `providerfs` commands are given.
+    var runtime: String { scratch + "/run" }
+
     func path(_ relative: String) -> String { mount.path(relative) }
     /// A file of the provider, on disk.
     func source(_ relative: String) -> String { tree + "/" + relative }
