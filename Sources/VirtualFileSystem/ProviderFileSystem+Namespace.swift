@@ -258,7 +258,6 @@ extension ProviderFileSystem {
             throw FileSystemError(error)
         }
         state.withLock { Self.detachRemoved(item, serial: serial, heir: heir, in: &$0) }
-        if let heir { handOverWriters(from: item.identifier, to: heir) }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -347,7 +346,6 @@ extension ProviderFileSystem {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
-        let writers = writeHandles.withLock { $0.values.map(\.identifier) }
         state.withLock { state in
             if moved.identifier != source.identifier, mode != .exchange {
                 // At a provider whose identifiers are paths everything below the item moves with
@@ -360,9 +358,8 @@ extension ProviderFileSystem {
                     moves[identifier] = rebased
                 }
                 for identifier in state.inodes.identifiers { follow(identifier) }
-                for file in state.files.values { follow(file.identifier) }
+                for identifier in state.handles.identifiers { follow(identifier) }
                 for directory in state.directories.values { follow(directory.identifier) }
-                for identifier in writers { follow(identifier) }
             }
             if let destination {
                 if mode == .exchange {
@@ -386,9 +383,8 @@ extension ProviderFileSystem {
             }
             state.inodes.rekey(moves)
             guard !moves.isEmpty else { return }
-            for (handle, file) in state.files {
-                if let moved = moves[file.identifier] { state.files[handle]!.identifier = moved }
-            }
+            // Read and write handles follow their items (writers' staging copies moved with them, D-371).
+            state.handles.rekey(moves)
             for (handle, directory) in state.directories {
                 if let moved = moves[directory.identifier] { state.directories[handle]!.identifier = moved }
             }
@@ -401,15 +397,6 @@ extension ProviderFileSystem {
                 state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
             }
         }
-        if let heir, let destination { handOverWriters(from: destination.identifier, to: heir) }
-        // Write handles follow their items too (their staging copies moved with them, D-371).
-        if !moves.isEmpty {
-            writeHandles.withLock { handles in
-                for (handle, writer) in handles {
-                    if let moved = moves[writer.identifier] { handles[handle]!.identifier = moved }
-                }
-            }
-        }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -420,7 +407,7 @@ extension ProviderFileSystem {
         var attributes = attributes(of: item, presentBytes: item.size, inode: inode, serial: serial, links: 0)
         // Open for writing when it was removed: its handles go on writing their (unlinked) staging
         // copy, and fstat shows its length and last change, as for an unlinked local file.
-        if let staging = writeHandles.withLock({ $0.values.first { $0.inode == inode }?.staging }) {
+        if let staging = state.withLock({ $0.handles.writer(of: inode)?.staging }) {
             attributes.size = staging.size
             attributes.blocks = (staging.size + 511) / 512
             if let permissions = staging.permissions { attributes.permissions = permissions & 0o7777 }  // D-385
@@ -440,10 +427,9 @@ extension ProviderFileSystem {
         _ item: ProviderItem, serial: UInt64, heir: ItemIdentifier? = nil, in state: inout State
     ) {
         if let inode = state.inodes.detach(item.identifier, heir: heir) { state.removed[inode] = (item, serial) }
-        guard let heir else { return }
-        for (handle, file) in state.files where file.identifier == item.identifier {
-            state.files[handle]!.identifier = heir
-        }
+        // Its handles, readers and writers, go on under the heir (the cache handed the writers'
+        // staging copies over).
+        if let heir { state.handles.handOver(from: item.identifier, to: heir) }
     }
 
     /// The name a file's node, handles and writers go on under when `identifier`, one of its
@@ -453,20 +439,12 @@ extension ProviderFileSystem {
         state.withLock { $0.inodes.heir(of: identifier) } ?? cache.catalog.otherNames(of: identifier).first
     }
 
-    /// Write handles of `old`, a name that went, write on under `heir` (its staging copies were
-    /// handed over by the cache, D-396).
-    func handOverWriters(from old: ItemIdentifier, to heir: ItemIdentifier) {
-        writeHandles.withLock { handles in
-            for (handle, writer) in handles where writer.identifier == old { handles[handle]!.identifier = heir }
-        }
-    }
-
     /// Before an item is deleted, replaced or moved: the content that open handles of it (or of
     /// items below it) pin is completed, so those handles read the whole version to the end (a
     /// deleted item's bytes cannot be fetched afterwards; a moved item's entry is retired when
     /// its identifier changes). A download that fails leaves the handle its present bytes.
     func settleOpenContent(of identifiers: [ItemIdentifier]) async throws(FileSystemError) {
-        let open = state.withLock { state in state.files.values.map { ($0.identifier, $0.entry) } }
+        let open = state.withLock { state in state.handles.readers.map { ($0.identifier, $0.entry) } }
         guard !open.isEmpty else { return }
         for (identifier, entry) in open
         where identifiers.contains(where: { depth(of: identifier, below: $0) != nil }) && !entry.isMaterialized {

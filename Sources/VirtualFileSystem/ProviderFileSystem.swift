@@ -67,31 +67,12 @@ public final class ProviderFileSystem: FileSystem {
     let requiresToken: Bool
     let logger = Logger(label: "providerfs.vfs")
     let state = Locked(State())
-    /// Open write handles (ProviderFileSystem+Writes.swift); their numbers come from `state`.
-    let writeHandles = Locked<[FileHandleID: WriteHandle]>([:])
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
     /// read on every lookup without a lock.
     let kernelInvalidation = Locked<Callback<[KernelInvalidation]>?>(nil)
     private let kernelTold = Atomic<Bool>(false)
     /// Whether the kernel can be told to forget what it cached (`setKernelInvalidation`).
     var kernelCanBeTold: Bool { kernelTold.load(ordering: .relaxed) }
-
-    struct OpenFile {
-        var inode: InodeNumber
-        var identifier: ItemIdentifier
-        var entry: ContentEntry
-        var claim: ReadClaimToken
-        /// Opened through an access path: every read re-checks this token and scope (D-307).
-        var scoped: ScopedNode?
-        /// The token id whose use this handle holds, ended when it is released (D-315).
-        var scopedUse: String?
-        /// The download failure a read of this handle met (D-288): later reads of bytes that are
-        /// still missing fail with it at once, without a new download, until the handle is closed.
-        /// Present bytes are still served. Not an interrupt (that was the reader's, not the file's).
-        var failure: CacheError?
-        /// Counted in its node's `cachingHandles` (D-435).
-        var caching = false
-    }
 
     struct OpenDirectory {
         var inode: InodeNumber
@@ -130,7 +111,8 @@ public final class ProviderFileSystem: FileSystem {
 
     struct State {
         var inodes = InodeTable()
-        var files: [FileHandleID: OpenFile] = [:]
+        /// Open file handles, readers and writers (HandleTable.swift, D-505).
+        var handles = HandleTable()
         var directories: [FileHandleID: OpenDirectory] = [:]
         var nextHandle: UInt64 = 1
         /// The `.scoped` directory's number (nil without a `ScopedAccessProvider`).
@@ -679,9 +661,10 @@ public final class ProviderFileSystem: FileSystem {
                 }
             }
             let handle = state.allocateHandle()
-            state.files[handle] = OpenFile(
-                inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
-                scopedUse: use, caching: caching == .cached)
+            state.handles[handle] = .read(
+                ReadHandle(
+                    inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
+                    scopedUse: use, caching: caching == .cached))
             // A first open keeps the (empty) cache too: dropping it would make the kernel wait,
             // uninterruptibly, on pages a concurrent open's stalled read has locked (D-366).
             let keepCache = state.inodes[inode]?.pageCache.keeps(item.contentVersion) ?? false
@@ -723,12 +706,13 @@ public final class ProviderFileSystem: FileSystem {
     public func read(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) async throws(FileSystemError) -> ReadData {
-        guard let open = state.withLock({ $0.files[handle] }) else {
+        let open: ReadHandle
+        switch state.withLock({ $0.handles[handle] }) {
+        case .read(let reader): open = reader
+        case .write(let writer):
             // A write handle (O_RDWR) reads the staging file (ProviderFileSystem+Writes.swift).
-            if let writer = writeHandle(handle) {
-                return try await readStaged(writer, offset: offset, count: count, context: context)
-            }
-            throw FileSystemError(.badHandle, "file handle \(handle) is not open")
+            return try await readStaged(writer, offset: offset, count: count, context: context)
+        case nil: throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
         if let scoped = open.scoped {
@@ -745,11 +729,7 @@ public final class ProviderFileSystem: FileSystem {
             data = try await open.entry.read(offset: offset, count: count)
         } catch {
             if error.code != .cancelled {
-                state.withLock { state in
-                    if state.files[handle] != nil, state.files[handle]!.failure == nil {
-                        state.files[handle]!.failure = error
-                    }
-                }
+                state.withLock { $0.handles.recordFailure(error, of: handle) }
             }
             throw FileSystemError(error)
         }
@@ -779,8 +759,8 @@ public final class ProviderFileSystem: FileSystem {
     /// Ends a handle: unpins its content (a superseded version's file goes with the last pin)
     /// and ends its read claim. Never waits.
     func releaseHandle(_ handle: FileHandleID) {
-        let removed = state.withLock { state -> OpenFile? in
-            guard let open = state.files.removeValue(forKey: handle) else { return nil }
+        let removed = state.withLock { state -> ReadHandle? in
+            guard let open = state.handles.removeReader(handle) else { return nil }
             if open.caching, let count = state.inodes[open.inode]?.cachingHandles, count > 0 {
                 state.inodes[open.inode]?.cachingHandles = count - 1
             }
@@ -954,10 +934,9 @@ public final class ProviderFileSystem: FileSystem {
 
     public func shutdown() async {
         // Write handles still open: their staging is published (the write-back resumes later).
-        for handle in writeHandles.withLock({ Array($0.keys) }) { await releaseWriter(handle) }
-        let open = state.withLock { state -> [OpenFile] in
-            let open = Array(state.files.values)
-            state.files = [:]
+        for handle in state.withLock({ $0.handles.writers.map(\.handle) }) { await releaseWriter(handle) }
+        let open = state.withLock { state -> [ReadHandle] in
+            let open = state.handles.removeReaders()
             state.directories = [:]
             return open
         }
@@ -986,8 +965,8 @@ public final class ProviderFileSystem: FileSystem {
         return status
     }
 
-    /// Number of open file handles (tests).
-    public var openFileCount: Int { state.withLock { $0.files.count } }
+    /// Number of open read handles (tests).
+    public var openFileCount: Int { state.withLock { $0.handles.readers.count } }
 }
 
 // MARK: - Answers without waiting
@@ -1173,7 +1152,7 @@ extension ProviderFileSystem: FileSystemFastPath {
             // A plain writer's release that publishes nothing (the flush before it did): here
             // (D-387). One that publishes, or a token's (its use ends, its checks): async.
             guard writer.scoped == nil, cache.closeWriterNow(writer.staging) else { return nil }
-            writeHandles.withLock { _ = $0.removeValue(forKey: handle) }
+            state.withLock { _ = $0.handles.removeWriter(handle) }
             releaseWriteClaim(writer.claim)  // never waits
             if writer.admitted { dismissWriter(writer.inode) }
             return .success(())
@@ -1192,7 +1171,7 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func readNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) -> Result<ReadData, FileSystemError>? {
-        guard offset >= 0, count >= 0, let open = state.withLock({ $0.files[handle] }) else { return nil }
+        guard offset >= 0, count >= 0, let open = state.withLock({ $0.handles.reader(handle) }) else { return nil }
         // Through an access path: the same check as `read`, before any byte.
         if let scoped = open.scoped {
             do throws(FileSystemError) {
