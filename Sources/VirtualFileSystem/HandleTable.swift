@@ -48,7 +48,7 @@ struct ReadHandle: Sendable {
     var entry: ContentEntry
     var claim: ReadClaimToken
     /// Opened through an access path: every read re-checks this token and scope (D-307).
-    var scoped: ProviderFileSystem.ScopedNode?
+    var scoped: ScopedNode?
     /// The token id whose use this handle holds, ended when it is released (D-315).
     var scopedUse: String?
     /// The download failure a read of this handle met (D-288): later reads of bytes that are
@@ -69,7 +69,7 @@ struct WriteHandle: Sendable {
     var opener: Int32?
     /// Opened through an access path: its node (every write, flush and fsync checks the token)
     /// and the use its open took, ended at release.
-    var scoped: ProviderFileSystem.ScopedNode? = nil
+    var scoped: ScopedNode? = nil
     var scopedUse: String? = nil
     /// The write claim taken at the open, ended at the release (D-399); nil when the mount's
     /// claim provider takes no write claims.

@@ -29,12 +29,13 @@ extension ProviderFileSystem {
         _ parent: InodeNumber, _ operation: String, context: RequestContext
     ) throws(FileSystemError) -> ChangeSite {
         // Who may use the path is decided first (require-token mode, tokens), then EROFS.
-        if let target = scopedTarget(parent) {
-            guard case .node(let node) = target else {
-                guard isWritable else { throw readOnly(operation) }
-                throw FileSystemError(
-                    .accessDenied, "\(operation) in \(Self.scopedDirectoryName): its entries are the tokens")
-            }
+        switch resolve(parent) {
+        case .plain: break
+        case .scopedRoot:
+            guard isWritable else { throw readOnly(operation) }
+            throw FileSystemError(
+                .accessDenied, "\(operation) in \(Self.scopedDirectoryName): its entries are the tokens")
+        case .scoped(let node):
             let check = try enforce(node, context: context, operation: operation).check
             guard isWritable else { throw readOnly(operation) }
             guard check.writable else {
@@ -172,7 +173,7 @@ extension ProviderFileSystem {
     ) async throws(FileSystemError) -> Entry {
         let site = try changeSite(newParent, "link", context: context)
         try checkName(newName, in: site, "link")
-        guard site.scoped == nil, scopedTarget(inode) == nil else {
+        guard site.scoped == nil, case .plain = resolve(inode) else {
             throw FileSystemError(.crossDevice, "link: through an access path")
         }
         // A node whose readers use the page cache gets no second name (one name per caching node:
@@ -388,14 +389,7 @@ extension ProviderFileSystem {
             for (handle, directory) in state.directories {
                 if let moved = moves[directory.identifier] { state.directories[handle]!.identifier = moved }
             }
-            // Access-path nodes name their item too.
-            for (inode, node) in state.scoped {
-                guard case .item(let identifier) = node.role, let moved = moves[identifier] else { continue }
-                let oldKey = ScopedKey(token: node.token, role: node.role)
-                state.scoped[inode]!.role = .item(moved)
-                if state.scopedByKey[oldKey] == inode { state.scopedByKey[oldKey] = nil }
-                state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
-            }
+            state.scoped.rekey(moves)
         }
         coordination.finishNamespaceChange(claim, happened: true)
     }
@@ -466,18 +460,21 @@ extension ProviderFileSystem {
     /// access time is not kept (atime reads as mtime). chown: EPERM unless it changes nothing
     /// (every node belongs to the mounting user).
     func changeAttributes(
-        _ inode: InodeNumber, _ changes: AttributeChanges, context: RequestContext
+        _ inode: InodeNumber, _ resolved: ResolvedNode, _ changes: AttributeChanges, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
         guard isWritable else { throw readOnly("setattr") }
-        if let target = scopedTarget(inode) {
-            guard case .node(let scoped) = target, case .item = scoped.role else {
+        switch resolved {
+        case .plain: break
+        case .scopedRoot: throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+        case .scoped(let scoped):
+            guard case .item = scoped.role else {
                 throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
             }
             guard try enforce(scoped, context: context, operation: "setattr").check.writable else {
                 throw FileSystemError(.accessDenied, "setattr through an access path of a read token")
             }
         }
-        guard let node = try anyNode(inode, context: context, operation: "setattr") else {
+        guard let node = try anyNode(inode, resolved, context: context, operation: "setattr") else {
             throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
         }
         var wanted = Self.itemChanges(changes)

@@ -14,23 +14,15 @@ import ProviderModel
 import SystemSupport
 
 extension ProviderFileSystem {
-    enum ScopedTarget {
-        /// `.scoped` itself.
-        case directory(InodeNumber)
-        case node(ScopedNode)
-    }
-
     var scopedDirectoryInode: InodeNumber? {
-        scopedAccess == nil ? nil : state.withLock { $0.scopedDirectory }
+        scopedAccess == nil ? nil : state.withLock { $0.scoped.directory }
     }
 
-    /// The access-path node `inode` is, or nil for a plain node.
-    func scopedTarget(_ inode: InodeNumber) -> ScopedTarget? {
-        guard scopedAccess != nil else { return nil }
-        return state.withLock { state -> ScopedTarget? in
-            if inode == state.scopedDirectory { return .directory(inode) }
-            return state.scoped[inode].map { .node($0) }
-        }
+    /// What `inode` is to an operation: plain, `.scoped`, or an access-path node (D-506). Each
+    /// operation resolves its node once and switches on the answer.
+    func resolve(_ inode: InodeNumber) -> ResolvedNode {
+        guard scopedAccess != nil else { return .plain }
+        return state.withLock { $0.scoped.resolve(inode) }
     }
 
     // MARK: Checks
@@ -111,14 +103,18 @@ extension ProviderFileSystem {
         return (check, depth)
     }
 
-    /// The node behind `inode` for the operations that only name it (setattr, xattrs): a plain
-    /// node, or an access-path item node after its checks; nil for `.scoped` and a token
-    /// directory (no item of their own).
+    /// The node behind `inode` (resolved as `resolved`) for the operations that only name it
+    /// (setattr, xattrs): a plain node, or an access-path item node after its checks; nil for
+    /// `.scoped` and a token directory (no item of their own).
     func anyNode(
-        _ inode: InodeNumber, context: RequestContext, operation: String
+        _ inode: InodeNumber, _ resolved: ResolvedNode, context: RequestContext, operation: String
     ) throws(FileSystemError) -> InodeTable.Node? {
-        guard let target = scopedTarget(inode) else { return try node(inode) }
-        guard case .node(let node) = target else { return nil }
+        let node: ScopedNode
+        switch resolved {
+        case .plain: return try self.node(inode)
+        case .scopedRoot: return nil
+        case .scoped(let scoped): node = scoped
+        }
         try enforce(node, context: context, operation: operation)
         guard case .item(let identifier) = node.role else { return nil }
         return InodeTable.Node(identifier: identifier, kind: node.kind, lookupCount: 0, generation: 0)
@@ -129,20 +125,10 @@ extension ProviderFileSystem {
     /// The node for `key`, made if needed, with `references` more kernel references. `check`:
     /// the token's, whose id finds its nodes when it ends (D-346) and whose scope the node keeps.
     func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64, check: ScopedCheck) -> InodeNumber {
-        let tokenID = check.id
-        return state.withLock { state in
-            if let inode = state.scopedByKey[key], var node = state.scoped[inode], node.kind == kind {
-                node.lookupCount += references
-                state.scoped[inode] = node
-                return inode
-            }
-            let inode = state.inodes.reserve()
-            state.scoped[inode] = ScopedNode(
-                token: key.token, tokenID: tokenID, scope: check.scope, role: key.role, kind: kind,
-                lookupCount: references)
-            state.scopedByKey[key] = inode
-            state.scopedByTokenID[tokenID, default: []].insert(inode)
-            return inode
+        state.withLock { state in
+            state.scoped.bind(
+                key, kind: kind, references: references, tokenID: check.id, scope: check.scope,
+                numberedBy: &state.inodes)
         }
     }
 
@@ -233,73 +219,73 @@ extension ProviderFileSystem {
 
     // MARK: Operations
 
+    /// A lookup in `.scoped`: the name is the token.
+    func tokenLookup(_ name: String, context: RequestContext) async throws(FileSystemError) -> Entry {
+        if name == "." || name == ".." {
+            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
+        }
+        let check = try checkToken(name, context: context, operation: "lookup")
+        let item = try await scopeItem(check.scope)
+        // A granted directory is the token's node itself (D-305).
+        if item.kind == .directory {
+            let inode = bindScoped(
+                ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1, check: check)
+            return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
+        }
+        let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
+        return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
+    }
+
     func scopedLookup(
-        _ target: ScopedTarget, name: String, context: RequestContext
+        _ node: ScopedNode, name: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
         if name == "." || name == ".." {
             throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
         }
-        switch target {
-        case .directory:
-            // The name is the token.
-            let check = try checkToken(name, context: context, operation: "lookup")
-            let item = try await scopeItem(check.scope)
-            // A granted directory is the token's node itself (D-305).
-            if item.kind == .directory {
-                let inode = bindScoped(
-                    ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
-                    check: check)
-                return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
-            }
-            let inode = bindScoped(
-                ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
-            return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
-        case .node(let node):
-            guard node.kind == .directory else {
-                throw FileSystemError(.notADirectory, "not a directory")
-            }
-            let found: ProviderItem
-            let check: ScopedCheck
-            switch node.role {
-            case .token:
-                check = try checkToken(node.token, context: context, operation: "lookup")
-                let item = try await scopeItem(check.scope)
-                guard item.name == name else {
-                    throw FileSystemError(.notFound, "the access path holds only the granted item")
-                }
-                found = item
-            case .item(let identifier):
-                check = try enforce(node, context: context, operation: "lookup").check
-                found = try await child(named: name, of: identifier)
-            }
-            let inode = bindScoped(
-                ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
-                check: check)
-            return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
+        guard node.kind == .directory else {
+            throw FileSystemError(.notADirectory, "not a directory")
         }
+        let found: ProviderItem
+        let check: ScopedCheck
+        switch node.role {
+        case .token:
+            check = try checkToken(node.token, context: context, operation: "lookup")
+            let item = try await scopeItem(check.scope)
+            guard item.name == name else {
+                throw FileSystemError(.notFound, "the access path holds only the granted item")
+            }
+            found = item
+        case .item(let identifier):
+            check = try enforce(node, context: context, operation: "lookup").check
+            found = try await child(named: name, of: identifier)
+        }
+        let inode = bindScoped(
+            ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
+            check: check)
+        return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
+    }
+
+    /// getattr of `.scoped`: open to everyone, with the mount's attribute timeout.
+    func scopedRootAttributes(_ inode: InodeNumber) -> NodeAttributes {
+        var attributes = scopedDirectoryAttributes(inode)
+        attributes.validFor = options.attributeTimeout
+        return attributes
     }
 
     func scopedAttributes(
-        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        switch target {
-        case .directory(let inode):
-            var attributes = scopedDirectoryAttributes(inode)
-            attributes.validFor = options.attributeTimeout
-            return attributes
-        case .node(let node):
-            let (check, _) = try enforce(node, context: context, operation: "getattr")
-            if node.role == .token {
-                return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.scope), check)
-            }
-            return scopedItemAttributes(inode, item: try await scopedItem(node), check)
+        let (check, _) = try enforce(node, context: context, operation: "getattr")
+        if node.role == .token {
+            return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.scope), check)
         }
+        return scopedItemAttributes(inode, item: try await scopedItem(node), check)
     }
 
     /// A link's target, if following it stays inside the granted item: absolute targets, and
     /// relative ones whose `..` climb above the granted item, are refused (EACCES).
-    func scopedReadLink(_ target: ScopedTarget, context: RequestContext) async throws(FileSystemError) -> String {
-        guard case .node(let node) = target, case .item = node.role else {
+    func scopedReadLink(_ node: ScopedNode, context: RequestContext) async throws(FileSystemError) -> String {
+        guard case .item = node.role else {
             throw FileSystemError(.invalidArgument, "not a symbolic link")
         }
         let (_, depth) = try enforce(node, context: context, operation: "readlink")
@@ -329,13 +315,15 @@ extension ProviderFileSystem {
         return link
     }
 
+    /// opendir of `.scoped`: refused, it cannot be listed.
+    func scopedRootListingRefusal(_ context: RequestContext) -> FileSystemError {
+        logger.notice("listing \(Self.scopedDirectoryName) refused (uid \(context.uid))")
+        return FileSystemError(.accessDenied, "\(Self.scopedDirectoryName) cannot be listed")
+    }
+
     func scopedOpenDirectory(
-        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) async throws(FileSystemError) -> FileHandleID {
-        guard case .node(let node) = target else {
-            logger.notice("listing \(Self.scopedDirectoryName) refused (uid \(context.uid))")
-            throw FileSystemError(.accessDenied, "\(Self.scopedDirectoryName) cannot be listed")
-        }
         guard node.kind == .directory else { throw FileSystemError(.notADirectory, "not a directory") }
         let scope = try enforce(node, context: context, operation: "opendir").check.scope
         let identifier: ItemIdentifier
@@ -415,9 +403,9 @@ extension ProviderFileSystem {
     /// use taken (D-308), which the caller must end with `endScopedUse` when the handle is
     /// released, or give back with `returnScopedUse` when the open fails (D-315).
     func scopedOpen(
-        _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
+        _ node: ScopedNode, flags: OpenFlags, context: RequestContext
     ) throws(FileSystemError) -> (node: ScopedNode, identifier: ItemIdentifier, use: String) {
-        guard case .node(let node) = target, case .item(let identifier) = node.role else {
+        guard case .item(let identifier) = node.role else {
             throw FileSystemError(.isADirectory, "an access-path directory")
         }
         try enforce(node, context: context, operation: "open")
@@ -466,55 +454,59 @@ extension ProviderFileSystem {
         cache.catalog.itemNow(scope, maximumAge: options.cache.attributeTTL, askingProvider: false)
     }
 
-    func scopedLookupNow(
-        _ target: ScopedTarget, name: String, context: RequestContext
-    ) -> Result<Entry, FileSystemError>? {
-        guard !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255, !name.utf8.contains(UInt8(ascii: "/"))
-        else { return nil }
+    /// Whether `name` is one a lookup on the FUSE thread answers (else the async path words it).
+    private static func answersNow(_ name: String) -> Bool {
+        !name.isEmpty && name != "." && name != ".." && name.utf8.count <= 255 && !name.utf8.contains(UInt8(ascii: "/"))
+    }
+
+    func tokenLookupNow(_ name: String, context: RequestContext) -> Result<Entry, FileSystemError>? {
+        guard Self.answersNow(name) else { return nil }
         do throws(FileSystemError) {
-            switch target {
-            case .directory:
-                let check = try checkToken(name, context: context, operation: "lookup")
-                guard let item = scopeItemNow(check.scope) else { return nil }
-                if item.kind == .directory {
-                    let inode = bindScoped(
-                        ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
-                        check: check)
-                    return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
-                }
+            let check = try checkToken(name, context: context, operation: "lookup")
+            guard let item = scopeItemNow(check.scope) else { return nil }
+            if item.kind == .directory {
                 let inode = bindScoped(
-                    ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
-                return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
-            case .node(let node):
-                guard node.kind == .directory else { return nil }
-                let found: ProviderItem
-                let check: ScopedCheck
-                switch node.role {
-                case .token:
-                    check = try checkToken(node.token, context: context, operation: "lookup")
-                    guard let item = scopeItemNow(check.scope), item.name == name else { return nil }
-                    found = item
-                case .item(let identifier):
-                    check = try enforce(node, context: context, operation: "lookup").check
-                    guard case .found(let item, _) = cache.catalog.childNow(named: name, of: identifier) else {
-                        return nil
-                    }
-                    found = item
-                }
-                let inode = bindScoped(
-                    ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
-                    check: check)
-                return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
+                    ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1, check: check)
+                return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
             }
+            let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
+            return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    func scopedLookupNow(
+        _ node: ScopedNode, name: String, context: RequestContext
+    ) -> Result<Entry, FileSystemError>? {
+        guard Self.answersNow(name), node.kind == .directory else { return nil }
+        do throws(FileSystemError) {
+            let found: ProviderItem
+            let check: ScopedCheck
+            switch node.role {
+            case .token:
+                check = try checkToken(node.token, context: context, operation: "lookup")
+                guard let item = scopeItemNow(check.scope), item.name == name else { return nil }
+                found = item
+            case .item(let identifier):
+                check = try enforce(node, context: context, operation: "lookup").check
+                guard case .found(let item, _) = cache.catalog.childNow(named: name, of: identifier) else {
+                    return nil
+                }
+                found = item
+            }
+            let inode = bindScoped(
+                ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
+                check: check)
+            return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
         } catch {
             return .failure(error)
         }
     }
 
     func scopedAttributesNow(
-        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        guard case .node(let node) = target else { return nil }
         do throws(FileSystemError) {
             let (check, _) = try enforce(node, context: context, operation: "getattr")
             switch node.role {
@@ -539,9 +531,9 @@ extension ProviderFileSystem {
     /// them. Directories, writes and everything not at hand are left to `open` (nil), with the
     /// use given back and nothing held (D-348).
     func scopedOpenNow(
-        _ inode: InodeNumber, _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard case .node(let node) = target, case .item(let identifier) = node.role, node.kind == .file,
+        guard case .item(let identifier) = node.role, node.kind == .file,
             !flags.wantsWrite, !flags.truncates
         else { return nil }
         // The use, held by the handle until its release (D-315), or given back if refused or
@@ -623,16 +615,7 @@ extension ProviderFileSystem {
     /// The invalidations that make the kernel forget the token `id`'s paths; empty when it holds
     /// none of them.
     func scopedInvalidations(forEnded id: String) -> [KernelInvalidation] {
-        state.withLock { state -> [KernelInvalidation] in
-            guard let directory = state.scopedDirectory, let inodes = state.scopedByTokenID[id] else { return [] }
-            let nodes = inodes.sorted { $0.rawValue < $1.rawValue }
-            var tokens: [String] = []
-            for inode in nodes {
-                if let token = state.scoped[inode]?.token, !tokens.contains(token) { tokens.append(token) }
-            }
-            return tokens.map { KernelInvalidation.entry(parent: directory, name: $0) }
-                + nodes.map { KernelInvalidation.attributes($0) }
-        }
+        state.withLock { $0.scoped.invalidations(forEnded: id) }
     }
 
     /// The provider announced that the token `id` ended: the kernel is told to forget its paths.

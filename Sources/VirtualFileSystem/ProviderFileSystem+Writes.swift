@@ -67,7 +67,7 @@ extension ProviderFileSystem {
             throw error
         }
         var scoped: ScopedNode?
-        if site.scoped != nil, case .node(let node)? = scopedTarget(created.attributes.inode) { scoped = node }
+        if site.scoped != nil, case .scoped(let node) = resolve(created.attributes.inode) { scoped = node }
         do {
             let opened = try await openWriter(
                 created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context,
@@ -207,7 +207,8 @@ extension ProviderFileSystem {
         guard offset >= 0 else { throw FileSystemError(.invalidArgument, "negative offset") }
         try await checkWriting(writer, "write", context: context)
         if let permissions = permissionsAfterWrite(writer, context: context) {
-            _ = try await changeAttributes(inode, AttributeChanges(permissions: permissions), context: context)
+            _ = try await changeAttributes(
+                inode, resolve(inode), AttributeChanges(permissions: permissions), context: context)
         }
         do {
             try await cache.write(writer.staging, data, at: offset)
@@ -249,14 +250,17 @@ extension ProviderFileSystem {
 
     /// setattr's size (truncate(2), ftruncate(2) when `handle` is set). Returns the attributes after.
     func truncate(
-        _ inode: InodeNumber, to size: Int64, handle: FileHandleID?, context: RequestContext
+        _ inode: InodeNumber, _ resolved: ResolvedNode, to size: Int64, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
         guard isWritable else { throw readOnly("truncate") }
         guard size >= 0 else { throw FileSystemError(.invalidArgument, "negative size") }
         var scoped: ScopedNode?
         let node: InodeTable.Node
-        if let target = scopedTarget(inode) {
-            guard case .node(let scopedNode) = target, case .item(let identifier) = scopedNode.role else {
+        switch resolved {
+        case .plain: node = try self.node(inode)
+        case .scopedRoot: throw FileSystemError(.isADirectory, "truncate: an access-path directory")
+        case .scoped(let scopedNode):
+            guard case .item(let identifier) = scopedNode.role else {
                 throw FileSystemError(.isADirectory, "truncate: an access-path directory")
             }
             guard try enforce(scopedNode, context: context, operation: "truncate").check.writable else {
@@ -265,8 +269,6 @@ extension ProviderFileSystem {
             }
             scoped = scopedNode
             node = InodeTable.Node(identifier: identifier, kind: scopedNode.kind, lookupCount: 0, generation: 0)
-        } else {
-            node = try self.node(inode)
         }
         guard node.kind == .file else { throw FileSystemError(.isADirectory, "\(node.identifier) is not a file") }
         if let handle, let writer = writeHandle(handle) {
