@@ -13,6 +13,11 @@ import ProviderCache
 import ProviderModel
 import SystemSupport
 
+extension ScopedGrant {
+    /// The granted item.
+    var item: ItemIdentifier { ItemIdentifier(scope) }
+}
+
 extension ProviderFileSystem {
     var scopedDirectoryInode: InodeNumber? {
         scopedAccess == nil ? nil : state.withLock { $0.scoped.directory }
@@ -27,40 +32,24 @@ extension ProviderFileSystem {
 
     // MARK: Checks
 
-    /// An allowed token: the item it grants, its id, and how long the kernel may keep what is
-    /// answered through it (D-345).
-    struct ScopedCheck {
-        var scope: ItemIdentifier
-        var id: String
-        var caching: ScopedKernelCaching
-        /// A read-write token: changes through its access path are allowed.
-        var writable = false
-    }
-
-    /// The token asked again (a use taken when `use`); denied → EACCES with the reason, logged.
+    /// The token asked again, its grant as the provider gave it (D-507); a use taken when `use`,
+    /// which lasts until `endUse(id)` (ended here if the answer is a refusal after all: the root,
+    /// D-305). Denied → EACCES with the reason, logged; not a token → ENOENT.
     func checkToken(
         _ token: String, context: RequestContext, use: Bool = false, operation: String
-    ) throws(FileSystemError) -> ScopedCheck {
-        try decideToken(token, context: context, use: use, operation: operation)
-    }
-
-    /// `checkToken`, with a use taken when `use`: it lasts until `endUse(id)`; it is ended here if
-    /// the answer is a refusal after all (the root, D-305).
-    func decideToken(
-        _ token: String, context: RequestContext, use: Bool, operation: String
-    ) throws(FileSystemError) -> ScopedCheck {
+    ) throws(FileSystemError) -> ScopedGrant {
         guard let scopedAccess else { throw FileSystemError(.notFound, "the mount has no access paths") }
         let decision =
             use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
-        case .allowed(let scope, let writable, let id, let caching):
+        case .allowed(let grant):
             // The root has no name to stand under `.scoped/<token>/` (D-305).
-            guard !scope.isEmpty else {
-                if use { scopedAccess.returnUse(id: id) }
+            guard !grant.scope.isEmpty else {
+                if use { scopedAccess.returnUse(id: grant.id) }
                 logger.notice("\(operation) through an access path refused: a grant of the mount's root")
                 throw FileSystemError(.accessDenied, "access path refused: the mount's root cannot be granted")
             }
-            return ScopedCheck(scope: ItemIdentifier(scope), id: id, caching: caching, writable: writable)
+            return grant
         case .denied(let reason):
             // Never the token: the authority logs it by id (or not at all for a guess).
             logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")
@@ -93,10 +82,10 @@ extension ProviderFileSystem {
     @discardableResult
     func enforce(
         _ node: ScopedNode, context: RequestContext, use: Bool = false, operation: String
-    ) throws(FileSystemError) -> (check: ScopedCheck, depth: Int?) {
+    ) throws(FileSystemError) -> (check: ScopedGrant, depth: Int?) {
         let check = try checkToken(node.token, context: context, use: use, operation: operation)
         guard case .item(let identifier) = node.role else { return (check, nil) }
-        guard let depth = depth(of: identifier, below: check.scope) else {
+        guard let depth = depth(of: identifier, below: check.item) else {
             logger.notice("\(operation) through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
         }
@@ -122,12 +111,14 @@ extension ProviderFileSystem {
 
     // MARK: Nodes and attributes
 
-    /// The node for `key`, made if needed, with `references` more kernel references. `check`:
+    /// The node of `token` in `role`, made if needed, with `references` more kernel references. `check`:
     /// the token's, whose id finds its nodes when it ends (D-346) and whose scope the node keeps.
-    func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64, check: ScopedCheck) -> InodeNumber {
+    func bindScoped(
+        token: String, role: ScopedNode.Role, kind: ItemKind, references: UInt64, check: ScopedGrant
+    ) -> InodeNumber {
         state.withLock { state in
             state.scoped.bind(
-                key, kind: kind, references: references, tokenID: check.id, scope: check.scope,
+                token: token, role: role, kind: kind, references: references, tokenID: check.id, scope: check.item,
                 numberedBy: &state.inodes)
         }
     }
@@ -146,7 +137,7 @@ extension ProviderFileSystem {
 
     /// `.scoped/<token>`: a read-only directory with the granted item's times.
     func tokenDirectoryAttributes(
-        _ inode: InodeNumber, scopeItem: ProviderItem, _ check: ScopedCheck
+        _ inode: InodeNumber, scopeItem: ProviderItem, _ check: ScopedGrant
     ) -> NodeAttributes {
         var attributes = attributes(of: scopeItem, presentBytes: 0, inode: inode)
         attributes.serialNumber = Self.accessPathSerial(inode)
@@ -158,7 +149,7 @@ extension ProviderFileSystem {
         return attributes
     }
 
-    func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem, _ check: ScopedCheck) -> NodeAttributes {
+    func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem, _ check: ScopedGrant) -> NodeAttributes {
         var attributes = attributes(of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode)
         attributes.validFor = scopedTimeouts(check.caching).attributes
         return attributes
@@ -192,7 +183,7 @@ extension ProviderFileSystem {
         )
     }
 
-    func scopedEntry(_ attributes: NodeAttributes, _ check: ScopedCheck) -> Entry {
+    func scopedEntry(_ attributes: NodeAttributes, _ check: ScopedGrant) -> Entry {
         let timeouts = scopedTimeouts(check.caching)
         return Entry(
             attributes: attributes, generation: 1, attributeTimeout: timeouts.attributes,
@@ -225,14 +216,13 @@ extension ProviderFileSystem {
             throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
         }
         let check = try checkToken(name, context: context, operation: "lookup")
-        let item = try await scopeItem(check.scope)
+        let item = try await scopeItem(check.item)
         // A granted directory is the token's node itself (D-305).
         if item.kind == .directory {
-            let inode = bindScoped(
-                ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1, check: check)
+            let inode = bindScoped(token: name, role: .item(check.item), kind: .directory, references: 1, check: check)
             return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
         }
-        let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
+        let inode = bindScoped(token: name, role: .token, kind: .directory, references: 1, check: check)
         return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
     }
 
@@ -246,11 +236,11 @@ extension ProviderFileSystem {
             throw FileSystemError(.notADirectory, "not a directory")
         }
         let found: ProviderItem
-        let check: ScopedCheck
+        let check: ScopedGrant
         switch node.role {
         case .token:
             check = try checkToken(node.token, context: context, operation: "lookup")
-            let item = try await scopeItem(check.scope)
+            let item = try await scopeItem(check.item)
             guard item.name == name else {
                 throw FileSystemError(.notFound, "the access path holds only the granted item")
             }
@@ -260,7 +250,7 @@ extension ProviderFileSystem {
             found = try await child(named: name, of: identifier)
         }
         let inode = bindScoped(
-            ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
+            token: node.token, role: .item(found.identifier), kind: found.kind, references: 1,
             check: check)
         return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
     }
@@ -277,7 +267,7 @@ extension ProviderFileSystem {
     ) async throws(FileSystemError) -> NodeAttributes {
         let (check, _) = try enforce(node, context: context, operation: "getattr")
         if node.role == .token {
-            return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.scope), check)
+            return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.item), check)
         }
         return scopedItemAttributes(inode, item: try await scopedItem(node), check)
     }
@@ -325,7 +315,7 @@ extension ProviderFileSystem {
         _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) async throws(FileSystemError) -> FileHandleID {
         guard node.kind == .directory else { throw FileSystemError(.notADirectory, "not a directory") }
-        let scope = try enforce(node, context: context, operation: "opendir").check.scope
+        let scope = try enforce(node, context: context, operation: "opendir").check.item
         let identifier: ItemIdentifier
         if case .item(let item) = node.role { identifier = item } else { identifier = scope }
         return state.withLock { state in
@@ -341,7 +331,7 @@ extension ProviderFileSystem {
         context: RequestContext
     ) async throws(FileSystemError) -> [DirectoryEntry] {
         let check = try enforce(node, context: context, operation: "readdir").check
-        let scope = check.scope
+        let scope = check.item
         var snapshot = open.snapshot
         if snapshot == nil || cookie == 0 {
             var children: [ProviderItem]
@@ -362,7 +352,7 @@ extension ProviderFileSystem {
                     open.identifier == scope
                     ? (scopedDirectoryInode ?? .root)
                     : bindScoped(
-                        ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0,
+                        token: node.token, role: .item(parent), kind: .directory, references: 0,
                         check: check)
             }
             // d_ino: an item's own st_ino, an access path's synthetic directories their own (D-389).
@@ -383,7 +373,7 @@ extension ProviderFileSystem {
             let serials = cache.catalog.serialNumbers(of: children.map(\.identifier))
             for (child, serial) in zip(children, serials) {
                 let inode = bindScoped(
-                    ScopedKey(token: node.token, role: .item(child.identifier)), kind: child.kind, references: 0,
+                    token: node.token, role: .item(child.identifier), kind: child.kind, references: 0,
                     check: check)
                 entries.append(
                     DirectoryEntry(
@@ -412,9 +402,9 @@ extension ProviderFileSystem {
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
         let writing = flags.wantsWrite || flags.truncates
         if writing, !isWritable { throw readOnly("open for writing") }
-        let check = try decideToken(node.token, context: context, use: true, operation: "open")
+        let check = try checkToken(node.token, context: context, use: true, operation: "open")
         let use = check.id
-        guard depth(of: identifier, below: check.scope) != nil else {
+        guard depth(of: identifier, below: check.item) != nil else {
             returnScopedUse(use)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
@@ -463,13 +453,13 @@ extension ProviderFileSystem {
         guard Self.answersNow(name) else { return nil }
         do throws(FileSystemError) {
             let check = try checkToken(name, context: context, operation: "lookup")
-            guard let item = scopeItemNow(check.scope) else { return nil }
+            guard let item = scopeItemNow(check.item) else { return nil }
             if item.kind == .directory {
                 let inode = bindScoped(
-                    ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1, check: check)
+                    token: name, role: .item(check.item), kind: .directory, references: 1, check: check)
                 return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
             }
-            let inode = bindScoped(ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
+            let inode = bindScoped(token: name, role: .token, kind: .directory, references: 1, check: check)
             return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
         } catch {
             return .failure(error)
@@ -482,11 +472,11 @@ extension ProviderFileSystem {
         guard Self.answersNow(name), node.kind == .directory else { return nil }
         do throws(FileSystemError) {
             let found: ProviderItem
-            let check: ScopedCheck
+            let check: ScopedGrant
             switch node.role {
             case .token:
                 check = try checkToken(node.token, context: context, operation: "lookup")
-                guard let item = scopeItemNow(check.scope), item.name == name else { return nil }
+                guard let item = scopeItemNow(check.item), item.name == name else { return nil }
                 found = item
             case .item(let identifier):
                 check = try enforce(node, context: context, operation: "lookup").check
@@ -496,7 +486,7 @@ extension ProviderFileSystem {
                 found = item
             }
             let inode = bindScoped(
-                ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
+                token: node.token, role: .item(found.identifier), kind: found.kind, references: 1,
                 check: check)
             return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
         } catch {
@@ -511,7 +501,7 @@ extension ProviderFileSystem {
             let (check, _) = try enforce(node, context: context, operation: "getattr")
             switch node.role {
             case .token:
-                guard let item = scopeItemNow(check.scope) else { return nil }
+                guard let item = scopeItemNow(check.item) else { return nil }
                 return .success(tokenDirectoryAttributes(inode, scopeItem: item, check))
             case .item(let identifier):
                 guard
@@ -580,8 +570,8 @@ extension ProviderFileSystem {
             // The token's scope is not the node's after all (never: a token's scope is fixed).
             return try enforceTakingUseAfterCheck(node, identifier: identifier, context: context)
         }
-        let check = try decideToken(node.token, context: context, use: true, operation: "open")
-        if check.scope != node.scope, depth(of: identifier, below: check.scope) == nil {
+        let check = try checkToken(node.token, context: context, use: true, operation: "open")
+        if check.item != node.scope, depth(of: identifier, below: check.item) == nil {
             returnScopedUse(check.id)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
@@ -593,8 +583,8 @@ extension ProviderFileSystem {
     private func enforceTakingUseAfterCheck(
         _ node: ScopedNode, identifier: ItemIdentifier, context: RequestContext
     ) throws(FileSystemError) -> String {
-        let check = try decideToken(node.token, context: context, use: true, operation: "open")
-        guard depth(of: identifier, below: check.scope) != nil else {
+        let check = try checkToken(node.token, context: context, use: true, operation: "open")
+        guard depth(of: identifier, below: check.item) != nil else {
             returnScopedUse(check.id)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")

@@ -26,7 +26,7 @@ extension ProviderFileSystem {
         // Through an access path the new file's handle takes a use, like an open (D-308).
         var use: String?
         if let scoped = site.scoped {
-            use = try decideToken(scoped.token, context: context, use: true, operation: "create").id
+            use = try checkToken(scoped.token, context: context, use: true, operation: "create").id
         }
         // The write claim on the new name comes first (D-399): a coordinated writer that holds
         // the name (creating it) goes first, and nothing is made when the wait fails.

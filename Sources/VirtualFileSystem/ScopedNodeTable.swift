@@ -35,32 +35,34 @@ struct ScopedNode: Sendable {
     var lookupCount: UInt64
 }
 
-struct ScopedKey: Hashable {
-    var token: String
-    var role: ScopedNode.Role
-}
-
 /// The access-path nodes by number, by token and role, and by token id (kept in
 /// `ProviderFileSystem.State`, under its lock; numbers from `InodeTable.reserve`).
 struct ScopedNodeTable {
     /// The `.scoped` directory's number (nil without a `ScopedAccessProvider`).
     var directory: InodeNumber?
     private var nodes: [InodeNumber: ScopedNode] = [:]
-    private var byKey: [ScopedKey: InodeNumber] = [:]
+    private var byKey: [Key: InodeNumber] = [:]
     /// Token id → its nodes, to invalidate when it ends (D-346).
     private var byTokenID: [String: Set<InodeNumber>] = [:]
+
+    /// A node's token and role: one node each.
+    private struct Key: Hashable {
+        var token: String
+        var role: ScopedNode.Role
+    }
 
     func resolve(_ inode: InodeNumber) -> ResolvedNode {
         if inode == directory { return .scopedRoot(inode) }
         return nodes[inode].map { .scoped($0) } ?? .plain
     }
 
-    /// The node for `key`, made (numbered by `inodes.reserve`) if needed, with `references` more
-    /// kernel references; a new node keeps the token's id and scope.
+    /// The node of `token` in `role`, made (numbered by `inodes.reserve`) if needed, with
+    /// `references` more kernel references; a new node keeps the token's id and scope.
     mutating func bind(
-        _ key: ScopedKey, kind: ItemKind, references: UInt64, tokenID: String, scope: ItemIdentifier,
-        numberedBy inodes: inout InodeTable
+        token: String, role: ScopedNode.Role, kind: ItemKind, references: UInt64, tokenID: String,
+        scope: ItemIdentifier, numberedBy inodes: inout InodeTable
     ) -> InodeNumber {
+        let key = Key(token: token, role: role)
         if let inode = byKey[key], var node = nodes[inode], node.kind == kind {
             node.lookupCount += references
             nodes[inode] = node
@@ -68,7 +70,7 @@ struct ScopedNodeTable {
         }
         let inode = inodes.reserve()
         nodes[inode] = ScopedNode(
-            token: key.token, tokenID: tokenID, scope: scope, role: key.role, kind: kind, lookupCount: references)
+            token: token, tokenID: tokenID, scope: scope, role: role, kind: kind, lookupCount: references)
         byKey[key] = inode
         byTokenID[tokenID, default: []].insert(inode)
         return inode
@@ -83,7 +85,7 @@ struct ScopedNodeTable {
             return true
         }
         nodes[inode] = nil
-        let key = ScopedKey(token: node.token, role: node.role)
+        let key = Key(token: node.token, role: node.role)
         if byKey[key] == inode { byKey[key] = nil }
         byTokenID[node.tokenID]?.remove(inode)
         if byTokenID[node.tokenID]?.isEmpty == true { byTokenID[node.tokenID] = nil }
@@ -94,10 +96,10 @@ struct ScopedNodeTable {
     mutating func rekey(_ moves: [ItemIdentifier: ItemIdentifier]) {
         for (inode, node) in nodes {
             guard case .item(let identifier) = node.role, let moved = moves[identifier] else { continue }
-            let oldKey = ScopedKey(token: node.token, role: node.role)
+            let oldKey = Key(token: node.token, role: node.role)
             nodes[inode]!.role = .item(moved)
             if byKey[oldKey] == inode { byKey[oldKey] = nil }
-            byKey[ScopedKey(token: node.token, role: .item(moved))] = inode
+            byKey[Key(token: node.token, role: .item(moved))] = inode
         }
     }
 
