@@ -6,7 +6,9 @@
 // are direct I/O, never passed through. The kernel may keep entries and attributes of a token
 // bound to no process until its deadline (capped by the mount's timeouts) and is told to forget
 // them when the token ends earlier (D-345, D-346); a token bound to a process keeps entry
-// timeout zero.
+// timeout zero. An operation learns what its node is from `resolve` (plain, `.scoped`, or a node
+// here; ScopedNodeTable.swift, D-506) and hands an access-path node to its function below, which
+// checks the token (`enforce`, `checkToken`: the grant as the port gave it, D-507).
 
 import Diagnostics
 import ProviderCache
