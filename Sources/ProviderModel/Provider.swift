@@ -303,6 +303,10 @@ public protocol ContentStream: Sendable {
     /// trailer), nil before that and for streams that carry none. A checksummed stream's bytes
     /// count as received only once the cache's own digest of them matches.
     var checksum: ContentChecksum? { get }
+
+    /// `.checksummed`: the algorithm `checksum` will be in, known as soon as the stream is
+    /// returned (the cache hashes the bytes with it as they arrive). Default: SHA-256.
+    var checksumAlgorithm: ContentChecksum.Algorithm { get }
 }
 
 /// What a content stream offers beyond `next` and `close` (see `ProviderCapabilities` for the
@@ -323,6 +327,8 @@ extension ContentStream {
     public var capabilities: ContentStreamCapabilities { [] }
 
     public var checksum: ContentChecksum? { nil }
+
+    public var checksumAlgorithm: ContentChecksum.Algorithm { .sha256 }
 
     public func transfer(
         to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,
