@@ -124,6 +124,7 @@ let package = Package(
             name: "WebDAVProviderTests",
             dependencies: [
                 "WebDAVProvider", "ProviderCache", "ProviderModel", "SystemSupport", "TestSupport", "TestScheduling",
+                "CryptoSupport",
             ]),
         .testTarget(
             name: "ProviderFaultsTests",

@@ -22,6 +22,9 @@
 #   SCENARIO_PROVIDER=webdav   mount_source serves $SRC with `rclone serve webdav` on 127.0.0.1
 #                       (stopped by its PID at cleanup) and mounts it with --webdav, polling
 #                       every second (default: local, --source)
+#   SCENARIO_STATE      a file `run` gives: the scenario's temp dir is written to it, and each
+#                       daemon's pid to $S/daemon.pids, so that `run` can clean up after a
+#                       scenario its timeout killed before the cleanup trap could run
 #
 # Requires: bash 5, fuse3 (/dev/fuse), getfattr (attr), python3, sha256sum, timeout, cmp.
 
@@ -79,6 +82,7 @@ scenario_start() {
     trap 'LAST_FAILURE="line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
     trap 'exit 130' INT
     trap 'exit 143' TERM
+    [[ -z "${SCENARIO_STATE:-}" ]] || echo "$S" >"$SCENARIO_STATE"
     echo "== $SCENARIO_NAME ($S)"
 }
 
@@ -148,6 +152,7 @@ mount_source() {
         || fail "providerfs mount failed"
     DAEMON_PID="$(sed -n 's/.*"pid" *: *\([0-9]*\).*/\1/p' <<<"$out")"
     [[ "$DAEMON_PID" =~ ^[0-9]+$ ]] || fail "no daemon pid in: $out"
+    echo "$DAEMON_PID" >>"$S/daemon.pids"
     say "mounted $SRC at $MNT (daemon pid $DAEMON_PID${*:+, $*})"
 }
 

@@ -15,6 +15,7 @@ extension Catalog {
     @discardableResult
     func apply(_ item: ProviderItem, origin: ChangeOrigin = .mount, appeared: Bool = false) -> ProviderItem {
         let now = environment.timeline.now
+        let provider = environment.provider
         var told: [CatalogChange] = []
         var copied: [ProviderItem] = []
         let listening = origin == .provider && listensForProviderChanges()
@@ -29,6 +30,7 @@ extension Catalog {
             {
                 item = ours
             }
+            Self.keepVersionOfSameContent(&item, in: catalog, provider: provider)  // D-510
             // A local version is served instead of the provider's (Catalog+Local.swift).
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }
             if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
@@ -133,6 +135,7 @@ extension Catalog {
     ) {
         var told: [CatalogChange] = []
         let listening = listensForProviderChanges()
+        let provider = environment.provider
         // What the provider changed (D-403): children gone, new, and changed or renamed.
         var gone: [ProviderItem] = []
         var appeared: [ProviderItem] = []
@@ -217,6 +220,7 @@ extension Catalog {
             for var item in listed {
                 let old = catalog.items[item.identifier]
                 if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
+                Self.keepVersionOfSameContent(&item, in: catalog, provider: provider)  // D-510
                 if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }  // Catalog+Local.swift
                 if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
                 if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
@@ -405,6 +409,24 @@ extension Catalog {
         finish(
             removal.superseded,
             error: CacheError(.deletedRemotely, "\(removal.identifier) was deleted on the provider"))
+    }
+
+    /// A provider version whose text differs from the one the catalog holds for the item (or
+    /// that its local version was made from) but that names the same content by the provider's
+    /// rule (`Provider.isSameContent`: a WebDAV ETag turned from weak to strong) is taken as the
+    /// held one, so the content cached for it stays (D-510).
+    static func keepVersionOfSameContent(_ item: inout ProviderItem, in catalog: State, provider: any Provider) {
+        guard item.kind == .file else { return }
+        if let held = catalog.items[item.identifier]?.contentVersion, held != item.contentVersion,
+            provider.isSameContent(held, as: item.contentVersion)
+        {
+            item.contentVersion = held
+        } else if !catalog.localVersions.isEmpty,
+            let held = catalog.localVersions[item.identifier]?.providerVersion, held != item.contentVersion,
+            provider.isSameContent(held, as: item.contentVersion)
+        {
+            item.contentVersion = held
+        }
     }
 
     /// A name of a file with hard links that the provider now reports with no other name and

@@ -315,6 +315,25 @@ public final class Catalog: Sendable {
         state.withLock { $0.items[identifier] }
     }
 
+    /// `knownItem`, unless the item was reported changed since it was recorded (dirty: another
+    /// name of its file changed, D-396; a change the provider told of): then `.askAgain`, and
+    /// whoever would answer from it (readdirplus) leaves the answer to a lookup, which asks.
+    public func knownItemToShow(_ identifier: ItemIdentifier) -> KnownItem {
+        state.withLock { catalog in
+            guard let item = catalog.items[identifier] else { return .notHeld }
+            if !catalog.dirty.isEmpty, catalog.dirty.contains(identifier) { return .askAgain }
+            return .held(item)
+        }
+    }
+
+    /// What `knownItemToShow` finds.
+    public enum KnownItem: Sendable {
+        case held(ProviderItem)
+        /// Recorded, but reported changed since: not to be shown before it is asked for again.
+        case askAgain
+        case notHeld
+    }
+
     /// The item, fresh: the catalog's copy when younger than `maximumAge` (nil: whenever the
     /// catalog has it) and not reported changed, else the provider's answer, waited for.
     /// Unreachable provider: the known copy if any. Gone on the provider: removed, `.notFound`.

@@ -432,7 +432,8 @@ public final class ContentEntry: Sendable {
         let options = environment.options
         let timeline = environment.timeline
         let startedAt = timeline.now
-        var hasher = SHA256()
+        let algorithm = stream.checksumAlgorithm
+        var hasher = Digest(algorithm)
         var position = target.lowerBound
         var previousChunk: Int?
         while position < target.upperBound {
@@ -481,7 +482,7 @@ public final class ContentEntry: Sendable {
             return .failed(
                 CacheError(.corrupt, "\(range): the provider sent more bytes than the range"), progress: false)
         }
-        let received = ContentChecksum(.sha256, digest: hasher.finalize())
+        let received = ContentChecksum(algorithm, digest: hasher.finalize())
         guard let expected = stream.checksum else {
             return .failed(CacheError(.corrupt, "\(range): the provider sent no checksum"), progress: false)
         }

@@ -97,6 +97,10 @@ public struct FaultInjectingProvider: Provider {
 
     public func forgetDeferredCreate(_ identifier: ItemIdentifier) { base.forgetDeferredCreate(identifier) }
 
+    public func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool {
+        base.isSameContent(version, as: other)
+    }
+
     /// Declines while any rule strikes writes (the change then reaches `setAttributes`, and meets
     /// the fault there); else the base's answer.
     public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?

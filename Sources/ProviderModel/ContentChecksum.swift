@@ -2,8 +2,26 @@
 /// response; a WebDAV server's checksum of a whole file; the fault wrapper's digest of the bytes it
 /// would have sent unmodified). The cache compares it with the digest of the bytes it received.
 public struct ContentChecksum: Sendable, Hashable, CustomStringConvertible {
-    public enum Algorithm: String, Sendable, Hashable, Codable {
+    /// The algorithms a digest may be in. MD5, SHA-1 and Adler-32 are what servers send
+    /// (Apache's Content-MD5, ownCloud's `OC-Checksum: SHA1:…`): they detect damage on the way,
+    /// not an attacker (who could drop the header as well, D-495).
+    public enum Algorithm: String, Sendable, Hashable, Codable, CaseIterable {
         case sha256
+        case sha512
+        case sha1
+        case md5
+        case adler32
+
+        /// The digest's length in bytes.
+        public var digestLength: Int {
+            switch self {
+            case .sha256: 32
+            case .sha512: 64
+            case .sha1: 20
+            case .md5: 16
+            case .adler32: 4
+            }
+        }
     }
     public var algorithm: Algorithm
     public var digest: [UInt8]
@@ -13,7 +31,7 @@ public struct ContentChecksum: Sendable, Hashable, CustomStringConvertible {
         self.digest = digest
     }
 
-    /// `sha256:` followed by the digest in lowercase hexadecimal.
+    /// The algorithm's name (`sha256:`) followed by the digest in lowercase hexadecimal.
     public var description: String {
         let digits = Array("0123456789abcdef")
         return algorithm.rawValue + ":" + String(digest.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] })

@@ -147,6 +147,12 @@ public protocol Provider: Sendable {
     /// create failed, before it reached the provider): whatever the provider keeps for it goes.
     func forgetDeferredCreate(_ identifier: ItemIdentifier)
 
+    /// Whether two versions of one item name the same content although their text differs (a
+    /// WebDAV ETag turns from weak to strong a second after a change, D-422). The catalog then
+    /// keeps the version it holds, and with it the content cached for it (D-510). Default: the
+    /// same text.
+    func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool
+
     /// `setAttributes` on the calling thread (D-426), under the same rules as `itemNow`: only
     /// where the provider answers at once, never waiting on a network. Nil: declined (the caller
     /// uses `setAttributes`).
@@ -229,6 +235,8 @@ extension Provider {
 
     public func forgetDeferredCreate(_ identifier: ItemIdentifier) {}
 
+    public func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool { version == other }
+
     public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?
     {
         nil
@@ -295,6 +303,10 @@ public protocol ContentStream: Sendable {
     /// trailer), nil before that and for streams that carry none. A checksummed stream's bytes
     /// count as received only once the cache's own digest of them matches.
     var checksum: ContentChecksum? { get }
+
+    /// `.checksummed`: the algorithm `checksum` will be in, known as soon as the stream is
+    /// returned (the cache hashes the bytes with it as they arrive). Default: SHA-256.
+    var checksumAlgorithm: ContentChecksum.Algorithm { get }
 }
 
 /// What a content stream offers beyond `next` and `close` (see `ProviderCapabilities` for the
@@ -315,6 +327,8 @@ extension ContentStream {
     public var capabilities: ContentStreamCapabilities { [] }
 
     public var checksum: ContentChecksum? { nil }
+
+    public var checksumAlgorithm: ContentChecksum.Algorithm { .sha256 }
 
     public func transfer(
         to descriptor: Int32, at offset: Int64, firstStep: Int, step: Int, maximumLength: Int,

@@ -113,6 +113,34 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// PROPFIND: a 207 answer of more than 4 KiB is sent but for its last 64 bytes, which
         /// wait until the mode is another one (at most 60 s): a listing whose end is slow to come.
         case holdPropfindEnd = "hold-propfind-end"
+        /// GET: `Content-Digest: sha-256=:…:` of the answer's body (D-495).
+        case contentDigest = "content-digest"
+        /// GET: the true body's Content-Digest, and one byte in the middle of the body flipped on
+        /// the way.
+        case contentDigestFlipped = "content-digest+flip-byte"
+        /// GET: `OC-Checksum: SHA1:<hex>` of the whole file (the proxy reads it all from upstream),
+        /// on every answer, a part's too (as Nextcloud).
+        case ocChecksum = "oc-checksum"
+        /// GET: the whole file's true OC-Checksum, one byte of the body flipped.
+        case ocChecksumFlipped = "oc-checksum+flip-byte"
+        /// GET: `Repr-Digest: sha-512=:…:` of the whole file.
+        case reprDigest = "repr-digest"
+        /// GET: the whole file's true Repr-Digest, one byte of the body flipped.
+        case reprDigestFlipped = "repr-digest+flip-byte"
+        /// GET: one byte of the body flipped, the headers as the server sent them (Apache's own
+        /// Content-MD5 included).
+        case flipByte = "flip-byte"
+        /// GET: checksum headers that are not of their grammars (and the body as it is).
+        case malformedChecksums = "malformed-checksums"
+        /// GET: the whole file's true OC-Checksum, a byte flipped, and all of the body but its
+        /// first 64 KiB held until the mode is another one (at most 60 s).
+        case ocChecksumFlippedHeld = "oc-checksum+flip-byte+hold-get-body"
+    }
+
+    /// The GET requests a `.tampering` proxy passed on, oldest first: `GET <path> range=<Range
+    /// header or -> want-content=<…> want-repr=<…>`.
+    public func requestLog() -> [String] {
+        (readTextFile(scratch + "/requests") ?? "").split(separator: "\n").map(String.init)
     }
 
     /// Written by the tampering proxy once it holds its port.
@@ -134,10 +162,14 @@ public final class WebDAVTestServer: @unchecked Sendable {
     public private(set) var process: ChildProcess?
     private let scratch: String
 
+    /// Lines added to Apache's configuration (`.apache`), e.g. `ContentDigest On`.
+    private let apacheDirectives: String
+
     /// Starts serving `root` (created if missing).
-    public init(root: String, kind: Kind = .rclone(user: nil, password: nil)) throws {
+    public init(root: String, kind: Kind = .rclone(user: nil, password: nil), apacheDirectives: String = "") throws {
         self.root = root
         self.kind = kind
+        self.apacheDirectives = apacheDirectives
         mkdir(root, 0o755)
         scratch = try makeTemporaryDirectory(prefix: "webdav-server")
         do {
@@ -237,8 +269,9 @@ public final class WebDAVTestServer: @unchecked Sendable {
     /// The `tampering` server: HTTP/1.1, any method, forwarded to the upstream server, the answer
     /// spoiled per the mode file (`Tampering`).
     static let tamperingProxyScript = #"""
-        import http.client, http.server, re, socket, sys, threading, time, urllib.parse
+        import base64, hashlib, http.client, http.server, re, socket, sys, threading, time, urllib.parse
         port, upstream, modefile = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2]), sys.argv[3]
+        requests = modefile.rsplit('/', 1)[0] + '/requests'
         lock = threading.Lock(); counter = [0]
         FOREIGN = ['/../escaped.txt', '/%2e%2e/escaped.txt', '/docs/..%2F..%2Fescaped.txt', '/docs%2Fescaped.txt',
                    '/docs/../../escaped.txt', 'http://127.0.0.2:9/escaped.txt', '/docs/nested/deeper.txt', '//escaped.txt']
@@ -276,8 +309,28 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     if mode() != 'hold-propfind-end': break
                     time.sleep(0.02)
                 self.wfile.write(body[-64:]); self.wfile.flush()
+            def send_held_get(self, status, headers, body):
+                head = 'HTTP/1.1 %d X\r\n' % status
+                for k, v in headers: head += '%s: %s\r\n' % (k, v)
+                head += 'Content-Length: %d\r\n\r\n' % len(body)
+                self.wfile.write(head.encode()); self.wfile.write(body[:65536]); self.wfile.flush()
+                for _ in range(3000):
+                    if 'hold-get-body' not in mode().split('+'): break
+                    time.sleep(0.02)
+                self.wfile.write(body[65536:]); self.wfile.flush()
+            def whole(self, headers):
+                connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
+                plain = {k: v for k, v in headers.items() if k.lower() not in ('range', 'if-match')}
+                connection.request('GET', self.path, headers=plain)
+                data = connection.getresponse().read(); connection.close()
+                return data
             def answer(self):
-                m = mode(); method = self.command
+                m = mode(); method = self.command; modes = m.split('+')
+                if method == 'GET':
+                    with lock, open(requests, 'a') as log:
+                        log.write('GET %s range=%s want-content=%s want-repr=%s\n' % (self.path,
+                            self.headers.get('Range', '-'), self.headers.get('Want-Content-Digest', '-'),
+                            self.headers.get('Want-Repr-Digest', '-')))
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else None
                 if m == 'html-propfind' and method == 'PROPFIND':
@@ -310,6 +363,20 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     data = re.sub(rb'(</[A-Za-z0-9]*:?multistatus>)', lambda g: extra + g.group(1), data)
                 if status == 207 and m == 'only-foreign-hrefs':
                     data = re.sub(rb'(<[A-Za-z0-9]*:?href>)[^<]*(</)', lambda g: g.group(1) + b'/../escaped.txt' + g.group(2), data)
+                if method == 'GET' and status in (200, 206):
+                    if 'content-digest' in modes:
+                        out.append(('Content-Digest', 'sha-256=:%s:' % base64.b64encode(hashlib.sha256(data).digest()).decode()))
+                    if 'oc-checksum' in modes:
+                        out.append(('OC-Checksum', 'SHA1:' + hashlib.sha1(self.whole(headers)).hexdigest()))
+                    if 'repr-digest' in modes:
+                        out.append(('Repr-Digest', 'sha-512=:%s:' % base64.b64encode(hashlib.sha512(self.whole(headers)).digest()).decode()))
+                    if 'malformed-checksums' in modes:
+                        out += [('Content-Digest', 'sha-256=:not base64:'), ('Repr-Digest', 'SHA-256=:AAAA:'),
+                                ('OC-Checksum', 'SHA1:xyz'), ('Digest', 'MD5'), ('Content-MD5', 'short')]
+                    if 'flip-byte' in modes and data:
+                        data = data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1:]
+                    if 'hold-get-body' in modes and len(data) > 65536:
+                        return self.send_held_get(status, out, data)
                 spoils = method in ('GET', 'PROPFIND')
                 if method == 'GET' and m == 'longer-content-length':
                     return self.send_raw(status, out, data, length=len(data) + 1000)
@@ -486,6 +553,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
             MaxSpareThreads 16
             DocumentRoot "\(root)"
             DavLockDB "\(scratch)/lock/DavLock"
+            \(apacheDirectives)
             <Directory "/">
               AllowOverride None
               Require all denied

@@ -29,12 +29,13 @@ extension ProviderFileSystem {
         _ parent: InodeNumber, _ operation: String, context: RequestContext
     ) throws(FileSystemError) -> ChangeSite {
         // Who may use the path is decided first (require-token mode, tokens), then EROFS.
-        if let target = scopedTarget(parent) {
-            guard case .node(let node) = target else {
-                guard isWritable else { throw readOnly(operation) }
-                throw FileSystemError(
-                    .accessDenied, "\(operation) in \(Self.scopedDirectoryName): its entries are the tokens")
-            }
+        switch resolve(parent) {
+        case .plain: break
+        case .scopedRoot:
+            guard isWritable else { throw readOnly(operation) }
+            throw FileSystemError(
+                .accessDenied, "\(operation) in \(Self.scopedDirectoryName): its entries are the tokens")
+        case .scoped(let node):
             let check = try enforce(node, context: context, operation: operation).check
             guard isWritable else { throw readOnly(operation) }
             guard check.writable else {
@@ -172,7 +173,7 @@ extension ProviderFileSystem {
     ) async throws(FileSystemError) -> Entry {
         let site = try changeSite(newParent, "link", context: context)
         try checkName(newName, in: site, "link")
-        guard site.scoped == nil, scopedTarget(inode) == nil else {
+        guard site.scoped == nil, case .plain = resolve(inode) else {
             throw FileSystemError(.crossDevice, "link: through an access path")
         }
         // A node whose readers use the page cache gets no second name (one name per caching node:
@@ -258,7 +259,6 @@ extension ProviderFileSystem {
             throw FileSystemError(error)
         }
         state.withLock { Self.detachRemoved(item, serial: serial, heir: heir, in: &$0) }
-        if let heir { handOverWriters(from: item.identifier, to: heir) }
         coordination.finishNamespaceChange(claim, happened: true)
     }
 
@@ -347,7 +347,6 @@ extension ProviderFileSystem {
             coordination.finishNamespaceChange(claim, happened: false)
             throw FileSystemError(error)
         }
-        let writers = writeHandles.withLock { $0.values.map(\.identifier) }
         state.withLock { state in
             if moved.identifier != source.identifier, mode != .exchange {
                 // At a provider whose identifiers are paths everything below the item moves with
@@ -360,9 +359,8 @@ extension ProviderFileSystem {
                     moves[identifier] = rebased
                 }
                 for identifier in state.inodes.identifiers { follow(identifier) }
-                for file in state.files.values { follow(file.identifier) }
+                for identifier in state.handles.identifiers { follow(identifier) }
                 for directory in state.directories.values { follow(directory.identifier) }
-                for identifier in writers { follow(identifier) }
             }
             if let destination {
                 if mode == .exchange {
@@ -386,29 +384,12 @@ extension ProviderFileSystem {
             }
             state.inodes.rekey(moves)
             guard !moves.isEmpty else { return }
-            for (handle, file) in state.files {
-                if let moved = moves[file.identifier] { state.files[handle]!.identifier = moved }
-            }
+            // Read and write handles follow their items (writers' staging copies moved with them, D-371).
+            state.handles.rekey(moves)
             for (handle, directory) in state.directories {
                 if let moved = moves[directory.identifier] { state.directories[handle]!.identifier = moved }
             }
-            // Access-path nodes name their item too.
-            for (inode, node) in state.scoped {
-                guard case .item(let identifier) = node.role, let moved = moves[identifier] else { continue }
-                let oldKey = ScopedKey(token: node.token, role: node.role)
-                state.scoped[inode]!.role = .item(moved)
-                if state.scopedByKey[oldKey] == inode { state.scopedByKey[oldKey] = nil }
-                state.scopedByKey[ScopedKey(token: node.token, role: .item(moved))] = inode
-            }
-        }
-        if let heir, let destination { handOverWriters(from: destination.identifier, to: heir) }
-        // Write handles follow their items too (their staging copies moved with them, D-371).
-        if !moves.isEmpty {
-            writeHandles.withLock { handles in
-                for (handle, writer) in handles {
-                    if let moved = moves[writer.identifier] { handles[handle]!.identifier = moved }
-                }
-            }
+            state.scoped.rekey(moves)
         }
         coordination.finishNamespaceChange(claim, happened: true)
     }
@@ -420,7 +401,7 @@ extension ProviderFileSystem {
         var attributes = attributes(of: item, presentBytes: item.size, inode: inode, serial: serial, links: 0)
         // Open for writing when it was removed: its handles go on writing their (unlinked) staging
         // copy, and fstat shows its length and last change, as for an unlinked local file.
-        if let staging = writeHandles.withLock({ $0.values.first { $0.inode == inode }?.staging }) {
+        if let staging = state.withLock({ $0.handles.writer(of: inode)?.staging }) {
             attributes.size = staging.size
             attributes.blocks = (staging.size + 511) / 512
             if let permissions = staging.permissions { attributes.permissions = permissions & 0o7777 }  // D-385
@@ -440,10 +421,9 @@ extension ProviderFileSystem {
         _ item: ProviderItem, serial: UInt64, heir: ItemIdentifier? = nil, in state: inout State
     ) {
         if let inode = state.inodes.detach(item.identifier, heir: heir) { state.removed[inode] = (item, serial) }
-        guard let heir else { return }
-        for (handle, file) in state.files where file.identifier == item.identifier {
-            state.files[handle]!.identifier = heir
-        }
+        // Its handles, readers and writers, go on under the heir (the cache handed the writers'
+        // staging copies over).
+        if let heir { state.handles.handOver(from: item.identifier, to: heir) }
     }
 
     /// The name a file's node, handles and writers go on under when `identifier`, one of its
@@ -453,20 +433,12 @@ extension ProviderFileSystem {
         state.withLock { $0.inodes.heir(of: identifier) } ?? cache.catalog.otherNames(of: identifier).first
     }
 
-    /// Write handles of `old`, a name that went, write on under `heir` (its staging copies were
-    /// handed over by the cache, D-396).
-    func handOverWriters(from old: ItemIdentifier, to heir: ItemIdentifier) {
-        writeHandles.withLock { handles in
-            for (handle, writer) in handles where writer.identifier == old { handles[handle]!.identifier = heir }
-        }
-    }
-
     /// Before an item is deleted, replaced or moved: the content that open handles of it (or of
     /// items below it) pin is completed, so those handles read the whole version to the end (a
     /// deleted item's bytes cannot be fetched afterwards; a moved item's entry is retired when
     /// its identifier changes). A download that fails leaves the handle its present bytes.
     func settleOpenContent(of identifiers: [ItemIdentifier]) async throws(FileSystemError) {
-        let open = state.withLock { state in state.files.values.map { ($0.identifier, $0.entry) } }
+        let open = state.withLock { state in state.handles.readers.map { ($0.identifier, $0.entry) } }
         guard !open.isEmpty else { return }
         for (identifier, entry) in open
         where identifiers.contains(where: { depth(of: identifier, below: $0) != nil }) && !entry.isMaterialized {
@@ -488,18 +460,21 @@ extension ProviderFileSystem {
     /// access time is not kept (atime reads as mtime). chown: EPERM unless it changes nothing
     /// (every node belongs to the mounting user).
     func changeAttributes(
-        _ inode: InodeNumber, _ changes: AttributeChanges, context: RequestContext
+        _ inode: InodeNumber, _ resolved: ResolvedNode, _ changes: AttributeChanges, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
         guard isWritable else { throw readOnly("setattr") }
-        if let target = scopedTarget(inode) {
-            guard case .node(let scoped) = target, case .item = scoped.role else {
+        switch resolved {
+        case .plain: break
+        case .scopedRoot: throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+        case .scoped(let scoped):
+            guard case .item = scoped.role else {
                 throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
             }
             guard try enforce(scoped, context: context, operation: "setattr").check.writable else {
                 throw FileSystemError(.accessDenied, "setattr through an access path of a read token")
             }
         }
-        guard let node = try anyNode(inode, context: context, operation: "setattr") else {
+        guard let node = try anyNode(inode, resolved, context: context, operation: "setattr") else {
             throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
         }
         var wanted = Self.itemChanges(changes)

@@ -48,9 +48,9 @@ extension ProviderFileSystem {
     /// `checkPlainPath` for an operation whose node may be an access-path node (which has checks
     /// of its own, the token's) or a plain one.
     func checkPlainNode(
-        _ inode: InodeNumber, _ operation: @autoclosure () -> String, context: RequestContext
+        _ resolved: ResolvedNode, _ operation: @autoclosure () -> String, context: RequestContext
     ) throws(FileSystemError) {
-        guard requiresToken, scopedTarget(inode) == nil else { return }
+        guard requiresToken, case .plain = resolved else { return }
         try checkPlainPath(operation(), context: context)
     }
 }

@@ -6,69 +6,52 @@
 // are direct I/O, never passed through. The kernel may keep entries and attributes of a token
 // bound to no process until its deadline (capped by the mount's timeouts) and is told to forget
 // them when the token ends earlier (D-345, D-346); a token bound to a process keeps entry
-// timeout zero.
+// timeout zero. An operation learns what its node is from `resolve` (plain, `.scoped`, or a node
+// here; ScopedNodeTable.swift, D-506) and hands an access-path node to its function below, which
+// checks the token (`enforce`, `checkToken`: the grant as the port gave it, D-507).
 
 import Diagnostics
 import ProviderCache
 import ProviderModel
 import SystemSupport
 
+extension ScopedGrant {
+    /// The granted item.
+    var item: ItemIdentifier { ItemIdentifier(scope) }
+}
+
 extension ProviderFileSystem {
-    enum ScopedTarget {
-        /// `.scoped` itself.
-        case directory(InodeNumber)
-        case node(ScopedNode)
-    }
-
     var scopedDirectoryInode: InodeNumber? {
-        scopedAccess == nil ? nil : state.withLock { $0.scopedDirectory }
+        scopedAccess == nil ? nil : state.withLock { $0.scoped.directory }
     }
 
-    /// The access-path node `inode` is, or nil for a plain node.
-    func scopedTarget(_ inode: InodeNumber) -> ScopedTarget? {
-        guard scopedAccess != nil else { return nil }
-        return state.withLock { state -> ScopedTarget? in
-            if inode == state.scopedDirectory { return .directory(inode) }
-            return state.scoped[inode].map { .node($0) }
-        }
+    /// What `inode` is to an operation: plain, `.scoped`, or an access-path node (D-506). Each
+    /// operation resolves its node once and switches on the answer.
+    func resolve(_ inode: InodeNumber) -> ResolvedNode {
+        guard scopedAccess != nil else { return .plain }
+        return state.withLock { $0.scoped.resolve(inode) }
     }
 
     // MARK: Checks
 
-    /// An allowed token: the item it grants, its id, and how long the kernel may keep what is
-    /// answered through it (D-345).
-    struct ScopedCheck {
-        var scope: ItemIdentifier
-        var id: String
-        var caching: ScopedKernelCaching
-        /// A read-write token: changes through its access path are allowed.
-        var writable = false
-    }
-
-    /// The token asked again (a use taken when `use`); denied → EACCES with the reason, logged.
+    /// The token asked again, its grant as the provider gave it (D-507); a use taken when `use`,
+    /// which lasts until `endUse(id)` (ended here if the answer is a refusal after all: the root,
+    /// D-305). Denied → EACCES with the reason, logged; not a token → ENOENT.
     func checkToken(
         _ token: String, context: RequestContext, use: Bool = false, operation: String
-    ) throws(FileSystemError) -> ScopedCheck {
-        try decideToken(token, context: context, use: use, operation: operation)
-    }
-
-    /// `checkToken`, with a use taken when `use`: it lasts until `endUse(id)`; it is ended here if
-    /// the answer is a refusal after all (the root, D-305).
-    func decideToken(
-        _ token: String, context: RequestContext, use: Bool, operation: String
-    ) throws(FileSystemError) -> ScopedCheck {
+    ) throws(FileSystemError) -> ScopedGrant {
         guard let scopedAccess else { throw FileSystemError(.notFound, "the mount has no access paths") }
         let decision =
             use ? scopedAccess.recordUse(token, context: context) : scopedAccess.check(token, context: context)
         switch decision {
-        case .allowed(let scope, let writable, let id, let caching):
+        case .allowed(let grant):
             // The root has no name to stand under `.scoped/<token>/` (D-305).
-            guard !scope.isEmpty else {
-                if use { scopedAccess.returnUse(id: id) }
+            guard !grant.scope.isEmpty else {
+                if use { scopedAccess.returnUse(id: grant.id) }
                 logger.notice("\(operation) through an access path refused: a grant of the mount's root")
                 throw FileSystemError(.accessDenied, "access path refused: the mount's root cannot be granted")
             }
-            return ScopedCheck(scope: ItemIdentifier(scope), id: id, caching: caching, writable: writable)
+            return grant
         case .denied(let reason):
             // Never the token: the authority logs it by id (or not at all for a guess).
             logger.notice("\(operation) through an access path refused (uid \(context.uid)): \(reason)")
@@ -101,24 +84,28 @@ extension ProviderFileSystem {
     @discardableResult
     func enforce(
         _ node: ScopedNode, context: RequestContext, use: Bool = false, operation: String
-    ) throws(FileSystemError) -> (check: ScopedCheck, depth: Int?) {
+    ) throws(FileSystemError) -> (check: ScopedGrant, depth: Int?) {
         let check = try checkToken(node.token, context: context, use: use, operation: operation)
         guard case .item(let identifier) = node.role else { return (check, nil) }
-        guard let depth = depth(of: identifier, below: check.scope) else {
+        guard let depth = depth(of: identifier, below: check.item) else {
             logger.notice("\(operation) through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
         }
         return (check, depth)
     }
 
-    /// The node behind `inode` for the operations that only name it (setattr, xattrs): a plain
-    /// node, or an access-path item node after its checks; nil for `.scoped` and a token
-    /// directory (no item of their own).
+    /// The node behind `inode` (resolved as `resolved`) for the operations that only name it
+    /// (setattr, xattrs): a plain node, or an access-path item node after its checks; nil for
+    /// `.scoped` and a token directory (no item of their own).
     func anyNode(
-        _ inode: InodeNumber, context: RequestContext, operation: String
+        _ inode: InodeNumber, _ resolved: ResolvedNode, context: RequestContext, operation: String
     ) throws(FileSystemError) -> InodeTable.Node? {
-        guard let target = scopedTarget(inode) else { return try node(inode) }
-        guard case .node(let node) = target else { return nil }
+        let node: ScopedNode
+        switch resolved {
+        case .plain: return try self.node(inode)
+        case .scopedRoot: return nil
+        case .scoped(let scoped): node = scoped
+        }
         try enforce(node, context: context, operation: operation)
         guard case .item(let identifier) = node.role else { return nil }
         return InodeTable.Node(identifier: identifier, kind: node.kind, lookupCount: 0, generation: 0)
@@ -126,23 +113,15 @@ extension ProviderFileSystem {
 
     // MARK: Nodes and attributes
 
-    /// The node for `key`, made if needed, with `references` more kernel references. `check`:
+    /// The node of `token` in `role`, made if needed, with `references` more kernel references. `check`:
     /// the token's, whose id finds its nodes when it ends (D-346) and whose scope the node keeps.
-    func bindScoped(_ key: ScopedKey, kind: ItemKind, references: UInt64, check: ScopedCheck) -> InodeNumber {
-        let tokenID = check.id
-        return state.withLock { state in
-            if let inode = state.scopedByKey[key], var node = state.scoped[inode], node.kind == kind {
-                node.lookupCount += references
-                state.scoped[inode] = node
-                return inode
-            }
-            let inode = state.inodes.reserve()
-            state.scoped[inode] = ScopedNode(
-                token: key.token, tokenID: tokenID, scope: check.scope, role: key.role, kind: kind,
-                lookupCount: references)
-            state.scopedByKey[key] = inode
-            state.scopedByTokenID[tokenID, default: []].insert(inode)
-            return inode
+    func bindScoped(
+        token: String, role: ScopedNode.Role, kind: ItemKind, references: UInt64, check: ScopedGrant
+    ) -> InodeNumber {
+        state.withLock { state in
+            state.scoped.bind(
+                token: token, role: role, kind: kind, references: references, tokenID: check.id, scope: check.item,
+                numberedBy: &state.inodes)
         }
     }
 
@@ -160,7 +139,7 @@ extension ProviderFileSystem {
 
     /// `.scoped/<token>`: a read-only directory with the granted item's times.
     func tokenDirectoryAttributes(
-        _ inode: InodeNumber, scopeItem: ProviderItem, _ check: ScopedCheck
+        _ inode: InodeNumber, scopeItem: ProviderItem, _ check: ScopedGrant
     ) -> NodeAttributes {
         var attributes = attributes(of: scopeItem, presentBytes: 0, inode: inode)
         attributes.serialNumber = Self.accessPathSerial(inode)
@@ -172,7 +151,7 @@ extension ProviderFileSystem {
         return attributes
     }
 
-    func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem, _ check: ScopedCheck) -> NodeAttributes {
+    func scopedItemAttributes(_ inode: InodeNumber, item: ProviderItem, _ check: ScopedGrant) -> NodeAttributes {
         var attributes = attributes(of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode)
         attributes.validFor = scopedTimeouts(check.caching).attributes
         return attributes
@@ -206,7 +185,7 @@ extension ProviderFileSystem {
         )
     }
 
-    func scopedEntry(_ attributes: NodeAttributes, _ check: ScopedCheck) -> Entry {
+    func scopedEntry(_ attributes: NodeAttributes, _ check: ScopedGrant) -> Entry {
         let timeouts = scopedTimeouts(check.caching)
         return Entry(
             attributes: attributes, generation: 1, attributeTimeout: timeouts.attributes,
@@ -233,73 +212,72 @@ extension ProviderFileSystem {
 
     // MARK: Operations
 
+    /// A lookup in `.scoped`: the name is the token.
+    func tokenLookup(_ name: String, context: RequestContext) async throws(FileSystemError) -> Entry {
+        if name == "." || name == ".." {
+            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
+        }
+        let check = try checkToken(name, context: context, operation: "lookup")
+        let item = try await scopeItem(check.item)
+        // A granted directory is the token's node itself (D-305).
+        if item.kind == .directory {
+            let inode = bindScoped(token: name, role: .item(check.item), kind: .directory, references: 1, check: check)
+            return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
+        }
+        let inode = bindScoped(token: name, role: .token, kind: .directory, references: 1, check: check)
+        return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
+    }
+
     func scopedLookup(
-        _ target: ScopedTarget, name: String, context: RequestContext
+        _ node: ScopedNode, name: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
         if name == "." || name == ".." {
             throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
         }
-        switch target {
-        case .directory:
-            // The name is the token.
-            let check = try checkToken(name, context: context, operation: "lookup")
-            let item = try await scopeItem(check.scope)
-            // A granted directory is the token's node itself (D-305).
-            if item.kind == .directory {
-                let inode = bindScoped(
-                    ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
-                    check: check)
-                return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
-            }
-            let inode = bindScoped(
-                ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
-            return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
-        case .node(let node):
-            guard node.kind == .directory else {
-                throw FileSystemError(.notADirectory, "not a directory")
-            }
-            let found: ProviderItem
-            let check: ScopedCheck
-            switch node.role {
-            case .token:
-                check = try checkToken(node.token, context: context, operation: "lookup")
-                let item = try await scopeItem(check.scope)
-                guard item.name == name else {
-                    throw FileSystemError(.notFound, "the access path holds only the granted item")
-                }
-                found = item
-            case .item(let identifier):
-                check = try enforce(node, context: context, operation: "lookup").check
-                found = try await child(named: name, of: identifier)
-            }
-            let inode = bindScoped(
-                ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
-                check: check)
-            return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
+        guard node.kind == .directory else {
+            throw FileSystemError(.notADirectory, "not a directory")
         }
+        let found: ProviderItem
+        let check: ScopedGrant
+        switch node.role {
+        case .token:
+            check = try checkToken(node.token, context: context, operation: "lookup")
+            let item = try await scopeItem(check.item)
+            guard item.name == name else {
+                throw FileSystemError(.notFound, "the access path holds only the granted item")
+            }
+            found = item
+        case .item(let identifier):
+            check = try enforce(node, context: context, operation: "lookup").check
+            found = try await child(named: name, of: identifier)
+        }
+        let inode = bindScoped(
+            token: node.token, role: .item(found.identifier), kind: found.kind, references: 1,
+            check: check)
+        return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
+    }
+
+    /// getattr of `.scoped`: open to everyone, with the mount's attribute timeout.
+    func scopedRootAttributes(_ inode: InodeNumber) -> NodeAttributes {
+        var attributes = scopedDirectoryAttributes(inode)
+        attributes.validFor = options.attributeTimeout
+        return attributes
     }
 
     func scopedAttributes(
-        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        switch target {
-        case .directory(let inode):
-            var attributes = scopedDirectoryAttributes(inode)
-            attributes.validFor = options.attributeTimeout
-            return attributes
-        case .node(let node):
-            let (check, _) = try enforce(node, context: context, operation: "getattr")
-            if node.role == .token {
-                return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.scope), check)
-            }
-            return scopedItemAttributes(inode, item: try await scopedItem(node), check)
+        let (check, _) = try enforce(node, context: context, operation: "getattr")
+        if node.role == .token {
+            return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.item), check)
         }
+        return scopedItemAttributes(inode, item: try await scopedItem(node), check)
     }
 
     /// A link's target, if following it stays inside the granted item: absolute targets, and
     /// relative ones whose `..` climb above the granted item, are refused (EACCES).
-    func scopedReadLink(_ target: ScopedTarget, context: RequestContext) async throws(FileSystemError) -> String {
-        guard case .node(let node) = target, case .item = node.role else {
+    func scopedReadLink(_ node: ScopedNode, context: RequestContext) async throws(FileSystemError) -> String {
+        guard case .item = node.role else {
             throw FileSystemError(.invalidArgument, "not a symbolic link")
         }
         let (_, depth) = try enforce(node, context: context, operation: "readlink")
@@ -329,15 +307,17 @@ extension ProviderFileSystem {
         return link
     }
 
+    /// opendir of `.scoped`: refused, it cannot be listed.
+    func scopedRootListingRefusal(_ context: RequestContext) -> FileSystemError {
+        logger.notice("listing \(Self.scopedDirectoryName) refused (uid \(context.uid))")
+        return FileSystemError(.accessDenied, "\(Self.scopedDirectoryName) cannot be listed")
+    }
+
     func scopedOpenDirectory(
-        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) async throws(FileSystemError) -> FileHandleID {
-        guard case .node(let node) = target else {
-            logger.notice("listing \(Self.scopedDirectoryName) refused (uid \(context.uid))")
-            throw FileSystemError(.accessDenied, "\(Self.scopedDirectoryName) cannot be listed")
-        }
         guard node.kind == .directory else { throw FileSystemError(.notADirectory, "not a directory") }
-        let scope = try enforce(node, context: context, operation: "opendir").check.scope
+        let scope = try enforce(node, context: context, operation: "opendir").check.item
         let identifier: ItemIdentifier
         if case .item(let item) = node.role { identifier = item } else { identifier = scope }
         return state.withLock { state in
@@ -353,7 +333,7 @@ extension ProviderFileSystem {
         context: RequestContext
     ) async throws(FileSystemError) -> [DirectoryEntry] {
         let check = try enforce(node, context: context, operation: "readdir").check
-        let scope = check.scope
+        let scope = check.item
         var snapshot = open.snapshot
         if snapshot == nil || cookie == 0 {
             var children: [ProviderItem]
@@ -374,7 +354,7 @@ extension ProviderFileSystem {
                     open.identifier == scope
                     ? (scopedDirectoryInode ?? .root)
                     : bindScoped(
-                        ScopedKey(token: node.token, role: .item(parent)), kind: .directory, references: 0,
+                        token: node.token, role: .item(parent), kind: .directory, references: 0,
                         check: check)
             }
             // d_ino: an item's own st_ino, an access path's synthetic directories their own (D-389).
@@ -395,7 +375,7 @@ extension ProviderFileSystem {
             let serials = cache.catalog.serialNumbers(of: children.map(\.identifier))
             for (child, serial) in zip(children, serials) {
                 let inode = bindScoped(
-                    ScopedKey(token: node.token, role: .item(child.identifier)), kind: child.kind, references: 0,
+                    token: node.token, role: .item(child.identifier), kind: child.kind, references: 0,
                     check: check)
                 entries.append(
                     DirectoryEntry(
@@ -415,18 +395,18 @@ extension ProviderFileSystem {
     /// use taken (D-308), which the caller must end with `endScopedUse` when the handle is
     /// released, or give back with `returnScopedUse` when the open fails (D-315).
     func scopedOpen(
-        _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
+        _ node: ScopedNode, flags: OpenFlags, context: RequestContext
     ) throws(FileSystemError) -> (node: ScopedNode, identifier: ItemIdentifier, use: String) {
-        guard case .node(let node) = target, case .item(let identifier) = node.role else {
+        guard case .item(let identifier) = node.role else {
             throw FileSystemError(.isADirectory, "an access-path directory")
         }
         try enforce(node, context: context, operation: "open")
         if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
         let writing = flags.wantsWrite || flags.truncates
         if writing, !isWritable { throw readOnly("open for writing") }
-        let check = try decideToken(node.token, context: context, use: true, operation: "open")
+        let check = try checkToken(node.token, context: context, use: true, operation: "open")
         let use = check.id
-        guard depth(of: identifier, below: check.scope) != nil else {
+        guard depth(of: identifier, below: check.item) != nil else {
             returnScopedUse(use)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
@@ -466,60 +446,64 @@ extension ProviderFileSystem {
         cache.catalog.itemNow(scope, maximumAge: options.cache.attributeTTL, askingProvider: false)
     }
 
-    func scopedLookupNow(
-        _ target: ScopedTarget, name: String, context: RequestContext
-    ) -> Result<Entry, FileSystemError>? {
-        guard !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255, !name.utf8.contains(UInt8(ascii: "/"))
-        else { return nil }
+    /// Whether `name` is one a lookup on the FUSE thread answers (else the async path words it).
+    private static func answersNow(_ name: String) -> Bool {
+        !name.isEmpty && name != "." && name != ".." && name.utf8.count <= 255 && !name.utf8.contains(UInt8(ascii: "/"))
+    }
+
+    func tokenLookupNow(_ name: String, context: RequestContext) -> Result<Entry, FileSystemError>? {
+        guard Self.answersNow(name) else { return nil }
         do throws(FileSystemError) {
-            switch target {
-            case .directory:
-                let check = try checkToken(name, context: context, operation: "lookup")
-                guard let item = scopeItemNow(check.scope) else { return nil }
-                if item.kind == .directory {
-                    let inode = bindScoped(
-                        ScopedKey(token: name, role: .item(check.scope)), kind: .directory, references: 1,
-                        check: check)
-                    return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
-                }
+            let check = try checkToken(name, context: context, operation: "lookup")
+            guard let item = scopeItemNow(check.item) else { return nil }
+            if item.kind == .directory {
                 let inode = bindScoped(
-                    ScopedKey(token: name, role: .token), kind: .directory, references: 1, check: check)
-                return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
-            case .node(let node):
-                guard node.kind == .directory else { return nil }
-                let found: ProviderItem
-                let check: ScopedCheck
-                switch node.role {
-                case .token:
-                    check = try checkToken(node.token, context: context, operation: "lookup")
-                    guard let item = scopeItemNow(check.scope), item.name == name else { return nil }
-                    found = item
-                case .item(let identifier):
-                    check = try enforce(node, context: context, operation: "lookup").check
-                    guard case .found(let item, _) = cache.catalog.childNow(named: name, of: identifier) else {
-                        return nil
-                    }
-                    found = item
-                }
-                let inode = bindScoped(
-                    ScopedKey(token: node.token, role: .item(found.identifier)), kind: found.kind, references: 1,
-                    check: check)
-                return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
+                    token: name, role: .item(check.item), kind: .directory, references: 1, check: check)
+                return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
             }
+            let inode = bindScoped(token: name, role: .token, kind: .directory, references: 1, check: check)
+            return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    func scopedLookupNow(
+        _ node: ScopedNode, name: String, context: RequestContext
+    ) -> Result<Entry, FileSystemError>? {
+        guard Self.answersNow(name), node.kind == .directory else { return nil }
+        do throws(FileSystemError) {
+            let found: ProviderItem
+            let check: ScopedGrant
+            switch node.role {
+            case .token:
+                check = try checkToken(node.token, context: context, operation: "lookup")
+                guard let item = scopeItemNow(check.item), item.name == name else { return nil }
+                found = item
+            case .item(let identifier):
+                check = try enforce(node, context: context, operation: "lookup").check
+                guard case .found(let item, _) = cache.catalog.childNow(named: name, of: identifier) else {
+                    return nil
+                }
+                found = item
+            }
+            let inode = bindScoped(
+                token: node.token, role: .item(found.identifier), kind: found.kind, references: 1,
+                check: check)
+            return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
         } catch {
             return .failure(error)
         }
     }
 
     func scopedAttributesNow(
-        _ inode: InodeNumber, _ target: ScopedTarget, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        guard case .node(let node) = target else { return nil }
         do throws(FileSystemError) {
             let (check, _) = try enforce(node, context: context, operation: "getattr")
             switch node.role {
             case .token:
-                guard let item = scopeItemNow(check.scope) else { return nil }
+                guard let item = scopeItemNow(check.item) else { return nil }
                 return .success(tokenDirectoryAttributes(inode, scopeItem: item, check))
             case .item(let identifier):
                 guard
@@ -539,9 +523,9 @@ extension ProviderFileSystem {
     /// them. Directories, writes and everything not at hand are left to `open` (nil), with the
     /// use given back and nothing held (D-348).
     func scopedOpenNow(
-        _ inode: InodeNumber, _ target: ScopedTarget, flags: OpenFlags, context: RequestContext
+        _ inode: InodeNumber, _ node: ScopedNode, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard case .node(let node) = target, case .item(let identifier) = node.role, node.kind == .file,
+        guard case .item(let identifier) = node.role, node.kind == .file,
             !flags.wantsWrite, !flags.truncates
         else { return nil }
         // The use, held by the handle until its release (D-315), or given back if refused or
@@ -588,8 +572,8 @@ extension ProviderFileSystem {
             // The token's scope is not the node's after all (never: a token's scope is fixed).
             return try enforceTakingUseAfterCheck(node, identifier: identifier, context: context)
         }
-        let check = try decideToken(node.token, context: context, use: true, operation: "open")
-        if check.scope != node.scope, depth(of: identifier, below: check.scope) == nil {
+        let check = try checkToken(node.token, context: context, use: true, operation: "open")
+        if check.item != node.scope, depth(of: identifier, below: check.item) == nil {
             returnScopedUse(check.id)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
@@ -601,8 +585,8 @@ extension ProviderFileSystem {
     private func enforceTakingUseAfterCheck(
         _ node: ScopedNode, identifier: ItemIdentifier, context: RequestContext
     ) throws(FileSystemError) -> String {
-        let check = try decideToken(node.token, context: context, use: true, operation: "open")
-        guard depth(of: identifier, below: check.scope) != nil else {
+        let check = try checkToken(node.token, context: context, use: true, operation: "open")
+        guard depth(of: identifier, below: check.item) != nil else {
             returnScopedUse(check.id)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
@@ -623,16 +607,7 @@ extension ProviderFileSystem {
     /// The invalidations that make the kernel forget the token `id`'s paths; empty when it holds
     /// none of them.
     func scopedInvalidations(forEnded id: String) -> [KernelInvalidation] {
-        state.withLock { state -> [KernelInvalidation] in
-            guard let directory = state.scopedDirectory, let inodes = state.scopedByTokenID[id] else { return [] }
-            let nodes = inodes.sorted { $0.rawValue < $1.rawValue }
-            var tokens: [String] = []
-            for inode in nodes {
-                if let token = state.scoped[inode]?.token, !tokens.contains(token) { tokens.append(token) }
-            }
-            return tokens.map { KernelInvalidation.entry(parent: directory, name: $0) }
-                + nodes.map { KernelInvalidation.attributes($0) }
-        }
+        state.withLock { $0.scoped.invalidations(forEnded: id) }
     }
 
     /// The provider announced that the token `id` ended: the kernel is told to forget its paths.

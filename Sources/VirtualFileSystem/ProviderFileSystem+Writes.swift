@@ -15,25 +15,6 @@ import Glibc
 import Musl
 #endif
 
-/// An open write handle: the item's shared staging file, or through an access path its token's
-/// own (D-369).
-struct WriteHandle: Sendable {
-    var inode: InodeNumber
-    var identifier: ItemIdentifier
-    var staging: StagingFile
-    /// The process (thread group) that opened it, when known: only its flushes publish.
-    var opener: Int32?
-    /// Opened through an access path: its node (every write, flush and fsync checks the token)
-    /// and the use its open took, ended at release.
-    var scoped: ProviderFileSystem.ScopedNode? = nil
-    var scopedUse: String? = nil
-    /// The write claim taken at the open, ended at the release (D-399); nil when the mount's
-    /// claim provider takes no write claims.
-    var claim: WriteClaimToken? = nil
-    /// Counted in its plain node's writers (`admitChange`), given back at its release.
-    var admitted = false
-}
-
 extension ProviderFileSystem {
     public func create(
         parent: InodeNumber, name: String, permissions: UInt16, flags: OpenFlags, context: RequestContext
@@ -45,7 +26,7 @@ extension ProviderFileSystem {
         // Through an access path the new file's handle takes a use, like an open (D-308).
         var use: String?
         if let scoped = site.scoped {
-            use = try decideToken(scoped.token, context: context, use: true, operation: "create").id
+            use = try checkToken(scoped.token, context: context, use: true, operation: "create").id
         }
         // The write claim on the new name comes first (D-399): a coordinated writer that holds
         // the name (creating it) goes first, and nothing is made when the wait fails.
@@ -86,7 +67,7 @@ extension ProviderFileSystem {
             throw error
         }
         var scoped: ScopedNode?
-        if site.scoped != nil, case .node(let node)? = scopedTarget(created.attributes.inode) { scoped = node }
+        if site.scoped != nil, case .scoped(let node) = resolve(created.attributes.inode) { scoped = node }
         do {
             let opened = try await openWriter(
                 created.attributes.inode, identifier: item.identifier, item: item, truncating: true, context: context,
@@ -194,17 +175,15 @@ extension ProviderFileSystem {
             returnScopedUse(use)
             throw FileSystemError(error)
         }
+        let writer = WriteHandle(
+            inode: inode, identifier: identifier, staging: staging, opener: Self.process(of: context), scoped: scoped,
+            scopedUse: use, claim: claim, admitted: admitted)
         let handle = state.withLock { state in
             let handle = state.allocateHandle()
+            state.handles[handle] = .write(writer)
             // A later open of this version must not keep pages cached before the publish.
             state.inodes[inode]?.pageCache = .unknown
             return handle
-        }
-        let opener = Self.process(of: context)
-        writeHandles.withLock {
-            $0[handle] = WriteHandle(
-                inode: inode, identifier: identifier, staging: staging, opener: opener, scoped: scoped, scopedUse: use,
-                claim: claim, admitted: admitted)
         }
         // Direct I/O: the writes do not go through the page cache that readers of the published
         // version share (D-363).
@@ -212,7 +191,7 @@ extension ProviderFileSystem {
     }
 
     func writeHandle(_ handle: FileHandleID) -> WriteHandle? {
-        writeHandles.withLock { $0[handle] }
+        state.withLock { $0.handles.writer(handle) }
     }
 
     public func write(
@@ -220,7 +199,7 @@ extension ProviderFileSystem {
     ) async throws(FileSystemError) -> Int {
         guard let writer = writeHandle(handle) else {
             guard isWritable else { throw readOnly("write") }
-            if state.withLock({ $0.files[handle] != nil }) {
+            if state.withLock({ $0.handles[handle] != nil }) {
                 throw FileSystemError(.badHandle, "file handle \(handle) is open for reading only")
             }
             throw FileSystemError(.badHandle, "file handle \(handle) is not open")
@@ -228,7 +207,8 @@ extension ProviderFileSystem {
         guard offset >= 0 else { throw FileSystemError(.invalidArgument, "negative offset") }
         try await checkWriting(writer, "write", context: context)
         if let permissions = permissionsAfterWrite(writer, context: context) {
-            _ = try await changeAttributes(inode, AttributeChanges(permissions: permissions), context: context)
+            _ = try await changeAttributes(
+                inode, resolve(inode), AttributeChanges(permissions: permissions), context: context)
         }
         do {
             try await cache.write(writer.staging, data, at: offset)
@@ -270,14 +250,17 @@ extension ProviderFileSystem {
 
     /// setattr's size (truncate(2), ftruncate(2) when `handle` is set). Returns the attributes after.
     func truncate(
-        _ inode: InodeNumber, to size: Int64, handle: FileHandleID?, context: RequestContext
+        _ inode: InodeNumber, _ resolved: ResolvedNode, to size: Int64, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
         guard isWritable else { throw readOnly("truncate") }
         guard size >= 0 else { throw FileSystemError(.invalidArgument, "negative size") }
         var scoped: ScopedNode?
         let node: InodeTable.Node
-        if let target = scopedTarget(inode) {
-            guard case .node(let scopedNode) = target, case .item(let identifier) = scopedNode.role else {
+        switch resolved {
+        case .plain: node = try self.node(inode)
+        case .scopedRoot: throw FileSystemError(.isADirectory, "truncate: an access-path directory")
+        case .scoped(let scopedNode):
+            guard case .item(let identifier) = scopedNode.role else {
                 throw FileSystemError(.isADirectory, "truncate: an access-path directory")
             }
             guard try enforce(scopedNode, context: context, operation: "truncate").check.writable else {
@@ -286,8 +269,6 @@ extension ProviderFileSystem {
             }
             scoped = scopedNode
             node = InodeTable.Node(identifier: identifier, kind: scopedNode.kind, lookupCount: 0, generation: 0)
-        } else {
-            node = try self.node(inode)
         }
         guard node.kind == .file else { throw FileSystemError(.isADirectory, "\(node.identifier) is not a file") }
         if let handle, let writer = writeHandle(handle) {
@@ -396,7 +377,7 @@ extension ProviderFileSystem {
         guard let writer = writeHandle(handle) else {
             // fsync of a handle open for reading: what a close published unsynced is synced now
             // (D-381; `sync FILE`, dpkg's deferred fsync).
-            guard durable, let identifier = state.withLock({ $0.files[handle]?.identifier }) else { return }
+            guard durable, let identifier = state.withLock({ $0.handles.reader(handle)?.identifier }) else { return }
             do throws(CacheError) { try await cache.makeDurable(identifier) } catch {
                 throw FileSystemError(error)
             }
@@ -457,7 +438,7 @@ extension ProviderFileSystem {
 
     /// The handle's last publish, then the end of its write claim (presenters get didChange).
     private func closeWriter(_ handle: FileHandleID, context: RequestContext?) async throws(FileSystemError) {
-        guard let writer = writeHandles.withLock({ $0.removeValue(forKey: handle) }) else { return }
+        guard let writer = state.withLock({ $0.handles.removeWriter(handle) }) else { return }
         defer {
             releaseWriteClaim(writer.claim)
             if writer.admitted { dismissWriter(writer.inode) }

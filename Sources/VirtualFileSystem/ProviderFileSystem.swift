@@ -67,31 +67,12 @@ public final class ProviderFileSystem: FileSystem {
     let requiresToken: Bool
     let logger = Logger(label: "providerfs.vfs")
     let state = Locked(State())
-    /// Open write handles (ProviderFileSystem+Writes.swift); their numbers come from `state`.
-    let writeHandles = Locked<[FileHandleID: WriteHandle]>([:])
     /// How to tell the kernel (`KernelCacheCoherent`); `kernelTold` mirrors whether there is one,
     /// read on every lookup without a lock.
     let kernelInvalidation = Locked<Callback<[KernelInvalidation]>?>(nil)
     private let kernelTold = Atomic<Bool>(false)
     /// Whether the kernel can be told to forget what it cached (`setKernelInvalidation`).
     var kernelCanBeTold: Bool { kernelTold.load(ordering: .relaxed) }
-
-    struct OpenFile {
-        var inode: InodeNumber
-        var identifier: ItemIdentifier
-        var entry: ContentEntry
-        var claim: ReadClaimToken
-        /// Opened through an access path: every read re-checks this token and scope (D-307).
-        var scoped: ScopedNode?
-        /// The token id whose use this handle holds, ended when it is released (D-315).
-        var scopedUse: String?
-        /// The download failure a read of this handle met (D-288): later reads of bytes that are
-        /// still missing fail with it at once, without a new download, until the handle is closed.
-        /// Present bytes are still served. Not an interrupt (that was the reader's, not the file's).
-        var failure: CacheError?
-        /// Counted in its node's `cachingHandles` (D-435).
-        var caching = false
-    }
 
     struct OpenDirectory {
         var inode: InodeNumber
@@ -104,41 +85,14 @@ public final class ProviderFileSystem: FileSystem {
         var scoped: ScopedNode?
     }
 
-    /// A node reached through an access path (`.scoped/<token>/…`), separate from the item's
-    /// plain node so that every operation on it knows its token (D-305). Never in `inodes`.
-    struct ScopedNode: Sendable {
-        enum Role: Hashable, Sendable {
-            /// `.scoped/<token>` of a file grant: a directory holding just the granted file.
-            case token
-            /// The granted item or an item inside it.
-            case item(ItemIdentifier)
-        }
-        var token: String
-        /// The token's public id (the provider's): its ends are announced by id (D-346).
-        var tokenID: String
-        /// The granted item (the check's when the node was made; a token's scope never changes).
-        var scope: ItemIdentifier
-        var role: Role
-        var kind: ItemKind
-        var lookupCount: UInt64
-    }
-
-    struct ScopedKey: Hashable {
-        var token: String
-        var role: ScopedNode.Role
-    }
-
     struct State {
         var inodes = InodeTable()
-        var files: [FileHandleID: OpenFile] = [:]
+        /// Open file handles, readers and writers (HandleTable.swift, D-505).
+        var handles = HandleTable()
         var directories: [FileHandleID: OpenDirectory] = [:]
         var nextHandle: UInt64 = 1
-        /// The `.scoped` directory's number (nil without a `ScopedAccessProvider`).
-        var scopedDirectory: InodeNumber?
-        var scoped: [InodeNumber: ScopedNode] = [:]
-        var scopedByKey: [ScopedKey: InodeNumber] = [:]
-        /// Token id → its nodes, to invalidate when it ends (D-346).
-        var scopedByTokenID: [String: Set<InodeNumber>] = [:]
+        /// The access-path nodes and `.scoped` (ScopedNodeTable.swift, D-506).
+        var scoped = ScopedNodeTable()
         /// Nodes whose item was deleted or replaced through the mount while the kernel still holds
         /// them (an open descriptor): their last item, answered by getattr (link count 0) until
         /// forgotten (ProviderFileSystem+Namespace.swift).
@@ -167,7 +121,7 @@ public final class ProviderFileSystem: FileSystem {
         self.namespaceClaims = claims.namespace
         self.evictionClaims = claims.evictions
         self.scopedAccess = scopedAccess
-        if scopedAccess != nil { state.withLock { $0.scopedDirectory = $0.inodes.reserve() } }
+        if scopedAccess != nil { state.withLock { $0.scoped.directory = $0.inodes.reserve() } }
         // Tokens that end early make the kernel forget their paths (D-346).
         scopedAccess?.observeEnds { [weak self] id in self?.scopedTokenEnded(id) }
     }
@@ -328,7 +282,11 @@ public final class ProviderFileSystem: FileSystem {
     public func lookup(
         parent: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) -> Entry {
-        if let target = scopedTarget(parent) { return try await scopedLookup(target, name: name, context: context) }
+        switch resolve(parent) {
+        case .plain: break
+        case .scopedRoot: return try await tokenLookup(name, context: context)
+        case .scoped(let node): return try await scopedLookup(node, name: name, context: context)
+        }
         let parentNode = try node(parent)
         guard parentNode.kind == .directory else {
             throw FileSystemError(.notADirectory, "\(parentNode.identifier) is not a directory")
@@ -349,26 +307,21 @@ public final class ProviderFileSystem: FileSystem {
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
         state.withLock { state in
-            guard var node = state.scoped[inode] else {
-                state.inodes.forget(inode, count: count)
-                if !state.removed.isEmpty, state.inodes[inode] == nil { state.removed[inode] = nil }
-                if !state.cachedListings.isEmpty, state.inodes[inode] == nil { state.cachedListings.remove(inode) }
-                return
-            }
-            node.lookupCount -= min(count, node.lookupCount)
-            if node.lookupCount > 0 { return state.scoped[inode] = node }
-            state.scoped[inode] = nil
-            let key = ScopedKey(token: node.token, role: node.role)
-            if state.scopedByKey[key] == inode { state.scopedByKey[key] = nil }
-            state.scopedByTokenID[node.tokenID]?.remove(inode)
-            if state.scopedByTokenID[node.tokenID]?.isEmpty == true { state.scopedByTokenID[node.tokenID] = nil }
+            if state.scoped.forget(inode, count: count) { return }
+            state.inodes.forget(inode, count: count)
+            if !state.removed.isEmpty, state.inodes[inode] == nil { state.removed[inode] = nil }
+            if !state.cachedListings.isEmpty, state.inodes[inode] == nil { state.cachedListings.remove(inode) }
         }
     }
 
     public func getAttributes(
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        if let target = scopedTarget(inode) { return try await scopedAttributes(inode, target, context: context) }
+        switch resolve(inode) {
+        case .plain: break
+        case .scopedRoot: return scopedRootAttributes(inode)
+        case .scoped(let node): return try await scopedAttributes(inode, node, context: context)
+        }
         // The root's attributes stay open in require-token mode (the mount point must stat).
         if inode != .root { try checkPlainPath("getattr", context: context) }
         if let removed = removedAttributes(inode) { return removed }
@@ -393,20 +346,26 @@ public final class ProviderFileSystem: FileSystem {
     public func setAttributes(
         _ inode: InodeNumber, changes: AttributeChanges, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        try checkPlainNode(inode, "setattr", context: context)
-        _ = try anyNode(inode, context: context, operation: "setattr")
+        let resolved = resolve(inode)
+        try checkPlainNode(resolved, "setattr", context: context)
+        _ = try anyNode(inode, resolved, context: context, operation: "setattr")
         if let size = changes.size {
             // ProviderFileSystem+Writes.swift; then the rest of the changes, if any.
-            _ = try await truncate(inode, to: size, handle: handle, context: context)
+            _ = try await truncate(inode, resolved, to: size, handle: handle, context: context)
         }
         var rest = changes
         rest.size = nil
         if rest == AttributeChanges() { return try await getAttributes(inode, context: context) }
-        return try await changeAttributes(inode, rest, context: context)  // ProviderFileSystem+Namespace.swift
+        // ProviderFileSystem+Namespace.swift
+        return try await changeAttributes(inode, resolved, rest, context: context)
     }
 
     public func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String {
-        if let target = scopedTarget(inode) { return try await scopedReadLink(target, context: context) }
+        switch resolve(inode) {
+        case .plain: break
+        case .scopedRoot: throw FileSystemError(.invalidArgument, "not a symbolic link")
+        case .scoped(let node): return try await scopedReadLink(node, context: context)
+        }
         try checkPlainPath("readlink", context: context)
         let node = try node(inode)
         let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
@@ -421,8 +380,10 @@ public final class ProviderFileSystem: FileSystem {
     public func openDirectory(
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> FileHandleID {
-        if let target = scopedTarget(inode) {
-            return try await scopedOpenDirectory(inode, target, context: context)
+        switch resolve(inode) {
+        case .plain: break
+        case .scopedRoot: throw scopedRootListingRefusal(context)
+        case .scoped(let node): return try await scopedOpenDirectory(inode, node, context: context)
         }
         try checkPlainPath("opendir", context: context)
         let node = try node(inode)
@@ -493,10 +454,18 @@ public final class ProviderFileSystem: FileSystem {
     /// catalog's item, or (an item it does not hold yet: its listing is being applied) of the
     /// item as listed, which is what applying it will hold (the mount has no local state of an
     /// item the catalog never held; those it made are handed over only with the listing's answer).
+    /// None for an item reported changed since (dirty): its lookup asks for it.
     func withLookups(_ entries: [(DirectoryEntry, ProviderItem?)]) -> [DirectoryEntryPlus] {
         entries.map { entry, listed in
             guard let listed else { return DirectoryEntryPlus(entry: entry, lookup: nil) }
-            let item = cache.catalog.knownItem(listed.identifier) ?? listed
+            let item: ProviderItem
+            switch cache.catalog.knownItemToShow(listed.identifier) {
+            case .held(let known): item = known
+            case .notHeld: item = listed
+            // Reported changed since it was listed (another name of its file changed, D-396): the
+            // kernel's lookup asks for it again, as `lookup` does.
+            case .askAgain: return DirectoryEntryPlus(entry: entry, lookup: nil)
+            }
             let lookup = self.entry(
                 for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
             return DirectoryEntryPlus(entry: entry, lookup: lookup)
@@ -581,7 +550,7 @@ public final class ProviderFileSystem: FileSystem {
         // gets a node only from a lookup or a readdirplus answer. An entry names the node it
         // already has, else its serial number (the id its node takes when one is made and no
         // other node holds that number).
-        let hidesScoped = directory == .root && state.withLock { $0.scopedDirectory != nil }
+        let hidesScoped = directory == .root && state.withLock { $0.scoped.directory != nil }
         let nodes = state.withLock { state in new.map { state.inodes.inode(of: $0.identifier) } }
         var entries: [ListedEntry] = []
         entries.reserveCapacity(new.count)
@@ -608,8 +577,10 @@ public final class ProviderFileSystem: FileSystem {
         var scoped: ScopedNode?
         var use: String?
         let node: InodeTable.Node
-        if let target = scopedTarget(inode) {
-            let checked = try scopedOpen(target, flags: flags, context: context)
+        switch resolve(inode) {
+        case .scopedRoot: throw FileSystemError(.isADirectory, "an access-path directory")
+        case .scoped(let accessNode):
+            let checked = try scopedOpen(accessNode, flags: flags, context: context)
             scoped = checked.node
             use = checked.use
             node = InodeTable.Node(
@@ -618,7 +589,7 @@ public final class ProviderFileSystem: FileSystem {
                 return try await openForWriting(  // +Writes.swift
                     inode, node: node, flags: flags, context: context, scoped: checked.node, use: checked.use)
             }
-        } else {
+        case .plain:
             try checkPlainPath("open", context: context)
             node = try self.node(inode)
             if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
@@ -679,9 +650,10 @@ public final class ProviderFileSystem: FileSystem {
                 }
             }
             let handle = state.allocateHandle()
-            state.files[handle] = OpenFile(
-                inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
-                scopedUse: use, caching: caching == .cached)
+            state.handles[handle] = .read(
+                ReadHandle(
+                    inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
+                    scopedUse: use, caching: caching == .cached))
             // A first open keeps the (empty) cache too: dropping it would make the kernel wait,
             // uninterruptibly, on pages a concurrent open's stalled read has locked (D-366).
             let keepCache = state.inodes[inode]?.pageCache.keeps(item.contentVersion) ?? false
@@ -723,12 +695,13 @@ public final class ProviderFileSystem: FileSystem {
     public func read(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) async throws(FileSystemError) -> ReadData {
-        guard let open = state.withLock({ $0.files[handle] }) else {
+        let open: ReadHandle
+        switch state.withLock({ $0.handles[handle] }) {
+        case .read(let reader): open = reader
+        case .write(let writer):
             // A write handle (O_RDWR) reads the staging file (ProviderFileSystem+Writes.swift).
-            if let writer = writeHandle(handle) {
-                return try await readStaged(writer, offset: offset, count: count, context: context)
-            }
-            throw FileSystemError(.badHandle, "file handle \(handle) is not open")
+            return try await readStaged(writer, offset: offset, count: count, context: context)
+        case nil: throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
         guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
         if let scoped = open.scoped {
@@ -745,11 +718,7 @@ public final class ProviderFileSystem: FileSystem {
             data = try await open.entry.read(offset: offset, count: count)
         } catch {
             if error.code != .cancelled {
-                state.withLock { state in
-                    if state.files[handle] != nil, state.files[handle]!.failure == nil {
-                        state.files[handle]!.failure = error
-                    }
-                }
+                state.withLock { $0.handles.recordFailure(error, of: handle) }
             }
             throw FileSystemError(error)
         }
@@ -779,8 +748,8 @@ public final class ProviderFileSystem: FileSystem {
     /// Ends a handle: unpins its content (a superseded version's file goes with the last pin)
     /// and ends its read claim. Never waits.
     func releaseHandle(_ handle: FileHandleID) {
-        let removed = state.withLock { state -> OpenFile? in
-            guard let open = state.files.removeValue(forKey: handle) else { return nil }
+        let removed = state.withLock { state -> ReadHandle? in
+            guard let open = state.handles.removeReader(handle) else { return nil }
             if open.caching, let count = state.inodes[open.inode]?.cachingHandles, count > 0 {
                 state.inodes[open.inode]?.cachingHandles = count - 1
             }
@@ -853,8 +822,9 @@ public final class ProviderFileSystem: FileSystem {
     public func getExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) -> [UInt8] {
-        try checkPlainNode(inode, "getxattr", context: context)
-        guard let node = try anyNode(inode, context: context, operation: "getxattr") else {
+        let resolved = resolve(inode)
+        try checkPlainNode(resolved, "getxattr", context: context)
+        guard let node = try anyNode(inode, resolved, context: context, operation: "getxattr") else {
             throw FileSystemError(.noAttribute, "no attribute \(name)")
         }
         // A name not the mount's: none, whatever the item's state (as getExtendedAttributeNow).
@@ -893,8 +863,9 @@ public final class ProviderFileSystem: FileSystem {
     public func listExtendedAttributes(
         _ inode: InodeNumber, context: RequestContext
     ) async throws(FileSystemError) -> [String] {
-        try checkPlainNode(inode, "listxattr", context: context)
-        guard let node = try anyNode(inode, context: context, operation: "listxattr") else { return [] }
+        let resolved = resolve(inode)
+        try checkPlainNode(resolved, "listxattr", context: context)
+        guard let node = try anyNode(inode, resolved, context: context, operation: "listxattr") else { return [] }
         let status = try status(of: node)
         var names = [AttributeName.state, AttributeName.progress, AttributeName.version]
         if status.lastError != nil { names.append(AttributeName.error) }
@@ -909,8 +880,9 @@ public final class ProviderFileSystem: FileSystem {
     public func setExtendedAttribute(
         _ inode: InodeNumber, name: String, value: [UInt8], flags: Int32, context: RequestContext
     ) async throws(FileSystemError) {
-        try checkPlainNode(inode, "setxattr", context: context)
-        let node = try anyNode(inode, context: context, operation: "setxattr")
+        let resolved = resolve(inode)
+        try checkPlainNode(resolved, "setxattr", context: context)
+        let node = try anyNode(inode, resolved, context: context, operation: "setxattr")
         guard name == AttributeName.pin, let node else { throw readOnly("setxattr") }
         try await setPinAttribute(try Self.pinState(from: value), of: node, flags: flags, context: context)
     }
@@ -919,8 +891,9 @@ public final class ProviderFileSystem: FileSystem {
     public func removeExtendedAttribute(
         _ inode: InodeNumber, name: String, context: RequestContext
     ) async throws(FileSystemError) {
-        try checkPlainNode(inode, "removexattr", context: context)
-        let node = try anyNode(inode, context: context, operation: "removexattr")
+        let resolved = resolve(inode)
+        try checkPlainNode(resolved, "removexattr", context: context)
+        let node = try anyNode(inode, resolved, context: context, operation: "removexattr")
         guard name == AttributeName.pin, let node else { throw readOnly("removexattr") }
         try await setPinAttribute(.inherited, of: node, flags: 0, context: context)
     }
@@ -954,10 +927,9 @@ public final class ProviderFileSystem: FileSystem {
 
     public func shutdown() async {
         // Write handles still open: their staging is published (the write-back resumes later).
-        for handle in writeHandles.withLock({ Array($0.keys) }) { await releaseWriter(handle) }
-        let open = state.withLock { state -> [OpenFile] in
-            let open = Array(state.files.values)
-            state.files = [:]
+        for handle in state.withLock({ $0.handles.writers.map(\.handle) }) { await releaseWriter(handle) }
+        let open = state.withLock { state -> [ReadHandle] in
+            let open = state.handles.removeReaders()
             state.directories = [:]
             return open
         }
@@ -986,8 +958,8 @@ public final class ProviderFileSystem: FileSystem {
         return status
     }
 
-    /// Number of open file handles (tests).
-    public var openFileCount: Int { state.withLock { $0.files.count } }
+    /// Number of open read handles (tests).
+    public var openFileCount: Int { state.withLock { $0.handles.readers.count } }
 }
 
 // MARK: - Answers without waiting
@@ -1017,7 +989,11 @@ extension ProviderFileSystem: FileSystemFastPath {
     ) -> Result<Entry, FileSystemError>? {
         guard let parentNode = state.withLock({ $0.inodes.identity(of: parent) }) else {
             // Not a plain node: an access path's, or unknown (the async path words it).
-            return scopedTarget(parent).flatMap { scopedLookupNow($0, name: name, context: context) }
+            switch resolve(parent) {
+            case .plain: return nil
+            case .scopedRoot: return tokenLookupNow(name, context: context)
+            case .scoped(let node): return scopedLookupNow(node, name: name, context: context)
+            }
         }
         guard parentNode.kind == .directory,
             !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
@@ -1110,7 +1086,7 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func getAttributesNow(
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        if requiresToken, inode != .root, scopedTarget(inode) == nil,
+        if requiresToken, inode != .root, case .plain = resolve(inode),
             let refusal = plainPathRefusal("getattr", context: context)
         {
             return .failure(refusal)
@@ -1121,7 +1097,8 @@ extension ProviderFileSystem: FileSystemFastPath {
         // the FUSE thread. (A directory the mount just changed is stale, and the kernel asks for
         // its attributes before every LOOKUP in it: `tar x` paid a task and a thread hop per file.)
         guard let node = state.withLock({ $0.inodes[inode] }) else {
-            return scopedTarget(inode).flatMap { scopedAttributesNow(inode, $0, context: context) }
+            guard case .scoped(let node) = resolve(inode) else { return nil }
+            return scopedAttributesNow(inode, node, context: context)
         }
         guard
             let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
@@ -1143,7 +1120,8 @@ extension ProviderFileSystem: FileSystemFastPath {
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
         guard let node = state.withLock({ $0.inodes[inode] }) else {
-            return scopedTarget(inode).flatMap { scopedOpenNow(inode, $0, flags: flags, context: context) }
+            guard case .scoped(let scoped) = resolve(inode) else { return nil }
+            return scopedOpenNow(inode, scoped, flags: flags, context: context)
         }
         // Require-token mode: every open of a plain node is the async path's, which asks the policy.
         guard !requiresToken else { return nil }
@@ -1173,7 +1151,7 @@ extension ProviderFileSystem: FileSystemFastPath {
             // A plain writer's release that publishes nothing (the flush before it did): here
             // (D-387). One that publishes, or a token's (its use ends, its checks): async.
             guard writer.scoped == nil, cache.closeWriterNow(writer.staging) else { return nil }
-            writeHandles.withLock { _ = $0.removeValue(forKey: handle) }
+            state.withLock { _ = $0.handles.removeWriter(handle) }
             releaseWriteClaim(writer.claim)  // never waits
             if writer.admitted { dismissWriter(writer.inode) }
             return .success(())
@@ -1192,7 +1170,7 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func readNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) -> Result<ReadData, FileSystemError>? {
-        guard offset >= 0, count >= 0, let open = state.withLock({ $0.files[handle] }) else { return nil }
+        guard offset >= 0, count >= 0, let open = state.withLock({ $0.handles.reader(handle) }) else { return nil }
         // Through an access path: the same check as `read`, before any byte.
         if let scoped = open.scoped {
             do throws(FileSystemError) {

@@ -16,19 +16,44 @@ public enum ScopedKernelCaching: Sendable, Equatable {
     case unbounded
 }
 
+/// What a valid token gives its caller. The file system keeps it as it came (D-507): the checks
+/// of an operation read it, a node made through it keeps its id and scope.
+public struct ScopedGrant: Sendable, Equatable {
+    /// The raw identifier of the item it grants: the access path must stay inside it.
+    public var scope: String
+    /// Whether it allows changes through its access path.
+    public var writable: Bool
+    /// Its public id (for logs, uses and `observeEnds`).
+    public var id: String
+    /// How long the kernel may keep its entries (`.never` unless the provider announces every
+    /// early end of the token through `observeEnds`).
+    public var caching: ScopedKernelCaching
+
+    public init(scope: String, writable: Bool, id: String, caching: ScopedKernelCaching = .never) {
+        self.scope = scope
+        self.writable = writable
+        self.id = id
+        self.caching = caching
+    }
+}
+
 /// The answer for a token presented by a caller.
 public enum ScopedAccessDecision: Sendable, Equatable {
-    /// The token is valid for this caller: the raw identifier of the item it grants (the access
-    /// path must stay inside it), whether it allows writing, its public id (for logs and for
-    /// `observeEnds`), and how long the kernel may keep its entries (`.never` unless the provider
-    /// announces every early end of the token through `observeEnds`).
-    case allowed(scope: String, writable: Bool, id: String, caching: ScopedKernelCaching = .never)
+    /// The token is valid for this caller.
+    case allowed(ScopedGrant)
     /// Refused: why, in a sentence (logged and put in the EACCES error's message).
     case denied(reason: String)
     /// The name cannot be a token at all (a probe such as `.providerfs-package` or `.git`): no
     /// guess, so the provider neither logs nor counts it, and `.scoped` answers ENOENT as a
     /// directory without such an entry would (D-394). Why, in a sentence.
     case notAToken(reason: String)
+
+    /// `.allowed` with a grant of these fields.
+    public static func allowed(
+        scope: String, writable: Bool, id: String, caching: ScopedKernelCaching = .never
+    ) -> ScopedAccessDecision {
+        .allowed(ScopedGrant(scope: scope, writable: writable, id: id, caching: caching))
+    }
 }
 
 /// Checks tokens of access paths. The calls are synchronous and short: they run on every

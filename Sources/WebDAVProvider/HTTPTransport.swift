@@ -55,7 +55,7 @@ struct HTTPResponse: Sendable {
     func header(_ name: String) -> String? { headers[name.lowercased()] }
 
     /// Headers whose repeated lines are joined with ", " (every other keeps its last line).
-    static let listHeaders: Set<String> = ["dav", "allow"]
+    static let listHeaders: Set<String> = ["dav", "allow", "content-digest", "repr-digest", "digest"]
 }
 
 /// The per-transfer state libcurl's callbacks reach through their context pointer. Used by the

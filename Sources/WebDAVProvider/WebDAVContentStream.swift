@@ -4,7 +4,9 @@
 // that waiting does not count against the stall deadline. The state is under the project's one
 // lock type; the full queue's wait is a semaphore the reader signals (no second lock kind, D-006). `fetchContents` returns once the
 // response's status is known, so a changed version (412, or another ETag) or a missing item
-// throws there.
+// throws there. A response whose stated checksum covers exactly the bytes asked for, when they
+// are at most `checksumLimit`, makes the stream `.checksummed` (D-495): the cache verifies them
+// before any counts as present.
 
 import Dispatch
 import Foundation
@@ -45,11 +47,19 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     private var remaining: Int64
     /// Body bytes the server sent (the transfer thread's count).
     private var bodyBytes: Int64 = 0
+    /// A range up to this long is verified against a checksum the answer states for it (D-495).
+    let checksumLimit: Int64
+    /// The checksum the bytes are verified with (set when the response is judged).
+    private var verifiedBy: StatedChecksum?
 
-    init(identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>, stallTimeout: Duration) {
+    init(
+        identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>, stallTimeout: Duration,
+        checksumLimit: Int64 = 0
+    ) {
         self.identifier = identifier
         self.version = version
         self.range = range
+        self.checksumLimit = checksumLimit
         remaining = Int64(range.count)
         context = TransferContext(stallTimeout: stallTimeout)
     }
@@ -137,8 +147,12 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                 .io, "GET \(identifier): the server sent Content-Length '\(length.prefix(40))'", errno: EIO)
         }
         let answered = HTTPRetry.Outcome.status(status, retryAfter: headers["retry-after"])
+        let stated =
+            problem == nil && !empty
+            ? ResponseChecksum.usable(status: status, headers: headers, range: range, limit: checksumLimit) : nil
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             decided = true
+            verifiedBy = stated
             if let problem, failure == nil {
                 failure = problem
                 failedAs = answered
@@ -319,6 +333,23 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             }
         }
     }
+
+    /// `.checksummed` when the answer states a checksum of exactly these bytes (known once `start`
+    /// returned).
+    var capabilities: ContentStreamCapabilities { monitor.withLock { verifiedBy == nil ? [] : .checksummed } }
+
+    var checksumAlgorithm: ContentChecksum.Algorithm {
+        monitor.withLock { verifiedBy?.checksum.algorithm ?? .sha256 }
+    }
+
+    /// The stated checksum, once every byte was handed over (the protocol's "after `next`
+    /// returned nil").
+    var checksum: ContentChecksum? {
+        monitor.withLock { ended && buffered == 0 && failure == nil ? verifiedBy?.checksum : nil }
+    }
+
+    /// Which header the bytes are verified against (nil: none), for tests and messages.
+    var checksumHeader: String? { monitor.withLock { verifiedBy?.header } }
 
     func close() {
         var wake = false

@@ -28,6 +28,10 @@ public struct WebDAVConfiguration: Sendable, CustomStringConvertible {
     public var caFile: String?
     /// When a request is asked again: a busy server, a refused connection (D-452).
     public var retry = HTTPRetry()
+    /// A fetch of at most this many bytes asks for the server's checksums and, when the answer
+    /// states one covering exactly its bytes, is verified before any of them is served (D-495);
+    /// a longer one is neither: its first byte never waits for its last. 0: never verified.
+    public var checksumLimit: Int64 = 4 << 20
 
     public init(location: WebDAVLocation, user: String? = nil, password: String? = nil) {
         self.location = location
@@ -119,6 +123,11 @@ public final class WebDAVProvider: Provider {
         if Self.isETag(version.rawValue), !version.rawValue.hasPrefix("W/") {
             headers.append("If-Match: \(version.rawValue)")
         }
+        // Checksums are asked for only where they can be used (D-495): a digest of these bytes,
+        // and the whole file's when the range starts at 0 (it may be all of it).
+        let verifiable = Int64(range.count) <= configuration.checksumLimit
+        if verifiable { headers.append("Want-Content-Digest: sha-256=10, sha-512=9") }
+        if verifiable, range.lowerBound == 0 { headers.append("Want-Repr-Digest: sha-256=10, sha-512=9") }
         let request = HTTPRequest(
             method: "GET", url: location.url(of: identifier), headers: headers, range: range, followRedirects: true,
             totalDeadline: false)
@@ -126,7 +135,8 @@ public final class WebDAVProvider: Provider {
         // failed (D-452).
         return try await transport.retrying("GET") {
             let stream = WebDAVContentStream(
-                identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout)
+                identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout,
+                checksumLimit: configuration.checksumLimit)
             do {
                 try await stream.start(request, transport: transport)
                 return (.success(stream as any ContentStream), .other)
@@ -165,6 +175,11 @@ public final class WebDAVProvider: Provider {
 
     /// Whether a version is an ETag (`"…"` or `W/"…"`), not the fallback.
     static func isETag(_ version: String) -> Bool { version.hasPrefix("\"") || version.hasPrefix("W/\"") }
+
+    /// `sameVersion`: the catalog keeps a weak ETag's version when the tag turns strong (D-510).
+    public func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool {
+        Self.sameVersion(version, other)
+    }
 
     /// Whether two versions name the same content: ETags by the weak comparison (Apache sends
     /// `W/"x"` for a file changed within the last second and `"x"` after it, D-422), others as

@@ -1,5 +1,5 @@
-// Crash recovery with a real kill -9 (issue 11, item 5): a daemon killed in the middle of a large
-// download keeps, after a remount with the same --cache, everything it had fetched up to one
+// Crash recovery with a real kill -9 (issue 11, item 5), over each provider (a local directory,
+// rclone, Apache): a daemon killed in the middle of a large download keeps, after a remount with the same --cache, everything it had fetched up to one
 // second before the kill, and loses at most 256 MiB; what it keeps reads back right.
 
 import Foundation
@@ -41,14 +41,13 @@ struct CrashRecoveryMountTests {
         return total
     }
 
-    @Test func aKilledDaemonRefetchesAtMostItsLastSecondAndAtMost256MiB() throws {
+    @Test(arguments: ProviderKind.available)
+    func aKilledDaemonRefetchesAtMostItsLastSecondAndAtMost256MiB(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let scratch = try makeTemporaryDirectory(prefix: "crash-mount")
-        defer { removeTreeWithinFileSystem(scratch) }
-        let tree = scratch + "/tree"
-        let cache = scratch + "/cache"
-        let environment = ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"]
-        mkdir(tree, 0o755)
+        let fixture = try SourceMount(prefix: "crash-mount", kind: kind)
+        defer { fixture.stop() }
+        let tree = fixture.tree
+        let cache = fixture.cache
         // 1 GiB of random bytes, made in seconds (16 MiB from /dev/urandom, 64 times over): no
         // chunk of zeros, so every byte is written to the cache file and counts.
         let made = try shell(
@@ -56,8 +55,7 @@ struct CrashRecoveryMountTests {
                 + " > \(quoted(tree + "/big.bin")) && rm \(quoted(tree + "/seed"))", timeout: .seconds(120))
         #expect(made.status == 0, "\(made)")
 
-        let first = try MountedFileSystem.providerfs(["--source", tree, "--cache", cache], environment: environment)
-        defer { first.stop() }
+        let first = fixture.mount
         let file = first.path("big.bin")
         let reader = try ChildProcess("/bin/sh", ["-c", "exec dd if=\(quoted(file)) of=/dev/null bs=1M status=none"])
         defer {
@@ -86,8 +84,8 @@ struct CrashRecoveryMountTests {
         // Clean up the dead mount the way a user would, then mount again over the same cache.
         _ = try shell("fusermount3 -u \(quoted(first.mountpoint)) || fusermount3 -uz \(quoted(first.mountpoint))")
         #expect(MountTable.entry(at: first.mountpoint) == nil)
-        let second = try MountedFileSystem.providerfs(["--source", tree, "--cache", cache], environment: environment)
-        defer { second.stop() }
+        try fixture.remount()
+        let second = fixture.mount
         let kept = try #require(Self.presentBytes(second.path("big.bin")))
         let lost = written - kept
         #expect(kept >= secondBefore, "kept \(kept) of \(written) bytes; \(secondBefore) were here 1 s before the kill")
@@ -96,6 +94,8 @@ struct CrashRecoveryMountTests {
         let compared = try shell(
             "cmp \(quoted(tree + "/big.bin")) \(quoted(second.path("big.bin")))", timeout: .seconds(120))
         #expect(compared.status == 0, "\(compared)")
-        print("crash recovery: written \(written), kept \(kept), 1 s before the kill \(secondBefore), lost \(lost)")
+        print(
+            "crash recovery over \(kind): written \(written), kept \(kept), 1 s before the kill \(secondBefore), lost \(lost)"
+        )
     }
 }

@@ -103,6 +103,9 @@ struct DifferentialMountTests {
         // A writer renamed onto a name whose earlier file had uploaded took its copy's old base
         // for news (D-477): false conflict copies.
         (4_975_878_240_140_784_189, true), (6_146_882_525_447_483_587, true),
+        // readdirplus answered a name of a linked file from its record after a utimens through
+        // another name had marked it to be asked again: a stale mtime.
+        (15_360_555_372_771_669_343, true),
     ]
 
     /// The generation of sequences found while link(2) was left out of them (before D-410).

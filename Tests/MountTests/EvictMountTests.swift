@@ -1,5 +1,5 @@
 // `providerfs evict` on a real mount (issue 27): a downloaded file becomes a placeholder again
-// (xattr state, st_blocks, the cache's disk use) and reads the same bytes; an open file, and one
+// (xattr state, st_blocks, the cache's disk use) and reads the same bytes (over each provider); an open file, and one
 // with a presenter that does not accommodate evictions, are refused with the reason and exit 1;
 // a presenter that accepts hears of it first; a directory is evicted file by file.
 
@@ -49,11 +49,12 @@ struct EvictMountTests {
         }
     }
 
-    @Test func aDownloadedFileIsAPlaceholderAgainAndReadsTheSameBytes() throws {
+    @Test(arguments: ProviderKind.available)
+    func aDownloadedFileIsAPlaceholderAgainAndReadsTheSameBytes(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        let mount = try ServedMount(
+            tree: source, kind: kind, arguments: ["--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         let big = mount.path("big.bin")
         let expected = try Data(contentsOf: URL(fileURLWithPath: source + "/big.bin"))

@@ -1,4 +1,4 @@
-// `providerfs fault` on a real `--source` mount: a fault added from the shell makes the next
+// `providerfs fault` on a real mount, over each provider (a local directory, rclone, Apache): a fault added from the shell makes the next
 // download fail (cat sees EIO), counts in downloads (a plain retry after a one-download fault
 // reads the right bytes), `fault list` shows it, `fault clear` removes it, and a stored fault
 // survives a remount.
@@ -15,27 +15,13 @@ import TestScheduling
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
 struct FaultMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
-
-    init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "fault-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
-        mkdir(source + "/docs", 0o755)
-        writeTestFile(source + "/once.bin", patternBytes(count: 3 << 20, seed: 21))
-        writeTestFile(source + "/docs/kept.bin", patternBytes(count: 2 << 20, seed: 22))
-    }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
-    func mount() throws -> MountedFileSystem {
-        try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    /// A mount over `kind` of a tree with once.bin (3 MiB) and docs/kept.bin (2 MiB).
+    func mount(over kind: ProviderKind) throws -> SourceMount {
+        let mount = try SourceMount(prefix: "fault-mount", kind: kind)
+        mkdir(mount.source("docs"), 0o755)
+        writeTestFile(mount.source("once.bin"), patternBytes(count: 3 << 20, seed: 21))
+        writeTestFile(mount.source("docs/kept.bin"), patternBytes(count: 2 << 20, seed: 22))
+        return mount
     }
 
     /// The errno name a Python read of the whole file ends with ("OK" when it reads it all).
@@ -57,7 +43,7 @@ struct FaultMountTests {
         try shell("sha256sum < \(quoted(path))").output
     }
 
-    func listed(_ mountpoint: String) throws -> [[String: Any]] {
+    func listed(_ mountpoint: String, runtime: String) throws -> [[String: Any]] {
         let result = try providerfs(["fault", "list", mountpoint, "--json"], runtime: runtime)
         #expect(result.status == 0, "\(result)")
         return result.output.split(separator: "\n").compactMap {
@@ -65,12 +51,13 @@ struct FaultMountTests {
         }
     }
 
-    @Test func aFaultFromTheShellFailsTheNextDownloadAndIsStored() throws {
+    @Test(arguments: ProviderKind.available)
+    func aFaultFromTheShellFailsTheNextDownloadAndIsStored(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        defer { cleanup() }
-        var first: MountedFileSystem? = try mount()
-        defer { first?.stop() }
-        let mounted = try #require(first)
+        let fixture = try mount(over: kind)
+        defer { fixture.stop() }
+        let runtime = fixture.runtime
+        let mounted = fixture.mount
 
         // One download (the default): cat meets EIO, the mount's own retries included; then the
         // fault is used up and a plain retry reads the right bytes.
@@ -81,9 +68,11 @@ struct FaultMountTests {
         let cat = try shell("cat \(quoted(once)) > /dev/null")
         #expect(cat.status != 0)
         #expect(cat.error.contains("Input/output error"), "\(cat.error)")
-        #expect(try listed(mounted.mountpoint).isEmpty, "a one-download fault is gone once its download ended")
+        #expect(
+            try listed(mounted.mountpoint, runtime: runtime).isEmpty,
+            "a one-download fault is gone once its download ended")
         #expect(try readErrno(once) == "OK")
-        #expect(try sha256(once) == (try sha256(source + "/once.bin")))
+        #expect(try sha256(once) == (try sha256(fixture.source("once.bin"))))
 
         // Until cleared, on a folder: everything inside it fails, and the fault is listed.
         let add2 = try providerfs(
@@ -92,7 +81,7 @@ struct FaultMountTests {
         #expect(add2.status == 0, "\(add2)")
         let kept = mounted.path("docs/kept.bin")
         #expect(try readErrno(kept) == "EIO")
-        let faults = try listed(mounted.mountpoint)
+        let faults = try listed(mounted.mountpoint, runtime: runtime)
         #expect(faults.count == 1, "\(faults)")
         #expect(faults.first?["path"] as? String == "docs")
         #expect(faults.first?["fault"] as? String == "failAt")
@@ -104,10 +93,9 @@ struct FaultMountTests {
 
         // Stored: it survives a remount on the same cache.
         mounted.stop()
-        first = nil
-        let second = try mount()
-        defer { second.stop() }
-        #expect(try listed(second.mountpoint).map { $0["path"] as? String } == ["docs"])
+        try fixture.remount()
+        let second = fixture.mount
+        #expect(try listed(second.mountpoint, runtime: runtime).map { $0["path"] as? String } == ["docs"])
         #expect(try readErrno(second.path("docs/kept.bin")) == "EIO")
 
         // Cleared: the right bytes.
@@ -115,20 +103,21 @@ struct FaultMountTests {
         #expect(clear.status == 0, "\(clear)")
         #expect(clear.output.contains("1 fault cleared."), "\(clear.output)")
         #expect(try readErrno(second.path("docs/kept.bin")) == "OK")
-        #expect(try sha256(second.path("docs/kept.bin")) == (try sha256(source + "/docs/kept.bin")))
+        #expect(try sha256(second.path("docs/kept.bin")) == (try sha256(fixture.source("docs/kept.bin"))))
         let again = try providerfs(["fault", "clear", second.path("docs")], runtime: runtime)
         #expect(again.status == 1 && again.error.contains("there is no fault on docs"), "\(again)")
         // A path outside any mount is refused in one sentence.
-        let outside = try providerfs(["fault", "add", source + "/once.bin", "--offline"], runtime: runtime)
+        let outside = try providerfs(["fault", "add", fixture.source("once.bin"), "--offline"], runtime: runtime)
         #expect(outside.status == 1 && outside.error.contains("is not inside a ProviderFS mount"), "\(outside)")
     }
 
-    @Test func anUploadFaultFromTheShellIsListedStoredAndLeavesReadsAlone() throws {
+    @Test(arguments: ProviderKind.available)
+    func anUploadFaultFromTheShellIsListedStoredAndLeavesReadsAlone(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        defer { cleanup() }
-        var first: MountedFileSystem? = try mount()
-        defer { first?.stop() }
-        let mounted = try #require(first)
+        let fixture = try mount(over: kind)
+        defer { fixture.stop() }
+        let runtime = fixture.runtime
+        let mounted = fixture.mount
         let once = mounted.path("once.bin")
         let add = try providerfs(
             ["fault", "add", once, "--on", "upload", "--fail-at", "0", "--errno", "ENOSPC", "--times", "2"],
@@ -141,7 +130,7 @@ struct FaultMountTests {
         // Reads meet neither fault.
         #expect(try readErrno(once) == "OK")
         #expect(try readErrno(mounted.path("docs/kept.bin")) == "OK")
-        let faults = try listed(mounted.mountpoint)
+        let faults = try listed(mounted.mountpoint, runtime: runtime)
         #expect(faults.map { $0["on"] as? String } == ["upload", "upload"], "\(faults)")
         #expect(faults.first?["timesLeft"] as? Int == 2)
         // Options that make no sense for an upload: exit 64, one sentence, nothing added.
@@ -151,9 +140,8 @@ struct FaultMountTests {
 
         // Stored: both survive a remount on the same cache.
         mounted.stop()
-        first = nil
-        let second = try mount()
-        defer { second.stop() }
+        try fixture.remount()
+        let second = fixture.mount
         let text = try providerfs(["fault", "list", second.mountpoint], runtime: runtime)
         #expect(
             text.output.contains(second.path("once.bin") + "  on upload: fail at 0 with ENOSPC, 2 uploads left"),

@@ -2,7 +2,8 @@
 // the stored metadata of its --cache directory: names are listed, a downloaded file reads
 // byte-exact, a file never downloaded fails with ENETUNREACH, `status` says unreachable, mkdir is
 // ENETUNREACH, a new file and an append are queued and reach the source once the directory is
-// back. A first mount of a missing directory is still refused.
+// back. A first mount of a missing directory is still refused. The same over WebDAV with the
+// server down (D-511).
 
 import Foundation
 import SystemSupport
@@ -107,5 +108,65 @@ struct OfflineStartMountTests {
         #expect(other.status != 0)
         #expect(other.error.contains("the source \(missing) does not exist"), "\(other)")
         #expect(MountTable.entry(at: mountpoint) == nil)
+    }
+
+    /// The same over WebDAV (D-511): a mount whose server cannot be reached starts from the
+    /// stored metadata of a cache that has cached this URL; a first mount, or a cache of another
+    /// URL, is refused with the reason.
+    @Test(arguments: ProviderKind.available.filter { $0 != .local })
+    func anUnreachableServerStartsFromStoredMetadataAndCatchesUpWhenBack(over kind: ProviderKind) throws {
+        guard requireFUSE() else { return }
+        let fixture = try SourceMount(prefix: "offline-start-webdav", kind: kind)
+        defer { fixture.stop() }
+        let server = try #require(fixture.server)
+        mkdir(fixture.source("dir"), 0o755)
+        writeTestFile(fixture.source("dir/kept.bin"), kept)
+        writeTestFile(fixture.source("dir/other.bin"), other)
+        // Owned as the server's own files are (Apache's workers run as nobody under root).
+        var owner = stat()
+        #expect(stat(fixture.tree, &owner) == 0)
+        for name in ["dir", "dir/kept.bin", "dir/other.bin"] {
+            #expect(chown(fixture.source(name), owner.st_uid, owner.st_gid) == 0)
+        }
+        #expect(fileBytes(fixture.path("dir/kept.bin")) == kept)
+        fixture.mount.stop()
+
+        // The server is down (a laptop without network): the mount starts all the same.
+        server.stop()
+        try fixture.remount()
+        let mount = fixture.mount
+        let runtime = fixture.runtime
+        let listed = try shell("ls \(quoted(mount.path("dir")))")
+        #expect(listed.status == 0 && listed.output == "kept.bin\nother.bin\n", "\(listed)")
+        #expect(fileBytes(mount.path("dir/kept.bin")) == kept)
+        let failed = try shell("cat \(quoted(mount.path("dir/other.bin"))) > /dev/null")
+        #expect(failed.status != 0 && failed.error.contains("Network is unreachable"), "\(failed)")
+        let status = try providerfs(["status", mount.mountpoint], runtime: runtime)
+        #expect(status.output.contains("provider: unreachable (offline since"), "\(status)")
+        let written = patternBytes(count: 70_000, seed: 44)
+        #expect(throws: Never.self) { try Data(written).write(to: URL(fileURLWithPath: mount.path("dir/new.bin"))) }
+        #expect(fileBytes(mount.path("dir/new.bin")) == written)
+
+        // A mount of another URL over this cache, or of this URL over a new cache, is refused.
+        let mountpoint = fixture.scratch + "/mnt2"
+        mkdir(mountpoint, 0o755)
+        for (url, cache) in [
+            ("http://127.0.0.1:\(server.port)/elsewhere/", fixture.cache),
+            (server.url, fixture.scratch + "/new-cache"),
+        ] {
+            let refused = try providerfs(
+                ["mount", "--webdav", url, "--cache", cache, mountpoint, "--foreground"], runtime: runtime)
+            #expect(refused.status != 0 && refused.error.contains("cannot use the WebDAV server"), "\(refused)")
+            #expect(MountTable.entry(at: mountpoint) == nil)
+        }
+
+        // The server is back on its port: the queued file reaches it, the other file reads.
+        try server.start(samePort: true)
+        let arrived = waitForSource(fixture.source("dir/new.bin"), written, timeout: .seconds(60))
+        let report = arrived ? "" : (try providerfs(["status", mount.mountpoint], runtime: runtime)).output
+        #expect(arrived, "the queued file never arrived: \(report)\n\(mount.child.standardError.suffix(3000))")
+        #expect(fileBytes(mount.path("dir/other.bin")) == other)
+        let back = try providerfs(["status", mount.mountpoint], runtime: runtime)
+        #expect(back.output.contains("provider: reachable"), "\(back)")
     }
 }

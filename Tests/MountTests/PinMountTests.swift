@@ -57,15 +57,20 @@ struct PinMountTests {
         return ((lines(result.output).first?["cache"] as? [String: Any])?["pins"] as? [String: Any]) ?? [:]
     }
 
-    func mount() throws -> MountedFileSystem {
-        try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    /// A mount of `source` over `kind` (over WebDAV polling every second, so that a file made in
+    /// the served tree is seen within the test's waits).
+    func mount(over kind: ProviderKind = .local) throws -> ServedMount {
+        try ServedMount(
+            tree: source, kind: kind,
+            arguments: ["--cache", cache] + (kind == .local ? [] : ["--poll-interval", "1s"]),
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
     }
 
-    @Test func aPinnedFolderIsDownloadedWithoutReadsKeptAndFollowsTheSource() throws {
+    @Test(arguments: ProviderKind.available)
+    func aPinnedFolderIsDownloadedWithoutReadsKeptAndFollowsTheSource(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        var mounted = try mount()
+        var mounted = try mount(over: kind)
         defer { mounted.stop() }
         let files = ["docs/a.txt", "docs/b.txt", "docs/sub/c.bin"]
         for file in files { #expect(attribute("state", mounted.path(file)) == "dataless") }
@@ -120,7 +125,7 @@ struct PinMountTests {
 
         // The state survives a remount of the same cache.
         mounted.stop()
-        mounted = try mount()
+        mounted = try mount(over: kind)
         #expect(attribute("pin", mounted.path("docs")) == "pinned")
         #expect(attribute("state", mounted.path("docs/a.txt")) == "materialized")
         let again = try providerfs(["evict", mounted.path("docs/a.txt"), "--json"], runtime: runtime)

@@ -1,4 +1,5 @@
-// reading-list against a real `--source` mount (issue 13's tests): imports from plain and token
+// reading-list against a real mount (issue 13's tests; the imports, validation and read failures
+// over each provider: a local directory, rclone, Apache): imports from plain and token
 // paths, the app's copy outliving its source, a failed download as a `read` failure and a retry
 // after `fault clear`, a token that expires mid-copy, SIGINT during an import, and kill -9 with
 // the pending record made, repaired by the next start. Waits are on events (files appearing,
@@ -42,9 +43,10 @@ struct ReadingListMountTests: TokenGranting {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    func mount() throws -> MountedFileSystem {
-        try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    /// A mount of `source` over `kind`: the directory, or rclone or Apache serving it.
+    func mount(over kind: ProviderKind = .local) throws -> ServedMount {
+        try ServedMount(
+            tree: source, kind: kind, arguments: ["--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
     }
 
     var environment: [String: String] { ["PROVIDERFS_RUNTIME_DIR": runtime] }
@@ -100,10 +102,12 @@ struct ReadingListMountTests: TokenGranting {
         return condition()
     }
 
-    @Test func importsFromPlainAndTokenPathsAndTheCopyOutlivesItsSource() throws {
+    @Test(arguments: ProviderKind.available) func importsFromPlainAndTokenPathsAndTheCopyOutlivesItsSource(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mounted = try mount()
+        let mounted = try mount(over: kind)
         defer { mounted.stop() }
 
         let plain = try imported(mounted.path("docs/paper.pdf"))
@@ -194,10 +198,12 @@ struct ReadingListMountTests: TokenGranting {
         try expectNothingLeft()
     }
 
-    @Test func corruptFailsAtValidateAndRepairedIsFlagged() throws {
+    @Test(arguments: ProviderKind.available) func corruptFailsAtValidateAndRepairedIsFlagged(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mounted = try mount()
+        let mounted = try mount(over: kind)
         defer { mounted.stop() }
         let notes = try imported(mounted.path("docs/notes.pdf"))
         #expect(notes["result"] as? String == "failed")
@@ -225,10 +231,12 @@ struct ReadingListMountTests: TokenGranting {
         try expectNothingLeft()
     }
 
-    @Test func aFailedDownloadIsAReadFailureAndARetryAfterFaultClearSucceeds() throws {
+    @Test(arguments: ProviderKind.available) func aFailedDownloadIsAReadFailureAndARetryAfterFaultClearSucceeds(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mounted = try mount()
+        let mounted = try mount(over: kind)
         defer { mounted.stop() }
         let big = mounted.path("docs/big.pdf")
         let fault = try providerfs(["fault", "add", big, "--fail-at", "1MiB", "--times", "0"], runtime: runtime)

@@ -74,6 +74,9 @@ final class SourceMount {
         }
     }
 
+    /// The runtime directory (registry, control socket) that `providerfs` commands are given.
+    var runtime: String { scratch + "/run" }
+
     func path(_ relative: String) -> String { mount.path(relative) }
     /// A file of the provider, on disk.
     func source(_ relative: String) -> String { tree + "/" + relative }
@@ -92,3 +95,40 @@ final class SourceMount {
 
 /// The writable mount the write tests were written with.
 typealias WritableMount = SourceMount
+
+/// A mount of a suite's own `tree` over one provider: `--source tree`, or `--webdav` of rclone or
+/// Apache serving it on 127.0.0.1 (stopped with the mount), for suites whose fixture lays out
+/// its scratch directory itself.
+struct ServedMount {
+    let mount: MountedFileSystem
+    let server: WebDAVTestServer?
+
+    init(tree: String, kind: ProviderKind, arguments: [String], environment: [String: String]) throws {
+        switch kind {
+        case .local:
+            server = nil
+            mount = try MountedFileSystem.providerfs(["--source", tree] + arguments, environment: environment)
+        case .rclone, .apache:
+            if let problem = WebDAVTestGate.problem { throw SystemCallError(problem, Errno(ENOENT)) }
+            let started = try WebDAVTestServer(
+                root: tree, kind: kind == .apache ? .apache : .rclone(user: nil, password: nil))
+            server = started
+            do {
+                mount = try MountedFileSystem.providerfs(
+                    ["--webdav", started.url] + arguments, environment: environment)
+            } catch {
+                started.stop()
+                throw error
+            }
+        }
+    }
+
+    var mountpoint: String { mount.mountpoint }
+    func path(_ relative: String) -> String { mount.path(relative) }
+
+    /// Unmounts, then stops the server (both safe twice).
+    func stop() {
+        mount.stop()
+        server?.stop()
+    }
+}

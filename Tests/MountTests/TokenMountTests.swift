@@ -1,4 +1,4 @@
-// `providerfs token` on a real `--source` mount: a grant prints an access path under
+// `providerfs token` on a real mount (over each provider): a grant prints an access path under
 // MOUNTPOINT/.scoped/, `token list` shows the id and never the token, `token revoke` ends it,
 // `token log --json` has the grant and the revocation, and tokens survive a remount. Reading
 // through the access path is enforcement's test (it is built separately).
@@ -32,9 +32,10 @@ struct TokenMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    func mount() throws -> MountedFileSystem {
-        try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    /// A mount of `source` over `kind`: the directory, or rclone or Apache serving it.
+    func mount(over kind: ProviderKind = .local) throws -> ServedMount {
+        try ServedMount(
+            tree: source, kind: kind, arguments: ["--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
     }
 
     func jsonLines(_ text: String) -> [[String: Any]] {
@@ -43,10 +44,10 @@ struct TokenMountTests {
         }
     }
 
-    @Test func grantListRevokeLogAndARemount() throws {
+    @Test(arguments: ProviderKind.available) func grantListRevokeLogAndARemount(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        var first: MountedFileSystem? = try mount()
+        var first: ServedMount? = try mount(over: kind)
         defer { first?.stop() }
         let mounted = try #require(first)
 
@@ -103,7 +104,8 @@ struct TokenMountTests {
         #expect(!log.output.contains(token))
         let events = jsonLines(log.output).map { "\($0["event"] as? String ?? "?") \($0["tokenID"] as? String ?? "-")" }
         #expect(events.contains("grant \(id)") && events.contains("revocation \(id)"), "\(events)")
-        #expect(!mounted.child.standardError.contains(token) && !mounted.child.standardOutput.contains(token))
+        #expect(
+            !mounted.mount.child.standardError.contains(token) && !mounted.mount.child.standardOutput.contains(token))
 
         // With a second mount running, a command without MOUNTPOINT asks for one (ids are per mount).
         let other = try MountedFileSystem.providerfs(
@@ -120,7 +122,7 @@ struct TokenMountTests {
         // A remount on the same cache: the live token is still there, the ended one too (--all).
         mounted.stop()
         first = nil
-        let second = try mount()
+        let second = try mount(over: kind)
         defer { second.stop() }
         let after = try providerfs(["token", "list", second.mountpoint, "--json"], runtime: runtime)
         #expect(jsonLines(after.output).compactMap { $0["id"] as? String } == [folderID], "\(after)")

@@ -27,20 +27,25 @@ struct VersionNodeMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    /// A writable mount (the default) with libfuse's request trace.
-    func mount() throws -> MountedFileSystem {
-        try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"],
+    /// A writable mount (the default) with libfuse's request trace, of `source` over `kind` (over
+    /// WebDAV polling every second).
+    func mount(over kind: ProviderKind = .local) throws -> ServedMount {
+        try ServedMount(
+            tree: source, kind: kind,
+            arguments: ["--cache", scratch + "/cache"] + (kind == .local ? [] : ["--poll-interval", "1s"]),
             environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run", "PROVIDERFS_FUSE_DEBUG": "1"])
     }
 
-    @Test func warmReadsOfAWritableMountNeverReachTheDaemon() throws {
+    @Test(arguments: ProviderKind.available) func warmReadsOfAWritableMountNeverReachTheDaemon(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         let content = patternBytes(count: 6 << 20, seed: 31)
         writeTestFile(source + "/big.bin", content)
-        let mount = try mount()
-        defer { mount.stop() }
+        let served = try mount(over: kind)
+        defer { served.stop() }
+        let mount = served.mount
         let file = mount.path("big.bin")
         let node = try nodeNumber(file)  // the first node of an item has its serial number
         #expect(fileBytes(file) == content ? true : false)
@@ -68,12 +73,15 @@ struct VersionNodeMountTests {
     /// Readers that opened a version keep it — its bytes, its size in fstat, a mapping of it —
     /// while the file is rewritten shorter and longer through the mount and changed at the source;
     /// every version shows one st_ino, and each new open reads the newest version.
-    @Test func readersKeepTheirVersionAcrossRewritesWithOneSerialNumber() throws {
+    @Test(arguments: ProviderKind.available) func readersKeepTheirVersionAcrossRewritesWithOneSerialNumber(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         writeTestFile(source + "/f", patternBytes(count: 3 << 20, seed: 1))
-        let mount = try mount()
-        defer { mount.stop() }
+        let served = try mount(over: kind)
+        defer { served.stop() }
+        let mount = served.mount
         let script = """
             import mmap, os, sys, time
             path, src = sys.argv[1], sys.argv[2]
@@ -99,6 +107,10 @@ struct VersionNodeMountTests {
                 data = bytes((i * 7 + n) % 251 for i in range(n))
                 if how == 'mount':
                     with open(path, 'wb') as f: f.write(data)
+                    # uploaded before the next change at the source (else that change meets the
+                    # upload: a conflict, the mount's write keeps the name)
+                    deadline = time.time() + 30
+                    while os.stat(src).st_size != n and time.time() < deadline: time.sleep(0.02)
                 else:
                     with open(src + '.new', 'wb') as f: f.write(data)
                     os.rename(src + '.new', src)
@@ -128,8 +140,9 @@ struct VersionNodeMountTests {
         defer { cleanup() }
         let old = patternBytes(count: 1 << 20, seed: 2)
         writeTestFile(source + "/f", old)
-        let mount = try mount()
-        defer { mount.stop() }
+        let served = try mount()
+        defer { served.stop() }
+        let mount = served.mount
         let file = mount.path("f")
         let script = """
             import errno, os, sys

@@ -610,3 +610,82 @@ struct ListingRevalidationTests {
         }
     }
 }
+
+/// A provider whose versions read as WebDAV ETags: weak (`W/"v"`) until `strong` is set, then
+/// strong (`"v"`), the same opaque text — what Apache sends for a file changed in the last
+/// second and after it (D-422). The weak comparison says they name the same content.
+final class WeakThenStrongTagProvider: InMemoryProviderWrapper {
+    let base: InMemoryProvider
+    let capabilities: ProviderCapabilities = []
+    let strong = Locked(false)
+    init(base: InMemoryProvider) { self.base = base }
+    private func tagged(_ item: ProviderItem) -> ProviderItem {
+        guard item.kind == .file else { return item }
+        var item = item
+        let opaque = "\"\(item.contentVersion.rawValue)\""
+        item.contentVersion = ContentVersion(strong.value ? opaque : "W/" + opaque)
+        return item
+    }
+    private static func untagged(_ version: ContentVersion) -> ContentVersion {
+        var text = Substring(version.rawValue)
+        if text.hasPrefix("W/") { text = text.dropFirst(2) }
+        return ContentVersion(String(text.dropFirst().dropLast()))
+    }
+    func item(for identifier: ItemIdentifier) async throws -> ProviderItem {
+        tagged(try await base.item(for: identifier))
+    }
+    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
+        try await base.children(of: identifier).map(tagged)
+    }
+    func fetchContents(
+        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
+    ) async throws -> any ContentStream {
+        try await base.fetchContents(of: identifier, version: Self.untagged(version), range: range)
+    }
+    func isSameContent(_ version: ContentVersion, as other: ContentVersion) -> Bool {
+        Self.untagged(version) == Self.untagged(other)
+    }
+}
+
+@Suite("A version whose text changes for the same content (D-510)")
+struct SameContentVersionTests {
+    @Test("a weak tag turned strong keeps the held version and its cached bytes; a real change does not")
+    func aWeakTagTurnedStrongKeepsTheCachedContent() async throws {
+        let fixture = try CacheFixture()
+        fixture.provider.putFile("f", .ramp(seed: 7, size: 10_000))
+        let provider = WeakThenStrongTagProvider(base: fixture.provider)
+        let cache = try ProviderCache(
+            provider: provider, directory: fixture.directory.path, store: fixture.store, clock: fixture.clock,
+            options: fixture.options)
+        let identifier = ItemIdentifier("f")
+        _ = try await cache.catalog.children(of: .root, maximumAge: nil)
+        let weak = try await cache.catalog.item(identifier, maximumAge: nil)
+        #expect(weak.contentVersion.rawValue.hasPrefix("W/"))
+        let entry = try await cache.pinContent(of: weak)
+        _ = try await entry.read(offset: 0, count: 10_000)
+        cache.content.unpin(entry)
+        #expect(cache.content.presentBytes(of: weak) == 10_000)
+        let fetches = fixture.provider.counters.fetchCalls
+
+        // The tag turns strong: the item is asked for again, by lookup and by listing.
+        provider.strong.withLock { $0 = true }
+        let asked = try await cache.catalog.item(identifier, maximumAge: .zero)
+        #expect(asked.contentVersion == weak.contentVersion, "the held version stays")
+        _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
+        let listed = try #require(cache.catalog.knownItem(identifier))
+        #expect(listed.contentVersion == weak.contentVersion)
+        #expect(cache.content.presentBytes(of: listed) == 10_000, "the cached bytes stay")
+        let again = try await cache.pinContent(of: listed)
+        #expect(
+            try await again.read(offset: 0, count: 10_000).bytes == expectedBytes(fixture.provider, "f", 0..<10_000))
+        cache.content.unpin(again)
+        #expect(fixture.provider.counters.fetchCalls == fetches, "nothing fetched again")
+
+        // Other bytes: another opaque text, a new version.
+        fixture.provider.putFile("f", .ramp(seed: 8, size: 10_000))
+        let changed = try await cache.catalog.item(identifier, maximumAge: .zero)
+        #expect(changed.contentVersion != weak.contentVersion)
+        #expect(cache.content.presentBytes(of: changed) == 0)
+        await cache.shutdown()
+    }
+}

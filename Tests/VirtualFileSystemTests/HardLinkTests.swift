@@ -520,6 +520,61 @@ struct HardLinkTests {
         #expect(try await resolve(fileSystem, "l").attributes.size == 14)
     }
 
+    @Test("a utimens through one name of a file made through the mount reaches readdirplus of another name")
+    func aTimeSetThroughOneNameShowsInAListingOfAnother() async throws {
+        let source = try TemporaryDirectory()
+        let cache = try TemporaryDirectory()
+        defer {
+            source.remove()
+            cache.remove()
+        }
+        try source.write("d/keep", [])
+        let fileSystem = try writableFileSystem(source, cache)
+        // Made through the mount: the name "f" holds the file's local version.
+        let (created, opened) = try await fileSystem.create(
+            parent: .root, name: "f", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+        _ = try await fileSystem.write(
+            created.inode, handle: opened.handle, offset: 0, data: Array("bytes\n".utf8), context: .kernel)
+        try await fileSystem.flush(created.inode, handle: opened.handle, context: .kernel)
+        await fileSystem.release(created.inode, handle: opened.handle)
+        let d = try await resolve(fileSystem, "d")
+        _ = try await fileSystem.makeHardLink(created.inode, newParent: d.inode, newName: "l", context: .kernel)
+        #expect(await settled(fileSystem))
+        // d's listing is held by the catalog before the change.
+        #expect(try await listAll(fileSystem, d.inode).map(\.name).filter { !$0.hasPrefix(".") } == ["keep", "l"])
+
+        // Another file made through the mount, exchanged with "f" (RENAME_EXCHANGE): the file
+        // goes by "g" now, with its local version.
+        let (other, otherOpened) = try await fileSystem.create(
+            parent: .root, name: "g", permissions: 0o600, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+        await fileSystem.release(other.inode, handle: otherOpened.handle)
+        try await fileSystem.rename(
+            parent: .root, name: "g", newParent: .root, newName: "f", flags: 2, context: .kernel)
+        #expect(try await resolve(fileSystem, "g").inode == created.inode)
+
+        let set = Timestamp(seconds: 1_000_000_838)
+        _ = try await fileSystem.setAttributes(
+            created.inode, changes: AttributeChanges(modificationTime: set), handle: nil, context: .kernel)
+        // The kernel forgets the node (its names' dentries were invalidated by the change).
+        fileSystem.forget(created.inode, count: .max)
+        let sourceTime =
+            try FileManager.default.attributesOfItem(atPath: source.path + "/d/l")[.modificationDate] as? Date
+        #expect(sourceTime.map { Int64($0.timeIntervalSince1970) } == set.seconds)
+
+        let handle = try await fileSystem.openDirectory(d.inode, context: .kernel)
+        defer { fileSystem.releaseDirectory(d.inode, handle: handle) }
+        let entries = try await fileSystem.readDirectoryPlus(
+            d.inode, handle: handle, after: 0, limit: 100, context: .kernel)
+        let l = try #require(entries.first { $0.entry.name == "l" })
+        // Either no attributes (the kernel looks the name up) or the ones just set: never the
+        // record from before the change.
+        if let lookup = l.lookup {
+            #expect(lookup.attributes.modificationTime == set, "readdirplus's attributes of d/l")
+        }
+        #expect(try await resolve(fileSystem, "d/l").attributes.modificationTime == set, "a lookup of d/l")
+        await fileSystem.shutdown()
+    }
+
     @Test("link errors: a directory EPERM, a taken name EEXIST, a file as directory ENOTDIR, read-only EROFS")
     func linkErrors() async throws {
         let source = try TemporaryDirectory()

@@ -396,8 +396,11 @@ struct MountCommand: CLICommand {
         let faults: FaultPlan
         let tokens: TokenAuthority
         // A WebDAV server is asked for its root before mounting: a wrong URL, a server that is
-        // down or refuses the credentials fails the mount with the reason.
+        // down or refuses the credentials fails the mount with the reason. A server that cannot
+        // be reached (no network, the server down) is an offline start from the stored metadata
+        // when the cache already caches this URL (D-511, as D-434 for a missing directory).
         let webdav = try plan.webdav.map { source throws(CommandFailure) in try webdavConfiguration(source) }
+        var startedOffline = false
         if let webdav {
             do {
                 let root = try await WebDAVProvider(configuration: webdav).item(for: .root)
@@ -407,8 +410,16 @@ struct MountCommand: CLICommand {
             } catch let failure as CommandFailure {
                 throw failure
             } catch {
-                throw CommandFailure(
-                    "cannot use the WebDAV server \(webdav.location): \(ProviderError.from(error).message)")
+                let problem = ProviderError.from(error)
+                guard problem.code == .unreachable || problem.code == .timedOut,
+                    MountComposition.cacheRecords(plan.source, cacheDirectory: plan.cacheDirectory)
+                else {
+                    throw CommandFailure("cannot use the WebDAV server \(webdav.location): \(problem.message)")
+                }
+                logger.warning(
+                    "the WebDAV server \(webdav.location) cannot be reached (\(problem.message)): "
+                        + "starting offline from the stored metadata in \(plan.cacheDirectory)")
+                startedOffline = true
             }
         }
         // Coordination across machines (D-451): a WebDAV mount's write claims take the server's
@@ -473,9 +484,11 @@ struct MountCommand: CLICommand {
             version: ProviderFSCLI.version, startedAt: Date(), requireToken: plan.requireToken)
         // The control socket (docs/CONTROL.md): `providerfs status MOUNTPOINT`, `download`. Bound
         // before the kernel mount, so a client that sees the mount finds its socket.
+        // Recorded while the server answers, for a later offline start (D-511).
+        if webdav != nil, !startedOffline { MountComposition.recordSource(plan.source, in: plan.cacheDirectory) }
         let control = makeControlServer(
             plan, fileSystem: fileSystem, faults: faults, tokens: tokens,
-            evictionClaims: evictionClaims, remoteLocks: remoteLocks)
+            evictionClaims: evictionClaims, remoteLocks: remoteLocks, startedOffline: startedOffline)
         if let control {
             do { try control.start() } catch {
                 logger.warning("cannot start the control socket \(control.socketPath): \(error.errno.message)")

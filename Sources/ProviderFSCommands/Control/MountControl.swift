@@ -419,7 +419,7 @@ extension MountCommand {
     /// `ProviderFileSystem` (nothing to answer from).
     static func makeControlServer(
         _ plan: Plan, fileSystem: any FileSystem, faults: FaultPlan?, tokens: TokenAuthority? = nil,
-        evictionClaims: MountEvictionClaims? = nil, remoteLocks: MountRemoteLocks? = nil
+        evictionClaims: MountEvictionClaims? = nil, remoteLocks: MountRemoteLocks? = nil, startedOffline: Bool = false
     ) -> ControlServer? {
         guard let fileSystem = fileSystem as? ProviderFileSystem else { return nil }
         let handler = MountControl(
@@ -428,7 +428,7 @@ extension MountCommand {
             started: .now, faults: faults.map { MountFaults(plan: $0, fileSystem: fileSystem) }, tokens: tokens,
             evictionClaims: evictionClaims,
             offline: OfflineSince(
-                plan.webdav == nil && !MountComposition.sourceIsPresent(plan.source) ? Date() : nil),
+                startedOffline || plan.webdav == nil && !MountComposition.sourceIsPresent(plan.source) ? Date() : nil),
             remoteLocks: remoteLocks)
         return ControlServer(
             socketPath: MountRegistry.controlSocket(for: plan.mountpoint), handler: handler,

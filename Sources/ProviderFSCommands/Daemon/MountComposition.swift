@@ -197,7 +197,13 @@ package enum MountComposition {
     /// only when the directory holds a metadata store and records `source` (its real path when
     /// it was last mounted) as what it caches. A first mount, or a typo in `--source`, is refused.
     package static func canStartOffline(source: String, cacheDirectory: String) -> Bool {
-        guard !sourceIsPresent(source), access(cacheDirectory + "/metadata.sqlite", F_OK) == 0,
+        !sourceIsPresent(source) && cacheRecords(source, cacheDirectory: cacheDirectory)
+    }
+
+    /// Whether `cacheDirectory` holds a metadata store and records `source` (a directory's real
+    /// path, a WebDAV URL) as what it caches (D-434, D-511).
+    package static func cacheRecords(_ source: String, cacheDirectory: String) -> Bool {
+        guard access(cacheDirectory + "/metadata.sqlite", F_OK) == 0,
             let data = FileManager.default.contents(atPath: cacheDirectory + "/" + sourceRecordName)
         else { return false }
         let recorded = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
