@@ -147,7 +147,8 @@ let package = Package(
             dependencies: [
                 "ProviderFSCommands", "AccessTokens", "ControlWire", "FileCoordination", "VirtualFileSystem",
                 "ProviderCache", "ProviderModel",
-                "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "providerfs",
+                "LocalProvider", "ProviderFaults", "SystemSupport", "TestSupport", "TestScheduling", "WebDAVProvider",
+                "providerfs",
             ]),
         // The adapter without /dev/fuse: fake backing files, the hooks writing into a pipe or a socket pair.
         .testTarget(

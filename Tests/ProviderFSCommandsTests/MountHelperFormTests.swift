@@ -2,6 +2,7 @@ import ControlWire
 import SystemSupport
 import TestScheduling
 import Testing
+import WebDAVProvider
 
 @testable import ProviderFSCommands
 
@@ -80,12 +81,23 @@ import Testing
             mountHelperArguments([
                 "https://dav.example.com/a%20b/", "/mnt/dav", "-o",
                 "rw,user,_netdev,webdav_user=alice,password_file=/etc/dav-pw,ca_file=/etc/dav-ca.pem,cache=/var/c,"
-                    + "poll_interval=30s",
+                    + "poll_interval=30s,checksum_limit=1MiB",
             ])
                 == [
                     "mount", "--webdav=https://dav.example.com/a%20b/", "--user=alice", "--password-file=/etc/dav-pw",
-                    "--ca-file=/etc/dav-ca.pem", "--cache=/var/c", "--poll-interval=30s", "/mnt/dav",
+                    "--ca-file=/etc/dav-ca.pem", "--cache=/var/c", "--poll-interval=30s", "--checksum-limit=1MiB",
+                    "/mnt/dav",
                 ])
+        // `--checksum-limit` (D-495) reaches the daemon's WebDAV configuration; 0 verifies nothing.
+        let location = try WebDAVLocation("https://dav.example.com/")
+        for limit: Int64 in [0, 1 << 20] {
+            var source = MountCommand.WebDAVSource(location: location)
+            source.checksumLimit = limit
+            #expect(try MountCommand.webdavConfiguration(source).checksumLimit == limit)
+        }
+        #expect(
+            try MountCommand.webdavConfiguration(MountCommand.WebDAVSource(location: location)).checksumLimit
+                == WebDAVConfiguration(location: location).checksumLimit, "the default without the option")
         // `--poll-interval` (D-450): a duration of at least 100ms, or 0 / off.
         for (text, expected) in [
             ("30s", Duration.seconds(30)), ("0", .zero), ("off", .zero), ("100ms", .milliseconds(100)),

@@ -30,7 +30,7 @@ struct MountCommand: CLICommand {
                          [--foreground] [--cache DIR] [--log FILE]
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
-                         [--poll-interval DURATION|0] [--lock-timeout DURATION]
+                         [--poll-interval DURATION|0] [--lock-timeout DURATION] [--checksum-limit SIZE|0]
                          [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
                          [--no-download-for NAME,...] [--download-for NAME,...|all]
         """
@@ -87,6 +87,9 @@ struct MountCommand: CLICommand {
         var passwordFile: String?
         /// PEM certificates to trust for https instead of the system's store; absolute.
         var caFile: String?
+        /// Fetches up to this size are verified by the checksums the server sends (D-495); nil:
+        /// the default, 0: none.
+        var checksumLimit: Int64?
     }
 
     struct Output: Encodable {
@@ -104,6 +107,7 @@ struct MountCommand: CLICommand {
         let userArgument = try arguments.option("--user")
         let passwordFileArgument = try arguments.option("--password-file")
         let caFileArgument = try arguments.option("--ca-file")
+        let checksumLimit = try arguments.size("--checksum-limit")
         // A password on the command line shows in ps, shell history and logs: refused, not echoed.
         if arguments.optionalValueFlag("--password") != nil || arguments.optionalValueFlag("--pass") != nil {
             throw UsageError(
@@ -166,17 +170,20 @@ struct MountCommand: CLICommand {
         }
         if webdavArgument == nil,
             userArgument != nil || passwordFileArgument != nil || caFileArgument != nil || lockTimeout != nil
+                || checksumLimit != nil
         {
             throw UsageError(
-                "providerfs mount: --user, --password-file, --ca-file and --lock-timeout go with --webdav URL.")
+                "providerfs mount: --user, --password-file, --ca-file, --lock-timeout and --checksum-limit go with --webdav URL."
+            )
         }
 
         let reporter = ReadinessReporter(fd: readyFD)
         do {
-            let webdav = try webdavArgument.map { url throws(CommandFailure) in
+            var webdav = try webdavArgument.map { url throws(CommandFailure) in
                 try webdavSource(
                     url: url, user: userArgument, passwordFile: passwordFileArgument, caFile: caFileArgument)
             }
+            webdav?.checksumLimit = checksumLimit
             var plan = try prepare(
                 demo: demo, source: sourceArgument ?? webdav?.location.description, mountpoint: mountpointArgument,
                 cache: cacheArgument, log: logArgument, allowOther: allowOther, remote: webdav != nil)
@@ -264,6 +271,7 @@ struct MountCommand: CLICommand {
     static func webdavConfiguration(_ source: WebDAVSource) throws(CommandFailure) -> WebDAVConfiguration {
         var configuration = WebDAVConfiguration(location: source.location, user: source.user)
         configuration.caFile = source.caFile
+        if let limit = source.checksumLimit { configuration.checksumLimit = limit }
         if let file = source.passwordFile {
             guard var password = readTextFile(file) else {
                 throw CommandFailure("cannot read the password file \(file): \(Errno.current.message)")
@@ -570,6 +578,7 @@ struct MountCommand: CLICommand {
             if let user = webdav.user { arguments.append("--user=\(user)") }
             if let file = webdav.passwordFile { arguments.append("--password-file=\(file)") }
             if let file = webdav.caFile { arguments.append("--ca-file=\(file)") }
+            if let limit = webdav.checksumLimit { arguments.append("--checksum-limit=\(limit)") }
         }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }
