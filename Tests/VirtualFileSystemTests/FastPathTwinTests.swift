@@ -105,10 +105,11 @@ struct HeldCreateTwinTests {
     }
 }
 
-/// Polls `condition` (real time, at most 30 s: a suite run in parallel can starve the tasks for
-/// seconds): the write-back runs in tasks of its own.
+/// Polls `condition` (real time, at most 120 s: the write-back runs in tasks of its own, and a
+/// suite run in parallel can starve them; under TSan, on a two-thread pool, a run kept this
+/// test's upload task from starting for over 30 s). It answers as soon as the condition holds.
 private func heldEventually(_ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + .seconds(30)
+    let deadline = ContinuousClock.now + .seconds(120)
     while ContinuousClock.now < deadline {
         if condition() { return true }
         try? await Task.sleep(for: .milliseconds(2))
