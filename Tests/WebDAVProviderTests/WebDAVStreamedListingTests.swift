@@ -57,14 +57,17 @@ struct WebDAVStreamedListingTests {
         try proxy.tamper(.holdPropfindEnd)
         let batches = Locked<[[ProviderItem]]>([])
         let finished = Locked(false)
-        let listing = Task {
+        // Off the cooperative pool: under TSan on two cores, blocking tests have kept the pool
+        // busy past the deadline below before the listing's task ever ran (CI, 2026-12-06).
+        let listing = Task(executorPreference: BlockingTestExecutor.unbounded) {
             defer { finished.withLock { $0 = true } }
             return try await provider.trackedChildren(of: ItemIdentifier("many")) { batch in
                 batches.withLock { $0.append(batch) }
             }
         }
-        // Two batches (a reader answers once it has two, D-470) while the proxy holds the end.
-        let deadline = ContinuousClock.now + .seconds(30)
+        // Two batches (a reader answers once it has two, D-470) while the proxy holds the end (at
+        // most 60 s from when it sends the rest; the listing then finishes, and the test fails).
+        let deadline = ContinuousClock.now + .seconds(120)
         while batches.withLock({ $0.count }) < 2, !finished.withLock({ $0 }), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
