@@ -79,6 +79,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// A proxy in front of `upstream` that passes every request on and spoils its answer as
         /// `tamper(_:)` last said (issue 26's bad input).
         case tampering(upstream: String)
+        /// `.tampering` over https, with this certificate and key (PEM files).
+        case tamperingTLS(upstream: String, certificate: String, key: String)
     }
 
     /// How a `.tampering` proxy spoils answers (`tamper(_:)`); the script reads it per request.
@@ -135,6 +137,19 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// GET: the whole file's true OC-Checksum, a byte flipped, and all of the body but its
         /// first 64 KiB held until the mode is another one (at most 60 s).
         case ocChecksumFlippedHeld = "oc-checksum+flip-byte+hold-get-body"
+        /// GET, HEAD, PROPFIND and OPTIONS: answered `307` to the same path with `?moved` added
+        /// (relative Location), which is passed on without the query.
+        case redirect = "redirect"
+        /// GET: `200` with an HTML page and no ETag or Last-Modified (a login portal, a proxy's
+        /// error page).
+        case htmlGet = "html-get"
+        /// GET, HEAD, PROPFIND and OPTIONS: `302` to the same path, every time.
+        case redirectLoop = "redirect-loop"
+        /// GET, HEAD, PROPFIND and OPTIONS: `302` to `ftp://127.0.0.1:9/` (another protocol).
+        case redirectToFTP = "redirect-ftp"
+        /// GET, HEAD, PROPFIND and OPTIONS: `302` to the same path at the upstream server, in the
+        /// clear (a `.tamperingTLS` proxy sending its client from https to http).
+        case redirectToHTTP = "redirect-http"
     }
 
     /// The GET requests a `.tampering` proxy passed on, oldest first: `GET <path> range=<Range
@@ -146,8 +161,10 @@ public final class WebDAVTestServer: @unchecked Sendable {
     /// Written by the tampering proxy once it holds its port.
     private var readyFile: String { scratch + "/ready" }
     private var waitsForReady: Bool {
-        if case .tampering = kind { return true }
-        return false
+        switch kind {
+        case .tampering, .tamperingTLS: return true
+        default: return false
+        }
     }
 
     /// Sets how a `.tampering` proxy spoils the answers to requests from now on.
@@ -188,7 +205,10 @@ public final class WebDAVTestServer: @unchecked Sendable {
 
     /// `http://127.0.0.1:<port>/` (https for `.rcloneTLS`).
     public var url: String {
-        if case .rcloneTLS = kind { return "https://127.0.0.1:\(port)/" }
+        switch kind {
+        case .rcloneTLS, .tamperingTLS: return "https://127.0.0.1:\(port)/"
+        default: break
+        }
         return "http://127.0.0.1:\(port)/"
     }
 
@@ -256,13 +276,15 @@ public final class WebDAVTestServer: @unchecked Sendable {
             let script = scratch + "/busy-proxy.py"
             try writeText(Self.busyProxyScript, to: script)
             return (python, [script, "\(port)", upstream, "\(passEvery)"], [:])
-        case .tampering(let upstream):
+        case .tampering(let upstream), .tamperingTLS(let upstream, _, _):
             guard let python = WebDAVTestGate.findExecutable("python3") else {
                 throw SystemCallError("python3 is missing", Errno(ENOENT))
             }
             let script = scratch + "/tampering-proxy.py"
             try writeText(Self.tamperingProxyScript, to: script)
-            return (python, [script, "\(port)", upstream, scratch + "/tampering"], [:])
+            var arguments = [script, "\(port)", upstream, scratch + "/tampering"]
+            if case .tamperingTLS(_, let certificate, let key) = kind { arguments += [certificate, key] }
+            return (python, arguments, [:])
         }
     }
 
@@ -336,6 +358,17 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 if m == 'html-propfind' and method == 'PROPFIND':
                     page = b'<!DOCTYPE html><html><body><h1>Down for maintenance</h1></body></html>'
                     return self.send_raw(200, [('Content-Type', 'text/html')], page)
+                path, _, query = self.path.partition('?')
+                if m.startswith('redirect') and method in ('GET', 'HEAD', 'PROPFIND', 'OPTIONS'):
+                    target = {'redirect': None if query == 'moved' else path + '?moved', 'redirect-loop': self.path,
+                              'redirect-ftp': 'ftp://127.0.0.1:9' + path,
+                              'redirect-http': 'http://%s%s' % (upstream.netloc, path)}[m]
+                    if target is not None:
+                        return self.send_raw(307 if m == 'redirect' else 302, [('Location', target)], b'moved')
+                    self.path = path
+                if m == 'html-get' and method == 'GET':
+                    page = b'<!DOCTYPE html><html><body><h1>Sign in to continue</h1></body></html>'
+                    return self.send_raw(200, [('Content-Type', 'text/html')], page)
                 if m == 'class-one' and method in ('LOCK', 'UNLOCK'):
                     allow = 'OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE'
                     return self.send_raw(405, [('Allow', allow)], b'')
@@ -394,6 +427,10 @@ public final class WebDAVTestServer: @unchecked Sendable {
             do_GET = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = do_PROPFIND = do_MKCOL = do_MOVE = do_COPY = answer
             do_LOCK = do_UNLOCK = do_PROPPATCH = do_POST = answer
         server = http.server.ThreadingHTTPServer(('127.0.0.1', port), Proxy)
+        if len(sys.argv) > 5:
+            import ssl
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); tls.load_cert_chain(sys.argv[4], sys.argv[5])
+            server.socket = tls.wrap_socket(server.socket, server_side=True)
         open(modefile.rsplit('/', 1)[0] + '/ready', 'w').close()
         server.serve_forever()
         """#

@@ -282,6 +282,10 @@ final class HTTPTransport: Sendable {
             set(pfs_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 1))
             set(pfs_curl_setopt_long(handle, CURLOPT_MAXREDIRS, 5))
             set(pfs_curl_setopt_long(handle, CURLOPT_POSTREDIR, 7))  // CURL_REDIR_POST_ALL: keep the body
+            // Only to HTTP(S), never from https down to http (D-514): a server's Location must not
+            // send the request to another protocol (ftp, …) or in the clear.
+            let schemes = request.url.lowercased().hasPrefix("https:") ? "https" : "http,https"
+            set(pfs_curl_setopt_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, schemes))
         }
         set(pfs_curl_setopt_list(handle, CURLOPT_HTTPHEADER, headerList))
 

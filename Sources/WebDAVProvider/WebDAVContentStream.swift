@@ -171,14 +171,18 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     /// last-modified time and size, those.
     private func versionMismatch(_ headers: [String: String]) -> ProviderError? {
         let asked = version.rawValue
+        // An answer that names no version at all is not taken for the file's bytes (D-515): a
+        // login portal's or a proxy's page (200, no ETag, no Last-Modified) would be cached as them.
         if WebDAVProvider.isETag(asked) {
-            guard let etag = headers["etag"] else { return nil }
+            guard let etag = headers["etag"] else { return Self.namesNoVersion(identifier, "ETag") }
             if WebDAVProvider.opaqueTag(etag) != WebDAVProvider.opaqueTag(asked) {
                 return ProviderError(.versionChanged, "\(identifier) changed: \(asked) is now \(etag)")
             }
             return nil
         }
-        guard let modified = headers["last-modified"].flatMap(MultiStatus.httpDate) else { return nil }
+        guard let modified = headers["last-modified"].flatMap(MultiStatus.httpDate) else {
+            return Self.namesNoVersion(identifier, "Last-Modified")
+        }
         let total: Int64? =
             if context.status == 206 {
                 headers["content-range"].flatMap { ContentRange($0)?.total }
@@ -189,6 +193,11 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         let now = WebDAVProvider.fallbackVersion(lastModified: modified, size: total)
         return now.rawValue == asked
             ? nil : ProviderError(.versionChanged, "\(identifier) changed: \(asked) is now \(now)")
+    }
+
+    static func namesNoVersion(_ identifier: ItemIdentifier, _ header: String) -> ProviderError {
+        ProviderError(
+            .io, "GET \(identifier): the answer names no version (no \(header)): not taken for the file", errno: EIO)
     }
 
     /// The transfer thread's body callback: judge the response first, then queue the bytes of the

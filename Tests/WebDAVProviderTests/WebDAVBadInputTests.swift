@@ -274,4 +274,110 @@ struct WebDAVBadInputTests {
             #expect((try? again.get()) == Array(SpoiledServer.big[wanted]))
         }
     }
+
+    /// A GET answered 200 with a page that names no version (a login portal: HTML, no ETag, no
+    /// Last-Modified) is EIO and never the file's bytes (D-515): the provider refuses it, and a
+    /// reader through the cache gets EIO with nothing of the page cached; the file reads whole
+    /// once the server answers again.
+    @Test func aPageThatNamesNoVersionIsNeverTheFile() async throws {
+        try await withSpoiledServer { server in
+            let item = try await server.provider.item(for: ItemIdentifier("hello.txt"))
+            let cached = try await server.cache.catalog.item(item.identifier, maximumAge: .zero)
+            try server.proxy.tamper(.htmlGet)
+            await expectCode(.io) {
+                try await readAll(
+                    try await server.provider.fetchContents(
+                        of: item.identifier, version: item.contentVersion, range: 0..<14))
+            }
+            let read = await server.read(cached, offset: 0, count: 14)
+            #expect(code(read) == .downloadFailed, "\(read)")
+            #expect(server.cache.content.presentBytes(of: cached) == 0)
+            try server.proxy.tamper(.none)
+            let again = await server.read(cached, offset: 0, count: 14)
+            #expect((try? again.get()) == Array("hello, webdav\n".utf8))
+        }
+    }
+
+    // MARK: Redirects (D-514)
+
+    /// A server that moves every read elsewhere (307, relative Location): listings, stats and
+    /// ranged reads follow it, the GET reaching the new place with its Range, and the bytes are
+    /// the file's.
+    @Test func redirectedReadsAndListingsAreFollowed() async throws {
+        try await withSpoiledServer { server in
+            try server.proxy.tamper(.redirect)
+            let children = try await server.provider.children(of: ItemIdentifier("docs"))
+            #expect(Set(children.map(\.name)) == ["note.txt", "nested"])
+            let item = try await server.provider.item(for: ItemIdentifier("big.bin"))
+            #expect(item.size == Int64(SpoiledServer.big.count))
+            let stream = try await server.provider.fetchContents(
+                of: item.identifier, version: item.contentVersion, range: 1_000_000..<1_300_000)
+            #expect(try await readAll(stream) == Array(SpoiledServer.big[1_000_000..<1_300_000]))
+            let gets = server.proxy.requestLog().filter { $0.contains("range=bytes=1000000-1299999") }
+            #expect(gets.count == 2, "\(gets)")
+            #expect(gets.contains { $0.hasPrefix("GET /big.bin range=") }, "\(gets)")
+            #expect(gets.contains { $0.hasPrefix("GET /big.bin?moved range=") }, "\(gets)")
+        }
+    }
+
+    /// A redirect that leads nowhere is EIO for a read and a listing, never a hang and never
+    /// "unreachable" (which would serve cached items as if the server were down): a loop ends
+    /// after 5 redirects; a Location of another protocol (here ftp) is not followed at all.
+    @Test(arguments: [WebDAVTestServer.Tampering.redirectLoop, .redirectToFTP])
+    func aRedirectThatLeadsNowhereIsEIO(_ tampering: WebDAVTestServer.Tampering) async throws {
+        try await withSpoiledServer { server in
+            let item = try await server.provider.item(for: ItemIdentifier("hello.txt"))
+            try server.proxy.tamper(tampering)
+            await expectCode(.io) {
+                try await server.provider.fetchContents(of: item.identifier, version: item.contentVersion, range: 0..<5)
+            }
+            await expectCode(.io) { try await server.provider.children(of: ItemIdentifier("docs")) }
+            await expectCode(.io) { try await server.provider.item(for: ItemIdentifier("hello.txt")) }
+            let loops = server.proxy.requestLog().filter { $0.hasPrefix("GET /hello.txt ") }.count
+            // The first GET and 5 redirects (a loop), or the first alone (another protocol).
+            #expect(loops == (tampering == .redirectLoop ? 6 : 1))
+            try server.proxy.tamper(.none)
+            let stream = try await server.provider.fetchContents(
+                of: item.identifier, version: item.contentVersion, range: 0..<5)
+            #expect(try await readAll(stream) == Array("hello".utf8))
+        }
+    }
+
+    /// An https server that sends its client to http is not followed: the request would go in
+    /// the clear (D-514).
+    @Test func anHTTPSServerRedirectingToHTTPIsRefused() async throws {
+        if let problem = WebDAVTestGate.problem {
+            Issue.record(Comment(rawValue: problem))
+            return
+        }
+        let scratch = try makeTemporaryDirectory(prefix: "webdav-downgrade")
+        defer { removeTreeWithinFileSystem(scratch) }
+        let made = try ChildProcess.run(
+            "/usr/bin/openssl",
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", scratch + "/key.pem", "-out",
+                scratch + "/cert.pem",
+            ])
+        #expect(made.status == 0, "\(made.error)")
+        mkdir(scratch + "/served", 0o755)
+        try write(scratch + "/served/hello.txt", Array("hello, webdav\n".utf8))
+        let upstream = try WebDAVTestServer(root: scratch + "/served", kind: .rclone(user: nil, password: nil))
+        defer { upstream.stop() }
+        let proxy = try WebDAVTestServer(
+            root: scratch + "/proxy",
+            kind: .tamperingTLS(upstream: upstream.url, certificate: scratch + "/cert.pem", key: scratch + "/key.pem"))
+        defer { proxy.stop() }
+        #expect(proxy.url.hasPrefix("https://"))
+        var configuration = WebDAVConfiguration(location: try WebDAVLocation(proxy.url))
+        configuration.caFile = scratch + "/cert.pem"
+        configuration.requestTimeout = .seconds(10)
+        let provider = WebDAVProvider(configuration: configuration)
+        let item = try await provider.item(for: ItemIdentifier("hello.txt"))
+        try proxy.tamper(.redirectToHTTP)
+        await expectCode(.io) { try await provider.item(for: ItemIdentifier("hello.txt")) }
+        await expectCode(.io) {
+            try await provider.fetchContents(of: item.identifier, version: item.contentVersion, range: 0..<5)
+        }
+    }
 }
