@@ -88,7 +88,7 @@ final class DirectoryChangeWatcher: Sendable {
             if let source = state.source {
                 source.cancel()
             } else if state.fd >= 0 {
-                close(state.fd)
+                SystemCalls.close(state.fd)
             }
         }
     }
@@ -110,7 +110,7 @@ final class DirectoryChangeWatcher: Sendable {
         let fd = state.fd
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: deliveryQueue)
         source.setEventHandler { [weak self] in self?.deliver() }
-        source.setCancelHandler { close(fd) }
+        source.setCancelHandler { SystemCalls.close(fd) }
         state.source = source
         source.resume()
     }

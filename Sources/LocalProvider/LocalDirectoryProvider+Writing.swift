@@ -40,9 +40,11 @@ extension LocalDirectoryProvider {
             try Self.checkNewName(name)
             try self.checkPathFits(name, in: parent)
             let directory = try self.openDirectory(parent)
-            defer { close(directory.fd) }
+            defer { SystemCalls.close(directory.fd) }
             // Under the directory's entry lock, as every change of its entries (D-408).
-            guard self.entries.withLock(parent, { mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) }) == 0
+            guard
+                self.entries.withLock(parent, { SystemCalls.mkdirat(directory.fd, name, mode_t(permissions & 0o7777)) })
+                    == 0
             else {
                 throw Self.writeError(errno, "mkdir \(name) in \(Self.describe(parent))")
             }
@@ -50,8 +52,10 @@ extension LocalDirectoryProvider {
             // setgid a directory made in a setgid directory inherits (D-397).
             var made = stat()
             let inherited =
-                fstatat(directory.fd, name, &made, AT_SYMLINK_NOFOLLOW) == 0 ? UInt16(made.st_mode & 0o2000) : 0
-            _ = fchmodat(directory.fd, name, mode_t((permissions & 0o7777) | inherited), AT_SYMLINK_NOFOLLOW)
+                SystemCalls.fstatat(directory.fd, name, &made, AT_SYMLINK_NOFOLLOW) == 0
+                ? UInt16(made.st_mode & 0o2000) : 0
+            _ = SystemCalls.fchmodat(
+                directory.fd, name, mode_t((permissions & 0o7777) | inherited), AT_SYMLINK_NOFOLLOW)
             return try self.itemAt(directory, name: name)
         }
     }
@@ -68,8 +72,8 @@ extension LocalDirectoryProvider {
                 throw ProviderError(.invalidName, "'\(target)' is not a symbolic link target", errno: EINVAL)
             }
             let directory = try self.openDirectory(parent)
-            defer { close(directory.fd) }
-            guard self.entries.withLock(parent, { symlinkat(target, directory.fd, name) }) == 0 else {
+            defer { SystemCalls.close(directory.fd) }
+            guard self.entries.withLock(parent, { SystemCalls.symlinkat(target, directory.fd, name) }) == 0 else {
                 throw Self.writeError(errno, "symlink \(name) in \(Self.describe(parent))")
             }
             return try self.itemAt(directory, name: name)
@@ -105,17 +109,19 @@ extension LocalDirectoryProvider {
             try self.checkPathFits(name, in: parent)
             let (sourceParent, sourceName) = try Self.split(identifier)
             let source = try self.openDirectory(sourceParent)
-            defer { close(source.fd) }
+            defer { SystemCalls.close(source.fd) }
             var info = stat()
-            guard fstatat(source.fd, sourceName, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            guard SystemCalls.fstatat(source.fd, sourceName, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                 throw Self.writeError(errno, "lstat \(identifier.rawValue)")
             }
             guard info.st_mode & S_IFMT != S_IFDIR else {
                 throw ProviderError(.wrongKind, "\(identifier.rawValue) is a directory", errno: EPERM)
             }
             let directory = try self.openDirectory(parent)
-            defer { close(directory.fd) }
-            guard self.entries.withLock(parent, { linkat(source.fd, sourceName, directory.fd, name, 0) }) == 0 else {
+            defer { SystemCalls.close(directory.fd) }
+            guard
+                self.entries.withLock(parent, { SystemCalls.linkat(source.fd, sourceName, directory.fd, name, 0) }) == 0
+            else {
                 throw Self.writeError(errno, "link \(identifier.rawValue) as \(name) in \(Self.describe(parent))")
             }
             return try self.itemAt(directory, name: name)
@@ -128,9 +134,9 @@ extension LocalDirectoryProvider {
         return try await LocalIO.run {
             let (parent, name) = try Self.split(identifier)
             let directory = try self.openDirectory(parent)
-            defer { close(directory.fd) }
+            defer { SystemCalls.close(directory.fd) }
             var info = stat()
-            guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            guard SystemCalls.fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                 throw Self.writeError(errno, "lstat \(identifier.rawValue)")
             }
             let actual = Self.kind(of: info)
@@ -143,7 +149,7 @@ extension LocalDirectoryProvider {
                     errno: code)
             }
             let removed = self.entries.withLock(parent) {
-                unlinkat(directory.fd, name, kind == .directory ? AT_REMOVEDIR : 0)
+                SystemCalls.unlinkat(directory.fd, name, kind == .directory ? AT_REMOVEDIR : 0)
             }
             guard removed == 0 else {
                 let code = errno
@@ -165,9 +171,9 @@ extension LocalDirectoryProvider {
             try Self.checkNewName(name)
             try self.checkPathFits(name, in: parent)
             let source = try self.openDirectory(sourceParent)
-            defer { close(source.fd) }
+            defer { SystemCalls.close(source.fd) }
             let destination = try self.openDirectory(parent)
-            defer { close(destination.fd) }
+            defer { SystemCalls.close(destination.fd) }
             let flags: UInt32 =
                 switch mode {
                 case .replacing: 0
@@ -175,7 +181,7 @@ extension LocalDirectoryProvider {
                 case .exchange: RenameFlags.exchange
                 }
             let renamed = self.entries.withLocks([sourceParent, parent]) {
-                renameAt2(source.fd, sourceName, destination.fd, name, flags: flags)
+                SystemCalls.renameat2(source.fd, sourceName, destination.fd, name, flags: flags)
             }
             guard renamed == 0 else {
                 let code = errno
@@ -186,7 +192,7 @@ extension LocalDirectoryProvider {
                 if code == EINVAL {
                     // The file system has no renameat2 flags (or a directory into itself).
                     var info = stat()
-                    if fstatat(source.fd, sourceName, &info, AT_SYMLINK_NOFOLLOW) == 0,
+                    if SystemCalls.fstatat(source.fd, sourceName, &info, AT_SYMLINK_NOFOLLOW) == 0,
                         info.st_mode & S_IFMT == S_IFDIR,
                         Self.isInside(parent, identifier)
                     {
@@ -227,16 +233,16 @@ extension LocalDirectoryProvider {
         if identifier == .root {
             let path = try self.checkedPath(.root)
             if changes.uid != nil || changes.gid != nil,
-                lchown(path, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max) != 0
+                SystemCalls.lchown(path, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max) != 0
             {
                 throw Self.writeError(errno, "chown of the source directory")
             }
-            if let permissions = changes.permissions, chmod(path, mode_t(permissions & 0o7777)) != 0 {
+            if let permissions = changes.permissions, SystemCalls.chmod(path, mode_t(permissions & 0o7777)) != 0 {
                 throw Self.writeError(errno, "chmod of the source directory")
             }
             if changes.modificationTime != nil || changes.accessTime != nil {
                 var times = Self.times(modification: changes.modificationTime, access: changes.accessTime)
-                guard utimensat(AT_FDCWD, path, &times, 0) == 0 else {
+                guard SystemCalls.utimensat(AT_FDCWD, path, &times, 0) == 0 else {
                     throw Self.writeError(errno, "utimens of the source directory")
                 }
             }
@@ -244,23 +250,24 @@ extension LocalDirectoryProvider {
         }
         let (parent, name) = try Self.split(identifier)
         let directory = try self.openDirectory(parent)
-        defer { close(directory.fd) }
+        defer { SystemCalls.close(directory.fd) }
         var info = stat()
-        guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+        guard SystemCalls.fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
             throw Self.writeError(errno, "lstat \(identifier.rawValue)")
         }
         // The owner first: Linux's chown clears setuid and setgid, the permissions asked
         // come after (D-397).
         if changes.uid != nil || changes.gid != nil {
             guard
-                fchownat(
+                SystemCalls.fchownat(
                     directory.fd, name, changes.uid ?? UInt32.max, changes.gid ?? UInt32.max,
                     AT_SYMLINK_NOFOLLOW) == 0
             else { throw Self.writeError(errno, "chown \(identifier.rawValue)") }
         }
         // Linux has no permissions for a symbolic link: they are left alone.
         if let permissions = changes.permissions, info.st_mode & S_IFMT != S_IFLNK {
-            guard fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW) == 0 else {
+            guard SystemCalls.fchmodat(directory.fd, name, mode_t(permissions & 0o7777), AT_SYMLINK_NOFOLLOW) == 0
+            else {
                 throw Self.writeError(errno, "chmod \(identifier.rawValue)")
             }
         }
@@ -269,7 +276,7 @@ extension LocalDirectoryProvider {
             // A directory's own times under its entry lock: an upload into it that puts its
             // times back does so before or after, never over this (D-408).
             let set = self.entries.withLock(identifier) {
-                utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW)
+                SystemCalls.utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW)
             }
             guard set == 0 else {
                 throw Self.writeError(errno, "utimens \(identifier.rawValue)")
@@ -298,9 +305,9 @@ extension LocalDirectoryProvider {
         try Self.checkNewName(name)
         try checkPathFits(name, in: parent)
         let directory = try openDirectory(parent)
-        defer { close(directory.fd) }
+        defer { SystemCalls.close(directory.fd) }
         var info = stat()
-        if fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+        if SystemCalls.fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 {
             throw ProviderError(.alreadyExists, "\(name) exists in \(Self.describe(parent))", errno: EEXIST)
         }
         guard errno == ENOENT else { throw Self.writeError(errno, "lstat \(name) in \(Self.describe(parent))") }
@@ -308,7 +315,7 @@ extension LocalDirectoryProvider {
         var after = stat()
         let touched = entries.withLock(parent) { () -> Bool in
             var times = [timespec(tv_sec: 0, tv_nsec: utimeOmit), timespec(tv_sec: 0, tv_nsec: utimeNow)]
-            return futimens(directory.fd, &times) == 0 && fstat(directory.fd, &after) == 0
+            return SystemCalls.futimens(directory.fd, &times) == 0 && SystemCalls.fstat(directory.fd, &after) == 0
         }
         // Not allowed to set the directory's times (not its owner): created at once instead.
         guard touched else { return nil }
@@ -328,10 +335,10 @@ extension LocalDirectoryProvider {
         guard entries.isDeferred(identifier) else { return }
         entries.created(identifier)
         guard let (parent, _) = try? Self.split(identifier), let directory = try? openDirectory(parent) else { return }
-        defer { close(directory.fd) }
+        defer { SystemCalls.close(directory.fd) }
         entries.withLock(parent) {
             var times = [timespec(tv_sec: 0, tv_nsec: utimeOmit), timespec(tv_sec: 0, tv_nsec: utimeNow)]
-            _ = futimens(directory.fd, &times)
+            _ = SystemCalls.futimens(directory.fd, &times)
         }
     }
 
@@ -355,10 +362,10 @@ extension LocalDirectoryProvider {
             (parent, name) = try Self.split(identifier)
         }
         let directory = try openDirectory(parent)
-        defer { close(directory.fd) }
+        defer { SystemCalls.close(directory.fd) }
         if case .replace(let identifier, _) = target {
             var info = stat()
-            guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            guard SystemCalls.fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                 throw Self.writeError(errno, "lstat \(identifier.rawValue)")
             }
             guard info.st_mode & S_IFMT == S_IFREG else {
@@ -368,12 +375,12 @@ extension LocalDirectoryProvider {
             }
             existing = info
         }
-        let source = open(localFile, O_RDONLY | O_CLOEXEC)
+        let source = SystemCalls.open(localFile, O_RDONLY | O_CLOEXEC)
         guard source >= 0 else {
             let code = errno
             throw ProviderError(.io, "open \(localFile): \(String(cString: strerror(code)))", errno: code)
         }
-        defer { close(source) }
+        defer { SystemCalls.close(source) }
         // A file with other names: its bytes are written in place, so every name keeps them (D-396).
         if case .replace(let identifier, let baseVersion) = target, let existing, existing.st_nlink > 1 {
             return try replaceInPlace(
@@ -387,7 +394,7 @@ extension LocalDirectoryProvider {
         }
         if case .create = target, deferred == nil {
             var sourceInfo = stat()
-            if fstat(source, &sourceInfo) == 0, sourceInfo.st_size == 0 {
+            if SystemCalls.fstat(source, &sourceInfo) == 0, sourceInfo.st_size == 0 {
                 return try createEmpty(
                     name, in: directory, parent: parent, permissions: permissions, modificationTime: modificationTime)
             }
@@ -408,14 +415,15 @@ extension LocalDirectoryProvider {
         // deferred create (D-386).
         var directoryTimes = stat()
         var keepDirectoryTimes = false
-        if case .replace = target { keepDirectoryTimes = fstat(directory.fd, &directoryTimes) == 0 }
-        if deferred != nil { keepDirectoryTimes = fstat(directory.fd, &directoryTimes) == 0 }
+        if case .replace = target { keepDirectoryTimes = SystemCalls.fstat(directory.fd, &directoryTimes) == 0 }
+        if deferred != nil { keepDirectoryTimes = SystemCalls.fstat(directory.fd, &directoryTimes) == 0 }
         let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
-        let staged = openat(directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let staged = SystemCalls.openat(
+            directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard staged >= 0 else { throw Self.writeError(errno, "create a staging file in \(Self.describe(parent))") }
-        defer { close(staged) }
+        defer { SystemCalls.close(staged) }
         var removeTemporary = true
-        defer { if removeTemporary { unlinkat(directory.fd, temporary, 0) } }
+        defer { if removeTemporary { SystemCalls.unlinkat(directory.fd, temporary, 0) } }
 
         try fill(
             staged, from: source, name: name, existing: existing, permissions: permissions,
@@ -433,7 +441,7 @@ extension LocalDirectoryProvider {
             // A change made by someone else in the directory meanwhile loses its mtime to this one
             // (docs/SEMANTICS.md, LocalDirectoryProvider).
             var times = [directoryTimes.st_atim, directoryTimes.st_mtim]
-            _ = futimens(directory.fd, &times)
+            _ = SystemCalls.futimens(directory.fd, &times)
         }
         if let deferred { entries.created(deferred) }
         // The rename is durable once the directory is (the staging file's bytes already are).
@@ -454,35 +462,35 @@ extension LocalDirectoryProvider {
     ) throws -> ProviderItem? {
         // linkat(2) of an unnamed file goes through /proc/self/fd: without /proc, a named file.
         guard Self.hasProcFileDescriptors else { return nil }
-        let staged = openat(directory.fd, ".", openUnnamedTemporary | O_WRONLY | O_CLOEXEC, 0o600)
+        let staged = SystemCalls.openat(directory.fd, ".", openUnnamedTemporary | O_WRONLY | O_CLOEXEC, 0o600)
         guard staged >= 0 else {
             let code = errno
             if code == EOPNOTSUPP || code == EISDIR || code == EINVAL || code == ENOENT { return nil }
             throw Self.writeError(code, "create a staging file in \(Self.describe(parent))")
         }
-        defer { close(staged) }
+        defer { SystemCalls.close(staged) }
         try fill(
             staged, from: source, name: name, existing: existing, permissions: permissions,
             modificationTime: modificationTime, cancelled: cancelled)
         let unnamed = "/proc/self/fd/\(staged)"
         try entries.withLock(parent) { () throws -> Void in
             var directoryTimes = stat()
-            let keep = keepingDirectoryTimes && fstat(directory.fd, &directoryTimes) == 0
+            let keep = keepingDirectoryTimes && SystemCalls.fstat(directory.fd, &directoryTimes) == 0
             defer {
                 if keep {
                     var times = [directoryTimes.st_atim, directoryTimes.st_mtim]
-                    _ = futimens(directory.fd, &times)
+                    _ = SystemCalls.futimens(directory.fd, &times)
                 }
             }
             uploadHooks?.insideEntryLock()
             switch target {
             case .create:
-                guard linkat(AT_FDCWD, unnamed, directory.fd, name, AT_SYMLINK_FOLLOW) == 0 else {
+                guard SystemCalls.linkat(AT_FDCWD, unnamed, directory.fd, name, AT_SYMLINK_FOLLOW) == 0 else {
                     throw Self.writeError(errno, "create \(name)")
                 }
             case .replace(let identifier, let baseVersion):
                 let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
-                guard linkat(AT_FDCWD, unnamed, directory.fd, temporary, AT_SYMLINK_FOLLOW) == 0 else {
+                guard SystemCalls.linkat(AT_FDCWD, unnamed, directory.fd, temporary, AT_SYMLINK_FOLLOW) == 0 else {
                     throw Self.writeError(errno, "link the staging file of \(name)")
                 }
                 try Self.replace(identifier, named: name, with: temporary, in: directory.fd, baseVersion: baseVersion)
@@ -500,18 +508,20 @@ extension LocalDirectoryProvider {
     ) throws {
         try copyContents(from: source, to: staged, what: name, cancelled: cancelled)
         // A new version keeps the file's owner (D-397), set before the mode: chown clears setuid.
-        if Self.storesOwners, let existing, fchown(staged, existing.st_uid, existing.st_gid) != 0 {
+        if Self.storesOwners, let existing, SystemCalls.fchown(staged, existing.st_uid, existing.st_gid) != 0 {
             throw Self.writeError(errno, "chown of \(name)'s staging file")
         }
         let mode = permissions.map { $0 & 0o7777 } ?? existing.map { UInt16($0.st_mode & 0o7777) } ?? 0o644
-        guard fchmod(staged, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)'s staging file") }
+        guard SystemCalls.fchmod(staged, mode_t(mode)) == 0 else {
+            throw Self.writeError(errno, "chmod of \(name)'s staging file")
+        }
         if let modificationTime {
             var times = Self.times(modification: modificationTime)
-            guard futimens(staged, &times) == 0 else {
+            guard SystemCalls.futimens(staged, &times) == 0 else {
                 throw Self.writeError(errno, "utimens of \(name)'s staging file")
             }
         }
-        guard fsync(staged) == 0 else { throw Self.writeError(errno, "fsync of \(name)'s staging file") }
+        guard SystemCalls.fsync(staged) == 0 else { throw Self.writeError(errno, "fsync of \(name)'s staging file") }
         uploadHooks?.beforePublish()
         if cancelled() { throw CancellationError() }
     }
@@ -529,14 +539,15 @@ extension LocalDirectoryProvider {
         baseVersion: ContentVersion?
     ) throws {
         var removeTemporary = true
-        defer { if removeTemporary { unlinkat(directory, temporary, 0) } }
-        if renameAt2(directory, temporary, directory, name, flags: RenameFlags.exchange) == 0 {
+        defer { if removeTemporary { SystemCalls.unlinkat(directory, temporary, 0) } }
+        if SystemCalls.renameat2(directory, temporary, directory, name, flags: RenameFlags.exchange) == 0 {
             // `temporary` names the replaced file now (unlinked by the defer).
             var info = stat()
-            if let baseVersion, fstatat(directory, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+            if let baseVersion, SystemCalls.fstatat(directory, temporary, &info, AT_SYMLINK_NOFOLLOW) == 0 {
                 let replaced = version(of: info)
                 if replaced != baseVersion {
-                    removeTemporary = renameAt2(directory, temporary, directory, name, flags: RenameFlags.exchange) == 0
+                    removeTemporary =
+                        SystemCalls.renameat2(directory, temporary, directory, name, flags: RenameFlags.exchange) == 0
                     throw ProviderError(
                         .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(replaced)")
                 }
@@ -548,7 +559,7 @@ extension LocalDirectoryProvider {
         guard code == EINVAL || code == ENOSYS else { throw writeError(code, "replace \(identifier.rawValue)") }
         if let baseVersion {
             var info = stat()
-            guard fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            guard SystemCalls.fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
                 throw writeError(errno, "lstat \(identifier.rawValue)")
             }
             let current = version(of: info)
@@ -557,7 +568,7 @@ extension LocalDirectoryProvider {
                     .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(current)")
             }
         }
-        guard renameat(directory, temporary, directory, name) == 0 else {
+        guard SystemCalls.renameat(directory, temporary, directory, name) == 0 else {
             throw writeError(errno, "replace \(identifier.rawValue)")
         }
         removeTemporary = false
@@ -573,57 +584,57 @@ extension LocalDirectoryProvider {
         from source: Int32, baseVersion: ContentVersion?, permissions: UInt16?, modificationTime: ItemTime?,
         cancelled: () -> Bool
     ) throws -> ProviderItem {
-        var fd = openat(directory.fd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+        var fd = SystemCalls.openat(directory.fd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
         var restoreMode: mode_t?
         if fd < 0, errno == EACCES {
             var info = stat()
-            if fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0,
-                fchmodat(directory.fd, name, (info.st_mode & 0o7777) | 0o200, 0) == 0
+            if SystemCalls.fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0,
+                SystemCalls.fchmodat(directory.fd, name, (info.st_mode & 0o7777) | 0o200, 0) == 0
             {
                 restoreMode = info.st_mode & 0o7777
-                fd = openat(directory.fd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+                fd = SystemCalls.openat(directory.fd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
             }
         }
         guard fd >= 0 else {
             let code = errno
-            if let restoreMode { _ = fchmodat(directory.fd, name, restoreMode, 0) }
+            if let restoreMode { _ = SystemCalls.fchmodat(directory.fd, name, restoreMode, 0) }
             throw Self.writeError(code, "open \(identifier.rawValue) to write it in place")
         }
-        defer { close(fd) }
-        defer { if let restoreMode { _ = fchmod(fd, restoreMode) } }
+        defer { SystemCalls.close(fd) }
+        defer { if let restoreMode { _ = SystemCalls.fchmod(fd, restoreMode) } }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw Self.writeError(errno, "fstat \(identifier.rawValue)") }
+        guard SystemCalls.fstat(fd, &info) == 0 else { throw Self.writeError(errno, "fstat \(identifier.rawValue)") }
         if let baseVersion, Self.version(of: info) != baseVersion {
             throw ProviderError(
                 .versionChanged, "\(identifier.rawValue) changed: \(baseVersion) is now \(Self.version(of: info))")
         }
         uploadHooks?.beforePublish()
         if cancelled() { throw CancellationError() }
-        guard ftruncate(fd, 0) == 0 else { throw Self.writeError(errno, "truncate \(identifier.rawValue)") }
+        guard SystemCalls.ftruncate(fd, 0) == 0 else { throw Self.writeError(errno, "truncate \(identifier.rawValue)") }
         // Past the point of no return: the copy runs to its end.
         try copyContents(from: source, to: fd, what: name, cancelled: { false })
         let mode = permissions.map { mode_t($0 & 0o7777) } ?? restoreMode
         restoreMode = nil
-        if let mode, fchmod(fd, mode) != 0 { throw Self.writeError(errno, "chmod of \(name)") }
+        if let mode, SystemCalls.fchmod(fd, mode) != 0 { throw Self.writeError(errno, "chmod of \(name)") }
         if let modificationTime {
             var times = Self.times(modification: modificationTime)
-            guard futimens(fd, &times) == 0 else { throw Self.writeError(errno, "utimens of \(name)") }
+            guard SystemCalls.futimens(fd, &times) == 0 else { throw Self.writeError(errno, "utimens of \(name)") }
         }
-        guard fsync(fd) == 0 else { throw Self.writeError(errno, "fsync of \(name)") }
+        guard SystemCalls.fsync(fd) == 0 else { throw Self.writeError(errno, "fsync of \(name)") }
         return try Self.durableItem(fd, named: name, in: directory, parent: parent)
     }
 
     /// Whether /proc/self/fd exists (an unnamed file is linked in through it).
-    static let hasProcFileDescriptors = access("/proc/self/fd", F_OK) == 0
+    static let hasProcFileDescriptors = SystemCalls.access("/proc/self/fd", F_OK) == 0
 
     /// The file `fd` just published as `name` in `directory`, as an item, once the directory
     /// (its new entry) is synced.
     private static func durableItem(
         _ fd: Int32, named name: String, in directory: OpenDirectory, parent: ItemIdentifier
     ) throws -> ProviderItem {
-        _ = fsync(directory.fd)
+        _ = SystemCalls.fsync(directory.fd)
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw writeError(errno, "fstat \(name)") }
+        guard SystemCalls.fstat(fd, &info) == 0 else { throw writeError(errno, "fstat \(name)") }
         let published = identifier(of: name, in: parent)
         guard
             let item = makeItem(
@@ -641,28 +652,30 @@ extension LocalDirectoryProvider {
         _ name: String, in directory: OpenDirectory, parent: ItemIdentifier, permissions: UInt16?,
         modificationTime: ItemTime?
     ) throws -> ProviderItem {
-        let created = openat(directory.fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let created = SystemCalls.openat(
+            directory.fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard created >= 0 else { throw Self.writeError(errno, "create \(name)") }
-        defer { close(created) }
+        defer { SystemCalls.close(created) }
         var made = stat()
-        let known = fstat(created, &made) == 0
+        let known = SystemCalls.fstat(created, &made) == 0
         var kept = false
         defer {
             // Removed only while the name is still the file this made.
             var now = stat()
-            if !kept, known, fstatat(directory.fd, name, &now, AT_SYMLINK_NOFOLLOW) == 0, now.st_ino == made.st_ino,
+            if !kept, known, SystemCalls.fstatat(directory.fd, name, &now, AT_SYMLINK_NOFOLLOW) == 0,
+                now.st_ino == made.st_ino,
                 now.st_dev == made.st_dev
             {
-                unlinkat(directory.fd, name, 0)
+                SystemCalls.unlinkat(directory.fd, name, 0)
             }
         }
         let mode = permissions.map { $0 & 0o7777 } ?? 0o644
-        guard fchmod(created, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)") }
+        guard SystemCalls.fchmod(created, mode_t(mode)) == 0 else { throw Self.writeError(errno, "chmod of \(name)") }
         if let modificationTime {
             var times = Self.times(modification: modificationTime)
-            guard futimens(created, &times) == 0 else { throw Self.writeError(errno, "utimens of \(name)") }
+            guard SystemCalls.futimens(created, &times) == 0 else { throw Self.writeError(errno, "utimens of \(name)") }
         }
-        guard fsync(created) == 0 else { throw Self.writeError(errno, "fsync of \(name)") }
+        guard SystemCalls.fsync(created) == 0 else { throw Self.writeError(errno, "fsync of \(name)") }
         let item = try Self.durableItem(created, named: name, in: directory, parent: parent)
         kept = true
         return item
@@ -671,11 +684,13 @@ extension LocalDirectoryProvider {
     /// Publishes `temporary` as `name` only when `name` is free: RENAME_NOREPLACE, or (a file
     /// system without it) link(2) + unlink(2), which is exclusive too (D-352).
     private static func publishExclusively(_ directory: Int32, _ temporary: String, as name: String) throws {
-        if renameAt2(directory, temporary, directory, name, flags: RenameFlags.noReplace) == 0 { return }
+        if SystemCalls.renameat2(directory, temporary, directory, name, flags: RenameFlags.noReplace) == 0 { return }
         let code = errno
         guard code == EINVAL || code == ENOSYS else { throw writeError(code, "create \(name)") }
-        guard linkat(directory, temporary, directory, name, 0) == 0 else { throw writeError(errno, "create \(name)") }
-        unlinkat(directory, temporary, 0)
+        guard SystemCalls.linkat(directory, temporary, directory, name, 0) == 0 else {
+            throw writeError(errno, "create \(name)")
+        }
+        SystemCalls.unlinkat(directory, temporary, 0)
     }
 
     /// Copies all of `source` into `destination` (both at offset 0): copy_file_range in steps
@@ -689,7 +704,7 @@ extension LocalDirectoryProvider {
             if cancelled() { throw CancellationError() }
             var count = 0
             if useCopyRange {
-                count = copyFileRange(from: source, to: destination, count: step)
+                count = SystemCalls.copyFileRange(from: source, to: destination, count: step)
                 if count < 0 {
                     let code = errno
                     if code == EINTR { continue }
@@ -702,7 +717,7 @@ extension LocalDirectoryProvider {
             } else {
                 if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 1 << 20) }
                 let got = buffer.withUnsafeMutableBytes { raw in
-                    retryingOnInterrupt { pread(source, raw.baseAddress, raw.count, offset) }
+                    SystemCalls.pread(source, raw.baseAddress, raw.count, offset)
                 }
                 if got < 0 { throw Self.writeError(errno, "read \(what)'s local copy") }
                 if got > 0 {
@@ -711,8 +726,8 @@ extension LocalDirectoryProvider {
                     }
                     if case .failure(let error) = written { throw Self.writeError(error.rawValue, "copy to \(what)") }
                     // Keep the descriptors' offsets in step, should copy_file_range be tried again.
-                    _ = lseek(destination, offset + off_t(got), SEEK_SET)
-                    _ = lseek(source, offset + off_t(got), SEEK_SET)
+                    _ = SystemCalls.lseek(destination, offset + off_t(got), SEEK_SET)
+                    _ = SystemCalls.lseek(source, offset + off_t(got), SEEK_SET)
                 }
                 count = got
             }
@@ -753,7 +768,7 @@ extension LocalDirectoryProvider {
     /// The item `name` in an open directory, as `item(for:)` reports it.
     func itemAt(_ directory: OpenDirectory, name: String) throws -> ProviderItem {
         var info = stat()
-        guard fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+        guard SystemCalls.fstatat(directory.fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
             throw Self.writeError(errno, "lstat \(name) in \(Self.describe(directory.identifier))")
         }
         let identifier = Self.identifier(of: name, in: directory.identifier)

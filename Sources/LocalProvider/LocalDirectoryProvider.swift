@@ -145,7 +145,7 @@ public struct LocalDirectoryProvider: Provider {
     ) async throws -> any ContentStream {
         try await LocalIO.run { () throws -> LocalContentStream in
             let path = try self.checkedPath(identifier)
-            let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            let fd = SystemCalls.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else {
                 let code = errno
                 if code == ENOENT || code == ENOTDIR { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
@@ -170,7 +170,7 @@ public struct LocalDirectoryProvider: Provider {
     @discardableResult
     func checkRoot() throws -> stat {
         var info = stat()
-        guard stat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+        guard SystemCalls.stat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
             let code = errno
             rootMissing.withLock { $0 = true }
             throw ProviderError(.unreachable, "source directory \(root) is not available", errno: code)
@@ -217,9 +217,9 @@ public struct LocalDirectoryProvider: Provider {
     private func checkInside(_ path: String, of identifier: ItemIdentifier, rootInfo: stat, strictly: Bool) throws {
         let real: [UInt8]?
         if Self.hasProcFileDescriptors {
-            let fd = open(path, openPathOnly | O_CLOEXEC)
+            let fd = SystemCalls.open(path, openPathOnly | O_CLOEXEC)
             real = fd < 0 ? nil : Self.descriptorPath(fd)
-            if fd >= 0 { close(fd) }
+            if fd >= 0 { SystemCalls.close(fd) }
         } else {
             real = Self.realPath(path).map { Array($0.utf8) }
         }
@@ -252,17 +252,17 @@ public struct LocalDirectoryProvider: Provider {
     func openCheckedDirectory(_ identifier: ItemIdentifier) throws -> (fd: Int32, path: String, failure: Int32) {
         let rootInfo = try checkRoot()
         if identifier == .root {
-            let fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            let fd = SystemCalls.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             return (fd, root, fd < 0 ? errno : 0)
         }
         guard Self.hasProcFileDescriptors else {
             let path = try checkedPath(identifier)
-            let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let fd = SystemCalls.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             return (fd, path, fd < 0 ? errno : 0)
         }
         _ = try Self.checkedComponents(identifier)
         let path = root + "/" + identifier.rawValue
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        let fd = SystemCalls.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
             let code = errno
             // The parent's check decides what a failure is, as before (an escape, a gone parent).
@@ -275,7 +275,7 @@ public struct LocalDirectoryProvider: Provider {
             }
             try checkInsideRoot(real, of: identifier, rootInfo: rootInfo, strictly: true)
         } catch {
-            close(fd)
+            SystemCalls.close(fd)
             throw error
         }
         return (fd, path, 0)
@@ -286,7 +286,7 @@ public struct LocalDirectoryProvider: Provider {
     static func descriptorPath(_ fd: Int32) -> [UInt8]? {
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
         let count = buffer.withUnsafeMutableBytes { raw in
-            readlink("/proc/self/fd/\(fd)", raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count)
+            SystemCalls.readlink("/proc/self/fd/\(fd)", raw.baseAddress!.assumingMemoryBound(to: CChar.self), raw.count)
         }
         guard count > 0, count < buffer.count, buffer[0] == UInt8(ascii: "/") else { return nil }
         return Array(buffer[..<count])
@@ -305,7 +305,7 @@ public struct LocalDirectoryProvider: Provider {
             throw ProviderError(.noSuchItem, "\(identifier) is gone")
         }
         var info = stat()
-        guard lstat(path, &info) == 0 else {
+        guard SystemCalls.lstat(path, &info) == 0 else {
             let code = errno
             if code == ENOENT || code == ENOTDIR { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
             throw ProviderError(.io, "lstat \(identifier): \(String(cString: strerror(code)))", errno: code)
@@ -334,9 +334,9 @@ public struct LocalDirectoryProvider: Provider {
             }
             throw ProviderError(.io, "open \(directory): \(String(cString: strerror(code)))", errno: code)
         }
-        defer { close(fd) }
+        defer { SystemCalls.close(fd) }
         var info = stat()
-        guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+        guard SystemCalls.fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
             let code = errno
             if code == ENOENT { return nil }
             throw ProviderError(.io, "lstat \(name) in \(directory): \(String(cString: strerror(code)))", errno: code)
@@ -355,7 +355,7 @@ public struct LocalDirectoryProvider: Provider {
     /// lstat of a directory to be listed; `.noSuchItem` / `.wrongKind` when it is not one.
     private static func directoryInfo(_ identifier: ItemIdentifier, at path: String) throws -> stat {
         var info = stat()
-        guard lstat(path, &info) == 0 else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
+        guard SystemCalls.lstat(path, &info) == 0 else { throw ProviderError(.noSuchItem, "\(identifier) is gone") }
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw ProviderError(.wrongKind, "\(identifier) is not a directory")
         }
@@ -417,9 +417,9 @@ public struct LocalDirectoryProvider: Provider {
                     // Gone between readdir and fstatat: it simply is not listed.
                     let statted =
                         if let bytes {
-                            fstatat(descriptor, bytes, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
+                            SystemCalls.fstatat(descriptor, bytes, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
                         } else {
-                            fstatat(descriptor, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
+                            SystemCalls.fstatat(descriptor, name, &childInfo, AT_SYMLINK_NOFOLLOW) == 0
                         }
                     if statted {
                         slots.set(
@@ -545,7 +545,7 @@ public struct LocalDirectoryProvider: Provider {
         case S_IFLNK:
             kind = .symbolicLink
             var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let count = readlink(path(), &buffer, Int(PATH_MAX))
+            let count = SystemCalls.readlink(path(), &buffer, Int(PATH_MAX))
             guard count >= 0 else { return nil }
             target = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         default: return nil
@@ -618,7 +618,7 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
     private func checkVersionLocked() throws {
         guard fd >= 0 else { return }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw ProviderError(.io, "fstat failed", errno: errno) }
+        guard SystemCalls.fstat(fd, &info) == 0 else { throw ProviderError(.io, "fstat failed", errno: errno) }
         let current = LocalDirectoryProvider.version(of: info)
         guard current == version else {
             throw ProviderError(.versionChanged, "\(identifier) changed: \(version) is now \(current)")
@@ -635,7 +635,7 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
                 var bytes = [UInt8](repeating: 0, count: count)
                 let got = bytes.withUnsafeMutableBytes { buffer -> Int in
                     while true {
-                        let result = pread(self.fd, buffer.baseAddress, count, off_t(self.position))
+                        let result = SystemCalls.pread(self.fd, buffer.baseAddress, count, off_t(self.position))
                         if result < 0 && errno == EINTR { continue }
                         return result
                     }
@@ -739,7 +739,7 @@ final class LocalContentStream: ContentStream, @unchecked Sendable {
             buffer = [UInt8](repeating: 0, count: Int(min(1 << 20, max(Int64(length), end - position))))
         }
         let got = buffer.withUnsafeMutableBytes { raw in
-            retryingOnInterrupt { pread(fd, raw.baseAddress, length, off_t(position)) }
+            SystemCalls.pread(fd, raw.baseAddress, length, off_t(position))
         }
         if got < 0 { throw transferError(Errno.current) }
         try write(buffer, count: got, to: descriptor, at: offset)
@@ -890,13 +890,13 @@ final class RootAnchor: Sendable {
             if let current = held, current.device == UInt64(info.st_dev), current.inode == UInt64(info.st_ino) {
                 return LocalDirectoryProvider.descriptorPath(current.fd)
             }
-            if let current = held { close(current.fd) }
+            if let current = held { SystemCalls.close(current.fd) }
             held = nil
-            let fd = open(root, openPathOnly | O_DIRECTORY | O_CLOEXEC)
+            let fd = SystemCalls.open(root, openPathOnly | O_DIRECTORY | O_CLOEXEC)
             guard fd >= 0 else { return nil }
             var opened = stat()
-            guard fstat(fd, &opened) == 0 else {
-                close(fd)
+            guard SystemCalls.fstat(fd, &opened) == 0 else {
+                SystemCalls.close(fd)
                 return nil
             }
             held = (fd, UInt64(opened.st_dev), UInt64(opened.st_ino))
@@ -905,6 +905,6 @@ final class RootAnchor: Sendable {
     }
 
     deinit {
-        if let current = held.withLock({ $0 }) { close(current.fd) }
+        if let current = held.withLock({ $0 }) { SystemCalls.close(current.fd) }
     }
 }

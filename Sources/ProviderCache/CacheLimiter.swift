@@ -183,9 +183,9 @@ final class CacheLimiter: Sendable {
 
     /// Free bytes on the cache's file system (nil when it cannot be asked).
     private func free() -> Int64? {
-        let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let descriptor = SystemCalls.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }
-        defer { close(descriptor) }
+        defer { SystemCalls.close(descriptor) }
         return freeSpace(descriptor)
     }
 

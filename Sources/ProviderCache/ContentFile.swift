@@ -18,7 +18,7 @@ public typealias FileSync = @Sendable (_ descriptor: Int32) -> Errno?
 
 /// fdatasync, retried on EINTR.
 public let fileDataSync: FileSync = { descriptor in
-    retryingOnInterrupt({ fdatasync(descriptor) }) == 0 ? nil : Errno.current
+    SystemCalls.fdatasync(descriptor) == 0 ? nil : Errno.current
 }
 
 /// Bytes free for an unprivileged writer on the file system of a descriptor (fstatvfs: blocks
@@ -47,14 +47,14 @@ final class ContentFile: MappedFileRanges {
     /// Opens (creating if needed) the file and sets its length to `size`, so unfetched parts are
     /// holes that use no disk space.
     init(path: String, size: Int64, pool: BlockingIOPool, sync: @escaping FileSync = fileDataSync) throws(CacheError) {
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = SystemCalls.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             throw CacheError(.io, "cannot open cache file \(path): \(Errno.current.message)")
         }
         var info = stat()
-        if fstat(fd, &info) == 0, info.st_size != size, ftruncate(fd, off_t(size)) != 0 {
+        if SystemCalls.fstat(fd, &info) == 0, info.st_size != size, SystemCalls.ftruncate(fd, off_t(size)) != 0 {
             let error = Errno.current
-            close(fd)
+            SystemCalls.close(fd)
             throw CacheError(error == .noSpace ? .noSpace : .io, "cannot size cache file \(path): \(error.message)")
         }
         self.path = path
@@ -71,7 +71,7 @@ final class ContentFile: MappedFileRanges {
     deinit {
         let (address, length, _) = mapping.withLock { $0 }
         if address != 0 { munmap(UnsafeMutableRawPointer(bitPattern: address), length) }
-        close(fd)
+        SystemCalls.close(fd)
     }
 
     /// Writes all of `bytes` at `offset`. Returns once `pwrite` has returned for every byte.
@@ -145,7 +145,7 @@ final class ContentFile: MappedFileRanges {
     /// Disk space actually used (for `st_blocks`), in 512-byte blocks.
     var allocatedBlocks: Int64 {
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return 0 }
+        guard SystemCalls.fstat(fd, &info) == 0 else { return 0 }
         return Int64(info.st_blocks)
     }
 }

@@ -132,7 +132,7 @@ extension ContentStore {
     /// Disk bytes allocated to content file `fileNumber` (0 when it is gone).
     private func allocatedBytes(_ fileNumber: Int64) -> Int64 {
         var info = stat()
-        guard stat("\(directory)/content/\(fileNumber)", &info) == 0 else { return 0 }
+        guard SystemCalls.stat("\(directory)/content/\(fileNumber)", &info) == 0 else { return 0 }
         return Int64(info.st_blocks) * 512
     }
 }

@@ -163,7 +163,7 @@ public final class ContentStore: Sendable {
             stray.append(name)
         }
         closedir(handle)
-        for name in stray { unlink(directory + "/content/" + name) }
+        for name in stray { SystemCalls.unlink(directory + "/content/" + name) }
         if !stray.isEmpty { environment.logger.info("removed \(stray.count) unreferenced cache files") }
     }
 
@@ -174,7 +174,7 @@ public final class ContentStore: Sendable {
     func discardRecordFile(_ record: ContentRecord) { discard(record: record) }
 
     private func discard(record: ContentRecord) {
-        unlink(contentPath(record.fileNumber))
+        SystemCalls.unlink(contentPath(record.fileNumber))
         do { try environment.store.deleteContent(identifier: record.identifier, version: record.version) } catch {
             environment.logger.warning("cannot delete a content record: \(error)")
         }
@@ -564,7 +564,9 @@ public final class ContentStore: Sendable {
                 }
                 guard name != ".", name != ".." else { continue }
                 var info = stat()
-                guard lstat(folder + "/" + name, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+                guard SystemCalls.lstat(folder + "/" + name, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                    continue
+                }
                 used += Int64(info.st_blocks) * 512
                 if folder == contentDirectory { files += 1 }
             }

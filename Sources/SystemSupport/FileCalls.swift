@@ -15,7 +15,8 @@ public enum RenameFlags {
 
 /// renameat2(2): 0, or -1 with errno set.
 public func renameAt2(
-    _ oldDirectory: Int32, _ oldPath: String, _ newDirectory: Int32, _ newPath: String, flags: UInt32
+    _ oldDirectory: Int32, _ oldPath: UnsafePointer<CChar>, _ newDirectory: Int32, _ newPath: UnsafePointer<CChar>,
+    flags: UInt32
 ) -> Int32 {
     providerfs_renameat2(oldDirectory, oldPath, newDirectory, newPath, flags)
 }

@@ -34,7 +34,7 @@ public func readFully(
 ) -> Result<Int, Errno> {
     var done = 0
     while done < count {
-        let got = retryingOnInterrupt { pread(descriptor, buffer + done, count - done, off_t(offset) + off_t(done)) }
+        let got = SystemCalls.pread(descriptor, buffer + done, count - done, off_t(offset) + off_t(done))
         if got < 0 { return .failure(Errno.current) }
         if got == 0 { break }
         done += got
@@ -48,9 +48,7 @@ public func writeFully(
 ) -> Result<Void, Errno> {
     var done = 0
     while done < count {
-        let written = retryingOnInterrupt {
-            pwrite(descriptor, buffer + done, count - done, off_t(offset) + off_t(done))
-        }
+        let written = SystemCalls.pwrite(descriptor, buffer + done, count - done, off_t(offset) + off_t(done))
         if written < 0 { return .failure(Errno.current) }
         done += written
     }

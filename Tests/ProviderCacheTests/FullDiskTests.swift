@@ -125,6 +125,30 @@ final class FullDiskFixture: @unchecked Sendable {
         await cache.shutdown()
     }
 
+    /// The disk fills between the free-space check and the write: the staging file's pwrite
+    /// itself fails with ENOSPC (injected through `SystemCallFaults`, D-516). The writer gets
+    /// ENOSPC, nothing of that write lands, and the close publishes what was written before.
+    @Test func aWriteTheDiskRefusesIsENOSPCAndKeepsWhatWasWritten() async throws {
+        let fixture = try FullDiskFixture()
+        fixture.provider.base.putFile("f", .bytes(hello))
+        let cache = try fixture.makeCache()
+        let item = try await cache.catalog.item(ItemIdentifier("f"), maximumAge: .zero)
+        let staging = try await cache.writes.openWriter(item, truncating: true)
+        try await cache.writes.write(staging, Array("0123456789".utf8), at: 0)
+        let fault = SystemCallFaults.arm(.pwrite, errno: ENOSPC, under: fixture.directory)
+        let refused = await #expect(throws: CacheError.self) {
+            try await cache.writes.write(staging, Array("abc".utf8), at: 10)
+        }
+        #expect(SystemCallFaults.disarm(fault) == 1)
+        #expect(refused?.code == .noSpace)
+        #expect(staging.size == 10)
+        let published = try #require(try await cache.writes.closeWriter(item.identifier))
+        #expect(published.item.size == 10)
+        #expect(await cache.writes.waitUntilUploaded(item.identifier))
+        #expect(fixture.provider.base.content(of: "f")?.0 == .bytes(Array("0123456789".utf8)))
+        await cache.shutdown()
+    }
+
     /// Space freed by someone else counts at the next write (no cached answer), and a fallocate
     /// that does not fit is ENOSPC while one that does makes later writes there safe.
     @Test func freedSpaceLetsTheNextWriteThroughAtOnce() async throws {

@@ -88,13 +88,13 @@ public final class StagingFile: Sendable {
         self.lengthNow = Locked(size)
     }
 
-    deinit { storage.withLock { if $0.fd >= 0 { _ = close($0.fd) } } }
+    deinit { storage.withLock { if $0.fd >= 0 { _ = SystemCalls.close($0.fd) } } }
 
     /// Its last write handle closed (published or dropped): the descriptor is closed now, so that
     /// a dropped file's blocks are free at once (D-390), whoever still holds this object.
     fileprivate func retire() {
         storage.withLock { storage in
-            if storage.fd >= 0 { close(storage.fd) }
+            if storage.fd >= 0 { SystemCalls.close(storage.fd) }
             storage.fd = -1
         }
     }
@@ -155,19 +155,19 @@ public final class StagingFile: Sendable {
         if let refusal = space.refusal(storage.length, fd: storage.fd, "copy the published version into", path) {
             throw refusal
         }
-        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        let fd = SystemCalls.open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw failure(Errno.current, "create", path) }
         if storage.length > 0, let error = copyFile(from: storage.fd, to: fd, size: storage.length) {
-            close(fd)
-            unlink(path)
+            SystemCalls.close(fd)
+            SystemCalls.unlink(path)
             throw failure(error, "copy the published version into", path)
         }
-        close(storage.fd)
+        SystemCalls.close(storage.fd)
         storage.fd = fd
         storage.path = path
         storage.publishedAs = nil
         storage.backed = ByteRanges(storage.length > 0 ? [0..<storage.length] : [])
-        if storage.discarded { unlink(path) }
+        if storage.discarded { SystemCalls.unlink(path) }
     }
 
     /// Writes all of `bytes` at `offset`, or none of them: a write that needs new blocks and would
@@ -195,7 +195,7 @@ public final class StagingFile: Sendable {
         }
         if case .failure(let error) = written {
             // Bytes that landed past the old end before the failure are not the file's.
-            if range.upperBound > storage.length { _ = ftruncate(storage.fd, off_t(storage.length)) }
+            if range.upperBound > storage.length { _ = SystemCalls.ftruncate(storage.fd, off_t(storage.length)) }
             throw failure(error, "write", storage.path)
         }
         storage.backed.insert(range)
@@ -226,7 +226,7 @@ public final class StagingFile: Sendable {
         try await pool.run { () throws(CacheError) -> Void in
             try self.changing { (storage: inout Storage) throws(CacheError) -> Void in
                 // (Growing makes a hole: no blocks, nothing to check.)
-                guard ftruncate(storage.fd, off_t(size)) == 0 else {
+                guard SystemCalls.ftruncate(storage.fd, off_t(size)) == 0 else {
                     throw Self.failure(Errno.current, "truncate", storage.path)
                 }
                 storage.length = size
@@ -246,12 +246,12 @@ public final class StagingFile: Sendable {
                 let grows = !keepSize && end > storage.length
                 let need = storage.backed.missing(in: offset..<end).reduce(Int64(0)) { $0 + Int64($1.count) }
                 if let refusal = self.space.refusal(need, fd: fd, "allocate space in", path) { throw refusal }
-                if fileAllocate(fd, keepSize: keepSize, offset: offset, length: length) != 0 {
+                if SystemCalls.fallocate(fd, keepSize: keepSize, offset: offset, length: length) != 0 {
                     let error = Errno.current
                     guard error.rawValue == EOPNOTSUPP || error.rawValue == ENOSYS else {
                         throw Self.failure(error, "allocate space in", path)
                     }
-                    if grows, ftruncate(fd, off_t(end)) != 0 {
+                    if grows, SystemCalls.ftruncate(fd, off_t(end)) != 0 {
                         throw Self.failure(Errno.current, "extend", path)
                     }
                 } else {
@@ -274,7 +274,8 @@ public final class StagingFile: Sendable {
                 buffer.withUnsafeMutableBytes { raw -> Result<Int, CacheError> in
                     var done = 0
                     while done < wanted {
-                        let got = pread(storage.fd, raw.baseAddress! + done, wanted - done, off_t(offset + Int64(done)))
+                        let got = SystemCalls.pread(
+                            storage.fd, raw.baseAddress! + done, wanted - done, off_t(offset + Int64(done)))
                         if got < 0, errno == EINTR { continue }
                         guard got >= 0 else { return .failure(Self.failure(Errno.current, "read", storage.path)) }
                         if got == 0 { break }
@@ -296,7 +297,7 @@ public final class StagingFile: Sendable {
             // publish: the same bytes, published again from a copy.
             try Self.restage(&storage, space: space)
             if let sync, let error = sync(storage.fd) { throw Self.failure(error, "sync", storage.path) }
-            guard renameFile(storage.path, target) == 0 else {
+            guard SystemCalls.rename(storage.path, target) == 0 else {
                 throw CacheError(.io, "cannot publish \(storage.path): \(Errno.current.message)")
             }
             storage.publishedAs = target
@@ -308,10 +309,10 @@ public final class StagingFile: Sendable {
     /// file again (or, when a change copied it since, the moved file is deleted).
     fileprivate func moveBack(from target: String) {
         storage.withLock { storage in
-            if storage.publishedAs == target, renameFile(target, storage.path) == 0 {
+            if storage.publishedAs == target, SystemCalls.rename(target, storage.path) == 0 {
                 storage.publishedAs = nil
             } else {
-                unlink(target)
+                SystemCalls.unlink(target)
             }
         }
     }
@@ -321,7 +322,7 @@ public final class StagingFile: Sendable {
     fileprivate func discard() {
         storage.withLock { storage in
             storage.discarded = true
-            if storage.publishedAs == nil { unlink(storage.path) }
+            if storage.publishedAs == nil { SystemCalls.unlink(storage.path) }
         }
     }
 }
@@ -336,12 +337,12 @@ extension ContentStore {
         let directory = stagingDirectory
         let empty = directory + "/empty"
         var info = stat()
-        if stat(empty, &info) == 0 && info.st_size == 0 { return empty }
+        if SystemCalls.stat(empty, &info) == 0 && info.st_size == 0 { return empty }
         try await environment.pool.run { () throws(CacheError) -> Void in
-            _ = mkdir(directory, 0o700)
-            let fd = open(empty, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            _ = SystemCalls.mkdir(directory, 0o700)
+            let fd = SystemCalls.open(empty, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw CacheError(.io, "cannot create \(empty): \(Errno.current.message)") }
-            close(fd)
+            SystemCalls.close(fd)
         }
         return empty
     }
@@ -359,15 +360,15 @@ extension ContentStore {
         let space = StagingSpace(reserve: environment.options.reservedSpace, free: environment.freeSpace)
         let fd = try await environment.pool.run { () throws(CacheError) -> Int32 in
             // (the staging directory is made on first use)
-            _ = mkdir(directory, 0o700)
+            _ = SystemCalls.mkdir(directory, 0o700)
             if let sourceFD, let refusal = space.refusal(size, fd: sourceFD, "copy into", path) { throw refusal }
-            let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            let fd = SystemCalls.open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
                 throw CacheError(.io, "cannot create the staging file \(path): \(Errno.current.message)")
             }
             if let sourceFD, size > 0, let error = copyFile(from: sourceFD, to: fd, size: size) {
-                close(fd)
-                unlink(path)
+                SystemCalls.close(fd)
+                SystemCalls.unlink(path)
                 throw CacheError(
                     error == .noSpace || error.rawValue == EDQUOT ? .noSpace : .io,
                     "cannot copy into the staging file \(path): \(error.message)")
@@ -431,9 +432,9 @@ extension ContentStore {
         let path = "\(directory)/content/\(number)"
         let sync = environment.fileSync
         try await environment.pool.run { () throws(CacheError) -> Void in
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            let fd = SystemCalls.open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { throw CacheError(.io, "cannot open \(path) to sync it: \(Errno.current.message)") }
-            defer { close(fd) }
+            defer { SystemCalls.close(fd) }
             if let error = sync(fd) { throw CacheError(.io, "cannot sync \(path): \(error.message)") }
         }
         unsynced.withLock { _ = $0.remove(number) }
@@ -462,12 +463,9 @@ extension ContentStore {
             if name != ".", name != ".." { names.append(name) }
         }
         closedir(handle)
-        for name in names { unlink(stagingDirectory + "/" + name) }
+        for name in names { SystemCalls.unlink(stagingDirectory + "/" + name) }
     }
 }
-
-/// rename(2) (the name is taken by `StagingFile.rename(to:)` inside the class).
-private func renameFile(_ from: String, _ to: String) -> Int32 { rename(from, to) }
 
 /// Copies `size` bytes from the start of `source` to the start of `target` (pread/pwrite in 1 MiB
 /// steps). Nil when done.
@@ -481,7 +479,7 @@ private func copyByReading(from source: Int32, to target: Int32, from start: Int
     defer { buffer.deallocate() }
     var position = start
     while position < size {
-        let got = pread(source, buffer, min(chunk, Int(size - position)), off_t(position))
+        let got = SystemCalls.pread(source, buffer, min(chunk, Int(size - position)), off_t(position))
         if got < 0, errno == EINTR { continue }
         if got < 0 { return Errno.current }
         if got == 0 { break }
