@@ -2,9 +2,9 @@
 // stalled download gets EINTR at once from a caught signal (FUSE_INTERRUPT) and dies at once on
 // SIGKILL, while the download goes on for the other readers of the file; and a stalled item holds
 // up nothing else. The stall is a FUSE fixture source whose reads of "slow…" files wait
-// --slow-delay (every read of the providerfs mount's download waits that long per request), or a
-// stall on cue (`providerfs fault add --stall`), which the tests with it run over a local
-// directory and the same tree served by rclone and Apache (issue 26).
+// --slow-delay (every read of the providerfs mount's download waits that long per request; as a
+// `--source`, or served by rclone: a GET that stalls), or a stall on cue (`providerfs fault add
+// --stall`, over a local directory and the same tree served by rclone and Apache; issue 26).
 
 import Foundation
 import SystemSupport
@@ -69,12 +69,17 @@ struct InterruptMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    /// A providerfs mount over a fixture whose "slow…" reads each wait `delay`.
-    func mountOverStallingSource(delay: String) throws -> (MountedFileSystem, MountedFileSystem) {
+    /// The providers a FUSE source can be served by: a local directory, and rclone (Apache's
+    /// workers must own the tree they serve, which a FUSE fixture's cannot be given).
+    static var stallingSourceKinds: [ProviderKind] { ProviderKind.available.filter { $0 != .apache } }
+
+    /// A providerfs mount over a fixture whose "slow…" reads each wait `delay`: the fixture as a
+    /// `--source`, or served by rclone (a GET that stalls).
+    func mountOverStallingSource(delay: String, over kind: ProviderKind) throws -> (MountedFileSystem, ServedMount) {
         let source = try MountedFileSystem.fixture(tree: tree, extraArguments: ["--slow-delay", delay])
         do {
-            let mount = try MountedFileSystem.providerfs(
-                ["--source", source.mountpoint, "--cache", scratch + "/cache"],
+            let mount = try ServedMount(
+                tree: source.mountpoint, kind: kind, arguments: ["--cache", scratch + "/cache"],
                 environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
             return (source, mount)
         } catch {
@@ -220,13 +225,12 @@ struct InterruptMountTests {
         #expect(patient.standardOutput.contains("DIFF -1\n"), "\(patient.standardOutput)")
     }
 
-    /// Local only, as the next: the stall is a FUSE source below the provider, which no WebDAV
-    /// server here serves (the stalls on cue above run over WebDAV).
-    @Test func sigkillEndsEveryBlockedReaderOfAStalledFileAtOnce() throws {
+    @Test(arguments: stallingSourceKinds)
+    func sigkillEndsEveryBlockedReaderOfAStalledFileAtOnce(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         // Nothing arrives within the test: every reader below stays blocked until killed.
-        let (source, mount) = try mountOverStallingSource(delay: "60s")
+        let (source, mount) = try mountOverStallingSource(delay: "60s", over: kind)
         defer {
             // The source first: its pending reads end (EIO), so the mount's download ends too.
             source.stop()
@@ -257,11 +261,11 @@ struct InterruptMountTests {
         #expect(try shell("cat \(quoted(mount.path("quick.txt")))", timeout: .seconds(10)).output == "quick\n")
     }
 
-    /// Local only: the stall is the FUSE source's (see above).
-    @Test func whileOneItemIsStalledListingsStatsAndOtherReadsStayFast() throws {
+    @Test(arguments: stallingSourceKinds)
+    func whileOneItemIsStalledListingsStatsAndOtherReadsStayFast(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let (source, mount) = try mountOverStallingSource(delay: "60s")
+        let (source, mount) = try mountOverStallingSource(delay: "60s", over: kind)
         defer {
             // The source first: its pending reads end (EIO), so the mount's download ends too.
             source.stop()
