@@ -1,7 +1,8 @@
 // `mount --cache-max-size` on a real mount (issue 27, D-432): reading more than the limit through
 // the mount keeps the stored content within it (checked as downloads store bytes, with no command
 // in between), least recently used files become placeholders, `status` shows the limits and the
-// evictions, and every file still reads its bytes.
+// evictions, and every file still reads its bytes. Over a local directory and the same tree served
+// by rclone and Apache (issue 26).
 
 import Foundation
 import SystemSupport
@@ -37,12 +38,13 @@ struct CacheLimitMountTests {
         return ((object["cache"] as? [String: Any])?["limits"] as? [String: Any]) ?? [:]
     }
 
-    @Test func readingMoreThanTheLimitKeepsTheCacheWithinIt() throws {
+    @Test(arguments: ProviderKind.available)
+    func readingMoreThanTheLimitKeepsTheCacheWithinIt(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         let limit = 4 << 20
-        let mount = try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache", "--cache-max-size", "4M"],
+        let mount = try ServedMount(
+            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache", "--cache-max-size", "4M"],
             environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         for index in 0..<8 {

@@ -99,7 +99,10 @@ struct ControlMountTests {
         #expect(item.output.contains("\"state\":\"error\""), "\(item.output)")
     }
 
-    @Test func aSlowDownloadIsATransferWithProgressAndDownloadFollowsIt() throws {
+    /// Over the slow source itself and rclone serving it (Apache's workers must own the tree they
+    /// serve, which a FUSE fixture's cannot be given).
+    @Test(arguments: ProviderKind.available.filter { $0 != .apache })
+    func aSlowDownloadIsATransferWithProgressAndDownloadFollowsIt(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         // The source is itself a FUSE mount whose reads of "slow…" files wait 200 ms each, served
@@ -112,8 +115,8 @@ struct ControlMountTests {
         let slowSource = try MountedFileSystem.fixture(
             tree: tree, extraArguments: ["--slow-delay", "200ms", "--max-threads", "1"])
         defer { slowSource.stop() }
-        let mount = try MountedFileSystem.providerfs(
-            ["--source", slowSource.mountpoint, "--cache", scratch + "/cache"],
+        let mount = try ServedMount(
+            tree: slowSource.mountpoint, kind: kind, arguments: ["--cache", scratch + "/cache"],
             environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         let file = mount.path("slow-big.bin")
@@ -140,11 +143,15 @@ struct ControlMountTests {
                 == (try shell("sha256sum < \(quoted(tree + "/slow-big.bin"))").output))
     }
 
-    @Test func downloadMaterializesInTheDaemonWithProgressAndOnlyOnce() throws {
+    /// Over a local directory and the same tree served by rclone and Apache (issue 26), with
+    /// `status` naming the provider reachable and `refresh` of a file changed at the source.
+    @Test(arguments: ProviderKind.available)
+    func downloadMaterializesInTheDaemonWithProgressAndOnlyOnce(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        let mount = try ServedMount(
+            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache"],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         let file = mount.path("big.bin")
 
@@ -178,6 +185,17 @@ struct ControlMountTests {
 
         let report = json(try providerfs(["status", mount.mountpoint, "--json"], runtime: runtime).output)
         #expect((report["transfers"] as? [Any])?.isEmpty == true, "\(report)")
+        let provider = report["provider"] as? [String: Any] ?? [:]
+        #expect(provider["reachable"] as? Bool == true, "\(provider)")
+
+        // A file changed at the source: `refresh` asks the provider again, and it reads anew.
+        writeTestFile(source + "/docs/a.txt", Array("a, changed\n".utf8))
+        mount.adopt("docs/a.txt")
+        let refreshed = try providerfs(["refresh", mount.path("docs/a.txt"), "--json"], runtime: runtime)
+        #expect(refreshed.status == 0, "\(refreshed)")
+        let answer = json(refreshed.output)
+        #expect(answer["outcome"] as? String == "present" && answer["size"] as? Int == 11, "\(refreshed.output)")
+        #expect(try shell("cat \(quoted(mount.path("docs/a.txt")))").output == "a, changed\n")
 
         let missing = try providerfs(["download", mount.path("nope.bin")], runtime: runtime)
         #expect(missing.status == 1)

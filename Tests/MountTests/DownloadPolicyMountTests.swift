@@ -2,6 +2,7 @@
 // is named like an indexer (a copy of cat called tracker-miner-fs-3) gets EDEADLK ("Resource
 // deadlock avoided") for a placeholder, and can still stat and list; once an ordinary reader has
 // downloaded the file it reads it. `--download-for` lets it through; `--no-download-for` adds one.
+// Over a local directory and the same tree served by rclone and Apache (issue 26).
 
 import Foundation
 import SystemSupport
@@ -34,12 +35,17 @@ struct DownloadPolicyMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    @Test func anIndexerGetsEDEADLKForAPlaceholderAndReadsWhatIsHere() throws {
+    func mount(over kind: ProviderKind, _ extra: [String]) throws -> ServedMount {
+        try ServedMount(
+            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache"] + extra,
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+    }
+
+    @Test(arguments: ProviderKind.available)
+    func anIndexerGetsEDEADLKForAPlaceholderAndReadsWhatIsHere(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache", "--no-download-for", "my-indexer"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        let mount = try mount(over: kind, ["--no-download-for", "my-indexer"])
         defer { mount.stop() }
         let indexer = quoted(scratch + "/bin/tracker-miner-fs-3")
         let refused = try shell("\(indexer) \(quoted(mount.path("a.txt")))")
@@ -56,12 +62,10 @@ struct DownloadPolicyMountTests {
         #expect(after.status == 0 && after.output == "alpha\n", "downloaded: readable by anyone, \(after)")
     }
 
-    @Test func downloadForLetsADefaultThrough() throws {
+    @Test(arguments: ProviderKind.available) func downloadForLetsADefaultThrough(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache", "--download-for", "tracker-miner-fs-3"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        let mount = try mount(over: kind, ["--download-for", "tracker-miner-fs-3"])
         defer { mount.stop() }
         let read = try shell("\(quoted(scratch + "/bin/tracker-miner-fs-3")) \(quoted(mount.path("b.txt")))")
         #expect(read.status == 0 && read.output == "beta\n", "\(read)")

@@ -2,7 +2,9 @@
 // stalled download gets EINTR at once from a caught signal (FUSE_INTERRUPT) and dies at once on
 // SIGKILL, while the download goes on for the other readers of the file; and a stalled item holds
 // up nothing else. The stall is a FUSE fixture source whose reads of "slow…" files wait
-// --slow-delay (every read of the providerfs mount's download waits that long per request).
+// --slow-delay (every read of the providerfs mount's download waits that long per request; as a
+// `--source`, or served by rclone: a GET that stalls), or a stall on cue (`providerfs fault add
+// --stall`, over a local directory and the same tree served by rclone and Apache; issue 26).
 
 import Foundation
 import SystemSupport
@@ -67,12 +69,17 @@ struct InterruptMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    /// A providerfs mount over a fixture whose "slow…" reads each wait `delay`.
-    func mountOverStallingSource(delay: String) throws -> (MountedFileSystem, MountedFileSystem) {
+    /// The providers a FUSE source can be served by: a local directory, and rclone (Apache's
+    /// workers must own the tree they serve, which a FUSE fixture's cannot be given).
+    static var stallingSourceKinds: [ProviderKind] { ProviderKind.available.filter { $0 != .apache } }
+
+    /// A providerfs mount over a fixture whose "slow…" reads each wait `delay`: the fixture as a
+    /// `--source`, or served by rclone (a GET that stalls).
+    func mountOverStallingSource(delay: String, over kind: ProviderKind) throws -> (MountedFileSystem, ServedMount) {
         let source = try MountedFileSystem.fixture(tree: tree, extraArguments: ["--slow-delay", delay])
         do {
-            let mount = try MountedFileSystem.providerfs(
-                ["--source", source.mountpoint, "--cache", scratch + "/cache"],
+            let mount = try ServedMount(
+                tree: source.mountpoint, kind: kind, arguments: ["--cache", scratch + "/cache"],
                 environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
             return (source, mount)
         } catch {
@@ -84,9 +91,9 @@ struct InterruptMountTests {
     /// A providerfs mount of the tree itself whose two "slow…" files stall until `fault clear`,
     /// under a stall deadline far beyond the test: readers stay blocked however slowly they start
     /// (a fixed source delay ran out on a loaded CI machine before the signals were sent).
-    func mountWithStalledFiles() throws -> MountedFileSystem {
-        let mount = try MountedFileSystem.providerfs(
-            ["--source", tree, "--cache", scratch + "/cache", "--stall-timeout", "10m"],
+    func mountWithStalledFiles(over kind: ProviderKind) throws -> ServedMount {
+        let mount = try ServedMount(
+            tree: tree, kind: kind, arguments: ["--cache", scratch + "/cache", "--stall-timeout", "10m"],
             environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
         for file in ["slow-stalled.bin", "slow-second.bin"] {
             let added = try providerfs(
@@ -133,11 +140,12 @@ struct InterruptMountTests {
         reader.wait(timeout: .seconds(10))
     }
 
-    @Test func aSignalGivesEINTRAtOnceWhileTheDownloadGoesOnForTheOtherReader() throws {
+    @Test(arguments: ProviderKind.available)
+    func aSignalGivesEINTRAtOnceWhileTheDownloadGoesOnForTheOtherReader(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         // Stalled until cleared, however long Python takes to start on a loaded machine.
-        let mount = try mountWithStalledFiles()
+        let mount = try mountWithStalledFiles(over: kind)
         defer { mount.stop() }
         let path = mount.path("slow-stalled.bin")
         // The waiting reader reads with O_DIRECT, so it waits in its own request on the same bytes
@@ -168,12 +176,13 @@ struct InterruptMountTests {
         #expect(waiting.standardOutput.contains("DIFF -1\n"), "\(waiting.standardOutput)")
     }
 
-    @Test func aNotificationSignalLeavesTheReadWaitingAndAStopSignalAfterItStillEndsIt() throws {
+    @Test(arguments: ProviderKind.available)
+    func aNotificationSignalLeavesTheReadWaitingAndAStopSignalAfterItStillEndsIt(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         // Stalled until cleared: every reader below is still blocked when it is signalled, however
         // slowly Python starts on a loaded machine (the whole suite in parallel).
-        let mount = try mountWithStalledFiles()
+        let mount = try mountWithStalledFiles(over: kind)
         defer { mount.stop() }
         func reader(_ file: String, offset: Int) throws -> ChildProcess {
             try ChildProcess(
@@ -216,11 +225,12 @@ struct InterruptMountTests {
         #expect(patient.standardOutput.contains("DIFF -1\n"), "\(patient.standardOutput)")
     }
 
-    @Test func sigkillEndsEveryBlockedReaderOfAStalledFileAtOnce() throws {
+    @Test(arguments: stallingSourceKinds)
+    func sigkillEndsEveryBlockedReaderOfAStalledFileAtOnce(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
         // Nothing arrives within the test: every reader below stays blocked until killed.
-        let (source, mount) = try mountOverStallingSource(delay: "60s")
+        let (source, mount) = try mountOverStallingSource(delay: "60s", over: kind)
         defer {
             // The source first: its pending reads end (EIO), so the mount's download ends too.
             source.stop()
@@ -251,10 +261,11 @@ struct InterruptMountTests {
         #expect(try shell("cat \(quoted(mount.path("quick.txt")))", timeout: .seconds(10)).output == "quick\n")
     }
 
-    @Test func whileOneItemIsStalledListingsStatsAndOtherReadsStayFast() throws {
+    @Test(arguments: stallingSourceKinds)
+    func whileOneItemIsStalledListingsStatsAndOtherReadsStayFast(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let (source, mount) = try mountOverStallingSource(delay: "60s")
+        let (source, mount) = try mountOverStallingSource(delay: "60s", over: kind)
         defer {
             // The source first: its pending reads end (EIO), so the mount's download ends too.
             source.stop()

@@ -2,7 +2,8 @@
 // (LocalDirectoryProvider on a local file system) are cached by the kernel for `trackedTimeout`
 // instead of the mount's 1 s, and a change in the source reaches `stat` and `cat` through the
 // kernel's invalidation, not a timer. "Reached the daemon" is counted in libfuse's request trace
-// (PROVIDERFS_FUSE_DEBUG=1), as in PassthroughMountTests.
+// (PROVIDERFS_FUSE_DEBUG=1), as in PassthroughMountTests. Local only: a WebDAV server pushes no
+// changes (they arrive by the poll or `refresh`, WebDAVRemoteChangeMountTests).
 
 import Foundation
 import SystemSupport

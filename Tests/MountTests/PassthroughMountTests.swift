@@ -4,7 +4,10 @@
 // libfuse's own request trace (PROVIDERFS_FUSE_DEBUG=1 / `--debug`: one line per request with its
 // opcode and node), after dropping the page cache so that nothing is served from memory.
 // These run on `--read-only` mounts; a writable mount's readers use passthrough and the page cache
-// on a node of their version alone (D-435, VersionNodeMountTests).
+// on a node of their version alone (D-435, VersionNodeMountTests). The backing file is the cache's,
+// whatever the provider: the first two run over the same tree served by rclone and Apache too
+// (issue 26); the others are about the demo's partial file, a mount option, and a source change
+// the local directory reports at once.
 
 import FUSEAdapter
 import Foundation
@@ -100,23 +103,23 @@ struct PassthroughMountTests {
 
     func cleanup() { removeTreeWithinFileSystem(scratch) }
 
-    func mount(_ extra: [String] = [], environment: [String: String] = [:]) throws -> MountedFileSystem {
-        try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache", "--read-only"] + extra,
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_FUSE_DEBUG": "1"].merging(environment) {
-                $1
-            })
+    func mount(over kind: ProviderKind = .local, _ extra: [String] = []) throws -> ServedMount {
+        try ServedMount(
+            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache", "--read-only"] + extra,
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_FUSE_DEBUG": "1"])
     }
 
     var sourceSum: String {
         get throws { try shell("sha256sum < \(quoted(source))/big.bin").output }
     }
 
-    @Test func aFileCompleteAtOpenIsReadByTheKernelNotTheDaemon() throws {
+    @Test(arguments: ProviderKind.available)
+    func aFileCompleteAtOpenIsReadByTheKernelNotTheDaemon(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try mount()
-        defer { mount.stop() }
+        let served = try mount(over: kind)
+        defer { served.stop() }
+        let mount = served.mount
         let file = mount.path("big.bin")
         let node = try nodeNumber(file)
         // First read: the file is a placeholder, so it is downloaded through the daemon.
@@ -156,11 +159,13 @@ struct PassthroughMountTests {
         #expect(mount.child.standardError.contains("opens were served by the kernel from the cache file"))
     }
 
-    @Test func aFileOpenedBeforeItWasCompleteKeepsItsNodeOnTheDaemon() throws {
+    @Test(arguments: ProviderKind.available)
+    func aFileOpenedBeforeItWasCompleteKeepsItsNodeOnTheDaemon(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try mount()
-        defer { mount.stop() }
+        let served = try mount(over: kind)
+        defer { served.stop() }
+        let mount = served.mount
         let file = mount.path("big.bin")
         let node = try nodeNumber(file)
         // Handle A is opened while the file is a placeholder and stays open while B is opened
@@ -221,8 +226,9 @@ struct PassthroughMountTests {
     @Test func withNoPassthroughEveryReadReachesTheDaemonAsBefore() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try mount(["--no-passthrough"])
-        defer { mount.stop() }
+        let served = try mount(["--no-passthrough"])
+        defer { served.stop() }
+        let mount = served.mount
         let file = mount.path("big.bin")
         let node = try nodeNumber(file)
         #expect(try shell("sha256sum < \(quoted(file))").output == (try sourceSum))
@@ -237,8 +243,9 @@ struct PassthroughMountTests {
     @Test func aNewVersionCannotBeOpenedWhileAnOldOneIsPassedThrough() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try mount()
-        defer { mount.stop() }
+        let served = try mount()
+        defer { served.stop() }
+        let mount = served.mount
         let file = mount.path("big.bin")
         let node = try nodeNumber(file)
         #expect(try shell("cat \(quoted(file)) > /dev/null").status == 0)

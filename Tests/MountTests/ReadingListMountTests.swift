@@ -1,5 +1,6 @@
-// reading-list against a real mount (issue 13's tests; the imports, validation and read failures
-// over each provider: a local directory, rclone, Apache): imports from plain and token
+// reading-list against a real mount (issue 13's tests; the imports, validation, read failures and
+// the reads cut mid-copy over each provider: a local directory, rclone, Apache; grants, passwords
+// and kills after the copy, which read nothing more of the provider, locally): imports from plain and token
 // paths, the app's copy outliving its source, a failed download as a `read` failure and a retry
 // after `fault clear`, a token that expires mid-copy, SIGINT during an import, and kill -9 with
 // the pending record made, repaired by the next start. Waits are on events (files appearing,
@@ -254,10 +255,12 @@ struct ReadingListMountTests: TokenGranting {
         try expectNothingLeft()
     }
 
-    @Test func aTokenThatExpiresMidCopyFailsWithoutARecord() throws {
+    @Test(arguments: ProviderKind.available) func aTokenThatExpiresMidCopyFailsWithoutARecord(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mounted = try mount()
+        let mounted = try mount(over: kind)
         defer { mounted.stop() }
         let grant = try providerfs(
             ["token", "grant", mounted.path("docs/big.pdf"), "--ttl", "10m", "--json"], runtime: runtime)
@@ -302,10 +305,12 @@ struct ReadingListMountTests: TokenGranting {
         try expectNothingLeft()
     }
 
-    @Test func twoImportsInTwoProcessesOverlappingMidCopyEachGetTheirDocument() throws {
+    @Test(arguments: ProviderKind.available) func twoImportsInTwoProcessesOverlappingMidCopyEachGetTheirDocument(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mounted = try mount()
+        let mounted = try mount(over: kind)
         defer { mounted.stop() }
         // Both stopped inside their coordinated reads of the same file at once, then resumed.
         let children = try (0..<2).map { _ in
@@ -333,10 +338,12 @@ struct ReadingListMountTests: TokenGranting {
         try expectNothingLeft()
     }
 
-    @Test func sigintDuringAnImportCreatesNoRecordAndLeavesNothing() throws {
+    @Test(arguments: ProviderKind.available) func sigintDuringAnImportCreatesNoRecordAndLeavesNothing(
+        over kind: ProviderKind
+    ) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mounted = try mount()
+        let mounted = try mount(over: kind)
         defer { mounted.stop() }
         let big = mounted.path("docs/big.pdf")
         #expect(try providerfs(["fault", "add", big, "--slow", "1MiB", "--times", "0"], runtime: runtime).status == 0)

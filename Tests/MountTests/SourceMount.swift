@@ -102,8 +102,10 @@ typealias WritableMount = SourceMount
 struct ServedMount {
     let mount: MountedFileSystem
     let server: WebDAVTestServer?
+    let tree: String
 
     init(tree: String, kind: ProviderKind, arguments: [String], environment: [String: String]) throws {
+        self.tree = tree
         switch kind {
         case .local:
             server = nil
@@ -125,6 +127,14 @@ struct ServedMount {
 
     var mountpoint: String { mount.mountpoint }
     func path(_ relative: String) -> String { mount.path(relative) }
+
+    /// Gives `relative`, made in the served tree after the server started, to the tree's owner
+    /// (Apache's workers run as nobody under root and must write and delete it; a no-op else).
+    func adopt(_ relative: String) {
+        var owner = stat()
+        guard server != nil, stat(tree, &owner) == 0 else { return }
+        chown(tree + "/" + relative, owner.st_uid, owner.st_gid)
+    }
 
     /// Unmounts, then stops the server (both safe twice).
     func stop() {
