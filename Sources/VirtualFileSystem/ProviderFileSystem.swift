@@ -267,16 +267,21 @@ public final class ProviderFileSystem: FileSystem {
     /// The child named `name` (compared byte for byte, as POSIX does) of a directory item, per the
     /// catalog's lookup policy (`Catalog.child(named:of:)`: listing TTL, then a recheck of a miss).
     func child(named name: String, of directory: ItemIdentifier) async throws(FileSystemError) -> ProviderItem {
-        guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
-        guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
-            throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
-        }
+        try Self.checkChildName(name)
         do {
             if let found = try await cache.catalog.child(named: name, of: directory) { return found }
         } catch {
             throw FileSystemError(error)
         }
         throw FileSystemError(.notFound, "no item named '\(name)'")
+    }
+
+    /// ENAMETOOLONG or EINVAL for a name no item can have.
+    static func checkChildName(_ name: String) throws(FileSystemError) {
+        guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
+        guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
+            throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
+        }
     }
 
     public func lookup(
@@ -580,14 +585,22 @@ public final class ProviderFileSystem: FileSystem {
         switch resolve(inode) {
         case .scopedRoot: throw FileSystemError(.isADirectory, "an access-path directory")
         case .scoped(let accessNode):
-            let checked = try scopedOpen(accessNode, flags: flags, context: context)
-            scoped = checked.node
-            use = checked.use
-            node = InodeTable.Node(
-                identifier: checked.identifier, kind: checked.node.kind, lookupCount: 0, generation: 0)
-            if flags.wantsWrite || flags.truncates {
+            // The checks `scopedOpenNow` makes (ProviderFileSystem+Scoped.swift), then the use.
+            let writing = flags.wantsWrite || flags.truncates
+            let identifier: ItemIdentifier
+            let taken: String
+            switch try scopedOpenStep(accessNode, flags: flags, context: context) {
+            case .read(let item, let readUse): (identifier, taken) = (item, readUse)
+            case .checked(let item):
+                identifier = item
+                taken = try scopedOpenUse(accessNode, identifier: item, writing: writing, context: context)
+            }
+            scoped = accessNode
+            use = taken
+            node = InodeTable.Node(identifier: identifier, kind: accessNode.kind, lookupCount: 0, generation: 0)
+            if writing {
                 return try await openForWriting(  // +Writes.swift
-                    inode, node: node, flags: flags, context: context, scoped: checked.node, use: checked.use)
+                    inode, node: node, flags: flags, context: context, scoped: accessNode, use: taken)
             }
         case .plain:
             try checkPlainPath("open", context: context)
@@ -1124,22 +1137,34 @@ extension ProviderFileSystem: FileSystemFastPath {
             return scopedOpenNow(inode, scoped, flags: flags, context: context)
         }
         // Require-token mode: every open of a plain node is the async path's, which asks the policy.
-        guard !requiresToken else { return nil }
-        guard !flags.wantsWrite, !flags.truncates, node.kind == .file,
-            let path = cache.catalog.path(of: node.identifier),
+        guard !requiresToken, !flags.wantsWrite, !flags.truncates, node.kind == .file else { return nil }
+        return openForReadingNow(inode, node, context: context)
+    }
+
+    /// The claim, revalidation and pin of an open for reading, each at once, in `open`'s order;
+    /// nil when one is not at hand, with nothing held and the use (`scoped`'s) given back.
+    func openForReadingNow(
+        _ inode: InodeNumber, _ node: InodeTable.Node, context: RequestContext, scoped: ScopedNode? = nil,
+        use: String? = nil
+    ) -> Result<OpenedFile, FileSystemError>? {
+        guard let path = cache.catalog.path(of: node.identifier),
             let claim = claims.acquireReadClaimNow(
                 ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
-        else { return nil }
+        else {
+            returnScopedUse(use)
+            return nil
+        }
         let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
         // A file not all here, with a download policy: the async path asks it.
         guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
             options.downloads == nil || cache.hasAllContent(of: item), let entry = cache.pinContentNow(of: item)
         else {
             claims.releaseReadClaim(claim)
+            returnScopedUse(use)
             return nil
         }
         do throws(FileSystemError) {
-            return .success(try opened(inode, node, item: item, entry: entry, claim: claim))
+            return .success(try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use))
         } catch {
             return .failure(error)
         }
