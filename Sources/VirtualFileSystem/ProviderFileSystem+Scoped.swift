@@ -352,10 +352,10 @@ extension ProviderFileSystem {
 
 // Each access-path lookup, getattr and open has two forms (D-341): `xNow`, answered on the FUSE
 // thread from memory (nil: left to the async form), and the async `x`. Both run one core, `xStep`
-// (D-512): the checks in the async operation's order, then the item the answer needs, looked up
-// in memory. It answers, or says which item it needs (`.needs`) with what makes the answer from
-// it; `xNow` returns nil then, and `x` fetches the item and makes the answer (`settle`) without
-// checking again. A token check that allows changes nothing, so when `xNow` leaves an answer to
+// (D-512): the checks in the async operation's order. It refuses, or says which item
+// the answer needs (`.needs`) with what makes the answer from it; `xNow` takes that item from
+// memory (`answerNow`; nil when it is not there), and `x` fetches it as the async operation
+// always has (`settle`), without checking again. A token check that allows changes nothing, so when `xNow` leaves an answer to
 // `x`, `x` may check again; a denial is the answer (EACCES) in both forms. An open takes its use
 // in its one check of the token, before the claim and pin, and the immediate form gives it back
 // when it leaves the open to `open` (D-348).
@@ -370,17 +370,11 @@ enum ScopedNeed {
     case item(ScopedNode)
 }
 
-/// What an access-path operation's core decides: its answer, or the item it needs and what
-/// makes the answer from that item.
+/// What an access-path operation's core decides: a refusal, or the item its answer needs and
+/// what makes the answer from that item.
 enum ScopedStep<Answer> {
-    case answered(Result<Answer, FileSystemError>)
+    case refused(FileSystemError)
     case needs(ScopedNeed, then: (ProviderItem) throws(FileSystemError) -> Answer)
-
-    /// The immediate form's answer: nil when the item needed is not in memory.
-    var now: Result<Answer, FileSystemError>? {
-        guard case .answered(let result) = self else { return nil }
-        return result
-    }
 }
 
 /// What the checks of an open through an access path leave to do.
@@ -401,7 +395,7 @@ extension ProviderFileSystem {
     }
 
     func tokenLookupNow(_ name: String, context: RequestContext) -> Result<Entry, FileSystemError>? {
-        tokenLookupStep(name, context: context).now
+        answerNow(tokenLookupStep(name, context: context))
     }
 
     private func tokenLookupStep(_ name: String, context: RequestContext) -> ScopedStep<Entry> {
@@ -438,7 +432,7 @@ extension ProviderFileSystem {
     func scopedLookupNow(
         _ node: ScopedNode, name: String, context: RequestContext
     ) -> Result<Entry, FileSystemError>? {
-        scopedLookupStep(node, name: name, context: context).now
+        answerNow(scopedLookupStep(node, name: name, context: context))
     }
 
     private func scopedLookupStep(
@@ -488,7 +482,7 @@ extension ProviderFileSystem {
     func scopedAttributesNow(
         _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        scopedAttributesStep(inode, node, context: context).now
+        answerNow(scopedAttributesStep(inode, node, context: context))
     }
 
     private func scopedAttributesStep(
@@ -598,19 +592,28 @@ extension ProviderFileSystem {
 
     // MARK: The core's frame
 
-    /// `checks` run, then the item they name looked up in memory: the answer made from it, or
-    /// `.needs` that item. A failed check is the answer.
+    /// `checks` run: `.needs` the item they name, with what makes the answer from it; a failed
+    /// check is the answer.
     private func scopedStep<Answer>(
         _ checks: () throws(FileSystemError) -> (ScopedNeed, (ProviderItem) throws(FileSystemError) -> Answer)
     ) -> ScopedStep<Answer> {
-        let checked: (need: ScopedNeed, answer: (ProviderItem) throws(FileSystemError) -> Answer)
         do throws(FileSystemError) {
-            checked = try checks()
+            let (need, answer) = try checks()
+            return .needs(need, then: answer)
         } catch {
-            return .answered(.failure(error))
+            return .refused(error)
         }
-        guard let item = inMemory(checked.need) else { return .needs(checked.need, then: checked.answer) }
-        return .answered(Result { () throws(FileSystemError) in try checked.answer(item) })
+    }
+
+    /// The immediate form's answer: the core's, or the one made from the item it needs when that
+    /// is in memory (nil: the async form fetches it).
+    private func answerNow<Answer>(_ step: ScopedStep<Answer>) -> Result<Answer, FileSystemError>? {
+        switch step {
+        case .refused(let error): return .failure(error)
+        case .needs(let need, let answer):
+            guard let item = inMemory(need) else { return nil }
+            return Result { () throws(FileSystemError) in try answer(item) }
+        }
     }
 
     /// The item `need` names, from memory within the TTLs the async fetch uses (nil: fetch it).
@@ -632,12 +635,12 @@ extension ProviderFileSystem {
         }
     }
 
-    /// The async form's answer: the core's, or the item it needs fetched and the answer made from
-    /// it.
+    /// The async form's answer: the core's, or the one made from the item it needs, fetched as the
+    /// async operations always have (from memory too, within the same TTLs).
     private func settle<Answer>(_ step: ScopedStep<Answer>) async throws(FileSystemError) -> Answer {
         switch step {
-        case .answered(let result):
-            return try result.get()
+        case .refused(let error):
+            throw error
         case .needs(let need, let answer):
             let item: ProviderItem
             switch need {
