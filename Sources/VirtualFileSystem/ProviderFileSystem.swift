@@ -293,21 +293,52 @@ public final class ProviderFileSystem: FileSystem {
         case .scoped(let node): return try await scopedLookup(node, name: name, context: context)
         }
         let parentNode = try node(parent)
-        guard parentNode.kind == .directory else {
-            throw FileSystemError(.notADirectory, "\(parentNode.identifier) is not a directory")
+        switch lookupStep(parent, (parentNode.identifier, parentNode.kind), name: name, context: context) {
+        case .answered(let result):
+            return try result.get()
+        case .needsChild(let directory):
+            let item = try await child(named: name, of: directory)
+            return entry(
+                for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
+        }
+    }
+
+    /// What the core of `lookup` and `lookupNow` decides in a plain directory (D-512).
+    enum LookupStep {
+        case answered(Result<Entry, FileSystemError>)
+        /// The child of that name in this directory item: `lookupNow` takes it from the catalog's
+        /// memory (`Catalog.childNow`), `lookup` asks the catalog (`child(named:of:)`).
+        case needsChild(of: ItemIdentifier)
+    }
+
+    /// The core of `lookup` and `lookupNow` in the plain node `parent` (`directory`): every check,
+    /// in `lookup`'s order, then the answer or what it needs.
+    func lookupStep(
+        _ parent: InodeNumber, _ directory: (identifier: ItemIdentifier, kind: ItemKind), name: String,
+        context: RequestContext
+    ) -> LookupStep {
+        guard directory.kind == .directory else {
+            return .answered(.failure(FileSystemError(.notADirectory, "\(directory.identifier) is not a directory")))
         }
         if name == "." || name == ".." {
-            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
+            return .answered(.failure(FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")))
         }
-        if parent == .root, name == Self.scopedDirectoryName, let directory = scopedDirectoryInode {
-            return Entry(
-                attributes: scopedDirectoryAttributes(directory), generation: 1,
-                attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
+        if parent == .root, name == Self.scopedDirectoryName, let scoped = scopedDirectoryInode {
+            return .answered(
+                .success(
+                    Entry(
+                        attributes: scopedDirectoryAttributes(scoped), generation: 1,
+                        attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)))
         }
-        try checkPlainPath("lookup of '\(name)'", context: context)
-        let item = try await child(named: name, of: parentNode.identifier)
-        return entry(
-            for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
+        if let refusal = plainPathRefusal("lookup of '\(name)'", context: context) {
+            return .answered(.failure(refusal))
+        }
+        do throws(FileSystemError) {
+            try Self.checkChildName(name)
+        } catch {
+            return .answered(.failure(error))
+        }
+        return .needsChild(of: directory.identifier)
     }
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
@@ -1008,21 +1039,19 @@ extension ProviderFileSystem: FileSystemFastPath {
             case .scoped(let node): return scopedLookupNow(node, name: name, context: context)
             }
         }
-        guard parentNode.kind == .directory,
-            !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
-            !name.utf8.contains(UInt8(ascii: "/")),
-            parent != .root || name != Self.scopedDirectoryName || scopedAccess == nil
-        else { return nil }
-        if requiresToken, let refusal = plainPathRefusal("lookup of '\(name)'", context: context) {
-            return .failure(refusal)
-        }
-        switch cache.catalog.childNow(named: name, of: parentNode.identifier) {
-        case .found(let item, let tracked):
-            return .success(entry(for: item, presentBytes: cache.content.presentBytes(of: item), tracked: tracked))
-        case .absent:
-            return .failure(FileSystemError(.notFound, "no item named '\(name)'"))
-        case .unknown:
-            return nil
+        switch lookupStep(parent, parentNode, name: name, context: context) {
+        case .answered(let result):
+            return result
+        case .needsChild(let directory):
+            switch cache.catalog.childNow(named: name, of: directory) {
+            case .found(let item, let tracked):
+                return .success(
+                    entry(for: item, presentBytes: cache.content.presentBytes(of: item), tracked: tracked))
+            case .absent:
+                return .failure(FileSystemError(.notFound, "no item named '\(name)'"))
+            case .unknown:
+                return nil
+            }
         }
     }
 
