@@ -132,10 +132,12 @@ public final class ProviderFileSystem: FileSystem {
     // MARK: Nodes
 
     func node(_ inode: InodeNumber) throws(FileSystemError) -> InodeTable.Node {
-        guard let node = state.withLock({ $0.inodes[inode] }) else {
-            throw FileSystemError(.notFound, "node \(inode) is not known (forgotten or never looked up)")
-        }
+        guard let node = state.withLock({ $0.inodes[inode] }) else { throw Self.unknownNode(inode) }
         return node
+    }
+
+    static func unknownNode(_ inode: InodeNumber) -> FileSystemError {
+        FileSystemError(.notFound, "node \(inode) is not known (forgotten or never looked up)")
     }
 
     /// The item behind a node, refreshed per the attribute TTL; a removed item detaches the node.
@@ -358,12 +360,44 @@ public final class ProviderFileSystem: FileSystem {
         case .scopedRoot: return scopedRootAttributes(inode)
         case .scoped(let node): return try await scopedAttributes(inode, node, context: context)
         }
-        // The root's attributes stay open in require-token mode (the mount point must stat).
-        if inode != .root { try checkPlainPath("getattr", context: context) }
-        if let removed = removedAttributes(inode) { return removed }
-        let node = try node(inode)
-        let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
-        return shown(
+        switch getAttributesStep(inode, context: context) {
+        case .answered(let result):
+            return try result.get()
+        case .unknownNode:
+            throw Self.unknownNode(inode)
+        case .needsItem(let node):
+            return plainAttributes(inode, node, item: try await item(of: node, maximumAge: options.cache.attributeTTL))
+        }
+    }
+
+    /// What the core of `getAttributes` and `getAttributesNow` decides for a node that is not an
+    /// access path's (D-512).
+    enum AttributesStep {
+        case answered(Result<NodeAttributes, FileSystemError>)
+        /// No plain node of that number (an access path's, or none: the forms tell them apart).
+        case unknownNode
+        /// The node's item: `getAttributesNow` takes it from memory (`Catalog.itemNow`),
+        /// `getAttributes` asks the catalog (`item(of:maximumAge:)`).
+        case needsItem(InodeTable.Node)
+    }
+
+    /// The core of `getAttributes` and `getAttributesNow`: the plain-path policy (the root's
+    /// attributes stay open in require-token mode: the mount point must stat), a removed node's
+    /// last attributes, then the node's item.
+    func getAttributesStep(_ inode: InodeNumber, context: RequestContext) -> AttributesStep {
+        if requiresToken, inode != .root, case .plain = resolve(inode),
+            let refusal = plainPathRefusal("getattr", context: context)
+        {
+            return .answered(.failure(refusal))
+        }
+        if let removed = removedAttributes(inode) { return .answered(.success(removed)) }
+        guard let node = state.withLock({ $0.inodes[inode] }) else { return .unknownNode }
+        return .needsItem(node)
+    }
+
+    /// getattr's answer for the plain node `inode` (`node`) whose item is `item`.
+    func plainAttributes(_ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem) -> NodeAttributes {
+        shown(
             attributes(
                 of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
                 tracked: cache.catalog.isTracked(item)), of: item, node: node)
@@ -1128,29 +1162,24 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func getAttributesNow(
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        if requiresToken, inode != .root, case .plain = resolve(inode),
-            let refusal = plainPathRefusal("getattr", context: context)
-        {
-            return .failure(refusal)
-        }
-        if let removed = removedAttributes(inode) { return .success(removed) }
-        // From memory, or from a provider that answers at once (`itemNow`: an lstat in a watched
-        // local directory, D-380); otherwise a stale item is revalidated by the async path, off
-        // the FUSE thread. (A directory the mount just changed is stale, and the kernel asks for
-        // its attributes before every LOOKUP in it: `tar x` paid a task and a thread hop per file.)
-        guard let node = state.withLock({ $0.inodes[inode] }) else {
+        switch getAttributesStep(inode, context: context) {
+        case .answered(let result):
+            return result
+        case .unknownNode:
             guard case .scoped(let node) = resolve(inode) else { return nil }
             return scopedAttributesNow(inode, node, context: context)
+        case .needsItem(let node):
+            // From memory, or from a provider that answers at once (`itemNow`: an lstat in a
+            // watched local directory, D-380); otherwise a stale item is revalidated by the async
+            // path, off the FUSE thread. (A directory the mount just changed is stale, and the
+            // kernel asks for its attributes before every LOOKUP in it: `tar x` paid a task and a
+            // thread hop per file.) A kind that changed is the async path's to word.
+            guard
+                let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
+                item.kind == node.kind || node.identifier == .root
+            else { return nil }
+            return .success(plainAttributes(inode, node, item: item))
         }
-        guard
-            let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
-            item.kind == node.kind || node.identifier == .root
-        else { return nil }
-        return .success(
-            shown(
-                attributes(
-                    of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
-                    tracked: cache.catalog.isTracked(item)), of: item, node: node))
     }
 
     /// An open for reading whose claim is granted at once, whose revalidation the cache or the
