@@ -774,18 +774,12 @@ public final class ProviderFileSystem: FileSystem {
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) async throws(FileSystemError) -> ReadData {
         let open: ReadHandle
-        switch state.withLock({ $0.handles[handle] }) {
-        case .read(let reader): open = reader
-        case .write(let writer):
+        switch readStep(handle, offset: offset, count: count, context: context) {
+        case .answered(let result): return try result.get()
+        case .staged(let writer):
             // A write handle (O_RDWR) reads the staging file (ProviderFileSystem+Writes.swift).
             return try await readStaged(writer, offset: offset, count: count, context: context)
-        case nil: throw FileSystemError(.badHandle, "file handle \(handle) is not open")
-        }
-        guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
-        if let scoped = open.scoped {
-            _ = try enforce(scoped, context: context, operation: "read")
-        } else {
-            try checkPlainPath("read", context: context)
+        case .needsBytes(let reader): open = reader
         }
         if let failure = open.failure {
             if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
@@ -804,6 +798,40 @@ public final class ProviderFileSystem: FileSystem {
         // is handed out after the token ended during the wait (D-343).
         if let scoped = open.scoped { _ = try enforce(scoped, context: context, operation: "read") }
         return data
+    }
+
+    /// What the core of `read` and `readNow` decides (D-512).
+    enum ReadStep {
+        case answered(Result<ReadData, FileSystemError>)
+        /// A write handle (O_RDWR): the async form reads its staging file.
+        case staged(WriteHandle)
+        /// The bytes of a read handle whose checks passed: `readNow` takes them when all are on
+        /// disk, `read` waits for them.
+        case needsBytes(ReadHandle)
+    }
+
+    /// The core of `read` and `readNow`: the handle, the range, then the token's check through an
+    /// access path or the plain-path policy.
+    func readStep(_ handle: FileHandleID, offset: Int64, count: Int, context: RequestContext) -> ReadStep {
+        let open: ReadHandle
+        switch state.withLock({ $0.handles[handle] }) {
+        case .read(let reader): open = reader
+        case .write(let writer): return .staged(writer)
+        case nil: return .answered(.failure(FileSystemError(.badHandle, "file handle \(handle) is not open")))
+        }
+        guard offset >= 0, count >= 0 else {
+            return .answered(.failure(FileSystemError(.invalidArgument, "negative offset or count")))
+        }
+        do throws(FileSystemError) {
+            if let scoped = open.scoped {
+                _ = try enforce(scoped, context: context, operation: "read")
+            } else {
+                try checkPlainPath("read", context: context)
+            }
+        } catch {
+            return .answered(.failure(error))
+        }
+        return .needsBytes(open)
     }
 
     // flush, fsync and release of write handles: ProviderFileSystem+Writes.swift.
@@ -1253,19 +1281,13 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func readNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) -> Result<ReadData, FileSystemError>? {
-        guard offset >= 0, count >= 0, let open = state.withLock({ $0.handles.reader(handle) }) else { return nil }
-        // Through an access path: the same check as `read`, before any byte.
-        if let scoped = open.scoped {
-            do throws(FileSystemError) {
-                _ = try enforce(scoped, context: context, operation: "read")
-            } catch {
-                return .failure(error)
-            }
-        } else if requiresToken, let refusal = plainPathRefusal("read", context: context) {
-            return .failure(refusal)
+        switch readStep(handle, offset: offset, count: count, context: context) {
+        case .answered(let result): return result
+        case .staged: return nil
+        case .needsBytes(let open):
+            guard let data = open.entry.readIfPresent(offset: offset, count: count) else { return nil }
+            return .success(data)
         }
-        guard let data = open.entry.readIfPresent(offset: offset, count: count) else { return nil }
-        return .success(data)
     }
 }
 
