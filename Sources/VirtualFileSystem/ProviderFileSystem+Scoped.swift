@@ -352,13 +352,13 @@ extension ProviderFileSystem {
 
 // Each access-path lookup, getattr and open has two forms (D-341): `xNow`, answered on the FUSE
 // thread from memory (nil: left to the async form), and the async `x`. Both run one core, `xStep`
-// (D-512): the checks in the async operation's order. It refuses, or says which item
-// the answer needs (`.needs`) with what makes the answer from it; `xNow` takes that item from
-// memory (`answerNow`; nil when it is not there), and `x` fetches it as the async operation
-// always has (`settle`), without checking again. A token check that allows changes nothing, so when `xNow` leaves an answer to
-// `x`, `x` may check again; a denial is the answer (EACCES) in both forms. An open takes its use
-// in its one check of the token, before the claim and pin, and the immediate form gives it back
-// when it leaves the open to `open` (D-348).
+// (D-512): the checks in the async operation's order. It refuses, or says which item the answer
+// needs (`.needs`) with what makes the answer from it; `xNow` takes that item from memory
+// (`answerNow`; nil when it is not there), and `x` fetches it as the async operation always has
+// (`settle`), without checking again. A token check that allows changes nothing, so when `xNow`
+// leaves an answer to `x`, `x` may check again; a denial is the answer (EACCES) in both forms. An
+// open takes its use in its one check of the token, before the claim and pin, and the immediate
+// form gives it back when it leaves the open to `open` (D-348).
 
 /// The item an access-path operation needs before it can answer.
 enum ScopedNeed {
