@@ -212,66 +212,11 @@ extension ProviderFileSystem {
 
     // MARK: Operations
 
-    /// A lookup in `.scoped`: the name is the token.
-    func tokenLookup(_ name: String, context: RequestContext) async throws(FileSystemError) -> Entry {
-        if name == "." || name == ".." {
-            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
-        }
-        let check = try checkToken(name, context: context, operation: "lookup")
-        let item = try await scopeItem(check.item)
-        // A granted directory is the token's node itself (D-305).
-        if item.kind == .directory {
-            let inode = bindScoped(token: name, role: .item(check.item), kind: .directory, references: 1, check: check)
-            return scopedEntry(scopedItemAttributes(inode, item: item, check), check)
-        }
-        let inode = bindScoped(token: name, role: .token, kind: .directory, references: 1, check: check)
-        return scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check)
-    }
-
-    func scopedLookup(
-        _ node: ScopedNode, name: String, context: RequestContext
-    ) async throws(FileSystemError) -> Entry {
-        if name == "." || name == ".." {
-            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
-        }
-        guard node.kind == .directory else {
-            throw FileSystemError(.notADirectory, "not a directory")
-        }
-        let found: ProviderItem
-        let check: ScopedGrant
-        switch node.role {
-        case .token:
-            check = try checkToken(node.token, context: context, operation: "lookup")
-            let item = try await scopeItem(check.item)
-            guard item.name == name else {
-                throw FileSystemError(.notFound, "the access path holds only the granted item")
-            }
-            found = item
-        case .item(let identifier):
-            check = try enforce(node, context: context, operation: "lookup").check
-            found = try await child(named: name, of: identifier)
-        }
-        let inode = bindScoped(
-            token: node.token, role: .item(found.identifier), kind: found.kind, references: 1,
-            check: check)
-        return scopedEntry(scopedItemAttributes(inode, item: found, check), check)
-    }
-
     /// getattr of `.scoped`: open to everyone, with the mount's attribute timeout.
     func scopedRootAttributes(_ inode: InodeNumber) -> NodeAttributes {
         var attributes = scopedDirectoryAttributes(inode)
         attributes.validFor = options.attributeTimeout
         return attributes
-    }
-
-    func scopedAttributes(
-        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
-    ) async throws(FileSystemError) -> NodeAttributes {
-        let (check, _) = try enforce(node, context: context, operation: "getattr")
-        if node.role == .token {
-            return tokenDirectoryAttributes(inode, scopeItem: try await scopeItem(check.item), check)
-        }
-        return scopedItemAttributes(inode, item: try await scopedItem(node), check)
     }
 
     /// A link's target, if following it stays inside the granted item: absolute targets, and
@@ -390,35 +335,6 @@ extension ProviderFileSystem {
         return Array(snapshot[Int(cookie)..<min(snapshot.count, Int(cookie) + max(0, limit))])
     }
 
-    /// The checks of an open through an access path: the token and scope first (EACCES, no use
-    /// taken), then for writing EROFS on a read-only mount and EACCES for a read token, then one
-    /// use taken (D-308), which the caller must end with `endScopedUse` when the handle is
-    /// released, or give back with `returnScopedUse` when the open fails (D-315).
-    func scopedOpen(
-        _ node: ScopedNode, flags: OpenFlags, context: RequestContext
-    ) throws(FileSystemError) -> (node: ScopedNode, identifier: ItemIdentifier, use: String) {
-        guard case .item(let identifier) = node.role else {
-            throw FileSystemError(.isADirectory, "an access-path directory")
-        }
-        try enforce(node, context: context, operation: "open")
-        if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
-        let writing = flags.wantsWrite || flags.truncates
-        if writing, !isWritable { throw readOnly("open for writing") }
-        let check = try checkToken(node.token, context: context, use: true, operation: "open")
-        let use = check.id
-        guard depth(of: identifier, below: check.item) != nil else {
-            returnScopedUse(use)
-            logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
-            throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
-        }
-        if writing, !check.writable {
-            returnScopedUse(use)
-            logger.notice("open for writing through an access path refused: a read token")
-            throw FileSystemError(.accessDenied, "open for writing through an access path of a read token")
-        }
-        return (node, identifier, use)
-    }
-
     /// Ends a use an open took: its handle was released.
     func endScopedUse(_ id: String?) {
         guard let id else { return }
@@ -432,131 +348,211 @@ extension ProviderFileSystem {
     }
 }
 
-// MARK: - Answers without waiting
+// MARK: - Twins: one core for the immediate and the async answer
 
-// The fast path's half for access paths (D-341): lookups, getattrs and opens answered on the FUSE
-// thread when the catalog has the items in memory, with the same checks as the async operations
-// above. A token check that allows changes nothing, so when an answer is left to the async path
-// (nil) that path may check again; a denial is the answer (EACCES). An open takes its use in its
-// one check of the token, before the claim and pin, and gives it back when it leaves the open to
-// `open` (D-348).
+// Each access-path lookup, getattr and open has two forms (D-341): `xNow`, answered on the FUSE
+// thread from memory (nil: left to the async form), and the async `x`. Both run one core, `xStep`
+// (D-512): the checks in the async operation's order. It refuses, or says which item the answer
+// needs (`.needs`) with what makes the answer from it; `xNow` takes that item from memory
+// (`answerNow`; nil when it is not there), and `x` fetches it as the async operation always has
+// (`settle`), without checking again. A token check that allows changes nothing, so when `xNow`
+// leaves an answer to `x`, `x` may check again; a denial is the answer (EACCES) in both forms. An
+// open takes its use in its one check of the token, before the claim and pin, and the immediate
+// form gives it back when it leaves the open to `open` (D-348).
+
+/// The item an access-path operation needs before it can answer.
+enum ScopedNeed {
+    /// The item a token grants.
+    case scopeItem(ItemIdentifier)
+    /// The item named `name` in `directory`.
+    case child(named: String, of: ItemIdentifier)
+    /// The item of an access-path item node.
+    case item(ScopedNode)
+}
+
+/// What an access-path operation's core decides: a refusal, or the item its answer needs and
+/// what makes the answer from that item.
+enum ScopedStep<Answer> {
+    case refused(FileSystemError)
+    case needs(ScopedNeed, then: (ProviderItem) throws(FileSystemError) -> Answer)
+}
+
+/// What the checks of an open through an access path leave to do.
+enum ScopedOpenStep {
+    /// A file to read, its use taken: the claim, revalidation and pin come next.
+    case read(ItemIdentifier, use: String)
+    /// A write, or an item other than a file, whose token and scope were checked without a use:
+    /// the async `open` takes the use (`scopedOpenUse`) and goes on; the immediate one declines.
+    case checked(ItemIdentifier)
+}
+
 extension ProviderFileSystem {
-    /// The item a token grants, from memory (nil: the async path fetches it).
-    func scopeItemNow(_ scope: ItemIdentifier) -> ProviderItem? {
-        cache.catalog.itemNow(scope, maximumAge: options.cache.attributeTTL, askingProvider: false)
-    }
+    // MARK: Lookup
 
-    /// Whether `name` is one a lookup on the FUSE thread answers (else the async path words it).
-    private static func answersNow(_ name: String) -> Bool {
-        !name.isEmpty && name != "." && name != ".." && name.utf8.count <= 255 && !name.utf8.contains(UInt8(ascii: "/"))
+    /// A lookup in `.scoped`: the name is the token.
+    func tokenLookup(_ name: String, context: RequestContext) async throws(FileSystemError) -> Entry {
+        try await settle(tokenLookupStep(name, context: context))
     }
 
     func tokenLookupNow(_ name: String, context: RequestContext) -> Result<Entry, FileSystemError>? {
-        guard Self.answersNow(name) else { return nil }
-        do throws(FileSystemError) {
-            let check = try checkToken(name, context: context, operation: "lookup")
-            guard let item = scopeItemNow(check.item) else { return nil }
-            if item.kind == .directory {
-                let inode = bindScoped(
-                    token: name, role: .item(check.item), kind: .directory, references: 1, check: check)
-                return .success(scopedEntry(scopedItemAttributes(inode, item: item, check), check))
+        answerNow(tokenLookupStep(name, context: context))
+    }
+
+    private func tokenLookupStep(_ name: String, context: RequestContext) -> ScopedStep<Entry> {
+        scopedStep { () throws(FileSystemError) in
+            if name == "." || name == ".." {
+                throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
             }
-            let inode = bindScoped(token: name, role: .token, kind: .directory, references: 1, check: check)
-            return .success(scopedEntry(tokenDirectoryAttributes(inode, scopeItem: item, check), check))
-        } catch {
-            return .failure(error)
+            let check = try checkToken(name, context: context, operation: "lookup")
+            return (
+                .scopeItem(check.item),
+                { item in
+                    // A granted directory is the token's node itself (D-305).
+                    if item.kind == .directory {
+                        let inode = self.bindScoped(
+                            token: name, role: .item(check.item), kind: .directory, references: 1, check: check)
+                        return self.scopedEntry(self.scopedItemAttributes(inode, item: item, check), check)
+                    }
+                    let inode = self.bindScoped(
+                        token: name, role: .token, kind: .directory, references: 1, check: check)
+                    return self.scopedEntry(self.tokenDirectoryAttributes(inode, scopeItem: item, check), check)
+                }
+            )
         }
+    }
+
+    /// A lookup in an access-path directory: `.scoped/<token>` of a granted file holds only that
+    /// file; below a granted directory, its children.
+    func scopedLookup(
+        _ node: ScopedNode, name: String, context: RequestContext
+    ) async throws(FileSystemError) -> Entry {
+        try await settle(scopedLookupStep(node, name: name, context: context))
     }
 
     func scopedLookupNow(
         _ node: ScopedNode, name: String, context: RequestContext
     ) -> Result<Entry, FileSystemError>? {
-        guard Self.answersNow(name), node.kind == .directory else { return nil }
-        do throws(FileSystemError) {
-            let found: ProviderItem
+        answerNow(scopedLookupStep(node, name: name, context: context))
+    }
+
+    private func scopedLookupStep(
+        _ node: ScopedNode, name: String, context: RequestContext
+    ) -> ScopedStep<Entry> {
+        scopedStep { () throws(FileSystemError) in
+            if name == "." || name == ".." {
+                throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
+            }
+            guard node.kind == .directory else {
+                throw FileSystemError(.notADirectory, "not a directory")
+            }
             let check: ScopedGrant
+            let need: ScopedNeed
             switch node.role {
             case .token:
                 check = try checkToken(node.token, context: context, operation: "lookup")
-                guard let item = scopeItemNow(check.item), item.name == name else { return nil }
-                found = item
+                need = .scopeItem(check.item)
             case .item(let identifier):
                 check = try enforce(node, context: context, operation: "lookup").check
-                guard case .found(let item, _) = cache.catalog.childNow(named: name, of: identifier) else {
-                    return nil
-                }
-                found = item
+                try Self.checkChildName(name)
+                need = .child(named: name, of: identifier)
             }
-            let inode = bindScoped(
-                token: node.token, role: .item(found.identifier), kind: found.kind, references: 1,
-                check: check)
-            return .success(scopedEntry(scopedItemAttributes(inode, item: found, check), check))
-        } catch {
-            return .failure(error)
+            return (
+                need,
+                { found throws(FileSystemError) in
+                    if case .scopeItem = need, found.name != name {
+                        throw FileSystemError(.notFound, "the access path holds only the granted item")
+                    }
+                    let inode = self.bindScoped(
+                        token: node.token, role: .item(found.identifier), kind: found.kind, references: 1,
+                        check: check)
+                    return self.scopedEntry(self.scopedItemAttributes(inode, item: found, check), check)
+                }
+            )
         }
+    }
+
+    // MARK: Getattr
+
+    func scopedAttributes(
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
+    ) async throws(FileSystemError) -> NodeAttributes {
+        try await settle(scopedAttributesStep(inode, node, context: context))
     }
 
     func scopedAttributesNow(
         _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        do throws(FileSystemError) {
-            let (check, _) = try enforce(node, context: context, operation: "getattr")
-            switch node.role {
-            case .token:
-                guard let item = scopeItemNow(check.item) else { return nil }
-                return .success(tokenDirectoryAttributes(inode, scopeItem: item, check))
-            case .item(let identifier):
-                guard
-                    let item = cache.catalog.itemNow(
-                        identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
-                    item.kind == node.kind
-                else { return nil }
-                return .success(scopedItemAttributes(inode, item: item, check))
+        answerNow(scopedAttributesStep(inode, node, context: context))
+    }
+
+    private func scopedAttributesStep(
+        _ inode: InodeNumber, _ node: ScopedNode, context: RequestContext
+    ) -> ScopedStep<NodeAttributes> {
+        scopedStep { () throws(FileSystemError) in
+            let check = try enforce(node, context: context, operation: "getattr").check
+            if node.role == .token {
+                return (.scopeItem(check.item), { self.tokenDirectoryAttributes(inode, scopeItem: $0, check) })
             }
-        } catch {
-            return .failure(error)
+            return (.item(node), { self.scopedItemAttributes(inode, item: $0, check) })
         }
     }
 
-    /// `scopedOpen` and `open` for a file to read: the token, with the use taken in the same
-    /// check, and the scope first (EACCES), then the claim, revalidation and pin as `openNow` has
-    /// them. Directories, writes and everything not at hand are left to `open` (nil), with the
-    /// use given back and nothing held (D-348).
+    // MARK: Open
+
+    /// `open` of an access-path node, at once: a file to read, after `scopedOpenStep`, with the
+    /// claim, revalidation and pin `openNow` takes (`openForReadingNow`). Everything else, and
+    /// anything not at hand, is left to `open`, with the use given back and nothing held (D-348).
     func scopedOpenNow(
         _ inode: InodeNumber, _ node: ScopedNode, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard case .item(let identifier) = node.role, node.kind == .file,
-            !flags.wantsWrite, !flags.truncates
-        else { return nil }
-        // The use, held by the handle until its release (D-315), or given back if refused or
-        // declined here. One check of the token for an open: it takes the use (D-348).
+        let identifier: ItemIdentifier
         let use: String
         do throws(FileSystemError) {
-            use = try enforceTakingUse(node, identifier: identifier, context: context)
+            guard case .read(let item, let taken) = try scopedOpenStep(node, flags: flags, context: context) else {
+                return nil
+            }
+            (identifier, use) = (item, taken)
         } catch {
             return .failure(error)
         }
-        guard let path = cache.catalog.path(of: identifier),
-            let claim = claims.acquireReadClaimNow(
-                ReadClaimRequest(relativePath: path, identifier: identifier, context: context))
-        else {
-            returnScopedUse(use)
-            return nil
-        }
-        let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
-        guard let item = cache.catalog.itemNow(identifier, maximumAge: maximumAge), item.kind == .file,
-            options.downloads == nil || cache.hasAllContent(of: item), let entry = cache.pinContentNow(of: item)
-        else {
-            claims.releaseReadClaim(claim)
-            returnScopedUse(use)
-            return nil
-        }
         let plain = InodeTable.Node(identifier: identifier, kind: .file, lookupCount: 0, generation: 0)
-        do throws(FileSystemError) {
-            return .success(try opened(inode, plain, item: item, entry: entry, claim: claim, scoped: node, use: use))
-        } catch {
-            return .failure(error)  // never: an access path's handle is never cached
+        return openForReadingNow(inode, plain, context: context, scoped: node, use: use)
+    }
+
+    /// The checks of an open through an access path, both forms' core. A file to read: the token
+    /// and the scope in one check that takes the use (D-348). Anything else: the token and the
+    /// scope first (EACCES, no use taken), then EISDIR for a directory and EROFS for a write on a
+    /// read-only mount; `scopedOpenUse` then takes the use. A use taken must be ended with
+    /// `endScopedUse` when the handle is released, or given back with `returnScopedUse` when the
+    /// open fails (D-315).
+    func scopedOpenStep(
+        _ node: ScopedNode, flags: OpenFlags, context: RequestContext
+    ) throws(FileSystemError) -> ScopedOpenStep {
+        guard case .item(let identifier) = node.role else {
+            throw FileSystemError(.isADirectory, "an access-path directory")
         }
+        let writing = flags.wantsWrite || flags.truncates
+        if node.kind == .file, !writing {
+            return .read(identifier, use: try enforceTakingUse(node, identifier: identifier, context: context))
+        }
+        try enforce(node, context: context, operation: "open")
+        if node.kind == .directory { throw FileSystemError(.isADirectory, "\(identifier) is a directory") }
+        if writing, !isWritable { throw readOnly("open for writing") }
+        return .checked(identifier)
+    }
+
+    /// The use of an open `scopedOpenStep` checked (D-308), then for writing EACCES for a read
+    /// token (the use given back). Returns the use's id.
+    func scopedOpenUse(
+        _ node: ScopedNode, identifier: ItemIdentifier, writing: Bool, context: RequestContext
+    ) throws(FileSystemError) -> String {
+        let check = try useAfterCheck(node, identifier: identifier, context: context)
+        if writing, !check.writable {
+            returnScopedUse(check.id)
+            logger.notice("open for writing through an access path refused: a read token")
+            throw FileSystemError(.accessDenied, "open for writing through an access path of a read token")
+        }
+        return check.id
     }
 
     /// `enforce` for an open, in one check that takes the use when the token allows it (D-348):
@@ -570,7 +566,7 @@ extension ProviderFileSystem {
         guard depth(of: identifier, below: node.scope) != nil else {
             try enforce(node, context: context, operation: "open")
             // The token's scope is not the node's after all (never: a token's scope is fixed).
-            return try enforceTakingUseAfterCheck(node, identifier: identifier, context: context)
+            return try useAfterCheck(node, identifier: identifier, context: context).id
         }
         let check = try checkToken(node.token, context: context, use: true, operation: "open")
         if check.item != node.scope, depth(of: identifier, below: check.item) == nil {
@@ -581,17 +577,79 @@ extension ProviderFileSystem {
         return check.id
     }
 
-    /// The two checks as before D-348: the token and scope, then the use.
-    private func enforceTakingUseAfterCheck(
+    /// The use taken after a check without one (`enforce`), and the scope checked again.
+    private func useAfterCheck(
         _ node: ScopedNode, identifier: ItemIdentifier, context: RequestContext
-    ) throws(FileSystemError) -> String {
+    ) throws(FileSystemError) -> ScopedGrant {
         let check = try checkToken(node.token, context: context, use: true, operation: "open")
         guard depth(of: identifier, below: check.item) != nil else {
             returnScopedUse(check.id)
             logger.notice("open through an access path refused: \(identifier) is outside the token's scope")
             throw FileSystemError(.accessDenied, "access path refused: the item is outside the token's scope")
         }
-        return check.id
+        return check
+    }
+
+    // MARK: The core's frame
+
+    /// `checks` run: `.needs` the item they name, with what makes the answer from it; a failed
+    /// check is the answer.
+    private func scopedStep<Answer>(
+        _ checks: () throws(FileSystemError) -> (ScopedNeed, (ProviderItem) throws(FileSystemError) -> Answer)
+    ) -> ScopedStep<Answer> {
+        do throws(FileSystemError) {
+            let (need, answer) = try checks()
+            return .needs(need, then: answer)
+        } catch {
+            return .refused(error)
+        }
+    }
+
+    /// The immediate form's answer: the core's, or the one made from the item it needs when that
+    /// is in memory (nil: the async form fetches it).
+    private func answerNow<Answer>(_ step: ScopedStep<Answer>) -> Result<Answer, FileSystemError>? {
+        switch step {
+        case .refused(let error): return .failure(error)
+        case .needs(let need, let answer):
+            guard let item = inMemory(need) else { return nil }
+            return Result { () throws(FileSystemError) in try answer(item) }
+        }
+    }
+
+    /// The item `need` names, from memory within the TTLs the async fetch uses (nil: fetch it).
+    private func inMemory(_ need: ScopedNeed) -> ProviderItem? {
+        switch need {
+        case .scopeItem(let scope):
+            return cache.catalog.itemNow(scope, maximumAge: options.cache.attributeTTL, askingProvider: false)
+        case .child(let name, let directory):
+            guard case .found(let item, _) = cache.catalog.childNow(named: name, of: directory) else { return nil }
+            return item
+        case .item(let node):
+            // A kind that changed is the async fetch's to word (the node is detached).
+            guard case .item(let identifier) = node.role,
+                let item = cache.catalog.itemNow(
+                    identifier, maximumAge: options.cache.attributeTTL, askingProvider: false),
+                item.kind == node.kind
+            else { return nil }
+            return item
+        }
+    }
+
+    /// The async form's answer: the core's, or the one made from the item it needs, fetched as the
+    /// async operations always have (from memory too, within the same TTLs).
+    private func settle<Answer>(_ step: ScopedStep<Answer>) async throws(FileSystemError) -> Answer {
+        switch step {
+        case .refused(let error):
+            throw error
+        case .needs(let need, let answer):
+            let item: ProviderItem
+            switch need {
+            case .scopeItem(let scope): item = try await scopeItem(scope)
+            case .child(let name, let directory): item = try await child(named: name, of: directory)
+            case .item(let node): item = try await scopedItem(node)
+            }
+            return try answer(item)
+        }
     }
 }
 

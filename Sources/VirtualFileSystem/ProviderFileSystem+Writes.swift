@@ -80,7 +80,7 @@ extension ProviderFileSystem {
     }
 
     /// open(2) with O_WRONLY, O_RDWR or O_TRUNC of a plain node, or of an access path's node
-    /// (`scoped`, whose checks `scopedOpen` made, taking `use`).
+    /// (`scoped`, whose checks `scopedOpenStep` and `scopedOpenUse` made, taking `use`).
     func openForWriting(
         _ inode: InodeNumber, node: InodeTable.Node, flags: OpenFlags, context: RequestContext,
         scoped: ScopedNode? = nil, use: String? = nil

@@ -132,10 +132,12 @@ public final class ProviderFileSystem: FileSystem {
     // MARK: Nodes
 
     func node(_ inode: InodeNumber) throws(FileSystemError) -> InodeTable.Node {
-        guard let node = state.withLock({ $0.inodes[inode] }) else {
-            throw FileSystemError(.notFound, "node \(inode) is not known (forgotten or never looked up)")
-        }
+        guard let node = state.withLock({ $0.inodes[inode] }) else { throw Self.unknownNode(inode) }
         return node
+    }
+
+    static func unknownNode(_ inode: InodeNumber) -> FileSystemError {
+        FileSystemError(.notFound, "node \(inode) is not known (forgotten or never looked up)")
     }
 
     /// The item behind a node, refreshed per the attribute TTL; a removed item detaches the node.
@@ -267,16 +269,21 @@ public final class ProviderFileSystem: FileSystem {
     /// The child named `name` (compared byte for byte, as POSIX does) of a directory item, per the
     /// catalog's lookup policy (`Catalog.child(named:of:)`: listing TTL, then a recheck of a miss).
     func child(named name: String, of directory: ItemIdentifier) async throws(FileSystemError) -> ProviderItem {
-        guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
-        guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
-            throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
-        }
+        try Self.checkChildName(name)
         do {
             if let found = try await cache.catalog.child(named: name, of: directory) { return found }
         } catch {
             throw FileSystemError(error)
         }
         throw FileSystemError(.notFound, "no item named '\(name)'")
+    }
+
+    /// ENAMETOOLONG or EINVAL for a name no item can have.
+    static func checkChildName(_ name: String) throws(FileSystemError) {
+        guard name.utf8.count <= 255 else { throw FileSystemError(.nameTooLong, "name longer than 255 bytes") }
+        guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")) else {
+            throw FileSystemError(.invalidArgument, "'\(name)' is not a file name")
+        }
     }
 
     public func lookup(
@@ -288,21 +295,52 @@ public final class ProviderFileSystem: FileSystem {
         case .scoped(let node): return try await scopedLookup(node, name: name, context: context)
         }
         let parentNode = try node(parent)
-        guard parentNode.kind == .directory else {
-            throw FileSystemError(.notADirectory, "\(parentNode.identifier) is not a directory")
+        switch lookupStep(parent, (parentNode.identifier, parentNode.kind), name: name, context: context) {
+        case .answered(let result):
+            return try result.get()
+        case .needsChild(let directory):
+            let item = try await child(named: name, of: directory)
+            return entry(
+                for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
+        }
+    }
+
+    /// What the core of `lookup` and `lookupNow` decides in a plain directory (D-512).
+    enum LookupStep {
+        case answered(Result<Entry, FileSystemError>)
+        /// The child of that name in this directory item: `lookupNow` takes it from the catalog's
+        /// memory (`Catalog.childNow`), `lookup` asks the catalog (`child(named:of:)`).
+        case needsChild(of: ItemIdentifier)
+    }
+
+    /// The core of `lookup` and `lookupNow` in the plain node `parent` (`directory`): every check,
+    /// in `lookup`'s order, then the answer or what it needs.
+    func lookupStep(
+        _ parent: InodeNumber, _ directory: (identifier: ItemIdentifier, kind: ItemKind), name: String,
+        context: RequestContext
+    ) -> LookupStep {
+        guard directory.kind == .directory else {
+            return .answered(.failure(FileSystemError(.notADirectory, "\(directory.identifier) is not a directory")))
         }
         if name == "." || name == ".." {
-            throw FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")
+            return .answered(.failure(FileSystemError(.invalidArgument, "'\(name)' is resolved by the kernel")))
         }
-        if parent == .root, name == Self.scopedDirectoryName, let directory = scopedDirectoryInode {
-            return Entry(
-                attributes: scopedDirectoryAttributes(directory), generation: 1,
-                attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)
+        if parent == .root, name == Self.scopedDirectoryName, let scoped = scopedDirectoryInode {
+            return .answered(
+                .success(
+                    Entry(
+                        attributes: scopedDirectoryAttributes(scoped), generation: 1,
+                        attributeTimeout: options.attributeTimeout, entryTimeout: options.entryTimeout)))
         }
-        try checkPlainPath("lookup of '\(name)'", context: context)
-        let item = try await child(named: name, of: parentNode.identifier)
-        return entry(
-            for: item, presentBytes: cache.content.presentBytes(of: item), tracked: cache.catalog.isTracked(item))
+        if let refusal = plainPathRefusal("lookup of '\(name)'", context: context) {
+            return .answered(.failure(refusal))
+        }
+        do throws(FileSystemError) {
+            try Self.checkChildName(name)
+        } catch {
+            return .answered(.failure(error))
+        }
+        return .needsChild(of: directory.identifier)
     }
 
     public func forget(_ inode: InodeNumber, count: UInt64) {
@@ -322,12 +360,44 @@ public final class ProviderFileSystem: FileSystem {
         case .scopedRoot: return scopedRootAttributes(inode)
         case .scoped(let node): return try await scopedAttributes(inode, node, context: context)
         }
-        // The root's attributes stay open in require-token mode (the mount point must stat).
-        if inode != .root { try checkPlainPath("getattr", context: context) }
-        if let removed = removedAttributes(inode) { return removed }
-        let node = try node(inode)
-        let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
-        return shown(
+        switch getAttributesStep(inode, context: context) {
+        case .answered(let result):
+            return try result.get()
+        case .unknownNode:
+            throw Self.unknownNode(inode)
+        case .needsItem(let node):
+            return plainAttributes(inode, node, item: try await item(of: node, maximumAge: options.cache.attributeTTL))
+        }
+    }
+
+    /// What the core of `getAttributes` and `getAttributesNow` decides for a node that is not an
+    /// access path's (D-512).
+    enum AttributesStep {
+        case answered(Result<NodeAttributes, FileSystemError>)
+        /// No plain node of that number (an access path's, or none: the forms tell them apart).
+        case unknownNode
+        /// The node's item: `getAttributesNow` takes it from memory (`Catalog.itemNow`),
+        /// `getAttributes` asks the catalog (`item(of:maximumAge:)`).
+        case needsItem(InodeTable.Node)
+    }
+
+    /// The core of `getAttributes` and `getAttributesNow`: the plain-path policy (the root's
+    /// attributes stay open in require-token mode: the mount point must stat), a removed node's
+    /// last attributes, then the node's item.
+    func getAttributesStep(_ inode: InodeNumber, context: RequestContext) -> AttributesStep {
+        if requiresToken, inode != .root, case .plain = resolve(inode),
+            let refusal = plainPathRefusal("getattr", context: context)
+        {
+            return .answered(.failure(refusal))
+        }
+        if let removed = removedAttributes(inode) { return .answered(.success(removed)) }
+        guard let node = state.withLock({ $0.inodes[inode] }) else { return .unknownNode }
+        return .needsItem(node)
+    }
+
+    /// getattr's answer for the plain node `inode` (`node`) whose item is `item`.
+    func plainAttributes(_ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem) -> NodeAttributes {
+        shown(
             attributes(
                 of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
                 tracked: cache.catalog.isTracked(item)), of: item, node: node)
@@ -580,14 +650,22 @@ public final class ProviderFileSystem: FileSystem {
         switch resolve(inode) {
         case .scopedRoot: throw FileSystemError(.isADirectory, "an access-path directory")
         case .scoped(let accessNode):
-            let checked = try scopedOpen(accessNode, flags: flags, context: context)
-            scoped = checked.node
-            use = checked.use
-            node = InodeTable.Node(
-                identifier: checked.identifier, kind: checked.node.kind, lookupCount: 0, generation: 0)
-            if flags.wantsWrite || flags.truncates {
+            // The checks `scopedOpenNow` makes (ProviderFileSystem+Scoped.swift), then the use.
+            let writing = flags.wantsWrite || flags.truncates
+            let identifier: ItemIdentifier
+            let taken: String
+            switch try scopedOpenStep(accessNode, flags: flags, context: context) {
+            case .read(let item, let readUse): (identifier, taken) = (item, readUse)
+            case .checked(let item):
+                identifier = item
+                taken = try scopedOpenUse(accessNode, identifier: item, writing: writing, context: context)
+            }
+            scoped = accessNode
+            use = taken
+            node = InodeTable.Node(identifier: identifier, kind: accessNode.kind, lookupCount: 0, generation: 0)
+            if writing {
                 return try await openForWriting(  // +Writes.swift
-                    inode, node: node, flags: flags, context: context, scoped: checked.node, use: checked.use)
+                    inode, node: node, flags: flags, context: context, scoped: accessNode, use: taken)
             }
         case .plain:
             try checkPlainPath("open", context: context)
@@ -696,18 +774,12 @@ public final class ProviderFileSystem: FileSystem {
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) async throws(FileSystemError) -> ReadData {
         let open: ReadHandle
-        switch state.withLock({ $0.handles[handle] }) {
-        case .read(let reader): open = reader
-        case .write(let writer):
+        switch readStep(handle, offset: offset, count: count, context: context) {
+        case .answered(let result): return try result.get()
+        case .staged(let writer):
             // A write handle (O_RDWR) reads the staging file (ProviderFileSystem+Writes.swift).
             return try await readStaged(writer, offset: offset, count: count, context: context)
-        case nil: throw FileSystemError(.badHandle, "file handle \(handle) is not open")
-        }
-        guard offset >= 0, count >= 0 else { throw FileSystemError(.invalidArgument, "negative offset or count") }
-        if let scoped = open.scoped {
-            _ = try enforce(scoped, context: context, operation: "read")
-        } else {
-            try checkPlainPath("read", context: context)
+        case .needsBytes(let reader): open = reader
         }
         if let failure = open.failure {
             if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
@@ -726,6 +798,40 @@ public final class ProviderFileSystem: FileSystem {
         // is handed out after the token ended during the wait (D-343).
         if let scoped = open.scoped { _ = try enforce(scoped, context: context, operation: "read") }
         return data
+    }
+
+    /// What the core of `read` and `readNow` decides (D-512).
+    enum ReadStep {
+        case answered(Result<ReadData, FileSystemError>)
+        /// A write handle (O_RDWR): the async form reads its staging file.
+        case staged(WriteHandle)
+        /// The bytes of a read handle whose checks passed: `readNow` takes them when all are on
+        /// disk, `read` waits for them.
+        case needsBytes(ReadHandle)
+    }
+
+    /// The core of `read` and `readNow`: the handle, the range, then the token's check through an
+    /// access path or the plain-path policy.
+    func readStep(_ handle: FileHandleID, offset: Int64, count: Int, context: RequestContext) -> ReadStep {
+        let open: ReadHandle
+        switch state.withLock({ $0.handles[handle] }) {
+        case .read(let reader): open = reader
+        case .write(let writer): return .staged(writer)
+        case nil: return .answered(.failure(FileSystemError(.badHandle, "file handle \(handle) is not open")))
+        }
+        guard offset >= 0, count >= 0 else {
+            return .answered(.failure(FileSystemError(.invalidArgument, "negative offset or count")))
+        }
+        do throws(FileSystemError) {
+            if let scoped = open.scoped {
+                _ = try enforce(scoped, context: context, operation: "read")
+            } else {
+                try checkPlainPath("read", context: context)
+            }
+        } catch {
+            return .answered(.failure(error))
+        }
+        return .needsBytes(open)
     }
 
     // flush, fsync and release of write handles: ProviderFileSystem+Writes.swift.
@@ -995,21 +1101,19 @@ extension ProviderFileSystem: FileSystemFastPath {
             case .scoped(let node): return scopedLookupNow(node, name: name, context: context)
             }
         }
-        guard parentNode.kind == .directory,
-            !name.isEmpty, name != ".", name != "..", name.utf8.count <= 255,
-            !name.utf8.contains(UInt8(ascii: "/")),
-            parent != .root || name != Self.scopedDirectoryName || scopedAccess == nil
-        else { return nil }
-        if requiresToken, let refusal = plainPathRefusal("lookup of '\(name)'", context: context) {
-            return .failure(refusal)
-        }
-        switch cache.catalog.childNow(named: name, of: parentNode.identifier) {
-        case .found(let item, let tracked):
-            return .success(entry(for: item, presentBytes: cache.content.presentBytes(of: item), tracked: tracked))
-        case .absent:
-            return .failure(FileSystemError(.notFound, "no item named '\(name)'"))
-        case .unknown:
-            return nil
+        switch lookupStep(parent, parentNode, name: name, context: context) {
+        case .answered(let result):
+            return result
+        case .needsChild(let directory):
+            switch cache.catalog.childNow(named: name, of: directory) {
+            case .found(let item, let tracked):
+                return .success(
+                    entry(for: item, presentBytes: cache.content.presentBytes(of: item), tracked: tracked))
+            case .absent:
+                return .failure(FileSystemError(.notFound, "no item named '\(name)'"))
+            case .unknown:
+                return nil
+            }
         }
     }
 
@@ -1086,29 +1190,24 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func getAttributesNow(
         _ inode: InodeNumber, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        if requiresToken, inode != .root, case .plain = resolve(inode),
-            let refusal = plainPathRefusal("getattr", context: context)
-        {
-            return .failure(refusal)
-        }
-        if let removed = removedAttributes(inode) { return .success(removed) }
-        // From memory, or from a provider that answers at once (`itemNow`: an lstat in a watched
-        // local directory, D-380); otherwise a stale item is revalidated by the async path, off
-        // the FUSE thread. (A directory the mount just changed is stale, and the kernel asks for
-        // its attributes before every LOOKUP in it: `tar x` paid a task and a thread hop per file.)
-        guard let node = state.withLock({ $0.inodes[inode] }) else {
+        switch getAttributesStep(inode, context: context) {
+        case .answered(let result):
+            return result
+        case .unknownNode:
             guard case .scoped(let node) = resolve(inode) else { return nil }
             return scopedAttributesNow(inode, node, context: context)
+        case .needsItem(let node):
+            // From memory, or from a provider that answers at once (`itemNow`: an lstat in a
+            // watched local directory, D-380); otherwise a stale item is revalidated by the async
+            // path, off the FUSE thread. (A directory the mount just changed is stale, and the
+            // kernel asks for its attributes before every LOOKUP in it: `tar x` paid a task and a
+            // thread hop per file.) A kind that changed is the async path's to word.
+            guard
+                let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
+                item.kind == node.kind || node.identifier == .root
+            else { return nil }
+            return .success(plainAttributes(inode, node, item: item))
         }
-        guard
-            let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
-            item.kind == node.kind || node.identifier == .root
-        else { return nil }
-        return .success(
-            shown(
-                attributes(
-                    of: item, presentBytes: cache.content.presentBytes(of: item), inode: inode,
-                    tracked: cache.catalog.isTracked(item)), of: item, node: node))
     }
 
     /// An open for reading whose claim is granted at once, whose revalidation the cache or the
@@ -1124,22 +1223,34 @@ extension ProviderFileSystem: FileSystemFastPath {
             return scopedOpenNow(inode, scoped, flags: flags, context: context)
         }
         // Require-token mode: every open of a plain node is the async path's, which asks the policy.
-        guard !requiresToken else { return nil }
-        guard !flags.wantsWrite, !flags.truncates, node.kind == .file,
-            let path = cache.catalog.path(of: node.identifier),
+        guard !requiresToken, !flags.wantsWrite, !flags.truncates, node.kind == .file else { return nil }
+        return openForReadingNow(inode, node, context: context)
+    }
+
+    /// The claim, revalidation and pin of an open for reading, each at once, in `open`'s order;
+    /// nil when one is not at hand, with nothing held and the use (`scoped`'s) given back.
+    func openForReadingNow(
+        _ inode: InodeNumber, _ node: InodeTable.Node, context: RequestContext, scoped: ScopedNode? = nil,
+        use: String? = nil
+    ) -> Result<OpenedFile, FileSystemError>? {
+        guard let path = cache.catalog.path(of: node.identifier),
             let claim = claims.acquireReadClaimNow(
                 ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
-        else { return nil }
+        else {
+            returnScopedUse(use)
+            return nil
+        }
         let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
         // A file not all here, with a download policy: the async path asks it.
         guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
             options.downloads == nil || cache.hasAllContent(of: item), let entry = cache.pinContentNow(of: item)
         else {
             claims.releaseReadClaim(claim)
+            returnScopedUse(use)
             return nil
         }
         do throws(FileSystemError) {
-            return .success(try opened(inode, node, item: item, entry: entry, claim: claim))
+            return .success(try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use))
         } catch {
             return .failure(error)
         }
@@ -1170,19 +1281,13 @@ extension ProviderFileSystem: FileSystemFastPath {
     public func readNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, count: Int, context: RequestContext
     ) -> Result<ReadData, FileSystemError>? {
-        guard offset >= 0, count >= 0, let open = state.withLock({ $0.handles.reader(handle) }) else { return nil }
-        // Through an access path: the same check as `read`, before any byte.
-        if let scoped = open.scoped {
-            do throws(FileSystemError) {
-                _ = try enforce(scoped, context: context, operation: "read")
-            } catch {
-                return .failure(error)
-            }
-        } else if requiresToken, let refusal = plainPathRefusal("read", context: context) {
-            return .failure(refusal)
+        switch readStep(handle, offset: offset, count: count, context: context) {
+        case .answered(let result): return result
+        case .staged: return nil
+        case .needsBytes(let open):
+            guard let data = open.entry.readIfPresent(offset: offset, count: count) else { return nil }
+            return .success(data)
         }
-        guard let data = open.entry.readIfPresent(offset: offset, count: count) else { return nil }
-        return .success(data)
     }
 }
 

@@ -4,11 +4,17 @@
 // states; whenever the first answers an operation on the FUSE thread, the second answers it the
 // async way, and the two answers must be equal. A declined immediate answer (nil) is always
 // allowed; the test also demands that each twin answered at least once, so it cannot pass empty.
+// The access-path twins (`.scoped/<token>/…`: token lookup, scoped lookup, getattr and open) run
+// the same way on two instances that ask one token authority, through tokens that allow reading
+// or writing, are revoked, expire or are no tokens, and a token whose scope moves away from the
+// nodes made through it (D-512).
 //
 // Replay: PROVIDERFS_TEST_SEED=<seed> PROVIDERFS_TWIN_SEQUENCES=1 swift test --filter FastPathTwinTests
 // Size:   PROVIDERFS_TWIN_SEQUENCES (default 8), PROVIDERFS_TWIN_STEPS (default 150).
 
+import AccessTokens
 import ProviderCache
+import ProviderFSCommands
 import ProviderModel
 import SystemSupport
 import TestSupport
@@ -41,6 +47,31 @@ struct FastPathTwinTests {
             answered.merge(run.answered, uniquingKeysWith: +)
         }
         for twin in ["lookup", "lookup miss", "getattr", "setattr", "getxattr", "open", "read", "flush", "release"] {
+            #expect(answered[twin, default: 0] > 0, "the immediate \(twin) never answered: the check is empty")
+        }
+    }
+
+    @Test("tokenLookupNow, scopedLookupNow, scopedAttributesNow, scopedOpenNow agree with their async twins")
+    func accessPathTwinsAgree() async throws {
+        let baseSeed = SeededRandom.seedFromEnvironment()
+        let sequences = environmentInteger("PROVIDERFS_TWIN_SEQUENCES", default: 8)
+        let steps = environmentInteger("PROVIDERFS_TWIN_STEPS", default: 150)
+        var answered: [String: Int] = [:]
+        for index in 0..<sequences {
+            let seed = baseSeed &+ UInt64(index)
+            let run = try TwinRun(seed: seed, scoped: true)
+            let mismatches = await run.executeScoped(steps: steps)
+            await run.finish()
+            for mismatch in mismatches.prefix(5) {
+                Issue.record(
+                    "\(mismatch)\nseed \(seed) (replay with PROVIDERFS_TEST_SEED=\(seed) PROVIDERFS_TWIN_SEQUENCES=1)")
+            }
+            answered.merge(run.answered, uniquingKeysWith: +)
+        }
+        // Each twin answered, with success too; and a refusal (EACCES) among the answers.
+        for twin in ["token lookup", "scoped lookup", "scoped getattr", "scoped open"].flatMap({ [$0, $0 + " ok"] })
+            + ["scoped refusal"]
+        {
             #expect(answered[twin, default: 0] > 0, "the immediate \(twin) never answered: the check is empty")
         }
     }
@@ -133,10 +164,20 @@ private final class TwinRun: @unchecked Sendable {
     var answered: [String: Int] = [:]
     var mismatches: [String] = []
     var contentSeed: UInt64 = 1
+    /// Access paths (`scoped`): one authority both instances ask, on a clock of its own.
+    let tokenClock = ManualClock()
+    let authority: TokenAuthority
+    let port: TwinScopedPort
+    /// The names looked up in `.scoped`, by a label that is the same in every replay (a token's
+    /// text is random): tokens and names that are none.
+    var tokens: [(label: String, name: String, id: String?)] = []
+    /// Access-path nodes (same inode in both), by the token's label and the path below it.
+    var scopedNodes: [String: (inode: InodeNumber, isDirectory: Bool)] = [:]
+    var scopedRoot: InodeNumber?
 
     static let paths = ["a", "b", "d", "d/e", "d/f", "d/g"]
 
-    init(seed: UInt64) throws {
+    init(seed: UInt64, scoped: Bool = false) throws {
         random = SeededRandom(seed: seed)
         var options = FileSystemOptions()
         options.cache.chunkSize = 64 << 10
@@ -158,16 +199,28 @@ private final class TwinRun: @unchecked Sendable {
         directories = [
             try TemporaryDirectory(prefix: "providerfs-twin"), try TemporaryDirectory(prefix: "providerfs-twin"),
         ]
+        authority = TokenAuthority(storeDirectory: nil, clock: tokenClock)
+        port = TwinScopedPort(MountScopedAccess(authority: authority, processOfThread: { $0 }))
         let provider = self.provider
         let clock = self.clock
+        let scopedAccess: (any ScopedAccessProvider)? = scoped ? port : nil
         func make(_ directory: TemporaryDirectory) throws -> ProviderFileSystem {
             let cache = try ProviderCache(
                 provider: provider, directory: directory.path, store: InMemoryMetadataStore(), clock: clock,
                 options: options.cache)
-            return ProviderFileSystem(cache: cache, options: options)
+            return ProviderFileSystem(cache: cache, options: options, scopedAccess: scopedAccess)
         }
         now = try make(directories[0])
         slow = try make(directories[1])
+        guard scoped else { return }
+        for (path, mode, ttl) in [
+            ("d", TokenMode.read, 600), ("d", .readWrite, 600), ("a", .read, 600), ("d/e", .readWrite, 600),
+            ("d", .read, 20), ("d", .read, 600),
+        ] {
+            try grant(path, mode, ttl: .seconds(ttl))
+        }
+        try authority.revoke(id: tokens[5].id!)
+        tokens += [("probe", ".git", nil), ("empty", "", nil), ("guess", "nope", nil)]
     }
 
     func finish() async {
@@ -384,6 +437,163 @@ private final class TwinRun: @unchecked Sendable {
         }
     }
 
+    // MARK: The access-path twins
+
+    func executeScoped(steps: Int) async -> [String] {
+        for step in 0..<steps {
+            await settle()
+            switch random.next() % 16 {
+            case 0: clock.advance(by: pick([.milliseconds(600), .milliseconds(1100), .seconds(6)]))
+            case 1: remoteChange()
+            case 2: provider.answersImmediately.toggle()
+            case 3: changeTokens()
+            case 4, 5: await mirrorScopedLookup()
+            case 6: await checkTokenLookup(step)
+            case 7, 8: await checkScopedLookup(step)
+            case 9: await checkScopedAttributes(step)
+            case 10, 11: await checkScopedOpen(step)
+            case 12: await checkRead(step)
+            case 13: await checkRelease(step)
+            default: await mirrorLookup()
+            }
+        }
+        return mismatches
+    }
+
+    func grant(_ path: String, _ mode: TokenMode, ttl: Duration) throws {
+        let issued = try authority.grant(scope: TokenScope(identifier: path, path: path), mode: mode, ttl: ttl)
+        tokens.append(("t\(tokens.count)", issued.token, issued.id))
+    }
+
+    /// Time passes for the tokens (short ones expire), a token is granted, revoked or expired,
+    /// or the moving token's scope moves.
+    func changeTokens() {
+        switch random.next() % 5 {
+        case 0: tokenClock.advance(by: pick([.seconds(5), .seconds(30)]))
+        case 1:
+            guard tokens.count < 16 else { return }
+            try? grant(pick(["d", "a", "d/f"]), pick([.read, .readWrite]), ttl: .seconds(pick([20, 600])))
+        case 2:
+            guard let id = pick(tokens).id else { return }
+            if random.next() % 2 == 0 { try? authority.revoke(id: id) } else { try? authority.expire(id: id) }
+        default: port.moved.withLock { $0.toggle() }
+        }
+    }
+
+    /// `.scoped`, looked up the async way in both (the same node in both).
+    func scopedDirectory() async -> InodeNumber? {
+        if let scopedRoot { return scopedRoot }
+        let first = await outcome { () throws(FileSystemError) in
+            try await self.now.lookup(parent: .root, name: ".scoped", context: .kernel).inode
+        }
+        let second = await outcome { () throws(FileSystemError) in
+            try await self.slow.lookup(parent: .root, name: ".scoped", context: .kernel).inode
+        }
+        expectEqual("mirrored lookup .scoped", first, second)
+        guard case .success(let inode) = first else { return nil }
+        scopedRoot = inode
+        return inode
+    }
+
+    /// An access-path directory (or `.scoped`), the key of the node a lookup in it finds, and the
+    /// name to look up.
+    func pickScopedLookup() async -> (parent: InodeNumber, key: String, name: String)? {
+        let directories = scopedNodes.filter { $0.value.isDirectory }.sorted { $0.key < $1.key }
+        if directories.isEmpty || random.next() % 4 == 0 {
+            guard let root = await scopedDirectory() else { return nil }
+            let token = pick(tokens)
+            return (root, token.label, token.name)
+        }
+        let (key, parent) = pick(directories)
+        let name = pick(["e", "f", "g", "e", "f", "a", "nope", ".."])
+        return (parent.inode, key + "/" + name, name)
+    }
+
+    func mirrorScopedLookup() async {
+        guard let (parent, key, name) = await pickScopedLookup() else { return }
+        let first = await outcome { () throws(FileSystemError) in
+            try await self.now.lookup(parent: parent, name: name, context: .kernel)
+        }
+        let second = await outcome { () throws(FileSystemError) in
+            try await self.slow.lookup(parent: parent, name: name, context: .kernel)
+        }
+        if case .success(let entry) = first { scopedNodes[key] = (entry.inode, entry.attributes.type == .directory) }
+        expectEqual("mirrored lookup .scoped/\(key)", first, second)
+    }
+
+    func checkTokenLookup(_ step: Int) async {
+        guard let root = await scopedDirectory() else { return }
+        let token = pick(tokens)
+        guard let immediate = now.lookupNow(parent: root, name: token.name, context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.lookup(parent: root, name: token.name, context: .kernel)
+        }
+        tally("token lookup", immediate)
+        if case .success(let entry) = immediate {
+            scopedNodes[token.label] = (entry.inode, entry.attributes.type == .directory)
+        }
+        expectEqual("step \(step): lookup .scoped/\(token.label)", Outcome(immediate), async)
+    }
+
+    func checkScopedLookup(_ step: Int) async {
+        guard let (parent, key, name) = await pickScopedLookup(), parent != scopedRoot else { return }
+        guard let immediate = now.lookupNow(parent: parent, name: name, context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.lookup(parent: parent, name: name, context: .kernel)
+        }
+        tally("scoped lookup", immediate)
+        if case .success(let entry) = immediate {
+            scopedNodes[key] = (entry.inode, entry.attributes.type == .directory)
+        }
+        expectEqual("step \(step): lookup .scoped/\(key)", Outcome(immediate), async)
+    }
+
+    func checkScopedAttributes(_ step: Int) async {
+        guard !scopedNodes.isEmpty else { return }
+        let (key, node) = pick(scopedNodes.sorted { $0.key < $1.key })
+        guard let immediate = now.getAttributesNow(node.inode, context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.getAttributes(node.inode, context: .kernel)
+        }
+        tally("scoped getattr", immediate)
+        expectEqual("step \(step): getattr .scoped/\(key)", Outcome(immediate), async)
+    }
+
+    /// Mostly files to read; a directory or a write now and then (the immediate form answers
+    /// those only with a refusal: EACCES, EISDIR, EROFS).
+    func checkScopedOpen(_ step: Int) async {
+        let files = scopedNodes.filter { !$0.value.isDirectory }.sorted { $0.key < $1.key }
+        let candidates = files.isEmpty || random.next() % 4 == 0 ? scopedNodes.sorted { $0.key < $1.key } : files
+        guard !candidates.isEmpty else { return }
+        let (key, node) = pick(candidates)
+        let flags = OpenFlags(rawValue: pick([0, 0, 0, O_WRONLY]))
+        guard let immediate = now.openNow(node.inode, flags: flags, context: .kernel) else { return }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.open(node.inode, flags: flags, context: .kernel)
+        }
+        tally("scoped open", immediate)
+        func comparable(_ opened: OpenedFile) -> String {
+            "handle \(opened.handle) keepCache \(opened.keepCache) directIO \(opened.directIO) \(opened.servedFrom ?? "-")"
+        }
+        expectEqual(
+            "step \(step): open .scoped/\(key) flags \(flags.rawValue)", Outcome(immediate).map(comparable),
+            async.map(comparable))
+        if case .success(let opened) = immediate { handles.append((node.inode, opened.handle)) }
+        if case .success(let opened) = async, (try? immediate.get()) == nil {
+            await slow.release(node.inode, handle: opened.handle)
+        }
+    }
+
+    /// Counts an immediate answer of `twin`, and every refusal (EACCES) among them.
+    func tally<T>(_ twin: String, _ immediate: Result<T, FileSystemError>) {
+        answered[twin, default: 0] += 1
+        switch immediate {
+        case .success: answered[twin + " ok", default: 0] += 1
+        case .failure(let error) where error.code == .accessDenied: answered["scoped refusal", default: 0] += 1
+        case .failure: break
+        }
+    }
+
     // MARK: Answers
 
     enum Outcome<T> {
@@ -415,3 +625,32 @@ private final class TwinRun: @unchecked Sendable {
 }
 
 extension TwinRun.Outcome: Equatable where T: Equatable {}
+
+/// The daemon's adapter over the run's authority; while `moved`, every token of `d` grants `a`
+/// instead, so the nodes made through it under `d` are outside its scope (which a real
+/// authority never does: it tests the checks of the scope, D-307, D-348).
+private final class TwinScopedPort: ScopedAccessProvider, Sendable {
+    let base: MountScopedAccess
+    let moved = Locked(false)
+
+    init(_ base: MountScopedAccess) { self.base = base }
+
+    func moving(_ decision: ScopedAccessDecision) -> ScopedAccessDecision {
+        guard case .allowed(var grant) = decision, grant.scope == "d", moved.withLock({ $0 }) else { return decision }
+        grant.scope = "a"
+        return .allowed(grant)
+    }
+
+    func check(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        moving(base.check(token, context: context))
+    }
+
+    func recordUse(_ token: String, context: RequestContext) -> ScopedAccessDecision {
+        moving(base.recordUse(token, context: context))
+    }
+
+    func endUse(id: String) { base.endUse(id: id) }
+    func returnUse(id: String) { base.returnUse(id: id) }
+    func hasEnded(id: String) -> Bool { base.hasEnded(id: id) }
+    func observeEnds(_ observer: @escaping @Sendable (_ id: String) -> Void) { base.observeEnds(observer) }
+}

@@ -90,8 +90,9 @@ struct ScopedPathTests {
         let directory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
         #expect(directory.attributes.type == .directory)
         #expect(directory.attributes.permissions == 0o111)
-        // The fast path leaves `.scoped` to the async path (never a fast ENOENT).
-        #expect(scoped.fileSystem.lookupNow(parent: .root, name: ".scoped", context: .kernel) == nil)
+        // The fast path answers `.scoped` as the async path does (never a fast ENOENT; D-512).
+        let now = scoped.fileSystem.lookupNow(parent: .root, name: ".scoped", context: .kernel)
+        #expect((try? now?.get())?.inode == directory.inode)
         await expectDenied("opendir .scoped") {
             _ = try await scoped.fileSystem.openDirectory(directory.inode, context: .kernel)
         }
@@ -376,7 +377,9 @@ struct ScopedPathTests {
             _ = try await fileSystem.lookup(parent: directory.inode, name: "..", context: .kernel)
         }
         await fileSystem.release(file.inode, handle: opened.handle)
-        #expect(port.uses.withLock { $0 } == 1)
+        // The refused open asked once, with a use it gave back (D-348, D-512): the token's scope
+        // changed under its node, which a real authority never does.
+        #expect(port.uses.withLock { $0 } == 2)
         // A grant of the root (the library refuses to make one) has no name to stand under.
         port.scope.withLock { $0 = "" }
         let message = await expectDenied("a root scope") {
@@ -621,8 +624,14 @@ struct ScopedPathTests {
             file.inode, handle: opened.handle, offset: 0, count: 100, context: .kernel)
         #expect(Array(bytes.bytes) == Array("why\n".utf8))
         await scoped.fileSystem.release(file.inode, handle: opened.handle)
-        // A write open is left to `open` (EROFS there), with no use taken.
-        #expect(scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel) == nil)
+        // A write open on a read-only mount: EROFS after the token's check, as `open` answers it,
+        // with no use taken (the core both forms share, D-512).
+        let writeOpen = scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
+        if case .failure(let error)? = writeOpen {
+            #expect(error.code == .readOnlyFileSystem)
+        } else {
+            Issue.record("a write open was not answered EROFS: \(String(describing: writeOpen))")
+        }
         #expect(scoped.authority.info(id: issued.id)?.usesLeft == 2)
 
         try scoped.authority.revoke(id: issued.id)
