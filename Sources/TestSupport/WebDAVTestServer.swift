@@ -143,6 +143,12 @@ public final class WebDAVTestServer: @unchecked Sendable {
         (readTextFile(scratch + "/requests") ?? "").split(separator: "\n").map(String.init)
     }
 
+    /// The most GETs a `.tampering` proxy was answering at once (from the request's arrival until
+    /// its answer was written), 0 before the first.
+    public func mostConcurrentGets() -> Int {
+        Int((readTextFile(scratch + "/get-peak") ?? "").filter(\.isNumber)) ?? 0
+    }
+
     /// Written by the tampering proxy once it holds its port.
     private var readyFile: String { scratch + "/ready" }
     private var waitsForReady: Bool {
@@ -271,8 +277,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
     static let tamperingProxyScript = #"""
         import base64, hashlib, http.client, http.server, re, socket, sys, threading, time, urllib.parse
         port, upstream, modefile = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2]), sys.argv[3]
-        requests = modefile.rsplit('/', 1)[0] + '/requests'
-        lock = threading.Lock(); counter = [0]
+        requests = modefile.rsplit('/', 1)[0] + '/requests'; peakfile = modefile.rsplit('/', 1)[0] + '/get-peak'
+        lock = threading.Lock(); counter = [0]; gets = [0, 0]
         FOREIGN = ['/../escaped.txt', '/%2e%2e/escaped.txt', '/docs/..%2F..%2Fescaped.txt', '/docs%2Fescaped.txt',
                    '/docs/../../escaped.txt', 'http://127.0.0.2:9/escaped.txt', '/docs/nested/deeper.txt', '//escaped.txt']
         def entry(href):
@@ -325,6 +331,14 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 data = connection.getresponse().read(); connection.close()
                 return data
             def answer(self):
+                if self.command != 'GET': return self.answer_one()
+                with lock:
+                    gets[0] += 1; gets[1] = max(gets[1], gets[0])
+                    with open(peakfile, 'w') as f: f.write(str(gets[1]))
+                try: return self.answer_one()
+                finally:
+                    with lock: gets[0] -= 1
+            def answer_one(self):
                 m = mode(); method = self.command; modes = m.split('+')
                 if method == 'GET':
                     with lock, open(requests, 'a') as log:

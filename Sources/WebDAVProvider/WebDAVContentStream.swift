@@ -6,7 +6,8 @@
 // response's status is known, so a changed version (412, or another ETag) or a missing item
 // throws there. A response whose stated checksum covers exactly the bytes asked for, when they
 // are at most `checksumLimit`, makes the stream `.checksummed` (D-495): the cache verifies them
-// before any counts as present.
+// before any counts as present. A stream may be one part of a larger fetch (D-513): it asks for
+// its part, and delivers the whole fetch when the server ignores Range and answers 200.
 
 import Dispatch
 import Foundation
@@ -41,6 +42,8 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     let identifier: ItemIdentifier
     let version: ContentVersion
     let range: Range<Int64>
+    /// What a 200 (Range ignored) delivers: `range`, or the whole fetch `range` is the first part of.
+    let whole: Range<Int64>
     let context: TransferContext
     /// Bytes still to skip (a server that ignored Range sent the file from its start) and to deliver.
     private var skip: Int64 = 0
@@ -51,14 +54,17 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     let checksumLimit: Int64
     /// The checksum the bytes are verified with (set when the response is judged).
     private var verifiedBy: StatedChecksum?
+    /// The server answered 200: Range ignored, the stream delivers `whole`.
+    private var answeredWhole = false
 
     init(
         identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>, stallTimeout: Duration,
-        checksumLimit: Int64 = 0
+        checksumLimit: Int64 = 0, whole: Range<Int64>? = nil
     ) {
         self.identifier = identifier
         self.version = version
         self.range = range
+        self.whole = whole ?? range
         self.checksumLimit = checksumLimit
         remaining = Int64(range.count)
         context = TransferContext(stallTimeout: stallTimeout)
@@ -114,6 +120,9 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
 
     private func decidedNow() -> Bool { monitor.withLock { decided } }
 
+    /// Whether the server ignored Range (a 200): known once `start` returned.
+    var ignoredRange: Bool { monitor.withLock { answeredWhole } }
+
     /// How `start` failed, for a retry (D-452): the server's answer, or the transfer's failure.
     var failureOutcome: HTTPRetry.Outcome { monitor.withLock { failedAs } }
 
@@ -133,8 +142,10 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                     .io, "GET \(identifier): asked for bytes from \(range.lowerBound), got '\(value)'", errno: EIO)
             }
         case 200:
-            // The server ignored Range: the body is the whole file; the bytes before the range are skipped.
+            // The server ignored Range: the body is the whole file; the bytes before the range are
+            // skipped, and the whole fetch is delivered (not only this part of it).
             skip = range.lowerBound
+            remaining = Int64(whole.count)
         case 416:
             empty = true  // the range starts past the end: nothing to deliver (the caller sees the count)
         default:
@@ -152,6 +163,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             ? ResponseChecksum.usable(status: status, headers: headers, range: range, limit: checksumLimit) : nil
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             decided = true
+            answeredWhole = status == 200
             verifiedBy = stated
             if let problem, failure == nil {
                 failure = problem
@@ -217,8 +229,10 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             }
             waiting?.resume()
             // Wait while the queue is full: the reader (or `close`) signals once it has made room.
+            // Once the range is all queued the transfer ends without waiting: a part fetched ahead
+            // (D-513) frees its connection and thread as soon as its bytes are here.
             while monitor.withLock({ () -> Bool in
-                guard buffered >= Self.capacity, !closed else { return false }
+                guard buffered >= Self.capacity, remaining > 0, !closed else { return false }
                 producerWaits = true
                 return true
             }) {
