@@ -135,6 +135,9 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// GET: the whole file's true OC-Checksum, a byte flipped, and all of the body but its
         /// first 64 KiB held until the mode is another one (at most 60 s).
         case ocChecksumFlippedHeld = "oc-checksum+flip-byte+hold-get-body"
+        /// GET: answered 0.2 s late, so GETs a client sends together are answered together
+        /// (`mostConcurrentGets` sees them whatever the machine's load).
+        case slowGets = "slow-gets"
     }
 
     /// The GET requests a `.tampering` proxy passed on, oldest first: `GET <path> range=<Range
@@ -144,7 +147,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
     }
 
     /// The most GETs a `.tampering` proxy was answering at once (from the request's arrival until
-    /// its answer was written), 0 before the first.
+    /// its answer began to be sent: a client that has the whole answer is never still counted),
+    /// 0 before the first.
     public func mostConcurrentGets() -> Int {
         Int((readTextFile(scratch + "/get-peak") ?? "").filter(\.isNumber)) ?? 0
     }
@@ -296,7 +300,12 @@ public final class WebDAVTestServer: @unchecked Sendable {
         class Proxy(http.server.BaseHTTPRequestHandler):
             protocol_version = 'HTTP/1.1'
             def log_message(self, *args): pass
+            def uncount(self):
+                if getattr(self, 'counted', False):
+                    self.counted = False
+                    with lock: gets[0] -= 1
             def send_raw(self, status, headers, body, length=None, cut=None):
+                self.uncount()
                 head = 'HTTP/1.1 %d X\r\n' % status
                 for k, v in headers: head += '%s: %s\r\n' % (k, v)
                 head += 'Content-Length: %s\r\n\r\n' % (len(body) if length is None else length)
@@ -307,6 +316,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     try: self.connection.shutdown(socket.SHUT_RDWR)
                     except OSError: pass
             def send_held(self, status, headers, body):
+                self.uncount()
                 head = 'HTTP/1.1 %d X\r\n' % status
                 for k, v in headers: head += '%s: %s\r\n' % (k, v)
                 head += 'Content-Length: %d\r\n\r\n' % len(body)
@@ -316,6 +326,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     time.sleep(0.02)
                 self.wfile.write(body[-64:]); self.wfile.flush()
             def send_held_get(self, status, headers, body):
+                self.uncount()
                 head = 'HTTP/1.1 %d X\r\n' % status
                 for k, v in headers: head += '%s: %s\r\n' % (k, v)
                 head += 'Content-Length: %d\r\n\r\n' % len(body)
@@ -335,9 +346,9 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 with lock:
                     gets[0] += 1; gets[1] = max(gets[1], gets[0])
                     with open(peakfile, 'w') as f: f.write(str(gets[1]))
+                self.counted = True
                 try: return self.answer_one()
-                finally:
-                    with lock: gets[0] -= 1
+                finally: self.uncount()
             def answer_one(self):
                 m = mode(); method = self.command; modes = m.split('+')
                 if method == 'GET':
@@ -345,6 +356,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
                         log.write('GET %s range=%s want-content=%s want-repr=%s\n' % (self.path,
                             self.headers.get('Range', '-'), self.headers.get('Want-Content-Digest', '-'),
                             self.headers.get('Want-Repr-Digest', '-')))
+                    if 'slow-gets' in modes: time.sleep(0.2)
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else None
                 if m == 'html-propfind' and method == 'PROPFIND':

@@ -112,7 +112,9 @@ final class ParallelRangeStream: ContentStream, Sendable {
             let left = Int64(parts[at.index].count) - at.taken
             if left > 0 {
                 let stream = try await at.part.stream()
-                if let bytes = try await stream.next(maximumLength: Int(min(Int64(maximumLength), left))) {
+                let asked = Int(min(Int64(maximumLength), left))
+                await stream.fill(asked)
+                if let bytes = try await stream.next(maximumLength: asked) {
                     state.withLock { $0.taken += Int64(bytes.count) }
                     return bytes
                 }

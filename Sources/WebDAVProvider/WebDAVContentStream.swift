@@ -33,6 +33,10 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     private var failure: ProviderError?
     private var closed = false
     private var waiter: CheckedContinuation<Void, Never>?
+    /// Queued bytes that wake a waiting reader (`fill`; else the first byte does).
+    private var wanted = 1
+    /// The running `fill` has waited long enough: any byte queued ends it.
+    private var fillExpired = false
     /// How the transfer failed, as `HTTPRetry` reads it (set on the transfer thread).
     private var failedAs: HTTPRetry.Outcome = .other
 
@@ -224,6 +228,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                 guard !closed else { return nil }
                 chunks.append(copy)
                 buffered += copy.count
+                guard buffered >= wanted || remaining == 0 else { return nil }
                 defer { waiter = nil }
                 return waiter
             }
@@ -283,7 +288,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = monitor.withLock { () -> Bool in
-                    if buffered > 0 || ended || closed || (decided && (orDecision || failure != nil))
+                    if buffered >= wanted || ended || closed || (decided && (orDecision || failure != nil))
                         || Task.isCancelled
                     {
                         return true
@@ -300,6 +305,46 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             }
             waiting?.resume()
         }
+    }
+
+    /// Waits until `count` bytes are queued (at most the queue's capacity), or the range is all
+    /// queued, or the stream ended, failed or was closed, or half a second passed with a byte
+    /// queued: a reader of parts fetched ahead (D-513) takes them in chunks as large as it asks
+    /// for, not in the pieces the network brought (each chunk costs the cache a few thread hops),
+    /// and a slow network still hands over what came before the cache's stall deadline.
+    func fill(_ count: Int) async {
+        let target = max(1, min(count, Self.capacity))
+        monitor.withLock { fillExpired = false }
+        let timer = Task { [weak self] in
+            // Cancelled (the fill ended): no expiry, which would cut the next fill short.
+            guard (try? await Task.sleep(for: .milliseconds(500))) != nil else { return }
+            self?.expireFill()
+        }
+        defer {
+            timer.cancel()
+            monitor.withLock { wanted = 1 }
+        }
+        while !Task.isCancelled {
+            let full = monitor.withLock { () -> Bool in
+                let full =
+                    buffered >= target || ended || closed || failure != nil || (fillExpired && buffered > 0)
+                wanted = full || fillExpired ? 1 : target
+                return full
+            }
+            if full { return }
+            await waitForChange()
+        }
+    }
+
+    private func expireFill() {
+        let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
+            fillExpired = true
+            wanted = 1
+            guard buffered > 0 else { return nil }
+            defer { waiter = nil }
+            return waiter
+        }
+        waiting?.resume()
     }
 
     func next(maximumLength: Int) async throws -> [UInt8]? {

@@ -1,10 +1,11 @@
 // Several ranges of a large file at once (issue 26; D-513): rclone and Apache behind the tampering
 // proxy, which logs each GET's Range and counts the GETs it answers at once. A fetch longer than
-// the checksum limit and one part is ranged GETs of consecutive parts, up to `parallelRanges` at
-// once, its bytes exact and in order; a fetch the checksum limit covers stays one GET; a file
-// replaced mid-read is `.versionChanged` at a part boundary after only the old version's bytes; a
-// server that ignores Range (Python's http.server) answers the first part with the whole file,
-// which is then the one GET of the fetch.
+// the checksum limit and one part is ranged GETs of consecutive parts (each answered 0.2 s late,
+// so that those sent together are seen together), up to `parallelRanges` at once, its bytes exact
+// and in order; a fetch the checksum limit covers stays one GET; a file replaced mid-read is
+// `.versionChanged` at a part boundary after only the old version's bytes; a server that ignores
+// Range (Python's http.server) answers the first part with the whole file, which is then the one
+// GET of the fetch.
 
 import ProviderModel
 import SystemSupport
@@ -63,6 +64,7 @@ struct WebDAVParallelRangesTests {
     ) async throws {
         try await withServer(server.kind) { _, proxy, provider in
             let item = try await provider.item(for: ItemIdentifier("large.bin"))
+            try proxy.tamper(.slowGets)
             let all: Range<Int64> = 0..<Int64(Self.large.count)
             let stream = try await provider.fetchContents(of: item.identifier, version: item.contentVersion, range: all)
             #expect(try await readAll(stream) == Self.large)
