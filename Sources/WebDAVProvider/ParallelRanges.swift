@@ -113,7 +113,9 @@ final class ParallelRangeStream: ContentStream, Sendable {
             if left > 0 {
                 let stream = try await at.part.stream()
                 let asked = Int(min(Int64(maximumLength), left))
-                await stream.fill(asked)
+                // The first chunk goes as soon as it comes (time to first byte); later ones are
+                // filled (D-513: a part shares the link with those ahead, and small chunks cost).
+                if at.index > 0 || at.taken > 0 { await stream.fill(asked) }
                 if let bytes = try await stream.next(maximumLength: asked) {
                     state.withLock { $0.taken += Int64(bytes.count) }
                     return bytes
