@@ -1,7 +1,7 @@
 // One large fetch as ranged GETs of consecutive parts, up to `parallelRanges` of them at once,
 // handed over in order (D-513). The first part's GET is started and judged before the stream is
-// returned (its status, its version: time to first byte as with one GET); then the parts after it
-// start. Each part is a `WebDAVContentStream` of its own: its own If-Match and version check, its
+// returned (its status, its version), and the parts after it start only once its first chunk was
+// handed over: time to first byte is one GET's, with nothing else on the link or the CPU. Each part is a `WebDAVContentStream` of its own: its own If-Match and version check, its
 // own stall deadline, its own bounded queue (so memory stays within `parallelRanges` queues). The
 // reader takes the parts in order; a part that fails throws when the reader reaches it (the bytes
 // before it were delivered), and a part that ends short ends the whole stream there (the caller
@@ -71,6 +71,8 @@ final class ParallelRangeStream: ContentStream, Sendable {
         var taken: Int64 = 0
         /// The parts started and not yet read to their end, by index.
         var running: [Int: RangePart] = [:]
+        /// The parts after the first were started (after the first chunk).
+        var aheadStarted = false
         var closed = false
     }
     private let state = Locked(State())
@@ -86,6 +88,16 @@ final class ParallelRangeStream: ContentStream, Sendable {
         let head = RangePart(range: parts[0])
         head.begin(with: first)
         state.withLock { $0.running[0] = head }
+    }
+
+    /// Starts the parts after the first, once.
+    private func startAhead() {
+        let start = state.withLock { state -> Bool in
+            guard !state.aheadStarted, state.current > 0 || state.taken > 0 else { return false }
+            state.aheadStarted = true
+            return true
+        }
+        guard start else { return }
         for index in 1..<min(width, parts.count) { launch(index) }
     }
 
@@ -104,6 +116,7 @@ final class ParallelRangeStream: ContentStream, Sendable {
 
     func next(maximumLength: Int) async throws -> [UInt8]? {
         while true {
+            startAhead()
             let at = state.withLock { state -> (index: Int, part: RangePart, taken: Int64)? in
                 guard !state.closed, let part = state.running[state.current] else { return nil }
                 return (state.current, part, state.taken)
