@@ -119,6 +119,12 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                 return
             }
             await waitForChange(orDecision: true)
+            // A cancelled caller (an interrupted read) stops the GET: the wait above no longer
+            // waits, and this loop would spin until the server answered or the stall deadline.
+            if Task.isCancelled {
+                close()
+                throw CancellationError()
+            }
         }
     }
 
