@@ -150,12 +150,22 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// GET, HEAD, PROPFIND and OPTIONS: `302` to the same path at the upstream server, in the
         /// clear (a `.tamperingTLS` proxy sending its client from https to http).
         case redirectToHTTP = "redirect-http"
+        /// GET: answered 0.2 s late, so GETs a client sends together are answered together
+        /// (`mostConcurrentGets` sees them whatever the machine's load).
+        case slowGets = "slow-gets"
     }
 
     /// The GET requests a `.tampering` proxy passed on, oldest first: `GET <path> range=<Range
     /// header or -> want-content=<…> want-repr=<…>`.
     public func requestLog() -> [String] {
         (readTextFile(scratch + "/requests") ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// The most GETs a `.tampering` proxy was answering at once (from the request's arrival until
+    /// its answer began to be sent: a client that has the whole answer is never still counted),
+    /// 0 before the first.
+    public func mostConcurrentGets() -> Int {
+        Int((readTextFile(scratch + "/get-peak") ?? "").filter(\.isNumber)) ?? 0
     }
 
     /// Written by the tampering proxy once it holds its port.
@@ -293,8 +303,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
     static let tamperingProxyScript = #"""
         import base64, hashlib, http.client, http.server, re, socket, sys, threading, time, urllib.parse
         port, upstream, modefile = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2]), sys.argv[3]
-        requests = modefile.rsplit('/', 1)[0] + '/requests'
-        lock = threading.Lock(); counter = [0]
+        requests = modefile.rsplit('/', 1)[0] + '/requests'; peakfile = modefile.rsplit('/', 1)[0] + '/get-peak'
+        lock = threading.Lock(); counter = [0]; gets = [0, 0]
         FOREIGN = ['/../escaped.txt', '/%2e%2e/escaped.txt', '/docs/..%2F..%2Fescaped.txt', '/docs%2Fescaped.txt',
                    '/docs/../../escaped.txt', 'http://127.0.0.2:9/escaped.txt', '/docs/nested/deeper.txt', '//escaped.txt']
         def entry(href):
@@ -312,7 +322,12 @@ public final class WebDAVTestServer: @unchecked Sendable {
         class Proxy(http.server.BaseHTTPRequestHandler):
             protocol_version = 'HTTP/1.1'
             def log_message(self, *args): pass
+            def uncount(self):
+                if getattr(self, 'counted', False):
+                    self.counted = False
+                    with lock: gets[0] -= 1
             def send_raw(self, status, headers, body, length=None, cut=None):
+                self.uncount()
                 head = 'HTTP/1.1 %d X\r\n' % status
                 for k, v in headers: head += '%s: %s\r\n' % (k, v)
                 head += 'Content-Length: %s\r\n\r\n' % (len(body) if length is None else length)
@@ -323,6 +338,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     try: self.connection.shutdown(socket.SHUT_RDWR)
                     except OSError: pass
             def send_held(self, status, headers, body):
+                self.uncount()
                 head = 'HTTP/1.1 %d X\r\n' % status
                 for k, v in headers: head += '%s: %s\r\n' % (k, v)
                 head += 'Content-Length: %d\r\n\r\n' % len(body)
@@ -332,6 +348,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
                     time.sleep(0.02)
                 self.wfile.write(body[-64:]); self.wfile.flush()
             def send_held_get(self, status, headers, body):
+                self.uncount()
                 head = 'HTTP/1.1 %d X\r\n' % status
                 for k, v in headers: head += '%s: %s\r\n' % (k, v)
                 head += 'Content-Length: %d\r\n\r\n' % len(body)
@@ -347,12 +364,21 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 data = connection.getresponse().read(); connection.close()
                 return data
             def answer(self):
+                if self.command != 'GET': return self.answer_one()
+                with lock:
+                    gets[0] += 1; gets[1] = max(gets[1], gets[0])
+                    with open(peakfile, 'w') as f: f.write(str(gets[1]))
+                self.counted = True
+                try: return self.answer_one()
+                finally: self.uncount()
+            def answer_one(self):
                 m = mode(); method = self.command; modes = m.split('+')
                 if method == 'GET':
                     with lock, open(requests, 'a') as log:
                         log.write('GET %s range=%s want-content=%s want-repr=%s\n' % (self.path,
                             self.headers.get('Range', '-'), self.headers.get('Want-Content-Digest', '-'),
                             self.headers.get('Want-Repr-Digest', '-')))
+                    if 'slow-gets' in modes: time.sleep(0.2)
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else None
                 if m == 'html-propfind' and method == 'PROPFIND':

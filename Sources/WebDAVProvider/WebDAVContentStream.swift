@@ -6,7 +6,8 @@
 // response's status is known, so a changed version (412, or another ETag) or a missing item
 // throws there. A response whose stated checksum covers exactly the bytes asked for, when they
 // are at most `checksumLimit`, makes the stream `.checksummed` (D-495): the cache verifies them
-// before any counts as present.
+// before any counts as present. A stream may be one part of a larger fetch (D-513): it asks for
+// its part, and delivers the whole fetch when the server ignores Range and answers 200.
 
 import Dispatch
 import Foundation
@@ -32,6 +33,10 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     private var failure: ProviderError?
     private var closed = false
     private var waiter: CheckedContinuation<Void, Never>?
+    /// Queued bytes that wake a waiting reader (`fill`; else the first byte does).
+    private var wanted = 1
+    /// The running `fill` has waited long enough: any byte queued ends it.
+    private var fillExpired = false
     /// How the transfer failed, as `HTTPRetry` reads it (set on the transfer thread).
     private var failedAs: HTTPRetry.Outcome = .other
 
@@ -41,6 +46,8 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     let identifier: ItemIdentifier
     let version: ContentVersion
     let range: Range<Int64>
+    /// What a 200 (Range ignored) delivers: `range`, or the whole fetch `range` is the first part of.
+    let whole: Range<Int64>
     let context: TransferContext
     /// Bytes still to skip (a server that ignored Range sent the file from its start) and to deliver.
     private var skip: Int64 = 0
@@ -51,14 +58,17 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     let checksumLimit: Int64
     /// The checksum the bytes are verified with (set when the response is judged).
     private var verifiedBy: StatedChecksum?
+    /// The server answered 200: Range ignored, the stream delivers `whole`.
+    private var answeredWhole = false
 
     init(
         identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>, stallTimeout: Duration,
-        checksumLimit: Int64 = 0
+        checksumLimit: Int64 = 0, whole: Range<Int64>? = nil
     ) {
         self.identifier = identifier
         self.version = version
         self.range = range
+        self.whole = whole ?? range
         self.checksumLimit = checksumLimit
         remaining = Int64(range.count)
         context = TransferContext(stallTimeout: stallTimeout)
@@ -109,10 +119,19 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                 return
             }
             await waitForChange(orDecision: true)
+            // A cancelled caller (an interrupted read) stops the GET: the wait above no longer
+            // waits, and this loop would spin until the server answered or the stall deadline.
+            if Task.isCancelled {
+                close()
+                throw CancellationError()
+            }
         }
     }
 
     private func decidedNow() -> Bool { monitor.withLock { decided } }
+
+    /// Whether the server ignored Range (a 200): known once `start` returned.
+    var ignoredRange: Bool { monitor.withLock { answeredWhole } }
 
     /// How `start` failed, for a retry (D-452): the server's answer, or the transfer's failure.
     var failureOutcome: HTTPRetry.Outcome { monitor.withLock { failedAs } }
@@ -133,8 +152,10 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                     .io, "GET \(identifier): asked for bytes from \(range.lowerBound), got '\(value)'", errno: EIO)
             }
         case 200:
-            // The server ignored Range: the body is the whole file; the bytes before the range are skipped.
+            // The server ignored Range: the body is the whole file; the bytes before the range are
+            // skipped, and the whole fetch is delivered (not only this part of it).
             skip = range.lowerBound
+            remaining = Int64(whole.count)
         case 416:
             empty = true  // the range starts past the end: nothing to deliver (the caller sees the count)
         default:
@@ -152,6 +173,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             ? ResponseChecksum.usable(status: status, headers: headers, range: range, limit: checksumLimit) : nil
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             decided = true
+            answeredWhole = status == 200
             verifiedBy = stated
             if let problem, failure == nil {
                 failure = problem
@@ -221,13 +243,16 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
                 guard !closed else { return nil }
                 chunks.append(copy)
                 buffered += copy.count
+                guard buffered >= wanted || remaining == 0 else { return nil }
                 defer { waiter = nil }
                 return waiter
             }
             waiting?.resume()
             // Wait while the queue is full: the reader (or `close`) signals once it has made room.
+            // Once the range is all queued the transfer ends without waiting: a part fetched ahead
+            // (D-513) frees its connection and thread as soon as its bytes are here.
             while monitor.withLock({ () -> Bool in
-                guard buffered >= Self.capacity, !closed else { return false }
+                guard buffered >= Self.capacity, remaining > 0, !closed else { return false }
                 producerWaits = true
                 return true
             }) {
@@ -278,7 +303,7 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = monitor.withLock { () -> Bool in
-                    if buffered > 0 || ended || closed || (decided && (orDecision || failure != nil))
+                    if buffered >= wanted || ended || closed || (decided && (orDecision || failure != nil))
                         || Task.isCancelled
                     {
                         return true
@@ -295,6 +320,46 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
             }
             waiting?.resume()
         }
+    }
+
+    /// Waits until `count` bytes are queued (at most the queue's capacity), or the range is all
+    /// queued, or the stream ended, failed or was closed, or half a second passed with a byte
+    /// queued: a reader of parts fetched ahead (D-513) takes them in chunks as large as it asks
+    /// for, not in the pieces the network brought (each chunk costs the cache a few thread hops),
+    /// and a slow network still hands over what came before the cache's stall deadline.
+    func fill(_ count: Int) async {
+        let target = max(1, min(count, Self.capacity))
+        monitor.withLock { fillExpired = false }
+        let timer = Task { [weak self] in
+            // Cancelled (the fill ended): no expiry, which would cut the next fill short.
+            guard (try? await Task.sleep(for: .milliseconds(500))) != nil else { return }
+            self?.expireFill()
+        }
+        defer {
+            timer.cancel()
+            monitor.withLock { wanted = 1 }
+        }
+        while !Task.isCancelled {
+            let full = monitor.withLock { () -> Bool in
+                let full =
+                    buffered >= target || ended || closed || failure != nil || (fillExpired && buffered > 0)
+                wanted = full || fillExpired ? 1 : target
+                return full
+            }
+            if full { return }
+            await waitForChange()
+        }
+    }
+
+    private func expireFill() {
+        let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
+            fillExpired = true
+            wanted = 1
+            guard buffered > 0 else { return nil }
+            defer { waiter = nil }
+            return waiter
+        }
+        waiting?.resume()
     }
 
     func next(maximumLength: Int) async throws -> [UInt8]? {

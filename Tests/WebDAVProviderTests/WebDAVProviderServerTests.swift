@@ -446,6 +446,45 @@ struct WebDAVProviderServerTests {
         #expect(metadata < .seconds(5) && transfer < .seconds(10))
         #expect(transfer > metadata)
     }
+
+    /// A fetch whose caller is cancelled while the server has not answered (an interrupted read)
+    /// ends at once with CancellationError, long before its stall deadline (it waited for the
+    /// answer in a loop whose wait returned at once once cancelled: a spin until the deadline).
+    @Test func aFetchCancelledBeforeTheAnswerEndsAtOnce() async throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        #expect(listen(fd, 16) == 0)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        let port = UInt16(bigEndian: address.sin_port)
+        var configuration = WebDAVConfiguration(location: try WebDAVLocation("http://127.0.0.1:\(port)/"))
+        configuration.stallTimeout = .seconds(30)
+        let provider = WebDAVProvider(configuration: configuration)
+        let fetch = Task(executorPreference: BlockingTestExecutor.unbounded) {
+            try await provider.fetchContents(of: ItemIdentifier("x"), version: ContentVersion("\"v\""), range: 0..<10)
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        let clock = ContinuousClock()
+        let cancelled = clock.now
+        fetch.cancel()
+        let result = await fetch.result
+        let ended = clock.now - cancelled
+        if case .success(let stream) = result { stream.close() }
+        #expect(throws: CancellationError.self) { try result.get() }
+        // Far from the 30 s deadline (a ratio of it, whatever the load).
+        #expect(ended < .seconds(30) / 4, "\(ended)")
+    }
 }
 
 // MARK: Helpers

@@ -31,6 +31,7 @@ struct MountCommand: CLICommand {
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
                          [--poll-interval DURATION|0] [--lock-timeout DURATION] [--checksum-limit SIZE|0]
+                         [--parallel-ranges N]
                          [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
                          [--no-download-for NAME,...] [--download-for NAME,...|all]
         """
@@ -90,6 +91,8 @@ struct MountCommand: CLICommand {
         /// Fetches up to this size are verified by the checksums the server sends (D-495); nil:
         /// the default, 0: none.
         var checksumLimit: Int64?
+        /// Ranged GETs of one large fetch at once (D-513); nil: the default, 1: one GET per fetch.
+        var parallelRanges: Int?
     }
 
     struct Output: Encodable {
@@ -108,6 +111,12 @@ struct MountCommand: CLICommand {
         let passwordFileArgument = try arguments.option("--password-file")
         let caFileArgument = try arguments.option("--ca-file")
         let checksumLimit = try arguments.size("--checksum-limit")
+        let parallelRanges = try arguments.option("--parallel-ranges").map { text throws(UsageError) -> Int in
+            guard let count = Int(text), (1...32).contains(count) else {
+                throw UsageError("providerfs mount: --parallel-ranges must be a number from 1 to 32.")
+            }
+            return count
+        }
         // A password on the command line shows in ps, shell history and logs: refused, not echoed.
         if arguments.optionalValueFlag("--password") != nil || arguments.optionalValueFlag("--pass") != nil {
             throw UsageError(
@@ -170,10 +179,11 @@ struct MountCommand: CLICommand {
         }
         if webdavArgument == nil,
             userArgument != nil || passwordFileArgument != nil || caFileArgument != nil || lockTimeout != nil
-                || checksumLimit != nil
+                || checksumLimit != nil || parallelRanges != nil
         {
             throw UsageError(
-                "providerfs mount: --user, --password-file, --ca-file, --lock-timeout and --checksum-limit go with --webdav URL."
+                "providerfs mount: --user, --password-file, --ca-file, --lock-timeout, --checksum-limit and "
+                    + "--parallel-ranges go with --webdav URL."
             )
         }
 
@@ -184,6 +194,7 @@ struct MountCommand: CLICommand {
                     url: url, user: userArgument, passwordFile: passwordFileArgument, caFile: caFileArgument)
             }
             webdav?.checksumLimit = checksumLimit
+            webdav?.parallelRanges = parallelRanges
             var plan = try prepare(
                 demo: demo, source: sourceArgument ?? webdav?.location.description, mountpoint: mountpointArgument,
                 cache: cacheArgument, log: logArgument, allowOther: allowOther, remote: webdav != nil)
@@ -272,6 +283,7 @@ struct MountCommand: CLICommand {
         var configuration = WebDAVConfiguration(location: source.location, user: source.user)
         configuration.caFile = source.caFile
         if let limit = source.checksumLimit { configuration.checksumLimit = limit }
+        if let count = source.parallelRanges { configuration.parallelRanges = count }
         if let file = source.passwordFile {
             guard var password = readTextFile(file) else {
                 throw CommandFailure("cannot read the password file \(file): \(Errno.current.message)")
@@ -579,6 +591,7 @@ struct MountCommand: CLICommand {
             if let file = webdav.passwordFile { arguments.append("--password-file=\(file)") }
             if let file = webdav.caFile { arguments.append("--ca-file=\(file)") }
             if let limit = webdav.checksumLimit { arguments.append("--checksum-limit=\(limit)") }
+            if let count = webdav.parallelRanges { arguments.append("--parallel-ranges=\(count)") }
         }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }

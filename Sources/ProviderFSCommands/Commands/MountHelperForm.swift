@@ -10,7 +10,7 @@
 /// `user=`, which is mount(8)'s own; `password=…` becomes a bare `--password`, which `mount` refuses
 /// without echoing it, D-421). Options understood: `cache=DIR`,
 /// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`,
-/// `stall_timeout=D`, `write_back_delay=D`, `poll_interval=D` (or 0), `lock_timeout=D`, `checksum_limit=S`, `cache_max_size=S`, `cache_min_free=S`, `cache_max_age=D`, `no_download_for=A:B`,
+/// `stall_timeout=D`, `write_back_delay=D`, `poll_interval=D` (or 0), `lock_timeout=D`, `checksum_limit=S`, `parallel_ranges=N`, `cache_max_size=S`, `cache_min_free=S`, `cache_max_age=D`, `no_download_for=A:B`,
 /// `download_for=A:B` (names separated by ':', since ',' separates options); `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
 /// …) are mount(8)'s business and ignored, except one that looks like a misspelled
 /// `require_token` (`require-token`, `require_token=yes`, …): that is refused, never ignored, so
@@ -71,5 +71,5 @@ private let mountHelperValueOptions: [String: String] = [
     "no_download_for": "--no-download-for", "download_for": "--download-for", "webdav_user": "--user",
     "password_file": "--password-file", "ca_file": "--ca-file", "poll_interval": "--poll-interval",
     "lock_timeout": "--lock-timeout",
-    "checksum_limit": "--checksum-limit",
+    "checksum_limit": "--checksum-limit", "parallel_ranges": "--parallel-ranges",
 ]
