@@ -413,21 +413,44 @@ public final class ProviderFileSystem: FileSystem {
         return retired
     }
 
+    /// What the core of `setAttributes` and `setAttributesNow` decides (D-512).
+    enum SetAttributesStep {
+        case answered(Result<NodeAttributes, FileSystemError>)
+        /// A size to set first: `truncate` (ProviderFileSystem+Writes.swift), the async form's
+        /// alone; then `changesStep` with the rest.
+        case truncates(ResolvedNode, to: Int64)
+        /// A chown where the provider stores owners: the owner the node shows, for `ownedChangeStep`
+        /// (a chown to the owner it has changes nothing, D-397).
+        case needsOwner(InodeTable.Node, ItemAttributeChanges)
+        /// The node's item, to make the change at the provider (`atProvider`: it stores them) or
+        /// keep it in the mount (`ProviderCache.keepAttributes`); then `.needsAttributes`.
+        case needsChange(InodeTable.Node, ItemAttributeChanges, atProvider: Bool)
+        /// Nothing (more) to change: getattr's answer.
+        case needsAttributes
+    }
+
+    /// The core of `setAttributes` and `setAttributesNow`: the plain-path policy or the token's
+    /// check, the node, then the size (`.truncates`) or `changesStep`.
+    func setAttributesStep(
+        _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
+    ) -> SetAttributesStep {
+        let resolved = resolve(inode)
+        do throws(FileSystemError) {
+            try checkPlainNode(resolved, "setattr", context: context)
+            _ = try anyNode(inode, resolved, context: context, operation: "setattr")
+        } catch {
+            return .answered(.failure(error))
+        }
+        if let size = changes.size { return .truncates(resolved, to: size) }
+        return changesStep(inode, resolved, changes, context: context)
+    }
+
     public func setAttributes(
         _ inode: InodeNumber, changes: AttributeChanges, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        let resolved = resolve(inode)
-        try checkPlainNode(resolved, "setattr", context: context)
-        _ = try anyNode(inode, resolved, context: context, operation: "setattr")
-        if let size = changes.size {
-            // ProviderFileSystem+Writes.swift; then the rest of the changes, if any.
-            _ = try await truncate(inode, resolved, to: size, handle: handle, context: context)
-        }
-        var rest = changes
-        rest.size = nil
-        if rest == AttributeChanges() { return try await getAttributes(inode, context: context) }
-        // ProviderFileSystem+Namespace.swift
-        return try await changeAttributes(inode, resolved, rest, context: context)
+        try await settleAttributes(
+            inode, setAttributesStep(inode, changes: changes, context: context), changes, handle: handle,
+            context: context)
     }
 
     public func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String {
@@ -1117,49 +1140,40 @@ extension ProviderFileSystem: FileSystemFastPath {
         }
     }
 
-    /// On a plain node of a writable mount without the token requirement: a chown to the owner
-    /// and group the node has (the mounting user's, or the provider's, D-397), or an atime alone
-    /// (not kept), answered as the async path would after its checks, with getattr's answer
-    /// (D-382); and a chmod or utimens of a file whose open edit has a publish to come, at a
-    /// provider that stores them, which the edit carries (`LocalWrites.holdAttributes`, D-385),
-    /// or else that `ProviderCache.setAttributesNow` answers at once: held by the upload that
-    /// must come first (a create queued or running, D-460), or made by a provider that answers
-    /// at once (D-426). Anything else: nil.
+    /// setattr on the FUSE thread, with `setAttributesStep`'s checks and decisions: a plain
+    /// node's change that is nothing (a chown to the owner it has, D-382, D-397), or that an open
+    /// edit with a publish to come carries (D-385), or that `ProviderCache.setAttributesNow`
+    /// answers at once: held by the upload that must come first (D-460), or made by a provider
+    /// that answers at once (D-426); then getattr's answer at once. A size, a real chown, an
+    /// access path's node (its token's checks), attributes the mount keeps: nil.
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        let chowns = changes.uid != nil || changes.gid != nil
-        guard changes.size == nil,
-            ownsItems || changes.uid == nil || changes.uid == options.uid,
-            ownsItems || changes.gid == nil || changes.gid == options.gid,
-            isWritable, !requiresToken, inode != .root, let node = state.withLock({ $0.inodes[inode] }),
-            removedAttributes(inode) == nil
-        else { return nil }
-        if changes.permissions != nil || changes.modificationTime != nil {
-            // An edit carries no chown (and no atime: an edit's upload makes a new file).
-            guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes)
-            else { return nil }
-            if !cache.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
-                // No edit to carry it: held by the upload that must come first (D-460), or made
-                // at the provider now, where it answers at once (D-426), as `changeAttributes`
-                // makes it (a chown to the mounting user is no change).
-                var wanted = Self.itemChanges(changes)
-                (wanted.uid, wanted.gid) = (nil, nil)
-                guard let outcome = cache.setAttributesNow(of: node.identifier, wanted) else { return nil }
+        guard case .plain = resolve(inode) else { return nil }
+        var step = setAttributesStep(inode, changes: changes, context: context)
+        while true {
+            switch step {
+            case .answered(let result):
+                return result
+            case .truncates:
+                return nil
+            case .needsOwner(let node, let wanted):
+                guard let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
+                    item.kind == node.kind || node.identifier == .root
+                else { return nil }
+                step = ownedChangeStep(node, wanted, owner: shownOwner(of: cache.shown(item)))
+            case .needsChange(let node, let wanted, let atProvider):
+                // A removed node's item and the root's are the async path's to find.
+                guard atProvider, wanted.uid == nil, wanted.gid == nil, inode != .root, removedAttributes(inode) == nil,
+                    let outcome = cache.setAttributesNow(of: node.identifier, wanted)
+                else { return nil }
                 if case .failure(let error) = outcome { return .failure(FileSystemError(error)) }
-                if wanted.modificationTime != nil { cache.modificationSet(of: node.identifier) }
+                attributesChanged(wanted, of: node.identifier)
+                step = .needsAttributes
+            case .needsAttributes:
+                return getAttributesNow(inode, context: context)
             }
-        } else if changes.accessTime != nil, cache.providerCapabilities.contains(.storesAttributes) {
-            return nil  // an atime the provider keeps
         }
-        let answer = getAttributesNow(inode, context: context)
-        // At a provider that stores owners: only a chown to the owner the node has already.
-        if chowns, ownsItems {
-            guard case .success(let attributes)? = answer, changes.uid ?? attributes.uid == attributes.uid,
-                changes.gid ?? attributes.gid == attributes.gid
-            else { return nil }
-        }
-        return answer
     }
 
     /// getxattr of a name other than the mount's own (`user.providerfs.*`) on a plain node,
