@@ -691,18 +691,18 @@ public final class ProviderFileSystem: FileSystem {
                     inode, node: node, flags: flags, context: context, scoped: accessNode, use: taken)
             }
         case .plain:
-            try checkPlainPath("open", context: context)
-            node = try self.node(inode)
-            if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
-            if flags.wantsWrite || flags.truncates {
-                return try await openForWriting(inode, node: node, flags: flags, context: context)  // +Writes.swift
+            switch plainOpenStep(inode, flags: flags, context: context) {
+            case .answered(let result): return try result.get()
+            case .writing(let plain):
+                return try await openForWriting(inode, node: plain, flags: flags, context: context)  // +Writes.swift
+            case .reading(let plain): node = plain
             }
         }
-        let path = cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue
+        // The claim, revalidation and pin: `openForReadingNow`'s steps, each waited for.
+        let request = readClaimRequest(node, context: context)
         let claim: ReadClaimToken
         do throws(FileSystemError) {
-            claim = try await claims.acquireReadClaim(
-                ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+            claim = try await claims.acquireReadClaim(request)
         } catch {
             returnScopedUse(use)
             throw error
@@ -710,23 +710,70 @@ public final class ProviderFileSystem: FileSystem {
         let entry: ContentEntry
         let item: ProviderItem
         do throws(FileSystemError) {
-            item = try await self.item(
-                of: node, maximumAge: options.revalidateOnOpen ? .zero : options.cache.attributeTTL)
-            guard item.kind == .file else {
-                throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+            item = try await self.item(of: node, maximumAge: openMaximumAge)
+            if let refusal = readOpenRefusal(node, item: item, path: request.relativePath, context: context) {
+                throw refusal
             }
-            if let refusal = downloadRefusal(item, path: path, context: context) { throw refusal }
             do {
                 entry = try await cache.pinContent(of: item)
             } catch {
                 throw FileSystemError(error)
             }
         } catch {
-            claims.releaseReadClaim(claim)
-            returnScopedUse(use)
+            abandonOpen(claim, use: use)
             throw error
         }
         return try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
+    }
+
+    /// What the core of `open` and `openNow` decides for a plain node (D-512).
+    enum OpenStep {
+        case answered(Result<OpenedFile, FileSystemError>)
+        /// An open for writing: `openForWriting` (ProviderFileSystem+Writes.swift), the async form's.
+        case writing(InodeTable.Node)
+        /// An open for reading: its claim, revalidation and pin, waited for by `open`, taken at
+        /// once or declined by `openForReadingNow`.
+        case reading(InodeTable.Node)
+    }
+
+    /// The core of a plain open: the plain-path policy, the node, not a directory, then writing
+    /// or reading.
+    func plainOpenStep(_ inode: InodeNumber, flags: OpenFlags, context: RequestContext) -> OpenStep {
+        do throws(FileSystemError) {
+            try checkPlainPath("open", context: context)
+            let node = try self.node(inode)
+            if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
+            return flags.wantsWrite || flags.truncates ? .writing(node) : .reading(node)
+        } catch {
+            return .answered(.failure(error))
+        }
+    }
+
+    /// The read claim an open of `node` asks for.
+    func readClaimRequest(_ node: InodeTable.Node, context: RequestContext) -> ReadClaimRequest {
+        ReadClaimRequest(
+            relativePath: cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue,
+            identifier: node.identifier, context: context)
+    }
+
+    /// How old the item an open reads may be (D-208's revalidation).
+    var openMaximumAge: Duration { options.revalidateOnOpen ? .zero : options.cache.attributeTTL }
+
+    /// An open's checks of its item: a regular file, whose bytes the download policy lets the
+    /// caller fetch.
+    func readOpenRefusal(
+        _ node: InodeTable.Node, item: ProviderItem, path: String, context: RequestContext
+    ) -> FileSystemError? {
+        guard item.kind == .file else {
+            return FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+        }
+        return downloadRefusal(item, path: path, context: context)
+    }
+
+    /// An open that does not go on after its claim: the claim and the use go back.
+    func abandonOpen(_ claim: ReadClaimToken, use: String?) {
+        claims.releaseReadClaim(claim)
+        returnScopedUse(use)
     }
 
     /// The handle of an open whose claim is held and whose content version is pinned. On a mount
@@ -1226,41 +1273,50 @@ extension ProviderFileSystem: FileSystemFastPath {
 
     /// An open for reading whose claim is granted at once, whose revalidation the cache or the
     /// provider answers at once (`Catalog.itemNow`: D-208's revalidation still happens) and
-    /// whose content entry exists or is opened from the local disk (D-229). Same order as the
-    /// async `open`: claim, then revalidation, then pin. Anything else, every error included, is
-    /// left to `open`, with nothing held.
+    /// whose content entry exists or is opened from the local disk (D-229), after
+    /// `plainOpenStep`'s checks. Anything else is left to `open`, with nothing held.
     public func openNow(
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard let node = state.withLock({ $0.inodes[inode] }) else {
+        guard state.withLock({ $0.inodes[inode] != nil }) else {
             guard case .scoped(let scoped) = resolve(inode) else { return nil }
             return scopedOpenNow(inode, scoped, flags: flags, context: context)
         }
         // Require-token mode: every open of a plain node is the async path's, which asks the policy.
-        guard !requiresToken, !flags.wantsWrite, !flags.truncates, node.kind == .file else { return nil }
-        return openForReadingNow(inode, node, context: context)
+        guard !requiresToken else { return nil }
+        switch plainOpenStep(inode, flags: flags, context: context) {
+        case .answered(let result): return result
+        case .writing: return nil
+        case .reading(let node): return openForReadingNow(inode, node, context: context)
+        }
     }
 
-    /// The claim, revalidation and pin of an open for reading, each at once, in `open`'s order;
-    /// nil when one is not at hand, with nothing held and the use (`scoped`'s) given back.
+    /// `open`'s claim, revalidation and pin of an open for reading, each at once, in its order
+    /// and with its checks; nil when one is not at hand, with nothing held and the use
+    /// (`scoped`'s) given back.
     func openForReadingNow(
         _ inode: InodeNumber, _ node: InodeTable.Node, context: RequestContext, scoped: ScopedNode? = nil,
         use: String? = nil
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard let path = cache.catalog.path(of: node.identifier),
-            let claim = claims.acquireReadClaimNow(
-                ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
-        else {
+        let request = readClaimRequest(node, context: context)
+        guard let claim = claims.acquireReadClaimNow(request) else {
             returnScopedUse(use)
             return nil
         }
-        let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
-        // A file not all here, with a download policy: the async path asks it.
-        guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
-            options.downloads == nil || cache.hasAllContent(of: item), let entry = cache.pinContentNow(of: item)
+        // A kind that changed is `open`'s to word; a file not all here, with a download policy:
+        // `open` asks it.
+        guard let item = cache.catalog.itemNow(node.identifier, maximumAge: openMaximumAge), item.kind == node.kind,
+            options.downloads == nil || cache.hasAllContent(of: item)
         else {
-            claims.releaseReadClaim(claim)
-            returnScopedUse(use)
+            abandonOpen(claim, use: use)
+            return nil
+        }
+        if let refusal = readOpenRefusal(node, item: item, path: request.relativePath, context: context) {
+            abandonOpen(claim, use: use)
+            return .failure(refusal)
+        }
+        guard let entry = cache.pinContentNow(of: item) else {
+            abandonOpen(claim, use: use)
             return nil
         }
         do throws(FileSystemError) {
