@@ -69,7 +69,7 @@ public final class Catalog: Sendable {
     public let pushesChanges: Bool
 
     /// The provider, when it offers `.immediateMetadata` (`itemNow`).
-    private let immediateMetadata: (any Provider)?
+    let immediateMetadata: (any Provider)?
 
     /// Test seams (D-407).
     let hooks: CatalogHooks
@@ -440,80 +440,7 @@ public final class Catalog: Sendable {
         return find(&catalog.names.values[index])
     }
 
-    /// The child named `name` (compared byte for byte) of `directory` per the lookup policy, or
-    /// nil when there is none: the listing when younger than `directoryTTL` (listed again
-    /// otherwise); a name the listing lacks is asked of the provider again once the listing is
-    /// `missRefreshInterval` old, so an item created on the provider is found without waiting
-    /// for the listing TTL (that one name when the provider can look names up, else a new
-    /// listing).
-    public func child(named name: String, of directory: ItemIdentifier) async throws(CacheError) -> ProviderItem? {
-        if answersByName(directory, name) { return try await recheckMissingChild(named: name, of: directory) }
-        if let found = try await child(named: name, of: directory, maximumAge: environment.options.directoryTTL) {
-            return found
-        }
-        guard let age = listingAge(of: directory), age >= environment.options.missRefreshInterval else { return nil }
-        return try await recheckMissingChild(named: name, of: directory)
-    }
-
-    /// Whether a lookup of `name` in `directory` asks the provider for that name alone (D-378): a
-    /// listing this session took went stale (a change reported since, as every change made
-    /// through the mount is, or past its age) and the provider looks names up. Listing again for
-    /// one name made `tar x` into a directory list it whole for every file's LOOKUP: quadratic.
-    private func answersByName(_ directory: ItemIdentifier, _ name: String) -> Bool {
-        guard environment.provider.capabilities.contains(.namedChildLookup),
-            state.withLock({ $0.listedAt[directory] != nil || $0.listingsInFlight[directory] != nil }),
-            case .unknown = cachedChild(named: name, of: directory, maximumAge: environment.options.directoryTTL)
-        else { return false }
-        guard environment.provider.capabilities.contains(.listingChangeTracking) else { return true }
-        return !revalidateListing(of: directory, with: environment.provider, at: environment.timeline.now)
-    }
-
-    /// The immediate twin of `child(named:of:)`: the same answer when the catalog can give it
-    /// without the provider (a listing younger than `directoryTTL`; a miss only while the
-    /// listing is younger than `missRefreshInterval`), else `.unknown`. Never waits.
-    public func childNow(named name: String, of directory: ItemIdentifier) -> ChildAnswer {
-        switch cachedChild(named: name, of: directory, maximumAge: environment.options.directoryTTL) {
-        case .found(let item, let tracked): return .found(item, tracked: tracked)
-        case .absent(let listingAge):
-            // A miss re-lists (async) once the listing is older than missRefreshInterval.
-            if listingAge < environment.options.missRefreshInterval { return .absent }
-        case .unknown: break
-        }
-        return askedNow(named: name, of: directory)
-    }
-
-    /// What `child(named:of:)` would learn by asking the provider for the name alone
-    /// (`recheckMissingChild`), when the provider answers at once (`childNow`, a watched local
-    /// directory): recorded the same way, with no task and no thread hop. Only where the async
-    /// path would ask for the name alone (a listing of this session exists, `answersByName`);
-    /// `.unknown` when the provider declines or fails (the async path says why).
-    private func askedNow(named name: String, of directory: ItemIdentifier) -> ChildAnswer {
-        guard let provider = immediateMetadata, provider.capabilities.contains(.namedChildLookup),
-            state.withLock({ $0.listedAt[directory] != nil || $0.listingsInFlight[directory] != nil })
-        else { return .unknown }
-        let answer: ImmediateChild
-        let (asked, question) = state.withLock { ($0.lastChange[directory] ?? 0, Self.beginQuestion(in: &$0)) }
-        defer { endQuestion(question) }
-        do { answer = try provider.childNow(named: name, of: directory) } catch { return .unknown }
-        let previous = state.withLock { $0.names[directory]?[NameKey(name)] }
-        switch answer {
-        case .declined:
-            return .unknown
-        case .absent:
-            if let previous, let unborn = unbornItem(previous) { return .found(unborn, tracked: false) }
-            // Changed through the mount while the provider was asked (D-392), or a miss of the
-            // mount's own call on its way (D-465): the async path decides.
-            if previous != nil, changeMark(of: directory) != asked { return .unknown }
-            if let previous, providerMissed(previous, askedAt: question) != nil { return .unknown }
-            return .absent
-        case .found(let found):
-            if let previous, previous != found.identifier { removeItem(previous, origin: .provider) }
-            let applied = apply(found, origin: .provider)
-            return .found(applied, tracked: isTracked(applied))
-        }
-    }
-
-    private enum CachedChild {
+    enum CachedChild {
         /// The listing is younger than asked and has the name.
         case found(ProviderItem, tracked: Bool)
         /// The listing is younger than asked and lacks the name; `listingAge` is its age.
@@ -524,7 +451,7 @@ public final class Catalog: Sendable {
 
     /// The child named `name` (bytes) per the cached listing, if that listing is younger than
     /// `maximumAge` (nil: any listing of this session). Never waits.
-    private func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration?) -> CachedChild {
+    func cachedChild(named name: String, of directory: ItemIdentifier, maximumAge: Duration?) -> CachedChild {
         let key = NameKey(name)
         let now = environment.timeline.now
         let refreshAhead = environment.options.listingRefreshAhead
@@ -686,7 +613,7 @@ public final class Catalog: Sendable {
 
     /// The child of `directory` named exactly `name` (bytes), listing the directory first if its
     /// listing is older than `maximumAge`. Nil when there is no such child.
-    private func child(
+    func child(
         named name: String, of directory: ItemIdentifier, maximumAge: Duration?
     ) async throws(CacheError) -> ProviderItem? {
         switch cachedChild(named: name, of: directory, maximumAge: maximumAge) {
@@ -707,63 +634,6 @@ public final class Catalog: Sendable {
         } catch  where error.code == .notFound {
             return nil
         }
-    }
-
-    /// A name the cached listing lacks, asked of the provider again: with a provider that looks
-    /// up one name (`.namedChildLookup`), that name alone; otherwise by listing the directory.
-    /// A child found is recorded like a listed one. Nil: there is no such child.
-    private func recheckMissingChild(
-        named name: String, of directory: ItemIdentifier
-    ) async throws(CacheError)
-        -> ProviderItem?
-    {
-        let provider = environment.provider
-        guard let lookup = provider.capabilities.contains(.namedChildLookup) ? provider : nil else {
-            return try await child(named: name, of: directory, maximumAge: .zero)
-        }
-        let found: ProviderItem?
-        let (asked, question) = state.withLock { ($0.lastChange[directory] ?? 0, Self.beginQuestion(in: &$0)) }
-        defer { endQuestion(question) }
-        do {
-            found = try await withDeadline(environment.options.stallTimeout, on: environment.timeline) {
-                try await lookup.child(named: name, of: directory)
-            }
-        } catch {
-            let failure = CacheError.from(error)
-            switch failure.code {
-            // No answer from the provider: the listing we have stands, for a name it has as for
-            // one it lacks (D-492: offline, a listed file stays found past the listing's TTL).
-            case .unreachable, .timedOut:
-                return state.withLock { catalog in
-                    catalog.names[directory]?[NameKey(name)].flatMap { catalog.items[$0] }
-                }
-            case .notFound:
-                // The directory kept (D-465): the listing we have stands.
-                if providerMissed(directory, askedAt: question) != nil {
-                    return state.withLock { catalog in
-                        catalog.names[directory]?[NameKey(name)].flatMap { catalog.items[$0] }
-                    }
-                }
-                throw failure
-            default: throw failure
-            }
-        }
-        let key = NameKey(name)
-        let previous = state.withLock { $0.names[directory]?[key] }
-        guard let found else {
-            // Not at the provider yet (D-386).
-            if let previous, let unborn = unbornItem(previous) { return unborn }
-            // The mount changed the directory while the provider was asked (a birth, a create, a
-            // rename): the answer may predate the change and does not undo it (D-392).
-            if let previous, changeMark(of: directory) != asked { return knownItem(previous) }
-            // Gone from the provider while the listing still has it (unless the mount's own call
-            // on its way changes it, D-465).
-            if let previous { return providerMissed(previous, askedAt: question) }
-            return nil
-        }
-        // Another identifier under that name in the index is the old holder of the name.
-        if let previous, previous != found.identifier { removeItem(previous, origin: .provider) }
-        return apply(found, origin: .provider)
     }
 
     /// The count of the last change the mount made in `directory` (`noteChange`, a birth): an

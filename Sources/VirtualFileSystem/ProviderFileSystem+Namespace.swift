@@ -452,72 +452,123 @@ extension ProviderFileSystem {
         }
     }
 
-    /// setattr's permissions, owner and times (never its size: `truncate`). Called with at least
-    /// one change.
+    /// setattr's permissions, owner and times (never its size: `truncate`), the part of
+    /// `setAttributesStep` after the size; `write`'s clearing of setuid too.
     ///
     /// chmod and the modification time go to the provider when it stores them
     /// (`.storesAttributes`), else the mount keeps them (`ProviderCache.keepAttributes`). The
     /// access time is not kept (atime reads as mtime). chown: EPERM unless it changes nothing
-    /// (every node belongs to the mounting user).
-    func changeAttributes(
+    /// (every node belongs to the mounting user), except where the provider stores owners.
+    func changesStep(
         _ inode: InodeNumber, _ resolved: ResolvedNode, _ changes: AttributeChanges, context: RequestContext
-    ) async throws(FileSystemError) -> NodeAttributes {
-        guard isWritable else { throw readOnly("setattr") }
-        switch resolved {
-        case .plain: break
-        case .scopedRoot: throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
-        case .scoped(let scoped):
-            guard case .item = scoped.role else {
+    ) -> SetAttributesStep {
+        var rest = changes
+        rest.size = nil
+        guard rest != AttributeChanges() else { return .needsAttributes }
+        do throws(FileSystemError) {
+            guard isWritable else { throw readOnly("setattr") }
+            switch resolved {
+            case .plain: break
+            case .scopedRoot: throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+            case .scoped(let scoped):
+                guard case .item = scoped.role else {
+                    throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+                }
+                guard try enforce(scoped, context: context, operation: "setattr").check.writable else {
+                    throw FileSystemError(.accessDenied, "setattr through an access path of a read token")
+                }
+            }
+            guard let node = try anyNode(inode, resolved, context: context, operation: "setattr") else {
                 throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
             }
-            guard try enforce(scoped, context: context, operation: "setattr").check.writable else {
-                throw FileSystemError(.accessDenied, "setattr through an access path of a read token")
+            var wanted = Self.itemChanges(rest)
+            if ownsItems {
+                // The kernel checked who may (default_permissions): only root gives a node away,
+                // its owner gives it to a group of its own.
+                if wanted.uid != nil || wanted.gid != nil { return .needsOwner(node, wanted) }
+            } else {
+                if let uid = rest.uid, uid != options.uid {
+                    throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
+                }
+                if let gid = rest.gid, gid != options.gid {
+                    throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
+                }
+                wanted.uid = nil
+                wanted.gid = nil
             }
+            return changeStep(node, wanted)
+        } catch {
+            return .answered(.failure(error))
         }
-        guard let node = try anyNode(inode, resolved, context: context, operation: "setattr") else {
-            throw FileSystemError(.notPermitted, "setattr: access-path directories are not items")
+    }
+
+    /// A chown where the provider stores owners, with the owner the node shows: a chown to the
+    /// owner it has changes nothing.
+    func ownedChangeStep(_ node: InodeTable.Node, _ wanted: ItemAttributeChanges, owner: ItemOwner) -> SetAttributesStep
+    {
+        var wanted = wanted
+        if wanted.uid == owner.uid { wanted.uid = nil }
+        if wanted.gid == owner.gid { wanted.gid = nil }
+        return changeStep(node, wanted)
+    }
+
+    /// The change to make: none; or carried by the open edit's publish and upload (D-385), held
+    /// here; or made at the provider or kept by the mount (`.needsChange`).
+    func changeStep(_ node: InodeTable.Node, _ wanted: ItemAttributeChanges) -> SetAttributesStep {
+        let storesAttributes = cache.providerCapabilities.contains(.storesAttributes)
+        var wanted = wanted
+        if !storesAttributes { wanted.accessTime = nil }  // kept nowhere: it reads as mtime
+        guard wanted != ItemAttributeChanges() else { return .needsAttributes }
+        var held = wanted
+        held.accessTime = nil  // an edit's upload makes a new file: the atime is not carried
+        if storesAttributes, node.kind == .file, wanted.uid == nil, wanted.gid == nil,
+            wanted.permissions != nil || wanted.modificationTime != nil,
+            cache.holdAttributes(held, of: node.identifier)
+        {
+            return .needsAttributes
         }
-        var wanted = Self.itemChanges(changes)
-        if ownsItems, wanted.uid != nil || wanted.gid != nil {
-            // The kernel checked who may (default_permissions): only root gives a node away, its
-            // owner gives it to a group of its own. A chown to the owner it has changes nothing.
-            let current = shownOwner(of: cache.shown(try await item(of: node, maximumAge: options.cache.attributeTTL)))
-            if wanted.uid == current.uid { wanted.uid = nil }
-            if wanted.gid == current.gid { wanted.gid = nil }
-        } else if !ownsItems {
-            if let uid = changes.uid, uid != options.uid {
-                throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user")
-            }
-            if let gid = changes.gid, gid != options.gid {
-                throw FileSystemError(.notPermitted, "chown: every node belongs to the mounting user's group")
-            }
-            wanted.uid = nil
-            wanted.gid = nil
-        }
-        if wanted != ItemAttributeChanges() {
-            let storesAttributes = cache.providerCapabilities.contains(.storesAttributes)
-            var held = wanted
-            held.accessTime = nil  // an edit's upload makes a new file: the atime is not carried
-            if storesAttributes, node.kind == .file, wanted.uid == nil, wanted.gid == nil,
-                wanted.permissions != nil || wanted.modificationTime != nil,
-                cache.holdAttributes(held, of: node.identifier)
-            {
-                // Carried by the open edit's publish and upload (D-385).
+        return .needsChange(node, wanted, atProvider: storesAttributes)
+    }
+
+    /// After a change is made or kept: an explicit mtime replaces the open edit's last change,
+    /// until its next one.
+    func attributesChanged(_ wanted: ItemAttributeChanges, of identifier: ItemIdentifier) {
+        if wanted.modificationTime != nil { cache.modificationSet(of: identifier) }
+    }
+
+    /// The async form's settling of a `SetAttributesStep`: it truncates, and asks the catalog and
+    /// the provider for what `setAttributesNow` takes from memory or leaves.
+    func settleAttributes(
+        _ inode: InodeNumber, _ first: SetAttributesStep, _ changes: AttributeChanges, handle: FileHandleID?,
+        context: RequestContext
+    ) async throws(FileSystemError) -> NodeAttributes {
+        var step = first
+        while true {
+            switch step {
+            case .answered(let result):
+                return try result.get()
+            case .truncates(let resolved, let size):
+                _ = try await truncate(inode, resolved, to: size, handle: handle, context: context)
+                step = changesStep(inode, resolved, changes, context: context)
+            case .needsOwner(let node, let wanted):
+                let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+                step = ownedChangeStep(node, wanted, owner: shownOwner(of: cache.shown(item)))
+            case .needsChange(let node, let wanted, let atProvider):
+                let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
+                if atProvider {
+                    do {
+                        _ = try await cache.setAttributes(of: item.identifier, wanted)
+                    } catch {
+                        throw FileSystemError(error)
+                    }
+                } else {
+                    cache.keepAttributes(wanted, for: item)
+                }
+                attributesChanged(wanted, of: item.identifier)
+                step = .needsAttributes
+            case .needsAttributes:
                 return try await getAttributes(inode, context: context)
             }
-            let item = try await item(of: node, maximumAge: options.cache.attributeTTL)
-            if storesAttributes {
-                do {
-                    _ = try await cache.setAttributes(of: item.identifier, wanted)
-                } catch {
-                    throw FileSystemError(error)
-                }
-            } else {
-                cache.keepAttributes(wanted, for: item)
-            }
-            // An explicit mtime replaces the open edit's last change, until its next one.
-            if wanted.modificationTime != nil { cache.modificationSet(of: item.identifier) }
         }
-        return try await getAttributes(inode, context: context)
     }
 }

@@ -194,43 +194,89 @@ extension ProviderFileSystem {
         state.withLock { $0.handles.writer(handle) }
     }
 
+    /// What the core of `write` and `writeNow` decides (D-512).
+    enum WriteStep {
+        case answered(Result<Int, FileSystemError>)
+        /// A token's handle: its check, in `write` (a refusal drops the writes of a token that
+        /// ended, D-369); then `privilegesStep`.
+        case needsTokenCheck(WriteHandle)
+        /// A write that clears setuid or setgid first (D-391): `write`'s, through setattr's core.
+        case clearsPrivileges(WriteHandle, permissions: UInt16)
+        /// The bytes into the staging file: `writeNow` when it takes them at once
+        /// (`LocalWrites.writeNow`: within the first MiB, no copy-back, nobody holding the
+        /// file), `write` waiting for it.
+        case needsStaging(WriteHandle)
+    }
+
+    /// The core of `write` and `writeNow`: the handle, the offset, the token's check, the
+    /// privileges a write clears.
+    func writeStep(_ handle: FileHandleID, offset: Int64, context: RequestContext) -> WriteStep {
+        guard let writer = writeHandle(handle) else {
+            guard isWritable else { return .answered(.failure(readOnly("write"))) }
+            if state.withLock({ $0.handles[handle] != nil }) {
+                return .answered(
+                    .failure(FileSystemError(.badHandle, "file handle \(handle) is open for reading only")))
+            }
+            return .answered(.failure(FileSystemError(.badHandle, "file handle \(handle) is not open")))
+        }
+        guard offset >= 0 else { return .answered(.failure(FileSystemError(.invalidArgument, "negative offset"))) }
+        if writer.scoped != nil { return .needsTokenCheck(writer) }
+        return privilegesStep(writer, context: context)
+    }
+
+    /// After the token's check: the setuid and setgid a write clears, then the bytes.
+    func privilegesStep(_ writer: WriteHandle, context: RequestContext) -> WriteStep {
+        if let permissions = permissionsAfterWrite(writer, context: context) {
+            return .clearsPrivileges(writer, permissions: permissions)
+        }
+        return .needsStaging(writer)
+    }
+
     public func write(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
     ) async throws(FileSystemError) -> Int {
-        guard let writer = writeHandle(handle) else {
-            guard isWritable else { throw readOnly("write") }
-            if state.withLock({ $0.handles[handle] != nil }) {
-                throw FileSystemError(.badHandle, "file handle \(handle) is open for reading only")
+        var step = writeStep(handle, offset: offset, context: context)
+        while true {
+            switch step {
+            case .answered(let result):
+                return try result.get()
+            case .needsTokenCheck(let writer):
+                try await checkWriting(writer, "write", context: context)
+                step = privilegesStep(writer, context: context)
+            case .clearsPrivileges(let writer, let permissions):
+                let changes = AttributeChanges(permissions: permissions)
+                _ = try await settleAttributes(
+                    inode, changesStep(inode, resolve(inode), changes, context: context), changes, handle: nil,
+                    context: context)
+                step = .needsStaging(writer)
+            case .needsStaging(let writer):
+                do {
+                    try await cache.write(writer.staging, data, at: offset)
+                } catch {
+                    throw FileSystemError(error)
+                }
+                return data.count
             }
-            throw FileSystemError(.badHandle, "file handle \(handle) is not open")
         }
-        guard offset >= 0 else { throw FileSystemError(.invalidArgument, "negative offset") }
-        try await checkWriting(writer, "write", context: context)
-        if let permissions = permissionsAfterWrite(writer, context: context) {
-            _ = try await changeAttributes(
-                inode, resolve(inode), AttributeChanges(permissions: permissions), context: context)
-        }
-        do {
-            try await cache.write(writer.staging, data, at: offset)
-        } catch {
-            throw FileSystemError(error)
-        }
-        return data.count
     }
 
-    /// `write` on the FUSE thread (D-387): a plain handle's bytes that its staging file takes at
-    /// once (`LocalWrites.writeNow`: within the first MiB, no copy-back, nobody holding the file).
-    /// A token's handle (its checks) and anything else: nil, for `write`.
+    /// `write` on the FUSE thread (D-387), with `writeStep`'s checks: a plain handle's bytes that
+    /// its staging file takes at once. A token's handle, a write that clears privileges, bytes
+    /// the staging file does not take at once: nil, for `write`.
     public func writeNow(
         _ inode: InodeNumber, handle: FileHandleID, offset: Int64, data: [UInt8], context: RequestContext
     ) -> Result<Int, FileSystemError>? {
-        guard offset >= 0, let writer = writeHandle(handle), writer.scoped == nil,
-            permissionsAfterWrite(writer, context: context) == nil,
-            let outcome = cache.writeNow(writer.staging, data, at: offset)
-        else { return nil }
-        switch outcome {
-        case .success: return .success(data.count)
-        case .failure(let error): return .failure(FileSystemError(error))
+        switch writeStep(handle, offset: offset, context: context) {
+        case .answered(let result):
+            return result
+        case .needsTokenCheck, .clearsPrivileges:
+            return nil
+        case .needsStaging(let writer):
+            switch cache.writeNow(writer.staging, data, at: offset) {
+            case nil: return nil
+            case .success: return .success(data.count)
+            case .failure(let error): return .failure(FileSystemError(error))
+            }
         }
     }
 

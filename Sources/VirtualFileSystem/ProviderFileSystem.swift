@@ -413,21 +413,44 @@ public final class ProviderFileSystem: FileSystem {
         return retired
     }
 
+    /// What the core of `setAttributes` and `setAttributesNow` decides (D-512).
+    enum SetAttributesStep {
+        case answered(Result<NodeAttributes, FileSystemError>)
+        /// A size to set first: `truncate` (ProviderFileSystem+Writes.swift), the async form's
+        /// alone; then `changesStep` with the rest.
+        case truncates(ResolvedNode, to: Int64)
+        /// A chown where the provider stores owners: the owner the node shows, for `ownedChangeStep`
+        /// (a chown to the owner it has changes nothing, D-397).
+        case needsOwner(InodeTable.Node, ItemAttributeChanges)
+        /// The node's item, to make the change at the provider (`atProvider`: it stores them) or
+        /// keep it in the mount (`ProviderCache.keepAttributes`); then `.needsAttributes`.
+        case needsChange(InodeTable.Node, ItemAttributeChanges, atProvider: Bool)
+        /// Nothing (more) to change: getattr's answer.
+        case needsAttributes
+    }
+
+    /// The core of `setAttributes` and `setAttributesNow`: the plain-path policy or the token's
+    /// check, the node, then the size (`.truncates`) or `changesStep`.
+    func setAttributesStep(
+        _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
+    ) -> SetAttributesStep {
+        let resolved = resolve(inode)
+        do throws(FileSystemError) {
+            try checkPlainNode(resolved, "setattr", context: context)
+            _ = try anyNode(inode, resolved, context: context, operation: "setattr")
+        } catch {
+            return .answered(.failure(error))
+        }
+        if let size = changes.size { return .truncates(resolved, to: size) }
+        return changesStep(inode, resolved, changes, context: context)
+    }
+
     public func setAttributes(
         _ inode: InodeNumber, changes: AttributeChanges, handle: FileHandleID?, context: RequestContext
     ) async throws(FileSystemError) -> NodeAttributes {
-        let resolved = resolve(inode)
-        try checkPlainNode(resolved, "setattr", context: context)
-        _ = try anyNode(inode, resolved, context: context, operation: "setattr")
-        if let size = changes.size {
-            // ProviderFileSystem+Writes.swift; then the rest of the changes, if any.
-            _ = try await truncate(inode, resolved, to: size, handle: handle, context: context)
-        }
-        var rest = changes
-        rest.size = nil
-        if rest == AttributeChanges() { return try await getAttributes(inode, context: context) }
-        // ProviderFileSystem+Namespace.swift
-        return try await changeAttributes(inode, resolved, rest, context: context)
+        try await settleAttributes(
+            inode, setAttributesStep(inode, changes: changes, context: context), changes, handle: handle,
+            context: context)
     }
 
     public func readLink(_ inode: InodeNumber, context: RequestContext) async throws(FileSystemError) -> String {
@@ -668,18 +691,18 @@ public final class ProviderFileSystem: FileSystem {
                     inode, node: node, flags: flags, context: context, scoped: accessNode, use: taken)
             }
         case .plain:
-            try checkPlainPath("open", context: context)
-            node = try self.node(inode)
-            if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
-            if flags.wantsWrite || flags.truncates {
-                return try await openForWriting(inode, node: node, flags: flags, context: context)  // +Writes.swift
+            switch plainOpenStep(inode, flags: flags, context: context) {
+            case .answered(let result): return try result.get()
+            case .writing(let plain):
+                return try await openForWriting(inode, node: plain, flags: flags, context: context)  // +Writes.swift
+            case .reading(let plain): node = plain
             }
         }
-        let path = cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue
+        // The claim, revalidation and pin: `openForReadingNow`'s steps, each waited for.
+        let request = readClaimRequest(node, context: context)
         let claim: ReadClaimToken
         do throws(FileSystemError) {
-            claim = try await claims.acquireReadClaim(
-                ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
+            claim = try await claims.acquireReadClaim(request)
         } catch {
             returnScopedUse(use)
             throw error
@@ -687,23 +710,70 @@ public final class ProviderFileSystem: FileSystem {
         let entry: ContentEntry
         let item: ProviderItem
         do throws(FileSystemError) {
-            item = try await self.item(
-                of: node, maximumAge: options.revalidateOnOpen ? .zero : options.cache.attributeTTL)
-            guard item.kind == .file else {
-                throw FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+            item = try await self.item(of: node, maximumAge: openMaximumAge)
+            if let refusal = readOpenRefusal(node, item: item, path: request.relativePath, context: context) {
+                throw refusal
             }
-            if let refusal = downloadRefusal(item, path: path, context: context) { throw refusal }
             do {
                 entry = try await cache.pinContent(of: item)
             } catch {
                 throw FileSystemError(error)
             }
         } catch {
-            claims.releaseReadClaim(claim)
-            returnScopedUse(use)
+            abandonOpen(claim, use: use)
             throw error
         }
         return try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
+    }
+
+    /// What the core of `open` and `openNow` decides for a plain node (D-512).
+    enum OpenStep {
+        case answered(Result<OpenedFile, FileSystemError>)
+        /// An open for writing: `openForWriting` (ProviderFileSystem+Writes.swift), the async form's.
+        case writing(InodeTable.Node)
+        /// An open for reading: its claim, revalidation and pin, waited for by `open`, taken at
+        /// once or declined by `openForReadingNow`.
+        case reading(InodeTable.Node)
+    }
+
+    /// The core of a plain open: the plain-path policy, the node, not a directory, then writing
+    /// or reading.
+    func plainOpenStep(_ inode: InodeNumber, flags: OpenFlags, context: RequestContext) -> OpenStep {
+        do throws(FileSystemError) {
+            try checkPlainPath("open", context: context)
+            let node = try self.node(inode)
+            if node.kind == .directory { throw FileSystemError(.isADirectory, "\(node.identifier) is a directory") }
+            return flags.wantsWrite || flags.truncates ? .writing(node) : .reading(node)
+        } catch {
+            return .answered(.failure(error))
+        }
+    }
+
+    /// The read claim an open of `node` asks for.
+    func readClaimRequest(_ node: InodeTable.Node, context: RequestContext) -> ReadClaimRequest {
+        ReadClaimRequest(
+            relativePath: cache.catalog.path(of: node.identifier) ?? node.identifier.rawValue,
+            identifier: node.identifier, context: context)
+    }
+
+    /// How old the item an open reads may be (D-208's revalidation).
+    var openMaximumAge: Duration { options.revalidateOnOpen ? .zero : options.cache.attributeTTL }
+
+    /// An open's checks of its item: a regular file, whose bytes the download policy lets the
+    /// caller fetch.
+    func readOpenRefusal(
+        _ node: InodeTable.Node, item: ProviderItem, path: String, context: RequestContext
+    ) -> FileSystemError? {
+        guard item.kind == .file else {
+            return FileSystemError(.invalidArgument, "\(node.identifier) is not a regular file")
+        }
+        return downloadRefusal(item, path: path, context: context)
+    }
+
+    /// An open that does not go on after its claim: the claim and the use go back.
+    func abandonOpen(_ claim: ReadClaimToken, use: String?) {
+        claims.releaseReadClaim(claim)
+        returnScopedUse(use)
     }
 
     /// The handle of an open whose claim is held and whose content version is pinned. On a mount
@@ -1117,49 +1187,40 @@ extension ProviderFileSystem: FileSystemFastPath {
         }
     }
 
-    /// On a plain node of a writable mount without the token requirement: a chown to the owner
-    /// and group the node has (the mounting user's, or the provider's, D-397), or an atime alone
-    /// (not kept), answered as the async path would after its checks, with getattr's answer
-    /// (D-382); and a chmod or utimens of a file whose open edit has a publish to come, at a
-    /// provider that stores them, which the edit carries (`LocalWrites.holdAttributes`, D-385),
-    /// or else that `ProviderCache.setAttributesNow` answers at once: held by the upload that
-    /// must come first (a create queued or running, D-460), or made by a provider that answers
-    /// at once (D-426). Anything else: nil.
+    /// setattr on the FUSE thread, with `setAttributesStep`'s checks and decisions: a plain
+    /// node's change that is nothing (a chown to the owner it has, D-382, D-397), or that an open
+    /// edit with a publish to come carries (D-385), or that `ProviderCache.setAttributesNow`
+    /// answers at once: held by the upload that must come first (D-460), or made by a provider
+    /// that answers at once (D-426); then getattr's answer at once. A size, a real chown, an
+    /// access path's node (its token's checks), attributes the mount keeps: nil.
     public func setAttributesNow(
         _ inode: InodeNumber, changes: AttributeChanges, context: RequestContext
     ) -> Result<NodeAttributes, FileSystemError>? {
-        let chowns = changes.uid != nil || changes.gid != nil
-        guard changes.size == nil,
-            ownsItems || changes.uid == nil || changes.uid == options.uid,
-            ownsItems || changes.gid == nil || changes.gid == options.gid,
-            isWritable, !requiresToken, inode != .root, let node = state.withLock({ $0.inodes[inode] }),
-            removedAttributes(inode) == nil
-        else { return nil }
-        if changes.permissions != nil || changes.modificationTime != nil {
-            // An edit carries no chown (and no atime: an edit's upload makes a new file).
-            guard !chowns || !ownsItems, node.kind == .file, cache.providerCapabilities.contains(.storesAttributes)
-            else { return nil }
-            if !cache.holdAttributes(Self.itemChanges(changes, keepingAccessTime: false), of: node.identifier) {
-                // No edit to carry it: held by the upload that must come first (D-460), or made
-                // at the provider now, where it answers at once (D-426), as `changeAttributes`
-                // makes it (a chown to the mounting user is no change).
-                var wanted = Self.itemChanges(changes)
-                (wanted.uid, wanted.gid) = (nil, nil)
-                guard let outcome = cache.setAttributesNow(of: node.identifier, wanted) else { return nil }
+        guard case .plain = resolve(inode) else { return nil }
+        var step = setAttributesStep(inode, changes: changes, context: context)
+        while true {
+            switch step {
+            case .answered(let result):
+                return result
+            case .truncates:
+                return nil
+            case .needsOwner(let node, let wanted):
+                guard let item = cache.catalog.itemNow(node.identifier, maximumAge: options.cache.attributeTTL),
+                    item.kind == node.kind || node.identifier == .root
+                else { return nil }
+                step = ownedChangeStep(node, wanted, owner: shownOwner(of: cache.shown(item)))
+            case .needsChange(let node, let wanted, let atProvider):
+                // A removed node's item and the root's are the async path's to find.
+                guard atProvider, wanted.uid == nil, wanted.gid == nil, inode != .root, removedAttributes(inode) == nil,
+                    let outcome = cache.setAttributesNow(of: node.identifier, wanted)
+                else { return nil }
                 if case .failure(let error) = outcome { return .failure(FileSystemError(error)) }
-                if wanted.modificationTime != nil { cache.modificationSet(of: node.identifier) }
+                attributesChanged(wanted, of: node.identifier)
+                step = .needsAttributes
+            case .needsAttributes:
+                return getAttributesNow(inode, context: context)
             }
-        } else if changes.accessTime != nil, cache.providerCapabilities.contains(.storesAttributes) {
-            return nil  // an atime the provider keeps
         }
-        let answer = getAttributesNow(inode, context: context)
-        // At a provider that stores owners: only a chown to the owner the node has already.
-        if chowns, ownsItems {
-            guard case .success(let attributes)? = answer, changes.uid ?? attributes.uid == attributes.uid,
-                changes.gid ?? attributes.gid == attributes.gid
-            else { return nil }
-        }
-        return answer
     }
 
     /// getxattr of a name other than the mount's own (`user.providerfs.*`) on a plain node,
@@ -1212,41 +1273,50 @@ extension ProviderFileSystem: FileSystemFastPath {
 
     /// An open for reading whose claim is granted at once, whose revalidation the cache or the
     /// provider answers at once (`Catalog.itemNow`: D-208's revalidation still happens) and
-    /// whose content entry exists or is opened from the local disk (D-229). Same order as the
-    /// async `open`: claim, then revalidation, then pin. Anything else, every error included, is
-    /// left to `open`, with nothing held.
+    /// whose content entry exists or is opened from the local disk (D-229), after
+    /// `plainOpenStep`'s checks. Anything else is left to `open`, with nothing held.
     public func openNow(
         _ inode: InodeNumber, flags: OpenFlags, context: RequestContext
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard let node = state.withLock({ $0.inodes[inode] }) else {
+        guard state.withLock({ $0.inodes[inode] != nil }) else {
             guard case .scoped(let scoped) = resolve(inode) else { return nil }
             return scopedOpenNow(inode, scoped, flags: flags, context: context)
         }
         // Require-token mode: every open of a plain node is the async path's, which asks the policy.
-        guard !requiresToken, !flags.wantsWrite, !flags.truncates, node.kind == .file else { return nil }
-        return openForReadingNow(inode, node, context: context)
+        guard !requiresToken else { return nil }
+        switch plainOpenStep(inode, flags: flags, context: context) {
+        case .answered(let result): return result
+        case .writing: return nil
+        case .reading(let node): return openForReadingNow(inode, node, context: context)
+        }
     }
 
-    /// The claim, revalidation and pin of an open for reading, each at once, in `open`'s order;
-    /// nil when one is not at hand, with nothing held and the use (`scoped`'s) given back.
+    /// `open`'s claim, revalidation and pin of an open for reading, each at once, in its order
+    /// and with its checks; nil when one is not at hand, with nothing held and the use
+    /// (`scoped`'s) given back.
     func openForReadingNow(
         _ inode: InodeNumber, _ node: InodeTable.Node, context: RequestContext, scoped: ScopedNode? = nil,
         use: String? = nil
     ) -> Result<OpenedFile, FileSystemError>? {
-        guard let path = cache.catalog.path(of: node.identifier),
-            let claim = claims.acquireReadClaimNow(
-                ReadClaimRequest(relativePath: path, identifier: node.identifier, context: context))
-        else {
+        let request = readClaimRequest(node, context: context)
+        guard let claim = claims.acquireReadClaimNow(request) else {
             returnScopedUse(use)
             return nil
         }
-        let maximumAge = options.revalidateOnOpen ? Duration.zero : options.cache.attributeTTL
-        // A file not all here, with a download policy: the async path asks it.
-        guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge), item.kind == .file,
-            options.downloads == nil || cache.hasAllContent(of: item), let entry = cache.pinContentNow(of: item)
+        // A kind that changed is `open`'s to word; a file not all here, with a download policy:
+        // `open` asks it.
+        guard let item = cache.catalog.itemNow(node.identifier, maximumAge: openMaximumAge), item.kind == node.kind,
+            options.downloads == nil || cache.hasAllContent(of: item)
         else {
-            claims.releaseReadClaim(claim)
-            returnScopedUse(use)
+            abandonOpen(claim, use: use)
+            return nil
+        }
+        if let refusal = readOpenRefusal(node, item: item, path: request.relativePath, context: context) {
+            abandonOpen(claim, use: use)
+            return .failure(refusal)
+        }
+        guard let entry = cache.pinContentNow(of: item) else {
+            abandonOpen(claim, use: use)
             return nil
         }
         do throws(FileSystemError) {

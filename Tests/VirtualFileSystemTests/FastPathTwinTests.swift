@@ -28,7 +28,7 @@ import Glibc
 @Suite("Fast path twins: the immediate answers are the async ones")
 struct FastPathTwinTests {
     @Test(
-        "lookupNow, getAttributesNow, setAttributesNow, openNow, readNow, flushNow, releaseNow agree with their async twins"
+        "lookupNow, getAttributesNow, setAttributesNow, openNow, readNow, writeNow, flushNow, releaseNow agree with their async twins"
     )
     func fileSystemTwinsAgree() async throws {
         let baseSeed = SeededRandom.seedFromEnvironment()
@@ -46,7 +46,10 @@ struct FastPathTwinTests {
             }
             answered.merge(run.answered, uniquingKeysWith: +)
         }
-        for twin in ["lookup", "lookup miss", "getattr", "setattr", "getxattr", "open", "read", "flush", "release"] {
+        for twin in [
+            "lookup", "lookup miss", "getattr", "setattr", "getxattr", "open", "read", "write", "write ok", "flush",
+            "release",
+        ] {
             #expect(answered[twin, default: 0] > 0, "the immediate \(twin) never answered: the check is empty")
         }
     }
@@ -161,6 +164,9 @@ private final class TwinRun: @unchecked Sendable {
     var nodes: [String: (inode: InodeNumber, isDirectory: Bool)] = ["": (.root, true)]
     /// Open handles (same number in both).
     var handles: [(inode: InodeNumber, handle: FileHandleID)] = []
+    /// Handles open for writing (same number in both), kept open: a release publishes, and both
+    /// instances publishing to the one provider would part them.
+    var writers: [(inode: InodeNumber, handle: FileHandleID)] = []
     var answered: [String: Int] = [:]
     var mismatches: [String] = []
     var contentSeed: UInt64 = 1
@@ -176,6 +182,9 @@ private final class TwinRun: @unchecked Sendable {
     var scopedRoot: InodeNumber?
 
     static let paths = ["a", "b", "d", "d/e", "d/f", "d/g"]
+    /// The file the write twin writes, known to no other twin: an edit's times are the clock's
+    /// at each write, different in the two instances.
+    static let written = "w"
 
     init(seed: UInt64, scoped: Bool = false) throws {
         random = SeededRandom(seed: seed)
@@ -194,7 +203,7 @@ private final class TwinRun: @unchecked Sendable {
         // seed's parity, so that the eight sequences always include writable ones.
         options.writable = seed % 2 == 0
         provider.addDirectory("d")
-        for path in ["a", "d/e", "d/f"] { provider.putFile(path, .ramp(seed: 1, size: 100_000)) }
+        for path in ["a", "d/e", "d/f", Self.written] { provider.putFile(path, .ramp(seed: 1, size: 100_000)) }
         provider.answersImmediately = true
         directories = [
             try TemporaryDirectory(prefix: "providerfs-twin"), try TemporaryDirectory(prefix: "providerfs-twin"),
@@ -234,7 +243,7 @@ private final class TwinRun: @unchecked Sendable {
     func execute(steps: Int) async -> [String] {
         for step in 0..<steps {
             await settle()
-            switch random.next() % 14 {
+            switch random.next() % 16 {
             case 0: clock.advance(by: pick([.milliseconds(100), .milliseconds(600), .milliseconds(1100), .seconds(6)]))
             case 1: remoteChange()
             case 2: provider.answersImmediately.toggle()
@@ -245,6 +254,7 @@ private final class TwinRun: @unchecked Sendable {
             case 8: await checkOpen(step)
             case 9, 10: await checkRead(step)
             case 11, 12: await checkSetAttributes(step)
+            case 14, 15: await checkWrite(step)
             default: await checkRelease(step)
             }
         }
@@ -374,6 +384,58 @@ private final class TwinRun: @unchecked Sendable {
         }
         answered["setattr", default: 0] += 1
         expectEqual("step \(step): setattr \(changes) of \(path)", Outcome(immediate), async)
+    }
+
+    /// A write through a handle both instances opened for writing (`written`, truncated or not;
+    /// only a writable mount opens one), or through a read handle (EBADF, or EROFS on a
+    /// read-only mount). A write the immediate path declines is made the async way in both.
+    func checkWrite(_ step: Int) async {
+        if now.isWritable, writers.count < 3, writers.isEmpty || random.next() % 4 == 0 {
+            let found = await outcome { () throws(FileSystemError) in
+                try await self.now.lookup(parent: .root, name: Self.written, context: .kernel).inode
+            }
+            let other = await outcome { () throws(FileSystemError) in
+                try await self.slow.lookup(parent: .root, name: Self.written, context: .kernel).inode
+            }
+            expectEqual("step \(step): mirrored lookup \(Self.written)", found, other)
+            guard case .success(let file) = found, case .success(file) = other else { return }
+            let flags = OpenFlags(rawValue: pick([O_WRONLY, O_RDWR, O_WRONLY | O_TRUNC]))
+            let first = await outcome { () throws(FileSystemError) in
+                try await self.now.open(file, flags: flags, context: .kernel).handle
+            }
+            let second = await outcome { () throws(FileSystemError) in
+                try await self.slow.open(file, flags: flags, context: .kernel).handle
+            }
+            expectEqual("step \(step): mirrored open \(file) for writing", first, second)
+            if case .success(let handle) = first, case .success(handle) = second { writers.append((file, handle)) }
+        }
+        let readers = random.next() % 4 == 0 || writers.isEmpty
+        guard let target = readers ? (handles.isEmpty ? nil : pick(handles)) : pick(writers) else { return }
+        let (file, handle) = target
+        let offset = Int64(random.next() % 120_000)
+        let data = (0..<Int(random.next() % 4_096)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        guard let immediate = now.writeNow(file, handle: handle, offset: offset, data: data, context: .kernel) else {
+            let first = await outcome { () throws(FileSystemError) in
+                try await self.now.write(file, handle: handle, offset: offset, data: data, context: .kernel)
+            }
+            let second = await outcome { () throws(FileSystemError) in
+                try await self.slow.write(file, handle: handle, offset: offset, data: data, context: .kernel)
+            }
+            expectEqual("step \(step): mirrored write \(offset)+\(data.count) to \(handle)", first, second)
+            return
+        }
+        let async = await outcome { () throws(FileSystemError) in
+            try await self.slow.write(file, handle: handle, offset: offset, data: data, context: .kernel)
+        }
+        answered["write", default: 0] += 1
+        if case .success = immediate { answered["write ok", default: 0] += 1 }
+        expectEqual("step \(step): write \(offset)+\(data.count) to \(handle)", Outcome(immediate), async)
+        // What the write left: the edit's length.
+        let sizes = await (
+            outcome { () throws(FileSystemError) in try await self.now.getAttributes(file, context: .kernel).size },
+            outcome { () throws(FileSystemError) in try await self.slow.getAttributes(file, context: .kernel).size }
+        )
+        expectEqual("step \(step): size after the write to \(handle)", sizes.0, sizes.1)
     }
 
     func checkOpen(_ step: Int) async {
