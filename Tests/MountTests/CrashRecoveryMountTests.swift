@@ -41,7 +41,8 @@ struct CrashRecoveryMountTests {
         return total
     }
 
-    @Test(arguments: ProviderKind.available)
+    // One provider at a time: each case writes a gigabyte, which the others' syncs would wait for.
+    @Test(.serialized, arguments: ProviderKind.available)
     func aKilledDaemonRefetchesAtMostItsLastSecondAndAtMost256MiB(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         let fixture = try SourceMount(prefix: "crash-mount", kind: kind)
@@ -52,7 +53,10 @@ struct CrashRecoveryMountTests {
         // chunk of zeros, so every byte is written to the cache file and counts.
         let made = try shell(
             "head -c 16M /dev/urandom > \(quoted(tree + "/seed")) && for i in $(seq 64); do cat \(quoted(tree + "/seed")); done"
-                + " > \(quoted(tree + "/big.bin")) && rm \(quoted(tree + "/seed"))", timeout: .seconds(120))
+                + " > \(quoted(tree + "/big.bin")) && rm \(quoted(tree + "/seed"))"
+                // Synced before the mount: ext4's ordered journal would make the daemon's first
+                // fdatasync wait for this gigabyte of the test's own (seconds on a slow disk).
+                + " && sync \(quoted(tree + "/big.bin"))", timeout: .seconds(120))
         #expect(made.status == 0, "\(made)")
 
         let first = fixture.mount
