@@ -383,17 +383,34 @@ struct ImportRun {
     /// The coordinated read: the claim (and, in a mount, the download of what is missing), then
     /// the copy into a new, locked staging file, synced before the claim is released.
     mutating func readIntoStaging(_ source: String) throws(ImportFailure) -> Copied {
-        let stagingPath = location.staging + "/" + UUID().uuidString.lowercased() + ".partial"
-        let descriptor = open(stagingPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            let message = Errno.current.message
+        // Locked until the import ends: reconcile in another process leaves a locked file alone.
+        // One that met the file between its creation and the lock removed it (it unlinks only
+        // while it holds the lock): the file is made again under a new name.
+        var made: (path: String, descriptor: Int32)?
+        for _ in 0..<8 where made == nil {
+            let path = location.staging + "/" + UUID().uuidString.lowercased() + ".partial"
+            let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else {
+                let message = Errno.current.message
+                stages.append(StageResult(stage: .read, outcome: .failed, milliseconds: 0, detail: message))
+                throw ImportFailure(.read, "cannot create the staging file: \(message)")
+            }
+            _ = flock(descriptor, LOCK_EX)
+            var opened = stat()
+            var named = stat()
+            if fstat(descriptor, &opened) == 0, stat(path, &named) == 0, opened.st_ino == named.st_ino {
+                made = (path, descriptor)
+            } else {
+                close(descriptor)
+            }
+        }
+        guard let (stagingPath, descriptor) = made else {
+            let message = "its staging file was removed by another process as it was made, 8 times"
             stages.append(StageResult(stage: .read, outcome: .failed, milliseconds: 0, detail: message))
             throw ImportFailure(.read, "cannot create the staging file: \(message)")
         }
         self.stagingPath = stagingPath
         stagingDescriptor = descriptor
-        // Held until the import ends: reconcile in another process leaves a locked file alone.
-        _ = flock(descriptor, LOCK_EX)
 
         let coordinator = FileCoordinator()
         // A cancel also interrupts this thread's blocked open or read of the source: the

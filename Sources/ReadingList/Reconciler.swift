@@ -47,11 +47,11 @@ public enum Reconciler {
         // Staging files: a live import holds its file's lock.
         for name in staged.sorted() {
             let path = location.staging + "/" + name
-            if isLocked(path) {
-                report.inProgress += 1
-                continue
+            switch removeUnlessLocked(path) {
+            case nil: report.inProgress += 1
+            case true?: report.removedFiles.append("staging/" + name)
+            case false?: break
             }
-            if unlink(path) == 0 { report.removedFiles.append("staging/" + name) }
         }
 
         for record in records {
@@ -148,6 +148,17 @@ public enum Reconciler {
             hasher.update(UnsafeRawBufferPointer(start: buffer, count: count))
         }
         return hexString(hasher.finalize())
+    }
+
+    /// Removes `path` unless another open file description holds its lock: nil when one does,
+    /// else whether it was removed. The unlink happens while this holds the lock, so an import
+    /// that created the file and locks it only now finds its name gone and makes another.
+    static func removeUnlessLocked(_ path: String) -> Bool? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else { return errno == EWOULDBLOCK ? nil : false }
+        return unlink(path) == 0
     }
 
     /// Whether another open file description holds a lock on `path`.
