@@ -413,23 +413,8 @@ struct WebDAVProviderServerTests {
 
     /// A server that accepts connections and never answers: every request ends at its deadline.
     @Test func aServerThatNeverAnswersTimesOut() async throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(fd >= 0)
+        let (fd, port) = silentServer()
         defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        #expect(listen(fd, 16) == 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        let port = UInt16(bigEndian: address.sin_port)
         var configuration = WebDAVConfiguration(location: try WebDAVLocation("http://127.0.0.1:\(port)/"))
         configuration.requestTimeout = .milliseconds(400)
         configuration.stallTimeout = .milliseconds(1500)
@@ -451,23 +436,8 @@ struct WebDAVProviderServerTests {
     /// ends at once with CancellationError, long before its stall deadline (it waited for the
     /// answer in a loop whose wait returned at once once cancelled: a spin until the deadline).
     @Test func aFetchCancelledBeforeTheAnswerEndsAtOnce() async throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(fd >= 0)
+        let (fd, port) = silentServer()
         defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        #expect(listen(fd, 16) == 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        let port = UInt16(bigEndian: address.sin_port)
         var configuration = WebDAVConfiguration(location: try WebDAVLocation("http://127.0.0.1:\(port)/"))
         configuration.stallTimeout = .seconds(30)
         let provider = WebDAVProvider(configuration: configuration)
@@ -488,6 +458,28 @@ struct WebDAVProviderServerTests {
 }
 
 // MARK: Helpers
+
+/// A socket on 127.0.0.1 that accepts connections (the kernel's backlog) and never answers: its
+/// descriptor (the caller closes it) and port.
+func silentServer() -> (descriptor: Int32, port: UInt16) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    #expect(fd >= 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+    _ = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    }
+    #expect(listen(fd, 16) == 0)
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    let port = UInt16(bigEndian: address.sin_port)
+    return (fd, port)
+}
 
 /// The WebDAV servers the behaviour-alike tests run against.
 enum DAVServer: String, CaseIterable, CustomTestStringConvertible, Sendable {
