@@ -153,6 +153,10 @@ struct MountCoordinationTests {
                 "$P" coordinate --write "$F" --timeout 10s -- sh "$T/cmd.sh" &
                 wrapper=$!
                 wait_for "$T/cmd.pid" || { echo "CMD never started"; exit 1; }
+                # D-406's window: the wrapper names CMD right after the spawn, but on a loaded
+                # machine CMD can start before the wrapper runs again. Kill once the claim is CMD's.
+                i=0; until "$P" claims --mount \(mountpoint) --json | grep -q '"pid":'"$(cat "$T/cmd.pid")"'[,}]'; do
+                  i=$((i+1)); [ $i -gt 800 ] && { echo "the claim never named CMD"; break; }; sleep 0.025; done
                 kill -9 $wrapper; wait $wrapper 2>/dev/null
                 touch "$T/killed"
                 i=0; while [ ! -e "$T/append" ]; do i=$((i+1)); [ $i -gt 1600 ] && break; sleep 0.025; done
@@ -173,6 +177,7 @@ struct MountCoordinationTests {
         let output = result.output
         let lines = output.split(separator: "\n").map(String.init)
         #expect(!output.contains("did not wait"), "\(output)\(result.error)")
+        #expect(!output.contains("never named CMD"), "\(output)\(result.error)")
         #expect(lines.contains("second=0"), "\(output)\(result.error)")
         // The append succeeded well under the claim deadline (20 s), measured as a ratio.
         let append = try #require(lines.first { $0.hasPrefix("append=") }).dropFirst(7).split(separator: " ")
