@@ -698,32 +698,39 @@ public final class ProviderFileSystem: FileSystem {
             case .reading(let plain): node = plain
             }
         }
-        // The claim, revalidation and pin: `openForReadingNow`'s steps, each waited for.
+        // The claim, revalidation and pin, in `readOpenStep`'s order, each waited for.
         let request = readClaimRequest(node, context: context)
-        let claim: ReadClaimToken
-        do throws(FileSystemError) {
-            claim = try await claims.acquireReadClaim(request)
-        } catch {
-            returnScopedUse(use)
-            throw error
-        }
-        let entry: ContentEntry
-        let item: ProviderItem
-        do throws(FileSystemError) {
-            item = try await self.item(of: node, maximumAge: openMaximumAge)
-            if let refusal = readOpenRefusal(node, item: item, path: request.relativePath, context: context) {
+        var taken = ReadOpenProgress()
+        while true {
+            switch readOpenStep(node, taken, request: request, context: context) {
+            case .claim:
+                do throws(FileSystemError) {
+                    taken.claim = try await claims.acquireReadClaim(request)
+                } catch {
+                    returnScopedUse(use)
+                    throw error
+                }
+            case .item(let claim, let maximumAge):
+                do throws(FileSystemError) {
+                    taken.item = try await self.item(of: node, maximumAge: maximumAge)
+                } catch {
+                    abandonOpen(claim, use: use)
+                    throw error
+                }
+            case .pin(let claim, let item):
+                do {
+                    taken.entry = try await cache.pinContent(of: item)
+                } catch {
+                    abandonOpen(claim, use: use)
+                    throw FileSystemError(error)
+                }
+            case .refused(let claim, let refusal):
+                abandonOpen(claim, use: use)
                 throw refusal
+            case .open(let claim, let item, let entry):
+                return try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
             }
-            do {
-                entry = try await cache.pinContent(of: item)
-            } catch {
-                throw FileSystemError(error)
-            }
-        } catch {
-            abandonOpen(claim, use: use)
-            throw error
         }
-        return try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
     }
 
     /// What the core of `open` and `openNow` decides for a plain node (D-512).
@@ -747,6 +754,42 @@ public final class ProviderFileSystem: FileSystem {
         } catch {
             return .answered(.failure(error))
         }
+    }
+
+    /// What a read open has taken so far: `readOpenStep`'s input.
+    struct ReadOpenProgress {
+        var claim: ReadClaimToken?
+        var item: ProviderItem?
+        var entry: ContentEntry?
+    }
+
+    /// What a read open does next (D-512): take its claim, then its item (revalidated), then its
+    /// content pin, or stop, giving back what it holds.
+    enum ReadOpenStep {
+        case claim
+        case item(ReadClaimToken, maximumAge: Duration)
+        case pin(ReadClaimToken, ProviderItem)
+        /// The item's checks refused the open: the claim and the use go back.
+        case refused(ReadClaimToken, FileSystemError)
+        case open(ReadClaimToken, ProviderItem, ContentEntry)
+    }
+
+    /// The core of a read open, shared by `open` (each step waited for) and `openForReadingNow`
+    /// (each taken at once or declined): the order of the claim, the revalidation and the pin,
+    /// and the checks between them.
+    func readOpenStep(
+        _ node: InodeTable.Node, _ taken: ReadOpenProgress, request: ReadClaimRequest, context: RequestContext
+    ) -> ReadOpenStep {
+        guard let claim = taken.claim else { return .claim }
+        guard let item = taken.item else { return .item(claim, maximumAge: openMaximumAge) }
+        guard let entry = taken.entry else {
+            // The item's checks, once, before the pin.
+            if let refusal = readOpenRefusal(node, item: item, path: request.relativePath, context: context) {
+                return .refused(claim, refusal)
+            }
+            return .pin(claim, item)
+        }
+        return .open(claim, item, entry)
     }
 
     /// The read claim an open of `node` asks for.
@@ -1291,38 +1334,50 @@ extension ProviderFileSystem: FileSystemFastPath {
         }
     }
 
-    /// `open`'s claim, revalidation and pin of an open for reading, each at once, in its order
-    /// and with its checks; nil when one is not at hand, with nothing held and the use
-    /// (`scoped`'s) given back.
+    /// `open`'s claim, revalidation and pin of an open for reading (`readOpenStep`), each taken
+    /// at once; nil when one is not at hand, with nothing held and the use (`scoped`'s) given
+    /// back.
     func openForReadingNow(
         _ inode: InodeNumber, _ node: InodeTable.Node, context: RequestContext, scoped: ScopedNode? = nil,
         use: String? = nil
     ) -> Result<OpenedFile, FileSystemError>? {
         let request = readClaimRequest(node, context: context)
-        guard let claim = claims.acquireReadClaimNow(request) else {
-            returnScopedUse(use)
-            return nil
-        }
-        // A kind that changed is `open`'s to word; a file not all here, with a download policy:
-        // `open` asks it.
-        guard let item = cache.catalog.itemNow(node.identifier, maximumAge: openMaximumAge), item.kind == node.kind,
-            options.downloads == nil || cache.hasAllContent(of: item)
-        else {
-            abandonOpen(claim, use: use)
-            return nil
-        }
-        if let refusal = readOpenRefusal(node, item: item, path: request.relativePath, context: context) {
-            abandonOpen(claim, use: use)
-            return .failure(refusal)
-        }
-        guard let entry = cache.pinContentNow(of: item) else {
-            abandonOpen(claim, use: use)
-            return nil
-        }
-        do throws(FileSystemError) {
-            return .success(try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use))
-        } catch {
-            return .failure(error)
+        var taken = ReadOpenProgress()
+        while true {
+            switch readOpenStep(node, taken, request: request, context: context) {
+            case .claim:
+                taken.claim = claims.acquireReadClaimNow(request)
+                if taken.claim == nil {
+                    returnScopedUse(use)
+                    return nil
+                }
+            case .item(let claim, let maximumAge):
+                // A kind that changed is `open`'s to word; a file not all here, with a download
+                // policy: `open` asks it.
+                guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge),
+                    item.kind == node.kind, options.downloads == nil || cache.hasAllContent(of: item)
+                else {
+                    abandonOpen(claim, use: use)
+                    return nil
+                }
+                taken.item = item
+            case .pin(let claim, let item):
+                taken.entry = cache.pinContentNow(of: item)
+                if taken.entry == nil {
+                    abandonOpen(claim, use: use)
+                    return nil
+                }
+            case .refused(let claim, let refusal):
+                abandonOpen(claim, use: use)
+                return .failure(refusal)
+            case .open(let claim, let item, let entry):
+                do throws(FileSystemError) {
+                    return .success(
+                        try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use))
+                } catch {
+                    return .failure(error)
+                }
+            }
         }
     }
 
