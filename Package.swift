@@ -105,7 +105,8 @@ let package = Package(
             dependencies: ["FileCoordination", "ReadingList", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(name: "ScopedAccessTests", dependencies: ["ScopedAccess"]),
         .testTarget(
-            name: "AccessTokensTests", dependencies: ["AccessTokens", "SQLiteStore", "SystemSupport", "TestSupport"]),
+            name: "AccessTokensTests",
+            dependencies: ["AccessTokens", "SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(
             name: "SQLiteStoreTests", dependencies: ["SQLiteStore", "SystemSupport", "TestSupport", "TestScheduling"]),
         .testTarget(

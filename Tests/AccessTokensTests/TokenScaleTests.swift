@@ -1,8 +1,11 @@
 import AccessTokens
 import Foundation
+import TestScheduling
 import Testing
 
-@Suite("Token scale")
+// CPU-bound for minutes under ThreadSanitizer: off the cooperative pool, whose two threads on CI
+// it held with the demo test while watchdog-bounded tests timed out (TSan run, 2026-12-07).
+@Suite("Token scale", .blockingThreads)
 struct TokenScaleTests {
     /// Processor seconds the calling thread took to grant `count` tokens and check each of them
     /// twice (plus one unknown check per token), and to list them. The authority has no store here,

@@ -2,6 +2,7 @@ import ProviderCache
 import ProviderFSCommands
 import ProviderModel
 import SystemSupport
+import TestScheduling
 import TestSupport
 import Testing
 import VirtualFileSystem
@@ -139,7 +140,8 @@ struct LocalEndToEndTests {
     }
 }
 
-@Suite("Demo through the file system")
+// Generating the demo source is CPU-bound for minutes under ThreadSanitizer: off the pool.
+@Suite("Demo through the file system", .blockingThreads)
 struct DemoFileSystemTests {
     @Test("the demo mounts: README reads, the 1 GiB file answers a far read at once, the failing item gives EIO")
     func demo() async throws {
