@@ -6,7 +6,9 @@
 #   Benchmarks/reading-list.sh --many [COUNT] [REPETITIONS]  (defaults 200 and 3)
 # --many (issue 28: start-up): COUNT small PDFs (one page, < 1 KiB), each imported by a process of
 # its own, against `cp` + `qpdf --check` of each; target <= 2x. Also prints the start-up cost
-# (`reading-list --version`, and `list` of the library the imports made).
+# (`reading-list --version`, and `list` and `reconcile` of the library the imports made).
+# READING_LIST_COMPARE=BINARY (with --many): another reading-list binary (say, one built from main)
+# imports the same files in the same rounds, alternating, and gets its own rows: an A/B in one run.
 # Builds the release binaries, writes a PDF of SIZE_MIB in a source directory, mounts it with
 # providerfs, materializes it, then alternates the two commands REPETITIONS times and prints
 # each run and the medians and their ratio. Both read the same materialized item through the
@@ -28,9 +30,9 @@ fi
 
 Scripts/install-deps
 echo "== release build" >&2
-swift build -c release --product providerfs >&2
-swift build -c release --product reading-list >&2
-bin="$(swift build -c release --show-bin-path)"
+swift build -c release --product providerfs -Xswiftc -warnings-as-errors >&2
+swift build -c release --product reading-list -Xswiftc -warnings-as-errors >&2
+bin="$(swift build -c release -Xswiftc -warnings-as-errors --show-bin-path)"
 
 work="$(mktemp -d /tmp/providerfs-bench-reading-list.XXXXXX)"
 daemon=""
@@ -107,41 +109,69 @@ if [[ -n "$MANY" ]]; then
     "$bin/providerfs" download "$work/mnt/many" >/dev/null
     echo "## reading-list: $MANY small PDFs, one process each, vs cp + qpdf --check of each ($REPETITIONS rounds, alternating)"
     echo
+    binaries=("$bin/reading-list")
+    [[ -n "${READING_LIST_COMPARE:-}" ]] && binaries+=("$READING_LIST_COMPARE")
     baseline=()
-    imports=()
+    imports=("" "")
     for run in $(seq "$REPETITIONS"); do
-        rm -rf "$work/copies" "$work/app"
+        rm -rf "$work/copies"
         mkdir -p "$work/copies"
         sync
         b="$(seconds sh -c "for f in '$work/mnt/many'/*.pdf; do cp \"\$f\" '$work/copies/' && qpdf --check \"\$f\" || exit 1; done")" \
             || { echo "cp + qpdf --check failed" >&2; exit 1; }
-        sync
-        i="$(seconds sh -c "for f in '$work/mnt/many'/*.pdf; do '$bin/reading-list' import \"\$f\" --data-dir '$work/app' || exit 1; done")" \
-            || { echo "an import failed: $("$bin/reading-list" report --data-dir "$work/app" --limit 1)" >&2; exit 1; }
-        imported="$("$bin/reading-list" list --json --data-dir "$work/app" | grep -c .)"
-        [[ "$imported" -eq "$MANY" ]] || { echo "the library holds $imported documents, not $MANY" >&2; exit 1; }
         baseline+=("$b")
-        imports+=("$i")
-        echo "round $run: cp + qpdf --check $b s, imports $i s"
+        line="round $run: cp + qpdf --check $b s"
+        for n in "${!binaries[@]}"; do
+            exe="${binaries[$n]}"
+            rm -rf "$work/app$n"
+            sync
+            i="$(seconds sh -c "for f in '$work/mnt/many'/*.pdf; do '$exe' import \"\$f\" --data-dir '$work/app$n' || exit 1; done")" \
+                || { echo "an import failed: $("$exe" report --data-dir "$work/app$n" --limit 1)" >&2; exit 1; }
+            imported="$("$exe" list --json --data-dir "$work/app$n" | grep -c .)"
+            [[ "$imported" -eq "$MANY" ]] || { echo "the library holds $imported documents, not $MANY" >&2; exit 1; }
+            imports[n]+=" $i"
+            line+=", imports ($exe) $i s"
+        done
+        echo "$line"
     done
-    version="$(seconds sh -c "for n in \$(seq 20); do '$bin/reading-list' --version || exit 1; done")"
-    listing="$(seconds sh -c "for n in \$(seq 20); do '$bin/reading-list' list --data-dir '$work/app' || exit 1; done")"
+    # The start-up alone, each binary with the library its imports made (4 x 5 runs, alternating).
+    startup=("" "")
+    for round in 1 2 3 4; do
+        for n in "${!binaries[@]}"; do
+            exe="${binaries[$n]}"
+            v="$(seconds sh -c "for n in 1 2 3 4 5; do '$exe' --version || exit 1; done")"
+            l="$(seconds sh -c "for n in 1 2 3 4 5; do '$exe' list --data-dir '$work/app$n' || exit 1; done")"
+            r="$(seconds sh -c "for n in 1 2 3 4 5; do '$exe' reconcile --data-dir '$work/app$n' || exit 1; done")"
+            startup[n]+=" $v,$l,$r"
+        done
+    done
     verdict=0
-    python3 - "${baseline[*]}" "${imports[*]}" "$MANY" "$version" "$listing" <<'PY' || verdict=$?
+    python3 - "$MANY" "${baseline[*]}" "${binaries[@]}" -- "${imports[@]:0:${#binaries[@]}}" -- \
+        "${startup[@]:0:${#binaries[@]}}" <<'PY' || verdict=$?
 import statistics, sys
-baseline = [float(x) for x in sys.argv[1].split()]
-imports = [float(x) for x in sys.argv[2].split()]
-count, version, listing = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-b, i = statistics.median(baseline), statistics.median(imports)
+count, baseline = int(sys.argv[1]), [float(x) for x in sys.argv[2].split()]
+rest = sys.argv[3:]
+first = rest.index("--")
+names = rest[:first]
+imports = [[float(x) for x in r.split()] for r in rest[first + 1:first + 1 + len(names)]]
+startups = rest[first + 2 + len(names):]
+b = statistics.median(baseline)
 print()
-print("| | median, whole round | per file |")
-print("|---|---|---|")
-print(f"| cp + qpdf --check | {b:.3f} s | {b / count * 1000:.1f} ms |")
-print(f"| reading-list import | {i:.3f} s | {i / count * 1000:.1f} ms |")
-print(f"| start-up: reading-list --version | | {version / 20 * 1000:.1f} ms |")
-print(f"| start-up and reconcile: reading-list list ({count} documents) | | {listing / 20 * 1000:.1f} ms |")
+print("| | median, whole round | per file | / (cp + qpdf --check) |")
+print("|---|---|---|---|")
+print(f"| cp + qpdf --check | {b:.3f} s | {b / count * 1000:.1f} ms | 1.00 |")
+ratios = []
+for name, rounds in zip(names, imports):
+    i = statistics.median(rounds)
+    ratios.append(i / b)
+    print(f"| reading-list import ({name}) | {i:.3f} s | {i / count * 1000:.1f} ms | {i / b:.2f} |")
+for name, row in zip(names, startups):
+    samples = [[float(x) for x in s.split(",")] for s in row.split()]
+    v, l, r = (statistics.median(column) / 5 * 1000 for column in zip(*samples))
+    print(f"| start-up ({name}): --version / list / reconcile of {count} documents, per process | | "
+          f"{v:.1f} / {l:.1f} / {r:.1f} ms | |")
 print()
-ratio = i / b
+ratio = ratios[0]
 print(f"import / (cp + qpdf --check) = {ratio:.2f} (target: <= 2.00): {'met' if ratio <= 2.0 else 'MISSED'}")
 sys.exit(0 if ratio <= 2.0 else 3)
 PY

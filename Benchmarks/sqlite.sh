@@ -34,8 +34,8 @@ trap 'rm -rf "$work"' EXIT
 
 echo "== building (release)" >&2
 cc -O2 -g -o "$work/raw_sqlite" Benchmarks/raw_sqlite.c -lsqlite3 -lpthread
-swift build -c release --product sqlite-bench >&2
-bench="$(swift build -c release --show-bin-path)/sqlite-bench"
+swift build -c release --product sqlite-bench -Xswiftc -warnings-as-errors >&2
+bench="$(swift build -c release -Xswiftc -warnings-as-errors --show-bin-path)/sqlite-bench"
 
 field() { awk -v n="$1" -v f="$2" '$1 == n { print $f }' "$3"; }
 ratio() { if [[ -n "$1" && -n "$2" ]]; then echo "scale=2; $1 / $2" | bc -l | sed 's/^\./0./'; else echo -; fi; }

@@ -15,9 +15,9 @@ cd "$(dirname "$0")/../.."
 export PATH="/opt/swift/usr/bin:$PATH"
 
 if [[ -z "${BIN:-}" ]]; then
-    swift build -c release --product coordination-probe >/dev/null
-    swift build -c release --product providerfs >/dev/null
-    BIN="$(swift build -c release --show-bin-path)"
+    swift build -c release --product coordination-probe -Xswiftc -warnings-as-errors >/dev/null
+    swift build -c release --product providerfs -Xswiftc -warnings-as-errors >/dev/null
+    BIN="$(swift build -c release -Xswiftc -warnings-as-errors --show-bin-path)"
 fi
 ROUNDS="${ROUNDS:-5}"
 COUNT="${COUNT:-20000}"

@@ -41,8 +41,8 @@ public enum Reconciler {
         var report = ReconcileReport()
         let staged = (try? FileManager.default.contentsOfDirectory(atPath: location.staging)) ?? []
         let files = Set((try? FileManager.default.contentsOfDirectory(atPath: location.library)) ?? [])
-        let records = try store.documents()
-        let byID = Dictionary(records.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let (pending, available) = try store.reconcileView()
+        let known = Set(pending.map(\.id) + available)
 
         // Staging files: a live import holds its file's lock.
         for name in staged.sorted() {
@@ -54,33 +54,29 @@ public enum Reconciler {
             }
         }
 
-        for record in records {
+        for record in pending {
             let path = location.documentPath(record.id)
             let exists = files.contains(record.id + ".pdf")
-            switch record.state {
-            case .pending:
-                if isAlive(pid: record.ownerPID, startTime: record.ownerStartTime) {
-                    report.inProgress += 1
-                    continue
-                }
-                if exists, validates(path, record: record, options: options) {
-                    if try store.markAvailable(record.id) { report.madeAvailable.append(record.id) }
-                } else {
-                    try store.delete(record.id)
-                    report.removedRecords.append(record.id)
-                    if exists, unlink(path) == 0 { report.removedFiles.append("library/" + record.id + ".pdf") }
-                }
-            case .available:
-                if !exists, !fileExists(path) {
-                    try store.delete(record.id)
-                    report.removedMissing.append(record.id)
-                }
+            if isAlive(pid: record.ownerPID, startTime: record.ownerStartTime) {
+                report.inProgress += 1
+                continue
             }
+            if exists, validates(path, record: record, options: options) {
+                if try store.markAvailable(record.id) { report.madeAvailable.append(record.id) }
+            } else {
+                try store.delete(record.id)
+                report.removedRecords.append(record.id)
+                if exists, unlink(path) == 0 { report.removedFiles.append("library/" + record.id + ".pdf") }
+            }
+        }
+        for id in available where !files.contains(id + ".pdf") && !fileExists(location.documentPath(id)) {
+            try store.delete(id)
+            report.removedMissing.append(id)
         }
 
         for name in files.sorted() {
             let id = name.hasSuffix(".pdf") ? String(name.dropLast(4)) : name
-            guard byID[id] == nil else { continue }
+            guard !known.contains(id) else { continue }
             let path = location.library + "/" + name
             // A file moved in after the records were read has a record now; a locked one is an
             // import's own.

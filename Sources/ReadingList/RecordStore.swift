@@ -185,6 +185,20 @@ public final class RecordStore: Sendable {
         }
     }
 
+    /// What reconcile reads at every start, in one snapshot: the pending documents whole, and
+    /// only the ids of the available ones (their rows are not decoded: a start costs little per
+    /// document, D-520).
+    public func reconcileView() throws(ReadingListError) -> (pending: [DocumentRecord], available: [String]) {
+        try read("list the documents") { db in
+            let pending = try db.fetchAll(
+                DocumentRow.self, "SELECT * FROM documents WHERE state = 'pending' ORDER BY imported_at, id"
+            ).map(\.record)
+            let available = try db.fetchValues(
+                String.self, "SELECT id FROM documents WHERE state = 'available' ORDER BY imported_at, id")
+            return (pending, available)
+        }
+    }
+
     // MARK: Attempts
 
     /// Writes (inserts or replaces) an attempt's row; with `keepingAttempts`, also keeps only

@@ -115,7 +115,7 @@ func resolve(_ prefix: String, in store: RecordStore) throws -> DocumentRecord {
     return first
 }
 
-func run() async -> Int32 {
+func run() -> Int32 {
     let raw = Array(CommandLine.arguments.dropFirst())
     if raw == ["--version"] {
         Output.line("reading-list \(SourceInspection.appVersion)")
@@ -160,7 +160,7 @@ func run() async -> Int32 {
         }
         switch arguments.command {
         case "import":
-            return await importAll(arguments, location: location, store: store, options: options)
+            return importAll(arguments, location: location, store: store, options: options)
         case "list":
             let documents = try store.documents(state: .available)
             for document in documents {
@@ -228,14 +228,16 @@ func run() async -> Int32 {
     }
 }
 
+/// The imports, one after another on the main thread: a process that imports blocks until it is
+/// done, and a hop to another thread costs a wake-up on a loaded machine (issue 28).
 func importAll(
     _ arguments: ReadingListArguments, location: LibraryLocation, store: RecordStore, options: ImportOptions
-) async -> Int32 {
+) -> Int32 {
     let signals = SignalCancellation()
     let importer = Importer(location: location, store: store, checkpoint: pauseHook())
     var status = Exit.success
     for path in arguments.operands {
-        let outcome = await importer.importDocument(at: path, options: options, cancellation: signals.cancellation)
+        let outcome = importer.importNow(path, options: options, cancellation: signals.cancellation)
         if arguments.json {
             Output.json(
                 ImportLine(
@@ -279,4 +281,4 @@ func pauseHook() -> @Sendable (ImportCheckpoint) -> Void {
     }
 }
 
-exit(await run())
+exit(run())

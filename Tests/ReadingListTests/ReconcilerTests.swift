@@ -146,6 +146,29 @@ struct ReconcilerTests {
             try Reconciler.reconcile(location: fixture.location, store: fixture.store).removedRecords == [reused.id])
     }
 
+    @Test("a live import between its move and available, among available documents: nothing changes, counted once")
+    func liveImportAfterItsMoveAmongAvailableDocuments() throws {
+        let fixture = try LibraryFixture()
+        let me = getpid()
+        var kept: [String] = []
+        for _ in 0..<3 {
+            let bytes = TestPDF().bytes()
+            let record = try pending(fixture, bytes: bytes, pid: nil, start: nil)
+            try fixture.store.markAvailable(record.id)
+            try writeFile(fixture.location.documentPath(record.id), bytes)
+            kept.append(record.id)
+        }
+        let bytes = TestPDF(pages: 2).bytes()
+        let moving = try pending(fixture, bytes: bytes, pid: me, start: ProcessInfoFiles.startTime(of: me))
+        try writeFile(fixture.location.documentPath(moving.id), bytes)
+        let report = try Reconciler.reconcile(location: fixture.location, store: fixture.store)
+        #expect(!report.changedSomething)
+        #expect(report.inProgress == 1, "its record and its file are one import")
+        #expect(try fixture.store.document(moving.id)?.state == .pending)
+        #expect(try fixture.store.documents(state: .available).map(\.id).sorted() == kept.sorted())
+        #expect(fixture.names(fixture.location.library).count == 4)
+    }
+
     @Test("an attempt left running by a process that is gone is marked interrupted")
     func interruptedAttempts() throws {
         let fixture = try LibraryFixture()
