@@ -5,7 +5,8 @@
 // by spaces); Content-MD5 (base64), which Apache's `ContentDigest On` sends with the whole file's
 // MD5 even on a 206 of a part (measured), so it is taken as the whole file's. A value outside its
 // grammar is ignored as a whole; an algorithm not known here, or a digest of the wrong length, is
-// skipped. `ResponseChecksum.usable` picks the one a fetch can be verified with.
+// skipped. `ResponseChecksum.usable` picks the one a fetch can be verified with; a whole-file
+// answer that states none may be verified against the file's listed `oc:checksums` (D-519).
 
 import ProviderModel
 

@@ -2,7 +2,9 @@
 // response handed over as it closes, and a Depth 1 listing hands its children to the cache in
 // batches (D-470) while the rest is on the wire. A small answer is parsed on the transfer's own
 // pool thread once it has arrived whole; one that outgrows `parsedAlongside` gets a parsing thread
-// of its own, fed through a bounded pipe (the transfer waits while it is full).
+// of its own, fed through a bounded pipe (the transfer waits while it is full). A collection
+// listed with a `getctag` is asked again with a Depth 0 first, and an unchanged ctag answers
+// with the kept listing (D-518, ListedState.swift).
 
 import Dispatch
 import Foundation

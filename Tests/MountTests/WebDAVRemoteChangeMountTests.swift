@@ -219,7 +219,11 @@ struct WebDAVRemoteChangeMountTests {
         #expect(
             waitUntil(.seconds(30)) { propfinds(after: seen).contains("PROPFIND /docs/ depth=1") },
             "\(propfinds(after: seen))")
-        #expect(try shell("cat \(m(mount))/docs/a.txt").output == "alpha, rewritten\n")
+        // That listing is applied once its answer has come (the log has its request).
+        let rewritten = try waitUntil(.seconds(30)) {
+            try shell("cat \(m(mount))/docs/a.txt").output == "alpha, rewritten\n"
+        }
+        #expect(rewritten)
         // A few more passes: the root's ctag never changed.
         let later = proxy.requestLog().count
         #expect(waitUntil(.seconds(30)) { propfinds(after: later).filter { $0 == "PROPFIND / depth=0" }.count >= 2 })
