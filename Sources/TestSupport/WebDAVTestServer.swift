@@ -153,10 +153,26 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// GET: answered 0.2 s late, so GETs a client sends together are answered together
         /// (`mostConcurrentGets` sees them whatever the machine's load).
         case slowGets = "slow-gets"
+        /// PROPFIND: every collection in a 207 answer gets a CalendarServer `getctag`, the hash of
+        /// the upstream server's Depth 1 answer for it (sorted responses): it changes when a
+        /// child's ETag, size, date or name does, as a real ctag (D-518).
+        case getctag = "getctag"
+        /// PROPFIND: every file in a 207 answer gets ownCloud's `oc:checksums`, `SHA1:… MD5:…
+        /// ADLER32:…` of its upstream content (D-519).
+        case ocChecksums = "oc-checksums"
+        /// PROPFIND: `oc:checksums` of the right form but of other bytes (the content with "!"
+        /// appended).
+        case ocChecksumsWrong = "oc-checksums-wrong"
+        /// PROPFIND as `ocChecksumsWrong`, GET as `contentDigest` (a true one).
+        case ocChecksumsWrongWithContentDigest = "oc-checksums-wrong+content-digest"
+        /// PROPFIND: `oc:checksums` that must all be ignored: outside the grammar, unknown
+        /// algorithms, wrong digest lengths, longer than 1 KiB, and wrong ones in other
+        /// namespaces or beside garbage in the same value.
+        case ocChecksumsHostile = "oc-checksums-hostile"
     }
 
-    /// The GET requests a `.tampering` proxy passed on, oldest first: `GET <path> range=<Range
-    /// header or -> want-content=<…> want-repr=<…>`.
+    /// The GET and PROPFIND requests a `.tampering` proxy passed on, oldest first: `GET <path>
+    /// range=<Range header or -> want-content=<…> want-repr=<…>`, `PROPFIND <path> depth=<Depth>`.
     public func requestLog() -> [String] {
         (readTextFile(scratch + "/requests") ?? "").split(separator: "\n").map(String.init)
     }
@@ -301,7 +317,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
     /// The `tampering` server: HTTP/1.1, any method, forwarded to the upstream server, the answer
     /// spoiled per the mode file (`Tampering`).
     static let tamperingProxyScript = #"""
-        import base64, hashlib, http.client, http.server, re, socket, sys, threading, time, urllib.parse
+        import base64, hashlib, http.client, http.server, re, socket, sys, threading, time, urllib.parse, zlib
         port, upstream, modefile = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2]), sys.argv[3]
         requests = modefile.rsplit('/', 1)[0] + '/requests'; peakfile = modefile.rsplit('/', 1)[0] + '/get-peak'
         lock = threading.Lock(); counter = [0]; gets = [0, 0]
@@ -311,6 +327,56 @@ public final class WebDAVTestServer: @unchecked Sendable {
             return ('<D:response><D:href>%s</D:href><D:propstat><D:prop><D:resourcetype/>'
                     '<D:getcontentlength>6</D:getcontentlength><D:getetag>"evil"</D:getetag></D:prop>'
                     '<D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>' % href).encode()
+        RESPONSE = re.compile(rb'<(?:[A-Za-z0-9]+:)?response\b.*?</(?:[A-Za-z0-9]+:)?response>', re.S)
+        PROPSTAT = re.compile(rb'<(?:[A-Za-z0-9]+:)?propstat>.*?</(?:[A-Za-z0-9]+:)?propstat>', re.S)
+        CS = b' xmlns:cs="http://calendarserver.org/ns/"'; OC = b' xmlns:oc="http://owncloud.org/ns"'
+        PROPS = (b'<?xml version="1.0"?><D:propfind xmlns:D="DAV:"><D:prop><D:resourcetype/><D:getetag/>'
+                 b'<D:getcontentlength/><D:getlastmodified/></D:prop></D:propfind>')
+        def upstream_request(method, path, headers=None, body=None):
+            connection = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=30)
+            connection.request(method, path, body=body, headers=headers or {})
+            data = connection.getresponse().read(); connection.close()
+            return data
+        def value(name, block):
+            found = re.search(rb'<(?:[A-Za-z0-9]+:)?%s\b[^>]*>([^<]*)<' % name, block)
+            return found.group(1) if found else b''
+        def ctag(path):
+            # The children's names, ETags, sizes and dates (not the collection's own date: rclone
+            # gives its root the time of asking), in any order the server lists them.
+            listing = upstream_request('PROPFIND', path, {'Depth': '1'}, PROPS)
+            children = sorted(b' '.join([value(b'href', g.group(0)), value(b'getetag', g.group(0)),
+                                         value(b'getcontentlength', g.group(0)), value(b'getlastmodified', g.group(0))])
+                              for g in RESPONSE.finditer(listing)
+                              if urllib.parse.urlsplit(value(b'href', g.group(0)).decode()).path != path)
+            return '"ctag-%s"' % hashlib.sha1(b'\n'.join(children)).hexdigest()
+        def checksums(path, m):
+            data = upstream_request('GET', path) + (b'!' if m == 'oc-checksums-wrong' else b'')
+            if m == 'oc-checksums-hostile':
+                wrong = hashlib.sha1(data + b'!').hexdigest()
+                values = ['SHA1:nothex', 'CRC32:deadbeef', 'SHA1:' + wrong + ' garbage', 'MD5:' + wrong,
+                          'SHA1:' + wrong + ' ' * 1000 + 'MD5:' + '0' * 32, 'SHA1:' + wrong[:-1], 'SHA1::' + wrong, '']
+                return (b'<oc:checksums' + OC + b'>' + b''.join(b'<oc:checksum>%s</oc:checksum>' % v.encode()
+                        for v in values) + b'</oc:checksums><x:checksums xmlns:x="http://example.com/ns">'
+                        b'<x:checksum>SHA1:%s</x:checksum></x:checksums>' % wrong.encode())
+            value = 'SHA1:%s MD5:%s ADLER32:%08x' % (hashlib.sha1(data).hexdigest(), hashlib.md5(data).hexdigest(),
+                                                     zlib.adler32(data) & 0xffffffff)
+            return b'<oc:checksums' + OC + b'><oc:checksum>' + value.encode() + b'</oc:checksum></oc:checksums>'
+        def annotated(block, modes):
+            href = re.search(rb'<(?:[A-Za-z0-9]+:)?href>([^<]*)<', block)
+            if href is None: return block
+            path = urllib.parse.urlsplit(href.group(1).decode()).path
+            collection = re.search(rb'<(?:[A-Za-z0-9]+:)?collection\b', block) is not None
+            if collection and 'getctag' in modes:
+                extra = b'<cs:getctag' + CS + b'>' + ctag(path).encode() + b'</cs:getctag>'
+            elif not collection and any(x.startswith('oc-checksums') for x in modes):
+                extra = checksums(path, next(x for x in modes if x.startswith('oc-checksums')))
+            else:
+                return block
+            for stat in PROPSTAT.finditer(block):
+                if b' 200 ' in stat.group(0):
+                    inner = re.sub(rb'(</(?:[A-Za-z0-9]+:)?prop>)', lambda g: extra + g.group(1), stat.group(0), count=1)
+                    return block[:stat.start()] + inner + block[stat.end():]
+            return block
         def mode():
             try:
                 with open(modefile) as f: return f.read().strip()
@@ -379,6 +445,9 @@ public final class WebDAVTestServer: @unchecked Sendable {
                             self.headers.get('Range', '-'), self.headers.get('Want-Content-Digest', '-'),
                             self.headers.get('Want-Repr-Digest', '-')))
                     if 'slow-gets' in modes: time.sleep(0.2)
+                if method == 'PROPFIND':
+                    with lock, open(requests, 'a') as log:
+                        log.write('PROPFIND %s depth=%s\n' % (self.path, self.headers.get('Depth', '-')))
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else None
                 if m == 'html-propfind' and method == 'PROPFIND':
@@ -420,6 +489,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 if status == 207 and m == 'foreign-hrefs':
                     extra = b''.join(entry(h) for h in FOREIGN)
                     data = re.sub(rb'(</[A-Za-z0-9]*:?multistatus>)', lambda g: extra + g.group(1), data)
+                if status == 207 and any(x == 'getctag' or x.startswith('oc-checksums') for x in modes):
+                    data = RESPONSE.sub(lambda g: annotated(g.group(0), modes), data)
                 if status == 207 and m == 'only-foreign-hrefs':
                     data = re.sub(rb'(<[A-Za-z0-9]*:?href>)[^<]*(</)', lambda g: g.group(1) + b'/../escaped.txt' + g.group(2), data)
                 if method == 'GET' and status in (200, 206):

@@ -6,7 +6,7 @@
 // by namespace and local name: a `getetag` in another namespace is not the DAV: one.
 
 import Foundation
-import ProviderModel
+public import ProviderModel
 import SystemSupport
 
 #if canImport(FoundationXML)
@@ -25,6 +25,14 @@ public struct MultiStatusEntry: Sendable, Equatable {
     public var lastModified: Int64?
     /// `getetag` as sent, quotes (and a weak validator's `W/`) included.
     public var etag: String?
+    /// A collection's `getctag` (CalendarServer's namespace, as SabreDAV servers send it): a
+    /// value that changes whenever a child's content or metadata does (D-518). At most
+    /// `MultiStatus.maximumPropertyLength` bytes, else nil.
+    public var ctag: String?
+    /// ownCloud's `oc:checksums` (`<oc:checksum>SHA1:… MD5:…</oc:checksum>`) of a file: the
+    /// known algorithms of a value of that grammar; others, and a value longer than
+    /// `MultiStatus.maximumPropertyLength`, are ignored (D-519).
+    public var checksums: [ContentChecksum] = []
 
     public init(href: String) { self.href = href }
 }
@@ -49,6 +57,12 @@ public struct MultiStatusLimits: Sendable {
 }
 
 public enum MultiStatus {
+    /// The longest `getctag` or `oc:checksum` value taken (a real one is under 200 bytes); a
+    /// longer one is ignored, not an error.
+    public static let maximumPropertyLength = 1024
+    /// Checksums taken from one response's `oc:checksums` (one per algorithm is all there is).
+    static let maximumChecksums = 8
+
     /// The responses of `document`. Throws `MultiStatusError` for a document that is too large,
     /// carries a DTD, nests too deep, is not well-formed XML, or is not a DAV: multistatus. The
     /// same parse as a streamed PROPFIND's (`MultiStatusStream`), fed all at once.
@@ -178,7 +192,7 @@ final class MultiStatusReader: NSObject, XMLParserDelegate {
         guard path.count < limits.maximumDepth else {
             return fail(parser, "the Multi-Status document nests deeper than \(limits.maximumDepth) elements")
         }
-        let name = namespaceURI == "DAV:" ? elementName : ""
+        let name = Self.localName(elementName, namespaceURI)
         if path.isEmpty {
             guard name == "multistatus" else {
                 return fail(parser, "the document's root is not a DAV: multistatus")
@@ -222,7 +236,7 @@ final class MultiStatusReader: NSObject, XMLParserDelegate {
         _ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName: String?
     ) {
         guard let name = path.last else { return fail(parser, "the Multi-Status document has content after its root") }
-        guard name == (namespaceURI == "DAV:" ? elementName : "") else {
+        guard name == Self.localName(elementName, namespaceURI) else {
             return fail(parser, "the Multi-Status document is not well-formed XML (</\(elementName)> closes <\(name)>)")
         }
         if path.count == 1 { closedRoot = true }
@@ -241,12 +255,23 @@ final class MultiStatusReader: NSObject, XMLParserDelegate {
             pending.lastModified = MultiStatus.httpDate(value)
         case "getetag" where isProperty(depth):
             pending.etag = value.isEmpty ? nil : value
+        case "cs:getctag" where isProperty(depth):
+            pending.ctag = value.isEmpty || value.utf8.count > MultiStatus.maximumPropertyLength ? nil : value
+        case "oc:checksum" where depth == 6 && path[4] == "oc:checksums" && isProperty(5):
+            // Ignored as a whole when it is not of OC-Checksum's grammar (ResponseChecksum).
+            if value.utf8.count <= MultiStatus.maximumPropertyLength,
+                let checksums = ResponseChecksum.ownCloudChecksums(value)
+            {
+                pending.checksums = Array((pending.checksums + checksums).prefix(MultiStatus.maximumChecksums))
+            }
         case "propstat" where depth == 3:
             if propstatStatus == 200, current != nil {
                 if pending.isCollection { current!.isCollection = true }
                 if let length = pending.contentLength { current!.contentLength = length }
                 if let modified = pending.lastModified { current!.lastModified = modified }
                 if let etag = pending.etag { current!.etag = etag }
+                if let ctag = pending.ctag { current!.ctag = ctag }
+                if !pending.checksums.isEmpty { current!.checksums = pending.checksums }
             }
         case "response" where depth == 2:
             if var response = current, !response.href.isEmpty {
@@ -262,6 +287,18 @@ final class MultiStatusReader: NSObject, XMLParserDelegate {
         }
         path.removeLast()
         text = ""
+    }
+
+    /// The names the reader tells apart: DAV: elements by their local name, the two properties
+    /// of other namespaces it reads (D-518, D-519) prefixed, anything else "".
+    private static func localName(_ elementName: String, _ namespaceURI: String?) -> String {
+        switch namespaceURI {
+        case "DAV:": elementName
+        case "http://calendarserver.org/ns/" where elementName == "getctag": "cs:getctag"
+        case "http://owncloud.org/ns" where elementName == "checksums" || elementName == "checksum":
+            "oc:" + elementName
+        default: ""
+        }
     }
 
     /// Whether an element ending at `depth` is a property of a propstat's prop.

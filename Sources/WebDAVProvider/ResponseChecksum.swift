@@ -5,7 +5,8 @@
 // by spaces); Content-MD5 (base64), which Apache's `ContentDigest On` sends with the whole file's
 // MD5 even on a 206 of a part (measured), so it is taken as the whole file's. A value outside its
 // grammar is ignored as a whole; an algorithm not known here, or a digest of the wrong length, is
-// skipped. `ResponseChecksum.usable` picks the one a fetch can be verified with.
+// skipped. `ResponseChecksum.usable` picks the one a fetch can be verified with; a whole-file
+// answer that states none may be verified against the file's listed `oc:checksums` (D-519).
 
 import ProviderModel
 
@@ -30,9 +31,10 @@ enum ResponseChecksum {
     /// The checksum a GET's answer lets the bytes of `range` be verified with: nil when `range`
     /// is longer than `limit`, the body is content-coded, or no stated checksum covers exactly
     /// the bytes delivered (a body checksum needs the body to be the range, a file checksum
-    /// needs the range to be the whole file).
+    /// needs the range to be the whole file). `listed`: the file's checksums from its PROPFIND
+    /// answer (`oc:checksums`, D-519), whole-file ones, taken only when the headers state none.
     static func usable(
-        status: Int, headers: [String: String], range: Range<Int64>, limit: Int64
+        status: Int, headers: [String: String], range: Range<Int64>, limit: Int64, listed: [ContentChecksum] = []
     ) -> StatedChecksum? {
         guard Int64(range.count) <= limit, !range.isEmpty else { return nil }
         if let coding = headers["content-encoding"], coding.lowercased() != "identity" { return nil }
@@ -56,7 +58,10 @@ enum ResponseChecksum {
         }
         guard body == range else { return nil }
         let wholeFile = range.lowerBound == 0 && range.upperBound == total
-        let covering = stated(in: headers).filter { $0.scope == .body || wholeFile }
+        var covering = stated(in: headers).filter { $0.scope == .body || wholeFile }
+        if covering.isEmpty, wholeFile {
+            covering = listed.map { StatedChecksum(checksum: $0, scope: .file, header: "oc:checksums") }
+        }
         for algorithm in preference {
             if let found = covering.first(where: { $0.checksum.algorithm == algorithm }) { return found }
         }

@@ -56,6 +56,9 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
     private var bodyBytes: Int64 = 0
     /// A range up to this long is verified against a checksum the answer states for it (D-495).
     let checksumLimit: Int64
+    /// The file's checksums its listing stated (`oc:checksums`, D-519): used when the answer is
+    /// the whole file and states none of its own.
+    let listedChecksums: [ContentChecksum]
     /// The checksum the bytes are verified with (set when the response is judged).
     private var verifiedBy: StatedChecksum?
     /// The server answered 200: Range ignored, the stream delivers `whole`.
@@ -63,13 +66,14 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
 
     init(
         identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>, stallTimeout: Duration,
-        checksumLimit: Int64 = 0, whole: Range<Int64>? = nil
+        checksumLimit: Int64 = 0, listedChecksums: [ContentChecksum] = [], whole: Range<Int64>? = nil
     ) {
         self.identifier = identifier
         self.version = version
         self.range = range
         self.whole = whole ?? range
         self.checksumLimit = checksumLimit
+        self.listedChecksums = listedChecksums
         remaining = Int64(range.count)
         context = TransferContext(stallTimeout: stallTimeout)
     }
@@ -170,7 +174,8 @@ final class WebDAVContentStream: ContentStream, @unchecked Sendable {
         let answered = HTTPRetry.Outcome.status(status, retryAfter: headers["retry-after"])
         let stated =
             problem == nil && !empty
-            ? ResponseChecksum.usable(status: status, headers: headers, range: range, limit: checksumLimit) : nil
+            ? ResponseChecksum.usable(
+                status: status, headers: headers, range: range, limit: checksumLimit, listed: listedChecksums) : nil
         let waiting = monitor.withLock { () -> CheckedContinuation<Void, Never>? in
             decided = true
             answeredWhole = status == 200

@@ -2,7 +2,9 @@
 // response handed over as it closes, and a Depth 1 listing hands its children to the cache in
 // batches (D-470) while the rest is on the wire. A small answer is parsed on the transfer's own
 // pool thread once it has arrived whole; one that outgrows `parsedAlongside` gets a parsing thread
-// of its own, fed through a bounded pipe (the transfer waits while it is full).
+// of its own, fed through a bounded pipe (the transfer waits while it is full). A collection
+// listed with a `getctag` is asked again with a Depth 0 first, and an unchanged ctag answers
+// with the kept listing (D-518, ListedState.swift).
 
 import Dispatch
 import Foundation
@@ -33,11 +35,25 @@ extension WebDAVProvider {
         (try await listing(of: directory, batch: batch), nil)
     }
 
-    /// Both forms of the listing: a PROPFIND Depth 1 of the collection.
+    /// Both forms of the listing: a PROPFIND Depth 1 of the collection, or, when its last one
+    /// carried a `getctag` (D-518), first a Depth 0: the same ctag answers with that listing.
     func listing(
         of identifier: ItemIdentifier, batch: (@Sendable ([ProviderItem]) -> Void)?
     ) async throws -> [ProviderItem] {
         try checkIdentifier(identifier)
+        if let kept = ctagListings.withLock({ $0.listing(of: identifier) }) {
+            let entry: MultiStatusEntry?
+            do {
+                entry = try await propfindItem(identifier, collection: true)
+            } catch {
+                ctagListings.withLock { $0.forget(identifier) }
+                throw error
+            }
+            if let entry, entry.status == nil, entry.isCollection, entry.ctag == kept.ctag {
+                if let batch, !kept.children.isEmpty { batch(kept.children) }
+                return kept.children
+            }
+        }
         let collector = ListingCollector(directory: identifier, provider: self, batch: batch)
         do {
             try await propfind(location.url(of: identifier, collection: true), depth: 1, what: "\(identifier)") {
@@ -53,7 +69,9 @@ extension WebDAVProvider {
             }
             throw error
         }
-        return try collector.finish()
+        let (children, ctag) = try collector.finish()
+        ctagListings.withLock { $0.keep(identifier, ctag: ctag, children: children) }
+        return children
     }
 
     /// PROPFIND of `url` at `depth` (0 or 1, never infinity), each response handed to `entry`
@@ -84,10 +102,12 @@ extension WebDAVProvider {
         }
     }
 
-    /// The one item PROPFIND Depth 0 names: its response whose href is the item's.
-    func propfindItem(_ identifier: ItemIdentifier) async throws -> MultiStatusEntry? {
+    /// The one item PROPFIND Depth 0 names: its response whose href is the item's. `collection`:
+    /// asked at the collection URL (trailing `/`), as listings are.
+    func propfindItem(_ identifier: ItemIdentifier, collection: Bool = false) async throws -> MultiStatusEntry? {
         let found = Locked<MultiStatusEntry?>(nil)
-        try await propfind(location.url(of: identifier), depth: 0, what: "\(identifier)") { [location] entry in
+        let url = location.url(of: identifier, collection: collection)
+        try await propfind(url, depth: 0, what: "\(identifier)") { [location] entry in
             // One naming another place (outside the collection, `..`, an encoded "/") is never
             // taken for it (D-466).
             if location.identifier(forHref: entry.href) == identifier { found.withLock { $0 = $0 ?? entry } }
@@ -215,6 +235,8 @@ final class ListingCollector: Sendable {
         var children: [ProviderItem] = []
         var handedOver = 0
         var namesItself = false
+        /// The collection's own `getctag`, taken before any child was (D-518).
+        var ctag: String?
     }
     private let state = Locked(State())
     let directory: ItemIdentifier
@@ -236,6 +258,11 @@ final class ListingCollector: Sendable {
             guard entry.isCollection else {
                 throw ProviderError(.wrongKind, "\(directory) is not a directory", errno: ENOTDIR)
             }
+            // Only a ctag taken before any child vouches for them all (a change while the answer
+            // is made changes it after); a second response for the collection is not taken.
+            state.withLock { state in
+                if !state.namesItself, state.children.isEmpty { state.ctag = entry.ctag }
+            }
         } else {
             // Only direct children, found, and never an upload's staging file.
             guard entry.status == nil, provider.parent(of: child) == directory,
@@ -256,9 +283,10 @@ final class ListingCollector: Sendable {
         if let due { batch?(due) }
     }
 
-    /// The children, after the last response; the rest handed over.
-    func finish() throws -> [ProviderItem] {
-        let (children, rest) = try state.withLock { state throws -> ([ProviderItem], [ProviderItem]) in
+    /// The children, after the last response, and the collection's `getctag`; the rest handed over.
+    func finish() throws -> (children: [ProviderItem], ctag: String?) {
+        let (children, rest, ctag) = try state.withLock {
+            state throws -> ([ProviderItem], [ProviderItem], String?) in
             // Every server answers a Depth 1 PROPFIND with the collection itself first. Without it
             // the hrefs are not this collection's (a proxy that rewrites paths): an empty listing
             // would delete every child from the catalog (D-466).
@@ -266,9 +294,9 @@ final class ListingCollector: Sendable {
                 throw ProviderError(.io, "PROPFIND \(directory): the answer does not name the collection", errno: EIO)
             }
             defer { state.handedOver = state.children.count }
-            return (state.children, Array(state.children[state.handedOver...]))
+            return (state.children, Array(state.children[state.handedOver...]), state.ctag)
         }
         if let batch, !rest.isEmpty { batch(rest) }
-        return children
+        return (children, ctag)
     }
 }

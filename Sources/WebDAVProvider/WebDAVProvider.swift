@@ -61,6 +61,10 @@ public final class WebDAVProvider: Provider {
     let putsInPlace = Locked(false)
     /// The WebDAV locks this provider holds, by item: their tokens (WebDAVProvider+Locking.swift).
     let heldLocks = Locked<[ItemIdentifier: String]>([:])
+    /// Listings kept under their collection's `getctag` (D-518; ListedState.swift).
+    let ctagListings = Locked(CtagListings())
+    /// Files' `oc:checksums` from PROPFIND answers, by version (D-519).
+    let listedChecksums = Locked(ListedChecksums())
 
     /// What a WebDAV server honours: one-name lookups (PROPFIND Depth 0) and writing. Not yet:
     /// change tracking (needs polling), stored attributes (PROPPATCH), links, exchanges.
@@ -129,9 +133,10 @@ public final class WebDAVProvider: Provider {
         let part = max(1, configuration.rangePartSize)
         // A fetch that may be verified (D-495) stays one GET: a checksum covers one answer's bytes.
         guard configuration.parallelRanges > 1, length > part, length > configuration.checksumLimit else {
-            return try await openGet(identifier, version, range, checksumLimit: configuration.checksumLimit) { _ in
-                true
-            }
+            return try await openGet(
+                identifier, version, range, checksumLimit: configuration.checksumLimit,
+                listed: listedChecksums.withLock { $0.checksums(of: identifier, at: version) }
+            ) { _ in true }
         }
         let parts = stride(from: range.lowerBound, to: range.upperBound, by: Int(part)).map {
             $0..<min($0 + part, range.upperBound)
@@ -146,11 +151,12 @@ public final class WebDAVProvider: Provider {
     }
 
     /// One GET of `range` (asked again as `transport.retrying` says), returned once its status is
-    /// known. `whole`: what a 200 delivers (see `WebDAVContentStream`). `adopt` takes each
+    /// known. `whole`: what a 200 delivers (see `WebDAVContentStream`). `listed`: the file's
+    /// checksums from its listing, for a whole-file answer that states none (D-519). `adopt` takes each
     /// attempt's stream before it starts (false: give up, the caller closed it).
     func openGet(
         _ identifier: ItemIdentifier, _ version: ContentVersion, _ range: Range<Int64>, whole: Range<Int64>? = nil,
-        checksumLimit: Int64, adopt: @escaping (WebDAVContentStream) -> Bool
+        checksumLimit: Int64, listed: [ContentChecksum] = [], adopt: @escaping (WebDAVContentStream) -> Bool
     ) async throws -> WebDAVContentStream {
         var headers: [String] = []
         // A strong ETag makes the server refuse (412) a file that changed; a weak one cannot be
@@ -171,7 +177,7 @@ public final class WebDAVProvider: Provider {
         return try await transport.retrying("GET") {
             let stream = WebDAVContentStream(
                 identifier: identifier, version: version, range: range, stallTimeout: configuration.stallTimeout,
-                checksumLimit: checksumLimit, whole: whole)
+                checksumLimit: checksumLimit, listedChecksums: listed, whole: whole)
             guard adopt(stream) else { return (.failure(CancellationError()), .other) }
             do {
                 try await stream.start(request, transport: transport)
@@ -184,11 +190,14 @@ public final class WebDAVProvider: Provider {
 
     // MARK: Protocol helpers
 
+    /// The properties every PROPFIND asks for; a server that lacks `getctag` or `oc:checksums`
+    /// answers them in a 404 propstat, which is ignored (D-518, D-519).
     static let propfindBody = Array(
         """
         <?xml version="1.0" encoding="utf-8"?>
-        <D:propfind xmlns:D="DAV:"><D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/>\
-        <D:getetag/></D:prop></D:propfind>
+        <D:propfind xmlns:D="DAV:" xmlns:CS="http://calendarserver.org/ns/" xmlns:OC="http://owncloud.org/ns">\
+        <D:prop><D:resourcetype/><D:getcontentlength/><D:getlastmodified/><D:getetag/><CS:getctag/>\
+        <OC:checksums/></D:prop></D:propfind>
         """.utf8)
 
     func makeItem(_ identifier: ItemIdentifier, _ entry: MultiStatusEntry) -> ProviderItem {
@@ -196,6 +205,8 @@ public final class WebDAVProvider: Provider {
         let size = directory ? 0 : entry.contentLength ?? 0
         let modified = entry.lastModified ?? 0
         let version = entry.etag.map { ContentVersion($0) } ?? Self.fallbackVersion(lastModified: modified, size: size)
+        // What the server says of a file now replaces what it said before: checksums or none.
+        if !directory { listedChecksums.withLock { $0.record(identifier, version, entry.checksums) } }
         return ProviderItem(
             identifier: identifier, parent: parent(of: identifier), name: name(of: identifier),
             kind: directory ? .directory : .file, size: size, modificationTime: ItemTime(seconds: modified),

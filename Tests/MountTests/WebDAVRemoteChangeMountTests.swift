@@ -183,6 +183,53 @@ struct WebDAVRemoteChangeMountTests {
         #expect(try shell("cat \(m(mount))/notes.txt").output == "polled\n")
     }
 
+    /// The poll at a server that sends `getctag` (D-518; rclone behind a proxy that adds an honest
+    /// one): folders whose ctag is unchanged are asked with a Depth 0 and never listed again; a
+    /// file rewritten in place changes its folder's ctag alone, that folder is listed again and
+    /// the mount shows the new bytes.
+    @Test func thePollListsAgainOnlyFoldersWhoseCtagChanged() throws {
+        guard requireFUSE(), requireServers() else { return }
+        defer { cleanup() }
+        let dav = try WebDAVTestServer(root: served, kind: .rclone(user: nil, password: nil))
+        defer { dav.stop() }
+        let proxy = try WebDAVTestServer(root: scratch + "/proxy", kind: .tampering(upstream: dav.url))
+        defer { proxy.stop() }
+        try proxy.tamper(.getctag)
+        let mount = try MountedFileSystem.providerfs(
+            ["--webdav", proxy.url, "--cache", cache, "--poll-interval", "300ms"], environment: environment)
+        defer { mount.stop() }
+        #expect(try shell("ls \(m(mount)) \(m(mount))/docs").status == 0)
+        #expect(try shell("cat \(m(mount))/docs/a.txt").output == "alpha\n")
+        func propfinds(after seen: Int) -> [String] {
+            proxy.requestLog().dropFirst(seen).filter { $0.hasPrefix("PROPFIND ") }
+        }
+
+        // Several passes with nothing changed: Depth 0 of both folders, no listing.
+        var seen = proxy.requestLog().count
+        #expect(
+            waitUntil(.seconds(30)) {
+                propfinds(after: seen).filter { $0 == "PROPFIND /docs/ depth=0" }.count >= 3
+            }, "\(propfinds(after: seen))")
+        #expect(propfinds(after: seen).contains("PROPFIND / depth=0"), "\(propfinds(after: seen))")
+        #expect(!propfinds(after: seen).contains { $0.hasSuffix("depth=1") }, "\(propfinds(after: seen))")
+
+        // Rewritten in place (the folder's own date stays): docs is listed again, the root is not.
+        seen = proxy.requestLog().count
+        writeTestFile(served + "/docs/a.txt", Array("alpha, rewritten\n".utf8))
+        #expect(
+            waitUntil(.seconds(30)) { propfinds(after: seen).contains("PROPFIND /docs/ depth=1") },
+            "\(propfinds(after: seen))")
+        // That listing is applied once its answer has come (the log has its request).
+        let rewritten = try waitUntil(.seconds(30)) {
+            try shell("cat \(m(mount))/docs/a.txt").output == "alpha, rewritten\n"
+        }
+        #expect(rewritten)
+        // A few more passes: the root's ctag never changed.
+        let later = proxy.requestLog().count
+        #expect(waitUntil(.seconds(30)) { propfinds(after: later).filter { $0 == "PROPFIND / depth=0" }.count >= 2 })
+        #expect(!propfinds(after: seen).contains("PROPFIND / depth=1"), "\(propfinds(after: seen))")
+    }
+
     /// `refresh` on a local-directory mount rescans the path: a file and an entry changed in the
     /// source are shown, and the command answers for each path.
     @Test func refreshRescansALocalDirectory() throws {

@@ -2,6 +2,7 @@
 // hostile or malformed documents, each refused with a reason (never a crash, never expansion).
 
 import Foundation
+import ProviderModel
 import Testing
 import WebDAVProvider
 
@@ -64,6 +65,45 @@ struct MultiStatusTests {
         #expect(!entries[0].isCollection)
         // The same document in another namespace is no multistatus at all.
         #expect(refusal(text.replacingOccurrences(of: "xmlns=\"DAV:\"", with: "xmlns=\"urn:notdav\"")) != nil)
+    }
+
+    /// `getctag` (CalendarServer's namespace) and `oc:checksums` (ownCloud's) are read by namespace,
+    /// whatever the prefix, only from a 200 propstat (D-518, D-519); values outside OC-Checksum's
+    /// grammar, unknown algorithms, wrong digest lengths and values over 1 KiB are ignored.
+    @Test func readsGetctagAndOwnCloudChecksumsByNamespace() throws {
+        let sha1 = String(repeating: "ab", count: 20)
+        let md5 = String(repeating: "0f", count: 16)
+        let text = """
+            <d:multistatus xmlns:d="DAV:" xmlns:c="http://calendarserver.org/ns/" xmlns:o="http://owncloud.org/ns" \
+            xmlns:x="urn:other"><d:response><d:href>/dir/</d:href><d:propstat><d:prop><d:resourcetype><d:collection/>\
+            </d:resourcetype><c:getctag>"c1"</c:getctag></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat>\
+            </d:response><d:response><d:href>/dir/f</d:href><d:propstat><d:prop><o:checksums>\
+            <o:checksum>SHA1:\(sha1) MD5:\(md5) ADLER32:0000abcd CRC32:deadbeef</o:checksum></o:checksums>\
+            <x:getctag>"foreign"</x:getctag></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>\
+            <d:response><d:href>/dir/g</d:href><d:propstat><d:prop><o:checksums><o:checksum>SHA1:xyz</o:checksum>\
+            <o:checksum>MD5:\(sha1)</o:checksum><o:checksum>SHA1:\(sha1) garbage</o:checksum>\
+            <o:checksum>SHA1:\(sha1)\(String(repeating: " ", count: 1000))MD5:\(md5)</o:checksum></o:checksums>\
+            <x:checksums><x:checksum>SHA1:\(sha1)</x:checksum></x:checksums></d:prop>\
+            <d:status>HTTP/1.1 200 OK</d:status></d:propstat><d:propstat><d:prop><c:getctag>"lost"</c:getctag>\
+            <o:checksums><o:checksum>MD5:\(md5)</o:checksum></o:checksums></d:prop>\
+            <d:status>HTTP/1.1 404 Not Found</d:status></d:propstat></d:response>\
+            <d:response><d:href>/dir/h/</d:href><d:propstat><d:prop><c:getctag>\(String(repeating: "x", count: 2000))\
+            </c:getctag></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response></d:multistatus>
+            """
+        let entries = try parse(text)
+        #expect(entries.map(\.ctag) == ["\"c1\"", nil, nil, nil])
+        let bytes = { (hex: String) in
+            stride(from: 0, to: hex.count, by: 2).map {
+                UInt8(hex.dropFirst($0).prefix(2), radix: 16)!
+            }
+        }
+        #expect(
+            entries[1].checksums == [
+                ContentChecksum(.sha1, digest: bytes(sha1)), ContentChecksum(.md5, digest: bytes(md5)),
+                ContentChecksum(.adler32, digest: [0, 0, 0xAB, 0xCD]),
+            ])
+        #expect(entries[2].checksums.isEmpty, "\(entries[2].checksums)")
+        #expect(entries[0].checksums.isEmpty && entries[3].checksums.isEmpty)
     }
 
     @Test func propertiesOfAFailedPropstatAreIgnored() throws {

@@ -1,0 +1,140 @@
+// The getctag shortcut of remote-change polling (issue 26; D-518). rclone sends no getctag, so
+// the tampering proxy adds an honest one (the hash of rclone's own Depth 1 answer for the
+// collection) and logs every PROPFIND with its Depth. Through a ProviderCache's poll: a folder
+// whose ctag is unchanged costs one Depth 0 PROPFIND and is not listed again, a folder whose
+// file was rewritten in place (which leaves the directory's own date as it was) is listed again,
+// and the new bytes are read; without getctag every poll lists every folder, as before.
+
+import ProviderCache
+import ProviderModel
+import SystemSupport
+import TestScheduling
+import TestSupport
+import Testing
+import WebDAVProvider
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite(.enabled(if: WebDAVTestGate.enabled, "PROVIDERFS_SKIP_WEBDAV_TESTS=1"), .blockingThreads)
+struct WebDAVCtagTests {
+    static let old = pattern(count: 5000, seed: 81)
+    static let new = pattern(count: 7000, seed: 82)
+
+    /// rclone serving `top.txt`, `docs/file.txt` and `other/file.txt` behind the tampering proxy
+    /// in `mode`, a cache over a provider over the proxy, every folder listed once. Stopped by
+    /// PID and removed at the end.
+    func withListedServer(
+        _ mode: WebDAVTestServer.Tampering,
+        _ body: (String, WebDAVTestServer, ProviderCache) async throws -> Void
+    ) async throws {
+        if let problem = WebDAVTestGate.problem {
+            Issue.record(Comment(rawValue: problem))
+            return
+        }
+        let scratch = try makeTemporaryDirectory(prefix: "webdav-ctag")
+        defer { removeTreeWithinFileSystem(scratch) }
+        let served = scratch + "/served"
+        try writeFile(served + "/top.txt", Self.old)
+        try writeFile(served + "/docs/file.txt", Self.old)
+        try writeFile(served + "/other/file.txt", Self.old)
+        let upstream = try WebDAVTestServer(root: served, kind: .rclone(user: nil, password: nil))
+        defer { upstream.stop() }
+        let proxy = try WebDAVTestServer(root: scratch + "/proxy", kind: .tampering(upstream: upstream.url))
+        defer { proxy.stop() }
+        try proxy.tamper(mode)
+        var configuration = WebDAVConfiguration(location: try WebDAVLocation(proxy.url))
+        configuration.stallTimeout = .seconds(60)
+        var options = CacheOptions()
+        options.listingRefreshAhead = nil
+        options.retryDelay = .zero
+        options.stallTimeout = .seconds(60)
+        let cache = try ProviderCache(
+            provider: WebDAVProvider(configuration: configuration), directory: scratch + "/cache",
+            store: InMemoryMetadataStore(), options: options)
+        do {
+            for folder in [ItemIdentifier.root, ItemIdentifier("docs"), ItemIdentifier("other")] {
+                _ = try await cache.catalog.children(of: folder, maximumAge: .zero)
+            }
+            try await body(served, proxy, cache)
+        } catch {
+            await cache.shutdown()
+            throw error
+        }
+        await cache.shutdown()
+    }
+
+    /// The PROPFINDs the proxy passed on after the first `seen` lines of its log, sorted.
+    func propfinds(_ proxy: WebDAVTestServer, after seen: Int) -> [String] {
+        proxy.requestLog().dropFirst(seen).filter { $0.hasPrefix("PROPFIND ") }.sorted()
+    }
+
+    /// The bytes of `docs/file.txt` as the catalog has it now, read through the cache.
+    func readDocsFile(_ cache: ProviderCache) async throws -> [UInt8] {
+        let item = try await cache.catalog.item(ItemIdentifier("docs/file.txt"), maximumAge: nil)
+        let entry = try await cache.pinContent(of: item)
+        defer { cache.content.unpin(entry) }
+        let data = try await entry.read(offset: 0, count: Int(item.size))
+        switch data.source {
+        case .memory(let buffer):
+            return buffer.withUnsafeBytes { Array($0.prefix(data.count)) }
+        case .file(let descriptor, let offset, _):
+            var result = [UInt8](repeating: 0, count: data.count)
+            let got = result.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, data.count, off_t(offset)) }
+            return Array(result.prefix(max(0, got)))
+        }
+    }
+
+    @Test func aPollListsAgainOnlyTheFoldersWhoseCtagChanged() async throws {
+        try await withListedServer(.getctag) { served, proxy, cache in
+            let first = proxy.requestLog().filter { $0.hasPrefix("PROPFIND ") }
+            #expect(first.filter { $0.hasSuffix("depth=1") }.count == 3, "\(first)")
+            #expect(try await readDocsFile(cache) == Self.old)
+
+            // Nothing changed: one Depth 0 each, no listing.
+            var seen = proxy.requestLog().count
+            #expect(await cache.catalog.pollListedDirectories(olderThan: .zero) == 3)
+            #expect(
+                propfinds(proxy, after: seen) == [
+                    "PROPFIND / depth=0", "PROPFIND /docs/ depth=0", "PROPFIND /other/ depth=0",
+                ])
+
+            // A file rewritten in place: its folder's ctag changed, not its parent's or sibling's.
+            try writeFile(served + "/docs/file.txt", Self.new)
+            seen = proxy.requestLog().count
+            #expect(await cache.catalog.pollListedDirectories(olderThan: .zero) == 3)
+            #expect(
+                propfinds(proxy, after: seen) == [
+                    "PROPFIND / depth=0", "PROPFIND /docs/ depth=0", "PROPFIND /docs/ depth=1",
+                    "PROPFIND /other/ depth=0",
+                ])
+            #expect(try await readDocsFile(cache) == Self.new)
+
+            // A new name in a folder changes its ctag too.
+            try writeFile(served + "/other/added.txt", Self.old)
+            seen = proxy.requestLog().count
+            _ = await cache.catalog.pollListedDirectories(olderThan: .zero)
+            #expect(propfinds(proxy, after: seen).contains("PROPFIND /other/ depth=1"))
+            let names = try await cache.catalog.children(of: ItemIdentifier("other"), maximumAge: nil).map(\.name)
+            #expect(names.sorted() == ["added.txt", "file.txt"])
+        }
+    }
+
+    /// A server without getctag (rclone as it is): every poll lists every folder (Depth 1) and
+    /// asks nothing else, as before D-518.
+    @Test func withoutGetctagEveryPollListsEveryFolder() async throws {
+        try await withListedServer(.none) { served, proxy, cache in
+            var seen = proxy.requestLog().count
+            #expect(await cache.catalog.pollListedDirectories(olderThan: .zero) == 3)
+            let all = ["PROPFIND / depth=1", "PROPFIND /docs/ depth=1", "PROPFIND /other/ depth=1"]
+            #expect(propfinds(proxy, after: seen) == all)
+
+            try writeFile(served + "/docs/file.txt", Self.new)
+            seen = proxy.requestLog().count
+            _ = await cache.catalog.pollListedDirectories(olderThan: .zero)
+            #expect(propfinds(proxy, after: seen) == all)
+            #expect(try await readDocsFile(cache) == Self.new)
+        }
+    }
+}
