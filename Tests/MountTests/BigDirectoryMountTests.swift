@@ -37,15 +37,12 @@ func readDirectoryEntries(_ path: String) -> [ListedName]? {
 }
 
 @Suite(.serialized, .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct BigDirectoryMountTests {
-    let scratch: String
-    let source: String
+struct BigDirectoryMountTests: MountLayoutSuite {
+    let layout: MountLayout
     static let files = 3000
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "bigdir")
-        source = scratch + "/source"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "bigdir")
         mkdir(source + "/big", 0o755)
         for index in 0..<Self.files {
             writeTestFile(source + "/big/file-\(index).txt", Array(repeating: UInt8(ascii: "x"), count: index % 97))
@@ -54,12 +51,10 @@ struct BigDirectoryMountTests {
         for index in 0..<10 { symlink("file-\(index).txt", source + "/big/link-\(index)") }
     }
 
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
     func mount(trace: Bool = false) throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"].merging(
+            ["--source", source, "--cache", cache],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime].merging(
                 trace ? ["PROVIDERFS_FUSE_DEBUG": "1"] : [:], uniquingKeysWith: { $1 }))
     }
 

@@ -15,22 +15,15 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct CacheLimitMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
+struct CacheLimitMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "cache-limit-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "cache-limit-mount")
         for index in 0..<8 {
             writeTestFile(source + "/f\(index).bin", patternBytes(count: 3 << 19, seed: UInt64(30 + index)))
         }
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func limits(_ mountpoint: String) throws -> [String: Any] {
         let result = try providerfs(["status", mountpoint, "--json"], runtime: runtime)
@@ -43,9 +36,7 @@ struct CacheLimitMountTests {
         guard requireFUSE() else { return }
         defer { cleanup() }
         let limit = 4 << 20
-        let mount = try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache", "--cache-max-size", "4M"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        let mount = try layout.mount(over: kind, arguments: ["--cache-max-size", "4M"])
         defer { mount.stop() }
         for index in 0..<8 {
             let path = mount.path("f\(index).bin")

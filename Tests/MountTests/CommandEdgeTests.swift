@@ -24,23 +24,17 @@ func providerfs(
 }
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct CommandEdgeTests {
-    let scratch: String
-    let source: String
+struct CommandEdgeTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "edges")
-        source = scratch + "/source"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "edges")
         writeTestFile(source + "/a.txt", Array("a\n".utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     @Test func badMountPointsGetOneSentenceAndExit1() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let runtime = scratch + "/run"
         mkdir(scratch + "/full", 0o755)
         writeTestFile(scratch + "/full/x", [1])
         writeTestFile(scratch + "/file", [1])
@@ -51,7 +45,7 @@ struct CommandEdgeTests {
         ]
         for (mountpoint, sentence) in cases {
             let result = try providerfs(
-                ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache"], runtime: runtime)
+                ["mount", "--source", source, mountpoint, "--cache", cache], runtime: runtime)
             #expect(result.status == 1, "\(mountpoint): \(result)")
             #expect(result.error.contains(sentence), "\(result.error)")
             #expect(result.error.split(separator: "\n").count == 1, "one sentence: \(result.error)")
@@ -65,7 +59,6 @@ struct CommandEdgeTests {
 
     @Test func usageErrorsExit64() throws {
         defer { cleanup() }
-        let runtime = scratch + "/run"
         for arguments in [
             ["mount", "--source", source, scratch, "--bogus"],
             ["mount", scratch],
@@ -87,7 +80,7 @@ struct CommandEdgeTests {
         let mount = try MountedFileSystem.fixture()
         defer { mount.stop() }
         let result = try providerfs(
-            ["mount", "--source", source, mount.mountpoint, "--cache", scratch + "/cache"], runtime: scratch + "/run")
+            ["mount", "--source", source, mount.mountpoint, "--cache", cache], runtime: runtime)
         #expect(result.status == 1)
         #expect(result.error.contains("is already mounted"), "\(result.error)")
         // The existing mount is untouched.
@@ -97,19 +90,18 @@ struct CommandEdgeTests {
     @Test func aMountNotReadyWithinItsTimeoutIsUndoneCompletely() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let runtime = scratch + "/run"
         let mountpoint = scratch + "/mnt"
         mkdir(mountpoint, 0o755)
         // A parent descheduled for longer than 1 ms can find the mount ready when it looks: that
         // is a success, correctly. Undo it and try again until the timeout path is taken.
         var result = try providerfs(
-            ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache", "--ready-timeout", "1ms"],
+            ["mount", "--source", source, mountpoint, "--cache", cache, "--ready-timeout", "1ms"],
             runtime: runtime)
         for _ in 0..<10 where result.status == 0 {
             let undone = try providerfs(["unmount", mountpoint], runtime: runtime)
             #expect(undone.status == 0, "\(undone)")
             result = try providerfs(
-                ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache", "--ready-timeout", "1ms"],
+                ["mount", "--source", source, mountpoint, "--cache", cache, "--ready-timeout", "1ms"],
                 runtime: runtime)
         }
         #expect(result.status == 1, "\(result)")
@@ -119,7 +111,7 @@ struct CommandEdgeTests {
         let listed = try providerfs(["status", "--json"], runtime: runtime)
         #expect(!listed.output.contains(mountpoint), "\(listed.output)")
         let retry = try providerfs(
-            ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache"], runtime: runtime)
+            ["mount", "--source", source, mountpoint, "--cache", cache], runtime: runtime)
         #expect(retry.status == 0, "\(retry)")
         #expect(try String(contentsOfFile: mountpoint + "/a.txt", encoding: .utf8) == "a\n")
         let unmounted = try providerfs(["unmount", mountpoint], runtime: runtime)
@@ -140,7 +132,7 @@ struct CommandEdgeTests {
         let mountpoint = scratch + "/mnt"
         mkdir(mountpoint, 0o755)
         let result = try providerfs(
-            ["mount", "--source", source, mountpoint, "--cache", small + "/cache"], runtime: scratch + "/run")
+            ["mount", "--source", source, mountpoint, "--cache", small + "/cache"], runtime: runtime)
         #expect(result.status == 1)
         #expect(result.error.contains("is on a full disk"), "\(result.error)")
         #expect(MountTable.entry(at: mountpoint) == nil)
@@ -149,7 +141,6 @@ struct CommandEdgeTests {
     @Test func aStaleMountIsDetectedExplainedAndCleanedByUnmount() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let runtime = scratch + "/run"
         // A "crashed daemon": a providerfs-typed fixture mount whose process is SIGKILLed.
         let mount = try MountedFileSystem.fixture(extraArguments: ["--subtype", "providerfs"])
         defer { mount.stop() }
@@ -196,10 +187,9 @@ struct CommandEdgeTests {
         // runs again on the same mount point, as an fstab `mount` or a systemd restart would.
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let runtime = scratch + "/run"
         let mountpoint = scratch + "/mnt"
         mkdir(mountpoint, 0o755)
-        let arguments = ["mount", "--source", source, mountpoint, "--cache", scratch + "/cache"]
+        let arguments = ["mount", "--source", source, mountpoint, "--cache", cache]
         defer {
             _ = try? providerfs(["unmount", mountpoint], runtime: runtime)
             if MountTable.entry(at: mountpoint) != nil { _ = try? shell("fusermount3 -uz \(quoted(mountpoint))") }
@@ -247,7 +237,7 @@ struct CommandEdgeTests {
         var info = stat()
         #expect(stat(mount.mountpoint, &info) == -1 && errno == ENOTCONN)
         let result = try providerfs(
-            ["mount", "--source", source, mount.mountpoint, "--cache", scratch + "/cache"], runtime: scratch + "/run")
+            ["mount", "--source", source, mount.mountpoint, "--cache", cache], runtime: runtime)
         #expect(result.status == 1, "\(result)")
         #expect(result.error.contains("stale mount of another file system (fuse.fuse-fixture)"), "\(result.error)")
         #expect(result.error.split(separator: "\n").count == 1, "one sentence: \(result.error)")
@@ -258,7 +248,6 @@ struct CommandEdgeTests {
     @Test func unmountOfABusyMountSaysWhyAndLazyDetaches() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let runtime = scratch + "/run"
         let mount = try MountedFileSystem.fixture(extraArguments: ["--subtype", "providerfs"])
         defer { mount.stop() }
         // A process keeps a file open on the mount.
@@ -281,7 +270,6 @@ struct CommandEdgeTests {
     @Test func unmountOfSomethingNotMountedOrForeignFails() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let runtime = scratch + "/run"
         let notMounted = try providerfs(["unmount", source], runtime: runtime)
         #expect(notMounted.status == 1)
         #expect(notMounted.error.contains("is not mounted"))
@@ -295,10 +283,10 @@ struct CommandEdgeTests {
 
     @Test func statusOutsideAMountSaysSo() throws {
         defer { cleanup() }
-        let result = try providerfs(["status", source + "/a.txt"], runtime: scratch + "/run")
+        let result = try providerfs(["status", source + "/a.txt"], runtime: runtime)
         #expect(result.status == 1)
         #expect(result.error.contains("is not inside a ProviderFS mount"), "\(result.error)")
-        let none = try providerfs(["status", "--json"], runtime: scratch + "/run")
+        let none = try providerfs(["status", "--json"], runtime: runtime)
         #expect(none.status == 0)
         #expect(none.output == "[]\n")
     }

@@ -14,23 +14,16 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ControlMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
+struct ControlMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "control-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "control-mount")
         mkdir(source + "/docs", 0o755)
         writeTestFile(source + "/big.bin", patternBytes(count: 6 << 20, seed: 11))
         writeTestFile(source + "/docs/a.txt", Array("a\n".utf8))
         writeTestFile(source + "/docs/b.txt", Array("b\n".utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func json(_ text: String) -> [String: Any] {
         (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any] ?? [:]
@@ -47,7 +40,7 @@ struct ControlMountTests {
             ["--demo"],
             environment: [
                 "PROVIDERFS_RUNTIME_DIR": runtime, "XDG_DATA_HOME": scratch + "/data",
-                "XDG_CACHE_HOME": scratch + "/cache",
+                "XDG_CACHE_HOME": cache,
             ])
         defer { mount.stop() }
         let m = quoted(mount.mountpoint)
@@ -116,7 +109,7 @@ struct ControlMountTests {
             tree: tree, extraArguments: ["--slow-delay", "200ms", "--max-threads", "1"])
         defer { slowSource.stop() }
         let mount = try ServedMount(
-            tree: slowSource.mountpoint, kind: kind, arguments: ["--cache", scratch + "/cache"],
+            tree: slowSource.mountpoint, kind: kind, arguments: ["--cache", cache],
             environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         let file = mount.path("slow-big.bin")
@@ -149,9 +142,7 @@ struct ControlMountTests {
     func downloadMaterializesInTheDaemonWithProgressAndOnlyOnce(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        let mount = try layout.mount(over: kind)
         defer { mount.stop() }
         let file = mount.path("big.bin")
 
@@ -208,7 +199,7 @@ struct ControlMountTests {
         guard requireFUSE(), getuid() == 0 else { return }  // becoming another user needs root (CI)
         defer { cleanup() }
         let mount = try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+            ["--source", source, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         // For this test only, everyone can reach the socket: the credential check alone refuses.
         let socket = try #require(

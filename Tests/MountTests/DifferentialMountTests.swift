@@ -22,12 +22,9 @@ import TestScheduling
 @Suite(
     .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"),
     .blockingThreads)
-struct DifferentialMountTests {
-    let scratch: String
-    let source: String
+struct DifferentialMountTests: MountLayoutSuite {
+    let layout: MountLayout
     let reference: String
-    let cache: String
-    let runtime: String
 
     /// What the mount may do differently from a directory, each with its reason.
     static let deviations: [KnownDeviation] = [
@@ -41,16 +38,10 @@ struct DifferentialMountTests {
     ]
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "differential-mount")
-        source = scratch + "/source"
-        reference = scratch + "/reference"
-        cache = scratch + "/cache"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "differential-mount")
+        reference = layout.scratch + "/reference"
         mkdir(reference, 0o755)
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func mount() throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(

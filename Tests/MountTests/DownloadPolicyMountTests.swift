@@ -15,16 +15,11 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct DownloadPolicyMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
+struct DownloadPolicyMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "download-policy-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "download-policy-mount")
         writeTestFile(source + "/a.txt", Array("alpha\n".utf8))
         writeTestFile(source + "/b.txt", Array("beta\n".utf8))
         mkdir(scratch + "/bin", 0o755)
@@ -33,12 +28,8 @@ struct DownloadPolicyMountTests {
         }
     }
 
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
     func mount(over kind: ProviderKind, _ extra: [String]) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache"] + extra,
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        try layout.mount(over: kind, arguments: extra)
     }
 
     @Test(arguments: ProviderKind.available)

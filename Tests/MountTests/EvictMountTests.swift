@@ -14,25 +14,16 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct EvictMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct EvictMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "evict-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "evict-mount")
         mkdir(source + "/docs", 0o755)
         writeTestFile(source + "/big.bin", patternBytes(count: 3 << 20, seed: 21))
         writeTestFile(source + "/docs/a.txt", patternBytes(count: 200_000, seed: 22))
         writeTestFile(source + "/docs/b.txt", patternBytes(count: 100_000, seed: 23))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func state(_ path: String) throws -> String {
         try shell("getfattr --only-values -n user.providerfs.state \(quoted(path))").output
@@ -53,8 +44,7 @@ struct EvictMountTests {
     func aDownloadedFileIsAPlaceholderAgainAndReadsTheSameBytes(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        let mount = try layout.mount(over: kind)
         defer { mount.stop() }
         let big = mount.path("big.bin")
         let expected = try Data(contentsOf: URL(fileURLWithPath: source + "/big.bin"))

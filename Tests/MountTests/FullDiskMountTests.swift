@@ -72,12 +72,11 @@ struct FullDiskMountTests {
     {
         guard requireFUSE() else { return }
         let tmpfs = try TmpfsMount(size: "80m")
-        let scratch = try makeTemporaryDirectory(prefix: "full-cache")
-        defer { removeTreeWithinFileSystem(scratch) }
-        let tree = scratch + "/tree"
-        mkdir(tree, 0o755)
+        let layout = try MountLayout(prefix: "full-cache")
+        defer { layout.remove() }
+        let tree = layout.source
         let arguments = ["--source", tree, "--cache", tmpfs.path + "/cache"]
-        let environment = ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"]
+        let environment = layout.environment
         var mount = try MountedFileSystem.providerfs(arguments, environment: environment)
         defer { mount.stop() }
 
@@ -145,11 +144,10 @@ struct FullDiskMountTests {
     {
         guard requireFUSE() else { return }
         let source = try TmpfsMount(size: "4m")
-        let scratch = try makeTemporaryDirectory(prefix: "full-source")
-        defer { removeTreeWithinFileSystem(scratch) }
+        let layout = try MountLayout(prefix: "full-source")
+        defer { layout.remove() }
         let mount = try MountedFileSystem.providerfs(
-            ["--source", source.path, "--cache", scratch + "/cache"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
+            ["--source", source.path, "--cache", layout.cache], environment: layout.environment)
         defer { mount.stop() }
         #expect(fill(source.path + "/filler") > 0)
         let bytes = patternBytes(count: 1 << 20, seed: 7)

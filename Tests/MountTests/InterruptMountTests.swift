@@ -48,26 +48,21 @@ private let readerScript = """
     """
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct InterruptMountTests {
-    let scratch: String
-    let tree: String
+struct InterruptMountTests: MountLayoutSuite {
+    let layout: MountLayout
     let script: String
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "interrupt-mount")
-        tree = scratch + "/tree"
-        script = scratch + "/reader.py"
-        mkdir(tree, 0o755)
-        mkdir(tree + "/sub", 0o755)
-        writeTestFile(tree + "/slow-stalled.bin", patternBytes(count: 4 << 20, seed: 11))
-        writeTestFile(tree + "/slow-second.bin", patternBytes(count: 4 << 20, seed: 13))
-        writeTestFile(tree + "/other.bin", patternBytes(count: 300 << 10, seed: 12))
-        writeTestFile(tree + "/quick.txt", Array("quick\n".utf8))
-        writeTestFile(tree + "/sub/inner.txt", Array("inner\n".utf8))
+        layout = try MountLayout(prefix: "interrupt-mount")
+        script = layout.scratch + "/reader.py"
+        mkdir(source + "/sub", 0o755)
+        writeTestFile(source + "/slow-stalled.bin", patternBytes(count: 4 << 20, seed: 11))
+        writeTestFile(source + "/slow-second.bin", patternBytes(count: 4 << 20, seed: 13))
+        writeTestFile(source + "/other.bin", patternBytes(count: 300 << 10, seed: 12))
+        writeTestFile(source + "/quick.txt", Array("quick\n".utf8))
+        writeTestFile(source + "/sub/inner.txt", Array("inner\n".utf8))
         writeTestFile(script, Array(readerScript.utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     /// The providers a FUSE source can be served by: a local directory, and rclone (Apache's
     /// workers must own the tree they serve, which a FUSE fixture's cannot be given).
@@ -76,11 +71,11 @@ struct InterruptMountTests {
     /// A providerfs mount over a fixture whose "slow…" reads each wait `delay`: the fixture as a
     /// `--source`, or served by rclone (a GET that stalls).
     func mountOverStallingSource(delay: String, over kind: ProviderKind) throws -> (MountedFileSystem, ServedMount) {
-        let source = try MountedFileSystem.fixture(tree: tree, extraArguments: ["--slow-delay", delay])
+        let source = try MountedFileSystem.fixture(tree: layout.source, extraArguments: ["--slow-delay", delay])
         do {
             let mount = try ServedMount(
-                tree: source.mountpoint, kind: kind, arguments: ["--cache", scratch + "/cache"],
-                environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
+                tree: source.mountpoint, kind: kind, arguments: ["--cache", cache],
+                environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
             return (source, mount)
         } catch {
             source.stop()
@@ -92,12 +87,10 @@ struct InterruptMountTests {
     /// under a stall deadline far beyond the test: readers stay blocked however slowly they start
     /// (a fixed source delay ran out on a loaded CI machine before the signals were sent).
     func mountWithStalledFiles(over kind: ProviderKind) throws -> ServedMount {
-        let mount = try ServedMount(
-            tree: tree, kind: kind, arguments: ["--cache", scratch + "/cache", "--stall-timeout", "10m"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
+        let mount = try layout.mount(over: kind, arguments: ["--stall-timeout", "10m"])
         for file in ["slow-stalled.bin", "slow-second.bin"] {
             let added = try providerfs(
-                ["fault", "add", mount.path(file), "--stall", "--times", "0"], runtime: scratch + "/run")
+                ["fault", "add", mount.path(file), "--stall", "--times", "0"], runtime: runtime)
             #expect(added.status == 0, "\(added)")
         }
         return mount
@@ -109,7 +102,7 @@ struct InterruptMountTests {
     ) throws -> ChildProcess {
         let reader = try ChildProcess(
             "/usr/bin/python3",
-            [script, path, "\(offset)", "\(count)", direct ? "direct" : "buffered", tree + "/" + expected])
+            [script, path, "\(offset)", "\(count)", direct ? "direct" : "buffered", source + "/" + expected])
         return try waitUntilReading(reader)
     }
 
@@ -169,7 +162,7 @@ struct InterruptMountTests {
 
         // The download was not cancelled: once the stall is cleared, the other reader gets its
         // bytes from it, and they are right.
-        let cleared = try providerfs(["fault", "clear", mount.path("slow-stalled.bin")], runtime: scratch + "/run")
+        let cleared = try providerfs(["fault", "clear", mount.path("slow-stalled.bin")], runtime: runtime)
         #expect(cleared.status == 0, "\(cleared)")
         #expect(waiting.wait(timeout: .seconds(45)) == 0, "\(waiting.standardError)")
         #expect(waiting.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(waiting.standardOutput)")
@@ -187,7 +180,7 @@ struct InterruptMountTests {
         func reader(_ file: String, offset: Int) throws -> ChildProcess {
             try ChildProcess(
                 "/usr/bin/python3",
-                [script, mount.path(file), "\(offset)", "\(64 << 10)", "buffered", tree + "/" + file])
+                [script, mount.path(file), "\(offset)", "\(64 << 10)", "buffered", source + "/" + file])
         }
         // Started together: Python's start-up is slow on a loaded machine.
         let patient = try reader("slow-stalled.bin", offset: 0)
@@ -218,7 +211,7 @@ struct InterruptMountTests {
         elapsed = ContinuousClock.now - start
         #expect(elapsed < .seconds(1), "the reader took \(elapsed) to end after SIGKILL")
         // The one that only had SIGWINCH gets its bytes, right, once the stall is cleared.
-        let cleared = try providerfs(["fault", "clear", mount.path("slow-stalled.bin")], runtime: scratch + "/run")
+        let cleared = try providerfs(["fault", "clear", mount.path("slow-stalled.bin")], runtime: runtime)
         #expect(cleared.status == 0, "\(cleared)")
         #expect(patient.wait(timeout: .seconds(60)) == 0, "\(patient.standardError)")
         #expect(patient.standardOutput.contains("RESULT \(64 << 10) 0\n"), "\(patient.standardOutput)")
@@ -283,7 +276,7 @@ struct InterruptMountTests {
             "stat \(quoted(mount.path("slow-stalled.bin"))) > /dev/null",
             "ls -l \(quoted(mount.path("sub"))) > /dev/null",
             "cat \(quoted(mount.path("sub/inner.txt"))) > /dev/null",
-            "cmp \(quoted(mount.path("other.bin"))) \(quoted(tree + "/other.bin"))",
+            "cmp \(quoted(mount.path("other.bin"))) \(quoted(layout.source + "/other.bin"))",
             "getfattr -n user.providerfs.state \(quoted(mount.path("slow-stalled.bin"))) > /dev/null",
         ]
         for probe in probes {

@@ -18,20 +18,15 @@ import Glibc
 // Its bodies block (shell, usleep): off the cooperative pool, whose two threads on a two-core CI
 // machine would otherwise starve every async test for as long as this suite runs.
 @Suite(.serialized, .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct KernelCacheMountTests {
-    let scratch: String
-    let source: String
+struct KernelCacheMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "kernelcache")
-        source = scratch + "/source"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "kernelcache")
         mkdir(source + "/d", 0o755)
         writeTestFile(source + "/d/a.txt", Array("hello\n".utf8))
         writeTestFile(source + "/d/b.txt", Array("bee\n".utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     /// Requests for `nodes` in the daemon's trace, counted once a marker request (a getxattr of
     /// the root) made after everything before it has shown up in the trace.
@@ -63,8 +58,8 @@ struct KernelCacheMountTests {
         guard requireFUSE() else { return }
         defer { cleanup() }
         let mount = try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run", "PROVIDERFS_FUSE_DEBUG": "1"])
+            ["--source", source, "--cache", cache],
+            environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_FUSE_DEBUG": "1"])
         defer { mount.stop() }
         let a = mount.path("d/a.txt")
         let b = mount.path("d/b.txt")

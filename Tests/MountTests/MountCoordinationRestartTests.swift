@@ -17,22 +17,21 @@ import TestScheduling
 struct MountCoordinationRestartTests {
     @Test func aClaimOnAMountItemIsReclaimedFromTheRemountedDaemon() throws {
         guard requireFUSE() else { return }
-        let scratch = try makeTemporaryDirectory(prefix: "mountrestart")
-        defer { removeTreeWithinFileSystem(scratch) }
-        let source = scratch + "/source"
+        let layout = try MountLayout(prefix: "mountrestart")
+        defer { layout.remove() }
+        let (scratch, source, runtime) = (layout.scratch, layout.source, layout.runtime)
         let mountpoint = scratch + "/mnt"
-        mkdir(source, 0o755)
         mkdir(mountpoint, 0o755)
         writeTestFile(source + "/doc.txt", Array("coordinated content\n".utf8))
         let providerfs = productsDirectory + "/providerfs"
         defer {
             _ = try? shell(
-                "PROVIDERFS_RUNTIME_DIR=\(quoted(scratch + "/run")) \(quoted(providerfs)) unmount \(quoted(mountpoint))"
+                "PROVIDERFS_RUNTIME_DIR=\(quoted(runtime)) \(quoted(providerfs)) unmount \(quoted(mountpoint))"
                     + " >/dev/null 2>&1 || fusermount3 -uz \(quoted(mountpoint)) 2>/dev/null; true")
         }
         let result = try shell(
             """
-            export PROVIDERFS_RUNTIME_DIR=\(quoted(scratch + "/run"))
+            export PROVIDERFS_RUNTIME_DIR=\(quoted(runtime))
             P=\(quoted(providerfs)); T=\(quoted(scratch)); M=\(quoted(mountpoint)); S=\(quoted(source))
             trap 'touch "$T/release"' EXIT
             wait_for() { i=0; while [ ! -e "$1" ]; do i=$((i+1)); [ $i -gt 400 ] && return 1; sleep 0.025; done; }

@@ -14,17 +14,12 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct MountCoordinationTests {
-    let scratch: String
-    let source: String
-    let runtime: String
+struct MountCoordinationTests: MountLayoutSuite {
+    let layout: MountLayout
     let providerfs = productsDirectory + "/providerfs"
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "mountcoord")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "mountcoord")
         writeTestFile(source + "/doc.txt", Array("coordinated content\n".utf8))
         mkdir(source + "/folder", 0o755)
         writeTestFile(source + "/folder/big.bin", patternBytes(count: 3 << 20, seed: 11))
@@ -32,11 +27,9 @@ struct MountCoordinationTests {
         writeTestFile(source + "/folder2/small.txt", Array("small\n".utf8))
     }
 
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
     func mount(claimTimeout: String) throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
-            ["--source", source, "--cache", scratch + "/cache"],
+            ["--source", source, "--cache", cache],
             environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_CLAIM_TIMEOUT": claimTimeout])
     }
 

@@ -57,31 +57,23 @@ private func contents(_ path: String) -> String? {
 }
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct NamespaceMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
+struct NamespaceMountTests: MountLayoutSuite {
+    let layout: MountLayout
     let providerfs = productsDirectory + "/providerfs"
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "namespace")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "namespace")
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     /// A mount of `source` over `kind` (over WebDAV polling every second, so that a file made in
     /// the served tree is seen within the test's waits).
     func mount(
         over kind: ProviderKind, writable: Bool = true, environment extra: [String: String] = [:]
     ) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind,
-            arguments: ["--cache", scratch + "/cache"] + (writable ? [] : ["--read-only"])
-                + (kind == .local ? [] : ["--poll-interval", "1s"]),
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime].merging(extra) { $1 })
+        try layout.mount(
+            over: kind,
+            arguments: (writable ? [] : ["--read-only"]) + (kind == .local ? [] : ["--poll-interval", "1s"]),
+            environment: extra)
     }
 
     /// Whether `condition` holds of the source within 60 s (at once for a local directory; over

@@ -16,30 +16,21 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct OfflineStartMountTests {
-    let scratch: String
-    let source: String
+struct OfflineStartMountTests: MountLayoutSuite {
+    let layout: MountLayout
     let moved: String
-    let cache: String
-    let runtime: String
     let environment: [String: String]
     let kept = patternBytes(count: 300_000, seed: 41)
     let other = patternBytes(count: 200_000, seed: 42)
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "offline-start")
-        source = scratch + "/source"
-        moved = scratch + "/moved"
-        cache = scratch + "/cache"
-        runtime = scratch + "/run"
-        environment = ["PROVIDERFS_RUNTIME_DIR": runtime]
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "offline-start")
+        moved = layout.scratch + "/moved"
+        environment = layout.environment
         mkdir(source + "/dir", 0o755)
         writeTestFile(source + "/dir/kept.bin", kept)
         writeTestFile(source + "/dir/other.bin", other)
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     @Test func aMissingSourceStartsFromStoredMetadataAndCatchesUpWhenBack() throws {
         guard requireFUSE() else { return }

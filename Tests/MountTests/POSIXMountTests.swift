@@ -35,24 +35,15 @@ private func eventually(_ limit: Duration = .seconds(20), _ condition: () -> Boo
 }
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct POSIXMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
+struct POSIXMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "posix")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "posix")
     }
 
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
     func mount(over kind: ProviderKind = .local, _ extra: [String] = []) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache"] + extra,
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        try layout.mount(over: kind, arguments: extra)
     }
 
     @Test(arguments: ProviderKind.available)

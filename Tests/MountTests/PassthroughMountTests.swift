@@ -88,25 +88,16 @@ func waitForState(_ path: String, _ state: String) -> Bool {
 }
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct PassthroughMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
+struct PassthroughMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "passthrough")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "passthrough")
         writeTestFile(source + "/big.bin", patternBytes(count: 6 << 20, seed: 21))
     }
 
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
     func mount(over kind: ProviderKind = .local, _ extra: [String] = []) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", scratch + "/cache", "--read-only"] + extra,
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime, "PROVIDERFS_FUSE_DEBUG": "1"])
+        try layout.mount(over: kind, arguments: ["--read-only"] + extra, environment: ["PROVIDERFS_FUSE_DEBUG": "1"])
     }
 
     var sourceSum: String {
@@ -202,7 +193,7 @@ struct PassthroughMountTests {
             ["--demo", "--read-only"],
             environment: [
                 "PROVIDERFS_RUNTIME_DIR": runtime, "XDG_DATA_HOME": scratch + "/data",
-                "XDG_CACHE_HOME": scratch + "/cache", "PROVIDERFS_FUSE_DEBUG": "1",
+                "XDG_CACHE_HOME": cache, "PROVIDERFS_FUSE_DEBUG": "1",
             ])
         defer { mount.stop() }
         let file = mount.path("Faults/fails-halfway.bin")

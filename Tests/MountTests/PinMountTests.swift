@@ -14,18 +14,11 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct PinMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct PinMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "pin-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "pin-mount")
         mkdir(source + "/docs", 0o755)
         mkdir(source + "/docs/sub", 0o755)
         mkdir(source + "/other", 0o755)
@@ -34,8 +27,6 @@ struct PinMountTests {
         writeTestFile(source + "/docs/sub/c.bin", patternBytes(count: 1 << 20, seed: 43))
         writeTestFile(source + "/other/x.txt", patternBytes(count: 50_000, seed: 44))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func attribute(_ name: String, _ path: String) -> String {
         (try? shell("getfattr --only-values -n user.providerfs.\(name) \(quoted(path))").output) ?? "?"
@@ -60,10 +51,7 @@ struct PinMountTests {
     /// A mount of `source` over `kind` (over WebDAV polling every second, so that a file made in
     /// the served tree is seen within the test's waits).
     func mount(over kind: ProviderKind = .local) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind,
-            arguments: ["--cache", cache] + (kind == .local ? [] : ["--poll-interval", "1s"]),
-            environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        try layout.mount(over: kind, arguments: kind == .local ? [] : ["--poll-interval", "1s"])
     }
 
     @Test(arguments: ProviderKind.available)

@@ -13,18 +13,11 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ProviderMountTests {
-    let scratch: String
-    let source: String
-    let cache: String
-    let runtime: String
+struct ProviderMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "provider")
-        source = scratch + "/source"
-        cache = scratch + "/cache"
-        runtime = scratch + "/run"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "provider")
         mkdir(source + "/docs", 0o755)
         mkdir(source + "/docs/nested", 0o755)
         writeTestFile(source + "/hello.txt", Array("hello, provider\n".utf8))
@@ -34,8 +27,6 @@ struct ProviderMountTests {
         writeTestFile(source + "/big.bin", patternBytes(count: 6 << 20, seed: 7))
         writeTestFile(source + "/other.bin", patternBytes(count: 1 << 20, seed: 8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func mount(_ extra: [String] = []) throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(
@@ -337,7 +328,7 @@ struct ProviderMountTests {
             ["--demo"],
             environment: [
                 "PROVIDERFS_RUNTIME_DIR": runtime, "XDG_DATA_HOME": scratch + "/data",
-                "XDG_CACHE_HOME": scratch + "/cache",
+                "XDG_CACHE_HOME": cache,
             ])
         defer { mount.stop() }
         let m = quoted(mount.mountpoint)

@@ -17,20 +17,13 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ReadingListMountTests: TokenGranting {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct ReadingListMountTests: MountLayoutSuite, TokenGranting {
+    let layout: MountLayout
     let data: String
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "reading-list-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        data = scratch + "/data"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "reading-list-mount")
+        data = layout.scratch + "/data"
         mkdir(source + "/docs", 0o755)
         mkdir(source + "/other", 0o755)
         writeTestFile(source + "/docs/paper.pdf", TestPDF(pages: 3).bytes())
@@ -42,12 +35,9 @@ struct ReadingListMountTests: TokenGranting {
         writeTestFile(source + "/docs/cut.pdf", Array(whole.prefix(whole.count / 4)))
     }
 
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
     /// A mount of `source` over `kind`: the directory, or rclone or Apache serving it.
     func mount(over kind: ProviderKind = .local) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        try layout.mount(over: kind)
     }
 
     var environment: [String: String] { ["PROVIDERFS_RUNTIME_DIR": runtime] }

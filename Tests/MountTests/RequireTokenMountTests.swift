@@ -17,25 +17,16 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct RequireTokenMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct RequireTokenMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "require-token-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "require-token-mount")
         mkdir(source + "/docs", 0o755)
         writeTestFile(source + "/docs/report.txt", Array("quarterly".utf8))
         writeTestFile(source + "/docs/big.bin", patternBytes(count: 300_000, seed: 3))
         writeTestFile(source + "/private.txt", Array("private\n".utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func cli(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
         try providerfs(arguments, runtime: runtime)

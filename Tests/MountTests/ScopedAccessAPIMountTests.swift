@@ -17,29 +17,20 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ScopedAccessAPIMountTests: TokenGranting {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct ScopedAccessAPIMountTests: MountLayoutSuite, TokenGranting {
+    let layout: MountLayout
     let registry: ScopedAccessRegistry
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "scoped-api")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "scoped-api")
+        // This process's runtime directory is not the mount's: the backend is told where it is.
+        registry = ScopedAccessRegistry(backend: ControlSocketBackend(mountsDirectory: layout.runtime + "/mounts"))
         mkdir(source + "/docs", 0o755)
         mkdir(source + "/docs/inner", 0o755)
         writeTestFile(source + "/docs/report.txt", Array("quarterly".utf8))
         writeTestFile(source + "/docs/inner/notes.txt", Array("notes\n".utf8))
         writeTestFile(source + "/private.txt", Array("private\n".utf8))
-        // This process's runtime directory is not the mount's: the backend is told where it is.
-        registry = ScopedAccessRegistry(backend: ControlSocketBackend(mountsDirectory: runtime + "/mounts"))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func mount() throws -> MountedFileSystem {
         try MountedFileSystem.providerfs(

@@ -14,26 +14,17 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ScopedAccessMountTests: TokenGranting {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct ScopedAccessMountTests: MountLayoutSuite, TokenGranting {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "scoped-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "scoped-mount")
         mkdir(source + "/docs", 0o755)
         mkdir(source + "/docs/inner", 0o755)
         writeTestFile(source + "/docs/report.txt", Array("quarterly".utf8))
         writeTestFile(source + "/docs/inner/notes.txt", Array("notes\n".utf8))
         writeTestFile(source + "/private.txt", Array("private\n".utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     @Test func fileAndFolderGrantsReadThenRevocationAndExpiryRefuse() throws {
         guard requireFUSE() else { return }

@@ -13,25 +13,16 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct ScopedEntryCacheMountTests: TokenGranting {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct ScopedEntryCacheMountTests: MountLayoutSuite, TokenGranting {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "scoped-entry-cache")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "scoped-entry-cache")
         mkdir(source + "/docs", 0o755)
         mkdir(source + "/docs/inner", 0o755)
         writeTestFile(source + "/docs/report.txt", Array("quarterly".utf8))
         writeTestFile(source + "/docs/inner/notes.txt", Array("notes\n".utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     /// stat(2) of `path` from this process: 0, or the errno.
     func statErrno(_ path: String) -> Int32 {

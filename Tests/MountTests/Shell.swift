@@ -1,7 +1,7 @@
 import Foundation
 import SystemSupport
 import TestSupport
-import Testing
+public import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -69,4 +69,8 @@ func stopChild(_ child: ChildProcess) {
         child.signal(SIGKILL)
         child.wait(timeout: .seconds(5))
     }
+}
+
+extension ProviderKind: CustomTestStringConvertible {
+    var testDescription: String { rawValue }
 }

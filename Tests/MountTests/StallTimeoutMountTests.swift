@@ -13,30 +13,24 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct StallTimeoutMountTests {
-    let scratch: String
-    let runtime: String
+struct StallTimeoutMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "stall-mount")
-        runtime = scratch + "/run"
+        layout = try MountLayout(prefix: "stall-mount")
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     @Test func aStalledReadFailsWithETIMEDOUTAtTheMountsDeadline() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let tree = scratch + "/tree"
-        mkdir(tree, 0o755)
-        writeTestFile(tree + "/slow-stalled.bin", patternBytes(count: 256 << 10, seed: 3))
-        writeTestFile(tree + "/quick.txt", Array("quick\n".utf8))
+        writeTestFile(source + "/slow-stalled.bin", patternBytes(count: 256 << 10, seed: 3))
+        writeTestFile(source + "/quick.txt", Array("quick\n".utf8))
         // Every read of the slow file waits 4 s in the source: with a 300 ms stall deadline the
         // download must fail long before the first byte could arrive.
-        let slowSource = try MountedFileSystem.fixture(tree: tree, extraArguments: ["--slow-delay", "4s"])
+        let slowSource = try MountedFileSystem.fixture(tree: source, extraArguments: ["--slow-delay", "4s"])
         defer { slowSource.stop() }
         let mount = try MountedFileSystem.providerfs(
-            ["--source", slowSource.mountpoint, "--cache", scratch + "/cache", "--stall-timeout", "300ms"],
+            ["--source", slowSource.mountpoint, "--cache", cache, "--stall-timeout", "300ms"],
             environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
 

@@ -14,28 +14,18 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct TokenMountTests {
-    let scratch: String
-    let source: String
-    let runtime: String
-    let cache: String
+struct TokenMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "token-mount")
-        source = scratch + "/source"
-        runtime = scratch + "/run"
-        cache = scratch + "/cache"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "token-mount")
         mkdir(source + "/docs", 0o755)
         writeTestFile(source + "/docs/report.txt", Array("quarterly".utf8))
     }
 
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
-
     /// A mount of `source` over `kind`: the directory, or rclone or Apache serving it.
     func mount(over kind: ProviderKind = .local) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind, arguments: ["--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
+        try layout.mount(over: kind)
     }
 
     func jsonLines(_ text: String) -> [[String: Any]] {
@@ -234,10 +224,9 @@ struct TokenScaleMountTests {
 
     @Test func tenThousandTokensGrantedListedAndRemounted() throws {
         guard requireFUSE() else { return }
-        let scratch = try makeTemporaryDirectory(prefix: "token-scale")
-        defer { removeTreeWithinFileSystem(scratch) }
-        let (source, runtime, cache) = (scratch + "/source", scratch + "/run", scratch + "/cache")
-        mkdir(source, 0o755)
+        let layout = try MountLayout(prefix: "token-scale")
+        defer { layout.remove() }
+        let (source, runtime, cache) = (layout.source, layout.runtime, layout.cache)
         mkdir(source + "/docs", 0o755)
         writeTestFile(source + "/docs/report.txt", Array("quarterly".utf8))
         func mount() throws -> MountedFileSystem {
@@ -329,10 +318,9 @@ struct TokenScaleMountTests {
 
     @Test func killedMidGrantKeepsEveryGrantItAnswered() throws {
         guard requireFUSE() else { return }
-        let scratch = try makeTemporaryDirectory(prefix: "token-kill")
-        defer { removeTreeWithinFileSystem(scratch) }
-        let (source, runtime, cache) = (scratch + "/source", scratch + "/run", scratch + "/cache")
-        mkdir(source, 0o755)
+        let layout = try MountLayout(prefix: "token-kill")
+        defer { layout.remove() }
+        let (source, runtime, cache) = (layout.source, layout.runtime, layout.cache)
         writeTestFile(source + "/a.txt", Array("a".utf8))
         func mount() throws -> MountedFileSystem {
             try MountedFileSystem.providerfs(

@@ -15,25 +15,19 @@ import TestScheduling
 #endif
 
 @Suite(.enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"), .blockingThreads)
-struct VersionNodeMountTests {
-    let scratch: String
-    let source: String
+struct VersionNodeMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "version-nodes")
-        source = scratch + "/source"
-        mkdir(source, 0o755)
+        layout = try MountLayout(prefix: "version-nodes")
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     /// A writable mount (the default) with libfuse's request trace, of `source` over `kind` (over
     /// WebDAV polling every second).
     func mount(over kind: ProviderKind = .local) throws -> ServedMount {
-        try ServedMount(
-            tree: source, kind: kind,
-            arguments: ["--cache", scratch + "/cache"] + (kind == .local ? [] : ["--poll-interval", "1s"]),
-            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run", "PROVIDERFS_FUSE_DEBUG": "1"])
+        try layout.mount(
+            over: kind, arguments: kind == .local ? [] : ["--poll-interval", "1s"],
+            environment: ["PROVIDERFS_FUSE_DEBUG": "1"])
     }
 
     @Test(arguments: ProviderKind.available) func warmReadsOfAWritableMountNeverReachTheDaemon(

@@ -15,34 +15,30 @@ import TestScheduling
 @Suite(
     .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"),
     .enabled(if: WebDAVTestGate.enabled, "PROVIDERFS_SKIP_WEBDAV_TESTS=1"), .blockingThreads)
-struct WebDAVChecksumMountTests {
-    let scratch: String
-    let served: String
+struct WebDAVChecksumMountTests: MountLayoutSuite {
+    let layout: MountLayout
     let providerfs = productsDirectory + "/providerfs"
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "webdav-checksum-mount")
-        served = scratch + "/served"
-        mkdir(served, 0o755)
+        layout = try MountLayout(prefix: "webdav-checksum-mount")
     }
 
     @Test func aFalseChecksumIsEIOInStatusAndTheLogAndARetryReadsIt() throws {
         guard requireFUSE() else { return }
-        defer { removeTreeWithinFileSystem(scratch) }
+        defer { cleanup() }
         if let problem = WebDAVTestGate.problem {
             Issue.record(Comment(rawValue: problem))
             return
         }
         let bytes = patternBytes(count: 200 << 10, seed: 7)
-        writeTestFile(served + "/report.bin", bytes)
-        let upstream = try WebDAVTestServer(root: served)
+        writeTestFile(source + "/report.bin", bytes)
+        let upstream = try WebDAVTestServer(root: source)
         defer { upstream.stop() }
         let proxy = try WebDAVTestServer(root: scratch + "/proxy-root", kind: .tampering(upstream: upstream.url))
         defer { proxy.stop() }
         try proxy.tamper(.ocChecksumFlipped)
-        let runtime = scratch + "/run"
         let mount = try MountedFileSystem.providerfs(
-            ["--webdav", proxy.url, "--cache", scratch + "/cache", "--poll-interval", "0"],
+            ["--webdav", proxy.url, "--cache", cache, "--poll-interval", "0"],
             environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         let file = mount.path("report.bin")
@@ -56,10 +52,10 @@ struct WebDAVChecksumMountTests {
         #expect(status.output.contains("do not match their checksum"), "\(status)")
         // The daemon in the foreground logs to its standard error.
         #expect(mount.child.standardError.contains("do not match their checksum"), "\(mount.child.standardError)")
-        #expect(try shell("cmp -s \(quoted(file)) \(quoted(served + "/report.bin"))").status != 0)
+        #expect(try shell("cmp -s \(quoted(file)) \(quoted(source + "/report.bin"))").status != 0)
 
         try proxy.tamper(.none)
-        let read = try shell("cmp \(quoted(file)) \(quoted(served + "/report.bin"))", timeout: .seconds(60))
+        let read = try shell("cmp \(quoted(file)) \(quoted(source + "/report.bin"))", timeout: .seconds(60))
         #expect(read.status == 0, "\(read)")
     }
 }

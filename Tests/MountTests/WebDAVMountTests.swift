@@ -14,24 +14,15 @@ import TestScheduling
 @Suite(
     .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"),
     .enabled(if: WebDAVTestGate.enabled, "PROVIDERFS_SKIP_WEBDAV_TESTS=1"), .blockingThreads)
-struct WebDAVMountTests {
-    let scratch: String
-    let served: String
-    let cache: String
-    let runtime: String
+struct WebDAVMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "webdav-mount")
-        served = scratch + "/served"
-        cache = scratch + "/cache"
-        runtime = scratch + "/run"
-        mkdir(served, 0o755)
-        mkdir(served + "/docs", 0o755)
-        writeTestFile(served + "/big.bin", patternBytes(count: 6 << 20, seed: 21))
-        writeTestFile(served + "/docs/name with spaces #1 ü.txt", Array("spaces and more\n".utf8))
+        layout = try MountLayout(prefix: "webdav-mount")
+        mkdir(source + "/docs", 0o755)
+        writeTestFile(source + "/big.bin", patternBytes(count: 6 << 20, seed: 21))
+        writeTestFile(source + "/docs/name with spaces #1 ü.txt", Array("spaces and more\n".utf8))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func requireRclone() -> Bool {
         if let problem = WebDAVTestGate.problem {
@@ -56,13 +47,13 @@ struct WebDAVMountTests {
     @Test func readsByteExactAndUploadsWhatIsWritten() throws {
         guard requireFUSE(), requireRclone() else { return }
         defer { cleanup() }
-        let server = try WebDAVTestServer(root: served)
+        let server = try WebDAVTestServer(root: source)
         defer { server.stop() }
         let mount = try MountedFileSystem.providerfs(
             ["--webdav", server.url, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
         defer { mount.stop() }
         let m = quoted(mount.mountpoint)
-        let s = quoted(served)
+        let s = quoted(source)
         #expect(
             try shell("cd \(m) && find . | LC_ALL=C sort").output
                 == (try shell("cd \(s) && find . | LC_ALL=C sort").output))
@@ -80,9 +71,9 @@ struct WebDAVMountTests {
         let written = patternBytes(count: 700_000, seed: 5)
         writeTestFile(scratch + "/local.bin", written)
         #expect(try shell("mkdir \(m)/made && cp \(quoted(scratch))/local.bin \(m)/made/'new file?.bin'").status == 0)
-        #expect(eventually(served + "/made/new file?.bin", holds: written))
+        #expect(eventually(source + "/made/new file?.bin", holds: written))
         #expect(try shell("printf 'short\\n' > \(m)/note.txt").status == 0)
-        #expect(eventually(served + "/note.txt", holds: Array("short\n".utf8)))
+        #expect(eventually(source + "/note.txt", holds: Array("short\n".utf8)))
         // Staging names never show, on the server or in the mount.
         #expect(try shell("find \(s) \(m) -name '.providerfs-upload-*'").output.isEmpty)
     }
@@ -93,8 +84,8 @@ struct WebDAVMountTests {
     @Test func anEditMetByAServerChangeBecomesAConflictCopy() throws {
         guard requireFUSE(), requireRclone() else { return }
         defer { cleanup() }
-        writeTestFile(served + "/notes.txt", Array("base\n".utf8))
-        let server = try WebDAVTestServer(root: served)
+        writeTestFile(source + "/notes.txt", Array("base\n".utf8))
+        let server = try WebDAVTestServer(root: source)
         defer { server.stop() }
         let mount = try MountedFileSystem.providerfs(
             ["--webdav", server.url, "--cache", cache], environment: ["PROVIDERFS_RUNTIME_DIR": runtime])
@@ -102,7 +93,7 @@ struct WebDAVMountTests {
         #expect(try shell("cat \(quoted(mount.path("notes.txt")))").output == "base\n")
         let edit = try shell(
             """
-            python3 - \(quoted(mount.mountpoint)) \(quoted(served)) <<'PY'
+            python3 - \(quoted(mount.mountpoint)) \(quoted(source)) <<'PY'
             import os, sys
             mnt, src = sys.argv[1], sys.argv[2]
             fd = os.open(mnt + "/notes.txt", os.O_WRONLY | os.O_TRUNC)
@@ -125,15 +116,15 @@ struct WebDAVMountTests {
             let deadline = ContinuousClock.now + .seconds(30)
             var copies: [Substring] = []
             while ContinuousClock.now < deadline {
-                copies = try shell("ls -1 \(quoted(served))").output.split(separator: "\n")
+                copies = try shell("ls -1 \(quoted(source))").output.split(separator: "\n")
                     .filter { $0.hasPrefix("\(name) (conflict ") && $0.hasSuffix(").txt") }
                 if !copies.isEmpty { break }
                 usleep(100_000)
             }
             #expect(copies.count == 1, "\(name): \(copies)")
             guard let copy = copies.first else { continue }
-            #expect(try shell("cat \(quoted(served + "/" + name + ".txt"))").output == theirs, "\(name)")
-            #expect(try shell("cat \(quoted(served + "/" + copy))").output == ours, "\(name)")
+            #expect(try shell("cat \(quoted(source + "/" + name + ".txt"))").output == theirs, "\(name)")
+            #expect(try shell("cat \(quoted(source + "/" + copy))").output == ours, "\(name)")
         }
     }
 
@@ -143,7 +134,7 @@ struct WebDAVMountTests {
         guard requireFUSE(), requireRclone() else { return }
         defer { cleanup() }
         let password = "s3cret pass"
-        let server = try WebDAVTestServer(root: served, kind: .rclone(user: "alice", password: password))
+        let server = try WebDAVTestServer(root: source, kind: .rclone(user: "alice", password: password))
         defer { server.stop() }
         writeTestFile(scratch + "/password", Array((password + "\n").utf8))
         let mount = try MountedFileSystem.providerfs(

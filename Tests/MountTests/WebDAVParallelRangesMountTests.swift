@@ -15,36 +15,33 @@ import TestScheduling
 @Suite(
     .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"),
     .enabled(if: WebDAVTestGate.enabled, "PROVIDERFS_SKIP_WEBDAV_TESTS=1"), .blockingThreads)
-struct WebDAVParallelRangesMountTests {
-    let scratch: String
-    let served: String
+struct WebDAVParallelRangesMountTests: MountLayoutSuite {
+    let layout: MountLayout
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "webdav-ranges-mount")
-        served = scratch + "/served"
-        mkdir(served, 0o755)
+        layout = try MountLayout(prefix: "webdav-ranges-mount")
     }
 
     @Test func aColdReadOfALargeFileIsRangedGetsSeveralAtOnceAndExact() throws {
         guard requireFUSE() else { return }
-        defer { removeTreeWithinFileSystem(scratch) }
+        defer { cleanup() }
         if let problem = WebDAVTestGate.problem {
             Issue.record(Comment(rawValue: problem))
             return
         }
-        writeTestFile(served + "/large.bin", patternBytes(count: 100 << 20, seed: 13))
-        let upstream = try WebDAVTestServer(root: served)
+        writeTestFile(source + "/large.bin", patternBytes(count: 100 << 20, seed: 13))
+        let upstream = try WebDAVTestServer(root: source)
         defer { upstream.stop() }
         let proxy = try WebDAVTestServer(root: scratch + "/proxy-root", kind: .tampering(upstream: upstream.url))
         defer { proxy.stop() }
         try proxy.tamper(.slowGets)
         let mount = try MountedFileSystem.providerfs([
-            "--webdav", proxy.url, "--cache", scratch + "/cache", "--poll-interval", "0", "--parallel-ranges", "3",
+            "--webdav", proxy.url, "--cache", cache, "--poll-interval", "0", "--parallel-ranges", "3",
         ])
         defer { mount.stop() }
 
         let read = try shell(
-            "cat \(quoted(mount.path("large.bin"))) | cmp - \(quoted(served + "/large.bin"))", timeout: .seconds(120))
+            "cat \(quoted(mount.path("large.bin"))) | cmp - \(quoted(source + "/large.bin"))", timeout: .seconds(120))
         #expect(read.status == 0, "\(read)")
         let ranges = proxy.requestLog().compactMap { line -> (Int64, Int64)? in
             guard let field = line.split(separator: " ").first(where: { $0.hasPrefix("range=bytes=") }) else {

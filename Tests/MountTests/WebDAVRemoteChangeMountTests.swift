@@ -17,11 +17,8 @@ import TestScheduling
 @Suite(
     .enabled(if: MountTestGate.enabled, "PROVIDERFS_SKIP_MOUNT_TESTS=1"),
     .enabled(if: WebDAVTestGate.enabled, "PROVIDERFS_SKIP_WEBDAV_TESTS=1"), .blockingThreads)
-struct WebDAVRemoteChangeMountTests {
-    let scratch: String
-    let served: String
-    let cache: String
-    let runtime: String
+struct WebDAVRemoteChangeMountTests: MountLayoutSuite {
+    let layout: MountLayout
     let providerfs = productsDirectory + "/providerfs"
     var environment: [String: String] { ["PROVIDERFS_RUNTIME_DIR": runtime] }
     /// `providerfs` for a shell script, with the mounts' runtime directory.
@@ -34,18 +31,12 @@ struct WebDAVRemoteChangeMountTests {
     }
 
     init() throws {
-        scratch = try makeTemporaryDirectory(prefix: "webdav-changes")
-        served = scratch + "/served"
-        cache = scratch + "/cache"
-        runtime = scratch + "/run"
-        mkdir(served, 0o755)
-        mkdir(served + "/docs", 0o755)
-        writeTestFile(served + "/notes.txt", Array("version one\n".utf8))
-        writeTestFile(served + "/docs/a.txt", Array("alpha\n".utf8))
-        writeTestFile(served + "/big.bin", patternBytes(count: 4 << 20, seed: 3))
+        layout = try MountLayout(prefix: "webdav-changes")
+        mkdir(source + "/docs", 0o755)
+        writeTestFile(source + "/notes.txt", Array("version one\n".utf8))
+        writeTestFile(source + "/docs/a.txt", Array("alpha\n".utf8))
+        writeTestFile(source + "/big.bin", patternBytes(count: 4 << 20, seed: 3))
     }
-
-    func cleanup() { removeTreeWithinFileSystem(scratch) }
 
     func requireServers() -> Bool {
         if let problem = WebDAVTestGate.problem {
@@ -74,15 +65,15 @@ struct WebDAVRemoteChangeMountTests {
     /// Rewrites a served file as another client would: a new file renamed over the old (a new
     /// inode and mtime, so every server gives it a new ETag).
     func rewriteOnServer(_ relative: String, _ text: String) {
-        writeTestFile(served + "/.incoming", Array(text.utf8))
-        #expect(rename(served + "/.incoming", served + "/" + relative) == 0)
+        writeTestFile(source + "/.incoming", Array(text.utf8))
+        #expect(rename(source + "/.incoming", source + "/" + relative) == 0)
     }
 
     @Test(arguments: Server.allCases)
     func refreshAppliesAServerChangeAtOnce(_ server: Server) throws {
         guard requireFUSE(), requireServers() else { return }
         defer { cleanup() }
-        let dav = try WebDAVTestServer(root: served, kind: server.kind)
+        let dav = try WebDAVTestServer(root: source, kind: server.kind)
         defer { dav.stop() }
         let mount = try MountedFileSystem.providerfs(
             ["--webdav", dav.url, "--cache", cache, "--poll-interval", "0"], environment: environment)
@@ -95,8 +86,8 @@ struct WebDAVRemoteChangeMountTests {
 
         // Another client changes the server: a file rewritten, one created, one deleted.
         rewriteOnServer("notes.txt", "version two, longer\n")
-        writeTestFile(served + "/docs/b.txt", Array("beta\n".utf8))
-        #expect(unlink(served + "/docs/a.txt") == 0)
+        writeTestFile(source + "/docs/b.txt", Array("beta\n".utf8))
+        #expect(unlink(source + "/docs/a.txt") == 0)
         let refreshed = try shell("\(tool) refresh \(m)/notes.txt \(m)/docs")
         #expect(refreshed.status == 0, "\(refreshed.output) \(refreshed.error)")
         #expect(refreshed.output.contains("notes.txt: refreshed (file"), "\(refreshed.output)")
@@ -125,7 +116,7 @@ struct WebDAVRemoteChangeMountTests {
     func anOpenReaderOfTheOldVersionGetsESTALE(_ server: Server) throws {
         guard requireFUSE(), requireServers() else { return }
         defer { cleanup() }
-        let dav = try WebDAVTestServer(root: served, kind: server.kind)
+        let dav = try WebDAVTestServer(root: source, kind: server.kind)
         defer { dav.stop() }
         let mount = try MountedFileSystem.providerfs(
             ["--webdav", dav.url, "--cache", cache, "--poll-interval", "0"], environment: environment)
@@ -148,7 +139,7 @@ struct WebDAVRemoteChangeMountTests {
                 print("new", f.read(16).hex())
             """
         let result = try shell(
-            "PROVIDERFS_RUNTIME_DIR=\(quoted(runtime)) python3 - \(m(mount)) \(quoted(served)) \(quoted(scratch + "/new.bin")) \(quoted(providerfs)) <<'PY'\n"
+            "PROVIDERFS_RUNTIME_DIR=\(quoted(runtime)) python3 - \(m(mount)) \(quoted(source)) \(quoted(scratch + "/new.bin")) \(quoted(providerfs)) <<'PY'\n"
                 + script + "\nPY")
         let newHead = patternBytes(count: 16, seed: 4).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
         #expect(result.output.contains("refresh 0"), "\(result.output) \(result.error)")
@@ -162,7 +153,7 @@ struct WebDAVRemoteChangeMountTests {
     func thePollFindsAServerChangeWithinItsInterval(_ server: Server) throws {
         guard requireFUSE(), requireServers() else { return }
         defer { cleanup() }
-        let dav = try WebDAVTestServer(root: served, kind: server.kind)
+        let dav = try WebDAVTestServer(root: source, kind: server.kind)
         defer { dav.stop() }
         let interval = Duration.milliseconds(500)
         let mount = try MountedFileSystem.providerfs(
@@ -235,11 +226,11 @@ struct WebDAVRemoteChangeMountTests {
     @Test func refreshRescansALocalDirectory() throws {
         guard requireFUSE() else { return }
         defer { cleanup() }
-        let mount = try MountedFileSystem.providerfs(["--source", served, "--cache", cache], environment: environment)
+        let mount = try MountedFileSystem.providerfs(["--source", source, "--cache", cache], environment: environment)
         defer { mount.stop() }
         #expect(try shell("cat \(m(mount))/notes.txt").output == "version one\n")
         rewriteOnServer("notes.txt", "local two\n")
-        writeTestFile(served + "/docs/c.txt", Array("gamma\n".utf8))
+        writeTestFile(source + "/docs/c.txt", Array("gamma\n".utf8))
         let refreshed = try shell("\(tool) refresh \(m(mount))/notes.txt \(m(mount))/docs --json")
         #expect(refreshed.status == 0, "\(refreshed.output) \(refreshed.error)")
         #expect(refreshed.output.contains(#""outcome":"present""#), "\(refreshed.output)")

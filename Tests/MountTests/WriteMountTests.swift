@@ -48,7 +48,7 @@ func waitForState(_ path: String, _ state: String, timeout: Duration = .seconds(
 struct WriteMountTests {
     @Test(arguments: ProviderKind.available) func aNewFileReachesTheSource(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-new", kind: kind)
+        let mount = try SourceMount(prefix: "write-new", kind: kind)
         defer { mount.stop() }
         let result = try shell("echo hello > \(quoted(mount.path("new.txt")))")
         #expect(result.status == 0, "\(result)")
@@ -65,7 +65,7 @@ struct WriteMountTests {
         over kind: ProviderKind
     ) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-mmap", kind: kind)
+        let mount = try SourceMount(prefix: "write-mmap", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("m.bin"), Array(repeating: UInt8(ascii: "a"), count: 3 * 4096 + 100))
         let script = """
@@ -102,7 +102,7 @@ struct WriteMountTests {
 
     @Test(arguments: ProviderKind.available) func overwriteAppendAndTruncate(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-edit", kind: kind)
+        let mount = try SourceMount(prefix: "write-edit", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("0123456789".utf8))
         let file = quoted(mount.path("f"))
@@ -130,7 +130,7 @@ struct WriteMountTests {
     /// posix_fallocate works either way.
     @Test func fallocateExtendsOrReservesAndOtherModesAreRefused() throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-fallocate")
+        let mount = try SourceMount(prefix: "write-fallocate")
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("abc".utf8))
         let file = quoted(mount.path("f"))
@@ -161,7 +161,7 @@ struct WriteMountTests {
     /// `tar x` and `cp -p` do), must not take that for a remote change and become a conflict copy.
     @Test func utimensAndChmodDuringAnEditAreNoConflict() throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-utimens")
+        let mount = try SourceMount(prefix: "write-utimens")
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("old\n".utf8))
         let script = """
@@ -234,7 +234,7 @@ struct WriteMountTests {
     /// file open without changes reaches the provider at once.
     @Test func chmodAndUtimensOfAnOpenEditRideItsUpload() throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-held-attributes")
+        let mount = try SourceMount(prefix: "write-held-attributes")
         defer { mount.stop() }
         writeTestFile(mount.source("clean"), Array("clean\n".utf8))
         let script = """
@@ -281,7 +281,7 @@ struct WriteMountTests {
 
     @Test(arguments: ProviderKind.available) func twoWritersShareOneStagingCopy(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-two", kind: kind)
+        let mount = try SourceMount(prefix: "write-two", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("..........".utf8))
         let first = open(mount.path("f"), O_WRONLY)
@@ -304,7 +304,7 @@ struct WriteMountTests {
         over kind: ProviderKind
     ) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-reader", kind: kind)
+        let mount = try SourceMount(prefix: "write-reader", kind: kind)
         defer { mount.stop() }
         let old = patternBytes(count: 1 << 20, seed: 7)
         writeTestFile(mount.source("f"), old)
@@ -336,7 +336,7 @@ struct WriteMountTests {
         over kind: ProviderKind
     ) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-child-flush", kind: kind)
+        let mount = try SourceMount(prefix: "write-child-flush", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("old".utf8))
         let writer = open(mount.path("f"), O_WRONLY)  // inherited by the child below
@@ -357,7 +357,7 @@ struct WriteMountTests {
     @Test(arguments: ProviderKind.available) func fsyncPublishesWhileTheWriterStaysOpen(over kind: ProviderKind) throws
     {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-fsync", kind: kind)
+        let mount = try SourceMount(prefix: "write-fsync", kind: kind)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("old".utf8))
         let writer = open(mount.path("f"), O_WRONLY | O_TRUNC)
@@ -377,7 +377,7 @@ struct WriteMountTests {
     /// read uniform, and the same byte for the whole open).
     @Test(arguments: ProviderKind.available) func tortureReadersNeverSeeAMix(over kind: ProviderKind) throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-torture", kind: kind)
+        let mount = try SourceMount(prefix: "write-torture", kind: kind)
         defer { mount.stop() }
         let size = 64 << 20
         writeTestFile(mount.source("f"), [UInt8](repeating: UInt8(ascii: "A"), count: size))
@@ -490,7 +490,7 @@ struct WriteMountTests {
     // cannot write into a directory the test made as root.
     @Test func aKilledDaemonUploadsAfterTheRemount() throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-kill")
+        let mount = try SourceMount(prefix: "write-kill")
         defer { mount.stop() }
         let directory = mount.source("d")
         mkdir(directory, 0o755)
@@ -523,15 +523,12 @@ struct WriteMountTests {
     {
         guard requireFUSE() else { return }
         let tmpfs = try TmpfsMount(size: "72m")
-        let scratch = try makeTemporaryDirectory(prefix: "write-enospc")
-        defer { removeTreeWithinFileSystem(scratch) }
-        let tree = scratch + "/tree"
-        mkdir(tree, 0o755)
+        let layout = try MountLayout(prefix: "write-enospc")
+        defer { layout.remove() }
         let old = patternBytes(count: 1 << 20, seed: 11)
-        writeTestFile(tree + "/f", old)
+        writeTestFile(layout.source("f"), old)
         let mount = try MountedFileSystem.providerfs(
-            ["--source", tree, "--cache", tmpfs.path + "/cache"],
-            environment: ["PROVIDERFS_RUNTIME_DIR": scratch + "/run"])
+            ["--source", layout.source, "--cache", tmpfs.path + "/cache"], environment: layout.environment)
         defer { mount.stop() }
         let reader = open(mount.path("f"), O_RDONLY)
         try #require(reader >= 0)
@@ -567,10 +564,10 @@ struct WriteMountTests {
     /// data is served, and the retries (1 s, then 2 s later) upload it.
     @Test func anUploadFaultIsAnErrorThenRetried() throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-fault")
+        let mount = try SourceMount(prefix: "write-fault")
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("old".utf8))
-        let runtime = mount.scratch + "/run"
+        let runtime = mount.runtime
         let added = try providerfs(
             ["fault", "add", mount.path("f"), "--on", "upload", "--fail-at", "0", "--errno", "EACCES", "--times", "2"],
             runtime: runtime)
@@ -589,7 +586,7 @@ struct WriteMountTests {
 
     @Test func aReadOnlyMountRefusesWithEROFS() throws {
         guard requireFUSE() else { return }
-        let mount = try WritableMount(prefix: "write-ro", writable: false)
+        let mount = try SourceMount(prefix: "write-ro", writable: false)
         defer { mount.stop() }
         writeTestFile(mount.source("f"), Array("x".utf8))
         #expect(open(mount.path("f"), O_WRONLY) == -1 && errno == EROFS)

@@ -221,7 +221,7 @@ final class FullDiskFixture: @unchecked Sendable {
     /// empty, as the mount shows it; its queue row is not left parked.
     @Test func anUnbornFileWhosePublishFailedIsCreated() async throws {
         let fixture = try FullDiskFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let cache = try fixture.makeCache()
         _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
         let item = try await cache.createFile(named: "n", in: .root, permissions: 0o644)
@@ -242,7 +242,7 @@ final class FullDiskFixture: @unchecked Sendable {
     /// the mount and at the source).
     @Test func aDeleteWhileTheStoreIsFullIsNotUndoneByARestart() async throws {
         let fixture = try FullDiskFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         var cache = try fixture.makeCache()
         _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
         let item = try await cache.createFile(named: "n", in: .root, permissions: 0o644)

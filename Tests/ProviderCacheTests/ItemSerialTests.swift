@@ -89,7 +89,7 @@ import Testing
         let scratch = try TemporaryDirectory(prefix: "providerfs-serials")
         defer { scratch.remove() }
         let fixture = try WriteFixture(store: try SQLiteMetadataStore(path: scratch.path + "/metadata.sqlite"))
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let base = fixture.provider.base
         base.addDirectory("d")
         base.putFile("d/a", .bytes(Array("a".utf8)))

@@ -20,7 +20,7 @@ private final class WindowFixture: @unchecked Sendable {
 
     init(deferring: Bool = false) throws {
         fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = deferring }
+        fixture.provider.base.defersCreates = deferring
         let armed = self.armed
         cache = try ProviderCache(
             provider: fixture.provider, directory: fixture.directory.path, store: fixture.store,

@@ -124,7 +124,7 @@ struct PublishDurabilityTests {
     /// more writes and the last close) is synced in staging before its rename.
     @Test func aNewFilesCloseIsUnsyncedUntilFsync() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let (cache, syncs) = try recordingCache(fixture)
         let directory = resolvedDirectory(fixture)
 

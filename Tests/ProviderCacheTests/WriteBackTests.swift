@@ -1,7 +1,7 @@
 // Writing in the cache (issue 14): the staging and upload machines, staging copies and their
 // publish as local versions, and the durable write-back queue (retries with backoff on the
-// injected clock, a restart that resumes, conflicts kept as copies). The provider is a small
-// private double over InMemoryProvider that uploads (the real providers' uploads are theirs).
+// injected clock, a restart that resumes, conflicts kept as copies). The provider is an
+// InMemoryProvider behind a wrapper with the write-back tests' hooks (`UploadingProvider`).
 
 import Foundation
 import ProviderModel
@@ -11,9 +11,13 @@ import Testing
 
 @testable import ProviderCache
 
-/// InMemoryProvider plus `upload`: a replace checks the base version, a create refuses a taken
-/// name. Uploads can be made to fail, or held until released.
-final class UploadingProvider: Provider, @unchecked Sendable {
+/// An InMemoryProvider (`base`, which stores what is uploaded: `InMemoryProvider.upload`) with the
+/// hooks of the write-back tests that InMemoryProvider has not: uploads held before they read
+/// their file (`hold`; `base.holdUploads` holds after the read) and counted once past the hold
+/// (`uploadCount`), the next ones failed by count, the targets and what the last upload carried
+/// recorded, a replace made in two steps as rclone's MOVE does; listings, fetches (before the
+/// version is checked; `base.hold` holds at the first chunk) and setattrs held; named lookups.
+final class UploadingProvider: InMemoryProviderWrapper, @unchecked Sendable {
     let base = InMemoryProvider()
     private let control = Locked<
         (failures: Int, uploads: Int, started: Int, held: Bool, waiting: [CheckedContinuation<Void, Never>])
@@ -29,7 +33,6 @@ final class UploadingProvider: Provider, @unchecked Sendable {
     /// Whether a lookup asks for one name (`.namedChildLookup`; answered from a listing, so
     /// `holdNextListing` holds it too).
     let looksUpNames = Locked(false)
-    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
     func itemNow(for identifier: ItemIdentifier) throws -> ProviderItem? { try base.itemNow(for: identifier) }
     func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
         let children = try await base.children(of: identifier)
@@ -84,16 +87,6 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         for waiter in waiting { waiter.resume() }
     }
 
-    func move(
-        _ identifier: ItemIdentifier, to parent: ItemIdentifier, named name: String, mode: MoveMode
-    ) async throws -> ProviderItem {
-        try await base.move(identifier, to: parent, named: name, mode: mode)
-    }
-
-    func delete(_ identifier: ItemIdentifier, kind: ItemKind) async throws {
-        try await base.delete(identifier, kind: kind)
-    }
-
     func setAttributes(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) async throws -> ProviderItem {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = attributeControl.withLock { state -> Bool in
@@ -135,14 +128,9 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         try base.setAttributesNow(identifier, changes)
     }
 
-    /// Whether creates are deferred (`deferCreateNow`, D-386), as the local provider does.
-    let defers = Locked(false)
-
+    /// Creates deferred to their upload as the local provider's (D-386): `base.defersCreates`.
     func deferCreateNow(named name: String, in parent: ItemIdentifier) throws -> DeferredCreate? {
-        guard defers.withLock({ $0 }) else { return nil }
-        let path = parent == .root ? name : parent.rawValue + "/" + name
-        if base.content(of: path) != nil { throw ProviderError(.alreadyExists, "\(path) exists", errno: EEXIST) }
-        return DeferredCreate(identifier: ItemIdentifier(path), directory: nil)
+        try base.deferCreateNow(named: name, in: parent)
     }
 
     /// The next `count` uploads fail with `error` (EIO unless told).
@@ -173,6 +161,7 @@ final class UploadingProvider: Provider, @unchecked Sendable {
         from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
     ) async throws -> ProviderItem {
         targets.withLock { $0.append(target) }
+        var stored = target
         if case .replace(let identifier, let baseVersion) = target, replacesInTwoSteps.withLock({ $0 }) {
             let path = identifier.rawValue
             guard let (_, current) = base.content(of: path) else { throw ProviderError(.noSuchItem, "\(path) is gone") }
@@ -180,6 +169,11 @@ final class UploadingProvider: Provider, @unchecked Sendable {
                 throw ProviderError(.versionChanged, "\(path) is at \(current), not \(baseVersion)")
             }
             base.remove(path)
+            // The new file is created where the old one was (identifiers are paths).
+            let components = path.split(separator: "/")
+            stored = .create(
+                name: String(components.last ?? ""),
+                in: components.count > 1 ? ItemIdentifier(components.dropLast().joined(separator: "/")) : .root)
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let wait = control.withLock { state -> Bool in
@@ -197,23 +191,10 @@ final class UploadingProvider: Provider, @unchecked Sendable {
             return true
         }
         if fail { throw failure.withLock { $0 } }
-        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: localFile)))
-        let path: String
-        switch target {
-        case .create(let name, let parent):
-            path = parent == .root ? name : parent.rawValue + "/" + name
-            if base.content(of: path) != nil { throw ProviderError(.alreadyExists, "\(path) exists") }
-        case .replace(let identifier, let baseVersion):
-            path = identifier.rawValue
-            if replacesInTwoSteps.withLock({ $0 }) { break }  // checked and taken away above
-            guard let (_, current) = base.content(of: path) else { throw ProviderError(.noSuchItem, "\(path) is gone") }
-            if let baseVersion, baseVersion != current {
-                throw ProviderError(.versionChanged, "\(path) is at \(current), not \(baseVersion)")
-            }
-        }
-        base.putFile(path, .bytes(bytes))
+        let item = try await base.upload(
+            from: localFile, to: stored, permissions: permissions, modificationTime: modificationTime)
         carried.withLock { $0 = (permissions, modificationTime) }
-        return try await base.item(for: ItemIdentifier(path))
+        return item
     }
 }
 
@@ -696,7 +677,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         let fixture = try WriteFixture()
         fixture.options.uploadSettle = .seconds(1)
         fixture.options.maximumUploadSettle = .seconds(5)
-        fixture.provider.defers.withLock { $0 = true }  // as the local provider (D-386)
+        fixture.provider.base.defersCreates = true  // as the local provider (D-386)
         fixture.provider.base.putFile("db", .bytes(Array("v0".utf8)))
         let cache = try fixture.makeCache()
         let db = try await cache.catalog.item(ItemIdentifier("db"), maximumAge: .zero)
@@ -1074,7 +1055,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// is a `.create` with the bytes, mode and mtime; meanwhile listings and lookups keep the file.
     @Test func aDeferredCreateReachesTheProviderWithItsFirstUpload() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let cache = try fixture.makeCache()
         _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
         let item = try await cache.createFile(named: "n", in: .root, permissions: 0o640)
@@ -1109,7 +1090,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         deferring: Bool
     ) async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = deferring }
+        fixture.provider.base.defersCreates = deferring
         fixture.provider.base.putFile("old", .bytes([1]))
         fixture.provider.base.putFile("was", .bytes([2]))
         fixture.provider.base.addDirectory("d")
@@ -1154,7 +1135,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// failed with ENOENT, and the catalog forgot a file the source had).
     @Test func aNameAskedBeforeABirthDoesNotUndoIt() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         fixture.provider.looksUpNames.withLock { $0 = true }
         let cache = try fixture.makeCache()
         _ = try await cache.catalog.children(of: .root, maximumAge: .zero)
@@ -1182,7 +1163,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// `touch`: created and closed unwritten, the empty file is made at the provider.
     @Test func aDeferredCreateClosedUnwrittenIsMadeEmpty() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let cache = try fixture.makeCache()
         let item = try await cache.createFile(named: "e", in: .root, permissions: 0o644)
         _ = try await cache.writes.openWriter(item, truncating: true)
@@ -1201,7 +1182,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         defer { directory.remove() }
         let store = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
         let fixture = try WriteFixture(store: store)
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         fixture.provider.hold()
         let cache = try fixture.makeCache()
         let written = try await cache.createFile(named: "w", in: .root, permissions: 0o644)
@@ -1234,7 +1215,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// upload replacing that next); an unlink of it touches nothing at the provider.
     @Test func renamesAndRmdirBearTheFileFirstAndUnlinkDropsIt() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         fixture.provider.base.addDirectory("d")
         let cache = try fixture.makeCache()
         let directory = try await cache.catalog.item(ItemIdentifier("d"), maximumAge: .zero)
@@ -1268,7 +1249,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// kept, the provider's under the name, the mount's as a conflict copy.
     @Test func aNameTakenAtTheProviderMeanwhileIsAConflictCopy() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let cache = try fixture.makeCache()
         let item = try await cache.createFile(named: "c.txt", in: .root, permissions: 0o644)
         let staging = try await cache.writes.openWriter(item, truncating: true)
@@ -1320,7 +1301,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(await eventually { cache.writes.uploadRecord(of: current.identifier)?.isPending != true })
         #expect(cache.setAttributesNow(of: current.identifier, ItemAttributeChanges(permissions: 0o644)) != nil)
         // Not at the provider yet (D-386): held by its create upload (D-460), nothing made there.
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let created = try await cache.createFile(named: "n", in: .root, permissions: 0o644)
         #expect(
             try cache.setAttributesNow(of: created.identifier, ItemAttributeChanges(permissions: 0o600))?.get() != nil)
@@ -1338,7 +1319,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// after the upload (the call had read its terms already).
     @Test func aChmodOrUtimensOfAFileWhoseCreateRunsDoesNotWaitForIt() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let cache = try fixture.makeCache()
         let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
         let later = ItemTime(seconds: 1_100_000_000, nanoseconds: 0)
@@ -1385,7 +1366,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// the chmod and utimens ride the create upload itself; no call of their own.
     @Test func aChmodOrUtimensHeldBeforeTheCreateSendsRidesIt() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let cache = try fixture.makeCache()
         let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
         let item = try await cache.createFile(named: "t", in: .root, permissions: 0o644)
@@ -1409,7 +1390,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
     /// the conflict copy, and never makes them on the other file.
     @Test func heldAttributesFollowTheFileThroughARenameAnUnlinkAndAConflict() async throws {
         let fixture = try WriteFixture()
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let cache = try fixture.makeCache()
         let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
         let changes = ItemAttributeChanges(permissions: 0o600, modificationTime: time)
@@ -1466,7 +1447,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         defer { directory.remove() }
         let store = try SQLiteMetadataStore(path: directory.path + "/metadata.sqlite")
         let fixture = try WriteFixture(store: store)
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
         let changes = ItemAttributeChanges(permissions: 0o600, modificationTime: time)
         let cache = try fixture.makeCache()
@@ -1555,7 +1536,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
             })
         #expect(fixture.provider.carried.withLock { $0.permissions } == 0o600)
 
-        fixture.provider.defers.withLock { $0 = true }
+        fixture.provider.base.defersCreates = true
         let new = try await cache.createFile(named: "o", in: .root, permissions: 0o644)
         let newStaging = try await cache.writes.openWriter(new, truncating: true)
         try await cache.writes.write(newStaging, Array("x".utf8), at: 0)

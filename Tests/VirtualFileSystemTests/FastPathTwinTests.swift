@@ -523,7 +523,7 @@ private final class TwinRun: @unchecked Sendable {
     }
 
     func grant(_ path: String, _ mode: TokenMode, ttl: Duration) throws {
-        let issued = try authority.grant(scope: TokenScope(identifier: path, path: path), mode: mode, ttl: ttl)
+        let issued = try authority.grant(path, mode, ttl: ttl)
         tokens.append(("t\(tokens.count)", issued.token, issued.id))
     }
 

@@ -21,7 +21,7 @@ import Glibc
         var options = VFSFixture.defaultOptions()
         options.writable = true
         let fixture = try VFSFixture(options: options)
-        let provider = WritingMemoryProvider()
+        let provider = InMemoryProvider()
         let reserve = options.cache.reservedSpace
         let free = Locked<Int64>(1 << 40)
         let cache = try ProviderCache(
@@ -57,7 +57,7 @@ import Glibc
         await fs.release(inode, handle: opened.handle)
         #expect(try await fs.getAttributes(inode, context: .kernel).size == 4096)
         #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("f")))
-        #expect(provider.base.content(of: "f")?.0 == .bytes(first))
+        #expect(provider.content(of: "f")?.0 == .bytes(first))
         // Space freed: the next writer writes at once.
         free.withLock { $0 = 1 << 40 }
         let again = try await fs.open(inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
@@ -65,7 +65,7 @@ import Glibc
         try await fs.flush(inode, handle: again.handle, context: .kernel)
         await fs.release(inode, handle: again.handle)
         #expect(await cache.writes.waitUntilUploaded(ItemIdentifier("f")))
-        #expect(provider.base.content(of: "f")?.0 == .bytes(first + [1]))
+        #expect(provider.content(of: "f")?.0 == .bytes(first + [1]))
         await fs.shutdown()
     }
 }

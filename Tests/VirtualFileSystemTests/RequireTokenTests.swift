@@ -261,8 +261,7 @@ struct RequireTokenTests {
     func accessPathsAndDotDot() async throws {
         let sandbox = try SandboxFixture()
         let fs = sandbox.fileSystem
-        let issued = try sandbox.authority.grant(
-            scope: TokenScope(identifier: "d", path: "d"), mode: .read, ttl: .seconds(60))
+        let issued = try sandbox.authority.grant("d", ttl: .seconds(60))
         let scoped = try await fs.lookup(parent: .root, name: ".scoped", context: stranger)
         let granted = try await fs.lookup(parent: scoped.inode, name: issued.token, context: stranger)
         let file = try await sandbox.walk("sub/y", as: stranger, from: granted.inode)

@@ -44,23 +44,8 @@ private struct EntryCacheFixture {
         if told { fileSystem.setKernelInvalidation { invalidations in sent.withLock { $0 += invalidations } } }
     }
 
-    func grant(_ path: String, ttl: Duration? = nil, pid: Int32? = nil, uses: Int? = nil) throws -> IssuedToken {
-        try authority.grant(
-            scope: TokenScope(identifier: path, path: path), mode: .read, ttl: ttl, pid: pid, uses: uses)
-    }
-
     var scopedDirectory: InodeNumber {
         get async throws { try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel).inode }
-    }
-
-    /// `.scoped/<token>/<path>` walked with lookups; every entry on the way.
-    func walk(_ token: String, _ path: String = "", context: RequestContext = .kernel) async throws -> [Entry] {
-        var entries = [try await fileSystem.lookup(parent: try await scopedDirectory, name: token, context: context)]
-        for component in path.split(separator: "/") {
-            entries.append(
-                try await fileSystem.lookup(parent: entries.last!.inode, name: String(component), context: context))
-        }
-        return entries
     }
 
     func takeSent() -> [KernelInvalidation] {
@@ -89,12 +74,12 @@ struct ScopedEntryCacheTests {
     @Test("the entry and attribute timeouts are the token's time left, capped by the mount's; the fast path's too")
     func timeoutIsTimeLeft() async throws {
         let cached = try EntryCacheFixture()
-        let ttl = try cached.grant("d", ttl: .seconds(60))
-        for entry in try await cached.walk(ttl.token, "sub/y") {
+        let ttl = try cached.authority.grant("d", ttl: .seconds(60))
+        for entry in try await cached.fileSystem.walkScoped(ttl.token, "sub/y") {
             #expect(entry.entryTimeout == .seconds(1) && entry.attributeTimeout == .milliseconds(700))
         }
         cached.tokenClock.advance(by: .milliseconds(59_600))
-        let late = try await cached.walk(ttl.token, "sub")
+        let late = try await cached.fileSystem.walkScoped(ttl.token, "sub")
         for entry in late {
             #expect(entry.entryTimeout == .milliseconds(400) && entry.attributeTimeout == .milliseconds(400))
         }
@@ -107,11 +92,11 @@ struct ScopedEntryCacheTests {
         let attributes = try await cached.fileSystem.getAttributes(fast.inode, context: .kernel)
         #expect(attributes.validFor == .milliseconds(400))
         cached.tokenClock.advance(by: .milliseconds(400))
-        await #expect(throws: FileSystemError.self) { _ = try await cached.walk(ttl.token) }
+        await #expect(throws: FileSystemError.self) { _ = try await cached.fileSystem.walkScoped(ttl.token) }
 
         // No TTL: the mount's timeouts.
-        let forever = try cached.grant("d/x")
-        for entry in try await cached.walk(forever.token, "x") {
+        let forever = try cached.authority.grant("d/x")
+        for entry in try await cached.fileSystem.walkScoped(forever.token, "x") {
             #expect(entry.entryTimeout == .seconds(1) && entry.attributeTimeout == .milliseconds(700))
         }
     }
@@ -119,8 +104,8 @@ struct ScopedEntryCacheTests {
     @Test("without a way to tell the kernel, entries stay at 0 and attributes at 50 ms")
     func nothingCachedWithoutNotifier() async throws {
         let untold = try EntryCacheFixture(told: false)
-        let issued = try untold.grant("d")
-        for entry in try await untold.walk(issued.token, "sub/y") {
+        let issued = try untold.authority.grant("d")
+        for entry in try await untold.fileSystem.walkScoped(issued.token, "sub/y") {
             #expect(entry.entryTimeout == .zero && entry.attributeTimeout == .milliseconds(50))
         }
     }
@@ -129,13 +114,13 @@ struct ScopedEntryCacheTests {
     func boundTokensAreNotCached() async throws {
         let cached = try EntryCacheFixture()
         let process = RequestContext(threadID: 4242, uid: getuid(), gid: getgid())
-        let bound = try cached.grant("d", ttl: .seconds(60), pid: 4242)
-        for entry in try await cached.walk(bound.token, "sub/y", context: process) {
+        let bound = try cached.authority.grant("d", ttl: .seconds(60), pid: 4242)
+        for entry in try await cached.fileSystem.walkScoped(bound.token, "sub/y", context: process) {
             #expect(entry.entryTimeout == .zero && entry.attributeTimeout == .milliseconds(50))
         }
-        let parent = try cached.grant("d")
+        let parent = try cached.authority.grant("d")
         let derived = try cached.authority.derive(from: parent.token, by: TokenCaller(pid: 4242, uid: getuid()))
-        for entry in try await cached.walk(derived.token, "x", context: process) {
+        for entry in try await cached.fileSystem.walkScoped(derived.token, "x", context: process) {
             #expect(entry.entryTimeout == .zero && entry.attributeTimeout == .milliseconds(50))
         }
         #expect(
@@ -147,12 +132,12 @@ struct ScopedEntryCacheTests {
     @Test("revoke and expire by command invalidate .scoped/<token> and its nodes' attributes before they return")
     func revokeAndExpireInvalidate() async throws {
         let cached = try EntryCacheFixture()
-        let revoked = try cached.grant("d")
-        let expired = try cached.grant("d", ttl: .seconds(60))
-        let untouched = try cached.grant("d")
-        let revokedEntries = try await cached.walk(revoked.token, "sub/y")
-        let expiredEntries = try await cached.walk(expired.token, "x")
-        _ = try await cached.walk(untouched.token, "x")
+        let revoked = try cached.authority.grant("d")
+        let expired = try cached.authority.grant("d", ttl: .seconds(60))
+        let untouched = try cached.authority.grant("d")
+        let revokedEntries = try await cached.fileSystem.walkScoped(revoked.token, "sub/y")
+        let expiredEntries = try await cached.fileSystem.walkScoped(expired.token, "x")
+        _ = try await cached.fileSystem.walkScoped(untouched.token, "x")
         #expect(cached.takeSent().isEmpty)
 
         try cached.authority.revoke(id: revoked.id)
@@ -160,19 +145,19 @@ struct ScopedEntryCacheTests {
         try cached.authority.expire(id: expired.id)
         try await cached.expectEndInvalidations(expired.token, expiredEntries)
         // A token the kernel holds nothing of: nothing to send.
-        let unused = try cached.grant("d")
+        let unused = try cached.authority.grant("d")
         try cached.authority.revoke(id: unused.id)
         #expect(cached.takeSent().isEmpty)
         // The kernel's next walk asks again, and is refused.
-        await #expect(throws: FileSystemError.self) { _ = try await cached.walk(revoked.token) }
-        #expect(try await cached.walk(untouched.token, "x").count == 2)
+        await #expect(throws: FileSystemError.self) { _ = try await cached.fileSystem.walkScoped(revoked.token) }
+        #expect(try await cached.fileSystem.walkScoped(untouched.token, "x").count == 2)
     }
 
     @Test("the last use's end invalidates the used-up token's paths")
     func lastUseInvalidates() async throws {
         let cached = try EntryCacheFixture()
-        let once = try cached.grant("d", uses: 1)
-        let entries = try await cached.walk(once.token, "x")
+        let once = try cached.authority.grant("d", uses: 1)
+        let entries = try await cached.fileSystem.walkScoped(once.token, "x")
         let opened = try await cached.fileSystem.open(entries[1].inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         #expect(cached.takeSent().isEmpty, "the use is held, not ended")
         await cached.fileSystem.release(entries[1].inode, handle: opened.handle)
@@ -182,19 +167,19 @@ struct ScopedEntryCacheTests {
     @Test("a derived token released, ended with its parent or whose process ended invalidates its paths")
     func derivedEndsInvalidate() async throws {
         let cached = try EntryCacheFixture()
-        let parent = try cached.grant("d")
+        let parent = try cached.authority.grant("d")
         let caller = TokenCaller(pid: 4242, uid: getuid())
         let process = RequestContext(threadID: 4242, uid: getuid(), gid: getgid())
 
         let released = try cached.authority.derive(from: parent.token, by: caller)
-        let releasedEntries = try await cached.walk(released.token, "x", context: process)
+        let releasedEntries = try await cached.fileSystem.walkScoped(released.token, "x", context: process)
         try cached.authority.release(released.token, by: caller)
         try await cached.expectEndInvalidations(released.token, releasedEntries)
 
         // Ended with its parent: both are invalidated.
         let child = try cached.authority.derive(from: parent.token, by: caller)
-        let childEntries = try await cached.walk(child.token, "sub", context: process)
-        let parentEntries = try await cached.walk(parent.token, "x")
+        let childEntries = try await cached.fileSystem.walkScoped(child.token, "sub", context: process)
+        let parentEntries = try await cached.fileSystem.walkScoped(parent.token, "x")
         try cached.authority.revoke(id: parent.id)
         let sent = cached.takeSent()
         let directory = try await cached.scopedDirectory
@@ -206,9 +191,9 @@ struct ScopedEntryCacheTests {
                 == Set((childEntries + parentEntries).map(\.inode)))
 
         // The process of a derived token ended: the next derive ends it.
-        let other = try cached.grant("d")
+        let other = try cached.authority.grant("d")
         let orphan = try cached.authority.derive(from: other.token, by: caller)
-        let orphanEntries = try await cached.walk(orphan.token, "x", context: process)
+        let orphanEntries = try await cached.fileSystem.walkScoped(orphan.token, "x", context: process)
         cached.processes.withLock { $0[4242] = nil }
         _ = try cached.authority.derive(from: other.token, by: TokenCaller(pid: 4343, uid: getuid()))
         try await cached.expectEndInvalidations(orphan.token, orphanEntries)
@@ -217,8 +202,8 @@ struct ScopedEntryCacheTests {
     @Test("a forgotten token's nodes are not invalidated; the index follows the kernel's forgets")
     func forgottenNodes() async throws {
         let cached = try EntryCacheFixture()
-        let issued = try cached.grant("d")
-        let entries = try await cached.walk(issued.token, "x")
+        let issued = try cached.authority.grant("d")
+        let entries = try await cached.fileSystem.walkScoped(issued.token, "x")
         for entry in entries { cached.fileSystem.forget(entry.inode, count: 1) }
         try cached.authority.revoke(id: issued.id)
         #expect(cached.takeSent().isEmpty)

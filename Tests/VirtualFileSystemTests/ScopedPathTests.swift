@@ -33,19 +33,6 @@ private struct ScopedFixture {
             scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
     }
 
-    func grant(_ path: String, ttl: Duration? = .seconds(60), uses: Int? = nil) throws -> IssuedToken {
-        try authority.grant(scope: TokenScope(identifier: path, path: path), mode: .read, ttl: ttl, uses: uses)
-    }
-
-    /// `.scoped/<token>/<path>` walked with lookups.
-    func resolve(_ token: String, _ path: String = "") async throws -> Entry {
-        let scoped = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
-        var entry = try await fileSystem.lookup(parent: scoped.inode, name: token, context: .kernel)
-        for component in path.split(separator: "/") {
-            entry = try await fileSystem.lookup(parent: entry.inode, name: String(component), context: .kernel)
-        }
-        return entry
-    }
 }
 
 /// `body` fails with EACCES (FileSystemError.accessDenied); returns its message.
@@ -66,20 +53,6 @@ private func expectDenied(
     return ""
 }
 
-private func expectCode(
-    _ code: FileSystemError.Code, _ what: String, sourceLocation: SourceLocation = #_sourceLocation,
-    _ body: () async throws -> Void
-) async {
-    do {
-        try await body()
-        Issue.record("\(what) did not fail", sourceLocation: sourceLocation)
-    } catch let error as FileSystemError {
-        #expect(error.code == code, "\(what): \(error)", sourceLocation: sourceLocation)
-    } catch {
-        Issue.record("\(what): \(error)", sourceLocation: sourceLocation)
-    }
-}
-
 @Suite("Scoped access paths (.scoped/<token>/…)", .timeLimit(.minutes(3)))
 struct ScopedPathTests {
     @Test("the root does not list .scoped; lookup finds it; listing it is refused; without a port it does not exist")
@@ -97,7 +70,7 @@ struct ScopedPathTests {
             _ = try await scoped.fileSystem.openDirectory(directory.inode, context: .kernel)
         }
         let plain = try scoped.fixture.makeFileSystem()
-        await expectCode(.notFound, "lookup .scoped without a port") {
+        await expectFailure(.notFound, "lookup .scoped without a port") {
             _ = try await plain.lookup(parent: .root, name: ".scoped", context: .kernel)
         }
     }
@@ -105,19 +78,21 @@ struct ScopedPathTests {
     @Test("malformed, truncated and unknown tokens are refused with EACCES and the reason")
     func badTokens() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d")
-        let message = await expectDenied("malformed") { _ = try await scoped.resolve("pfs_garbage!") }
+        let issued = try scoped.authority.grant("d", ttl: .seconds(60))
+        let message = await expectDenied("malformed") { _ = try await scoped.fileSystem.resolveScoped("pfs_garbage!") }
         #expect(message.contains("malformed"))
-        await expectDenied("truncated") { _ = try await scoped.resolve(String(issued.token.dropLast(3))) }
+        await expectDenied("truncated") {
+            _ = try await scoped.fileSystem.resolveScoped(String(issued.token.dropLast(3)))
+        }
         var other = Array(issued.token)
         other[other.count - 1] = other.last == "a" ? "b" : "a"
-        await expectDenied("unknown") { _ = try await scoped.resolve(String(other)) }
+        await expectDenied("unknown") { _ = try await scoped.fileSystem.resolveScoped(String(other)) }
     }
 
     @Test("names that cannot be tokens (the coordinator's package probe, .git): ENOENT, unlogged, never throttling")
     func probesAreNotGuesses() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d")
+        let issued = try scoped.authority.grant("d", ttl: .seconds(60))
         let directory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
         // Far more than the 20 guesses a second that throttle a user, all within one instant.
         for round in 0..<500 {
@@ -132,20 +107,20 @@ struct ScopedPathTests {
         }
         #expect(scoped.authority.auditLog().map(\.event) == [.grant])
         // The user's real access path still works, and reads its bytes.
-        let file = try await scoped.resolve(issued.token, "sub/y")
+        let file = try await scoped.fileSystem.resolveScoped(issued.token, "sub/y")
         #expect(try await readAll(scoped.fileSystem, file.inode) == Array("why\n".utf8))
         // Real guesses are still limited.
         let guess = "pfs_\(scoped.authority.mountTag)_" + String(repeating: "c", count: 32)
-        for _ in 0..<21 { await expectDenied("guess") { _ = try await scoped.resolve(guess) } }
-        let message = await expectDenied("throttled") { _ = try await scoped.resolve(issued.token) }
+        for _ in 0..<21 { await expectDenied("guess") { _ = try await scoped.fileSystem.resolveScoped(guess) } }
+        let message = await expectDenied("throttled") { _ = try await scoped.fileSystem.resolveScoped(issued.token) }
         #expect(message.contains("too many unknown or malformed tokens"))
     }
 
     @Test("a file grant: .scoped/<token>/ holds just the file; reads give its bytes, direct I/O, no caches")
     func fileGrant() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d/x", uses: 5)
-        let tokenDirectory = try await scoped.resolve(issued.token)
+        let issued = try scoped.authority.grant("d/x", ttl: .seconds(60), uses: 5)
+        let tokenDirectory = try await scoped.fileSystem.resolveScoped(issued.token)
         // The fast path answers from memory too (D-341), with the same zero timeouts.
         guard
             case .success(let fast)? = scoped.fileSystem.lookupNow(
@@ -159,10 +134,10 @@ struct ScopedPathTests {
         #expect(tokenDirectory.attributes.type == .directory)
         #expect(tokenDirectory.entryTimeout == .zero && tokenDirectory.attributeTimeout == .milliseconds(50))
         #expect(try await listAll(scoped.fileSystem, tokenDirectory.inode).map(\.name) == [".", "..", "x"])
-        await expectCode(.notFound, "a sibling of the granted file") {
+        await expectFailure(.notFound, "a sibling of the granted file") {
             _ = try await scoped.fileSystem.lookup(parent: tokenDirectory.inode, name: "sub", context: .kernel)
         }
-        let file = try await scoped.resolve(issued.token, "x")
+        let file = try await scoped.fileSystem.resolveScoped(issued.token, "x")
         #expect(file.entryTimeout == .zero && file.attributeTimeout == .milliseconds(50))
         #expect(file.attributes.size == 300_000)
         let plain = try await resolve(scoped.fileSystem, "d/x")
@@ -190,31 +165,31 @@ struct ScopedPathTests {
     @Test("a directory grant: .scoped/<token> is the directory; it covers everything inside, also items created later")
     func directoryGrant() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d")
-        let directory = try await scoped.resolve(issued.token)
+        let issued = try scoped.authority.grant("d", ttl: .seconds(60))
+        let directory = try await scoped.fileSystem.resolveScoped(issued.token)
         #expect(directory.attributes.type == .directory)
         #expect(directory.entryTimeout == .zero && directory.attributeTimeout == .milliseconds(50))
         let entries = try await listAll(scoped.fileSystem, directory.inode)
         #expect(Set(entries.map(\.name)) == [".", "..", "x", "sub"])
         let scopedDirectory = try await scoped.fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
         #expect(entries.first(where: { $0.name == ".." })?.inode == scopedDirectory.inode)
-        let deep = try await scoped.resolve(issued.token, "sub/y")
+        let deep = try await scoped.fileSystem.resolveScoped(issued.token, "sub/y")
         #expect(try await readAll(scoped.fileSystem, deep.inode) == Array("why\n".utf8))
-        await expectCode(.notFound, "a sibling of the granted directory") {
-            _ = try await scoped.resolve(issued.token, "e")
+        await expectFailure(.notFound, "a sibling of the granted directory") {
+            _ = try await scoped.fileSystem.resolveScoped(issued.token, "e")
         }
         scoped.fixture.provider.putFile("d/sub/later", .bytes(Array("later\n".utf8)))
         scoped.fixture.clock.advance(by: .seconds(10))
-        let later = try await scoped.resolve(issued.token, "sub/later")
+        let later = try await scoped.fileSystem.resolveScoped(issued.token, "sub/later")
         #expect(try await readAll(scoped.fileSystem, later.inode) == Array("later\n".utf8))
     }
 
     @Test("expiry mid-read: the next read of the open handle, getattr, lookup and readdir fail with EACCES")
     func expiryMidRead() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d", ttl: .seconds(2))
-        let directory = try await scoped.resolve(issued.token)
-        let file = try await scoped.resolve(issued.token, "x")
+        let issued = try scoped.authority.grant("d", ttl: .seconds(2))
+        let directory = try await scoped.fileSystem.resolveScoped(issued.token)
+        let file = try await scoped.fileSystem.resolveScoped(issued.token, "x")
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         let first = try await scoped.fileSystem.read(
             file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
@@ -254,7 +229,7 @@ struct ScopedPathTests {
         await expectDenied("open") {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         }
-        await expectDenied("a new path") { _ = try await scoped.resolve(issued.token) }
+        await expectDenied("a new path") { _ = try await scoped.fileSystem.resolveScoped(issued.token) }
         await expectDenied("getxattr") { _ = try await xattr(scoped.fileSystem, file.inode, "user.providerfs.state") }
         await scoped.fileSystem.release(file.inode, handle: opened.handle)
         #expect(scoped.fileSystem.openFileCount == 0)
@@ -263,10 +238,10 @@ struct ScopedPathTests {
     @Test("revocation during a read: the next read fails with EACCES; an open directory handle too")
     func revocationMidRead() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d")
-        let directory = try await scoped.resolve(issued.token)
+        let issued = try scoped.authority.grant("d", ttl: .seconds(60))
+        let directory = try await scoped.fileSystem.resolveScoped(issued.token)
         let listing = try await scoped.fileSystem.openDirectory(directory.inode, context: .kernel)
-        let file = try await scoped.resolve(issued.token, "x")
+        let file = try await scoped.fileSystem.resolveScoped(issued.token, "x")
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         _ = try await scoped.fileSystem.read(
             file.inode, handle: opened.handle, offset: 0, count: 4096, context: .kernel)
@@ -289,14 +264,14 @@ struct ScopedPathTests {
     @Test("opens take uses: the last use opens and reads to its close, then the token is used up; writes stay EROFS")
     func usesAndWrites() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d/x", uses: 1)
-        let file = try await scoped.resolve(issued.token, "x")
+        let issued = try scoped.authority.grant("d/x", ttl: .seconds(60), uses: 1)
+        let file = try await scoped.fileSystem.resolveScoped(issued.token, "x")
         #expect(try await xattr(scoped.fileSystem, file.inode, "user.providerfs.state") == "dataless")
-        await expectCode(.readOnlyFileSystem, "setattr") {
+        await expectFailure(.readOnlyFileSystem, "setattr") {
             _ = try await scoped.fileSystem.setAttributes(
                 file.inode, changes: AttributeChanges(size: 0), handle: nil, context: .kernel)
         }
-        await expectCode(.readOnlyFileSystem, "open for writing") {
+        await expectFailure(.readOnlyFileSystem, "open for writing") {
             _ = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
         }
         #expect(scoped.authority.info(id: issued.id)?.usesLeft == 1)
@@ -317,7 +292,9 @@ struct ScopedPathTests {
         await scoped.fileSystem.release(file.inode, handle: opened.handle)
         // Its close ends the last use: the token is used up, lookups are refused.
         #expect(scoped.authority.info(id: issued.id)?.state == .usedUp)
-        await expectDenied("lookup after the last use ended") { _ = try await scoped.resolve(issued.token, "x") }
+        await expectDenied("lookup after the last use ended") {
+            _ = try await scoped.fileSystem.resolveScoped(issued.token, "x")
+        }
     }
 
     @Test("an open that fails after its use was taken gives the use back")
@@ -329,12 +306,12 @@ struct ScopedPathTests {
         let claims = RefusingClaims()
         let fileSystem = try fixture.makeFileSystem(
             claims: claims, scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
-        let issued = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, uses: 1)
+        let issued = try authority.grant("d", uses: 1)
         let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
         let directory = try await fileSystem.lookup(parent: scopedDirectory.inode, name: issued.token, context: .kernel)
         let file = try await fileSystem.lookup(parent: directory.inode, name: "x", context: .kernel)
         claims.refusing.withLock { $0 = true }
-        await expectCode(.timedOut, "open while the claim is refused") {
+        await expectFailure(.timedOut, "open while the claim is refused") {
             _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         }
         #expect(authority.info(id: issued.id)?.usesLeft == 1)
@@ -373,7 +350,7 @@ struct ScopedPathTests {
         await expectDenied("open") {
             _ = try await fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         }
-        await expectCode(.invalidArgument, "..") {
+        await expectFailure(.invalidArgument, "..") {
             _ = try await fileSystem.lookup(parent: directory.inode, name: "..", context: .kernel)
         }
         await fileSystem.release(file.inode, handle: opened.handle)
@@ -439,7 +416,7 @@ struct ScopedPathTests {
         // outlives the TTL retries with a longer one (the bounds do not depend on speed).
         for ttl in [Duration.seconds(1), .seconds(5), .seconds(20)] {
             let beforeGrant = clock.now
-            let issued = try authority.grant(scope: TokenScope(identifier: "f", path: "f"), mode: .read, ttl: ttl)
+            let issued = try authority.grant("f", ttl: ttl)
             let afterGrant = clock.now
             let opened: (InodeNumber, OpenedFile)
             do {
@@ -484,8 +461,7 @@ struct ScopedPathTests {
     @Test("the adapter maps the caller's thread to its process and explains denials")
     func adapter() throws {
         let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock(), processStartTime: { _ in 7 })
-        let issued = try authority.grant(
-            scope: TokenScope(identifier: "d", path: "d"), mode: .read, ttl: .seconds(60), pid: 42)
+        let issued = try authority.grant("d", ttl: .seconds(60), pid: 42)
         let access = MountScopedAccess(authority: authority, processOfThread: { $0 == 4242 ? 42 : $0 })
         let ownThread = RequestContext(threadID: 4242, uid: 1000, gid: 1000)
         #expect(access.check(issued.token, context: ownThread) == .allowed(scope: "d", writable: false, id: issued.id))
@@ -510,8 +486,8 @@ struct ScopedPathTests {
     )
     func revokedWhileWaitingForBytes() async throws {
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d")
-        let file = try await scoped.resolve(issued.token, "x")
+        let issued = try scoped.authority.grant("d", ttl: .seconds(60))
+        let file = try await scoped.fileSystem.resolveScoped(issued.token, "x")
         let opened = try await scoped.fileSystem.open(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel)
         scoped.fixture.provider.hold()
         let fileSystem = scoped.fileSystem
@@ -545,8 +521,8 @@ struct ScopedPathTests {
     @Test("a check of a token bound to no process looks no process up; a pid-bound token, a use and a denial do")
     func processLookedUpOnlyWhenNeeded() throws {
         let authority = TokenAuthority(storeDirectory: nil, clock: ManualClock(), processStartTime: { _ in 7 })
-        let free = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, ttl: .seconds(60))
-        let bound = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, pid: 42)
+        let free = try authority.grant("d", ttl: .seconds(60))
+        let bound = try authority.grant("d", pid: 42)
         let lookups = Locked(0)
         let access = MountScopedAccess(
             authority: authority,
@@ -597,7 +573,7 @@ struct ScopedPathTests {
         let fileSystem = try MountComposition.makeFileSystem(
             source: source.path, cacheDirectory: cacheDirectory.path,
             scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
-        let issued = try authority.grant(scope: TokenScope(identifier: "d", path: "d"), mode: .read, uses: 3)
+        let issued = try authority.grant("d", uses: 3)
         let scopedDirectory = try await fileSystem.lookup(parent: .root, name: ".scoped", context: .kernel)
         let granted = try await fileSystem.lookup(parent: scopedDirectory.inode, name: issued.token, context: .kernel)
         let directory = try await fileSystem.lookup(parent: granted.inode, name: "sub", context: .kernel)
@@ -666,8 +642,8 @@ struct ScopedPathTests {
     func fastOpenDeclinedReturnsUse() async throws {
         // The content is not at hand (dataless): `openNow` declines after its check took the use.
         let scoped = try ScopedFixture()
-        let issued = try scoped.grant("d/x", uses: 1)
-        let file = try await scoped.resolve(issued.token, "x")
+        let issued = try scoped.authority.grant("d/x", ttl: .seconds(60), uses: 1)
+        let file = try await scoped.fileSystem.resolveScoped(issued.token, "x")
         #expect(scoped.fileSystem.openNow(file.inode, flags: OpenFlags(rawValue: 0), context: .kernel) == nil)
         #expect(scoped.authority.info(id: issued.id)?.usesLeft == 1)
         #expect(scoped.authority.info(id: issued.id)?.state == .live)

@@ -19,7 +19,7 @@ import Glibc
 
 private struct ScopedWriteFixture {
     let fixture: VFSFixture
-    let provider = WritingMemoryProvider()
+    let provider = InMemoryProvider()
     let tokenClock = ManualClock()
     let authority: TokenAuthority
     let fs: ProviderFileSystem
@@ -29,29 +29,11 @@ private struct ScopedWriteFixture {
         options.writable = true
         fixture = try VFSFixture(options: options)
         authority = TokenAuthority(storeDirectory: nil, clock: tokenClock)
-        provider.base.addDirectory("d")
-        provider.base.putFile("d/x", .bytes(Array("original x\n".utf8)))
-        provider.base.putFile("top.txt", .bytes(Array("top\n".utf8)))
+        provider.addDirectory("d")
+        provider.putFile("d/x", .bytes(Array("original x\n".utf8)))
+        provider.putFile("top.txt", .bytes(Array("top\n".utf8)))
         fs = try fixture.makeFileSystem(
             provider: provider, scopedAccess: MountScopedAccess(authority: authority, processOfThread: { $0 }))
-    }
-
-    func grant(
-        _ path: String, _ mode: TokenMode, ttl: Duration? = .seconds(60), uses: Int? = nil
-    ) throws
-        -> IssuedToken
-    {
-        try authority.grant(scope: TokenScope(identifier: path, path: path), mode: mode, ttl: ttl, uses: uses)
-    }
-
-    /// `.scoped/<token>/<path>` walked with lookups.
-    func resolve(_ token: String, _ path: String = "") async throws -> Entry {
-        let scoped = try await fs.lookup(parent: .root, name: ".scoped", context: .kernel)
-        var entry = try await fs.lookup(parent: scoped.inode, name: token, context: .kernel)
-        for component in path.split(separator: "/") {
-            entry = try await fs.lookup(parent: entry.inode, name: String(component), context: .kernel)
-        }
-        return entry
     }
 
     func plain(_ path: String) async throws -> InodeNumber {
@@ -75,31 +57,13 @@ private struct ScopedWriteFixture {
     }
 }
 
-/// `body` fails with `code`; returns the error's message.
-@discardableResult
-private func expectFailure(
-    _ code: FileSystemError.Code, _ what: String, sourceLocation: SourceLocation = #_sourceLocation,
-    _ body: () async throws -> Void
-) async -> String {
-    do {
-        try await body()
-        Issue.record("\(what) did not fail", sourceLocation: sourceLocation)
-    } catch let error as FileSystemError {
-        #expect(error.code == code, "\(what): \(error)", sourceLocation: sourceLocation)
-        return error.message
-    } catch {
-        Issue.record("\(what): \(error)", sourceLocation: sourceLocation)
-    }
-    return ""
-}
-
 @Suite("Writes through access paths")
 struct ScopedWriteTests {
     @Test("a read-write token's path creates, writes, truncates and publishes; the plain path and the provider see it")
     func readWriteTokenWrites() async throws {
         let scoped = try ScopedWriteFixture()
-        let issued = try scoped.grant("d", .readWrite, uses: 10)
-        let directory = try await scoped.resolve(issued.token)
+        let issued = try scoped.authority.grant("d", .readWrite, ttl: .seconds(60), uses: 10)
+        let directory = try await scoped.fs.resolveScoped(issued.token)
         // create(2) through the access path: a use, like an open; the file is the token's.
         let (created, opened) = try await scoped.fs.create(
             parent: directory.inode, name: "new.txt", permissions: 0o644,
@@ -114,7 +78,7 @@ struct ScopedWriteTests {
         #expect(await waitForProvider(scoped.provider, "d/new.txt", "made through a token\n"))
 
         // O_TRUNC of an existing file, O_RDWR reads what the handle wrote, fsync publishes.
-        let x = try await scoped.resolve(issued.token, "x")
+        let x = try await scoped.fs.resolveScoped(issued.token, "x")
         let rw = try await scoped.fs.open(x.inode, flags: OpenFlags(rawValue: O_RDWR | O_TRUNC), context: .kernel)
         #expect(rw.directIO)
         try await scoped.write(x.inode, rw.handle, "rewritten")
@@ -139,9 +103,9 @@ struct ScopedWriteTests {
     @Test("a read token's path refuses every write with EACCES and takes no use; the mount's plain path still writes")
     func readTokenRefusesWrites() async throws {
         let scoped = try ScopedWriteFixture()
-        let issued = try scoped.grant("d", .read, uses: 5)
-        let directory = try await scoped.resolve(issued.token)
-        let x = try await scoped.resolve(issued.token, "x")
+        let issued = try scoped.authority.grant("d", .read, ttl: .seconds(60), uses: 5)
+        let directory = try await scoped.fs.resolveScoped(issued.token)
+        let x = try await scoped.fs.resolveScoped(issued.token, "x")
         for flags in [O_WRONLY, O_RDWR, O_RDONLY | O_TRUNC, O_WRONLY | O_APPEND] {
             let message = await expectFailure(.accessDenied, "open with flags \(flags)") {
                 _ = try await scoped.fs.open(x.inode, flags: OpenFlags(rawValue: flags), context: .kernel)
@@ -158,7 +122,7 @@ struct ScopedWriteTests {
                 x.inode, changes: AttributeChanges(size: 0), handle: nil, context: .kernel)
         }
         #expect(scoped.authority.info(id: issued.id)?.usesLeft == 5, "refused opens took no use")
-        #expect(scoped.provider.base.content(of: "d/no.txt") == nil)
+        #expect(scoped.provider.content(of: "d/no.txt") == nil)
         #expect(try await scoped.read(x.inode) == Array("original x\n".utf8))
         // A read handle of a read token still reads; the plain path writes.
         let plain = try await scoped.plain("d/x")
@@ -174,9 +138,9 @@ struct ScopedWriteTests {
     )
     func expiryMidWritePublishesNothing() async throws {
         let scoped = try ScopedWriteFixture()
-        let issued = try scoped.grant("d", .readWrite, ttl: .seconds(10))
-        let x = try await scoped.resolve(issued.token, "x")
-        let directory = try await scoped.resolve(issued.token)
+        let issued = try scoped.authority.grant("d", .readWrite, ttl: .seconds(10))
+        let x = try await scoped.fs.resolveScoped(issued.token, "x")
+        let directory = try await scoped.fs.resolveScoped(issued.token)
         // A cp into the access path: the new file is made (empty, D-361), the first chunk written.
         let (created, copy) = try await scoped.fs.create(
             parent: directory.inode, name: "copy.bin", permissions: 0o644,
@@ -215,7 +179,7 @@ struct ScopedWriteTests {
         let copyPlain = try await scoped.plain("d/copy.bin")
         #expect(try await scoped.read(copyPlain).isEmpty)
         #expect(try await scoped.fs.getAttributes(copyPlain, context: .kernel).size == 0)
-        #expect(scoped.provider.base.content(of: "d/copy.bin")?.0 == .bytes([]))
+        #expect(scoped.provider.content(of: "d/copy.bin")?.0 == .bytes([]))
         #expect(scoped.fs.cache.writes.pendingUploads.isEmpty, "no upload of anything the token wrote")
         // The plain writer's staging copy of x was its own: its close publishes its bytes over
         // the old version, untouched by the token's half edit.
@@ -228,8 +192,8 @@ struct ScopedWriteTests {
     @Test("a revoke ends every handle of the token: both its writers are refused, and neither close publishes")
     func revokeEndsEveryHandle() async throws {
         let scoped = try ScopedWriteFixture()
-        let issued = try scoped.grant("d/x", .readWrite)
-        let x = try await scoped.resolve(issued.token, "x")
+        let issued = try scoped.authority.grant("d/x", .readWrite, ttl: .seconds(60))
+        let x = try await scoped.fs.resolveScoped(issued.token, "x")
         let first = try await scoped.fs.open(x.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
         let second = try await scoped.fs.open(x.inode, flags: OpenFlags(rawValue: O_WRONLY), context: .kernel)
         try await scoped.write(x.inode, first.handle, "AAAA")
@@ -252,10 +216,10 @@ struct ScopedWriteTests {
     }
 }
 
-private func waitForProvider(_ provider: WritingMemoryProvider, _ path: String, _ expected: String) async -> Bool {
+private func waitForProvider(_ provider: InMemoryProvider, _ path: String, _ expected: String) async -> Bool {
     let deadline = ContinuousClock.now + .seconds(10)
     while ContinuousClock.now < deadline {
-        if provider.base.content(of: path)?.0 == .bytes(Array(expected.utf8)) { return true }
+        if provider.content(of: path)?.0 == .bytes(Array(expected.utf8)) { return true }
         try? await Task.sleep(for: .milliseconds(2))
     }
     return false

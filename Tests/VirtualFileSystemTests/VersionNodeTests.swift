@@ -44,9 +44,9 @@ import Glibc
 
     @Test func aWriterOfACachingNodeGetsANewNodeAndTheReaderKeepsItsVersion() async throws {
         let fixture = try VFSFixture(options: Self.writable())
-        let provider = WritingMemoryProvider()
+        let provider = InMemoryProvider()
         let old = Array("the old version".utf8)
-        provider.base.putFile("f", .bytes(old))
+        provider.putFile("f", .bytes(old))
         let fs = try fixture.makeFileSystem(provider: provider)
         let told = Locked<[KernelInvalidation]>([])
         fs.setKernelInvalidation { batch in told.withLock { $0 += batch } }
@@ -113,8 +113,8 @@ import Glibc
     /// makes new readers of the node uncached instead (its pages may be the writer's).
     @Test func linksTruncatesAndReadersBesideAWriter() async throws {
         let fixture = try VFSFixture(options: Self.writable())
-        let provider = WritingMemoryProvider()
-        provider.base.putFile("f", .bytes(Array("0123456789".utf8)))
+        let provider = InMemoryProvider()
+        provider.putFile("f", .bytes(Array("0123456789".utf8)))
         let fs = try fixture.makeFileSystem(provider: provider)
         fs.setKernelInvalidation { _ in }
         defer { fs.setKernelInvalidation(nil) }
@@ -155,8 +155,8 @@ import Glibc
             var options = Self.writable()
             options.versionNodes = !kernel
             let fixture = try VFSFixture(options: options)
-            let provider = WritingMemoryProvider()
-            provider.base.putFile("f", .bytes(Array("abc".utf8)))
+            let provider = InMemoryProvider()
+            provider.putFile("f", .bytes(Array("abc".utf8)))
             let fs = try fixture.makeFileSystem(provider: provider)
             if kernel { fs.setKernelInvalidation { _ in } }
             let node = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode

@@ -1,7 +1,7 @@
 // Content writes through the file system's operations, without the kernel (issue 14): create,
 // open with O_TRUNC / O_RDWR, write, read through a write handle, truncate, fsync, flush and
-// release, what a reader that opened before sees, and EROFS when the mount is not writable. The
-// provider is a small private double over InMemoryProvider that uploads.
+// release, what a reader that opened before sees, and EROFS when the mount is not writable, over
+// an InMemoryProvider (its `upload` replaces with a check of the base version, creates exclusively).
 
 import Foundation
 import ProviderCache
@@ -14,38 +14,6 @@ import VirtualFileSystem
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// InMemoryProvider plus `upload` (a replace checks the base version; a create refuses a taken name).
-final class WritingMemoryProvider: Provider, @unchecked Sendable {
-    let base = InMemoryProvider()
-    var capabilities: ProviderCapabilities { base.capabilities.union(.writing) }
-    func item(for identifier: ItemIdentifier) async throws -> ProviderItem { try await base.item(for: identifier) }
-    func children(of identifier: ItemIdentifier) async throws -> [ProviderItem] {
-        try await base.children(of: identifier)
-    }
-    func fetchContents(
-        of identifier: ItemIdentifier, version: ContentVersion, range: Range<Int64>
-    ) async throws -> any ContentStream {
-        try await base.fetchContents(of: identifier, version: version, range: range)
-    }
-    func upload(
-        from localFile: String, to target: UploadTarget, permissions: UInt16?, modificationTime: ItemTime?
-    ) async throws -> ProviderItem {
-        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: localFile)))
-        let path: String
-        switch target {
-        case .create(let name, let parent):
-            path = parent == .root ? name : parent.rawValue + "/" + name
-            if base.content(of: path) != nil { throw ProviderError(.alreadyExists, "\(path) exists") }
-        case .replace(let identifier, let baseVersion):
-            path = identifier.rawValue
-            guard let (_, current) = base.content(of: path) else { throw ProviderError(.noSuchItem, "gone") }
-            if let baseVersion, baseVersion != current { throw ProviderError(.versionChanged, "changed") }
-        }
-        base.putFile(path, .bytes(bytes))
-        return try await base.item(for: ItemIdentifier(path))
-    }
-}
 
 /// The bytes one read of `handle` returns (from memory or from the descriptor it names).
 func readBytes(
@@ -69,17 +37,17 @@ private func readFile(_ fs: ProviderFileSystem, _ inode: InodeNumber) async thro
     return try await readBytes(fs, inode, opened.handle)
 }
 
-private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ expected: [UInt8]) async -> Bool {
+private func waitForUpload(_ provider: InMemoryProvider, _ path: String, _ expected: [UInt8]) async -> Bool {
     let deadline = ContinuousClock.now + .seconds(10)
     while ContinuousClock.now < deadline {
-        if provider.base.content(of: path)?.0 == .bytes(expected) { return true }
+        if provider.content(of: path)?.0 == .bytes(expected) { return true }
         try? await Task.sleep(for: .milliseconds(2))
     }
     return false
 }
 
 @Suite struct WriteFileSystemTests {
-    func makeFileSystem(_ fixture: VFSFixture, _ provider: WritingMemoryProvider) throws -> ProviderFileSystem {
+    func makeFileSystem(_ fixture: VFSFixture, _ provider: InMemoryProvider) throws -> ProviderFileSystem {
         try fixture.makeFileSystem(provider: provider)
     }
 
@@ -91,14 +59,14 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
 
     @Test func createWriteCloseReadBack() async throws {
         let fixture = try VFSFixture(options: Self.writable())
-        let provider = WritingMemoryProvider()
+        let provider = InMemoryProvider()
         let fs = try makeFileSystem(fixture, provider)
         #expect(fs.isWritable)
         let (entry, opened) = try await fs.create(
             parent: .root, name: "new.txt", permissions: 0o644, flags: OpenFlags(rawValue: O_WRONLY | O_CREAT),
             context: .kernel)
         let inode = entry.attributes.inode
-        #expect(provider.base.content(of: "new.txt")?.0 == .bytes([]))
+        #expect(provider.content(of: "new.txt")?.0 == .bytes([]))
         #expect(
             try await fs.write(inode, handle: opened.handle, offset: 0, data: Array("hello".utf8), context: .kernel)
                 == 5)
@@ -126,7 +94,7 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
     /// copy-back first), and for a handle that is not a writer.
     @Test func writeNowAgreesWithWrite() async throws {
         let fixture = try VFSFixture(options: Self.writable())
-        let provider = WritingMemoryProvider()
+        let provider = InMemoryProvider()
         let fs = try makeFileSystem(fixture, provider)
         var random = SeededRandom(seed: SeededRandom.seedFromEnvironment())
         let flags = OpenFlags(rawValue: O_RDWR | O_CREAT)
@@ -197,8 +165,8 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
 
     @Test func allocateExtendsWithZerosOrKeepsTheSize() async throws {
         let fixture = try VFSFixture(options: Self.writable())
-        let provider = WritingMemoryProvider()
-        provider.base.putFile("f", .bytes(Array("abc".utf8)))
+        let provider = InMemoryProvider()
+        provider.putFile("f", .bytes(Array("abc".utf8)))
         let fs = try makeFileSystem(fixture, provider)
         let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
         let writer = try await fs.open(inode, flags: OpenFlags(rawValue: O_RDWR), context: .kernel)
@@ -231,8 +199,8 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
 
     @Test func truncatingOpenReadWriteHandleAndReaderBefore() async throws {
         let fixture = try VFSFixture(options: Self.writable())
-        let provider = WritingMemoryProvider()
-        provider.base.putFile("f", .bytes(Array("0123456789".utf8)))
+        let provider = InMemoryProvider()
+        provider.putFile("f", .bytes(Array("0123456789".utf8)))
         let fs = try makeFileSystem(fixture, provider)
         let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
         let reader = try await fs.open(inode, flags: OpenFlags(rawValue: O_RDONLY), context: .kernel)
@@ -256,7 +224,7 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
         await fs.release(inode, handle: reader.handle)
         #expect(
             await waitForUpload(provider, "f", Array("abc".utf8) + [0, 0]),
-            "\(String(describing: provider.base.content(of: "f"))) \(String(describing: fs.cache.writes.uploadRecord(of: ItemIdentifier("f"))))"
+            "\(String(describing: provider.content(of: "f"))) \(String(describing: fs.cache.writes.uploadRecord(of: ItemIdentifier("f"))))"
         )
         // truncate(2) with no handle publishes at once.
         _ = try await fs.setAttributes(inode, changes: AttributeChanges(size: 1), handle: nil, context: .kernel)
@@ -277,8 +245,8 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
     /// (D-364). The opener's flush publishes, and so does the release.
     @Test func onlyTheOpenersFlushPublishes() async throws {
         let fixture = try VFSFixture(options: Self.writable())
-        let provider = WritingMemoryProvider()
-        provider.base.putFile("f", .bytes(Array("old".utf8)))
+        let provider = InMemoryProvider()
+        provider.putFile("f", .bytes(Array("old".utf8)))
         let fs = try makeFileSystem(fixture, provider)
         let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
         let ours = RequestContext(threadID: getpid(), uid: getuid(), gid: getgid())
@@ -302,8 +270,8 @@ private func waitForUpload(_ provider: WritingMemoryProvider, _ path: String, _ 
 
     @Test func notWritableIsEROFS() async throws {
         let fixture = try VFSFixture()
-        let provider = WritingMemoryProvider()
-        provider.base.putFile("f", .bytes(Array("x".utf8)))
+        let provider = InMemoryProvider()
+        provider.putFile("f", .bytes(Array("x".utf8)))
         let fs = try makeFileSystem(fixture, provider)
         let inode = try await fs.lookup(parent: .root, name: "f", context: .kernel).attributes.inode
         do {
