@@ -5,8 +5,8 @@
 // taken for kernel callers (the mount's own opens) do not pass here: the mount's write-claim
 // adapter takes the lock for them.
 
-/// Takes and ends what a granted write claim needs beyond the arbiter (set on a server with
-/// `CoordinationServer.setClaimGate`).
+/// Takes and ends what a granted write claim needs beyond the arbiter (given to a server at
+/// construction: `CoordinationServer(…, claimGate:)`).
 package protocol ClaimGate: Sendable {
     /// Takes what a write claim on `paths` (canonical absolute paths) needs, waiting until
     /// `deadline` (monotonic nanoseconds) at most; nil when nothing was taken. Throws the error

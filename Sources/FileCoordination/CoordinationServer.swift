@@ -41,14 +41,9 @@ package final class CoordinationServer: @unchecked Sendable {
     }
 
     private let control = Locked(Control())
-    /// What clients' write claims also take (D-451); nil: the arbiter alone.
-    private let gate = Locked<(any ClaimGate)?>(nil)
-
-    /// Sets what clients' write claims take beyond the arbiter (a WebDAV mount's server locks).
-    package func setClaimGate(_ gate: (any ClaimGate)?) { self.gate.withLock { $0 = gate } }
-
-    /// The gate, if any.
-    var claimGate: (any ClaimGate)? { gate.withLock { $0 } }
+    /// What clients' write claims also take beyond the arbiter (D-451: a WebDAV mount's server
+    /// locks); nil: the arbiter alone. Given at construction, as every port.
+    let claimGate: (any ClaimGate)?
     private let finishedSignal = DispatchSemaphore(value: 0)
     private var listenFD: Int32 = -1
     /// Wakes the poll loop from other threads.
@@ -86,8 +81,10 @@ package final class CoordinationServer: @unchecked Sendable {
     package init(
         socketPath: String, host: ArbiterHost = ArbiterHost(), idleExit: Duration? = nil,
         helloTimeout: Duration = .seconds(5), grace: Duration = CoordinationServer.defaultGrace(),
-        log: (@Sendable (String) -> Void)? = nil, redactPaths: @escaping @Sendable (String) -> String = { $0 }
+        log: (@Sendable (String) -> Void)? = nil, redactPaths: @escaping @Sendable (String) -> String = { $0 },
+        claimGate: (any ClaimGate)? = nil
     ) {
+        self.claimGate = claimGate
         self.grace = grace
         self.redact = redactPaths
         self.socketPath = socketPath

@@ -181,7 +181,7 @@ struct WebDAVRemoteChangeMountTests: MountLayoutSuite {
     @Test func thePollListsAgainOnlyFoldersWhoseCtagChanged() throws {
         guard requireFUSE(), requireServers() else { return }
         defer { cleanup() }
-        let dav = try WebDAVTestServer(root: served, kind: .rclone(user: nil, password: nil))
+        let dav = try WebDAVTestServer(root: source, kind: .rclone(user: nil, password: nil))
         defer { dav.stop() }
         let proxy = try WebDAVTestServer(root: scratch + "/proxy", kind: .tampering(upstream: dav.url))
         defer { proxy.stop() }
@@ -206,7 +206,7 @@ struct WebDAVRemoteChangeMountTests: MountLayoutSuite {
 
         // Rewritten in place (the folder's own date stays): docs is listed again, the root is not.
         seen = proxy.requestLog().count
-        writeTestFile(served + "/docs/a.txt", Array("alpha, rewritten\n".utf8))
+        writeTestFile(source + "/docs/a.txt", Array("alpha, rewritten\n".utf8))
         #expect(
             waitUntil(.seconds(30)) { propfinds(after: seen).contains("PROPFIND /docs/ depth=1") },
             "\(propfinds(after: seen))")

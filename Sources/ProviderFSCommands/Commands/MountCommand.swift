@@ -394,24 +394,6 @@ struct MountCommand: CLICommand {
     static func serve(_ plan: Plan, reporter: ReadinessReporter, io: CommandIO) async throws -> Int32 {
         LoggingSystem.bootstrap(sink: FileDescriptorLogSink(fd: 2), level: logLevel())
         let logger = Logger(label: "mount")
-        // The coordination server for paths under this mount: clients (the FileCoordination library,
-        // `providerfs coordinate`, `providerfs claims`) find it from the mount point.
-        let coordination = CoordinationServer(
-            socketPath: CoordinationServer.socketPath(forMountPoint: plan.mountpoint),
-            log: { message in Logger(label: "coordination").info(TokenRedaction.redacted(message)) },
-            // Claims on access paths name tokens: `providerfs claims` shows `<token>` (D-318).
-            redactPaths: TokenRedaction.redacted)
-        do { try coordination.start() } catch {
-            throw CommandFailure("cannot start the mount's coordination server: \(error.message)")
-        }
-        defer { coordination.stop() }
-        let claims = MountReadClaims(
-            server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
-        let namespaceClaims = MountNamespaceClaims(
-            server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait,
-            readClaims: claims)
-        let evictionClaims = MountEvictionClaims(
-            server: coordination, mountpoint: plan.mountpoint, deadline: MountEvictionClaims.defaultDeadline)
         let fileSystem: ProviderFileSystem
         let faults: FaultPlan
         let tokens: TokenAuthority
@@ -450,6 +432,26 @@ struct MountCommand: CLICommand {
                 provider: provider, timeout: plan.lockTimeout ?? MountRemoteLocks.defaultTimeout,
                 owner: "providerfs on \(ProcessInfo.processInfo.hostName), pid \(getpid()), \(plan.mountpoint)")
         }
+        // The coordination server for paths under this mount: clients (the FileCoordination library,
+        // `providerfs coordinate`, `providerfs claims`) find it from the mount point.
+        let coordination = CoordinationServer(
+            socketPath: CoordinationServer.socketPath(forMountPoint: plan.mountpoint),
+            log: { message in Logger(label: "coordination").info(TokenRedaction.redacted(message)) },
+            // Claims on access paths name tokens: `providerfs claims` shows `<token>` (D-318).
+            redactPaths: TokenRedaction.redacted,
+            // Coordination clients' write claims take the server's locks too (D-451).
+            claimGate: remoteLocks.map { MountRemoteLockGate(locks: $0, mountpoint: plan.mountpoint) })
+        do { try coordination.start() } catch {
+            throw CommandFailure("cannot start the mount's coordination server: \(error.message)")
+        }
+        defer { coordination.stop() }
+        let claims = MountReadClaims(
+            server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait)
+        let namespaceClaims = MountNamespaceClaims(
+            server: coordination, mountpoint: plan.mountpoint, deadline: CoordinationDeadlines.default.claimWait,
+            readClaims: claims)
+        let evictionClaims = MountEvictionClaims(
+            server: coordination, mountpoint: plan.mountpoint, deadline: MountEvictionClaims.defaultDeadline)
         let writeClaims: any WriteClaimProvider =
             remoteLocks.map {
                 RemoteLockingWriteClaims(base: claims, locks: $0, deadline: CoordinationDeadlines.default.claimWait)
@@ -516,10 +518,6 @@ struct MountCommand: CLICommand {
         }
         defer { control?.stop() }
         remoteLocks?.start(cache: fileSystem.cache)
-        // Coordination clients' write claims take the server's locks too (D-451).
-        if let remoteLocks {
-            coordination.setClaimGate(MountRemoteLockGate(locks: remoteLocks, mountpoint: plan.mountpoint))
-        }
         // Remote changes (D-450): listings asked again every interval, for the life of the mount.
         let pollInterval = plan.pollInterval ?? MountPolling.defaultInterval(remote: plan.webdav != nil)
         let polling =
