@@ -166,8 +166,11 @@ extension Catalog {
         let now = environment.timeline.now
         return state.withLock { catalog -> ProviderItem? in
             guard var item = catalog.items[identifier] else { return nil }
-            if var local = catalog.localVersions[identifier], local.pending {
-                if let permissions = held.permissions { local.permissions = permissions }
+            if var local = catalog.localVersions[identifier] {
+                // Pending: the upload carries the bits. No longer pending: the write-back uploaded
+                // and made what was held between the hold and this (D-460); the provider's item
+                // then brings the bits, and the time shown is the local version's.
+                if local.pending, let permissions = held.permissions { local.permissions = permissions }
                 if let time = held.modificationTime { local.modificationTime = time }
                 catalog.localVersions[identifier] = local
             }

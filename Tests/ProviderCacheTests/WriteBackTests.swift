@@ -1384,6 +1384,34 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         await cache.shutdown()
     }
 
+    /// D-460: the hold of a chmod or utimens and the catalog's showing it are two steps; the
+    /// write-back can upload the file and make what was held between them (a loaded machine:
+    /// `WriteMountTests.utimensAndChmodDuringAnEditAreNoConflict` saw the time of the publish
+    /// after its utime). The local version then is no longer pending, and still shows the time
+    /// held, also when the provider's item is applied again.
+    @Test func aTimeHeldAfterItsUploadEndedStillShows() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.putFile("f", .bytes(Array("f0".utf8)))
+        let cache = try fixture.makeCache()
+        let identifier = ItemIdentifier("f")
+        _ = try await cache.catalog.item(identifier, maximumAge: .zero)
+        let published = ItemTime(seconds: 1_700_000_000, nanoseconds: 0)
+        let local = ContentVersion("local:held-test")
+        _ = cache.catalog.publishLocal(identifier, version: local, size: 2, modificationTime: published)
+        // Uploaded: the provider's version holds the local bytes.
+        var uploaded = try await fixture.provider.base.item(for: identifier)
+        uploaded.contentVersion = ContentVersion("uploaded")
+        cache.catalog.localUploaded(identifier, version: local, providerVersion: uploaded.contentVersion, base: nil)
+        let held = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let shown = try #require(cache.catalog.attributesHeld(identifier, HeldAttributes(modificationTime: held)))
+        #expect(shown.modificationTime == held)
+        // The provider's item again (its version is the upload's): the local version's time.
+        let applied = cache.catalog.apply(uploaded, origin: .provider)
+        #expect(applied.contentVersion == local)
+        #expect(applied.modificationTime == held, "the time of the publish came back")
+        await cache.shutdown()
+    }
+
     /// D-460, what meets a held chmod and utimens: a rename of the file before its create makes
     /// it at the provider with them; an unlink while its create runs leaves nothing and makes no
     /// call for them; a name taken at the provider meanwhile keeps them with the mount's file,
