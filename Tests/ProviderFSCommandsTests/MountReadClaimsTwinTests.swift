@@ -95,6 +95,12 @@ final class ReadClaimTwin: ArbiterSink, @unchecked Sendable {
                 (now != nil) == grantedAtOnce,
                 "open of \(relativePath) by \(thread): fast \(now != nil), slow at once \(grantedAtOnce)")
             #expect(fast.state() == slow.state(), "the twins differ after opening \(relativePath)")
+            // Presenter messages are delivered on the server's thread, after the grant: each
+            // twin's arrive in its own time (one twin's came before the other's once, in CI).
+            let delivered = ContinuousClock.now + .seconds(30)
+            while fast.log.value != slow.log.value && ContinuousClock.now < delivered {
+                try? await Task.sleep(for: .milliseconds(1))
+            }
             #expect(fast.log.value == slow.log.value)
             if let now { tokens.append((fast, now)) }
             return now != nil
