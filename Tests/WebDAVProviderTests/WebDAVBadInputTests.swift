@@ -89,8 +89,8 @@ private final class SpoiledServer {
     }
 }
 
-/// The bytes of a cache read.
-private func bytes(of data: ReadData) -> [UInt8] {
+/// The bytes of a cache read (the WebDAV provider suites').
+func bytes(of data: ReadData) -> [UInt8] {
     switch data.source {
     case .memory(let buffer):
         return buffer.withUnsafeBytes { Array($0.prefix(data.count)) }

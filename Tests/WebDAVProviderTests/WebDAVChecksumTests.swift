@@ -106,17 +106,6 @@ private final class ChecksumServer {
     }
 }
 
-private func bytes(of data: ReadData) -> [UInt8] {
-    switch data.source {
-    case .memory(let buffer):
-        return buffer.withUnsafeBytes { Array($0.prefix(data.count)) }
-    case .file(let descriptor, let offset, _):
-        var result = [UInt8](repeating: 0, count: data.count)
-        let got = result.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, data.count, off_t(offset)) }
-        return Array(result.prefix(max(0, got)))
-    }
-}
-
 @Suite(.enabled(if: WebDAVTestGate.enabled, "PROVIDERFS_SKIP_WEBDAV_TESTS=1"), .blockingThreads)
 struct WebDAVChecksumTests {
     fileprivate func withServer(

@@ -75,15 +75,7 @@ struct WebDAVCtagTests {
         let item = try await cache.catalog.item(ItemIdentifier("docs/file.txt"), maximumAge: nil)
         let entry = try await cache.pinContent(of: item)
         defer { cache.content.unpin(entry) }
-        let data = try await entry.read(offset: 0, count: Int(item.size))
-        switch data.source {
-        case .memory(let buffer):
-            return buffer.withUnsafeBytes { Array($0.prefix(data.count)) }
-        case .file(let descriptor, let offset, _):
-            var result = [UInt8](repeating: 0, count: data.count)
-            let got = result.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, data.count, off_t(offset)) }
-            return Array(result.prefix(max(0, got)))
-        }
+        return bytes(of: try await entry.read(offset: 0, count: Int(item.size)))
     }
 
     @Test func aPollListsAgainOnlyTheFoldersWhoseCtagChanged() async throws {
