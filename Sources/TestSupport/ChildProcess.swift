@@ -179,25 +179,7 @@ public func detachFUSEMounts(under path: String) {
 }
 
 private func removeTreeStayingOnThisSide(_ path: String) {
-    var info = stat()
-    guard lstat(path, &info) == 0 else { return }
-    if info.st_mode & S_IFMT == S_IFDIR {
-        if MountTable.entry(at: path) != nil { return }
-        if let stream = opendir(path) {
-            var names: [String] = []
-            while let entry = readdir(stream) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-                }
-                if name != "." && name != ".." { names.append(name) }
-            }
-            closedir(stream)
-            for name in names { removeTreeStayingOnThisSide(path + "/" + name) }
-        }
-        rmdir(path)
-    } else {
-        unlink(path)
-    }
+    removeTree(path, descendingInto: { MountTable.entry(at: $0) == nil })
 }
 
 /// The directory holding the built products (`providerfs`, `fuse-fixture`) next to the test bundle.

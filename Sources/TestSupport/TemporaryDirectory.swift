@@ -70,24 +70,37 @@ public func readFile(_ path: String) throws -> [UInt8] {
 
 /// `rm -rf path` (no symlink following).
 public func removeTree(_ path: String) {
+    removeTree(path, descendingInto: { _ in true })
+}
+
+/// `rm -rf path`, entering a directory only when `descend` says so (a directory it refuses is
+/// left whole). Names go by their bytes: a name that is not UTF-8 (as the bad-input tests make)
+/// is removed like any other.
+func removeTree(_ path: String, descendingInto descend: (String) -> Bool) {
+    removeTree(bytes: Array(path.utf8).map { CChar(bitPattern: $0) }, descend: descend)
+}
+
+private func removeTree(bytes path: [CChar], descend: (String) -> Bool) {
+    let cPath = path + [0]
     var info = stat()
-    guard lstat(path, &info) == 0 else { return }
-    if info.st_mode & S_IFMT == S_IFDIR {
-        if let directory = opendir(path) {
-            var names: [String] = []
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-                }
-                if name != "." && name != ".." { names.append(name) }
-            }
-            closedir(directory)
-            for name in names { removeTree(path + "/" + name) }
-        }
-        rmdir(path)
-    } else {
-        unlink(path)
+    guard lstat(cPath, &info) == 0 else { return }
+    guard info.st_mode & S_IFMT == S_IFDIR else {
+        unlink(cPath)
+        return
     }
+    guard descend(String(decoding: path.map { UInt8(bitPattern: $0) }, as: UTF8.self)) else { return }
+    if let directory = opendir(cPath) {
+        var names: [[CChar]] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) }
+            }
+            if name != [46] && name != [46, 46] { names.append(name) }
+        }
+        closedir(directory)
+        for name in names { removeTree(bytes: path + [47] + name, descend: descend) }
+    }
+    rmdir(cPath)
 }
 
 /// The byte at `offset` of ramp content with `seed`: every read checks itself (mountpoint-s3's

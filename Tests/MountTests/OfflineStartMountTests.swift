@@ -106,6 +106,7 @@ struct OfflineStartMountTests: MountLayoutSuite {
     /// URL, is refused with the reason.
     @Test(arguments: ProviderKind.available.filter { $0 != .local })
     func anUnreachableServerStartsFromStoredMetadataAndCatchesUpWhenBack(over kind: ProviderKind) throws {
+        defer { cleanup() }  // the suite's layout: this test mounts a fixture of its own
         guard requireFUSE() else { return }
         let fixture = try SourceMount(prefix: "offline-start-webdav", kind: kind)
         defer { fixture.stop() }

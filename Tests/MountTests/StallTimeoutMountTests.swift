@@ -51,6 +51,7 @@ struct StallTimeoutMountTests: MountLayoutSuite {
     }
 
     @Test func aStallTimeoutThatIsNotADurationIsAUsageError() throws {
+        defer { cleanup() }
         let result = try shell(
             "\(quoted(productsDirectory + "/providerfs")) mount --source \(quoted(scratch)) \(quoted(scratch + "/m"))"
                 + " --stall-timeout soon")

@@ -7,10 +7,12 @@ import TestSupport
 import Testing
 
 @Suite("PDF validation with libqpdf")
-struct PDFValidatorTests {
+final class PDFValidatorTests {
     let directory: TemporaryDirectory
 
     init() throws { directory = try TemporaryDirectory(prefix: "pdf-validation") }
+
+    deinit { directory.remove() }
 
     func file(_ name: String, _ bytes: [UInt8]) throws -> String {
         try directory.write(name, bytes)

@@ -13,8 +13,8 @@ import Testing
 import Glibc
 #endif
 
-/// A data directory and a source directory in one temporary directory.
-struct LibraryFixture {
+/// A data directory and a source directory in one temporary directory, removed with the fixture.
+final class LibraryFixture: Sendable {
     let directory: TemporaryDirectory
     let location: LibraryLocation
     let store: RecordStore
@@ -26,6 +26,8 @@ struct LibraryFixture {
         store = try RecordStore(path: location.database)
         mkdir(directory.path + "/source", 0o755)
     }
+
+    deinit { directory.remove() }
 
     func source(_ name: String, _ bytes: [UInt8]) throws -> String {
         try directory.write("source/" + name, bytes)
