@@ -53,6 +53,24 @@ extension Catalog {
         }
     }
 
+    /// The provider's `item` with the chmod and utimens the write-back holds for it (D-460):
+    /// until they are made there, what the provider says of its mode and time is older.
+    static func overlayHeld(_ item: inout ProviderItem, in catalog: State) {
+        guard let held = catalog.heldAttributes[item.identifier], item.kind == .file else { return }
+        if let permissions = held.permissions { item.permissions = permissions }
+        if let time = held.modificationTime { item.modificationTime = time }
+        if let time = held.accessTime { item.accessTime = time }
+    }
+
+    /// The write-back made (or gave up) the chmod and utimens it held for the item: the
+    /// provider's item shows as it comes again.
+    func heldAttributesEnded(_ identifier: ItemIdentifier) {
+        state.withLock { catalog in
+            guard !catalog.heldAttributes.isEmpty else { return }
+            catalog.heldAttributes[identifier] = nil
+        }
+    }
+
     /// Makes `version` (just published) the item's version: new size and time, the old content
     /// superseded (handles that pinned it keep reading it), the observer told. Returns the item.
     /// `permissions`: a chmod the edit carries (D-385); a pending version's stays unless this one
@@ -159,7 +177,8 @@ extension Catalog {
 
     /// A chmod or utimens held by the item's upload record (D-460), or a restart that finds one
     /// held: the item shows it now, and so does a local version still to upload (and its upload
-    /// carries that mtime). Not saved: the record is what a restart reads (`LocalWrites.resume`
+    /// carries that mtime), over whatever the provider says until the write-back ends them
+    /// (`heldAttributesEnded`). Not saved: the record is what a restart reads (`LocalWrites.resume`
     /// calls this again). Returns the item; nil when the catalog does not have it.
     @discardableResult
     func attributesHeld(_ identifier: ItemIdentifier, _ held: HeldAttributes) -> ProviderItem? {
@@ -167,15 +186,20 @@ extension Catalog {
         return state.withLock { catalog -> ProviderItem? in
             guard var item = catalog.items[identifier] else { return nil }
             if var local = catalog.localVersions[identifier] {
-                // Pending: the upload carries the bits. No longer pending: the write-back uploaded
-                // and made what was held between the hold and this (D-460); the provider's item
-                // then brings the bits, and the time shown is the local version's.
+                // Pending: the upload carries the bits. No longer pending (uploaded, what was held
+                // made after it): the provider's item brings the bits, and the time shown is the
+                // local version's.
                 if local.pending, let permissions = held.permissions { local.permissions = permissions }
                 if let time = held.modificationTime { local.modificationTime = time }
                 catalog.localVersions[identifier] = local
             }
-            if let permissions = held.permissions { item.permissions = permissions }
-            if let time = held.modificationTime { item.modificationTime = time }
+            // Kept over what the provider says until the write-back made them (`overlayHeld`).
+            var kept = catalog.heldAttributes[identifier] ?? HeldAttributes()
+            if let permissions = held.permissions { kept.permissions = permissions }
+            if let time = held.modificationTime { kept.modificationTime = time }
+            if let time = held.accessTime { kept.accessTime = time }
+            catalog.heldAttributes[identifier] = kept
+            Self.overlayHeld(&item, in: catalog)
             catalog.items[identifier] = item
             catalog.refreshedAt[identifier] = now
             return item
@@ -186,6 +210,7 @@ extension Catalog {
     func dropLocal(_ identifier: ItemIdentifier) {
         state.withLock { catalog in
             catalog.localVersions[identifier] = nil
+            catalog.heldAttributes[identifier] = nil
             catalog.refreshedAt[identifier] = nil
         }
     }
@@ -223,6 +248,13 @@ extension Catalog {
     /// rather than showing a version that will never be uploaded (D-411).
     func forgetLocal(_ identifier: ItemIdentifier, subtree: Bool) {
         state.withLock { catalog in
+            catalog.heldAttributes[identifier] = nil
+            if subtree {
+                for key in Array(catalog.heldAttributes.keys) where key.rebased(from: identifier, to: identifier) != nil
+                {
+                    catalog.heldAttributes[key] = nil
+                }
+            }
             guard !catalog.localVersions.isEmpty else { return }
             catalog.localVersions[identifier] = nil
             guard subtree else { return }

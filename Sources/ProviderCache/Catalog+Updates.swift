@@ -33,6 +33,7 @@ extension Catalog {
             Self.keepVersionOfSameContent(&item, in: catalog, provider: provider)  // D-510
             // A local version is served instead of the provider's (Catalog+Local.swift).
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }
+            if !catalog.heldAttributes.isEmpty { Self.overlayHeld(&item, in: catalog) }  // D-460
             if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
             catalog.refreshedAt[item.identifier] = now
             if !catalog.dirty.isEmpty { catalog.dirty.remove(item.identifier) }
@@ -222,6 +223,7 @@ extension Catalog {
                 if let old { item.identifier = old.identifier }  // the stored string: see `sharingStorage`
                 Self.keepVersionOfSameContent(&item, in: catalog, provider: provider)  // D-510
                 if !catalog.localVersions.isEmpty { Self.overlayLocal(&item, in: &catalog) }  // Catalog+Local.swift
+                if !catalog.heldAttributes.isEmpty { Self.overlayHeld(&item, in: catalog) }  // D-460
                 if !catalog.writtenInto.isEmpty { Self.holdWhileWrittenInto(&item, in: catalog) }
                 if let old, old.contentVersion != item.contentVersion || old.kind != item.kind {
                     superseded += Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog)

@@ -151,12 +151,16 @@ extension Catalog {
                     directories += Self.noteChange(in: [item.parent], of: &catalog)
                 }
             }
-            var moved: [(ItemIdentifier, LocalVersion)] = []
-            for identifier in Array(catalog.localVersions.keys) {
-                guard let target = swapped(identifier) else { continue }
-                moved.append((target, catalog.localVersions.removeValue(forKey: identifier)!))
+            func swapKeys<Value>(_ table: inout [ItemIdentifier: Value]) {
+                var moved: [(ItemIdentifier, Value)] = []
+                for identifier in Array(table.keys) {
+                    guard let target = swapped(identifier) else { continue }
+                    moved.append((target, table.removeValue(forKey: identifier)!))
+                }
+                for (target, value) in moved { table[target] = value }
             }
-            for (target, local) in moved { catalog.localVersions[target] = local }
+            swapKeys(&catalog.localVersions)
+            swapKeys(&catalog.heldAttributes)  // D-460
             return directories
         }
         content.identifiersMoved(swapped)
@@ -214,6 +218,7 @@ extension Catalog {
             // write-back replaces next (D-371). Without this the move superseded the local bytes.
             var placed = item
             if !catalog.localVersions.isEmpty { Self.overlayLocal(&placed, in: &catalog) }
+            if !catalog.heldAttributes.isEmpty { Self.overlayHeld(&placed, in: catalog) }  // D-460
             Self.place(placed, at: now, in: &catalog)
             Self.noteEntry(placed.identifier, in: placed.parent, present: true, of: &catalog)
             return (directories, removal, rekeyed, placed)
@@ -293,6 +298,7 @@ extension Catalog {
         rekeyTable(&catalog.listedAt)
         rekeyTable(&catalog.refreshedAt)
         rekeyTable(&catalog.lastChange)
+        rekeyTable(&catalog.heldAttributes)  // D-460
         // What was recorded of the moved items for listings on their way follows them (D-407):
         // recorded under the old identifier, the listing dropped the item under its new one.
         if !catalog.changedWhileListed.isEmpty {

@@ -131,6 +131,9 @@ public final class Catalog: Sendable {
         var changedWhileWritten: Set<ItemIdentifier> = []
         /// Items with a local version (Catalog+Local.swift): served instead of the provider's.
         var localVersions: [ItemIdentifier: LocalVersion] = [:]
+        /// chmod and utimens the write-back holds until it makes them at the provider (D-460):
+        /// shown over whatever the provider says of the item until then (Catalog+Local.swift).
+        var heldAttributes: [ItemIdentifier: HeldAttributes] = [:]
         /// Files created through the mount that the provider does not have yet (D-386): the
         /// catalog's item is the truth until their `.create` upload; what the provider says of
         /// their identifier meanwhile (nothing, or someone else's file of that name) is not.

@@ -257,7 +257,10 @@ extension ProviderCache {
         // A queued upload that carries a chmod or utimens held earlier must not undo this one
         // (D-385, D-460).
         writes.attributesCarried(
-            identifier, HeldAttributes(permissions: changes.permissions, modificationTime: changes.modificationTime))
+            identifier,
+            HeldAttributes(
+                permissions: changes.permissions, modificationTime: changes.modificationTime,
+                accessTime: changes.accessTime))
         if let permissions = changes.permissions { catalog.permissionsSet(identifier, to: permissions) }
         // The edits that started from the version before follow it (D-375).
         writes.versionChanged(
@@ -269,16 +272,17 @@ extension ProviderCache {
     /// A chmod or utimens of a file whose upload must reach the provider first (its create is
     /// queued or running, or attributes held earlier wait for their call): held by the upload's
     /// record instead of waiting for it (`LocalWrites.holdForUpload`), and shown by the catalog
-    /// at once (D-460). The atime is not carried, as an open edit does not carry it (D-385: the
-    /// upload makes a new file). Not for a file with other names (D-396: they would not show
-    /// it) or a chown. Nil: not held, nothing done.
+    /// at once (D-460); an atime too, made after the upload (which makes a new file). Not for a
+    /// file with other names (D-396: they would not show it) or a chown. Nil: not held, nothing
+    /// done.
     private func heldForUpload(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) -> ProviderItem? {
-        guard changes.uid == nil, changes.gid == nil, changes.permissions != nil || changes.modificationTime != nil,
-            catalog.otherNames(of: identifier).isEmpty
+        let held = HeldAttributes(
+            permissions: changes.permissions, modificationTime: changes.modificationTime,
+            accessTime: changes.accessTime)
+        guard changes.uid == nil, changes.gid == nil, !held.isEmpty, catalog.otherNames(of: identifier).isEmpty
         else { return nil }
-        let held = HeldAttributes(permissions: changes.permissions, modificationTime: changes.modificationTime)
-        guard writes.holdForUpload(identifier, held) else { return nil }
-        return catalog.attributesHeld(identifier, held)
+        let (wasHeld, shown) = writes.holdForUpload(identifier, held)
+        return wasHeld ? shown : nil
     }
 
     /// Items re-keyed outside a move through the mount (the write-back queue's hook): `from` and,

@@ -1412,6 +1412,53 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         await cache.shutdown()
     }
 
+    /// D-460: a chmod and utimens held while an empty file's create uploads stay shown once the
+    /// create is at the provider, until the write-back has made them there: neither the create's
+    /// answer nor the provider's item (a watcher's news) brings the create's mode back
+    /// (pjdfstest chmod/07 saw the mode of the create in a stat right after its chmod). The
+    /// atime too, which the upload cannot carry: made after it (pjdfstest utimensat/00 and 04
+    /// lost it). Once made, the provider's item is shown again as it comes.
+    @Test func attributesHeldPastACreateStayShownUntilMade() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.defersCreates = true
+        let cache = try fixture.makeCache()
+        let time = ItemTime(seconds: 1_000_000_000, nanoseconds: 5)
+        let accessed = ItemTime(seconds: 900_000_000, nanoseconds: 7)
+        fixture.provider.hold()
+        fixture.provider.holdAttributes()
+        // As open(O_CREAT) and close: created, closed unwritten.
+        let created = try await cache.createFile(named: "n", in: .root, permissions: 0o644)
+        let identifier = created.identifier
+        _ = try await cache.writes.openWriter(created, truncating: true)
+        _ = try await cache.writes.closeWriter(identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 }, "the create's upload runs")
+        let held = try #require(
+            cache.setAttributesNow(
+                of: identifier, ItemAttributeChanges(permissions: 0o600, modificationTime: time, accessTime: accessed)))
+        #expect(try held.get().accessTime == accessed)
+        fixture.provider.release()
+        #expect(await eventually { fixture.provider.attributeCalls == 1 }, "made after the create")
+        let shown = try await cache.catalog.item(identifier, maximumAge: nil)
+        #expect(shown.permissions == 0o600, "the create's mode came back")
+        #expect(shown.modificationTime == time)
+        #expect(shown.accessTime == accessed)
+        let atProvider = try await fixture.provider.base.item(for: identifier)
+        #expect(atProvider.permissions == 0o644, "not made at the provider yet")
+        let applied = cache.catalog.apply(atProvider, origin: .provider)
+        #expect(
+            applied.permissions == 0o600 && applied.modificationTime == time && applied.accessTime == accessed,
+            "\(applied)")
+        fixture.provider.releaseAttributes()
+        #expect(await eventually { cache.writes.uploadRecord(of: identifier)?.phase == .materialized })
+        let made = try await fixture.provider.base.item(for: identifier)
+        #expect(made.permissions == 0o600 && made.modificationTime == time && made.accessTime == accessed, "\(made)")
+        // Made: a change at the provider shows as it comes.
+        let changed = try await fixture.provider.base.setAttributes(
+            identifier, ItemAttributeChanges(permissions: 0o640))
+        #expect(cache.catalog.apply(changed, origin: .provider).permissions == 0o640)
+        await cache.shutdown()
+    }
+
     /// D-460, what meets a held chmod and utimens: a rename of the file before its create makes
     /// it at the provider with them; an unlink while its create runs leaves nothing and makes no
     /// call for them; a name taken at the provider meanwhile keeps them with the mount's file,

@@ -14,19 +14,34 @@ extension LocalWrites {
     /// or attributes held earlier wait to be made after its upload (phase `.attributes`). Held by
     /// the record, saved before this returns (a restart finds it), then carried by the upload
     /// call that reads its terms next, or made at the provider right after the running one.
-    /// True when held; false (nothing done) otherwise.
-    func holdForUpload(_ identifier: ItemIdentifier, _ attributes: HeldAttributes) -> Bool {
-        guard !attributes.isEmpty else { return false }
-        let saved = state.withLock { state -> UploadRecord? in
+    /// Shown by the catalog under the same lock as the hold, so that the write-back's end of
+    /// what it held (`heldAttributesEnded`) never comes before it. Held (false: nothing done),
+    /// and the item as the catalog shows it now.
+    func holdForUpload(_ identifier: ItemIdentifier, _ attributes: HeldAttributes) -> (Bool, ProviderItem?) {
+        guard !attributes.isEmpty else { return (false, nil) }
+        let held = state.withLock { state -> (UploadRecord, ProviderItem?)? in
             guard let record = state.uploads[identifier]?.record, record.isPending,
                 record.creates || record.phase == .attributes
             else { return nil }
             _ = state.uploads[identifier]!.hold(attributes)
-            return state.uploads[identifier]!.record
+            return (state.uploads[identifier]!.record, writeBackCatalog.attributesHeld(identifier, attributes))
         }
-        guard let saved else { return false }
+        guard let (saved, shown) = held else { return (false, nil) }
         save(saved)
-        return true
+        return (true, shown)
+    }
+
+    /// `change` of the item's write-back, and the end of the attributes it held when that
+    /// leaves none to make (under the same lock as a hold, `holdForUpload`): the catalog shows
+    /// the provider's item as it comes again.
+    func applyEndingHeld(
+        _ identifier: ItemIdentifier, version: ContentVersion, _ change: (inout UploadMachine) -> [UploadMachine.Action]
+    ) -> (ItemIdentifier, [UploadMachine.Action], UploadPhase?) {
+        applyToUpload(identifier, version: version) { machine in
+            let actions = change(&machine)
+            if machine.record.phase == .materialized { writeBackCatalog.heldAttributesEnded(machine.record.identifier) }
+            return actions
+        }
     }
 
     /// The write-back's call for attributes held past an upload (`.setAttributes`): made at the
@@ -71,7 +86,7 @@ extension LocalWrites {
             perform(current, next)
             return
         }
-        let (current, next, phase) = applyToUpload(identifier, version: version) {
+        let (current, next, phase) = applyEndingHeld(identifier, version: version) {
             $0.attributesMade(version, gone: gone)
         }
         if phase == .materialized, let made = uploadRecord(of: current)?.providerVersion {

@@ -250,7 +250,8 @@ extension LocalWrites {
         _ uploaded: ProviderItem, of identifier: ItemIdentifier, version: ContentVersion, terms: UploadTerms
     ) {
         let base = terms.base
-        let (current, next, phase) = applyToUpload(identifier, version: version) {
+        // Materialized: the upload carried what was held (D-460).
+        let (current, next, phase) = applyEndingHeld(identifier, version: version) {
             $0.uploaded(version, providerVersion: uploaded.contentVersion, now: self.environment.timeline.now)
         }
         if phase == .materialized {

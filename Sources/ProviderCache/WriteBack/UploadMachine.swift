@@ -84,25 +84,30 @@ public struct UploadRecord: Sendable, Equatable {
 public struct HeldAttributes: Sendable, Equatable {
     public var permissions: UInt16?
     public var modificationTime: ItemTime?
+    /// An atime a utimens set (D-460): never carried by an upload (it makes a new file), made
+    /// after it; held in memory only (`UploadMachine.heldAccessTime`).
+    public var accessTime: ItemTime?
 
-    public init(permissions: UInt16? = nil, modificationTime: ItemTime? = nil) {
+    public init(permissions: UInt16? = nil, modificationTime: ItemTime? = nil, accessTime: ItemTime? = nil) {
         self.permissions = permissions
         self.modificationTime = modificationTime
+        self.accessTime = accessTime
     }
 
     /// Whether anything is held.
-    var isEmpty: Bool { permissions == nil && modificationTime == nil }
+    var isEmpty: Bool { permissions == nil && modificationTime == nil && accessTime == nil }
 
     /// Whether this holds something that `sent` did not carry (a chmod or utimens held after the
-    /// call read its terms).
+    /// call read its terms; an atime an upload call could not carry).
     func isNews(since sent: HeldAttributes?) -> Bool {
         (permissions != nil && permissions != sent?.permissions)
             || (modificationTime != nil && modificationTime != sent?.modificationTime)
+            || (accessTime != nil && accessTime != sent?.accessTime)
     }
 
     /// As the provider's `setAttributes` takes them.
     var changes: ItemAttributeChanges {
-        ItemAttributeChanges(permissions: permissions, modificationTime: modificationTime)
+        ItemAttributeChanges(permissions: permissions, modificationTime: modificationTime, accessTime: accessTime)
     }
 }
 
@@ -130,6 +135,10 @@ struct UploadMachine: Sendable, Equatable {
     /// The held attributes the running call carries, as it read them (`sendingAttributes`; nil:
     /// not read yet): what is held beyond them is made after it (D-460).
     private(set) var carried: HeldAttributes?
+    /// An atime held (D-460), made by the call that makes held attributes after the upload (an
+    /// upload makes a new file, with an atime of its own). Not in the record: a restart loses
+    /// it (SEMANTICS.md, atime).
+    private(set) var heldAccessTime: ItemTime?
     /// When the newest local version may start its upload (D-405): set by a publish made with a
     /// settle, cleared when an upload starts. On the host's timeline.
     private(set) var settleDeadline: Duration?
@@ -159,10 +168,19 @@ struct UploadMachine: Sendable, Equatable {
         return begin()
     }
 
-    /// The running call reads what it carries: the held attributes, noted as carried.
+    /// Everything held: the record's, and the atime.
+    var held: HeldAttributes {
+        var held = record.heldAttributes
+        held.accessTime = heldAccessTime
+        return held
+    }
+
+    /// The running call reads what it carries: the held attributes, noted as carried (the atime
+    /// only by the call that makes them in phase `.attributes`).
     mutating func sendingAttributes() -> HeldAttributes {
-        carried = record.heldAttributes
-        return record.heldAttributes
+        let sending = record.phase == .attributes ? held : record.heldAttributes
+        carried = sending
+        return sending
     }
 
     /// A chmod or utimens of the item while its upload is queued or running (D-460): held by
@@ -171,6 +189,7 @@ struct UploadMachine: Sendable, Equatable {
     mutating func hold(_ attributes: HeldAttributes) -> [Action] {
         if let permissions = attributes.permissions { record.permissions = permissions }
         if let time = attributes.modificationTime { record.modificationTime = time }
+        if let time = attributes.accessTime { heldAccessTime = time }
         return [.save(record)]
     }
 
@@ -272,7 +291,7 @@ struct UploadMachine: Sendable, Equatable {
         if version == record.localVersion {
             record.providerVersion = providerVersion
             // A chmod or utimens held after the call read its terms: made next (D-460).
-            if record.heldAttributes.isNews(since: sent) { return makeAttributes() }
+            if held.isNews(since: sent) { return makeAttributes() }
             record.phase = .materialized
             record.permissions = nil  // the provider has them now
             record.modificationTime = nil
@@ -329,10 +348,11 @@ struct UploadMachine: Sendable, Equatable {
         record.attempts = 0
         record.lastError = nil
         if version != record.localVersion { return begin() }
-        if !gone, record.heldAttributes.isNews(since: sent) { return makeAttributes() }
+        if !gone, held.isNews(since: sent) { return makeAttributes() }
         record.phase = .materialized
         record.permissions = nil
         record.modificationTime = nil
+        heldAccessTime = nil
         return [.save(record)]
     }
 
@@ -368,6 +388,7 @@ struct UploadMachine: Sendable, Equatable {
             record.modificationTime = time
             changed = true
         }
+        if heldAccessTime != nil, let time = made.accessTime { heldAccessTime = time }
         return changed
     }
 

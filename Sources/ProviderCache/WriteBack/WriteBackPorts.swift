@@ -40,6 +40,8 @@ protocol WriteBackCatalog: AnyObject, Sendable {
     /// (D-375).
     @discardableResult
     func attributesHeld(_ identifier: ItemIdentifier, _ held: HeldAttributes) -> ProviderItem?
+    /// What was held is made at the provider, or given up: no longer shown over its item.
+    func heldAttributesEnded(_ identifier: ItemIdentifier)
     func providerVersionChanged(
         _ identifier: ItemIdentifier, from: ContentVersion, to: ContentVersion, modificationTime: ItemTime?)
     /// The item was replaced or deleted: its local version goes with its record (D-411).
