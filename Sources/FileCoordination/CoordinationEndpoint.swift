@@ -39,6 +39,9 @@ protocol CoordinationEndpoint: AnyObject, Sendable {
     func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim])
     /// This endpoint's claims are for process `pid` from now on (D-406).
     func holdFor(pid: Int32, startTime: UInt64)
+    /// Whether the server has handled everything sent on this endpoint so far, waiting at most
+    /// `milliseconds` for it to say so (a round trip); always true in-process.
+    func confirmReceived(milliseconds: Int) -> Bool
     /// Whether this is the coordination server of a ProviderFS mount: reads of its items get
     /// their content before the accessor runs (rules 50–52).
     var servesProviderMount: Bool { get }
@@ -117,6 +120,7 @@ final class LocalEndpoint: CoordinationEndpoint, ArbiterSink, @unchecked Sendabl
     var address: String? { nil }
     func reclaim(previous: ClaimHolder, claims: [ReclaimedClaim]) {}
     func holdFor(pid: Int32, startTime: UInt64) { host.holdFor(owner, pid: pid) }
+    func confirmReceived(milliseconds: Int) -> Bool { true }  // handled on the calling thread
     var servesProviderMount: Bool { false }
     var claimDescriptor: Int32? { nil }
 

@@ -84,6 +84,23 @@ public final class FileCoordinator: ClaimLossListener, @unchecked Sendable {
         }
     }
 
+    /// Waits until each server holding the caller's claims has handled what was sent to it
+    /// (`holdClaims` above all), at most `milliseconds` in all: `providerfs coordinate` lets CMD
+    /// start only then (D-528). False when one did not confirm in time.
+    package static func confirmHeldClaimsReceived(milliseconds: Int) -> Bool {
+        let deadline = monotonicNanoseconds() + UInt64(max(0, milliseconds)) * 1_000_000
+        var asked: [ObjectIdentifier] = []
+        var confirmed = true
+        for held in CoordinationContext.held {
+            let endpoint = held.ticket.progress.withLock { $0.endpoint }
+            guard !asked.contains(ObjectIdentifier(endpoint)) else { continue }
+            asked.append(ObjectIdentifier(endpoint))
+            let left = deadline > monotonicNanoseconds() ? Int((deadline - monotonicNanoseconds()) / 1_000_000) : 0
+            if !endpoint.confirmReceived(milliseconds: left) { confirmed = false }
+        }
+        return confirmed
+    }
+
     // MARK: Identity and deadlines
 
     /// Claims with the same purpose never wait for each other, even across processes (rule 5).

@@ -35,6 +35,9 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     }
 
     private let readState = Locked(ReadState())
+    /// `confirmReceived`'s round trips on their way: a dump request's id, and who waits for its
+    /// answer.
+    private let confirmations = Locked<(next: UInt64, waiting: [UInt64: Waiter])>((1, [:]))
     /// Wakes the background thread; while idle it also watches the socket for the server's end.
     private let backgroundWake = WakePipe()
     private var buffer: FrameBuffer
@@ -250,6 +253,8 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
                 local: local, error: CoordinationError(CoordinationError.Code(rawValue: code) ?? .protocolError, text))
         case .deliver(let presenter, let messageID, let body, let claim):
             delegate?.deliver(presenter: presenter, messageID: messageID, message: body, claim: claim)
+        case .dump(let requestID, _):
+            confirmations.withLock { $0.waiting[requestID] }?.fulfil(.success([]))
         default:
             break  // fatal: the server closes next; others are not sent to clients
         }
@@ -271,6 +276,36 @@ final class ServerLink: CoordinationEndpoint, @unchecked Sendable {
     }
     func cancel(local: UInt64) { send(.cancel(local: local)) }
     func holdFor(pid: Int32, startTime: UInt64) { send(.holdFor(pid: pid, startTime: startTime)) }
+
+    /// A dump request: the server handles a connection's messages in order, so its answer says
+    /// that everything sent before it was handled. Read here when nobody else reads, as `wait`
+    /// does; false when no answer came within `milliseconds` or the connection broke.
+    func confirmReceived(milliseconds: Int) -> Bool {
+        let waiter = Waiter()
+        let id = confirmations.withLock { confirmations -> UInt64 in
+            let id = confirmations.next
+            confirmations.next += 1
+            confirmations.waiting[id] = waiter
+            return id
+        }
+        defer { confirmations.withLock { _ = $0.waiting.removeValue(forKey: id) } }
+        send(.dumpRequest(requestID: id))
+        let deadline = monotonicNanoseconds() + UInt64(max(0, milliseconds)) * 1_000_000
+        while waiter.peek() == nil {
+            if isDead || monotonicNanoseconds() >= deadline { return false }
+            if tryTakeToken() {
+                let alive = readOnce()  // at most one read slice (SO_RCVTIMEO)
+                releaseToken()
+                if !alive {
+                    markDead()
+                    return false
+                }
+            } else {
+                _ = waiter.wait(milliseconds: 5)
+            }
+        }
+        return true
+    }
     func addPresenter(local: UInt64, purpose: String, item: ResolvedItem, methods: PresenterMethods) {
         changeReaderDemand(by: 1)
         send(

@@ -86,6 +86,28 @@ struct CoordinateCommand: CLICommand {
             "cannot run '\(executable)': \(error.message).", status: ExitStatus.commandNotExecutable)
     }
 
+    /// Why execvp could not run `executable` (nil: it could): ENOENT when no file is there (or
+    /// none in PATH), EACCES when one is there but is a directory or not executable (for a bare
+    /// name, only when no later PATH entry has an executable one), as execvp reports.
+    static func execError(_ executable: String) -> Errno? {
+        func check(_ path: String) -> Errno? {
+            var info = stat()
+            guard stat(path, &info) == 0 else { return Errno.current }
+            if info.st_mode & S_IFMT == S_IFDIR || access(path, X_OK) != 0 { return Errno(EACCES) }
+            return nil
+        }
+        if executable.isEmpty { return Errno(ENOENT) }
+        if executable.contains("/") { return check(executable) }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        var found: Errno = Errno(ENOENT)
+        for directory in path.split(separator: ":", omittingEmptySubsequences: false) {
+            let candidate = (directory.isEmpty ? "." : String(directory)) + "/" + executable
+            guard let error = check(candidate) else { return nil }
+            if error.rawValue == EACCES { found = error }
+        }
+        return found
+    }
+
     /// Runs CMD and returns its exit status, or 128+signal. CMD gets our stdin, stdout and stderr,
     /// and `claimDescriptors` (the sockets of the server connections that hold the claim,
     /// close-on-exec here): the server releases a claim when the last copy of its socket is
@@ -96,38 +118,68 @@ struct CoordinateCommand: CLICommand {
     /// group, so Ctrl-C reaches both. When CMD ends, the caller releases the claim explicitly, at
     /// once, even if something CMD left running still holds a copy of the socket. Right after the
     /// spawn the claim is said to be CMD's (its pid and start time, D-406), so CMD's own opens
-    /// through a mount pass it also once this process is gone.
+    /// through a mount pass it also once this process is gone; CMD itself starts only once the
+    /// servers have that (D-528): the spawned process is `/bin/sh`, which waits on a pipe, then
+    /// execs CMD in the same process (same pid, same start time).
     static func runChild(_ command: [String], claimDescriptors: [Int32]) async throws -> Int32 {
         let executable = command[0]
+        // What execvp would find (or why not): an exec failure in the gate's shell would not be
+        // told apart from CMD's own status.
+        if let error = execError(executable) { throw spawnFailure(executable, error) }
+        var gate: [Int32] = [-1, -1]
+        // pipe2 is hidden from Swift; nothing else spawns in this process meanwhile.
+        guard pipe(&gate) == 0 else { throw CommandFailure("cannot make a pipe: \(Errno.current.message).") }
+        for end in gate { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        var released = false
+        defer {
+            if !released { close(gate[1]) }
+            close(gate[0])
+        }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         // Close every other descriptor above stderr: those open now (a close of one that is gone
         // by the spawn fails with EBADF, which posix_spawn ignores); any opened later by another
         // thread of ours is close-on-exec.
+        // The gate's descriptor in the child: one digit, as sh's redirections take.
+        guard let fd = (Int32(3)...9).first(where: { !claimDescriptors.contains($0) }) else {
+            throw CommandFailure("too many coordination servers hold the claim (\(claimDescriptors.count)).")
+        }
         let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
         for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
-            if !claimDescriptors.contains(descriptor) { posix_spawn_file_actions_addclose(&actions, descriptor) }
+            // The gate's end is moved below, and closed at the exec (close-on-exec).
+            if !claimDescriptors.contains(descriptor) && descriptor != gate[0] {
+                posix_spawn_file_actions_addclose(&actions, descriptor)
+            }
         }
         for descriptor in claimDescriptors {
             // dup2 onto itself clears FD_CLOEXEC in the child only (POSIX 2024; glibc ≥ 2.29, musl).
             posix_spawn_file_actions_adddup2(&actions, descriptor, descriptor)
         }
-        let argv = command.map { strdup($0) } + [nil]
+        posix_spawn_file_actions_adddup2(&actions, gate[0], fd)
+        // The gate: one line on the pipe lets CMD start; its end without one (this process died
+        // first) does not. CMD gets neither end. "$0" is CMD as given: sh looks it up in PATH
+        // as execvp does, and CMD's argv[0] is what the caller wrote.
+        let script = "read -r _ <&\(fd) || exit 125; exec \"$0\" \"$@\" \(fd)<&-"
+        let argv = (["/bin/sh", "-c", script] + command).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
-        // posix_spawnp searches PATH as execvp does when CMD has no slash; glibc reports the
-        // exec's error here, so CMD that cannot be run is told apart from CMD that failed.
         let rc = withCleanSpawnAttributes(newSession: false) {
-            posix_spawnp(&pid, executable, &actions, $0, argv, environ)
+            posix_spawn(&pid, "/bin/sh", &actions, $0, argv, environ)
         }
-        guard rc == 0 else { throw spawnFailure(executable, Errno(rc)) }
+        guard rc == 0 else { throw spawnFailure("/bin/sh", Errno(rc)) }
         let child = pid
         // Before the wait below, so CMD is not reaped yet: even a CMD that has already exited (a
         // zombie) still has its /proc stat, and the server ignores the name of a process that is gone.
         if let started = ProcessInfoFiles.startTime(of: child) {
             FileCoordinator.holdClaims(forProcess: child, startTime: started)
+            // At most 5 s (a server that does not answer): CMD then starts as before D-528.
+            _ = FileCoordinator.confirmHeldClaimsReceived(milliseconds: 5000)
         }
+        var line: UInt8 = 10
+        _ = write(gate[1], &line, 1)
+        close(gate[1])
+        released = true
         return await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
             Thread.detachNewThread {
                 var status: Int32 = 0
