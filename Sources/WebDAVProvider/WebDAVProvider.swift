@@ -40,6 +40,14 @@ public struct WebDAVConfiguration: Sendable, CustomStringConvertible {
     /// (8 MiB parts took rclone 1.6× the CPU of one GET, measured); a part ahead waits in its
     /// stream's bounded queue until the reader comes.
     public var rangePartSize: Int64 = 32 << 20
+    /// The server promises that a collection's `getctag` changes whenever anything below it does,
+    /// at any depth (CalendarServer's ctag speaks of the collection's own members only): then a collection
+    /// found unchanged stands for its whole subtree, and a poll of an unchanged tree is one
+    /// PROPFIND Depth 0 of the root (D-525). Off: each collection's own ctag decides for it.
+    public var ctagCoversSubtree = false
+    /// How long the ctag a collection's listing gave a child collection stands for the child's
+    /// own Depth 0 (D-525): a poll lists a child right after its parent; a later listing asks.
+    public var childCtagLifetime: Duration = .seconds(5)
 
     public init(location: WebDAVLocation, user: String? = nil, password: String? = nil) {
         self.location = location
