@@ -106,6 +106,13 @@ struct ListedChecksums {
         kept[identifier] = (version, checksums)
     }
 
+    /// What a store kept of `identifier` from before a restart (D-526): taken unless an answer
+    /// of this run already said something of it, and only while there is room.
+    mutating func restore(_ identifier: ItemIdentifier, _ version: ContentVersion, _ checksums: [ContentChecksum]) {
+        guard kept[identifier] == nil, !checksums.isEmpty, kept.count < Self.maximumFiles else { return }
+        kept[identifier] = (version, checksums)
+    }
+
     /// The checksums listed for `identifier` at the same content as `version` (weak ETags
     /// compared weakly, D-510); none for another version.
     func checksums(of identifier: ItemIdentifier, at version: ContentVersion) -> [ContentChecksum] {

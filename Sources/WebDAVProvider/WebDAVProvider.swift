@@ -215,10 +215,26 @@ public final class WebDAVProvider: Provider {
         let version = entry.etag.map { ContentVersion($0) } ?? Self.fallbackVersion(lastModified: modified, size: size)
         // What the server says of a file now replaces what it said before: checksums or none.
         if !directory { listedChecksums.withLock { $0.record(identifier, version, entry.checksums) } }
-        return ProviderItem(
+        var item = ProviderItem(
             identifier: identifier, parent: parent(of: identifier), name: name(of: identifier),
             kind: directory ? .directory : .file, size: size, modificationTime: ItemTime(seconds: modified),
             contentVersion: version, permissions: directory ? 0o755 : 0o644)
+        // The catalog stores them with the item, and hands them back after a restart (D-526).
+        if !directory, !entry.checksums.isEmpty {
+            item.statedChecksums = StatedChecksums(version: version, checksums: entry.checksums)
+        }
+        return item
+    }
+
+    /// Checksums the catalog stored from listings before a restart (D-526): kept as if just
+    /// listed, each with its own version, unless this run's answers already said something.
+    public func restoreStatedChecksums(of items: [ProviderItem]) {
+        listedChecksums.withLock { kept in
+            for item in items {
+                guard let stated = item.statedChecksums else { continue }
+                kept.restore(item.identifier, stated.version, stated.checksums)
+            }
+        }
     }
 
     /// The version of an item whose server sends no ETag (D-416): its last-modified time (whole
