@@ -90,7 +90,13 @@ extension WebDAVProvider {
             ctagListings.withLock { $0.forget(identifier) }
             throw error
         }
-        let (children, ctag, childCtags) = try collector.finish()
+        let (children, ctag, childCtags): ([ProviderItem], String?, [ItemIdentifier: String])
+        do {
+            (children, ctag, childCtags) = try collector.finish()
+        } catch {
+            ctagListings.withLock { $0.forget(identifier) }
+            throw error
+        }
         ctagListings.withLock {
             $0.keep(identifier, ctag: ctag, children: children, childCtags: childCtags, at: asked)
         }
