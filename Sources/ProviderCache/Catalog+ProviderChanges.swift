@@ -205,6 +205,8 @@ extension Catalog {
         // upload's owner and mode, a swap): it is no change to tell (atime is never compared).
         var unchanged = old
         unchanged.changeTime = new.changeTime
+        // Checksums listed for the same content are no change of it either (D-526).
+        unchanged.statedChecksums = new.statedChecksums
         if unchanged == new { return nil }
         if old.name != new.name || old.parent != new.parent {
             guard let oldDirectory = path(of: old.parent, in: catalog) else { return .changed(path: newPath) }

@@ -82,6 +82,9 @@ public final class ProviderCache: Sendable {
         } catch {
             throw CacheError(.io, "cannot read the metadata store: \(error)")
         }
+        // Checksums listed before the restart verify fetches as they did then (D-526).
+        let checksummed = storedItems.lazy.filter { $0.item.statedChecksums != nil }.map(\.item)
+        if !checksummed.isEmpty { provider.restoreStatedChecksums(of: Array(checksummed)) }
         var versions: [ItemIdentifier: (ContentVersion, ItemKind)] = [:]
         for stored in storedItems { versions[stored.item.identifier] = (stored.item.contentVersion, stored.item.kind) }
         content = ContentStore(directory: directory, records: storedContents, environment: environment) { record in

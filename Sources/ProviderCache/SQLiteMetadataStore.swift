@@ -121,6 +121,12 @@ public final class SQLiteMetadataStore: MetadataStore {
             try db.execute("ALTER TABLE uploads ADD COLUMN mtime_seconds INTEGER")
             try db.execute("ALTER TABLE uploads ADD COLUMN mtime_nanoseconds INTEGER")
         }
+        // Checksums of a file's content listed by the provider (D-526), as `sha1:<hex> md5:<hex>`,
+        // and the version they are of; NULL: none (rows of older caches too, until listed again).
+        migrator.registerMigration("provider cache: listed checksums (D-526)") { db in
+            try db.execute("ALTER TABLE items ADD COLUMN checksums TEXT")
+            try db.execute("ALTER TABLE items ADD COLUMN checksums_version TEXT")
+        }
         return migrator
     }
 
@@ -174,6 +180,13 @@ public final class SQLiteMetadataStore: MetadataStore {
                 if let seconds = ctime.0 {
                     item.changeTime = ItemTime(seconds: seconds, nanoseconds: Int32(truncatingIfNeeded: ctime.1 ?? 0))
                 }
+                let checksums: (String?, String?) = (try row["checksums"], try row["checksums_version"])
+                if let text = checksums.0, let version = checksums.1 {
+                    let parsed = Self.checksums(from: text)
+                    if !parsed.isEmpty {
+                        item.statedChecksums = StatedChecksums(version: ContentVersion(version), checksums: parsed)
+                    }
+                }
                 let serial: Int64? = try row["serial"]
                 result.append(
                     StoredItem(
@@ -193,8 +206,9 @@ public final class SQLiteMetadataStore: MetadataStore {
                     """
                     INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
                         version, permissions, link_target, children_listed, serial, uid, gid, special, device,
-                        atime_seconds, atime_nanoseconds, ctime_seconds, ctime_nanoseconds)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        atime_seconds, atime_nanoseconds, ctime_seconds, ctime_nanoseconds, checksums,
+                        checksums_version)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
                         kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
                         mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
@@ -203,7 +217,8 @@ public final class SQLiteMetadataStore: MetadataStore {
                         uid = excluded.uid, gid = excluded.gid, special = excluded.special,
                         device = excluded.device, atime_seconds = excluded.atime_seconds,
                         atime_nanoseconds = excluded.atime_nanoseconds, ctime_seconds = excluded.ctime_seconds,
-                        ctime_nanoseconds = excluded.ctime_nanoseconds
+                        ctime_nanoseconds = excluded.ctime_nanoseconds, checksums = excluded.checksums,
+                        checksums_version = excluded.checksums_version
                     """,
                     [
                         item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
@@ -214,8 +229,41 @@ public final class SQLiteMetadataStore: MetadataStore {
                         item.special.map { Int64(bitPattern: $0.device) }, item.accessTime?.seconds,
                         item.accessTime.map { Int64($0.nanoseconds) }, item.changeTime?.seconds,
                         item.changeTime.map { Int64($0.nanoseconds) },
+                        item.statedChecksums.map { $0.checksums.map(\.description).joined(separator: " ") },
+                        item.statedChecksums?.version.rawValue,
                     ])
             }
+        }
+    }
+
+    /// `sha1:<hex> md5:<hex>` (`ContentChecksum.description`s) read back; a word that is not one
+    /// (an unknown algorithm, a wrong length) is skipped.
+    static func checksums(from text: String) -> [ContentChecksum] {
+        text.split(separator: " ").compactMap { word in
+            let parts = word.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, let algorithm = ContentChecksum.Algorithm(rawValue: String(parts[0])),
+                parts[1].utf8.count == 2 * algorithm.digestLength
+            else { return nil }
+            var digest: [UInt8] = []
+            var high: UInt8?
+            for character in parts[1].utf8 {
+                guard let nibble = Self.hexValue(character) else { return nil }
+                if let first = high {
+                    digest.append(first << 4 | nibble)
+                    high = nil
+                } else {
+                    high = nibble
+                }
+            }
+            return ContentChecksum(algorithm, digest: digest)
+        }
+    }
+
+    private static func hexValue(_ character: UInt8) -> UInt8? {
+        switch character {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
+        default: nil
         }
     }
 

@@ -101,6 +101,8 @@ public struct FaultInjectingProvider: Provider {
         base.isSameContent(version, as: other)
     }
 
+    public func restoreStatedChecksums(of items: [ProviderItem]) { base.restoreStatedChecksums(of: items) }
+
     /// Declines while any rule strikes writes (the change then reaches `setAttributes`, and meets
     /// the fault there); else the base's answer.
     public func setAttributesNow(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) throws -> ProviderItem?

@@ -75,6 +75,11 @@ public struct ProviderItem: Sendable, Hashable {
     /// (a local source's st_atime and st_ctime); nil: they read as `modificationTime`.
     public var accessTime: ItemTime?
     public var changeTime: ItemTime?
+    /// Checksums of a file's whole content that the provider lists with it (ownCloud's
+    /// `oc:checksums`, D-519), with the version they are of; nil: none. The catalog stores them
+    /// with the item, so they outlive a restart (D-526); presenters hear of no change of them
+    /// alone.
+    public var statedChecksums: StatedChecksums?
 
     public init(
         identifier: ItemIdentifier, parent: ItemIdentifier, name: String, kind: ItemKind, size: Int64,
@@ -102,12 +107,23 @@ public struct ProviderItem: Sendable, Hashable {
             && lhs.contentVersion == rhs.contentVersion && lhs.permissions == rhs.permissions
             && lhs.symbolicLinkTarget == rhs.symbolicLinkTarget && lhs.owner == rhs.owner
             && lhs.special == rhs.special && lhs.changeTime == rhs.changeTime
-            && lhs.hardLinkIdentity == rhs.hardLinkIdentity
+            && lhs.hardLinkIdentity == rhs.hardLinkIdentity && lhs.statedChecksums == rhs.statedChecksums
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(identifier)
         hasher.combine(contentVersion)
+    }
+}
+
+/// Checksums of the whole content of a file at `version` (D-526): kept with the version they
+/// are of, so a copy of the item that now names another version never lends them to it.
+public struct StatedChecksums: Sendable, Hashable {
+    public var version: ContentVersion
+    public var checksums: [ContentChecksum]
+    public init(version: ContentVersion, checksums: [ContentChecksum]) {
+        self.version = version
+        self.checksums = checksums
     }
 }
 

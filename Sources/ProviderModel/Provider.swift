@@ -84,6 +84,11 @@ public protocol Provider: Sendable {
     /// default does); the fault wrapper counts a fault's `--times` in downloads with it.
     func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool)
 
+    /// The cache hands over, once at its start before it asks anything, the items its store kept
+    /// from an earlier run that carry `statedChecksums`, so that the provider verifies fetches
+    /// by them as it did before the restart (D-526). The default ignores them.
+    func restoreStatedChecksums(of items: [ProviderItem])
+
     /// A short text that stays the same for the item across moves and renames (when the provider
     /// can tell), and differs between two items existing at once; nil when the provider has none.
     /// Finding a moved item again when its identifier changed with its path (a bookmark, docs/
@@ -265,6 +270,8 @@ extension Provider {
     public func observeChanges(_ observer: (@Sendable ([ProviderChange]?) -> Void)?) {}
 
     public func downloadEnded(of identifier: ItemIdentifier, version: ContentVersion, succeeded: Bool) {}
+
+    public func restoreStatedChecksums(of items: [ProviderItem]) {}
 
     public func fingerprint(of item: ProviderItem) -> String? { nil }
 }

@@ -157,6 +157,9 @@ public final class WebDAVTestServer: @unchecked Sendable {
         /// the upstream server's Depth 1 answer for it (sorted responses): it changes when a
         /// child's ETag, size, date or name does, as a real ctag (D-518).
         case getctag = "getctag"
+        /// PROPFIND: as `getctag`, but the hash takes in every collection below too, so a change
+        /// at any depth changes the ctag of every ancestor (a server that promises it, D-525).
+        case getctagTree = "getctag-tree"
         /// PROPFIND: every file in a 207 answer gets ownCloud's `oc:checksums`, `SHA1:… MD5:…
         /// ADLER32:…` of its upstream content (D-519).
         case ocChecksums = "oc-checksums"
@@ -340,15 +343,20 @@ public final class WebDAVTestServer: @unchecked Sendable {
         def value(name, block):
             found = re.search(rb'<(?:[A-Za-z0-9]+:)?%s\b[^>]*>([^<]*)<' % name, block)
             return found.group(1) if found else b''
-        def ctag(path):
+        def ctag(path, tree=False):
             # The children's names, ETags, sizes and dates (not the collection's own date: rclone
-            # gives its root the time of asking), in any order the server lists them.
+            # gives its root the time of asking), in any order the server lists them; `tree`: and
+            # the ctag of every child collection, taken the same way.
             listing = upstream_request('PROPFIND', path, {'Depth': '1'}, PROPS)
-            children = sorted(b' '.join([value(b'href', g.group(0)), value(b'getetag', g.group(0)),
-                                         value(b'getcontentlength', g.group(0)), value(b'getlastmodified', g.group(0))])
-                              for g in RESPONSE.finditer(listing)
-                              if urllib.parse.urlsplit(value(b'href', g.group(0)).decode()).path != path)
-            return '"ctag-%s"' % hashlib.sha1(b'\n'.join(children)).hexdigest()
+            children = []
+            for g in RESPONSE.finditer(listing):
+                child = urllib.parse.urlsplit(value(b'href', g.group(0)).decode()).path
+                if child == path: continue
+                children.append(b' '.join([value(b'href', g.group(0)), value(b'getetag', g.group(0)),
+                                           value(b'getcontentlength', g.group(0)), value(b'getlastmodified', g.group(0))]))
+                if tree and re.search(rb'<(?:[A-Za-z0-9]+:)?collection\b', g.group(0)) is not None:
+                    children.append(ctag(child, True).encode())
+            return '"ctag-%s"' % hashlib.sha1(b'\n'.join(sorted(children))).hexdigest()
         def checksums(path, m):
             data = upstream_request('GET', path) + (b'!' if m == 'oc-checksums-wrong' else b'')
             if m == 'oc-checksums-hostile':
@@ -366,8 +374,8 @@ public final class WebDAVTestServer: @unchecked Sendable {
             if href is None: return block
             path = urllib.parse.urlsplit(href.group(1).decode()).path
             collection = re.search(rb'<(?:[A-Za-z0-9]+:)?collection\b', block) is not None
-            if collection and 'getctag' in modes:
-                extra = b'<cs:getctag' + CS + b'>' + ctag(path).encode() + b'</cs:getctag>'
+            if collection and ('getctag' in modes or 'getctag-tree' in modes):
+                extra = b'<cs:getctag' + CS + b'>' + ctag(path, 'getctag-tree' in modes).encode() + b'</cs:getctag>'
             elif not collection and any(x.startswith('oc-checksums') for x in modes):
                 extra = checksums(path, next(x for x in modes if x.startswith('oc-checksums')))
             else:
@@ -489,7 +497,7 @@ public final class WebDAVTestServer: @unchecked Sendable {
                 if status == 207 and m == 'foreign-hrefs':
                     extra = b''.join(entry(h) for h in FOREIGN)
                     data = re.sub(rb'(</[A-Za-z0-9]*:?multistatus>)', lambda g: extra + g.group(1), data)
-                if status == 207 and any(x == 'getctag' or x.startswith('oc-checksums') for x in modes):
+                if status == 207 and any(x.startswith('getctag') or x.startswith('oc-checksums') for x in modes):
                     data = RESPONSE.sub(lambda g: annotated(g.group(0), modes), data)
                 if status == 207 and m == 'only-foreign-hrefs':
                     data = re.sub(rb'(<[A-Za-z0-9]*:?href>)[^<]*(</)', lambda g: g.group(1) + b'/../escaped.txt' + g.group(2), data)

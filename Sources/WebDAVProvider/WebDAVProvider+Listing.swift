@@ -4,7 +4,8 @@
 // pool thread once it has arrived whole; one that outgrows `parsedAlongside` gets a parsing thread
 // of its own, fed through a bounded pipe (the transfer waits while it is full). A collection
 // listed with a `getctag` is asked again with a Depth 0 first, and an unchanged ctag answers
-// with the kept listing (D-518, ListedState.swift).
+// with the kept listing (D-518), or not asked at all when its parent's listing just gave it that
+// ctag (D-525, ListedState.swift).
 
 import Dispatch
 import Foundation
@@ -36,12 +37,22 @@ extension WebDAVProvider {
     }
 
     /// Both forms of the listing: a PROPFIND Depth 1 of the collection, or, when its last one
-    /// carried a `getctag` (D-518), first a Depth 0: the same ctag answers with that listing.
+    /// carried a `getctag`, its kept children: when its parent's listing just gave it the same
+    /// ctag (D-525), or when a Depth 0 of it does (D-518).
     func listing(
         of identifier: ItemIdentifier, batch: (@Sendable ([ProviderItem]) -> Void)?
     ) async throws -> [ProviderItem] {
         try checkIdentifier(identifier)
-        if let kept = ctagListings.withLock({ $0.listing(of: identifier) }) {
+        let asked = ContinuousClock.now
+        let parent = identifier == .root ? nil : parent(of: identifier)
+        let answer = ctagListings.withLock {
+            $0.answer(for: identifier, parent: parent, now: asked, lifetime: configuration.childCtagLifetime)
+        }
+        var current: (CtagListings.Listing, at: ContinuousClock.Instant)?
+        switch answer {
+        case .current(let listing, let at):
+            current = (listing, at)
+        case .ask(let listing):
             let entry: MultiStatusEntry?
             do {
                 entry = try await propfindItem(identifier, collection: true)
@@ -49,10 +60,16 @@ extension WebDAVProvider {
                 ctagListings.withLock { $0.forget(identifier) }
                 throw error
             }
-            if let entry, entry.status == nil, entry.isCollection, entry.ctag == kept.ctag {
-                if let batch, !kept.children.isEmpty { batch(kept.children) }
-                return kept.children
+            if let entry, entry.status == nil, entry.isCollection, entry.ctag == listing.ctag {
+                current = (listing, asked)
             }
+        case .changed, .list:
+            break
+        }
+        if let (listing, at) = current {
+            ctagListings.withLock { $0.confirmed(identifier, at: at, subtree: configuration.ctagCoversSubtree) }
+            if let batch, !listing.children.isEmpty { batch(listing.children) }
+            return listing.children
         }
         let collector = ListingCollector(directory: identifier, provider: self, batch: batch)
         do {
@@ -63,14 +80,26 @@ extension WebDAVProvider {
         {
             // "file/" is not found at some servers, a bad request (400) at Apache's mod_dav:
             // say what the item really is.
+            ctagListings.withLock { $0.forget(identifier) }
             let item = try await item(for: identifier)
             guard item.kind == .directory else {
                 throw ProviderError(.wrongKind, "\(identifier) is not a directory", errno: ENOTDIR)
             }
             throw error
+        } catch {
+            ctagListings.withLock { $0.forget(identifier) }
+            throw error
         }
-        let (children, ctag) = try collector.finish()
-        ctagListings.withLock { $0.keep(identifier, ctag: ctag, children: children) }
+        let (children, ctag, childCtags): ([ProviderItem], String?, [ItemIdentifier: String])
+        do {
+            (children, ctag, childCtags) = try collector.finish()
+        } catch {
+            ctagListings.withLock { $0.forget(identifier) }
+            throw error
+        }
+        ctagListings.withLock {
+            $0.keep(identifier, ctag: ctag, children: children, childCtags: childCtags, at: asked)
+        }
         return children
     }
 
@@ -237,6 +266,8 @@ final class ListingCollector: Sendable {
         var namesItself = false
         /// The collection's own `getctag`, taken before any child was (D-518).
         var ctag: String?
+        /// The child collections' own (D-525).
+        var childCtags: [ItemIdentifier: String] = [:]
     }
     private let state = Locked(State())
     let directory: ItemIdentifier
@@ -271,7 +302,12 @@ final class ListingCollector: Sendable {
             item = provider.makeItem(child, entry)
         }
         let due = state.withLock { state -> [ProviderItem]? in
-            if let item { state.children.append(item) } else { state.namesItself = true }
+            if let item {
+                state.children.append(item)
+                if item.kind == .directory, let ctag = entry.ctag { state.childCtags[child] = ctag }
+            } else {
+                state.namesItself = true
+            }
             guard batch != nil, state.namesItself else { return nil }
             let size =
                 state.handedOver < 2 * WebDAVProvider.firstListingBatch
@@ -283,10 +319,11 @@ final class ListingCollector: Sendable {
         if let due { batch?(due) }
     }
 
-    /// The children, after the last response, and the collection's `getctag`; the rest handed over.
-    func finish() throws -> (children: [ProviderItem], ctag: String?) {
-        let (children, rest, ctag) = try state.withLock {
-            state throws -> ([ProviderItem], [ProviderItem], String?) in
+    /// The children, after the last response, the collection's `getctag` and its child
+    /// collections'; the rest handed over.
+    func finish() throws -> (children: [ProviderItem], ctag: String?, childCtags: [ItemIdentifier: String]) {
+        let (children, rest, ctag, childCtags) = try state.withLock {
+            state throws -> ([ProviderItem], [ProviderItem], String?, [ItemIdentifier: String]) in
             // Every server answers a Depth 1 PROPFIND with the collection itself first. Without it
             // the hrefs are not this collection's (a proxy that rewrites paths): an empty listing
             // would delete every child from the catalog (D-466).
@@ -294,9 +331,9 @@ final class ListingCollector: Sendable {
                 throw ProviderError(.io, "PROPFIND \(directory): the answer does not name the collection", errno: EIO)
             }
             defer { state.handedOver = state.children.count }
-            return (state.children, Array(state.children[state.handedOver...]), state.ctag)
+            return (state.children, Array(state.children[state.handedOver...]), state.ctag, state.childCtags)
         }
         if let batch, !rest.isEmpty { batch(rest) }
-        return (children, ctag)
+        return (children, ctag, childCtags)
     }
 }

@@ -40,6 +40,14 @@ public struct WebDAVConfiguration: Sendable, CustomStringConvertible {
     /// (8 MiB parts took rclone 1.6× the CPU of one GET, measured); a part ahead waits in its
     /// stream's bounded queue until the reader comes.
     public var rangePartSize: Int64 = 32 << 20
+    /// The server promises that a collection's `getctag` changes whenever anything below it does,
+    /// at any depth (CalendarServer's ctag speaks of the collection's own members only): then a collection
+    /// found unchanged stands for its whole subtree, and a poll of an unchanged tree is one
+    /// PROPFIND Depth 0 of the root (D-525). Off: each collection's own ctag decides for it.
+    public var ctagCoversSubtree = false
+    /// How long the ctag a collection's listing gave a child collection stands for the child's
+    /// own Depth 0 (D-525): a poll lists a child right after its parent; a later listing asks.
+    public var childCtagLifetime: Duration = .seconds(5)
 
     public init(location: WebDAVLocation, user: String? = nil, password: String? = nil) {
         self.location = location
@@ -207,10 +215,26 @@ public final class WebDAVProvider: Provider {
         let version = entry.etag.map { ContentVersion($0) } ?? Self.fallbackVersion(lastModified: modified, size: size)
         // What the server says of a file now replaces what it said before: checksums or none.
         if !directory { listedChecksums.withLock { $0.record(identifier, version, entry.checksums) } }
-        return ProviderItem(
+        var item = ProviderItem(
             identifier: identifier, parent: parent(of: identifier), name: name(of: identifier),
             kind: directory ? .directory : .file, size: size, modificationTime: ItemTime(seconds: modified),
             contentVersion: version, permissions: directory ? 0o755 : 0o644)
+        // The catalog stores them with the item, and hands them back after a restart (D-526).
+        if !directory, !entry.checksums.isEmpty {
+            item.statedChecksums = StatedChecksums(version: version, checksums: entry.checksums)
+        }
+        return item
+    }
+
+    /// Checksums the catalog stored from listings before a restart (D-526): kept as if just
+    /// listed, each with its own version, unless this run's answers already said something.
+    public func restoreStatedChecksums(of items: [ProviderItem]) {
+        listedChecksums.withLock { kept in
+            for item in items {
+                guard let stated = item.statedChecksums else { continue }
+                kept.restore(item.identifier, stated.version, stated.checksums)
+            }
+        }
     }
 
     /// The version of an item whose server sends no ETag (D-416): its last-modified time (whole

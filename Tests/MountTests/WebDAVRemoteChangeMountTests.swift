@@ -221,6 +221,46 @@ struct WebDAVRemoteChangeMountTests: MountLayoutSuite {
         #expect(!propfinds(after: seen).contains("PROPFIND / depth=1"), "\(propfinds(after: seen))")
     }
 
+    /// `--ctag-covers-subtree` (D-525) reaches the daemon: at a server whose ctag changes with any
+    /// change below (the proxy's `getctag-tree`), each poll pass of the unchanged mount is one
+    /// PROPFIND Depth 0 of the root; a file rewritten in `docs` lists the root and `docs` again,
+    /// and its new bytes are read.
+    @Test func aCtagOverTheSubtreeMakesAPollOneRequest() throws {
+        guard requireFUSE(), requireServers() else { return }
+        defer { cleanup() }
+        let dav = try WebDAVTestServer(root: source, kind: .rclone(user: nil, password: nil))
+        defer { dav.stop() }
+        let proxy = try WebDAVTestServer(root: scratch + "/proxy", kind: .tampering(upstream: dav.url))
+        defer { proxy.stop() }
+        try proxy.tamper(.getctagTree)
+        let mount = try MountedFileSystem.providerfs(
+            ["--webdav", proxy.url, "--cache", cache, "--poll-interval", "300ms", "--ctag-covers-subtree"],
+            environment: environment)
+        defer { mount.stop() }
+        #expect(try shell("ls \(m(mount)) \(m(mount))/docs").status == 0)
+        #expect(try shell("cat \(m(mount))/docs/a.txt").output == "alpha\n")
+        func propfinds(after seen: Int) -> [String] {
+            proxy.requestLog().dropFirst(seen).filter { $0.hasPrefix("PROPFIND ") }
+        }
+
+        let seen = proxy.requestLog().count
+        #expect(
+            waitUntil(.seconds(30)) { propfinds(after: seen).filter { $0 == "PROPFIND / depth=0" }.count >= 3 },
+            "\(propfinds(after: seen))")
+        #expect(Set(propfinds(after: seen)) == ["PROPFIND / depth=0"], "\(propfinds(after: seen))")
+
+        let changed = proxy.requestLog().count
+        writeTestFile(source + "/docs/a.txt", Array("alpha, rewritten\n".utf8))
+        #expect(
+            waitUntil(.seconds(30)) { propfinds(after: changed).contains("PROPFIND /docs/ depth=1") },
+            "\(propfinds(after: changed))")
+        #expect(propfinds(after: changed).contains("PROPFIND / depth=1"), "\(propfinds(after: changed))")
+        let rewritten = try waitUntil(.seconds(30)) {
+            try shell("cat \(m(mount))/docs/a.txt").output == "alpha, rewritten\n"
+        }
+        #expect(rewritten)
+    }
+
     /// `refresh` on a local-directory mount rescans the path: a file and an entry changed in the
     /// source are shown, and the command answers for each path.
     @Test func refreshRescansALocalDirectory() throws {

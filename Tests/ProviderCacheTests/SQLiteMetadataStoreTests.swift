@@ -98,6 +98,51 @@ struct SQLiteMetadataStoreTests {
         #expect(loaded?.item.owner == ItemOwner(uid: 65534, gid: 4_000_000_001))
     }
 
+    @Test("a file's listed checksums are saved and loaded with their version (D-526); an older row loads with none")
+    func listedChecksumsMigration() throws {
+        let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")
+        defer { directory.remove() }
+        let path = directory.path + "/metadata.sqlite"
+        do {
+            let old = try DatabaseQueue(path: path, migrator: SQLiteMetadataStore.migrator.prefix(10))
+            try old.write { db in
+                try db.execute(
+                    """
+                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds, version,
+                        permissions, children_listed, serial)
+                    VALUES ('old', '', 'old', 'file', 1, 0, 0, 'v1', 420, 0, 7)
+                    """)
+            }
+        }
+        let store = try SQLiteMetadataStore(path: path)
+        #expect(try store.loadItems().map(\.item.statedChecksums) == [nil])
+        var item = ProviderItem(
+            identifier: ItemIdentifier("new"), parent: .root, name: "new", kind: .file, size: 2,
+            modificationTime: ItemTime(seconds: 1), contentVersion: ContentVersion("W/\"v2\""))
+        item.statedChecksums = StatedChecksums(
+            version: ContentVersion("\"v2\""),
+            checksums: [
+                ContentChecksum(.sha1, digest: Array(0..<20)), ContentChecksum(.md5, digest: Array(200..<216)),
+                ContentChecksum(.adler32, digest: [0, 0xFF, 1, 0xFE]),
+            ])
+        try store.saveItems([StoredItem(item: item, childrenListed: false, serial: 9)])
+        let reopened = try SQLiteMetadataStore(path: path)
+        let loaded = try reopened.loadItems().first { $0.item.identifier == ItemIdentifier("new") }
+        #expect(loaded?.item == item)
+        #expect(loaded?.item.statedChecksums == item.statedChecksums)
+        // Saved again without them (another version listed with none): none.
+        item.contentVersion = ContentVersion("v3")
+        item.statedChecksums = nil
+        try reopened.saveItems([StoredItem(item: item, childrenListed: false, serial: 9)])
+        #expect(try reopened.loadItems().first { $0.item.identifier == ItemIdentifier("new") }?.item == item)
+        // Words that are no checksum are skipped; a value of none at all is none.
+        #expect(
+            SQLiteMetadataStore.checksums(
+                from: "crc32:00000000 sha1:0011 md5:\(String(repeating: "g", count: 32)) adler32:00ff01fe")
+                == [ContentChecksum(.adler32, digest: [0, 0xFF, 1, 0xFE])])
+        #expect(SQLiteMetadataStore.checksums(from: "sha1").isEmpty)
+    }
+
     @Test("a local-only node's type and device are saved and loaded (D-398); an older row loads as a provider item")
     func specialNodeMigration() throws {
         let directory = try TemporaryDirectory(prefix: "providerfs-sqlite")

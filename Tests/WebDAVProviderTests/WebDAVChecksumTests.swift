@@ -29,14 +29,18 @@ private final class ChecksumServer {
     let scratch: String
     let upstream: WebDAVTestServer
     let proxy: WebDAVTestServer
-    let provider: WebDAVProvider
-    let cache: ProviderCache
+    private(set) var provider: WebDAVProvider
+    private(set) var cache: ProviderCache
+    /// The cache's metadata in `<cache>/metadata.sqlite`, as the daemon keeps it (else in memory).
+    let persistent: Bool
+    let options: CacheOptions
 
     static let small = pattern(count: 300 << 10, seed: 41)
     static let big = pattern(count: 3 << 20, seed: 42)
     static let limit: Int64 = 1 << 20
 
-    init(apache: Bool = false, backgroundCompletion: Bool = true) throws {
+    init(apache: Bool = false, backgroundCompletion: Bool = true, persistent: Bool = false) throws {
+        self.persistent = persistent
         scratch = try makeTemporaryDirectory(prefix: "webdav-checksum")
         let served = scratch + "/served"
         mkdir(served, 0o755)
@@ -65,8 +69,25 @@ private final class ChecksumServer {
         options.retryDelay = .zero
         options.listingRefreshAhead = nil
         options.stallTimeout = .seconds(70)
-        cache = try ProviderCache(
-            provider: provider, directory: scratch + "/cache", store: InMemoryMetadataStore(), options: options)
+        self.options = options
+        cache = try Self.makeCache(provider, scratch + "/cache", options, persistent: persistent)
+    }
+
+    private static func makeCache(
+        _ provider: WebDAVProvider, _ directory: String, _ options: CacheOptions, persistent: Bool
+    ) throws -> ProviderCache {
+        mkdir(directory, 0o700)
+        let store: any MetadataStore =
+            persistent ? try SQLiteMetadataStore(path: directory + "/metadata.sqlite") : InMemoryMetadataStore()
+        return try ProviderCache(provider: provider, directory: directory, store: store, options: options)
+    }
+
+    /// What a daemon restart makes of it: the cache shut down, then a new provider and a new
+    /// cache over the same cache directory (and, `persistent`, the same metadata database).
+    func restart() async throws {
+        await cache.shutdown()
+        provider = WebDAVProvider(configuration: provider.configuration)
+        cache = try Self.makeCache(provider, scratch + "/cache", options, persistent: persistent)
     }
 
     func stop() async {
@@ -109,13 +130,15 @@ private final class ChecksumServer {
 @Suite(.enabled(if: WebDAVTestGate.enabled, "PROVIDERFS_SKIP_WEBDAV_TESTS=1"), .blockingThreads)
 struct WebDAVChecksumTests {
     fileprivate func withServer(
-        apache: Bool = false, backgroundCompletion: Bool = true, _ body: (ChecksumServer) async throws -> Void
+        apache: Bool = false, backgroundCompletion: Bool = true, persistent: Bool = false,
+        _ body: (ChecksumServer) async throws -> Void
     ) async throws {
         if let problem = WebDAVTestGate.problem {
             Issue.record(Comment(rawValue: problem))
             return
         }
-        let server = try ChecksumServer(apache: apache, backgroundCompletion: backgroundCompletion)
+        let server = try ChecksumServer(
+            apache: apache, backgroundCompletion: backgroundCompletion, persistent: persistent)
         do {
             try await body(server)
         } catch {
@@ -340,6 +363,47 @@ struct WebDAVChecksumTests {
             let (result, after, _) = try await server.read(relisted, offset: 0, count: Int(item.size))
             #expect((try? result.get()) == ChecksumServer.small)
             #expect(after.present == item.size)
+        }
+    }
+
+    /// D-526: listed checksums are stored with the item in the catalog's database, so after a
+    /// restart (a new provider and cache over the same cache directory, nothing listed again) a
+    /// whole-file GET that states no checksum is still verified by them: a byte flipped on the way
+    /// is EIO (`.corrupt`) with nothing cached; once the bytes are right they are served. A
+    /// listing of another version (none listed) drops them from the database.
+    @Test func listedChecksumsOutliveARestart() async throws {
+        try await withServer(persistent: true) { server in
+            try server.proxy.tamper(.ocChecksums)
+            let listed = try await server.cache.catalog.children(of: .root, maximumAge: .zero)
+            let item = try #require(listed.first { $0.name == "small.bin" })
+            #expect(item.statedChecksums?.checksums.contains { $0.algorithm == .sha1 } == true)
+
+            try await server.restart()
+            try server.proxy.tamper(.flipByte)
+            let seen = server.proxy.requestLog().count
+            let stored = try await server.cache.catalog.item(item.identifier, maximumAge: nil)
+            #expect(stored.statedChecksums == item.statedChecksums)
+            let (failed, progress, present) = try await server.read(stored, offset: 0, count: 1000)
+            #expect(code(failed) == .corrupt, "\(failed)")
+            #expect(present.isEmpty, "\(present)")
+            #expect(progress.present == 0)
+            #expect(progress.lastError?.message.contains("do not match their checksum") == true)
+            // Verified by what was stored: nothing was listed or looked up again.
+            let log = server.proxy.requestLog().dropFirst(seen)
+            #expect(!log.contains { $0.hasPrefix("PROPFIND ") }, "\(Array(log))")
+            #expect(log.contains { $0.hasPrefix("GET /small.bin ") }, "\(Array(log))")
+
+            try server.proxy.tamper(.none)
+            let (result, after, _) = try await server.read(stored, offset: 0, count: Int(stored.size))
+            #expect((try? result.get()) == ChecksumServer.small)
+            #expect(after.present == stored.size)
+
+            // Another version, listed with none: none stored, none after the next restart.
+            try write(server.scratch + "/served/small.bin", ChecksumServer.small + [1, 2, 3])
+            let relisted = try await server.cache.catalog.children(of: .root, maximumAge: .zero)
+            #expect(relisted.first { $0.name == "small.bin" }?.statedChecksums == nil)
+            try await server.restart()
+            #expect(try await server.cache.catalog.item(item.identifier, maximumAge: nil).statedChecksums == nil)
         }
     }
 

@@ -31,7 +31,7 @@ struct MountCommand: CLICommand {
                          [--read-only] [--allow-other] [--no-passthrough] [--require-token]
                          [--stall-timeout DURATION] [--ready-timeout DURATION] [--write-back-delay DURATION]
                          [--poll-interval DURATION|0] [--lock-timeout DURATION] [--checksum-limit SIZE|0]
-                         [--parallel-ranges N]
+                         [--parallel-ranges N] [--ctag-covers-subtree]
                          [--cache-max-size SIZE] [--cache-min-free SIZE] [--cache-max-age DURATION]
                          [--no-download-for NAME,...] [--download-for NAME,...|all]
         """
@@ -93,6 +93,8 @@ struct MountCommand: CLICommand {
         var checksumLimit: Int64?
         /// Ranged GETs of one large fetch at once (D-513); nil: the default, 1: one GET per fetch.
         var parallelRanges: Int?
+        /// The server's `getctag` changes with any change below a collection (D-525).
+        var ctagCoversSubtree = false
     }
 
     struct Output: Encodable {
@@ -117,6 +119,7 @@ struct MountCommand: CLICommand {
             }
             return count
         }
+        let ctagCoversSubtree = try arguments.flag("--ctag-covers-subtree")
         // A password on the command line shows in ps, shell history and logs: refused, not echoed.
         if arguments.optionalValueFlag("--password") != nil || arguments.optionalValueFlag("--pass") != nil {
             throw UsageError(
@@ -179,11 +182,11 @@ struct MountCommand: CLICommand {
         }
         if webdavArgument == nil,
             userArgument != nil || passwordFileArgument != nil || caFileArgument != nil || lockTimeout != nil
-                || checksumLimit != nil || parallelRanges != nil
+                || checksumLimit != nil || parallelRanges != nil || ctagCoversSubtree
         {
             throw UsageError(
-                "providerfs mount: --user, --password-file, --ca-file, --lock-timeout, --checksum-limit and "
-                    + "--parallel-ranges go with --webdav URL."
+                "providerfs mount: --user, --password-file, --ca-file, --lock-timeout, --checksum-limit, "
+                    + "--parallel-ranges and --ctag-covers-subtree go with --webdav URL."
             )
         }
 
@@ -195,6 +198,7 @@ struct MountCommand: CLICommand {
             }
             webdav?.checksumLimit = checksumLimit
             webdav?.parallelRanges = parallelRanges
+            webdav?.ctagCoversSubtree = ctagCoversSubtree
             var plan = try prepare(
                 demo: demo, source: sourceArgument ?? webdav?.location.description, mountpoint: mountpointArgument,
                 cache: cacheArgument, log: logArgument, allowOther: allowOther, remote: webdav != nil)
@@ -284,6 +288,7 @@ struct MountCommand: CLICommand {
         configuration.caFile = source.caFile
         if let limit = source.checksumLimit { configuration.checksumLimit = limit }
         if let count = source.parallelRanges { configuration.parallelRanges = count }
+        configuration.ctagCoversSubtree = source.ctagCoversSubtree
         if let file = source.passwordFile {
             guard var password = readTextFile(file) else {
                 throw CommandFailure("cannot read the password file \(file): \(Errno.current.message)")
@@ -590,6 +595,7 @@ struct MountCommand: CLICommand {
             if let file = webdav.caFile { arguments.append("--ca-file=\(file)") }
             if let limit = webdav.checksumLimit { arguments.append("--checksum-limit=\(limit)") }
             if let count = webdav.parallelRanges { arguments.append("--parallel-ranges=\(count)") }
+            if webdav.ctagCoversSubtree { arguments.append("--ctag-covers-subtree") }
         }
         if plan.allowOther { arguments.append("--allow-other") }
         if !plan.passthrough { arguments.append("--no-passthrough") }

@@ -9,7 +9,7 @@
 /// collection, `--webdav`; then also `webdav_user=NAME`, `password_file=F`, `ca_file=F` — not
 /// `user=`, which is mount(8)'s own; `password=…` becomes a bare `--password`, which `mount` refuses
 /// without echoing it, D-421). Options understood: `cache=DIR`,
-/// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`,
+/// `log=FILE`, `ro` (`--read-only`), `allow_other`, `no_passthrough`, `require_token`, `ctag_covers_subtree`,
 /// `stall_timeout=D`, `write_back_delay=D`, `poll_interval=D` (or 0), `lock_timeout=D`, `checksum_limit=S`, `parallel_ranges=N`, `cache_max_size=S`, `cache_min_free=S`, `cache_max_age=D`, `no_download_for=A:B`,
 /// `download_for=A:B` (names separated by ':', since ',' separates options); `-f` runs in the foreground. Other generic mount options (rw, defaults, noauto, nofail, _netdev, user, x-systemd.*,
 /// …) are mount(8)'s business and ignored, except one that looks like a misspelled
@@ -50,6 +50,8 @@ func mountHelperArguments(_ arguments: [String]) -> [String]? {
             if !result.contains("--read-only") { result.append("--read-only") }
         } else if option == "no_passthrough" {
             result.append("--no-passthrough")
+        } else if option == "ctag_covers_subtree" {
+            result.append("--ctag-covers-subtree")
         } else if option == "require_token" {
             // Once, however often fstab repeats it.
             if !result.contains("--require-token") { result.append("--require-token") }
