@@ -55,7 +55,7 @@ final class Dispatcher: Sendable {
     /// errno. `reply` returns libfuse's result, which is only logged (the kernel may have given up
     /// on the request, e.g. the caller was killed).
     func respond<T: Sendable>(
-        _ raw: fuse_req_t?, _ operation: StaticString, replyBlocks: Bool = false,
+        _ raw: fuse_req_t?, _ operation: StaticString, replyBlocks: @escaping @Sendable (T) -> Bool = { _ in false },
         work: @escaping @Sendable (any FileSystem, RequestContext) async throws(FileSystemError) -> T,
         reply: @escaping @Sendable (fuse_req_t, T) -> Int32
     ) {
@@ -85,8 +85,13 @@ final class Dispatcher: Sendable {
             }
             // A reply that copies much (a read: pread from the cache file, then 1 MiB into the
             // kernel) runs on the blocking pool: on the 2-thread cooperative pool it delayed the
-            // download task that the next readers wait for (D-219).
-            if replyBlocks { await BlockingIOPool.shared.run(answer) } else { answer() }
+            // download task that the next readers wait for (D-219). A small one is sent from here:
+            // the hop cost more than the copy (a cold small file, D-524).
+            if case .success(let value) = outcome, replyBlocks(value) {
+                await BlockingIOPool.shared.run(answer)
+            } else {
+                answer()
+            }
         }
         pending.attach(id, task: task)
     }

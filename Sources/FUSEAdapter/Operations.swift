@@ -246,7 +246,7 @@ extension Dispatcher {
                     }, reply: reply)
             else { return }
             dispatcher.respond(
-                request, "read", replyBlocks: true,
+                request, "read", replyBlocks: { $0.count >= mappedReplyMinimum },
                 work: { fs, context throws(FileSystemError) in
                     try await fs.read(
                         InodeNumber(inode), handle: handle, offset: Int64(offset), count: size, context: context)

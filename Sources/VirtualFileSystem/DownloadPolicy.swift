@@ -11,7 +11,7 @@ import ProviderCache
 import ProviderModel
 
 /// Decides whether a request's caller may start a download. Synchronous and short: asked only by
-/// opens of files not all here.
+/// opens of files not all here, by the fast open on the FUSE thread too (D-523).
 public protocol DownloadPolicy: Sendable {
     /// Nil: the caller may download; else who it is and why not, in a sentence's fragment
     /// ("tracker-miner-fs-3 (pid 812) is a process that must not download").

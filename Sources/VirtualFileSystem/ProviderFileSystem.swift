@@ -1352,10 +1352,10 @@ extension ProviderFileSystem: FileSystemFastPath {
                     return nil
                 }
             case .item(let claim, let maximumAge):
-                // A kind that changed is `open`'s to word; a file not all here, with a download
-                // policy: `open` asks it.
+                // A kind that changed is `open`'s to word. The download policy is asked here too,
+                // by the core's checks before the pin (D-523): it is synchronous and short.
                 guard let item = cache.catalog.itemNow(node.identifier, maximumAge: maximumAge),
-                    item.kind == node.kind, options.downloads == nil || cache.hasAllContent(of: item)
+                    item.kind == node.kind
                 else {
                     abandonOpen(claim, use: use)
                     return nil

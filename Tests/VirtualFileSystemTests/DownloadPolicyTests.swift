@@ -1,7 +1,7 @@
 // Processes that must not download (issue 27, D-433): an open for reading of a file not all here
 // asks the policy; a refused caller gets EDEADLK and nothing is fetched; stat works for it, and
-// once the file is downloaded (by anyone) it opens for it too. The fast open leaves such opens to
-// the async one.
+// once the file is downloaded (by anyone) it opens for it too. The fast open asks the policy as
+// the async one does (D-523).
 
 import Foundation
 import ProviderCache
@@ -30,13 +30,19 @@ struct RefusingThread: DownloadPolicy {
         options.downloads = RefusingThread(refused: 4242)
         let fixture = try VFSFixture(options: options)
         fixture.provider.putFile("doc.pdf", .ramp(seed: 3, size: 100_000))
+        fixture.provider.answersImmediately = true  // the open's revalidation, at once (D-229)
         let fileSystem = try fixture.makeFileSystem()
         let indexer = RequestContext(threadID: 4242, uid: getuid(), gid: getgid())
         let user = RequestContext(threadID: 1, uid: getuid(), gid: getgid())
         let entry = try await fileSystem.lookup(parent: .root, name: "doc.pdf", context: indexer)
         #expect(try await fileSystem.getAttributes(entry.inode, context: indexer).size == 100_000)
         let flags = OpenFlags(rawValue: O_RDONLY)
-        #expect(fileSystem.openNow(entry.inode, flags: flags, context: indexer) == nil, "left to the async open")
+        // The fast open refuses it as the async one does (D-523).
+        guard case .failure(let refusedNow)? = fileSystem.openNow(entry.inode, flags: flags, context: indexer) else {
+            Issue.record("the fast open did not refuse the indexer")
+            return
+        }
+        #expect(refusedNow.errno == .deadlock)
         var message = ""
         do {
             _ = try await fileSystem.open(entry.inode, flags: flags, context: indexer)
@@ -56,6 +62,32 @@ struct RefusingThread: DownloadPolicy {
         #expect(cached)
         let again = try await fileSystem.open(entry.inode, flags: flags, context: indexer)
         await fileSystem.release(entry.inode, handle: again.handle)
+        await fileSystem.shutdown()
+    }
+
+    @Test("the fast open of a placeholder asks the policy and opens for a caller it lets through (D-523)")
+    func fastOpenOfPlaceholderWithPolicy() async throws {
+        var options = VFSFixture.defaultOptions()
+        options.downloads = RefusingThread(refused: 4242)
+        let fixture = try VFSFixture(options: options)
+        fixture.provider.putFile("doc.pdf", .ramp(seed: 5, size: 10_000))
+        fixture.provider.answersImmediately = true  // the open's revalidation, at once (D-229)
+        let fileSystem = try fixture.makeFileSystem()
+        let user = RequestContext(threadID: 1, uid: getuid(), gid: getgid())
+        let entry = try await fileSystem.lookup(parent: .root, name: "doc.pdf", context: user)
+        // On the FUSE thread: no task, no second claim or revalidation in the async open.
+        guard
+            case .success(let opened)? = fileSystem.openNow(
+                entry.inode, flags: OpenFlags(rawValue: O_RDONLY), context: user)
+        else {
+            Issue.record("the fast open left a placeholder's open to the async one")
+            return
+        }
+        let data = try await fileSystem.read(
+            entry.inode, handle: opened.handle, offset: 0, count: 10_000, context: user)
+        #expect(data.count == 10_000)
+        #expect(fixture.provider.counters.fetchCalls == 1)
+        await fileSystem.release(entry.inode, handle: opened.handle)
         await fileSystem.shutdown()
     }
 }
