@@ -294,6 +294,24 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(next.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v2"))))
     }
 
+    /// D-522: a publish whose upload starts at once saves the record once, as uploading (what a
+    /// restart resumes as dirty); one that settles first saves it as dirty.
+    @Test func aPublishThatStartsItsUploadSavesTheRecordOnce() {
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("unborn:1"), baseVersion: nil, creates: true))
+        let actions = machine.published(ContentVersion("l1"), base: nil)
+        let saves: [UploadRecord] = actions.compactMap { if case .save(let record) = $0 { record } else { nil } }
+        #expect(saves.map(\.phase) == [.uploading])
+        #expect(saves.first?.localVersion == ContentVersion("l1") && saves.first?.creates == true)
+        #expect(actions.contains(.upload(version: ContentVersion("l1"), base: nil)))
+        var settling = UploadMachine(
+            record: UploadRecord(identifier: id, localVersion: ContentVersion("l0"), baseVersion: nil))
+        let waits = settling.published(ContentVersion("l1"), base: nil, settle: .milliseconds(500))
+        let phases: [UploadPhase] = waits.compactMap { if case .save(let record) = $0 { record.phase } else { nil } }
+        #expect(phases == [.dirty])
+    }
+
     /// D-451: after an upload the item changed elsewhere (another machine) and a writer opened
     /// from that version: its edit starts there, not from the upload's result (a false conflict).
     @Test func anEditFromAVersionChangedElsewhereSinceTheUploadStartsThere() {
