@@ -276,7 +276,15 @@ extension LocalDirectoryProvider {
             // A directory's own times under its entry lock: an upload into it that puts its
             // times back does so before or after, never over this (D-408).
             let set = self.entries.withLock(identifier) {
-                SystemCalls.utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW)
+                let set = SystemCalls.utimensat(directory.fd, name, &times, AT_SYMLINK_NOFOLLOW)
+                // What an upload that read them outside the lock puts back now (D-521).
+                var now = stat()
+                if set == 0, self.entries.keepsTimes(of: identifier),
+                    SystemCalls.fstatat(directory.fd, name, &now, AT_SYMLINK_NOFOLLOW) == 0
+                {
+                    self.entries.timesSet(of: identifier, [now.st_atim, now.st_mtim])
+                }
+                return set
             }
             guard set == 0 else {
                 throw Self.writeError(errno, "utimens \(identifier.rawValue)")
@@ -413,10 +421,12 @@ extension LocalDirectoryProvider {
         // put back afterwards, so that `tar x`'s or `rsync -a`'s directory mtimes survive the
         // write-back of the files inside (the temporary file and the swap change them). So does a
         // deferred create (D-386).
-        var directoryTimes = stat()
-        var keepDirectoryTimes = false
-        if case .replace = target { keepDirectoryTimes = SystemCalls.fstat(directory.fd, &directoryTimes) == 0 }
-        if deferred != nil { keepDirectoryTimes = SystemCalls.fstat(directory.fd, &directoryTimes) == 0 }
+        // Read under the directory's lock and kept there: a utimens of the directory through the
+        // mount (which does not wait for the uploads into it, D-521) replaces them.
+        var kept: UInt64?
+        if case .replace = target { kept = entries.keepTimes(of: parent, directory.fd) }
+        if deferred != nil { kept = entries.keepTimes(of: parent, directory.fd) }
+        defer { if let kept { entries.forgetTimes(kept, of: parent) } }  // (a failure puts nothing back)
         let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
         let staged = SystemCalls.openat(
             directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -437,11 +447,10 @@ extension LocalDirectoryProvider {
             removeTemporary = false  // `replace` sees to it
             try Self.replace(identifier, named: name, with: temporary, in: directory.fd, baseVersion: baseVersion)
         }
-        if keepDirectoryTimes {
+        if let kept {
             // A change made by someone else in the directory meanwhile loses its mtime to this one
             // (docs/SEMANTICS.md, LocalDirectoryProvider).
-            var times = [directoryTimes.st_atim, directoryTimes.st_mtim]
-            _ = SystemCalls.futimens(directory.fd, &times)
+            entries.putTimesBack(kept, of: parent, directory.fd)
         }
         if let deferred { entries.created(deferred) }
         // The rename is durable once the directory is (the staging file's bytes already are).
@@ -928,6 +937,49 @@ final class DirectoryEntries: Sendable {
         var hasher = Hasher()
         hasher.combine(directory)
         return Int(UInt(bitPattern: hasher.finalize()) % UInt(stripes.count))
+    }
+
+    /// The times of directories that uploads read outside the lock and put back after (a file
+    /// system without O_TMPFILE), by upload: a utimens of the directory meanwhile replaces them
+    /// (`timesSet`), so that the upload puts back the times set (D-521).
+    private let keptTimes = Locked<(next: UInt64, times: [ItemIdentifier: [UInt64: [timespec]]])>((0, [:]))
+
+    /// Reads `directory`'s times (`fd`) under its lock and keeps them; nil when fstat fails.
+    func keepTimes(of directory: ItemIdentifier, _ fd: Int32) -> UInt64? {
+        withLock(directory) { () -> UInt64? in
+            var info = stat()
+            guard SystemCalls.fstat(fd, &info) == 0 else { return nil }
+            return keptTimes.withLock { kept in
+                kept.next &+= 1
+                kept.times[directory, default: [:]][kept.next] = [info.st_atim, info.st_mtim]
+                return kept.next
+            }
+        }
+    }
+
+    /// Puts the times kept as `token` back on `directory` (`fd`), under its lock.
+    func putTimesBack(_ token: UInt64, of directory: ItemIdentifier, _ fd: Int32) {
+        withLock(directory) {
+            guard var times = forgetTimes(token, of: directory) else { return }
+            _ = SystemCalls.futimens(fd, &times)
+        }
+    }
+
+    @discardableResult
+    func forgetTimes(_ token: UInt64, of directory: ItemIdentifier) -> [timespec]? {
+        keptTimes.withLock { kept -> [timespec]? in
+            defer { if kept.times[directory]?.isEmpty == true { kept.times[directory] = nil } }
+            return kept.times[directory]?.removeValue(forKey: token)
+        }
+    }
+
+    func keepsTimes(of directory: ItemIdentifier) -> Bool { keptTimes.withLock { $0.times[directory] != nil } }
+
+    /// `directory`'s times were set (under its lock) to `times`: what its uploads put back.
+    func timesSet(of directory: ItemIdentifier, _ times: [timespec]) {
+        keptTimes.withLock { kept in
+            for token in kept.times[directory]?.keys.map({ $0 }) ?? [] { kept.times[directory]![token] = times }
+        }
     }
 
     func deferred(_ identifier: ItemIdentifier) { _ = pending.withLock { $0.insert(identifier) } }

@@ -327,22 +327,56 @@ extension Catalog {
         item.size = old.size
     }
 
-    /// A write-back upload into `directory` begins (D-384). `current`: the directory as the
-    /// provider shows it right before (its `itemNow`); without it nothing is held, and false
-    /// is returned (no `endWriting` then).
-    func beginWriting(into directory: ItemIdentifier, current: ProviderItem?) -> Bool {
-        let first = state.withLock { catalog -> Bool? in
+    /// A write-back upload into `directory` begins (D-384). `current`: asks for the directory as
+    /// the provider shows it right before (its `itemNow`); without an answer nothing is held, and
+    /// false is returned (no `endWriting` then).
+    func beginWriting(into directory: ItemIdentifier, current: () -> ProviderItem?) -> Bool {
+        let first = state.withLock { catalog -> Bool in
             if let count = catalog.writtenInto[directory] {
                 catalog.writtenInto[directory] = count + 1
                 return false
             }
-            return current == nil ? nil : true
+            catalog.capturing[directory, default: (0, nil)].count += 1
+            return true
         }
-        guard let first else { return false }
-        guard first, let current else { return true }
+        guard first else { return true }
+        let asked = current()
         // Recorded as it is before the upload touches it, then held.
-        apply(current)
-        state.withLock { catalog in catalog.writtenInto[directory, default: 0] += 1 }
+        if let asked { apply(asked) }
+        let set = state.withLock { catalog -> Bool in
+            let capture = catalog.capturing.removeValue(forKey: directory) ?? (1, nil)
+            if capture.count > 1 { catalog.capturing[directory] = (capture.count - 1, capture.set) }
+            guard asked != nil else { return false }
+            catalog.writtenInto[directory, default: 0] += 1
+            // A chmod or utimens through the mount since the question: its answer is the newer
+            // (it no longer waits for the uploads into the directory, D-521).
+            return capture.set.map { Self.holdAttributes(of: $0, in: &catalog) } ?? false
+        }
+        if set { tell([.attributes(directory)]) }
+        return asked != nil
+    }
+
+    /// A chmod or utimens of the directory `item` through the mount (D-521): what it made is the
+    /// metadata held while uploads write into it (`holdWhileWrittenInto` held what the catalog
+    /// had before), and what an upload asking for it meanwhile gets is older.
+    func directoryAttributesSet(_ item: ProviderItem) {
+        let held = state.withLock { catalog -> Bool in
+            if catalog.capturing[item.identifier] != nil { catalog.capturing[item.identifier]!.set = item }
+            guard catalog.writtenInto[item.identifier] != nil else { return false }
+            return Self.holdAttributes(of: item, in: &catalog)
+        }
+        if held { tell([.attributes(item.identifier)]) }
+    }
+
+    /// The directory's held mtime, version and size become `item`'s.
+    private static func holdAttributes(of item: ProviderItem, in catalog: inout State) -> Bool {
+        guard var held = catalog.items[item.identifier], held.kind == .directory, item.kind == .directory else {
+            return false
+        }
+        held.modificationTime = item.modificationTime
+        held.contentVersion = item.contentVersion
+        held.size = item.size
+        catalog.items[item.identifier] = held
         return true
     }
 

@@ -129,6 +129,10 @@ public final class Catalog: Sendable {
         /// of them the mount itself changed meanwhile (their held metadata is not theirs any more).
         var writtenInto: [ItemIdentifier: Int] = [:]
         var changedWhileWritten: Set<ItemIdentifier> = []
+        /// Directories whose metadata an upload asks the provider for before it writes into them
+        /// (`beginWriting`), with how many, and the chmod or utimens the mount made of them
+        /// meanwhile, whose answer is newer than the one asked for (D-521).
+        var capturing: [ItemIdentifier: (count: Int, set: ProviderItem?)] = [:]
         /// Items with a local version (Catalog+Local.swift): served instead of the provider's.
         var localVersions: [ItemIdentifier: LocalVersion] = [:]
         /// chmod and utimens the write-back holds until it makes them at the provider (D-460):

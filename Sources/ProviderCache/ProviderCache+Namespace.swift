@@ -206,8 +206,10 @@ extension ProviderCache {
         if let held = heldForUpload(identifier, changes) { return held }  // D-460
         // Like a move (D-372): no upload call for the item runs meanwhile, so none meets the
         // version this changes. Edits that started from the version before follow it (D-375).
-        try await writes.beginMove([identifier])
-        defer { writes.endMove([identifier]) }
+        // A directory's uploads are its files' and change nothing of it that this sets (D-521).
+        let exclusion = isDirectory(identifier) ? [] : [identifier]
+        try await writes.beginMove(exclusion)
+        defer { writes.endMove(exclusion) }
         let own = catalog.beginOwnChange(of: [identifier])  // D-403
         defer { catalog.endOwnChange(own) }
         // Not at the provider yet: made there first (a directory's unborn files need not be).
@@ -231,10 +233,11 @@ extension ProviderCache {
         let provider = environment.provider
         guard catalog.localOnlyItem(identifier) == nil else { return nil }
         if let held = heldForUpload(identifier, changes) { return .success(held) }  // D-460
+        let exclusion = isDirectory(identifier) ? [] : [identifier]  // D-521, as `setAttributes`
         guard !catalog.isUnborn(identifier),
-            writes.tryBeginMove([identifier])
+            writes.tryBeginMove(exclusion)
         else { return nil }
-        defer { writes.endMove([identifier]) }
+        defer { writes.endMove(exclusion) }
         let own = catalog.beginOwnChange(of: [identifier])  // D-403
         defer { catalog.endOwnChange(own) }
         // The version before, as the async path finds it; without it, the async path asks.
@@ -266,7 +269,15 @@ extension ProviderCache {
         writes.versionChanged(
             identifier, before: before, by: item,
             modificationTime: changes.modificationTime == nil ? nil : item.modificationTime)
+        // A directory that uploads write into: what this set is what it keeps (D-521).
+        if item.kind == .directory { catalog.directoryAttributesSet(item) }
         return item
+    }
+
+    /// A directory as the catalog knows it: its chmod and utimens do not wait for the uploads of
+    /// the files inside (D-521).
+    private func isDirectory(_ identifier: ItemIdentifier) -> Bool {
+        catalog.knownItem(identifier)?.kind == .directory
     }
 
     /// A chmod or utimens of a file whose upload must reach the provider first (its create is

@@ -699,6 +699,36 @@ struct LocalDirectoryWritingTests {
         #expect(try entries(root.path + "/d") == ["f"])
     }
 
+    /// D-521: a directory's utimens no longer waits for the uploads into it, so one made while
+    /// an upload that reads and puts back the directory's times outside the entry lock (a file
+    /// system without O_TMPFILE) is between the two must stay: the restore is left out.
+    @Test func aDirectorysTimesSetDuringANamedReplaceStay() async throws {
+        let root = try TemporaryDirectory()
+        defer { root.remove() }
+        mkdir(root.path + "/d", 0o755)
+        try root.write("d/f", Array("old".utf8))
+        var old = [timespec(tv_sec: 1_000_000_070, tv_nsec: 0), timespec(tv_sec: 1_000_000_070, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, root.path + "/d", &old, 0) == 0)
+        var provider = LocalDirectoryProvider(root: root.path)
+        let local = try TemporaryDirectory()
+        defer { local.remove() }
+        let source = try localFile(Array("new".utf8), in: local)
+        let set = ItemTime(seconds: 1_200_000_000, nanoseconds: 0)
+        let unchanged = provider
+        provider.uploadHooks = UploadHooks(
+            beforePublish: {
+                _ = try? unchanged.setAttributesSync(ItemIdentifier("d"), ItemAttributeChanges(modificationTime: set))
+            }, namedTemporary: true)
+        let before = try await provider.item(for: ItemIdentifier("d/f"))
+        _ = try await provider.upload(
+            from: source, to: .replace(ItemIdentifier("d/f"), baseVersion: before.contentVersion), permissions: nil,
+            modificationTime: nil)
+        var info = stat()
+        #expect(stat(root.path + "/d", &info) == 0)
+        #expect(info.st_mtim.tv_sec == 1_200_000_000, "the utimens stands: \(info.st_mtim.tv_sec)")
+        #expect(try readFile(root.path + "/d/f") == Array("new".utf8))
+    }
+
     /// Both ways of publishing: an unnamed temporary file (O_TMPFILE) and a named one.
     @Test(
         "a replace whose file is moved, or replaced by another, just before it publishes changes nothing (D-372)",

@@ -294,6 +294,24 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         #expect(next.contains(.upload(version: ContentVersion("l2"), base: ContentVersion("v2"))))
     }
 
+    /// D-522: a publish whose upload starts at once saves the record once, as uploading (what a
+    /// restart resumes as dirty); one that settles first saves it as dirty.
+    @Test func aPublishThatStartsItsUploadSavesTheRecordOnce() {
+        var machine = UploadMachine(
+            record: UploadRecord(
+                identifier: id, localVersion: ContentVersion("unborn:1"), baseVersion: nil, creates: true))
+        let actions = machine.published(ContentVersion("l1"), base: nil)
+        let saves: [UploadRecord] = actions.compactMap { if case .save(let record) = $0 { record } else { nil } }
+        #expect(saves.map(\.phase) == [.uploading])
+        #expect(saves.first?.localVersion == ContentVersion("l1") && saves.first?.creates == true)
+        #expect(actions.contains(.upload(version: ContentVersion("l1"), base: nil)))
+        var settling = UploadMachine(
+            record: UploadRecord(identifier: id, localVersion: ContentVersion("l0"), baseVersion: nil))
+        let waits = settling.published(ContentVersion("l1"), base: nil, settle: .milliseconds(500))
+        let phases: [UploadPhase] = waits.compactMap { if case .save(let record) = $0 { record.phase } else { nil } }
+        #expect(phases == [.dirty])
+    }
+
     /// D-451: after an upload the item changed elsewhere (another machine) and a writer opened
     /// from that version: its edit starts there, not from the upload's result (a false conflict).
     @Test func anEditFromAVersionChangedElsewhereSinceTheUploadStartsThere() {
@@ -1310,6 +1328,61 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () async -> Boo
         // A provider that does not answer at once: declined.
         fixture.provider.base.answersImmediately = false
         #expect(cache.setAttributesNow(of: current.identifier, ItemAttributeChanges(permissions: 0o600)) == nil)
+        await cache.shutdown()
+    }
+
+    /// D-521: a chmod or utimens of a directory does not wait for the uploads of the files in it
+    /// (`tar x` sets each directory's times after writing its files, whose uploads still run):
+    /// made at once, on the calling thread and the async way alike, and shown while the upload
+    /// runs (the metadata the catalog holds for a directory written into is the one set), and
+    /// after it. A chmod or utimens made between an upload's question for the directory and its
+    /// recording of the answer is the one held.
+    @Test func aDirectorysChmodOrUtimensDoesNotWaitForTheUploadsIntoIt() async throws {
+        let fixture = try WriteFixture()
+        fixture.provider.base.addDirectory("d")
+        fixture.provider.base.putFile("d/f", .bytes(Array("old".utf8)))
+        fixture.provider.base.answersImmediately = true
+        let cache = try fixture.makeCache()
+        let directory = ItemIdentifier("d")
+        _ = try await cache.catalog.item(directory, maximumAge: .zero)
+        let item = try await cache.catalog.item(ItemIdentifier("d/f"), maximumAge: .zero)
+        fixture.provider.hold()
+        let staging = try await cache.writes.openWriter(item, truncating: false)
+        try await cache.writes.write(staging, Array("new".utf8), at: 0)
+        _ = try await cache.writes.closeWriter(item.identifier)
+        #expect(await eventually { fixture.provider.startedCount == 1 })
+        let time = ItemTime(seconds: 1_000, nanoseconds: 0)
+        let made = try #require(
+            cache.setAttributesNow(of: directory, ItemAttributeChanges(permissions: 0o700, modificationTime: time)),
+            "declined: it would wait for the upload into the directory")
+        #expect(try made.get().modificationTime == time)
+        #expect(cache.catalog.itemNow(directory, maximumAge: .seconds(1))?.modificationTime == time)
+        let later = ItemTime(seconds: 2_000, nanoseconds: 0)
+        let answered = Locked(false)
+        let utimens = Task {
+            _ = try await cache.setAttributes(of: directory, ItemAttributeChanges(modificationTime: later))
+            answered.withLock { $0 = true }
+        }
+        #expect(await eventually { answered.withLock { $0 } }, "the async path waited for the upload")
+        try await utimens.value
+        #expect(fixture.provider.uploadCount == 0, "the upload is still held")
+        var shown = try #require(cache.catalog.itemNow(directory, maximumAge: .seconds(1)))
+        #expect(shown.modificationTime == later && shown.permissions == 0o700)
+        fixture.provider.release()
+        #expect(await eventually { cache.writes.uploadRecord(of: item.identifier)?.isPending != true })
+        shown = try await cache.catalog.item(directory, maximumAge: .zero)
+        #expect(shown.modificationTime == later && shown.permissions == 0o700)
+        // An upload asks for the directory, and a utimens through the mount comes before its
+        // answer is recorded: the utimens's is the newer, and held.
+        let latest = ItemTime(seconds: 3_000, nanoseconds: 0)
+        let holding = cache.catalog.beginWriting(into: directory) {
+            let asked = try? fixture.provider.base.itemNow(for: directory)
+            _ = cache.setAttributesNow(of: directory, ItemAttributeChanges(modificationTime: latest))
+            return asked
+        }
+        #expect(holding)
+        #expect(cache.catalog.itemNow(directory, maximumAge: .seconds(1))?.modificationTime == latest)
+        cache.catalog.endWriting(into: directory)
         await cache.shutdown()
     }
 

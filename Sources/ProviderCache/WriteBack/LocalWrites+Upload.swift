@@ -121,8 +121,8 @@ extension LocalWrites {
         let own = writeBackCatalog.beginOwnChange(of: [identifier], naming: [])
         // Its directory's metadata is passing until the call ends (D-384).
         let directory = writeBackCatalog.knownItem(identifier)?.parent ?? item.parent
-        let holding = writeBackCatalog.beginWriting(
-            into: directory, current: try? environment.provider.itemNow(for: directory))
+        let provider = environment.provider
+        let holding = writeBackCatalog.beginWriting(into: directory, current: { try? provider.itemNow(for: directory) })
         return CatalogHold(own: own, directory: directory, holding: holding)
     }
 

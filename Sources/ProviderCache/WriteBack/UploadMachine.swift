@@ -259,7 +259,9 @@ struct UploadMachine: Sendable, Equatable {
             return [.save(record)] + waits
         }
         record.phase = .dirty
-        return waits.isEmpty ? [.save(record)] + begin() : [.save(record)] + waits
+        // Starting at once: saved once, as uploading (a restart resumes it as dirty, D-362), not
+        // as dirty and then as uploading (a commit per new file of `tar x`, D-522).
+        return waits.isEmpty ? begin() : [.save(record)] + waits
     }
 
     /// The settle of `version` has passed (D-405): its upload starts, unless a newer publish

@@ -21,7 +21,7 @@ protocol WriteBackCatalog: AnyObject, Sendable {
         of identifiers: [ItemIdentifier], naming names: [(parent: ItemIdentifier, name: String)]
     ) -> [String]
     func endOwnChange(_ paths: [String])
-    func beginWriting(into directory: ItemIdentifier, current: ProviderItem?) -> Bool
+    func beginWriting(into directory: ItemIdentifier, current: () -> ProviderItem?) -> Bool
     func endWriting(into directory: ItemIdentifier)
     /// An upload's result: a create reached the provider; a conflict copy was made (the local
     /// version dropped, the copy recorded); a version uploaded (for each name of the file, D-396).
