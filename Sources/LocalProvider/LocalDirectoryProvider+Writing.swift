@@ -423,9 +423,9 @@ extension LocalDirectoryProvider {
         // deferred create (D-386).
         // Read under the directory's lock and kept there: a utimens of the directory through the
         // mount (which does not wait for the uploads into it, D-521) replaces them.
-        var kept: UInt64?
-        if case .replace = target { kept = entries.keepTimes(of: parent, directory.fd) }
-        if deferred != nil { kept = entries.keepTimes(of: parent, directory.fd) }
+        var keepsTimes = deferred != nil
+        if case .replace = target { keepsTimes = true }
+        let kept = keepsTimes ? entries.keepTimes(of: parent, directory.fd) : nil
         defer { if let kept { entries.forgetTimes(kept, of: parent) } }  // (a failure puts nothing back)
         let temporary = Self.temporaryNamePrefix + String(UInt64.random(in: .min ... .max), radix: 16)
         let staged = SystemCalls.openat(

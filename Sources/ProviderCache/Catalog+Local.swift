@@ -57,9 +57,7 @@ extension Catalog {
     /// until they are made there, what the provider says of its mode and time is older.
     static func overlayHeld(_ item: inout ProviderItem, in catalog: State) {
         guard let held = catalog.heldAttributes[item.identifier], item.kind == .file else { return }
-        if let permissions = held.permissions { item.permissions = permissions }
-        if let time = held.modificationTime { item.modificationTime = time }
-        if let time = held.accessTime { item.accessTime = time }
+        held.apply(to: &item)
     }
 
     /// The write-back made (or gave up) the chmod and utimens it held for the item: the

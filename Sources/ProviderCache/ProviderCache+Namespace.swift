@@ -259,11 +259,7 @@ extension ProviderCache {
     ) -> ProviderItem {
         // A queued upload that carries a chmod or utimens held earlier must not undo this one
         // (D-385, D-460).
-        writes.attributesCarried(
-            identifier,
-            HeldAttributes(
-                permissions: changes.permissions, modificationTime: changes.modificationTime,
-                accessTime: changes.accessTime))
+        writes.attributesCarried(identifier, HeldAttributes(changes))
         if let permissions = changes.permissions { catalog.permissionsSet(identifier, to: permissions) }
         // The edits that started from the version before follow it (D-375).
         writes.versionChanged(
@@ -287,9 +283,7 @@ extension ProviderCache {
     /// file with other names (D-396: they would not show it) or a chown. Nil: not held, nothing
     /// done.
     private func heldForUpload(_ identifier: ItemIdentifier, _ changes: ItemAttributeChanges) -> ProviderItem? {
-        let held = HeldAttributes(
-            permissions: changes.permissions, modificationTime: changes.modificationTime,
-            accessTime: changes.accessTime)
+        let held = HeldAttributes(changes)
         guard changes.uid == nil, changes.gid == nil, !held.isEmpty, catalog.otherNames(of: identifier).isEmpty
         else { return nil }
         let (wasHeld, shown) = writes.holdForUpload(identifier, held)

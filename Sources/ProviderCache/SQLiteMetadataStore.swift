@@ -239,32 +239,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     /// `sha1:<hex> md5:<hex>` (`ContentChecksum.description`s) read back; a word that is not one
     /// (an unknown algorithm, a wrong length) is skipped.
     static func checksums(from text: String) -> [ContentChecksum] {
-        text.split(separator: " ").compactMap { word in
-            let parts = word.split(separator: ":", maxSplits: 1)
-            guard parts.count == 2, let algorithm = ContentChecksum.Algorithm(rawValue: String(parts[0])),
-                parts[1].utf8.count == 2 * algorithm.digestLength
-            else { return nil }
-            var digest: [UInt8] = []
-            var high: UInt8?
-            for character in parts[1].utf8 {
-                guard let nibble = Self.hexValue(character) else { return nil }
-                if let first = high {
-                    digest.append(first << 4 | nibble)
-                    high = nil
-                } else {
-                    high = nibble
-                }
-            }
-            return ContentChecksum(algorithm, digest: digest)
-        }
-    }
-
-    private static func hexValue(_ character: UInt8) -> UInt8? {
-        switch character {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
-        default: nil
-        }
+        text.split(separator: " ").compactMap { ContentChecksum(description: $0) }
     }
 
     public func deleteItems(_ identifiers: [ItemIdentifier]) throws {

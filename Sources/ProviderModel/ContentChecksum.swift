@@ -31,9 +31,43 @@ public struct ContentChecksum: Sendable, Hashable, CustomStringConvertible {
         self.digest = digest
     }
 
+    /// A checksum read back from its `description`; nil when `text` is not one (an unknown
+    /// algorithm, a digest of the wrong length or not hexadecimal).
+    public init?(description text: Substring) {
+        let parts = text.split(separator: ":", maxSplits: 1)
+        guard parts.count == 2, let algorithm = Algorithm(rawValue: String(parts[0])),
+            let digest = Base16.decode(parts[1]), digest.count == algorithm.digestLength
+        else { return nil }
+        self.init(algorithm, digest: digest)
+    }
+
     /// The algorithm's name (`sha256:`) followed by the digest in lowercase hexadecimal.
     public var description: String {
         let digits = Array("0123456789abcdef")
         return algorithm.rawValue + ":" + String(digest.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] })
+    }
+}
+
+/// Hexadecimal digits, either case, two per byte; nil for anything else (or none).
+package enum Base16 {
+    package static func decode(_ text: Substring) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard !digits.isEmpty, digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
+    }
+
+    private static func value(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case 0x30...0x39: digit - 0x30
+        case 0x41...0x46: digit - 0x41 + 10
+        case 0x61...0x66: digit - 0x61 + 10
+        default: nil
+        }
     }
 }

@@ -237,30 +237,6 @@ enum Base64 {
     }
 }
 
-/// Hexadecimal digits, either case, two per byte; nil for anything else (or none).
-enum Base16 {
-    static func decode(_ text: Substring) -> [UInt8]? {
-        let digits = Array(text.utf8)
-        guard !digits.isEmpty, digits.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(digits.count / 2)
-        for index in stride(from: 0, to: digits.count, by: 2) {
-            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-        }
-        return bytes
-    }
-
-    private static func value(_ digit: UInt8) -> UInt8? {
-        switch digit {
-        case 0x30...0x39: digit - 0x30
-        case 0x41...0x46: digit - 0x41 + 10
-        case 0x61...0x66: digit - 0x61 + 10
-        default: nil
-        }
-    }
-}
-
 /// RFC 8941's Dictionary (with RFC 9651's Dates and Display Strings), read by §4.2: enough to
 /// find the Byte Sequences in it. Any step outside the grammar makes the whole field nil.
 enum StructuredFieldParser {

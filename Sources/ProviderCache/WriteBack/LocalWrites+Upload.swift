@@ -193,8 +193,7 @@ extension LocalWrites {
             // (D-460), which the record then drops.
             var copy = writeBackCatalog.knownItem(identifier) ?? current
             let held = state.withLock { $0.uploads[identifier]?.record.heldAttributes } ?? HeldAttributes()
-            if let permissions = held.permissions { copy.permissions = permissions }
-            if let time = held.modificationTime { copy.modificationTime = time }
+            held.apply(to: &copy)
             do {
                 let (name, created) = try await uploadConflictCopy(copy, from: path)
                 return (.success(created), name)

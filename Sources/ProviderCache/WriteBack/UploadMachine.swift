@@ -105,6 +105,20 @@ public struct HeldAttributes: Sendable, Equatable {
             || (accessTime != nil && accessTime != sent?.accessTime)
     }
 
+    /// The mode and times of a chmod or utimens (not its owner).
+    init(_ changes: ItemAttributeChanges) {
+        self.init(
+            permissions: changes.permissions, modificationTime: changes.modificationTime,
+            accessTime: changes.accessTime)
+    }
+
+    /// `item` showing what is held.
+    func apply(to item: inout ProviderItem) {
+        if let permissions { item.permissions = permissions }
+        if let modificationTime { item.modificationTime = modificationTime }
+        if let accessTime { item.accessTime = accessTime }
+    }
+
     /// As the provider's `setAttributes` takes them.
     var changes: ItemAttributeChanges {
         ItemAttributeChanges(permissions: permissions, modificationTime: modificationTime, accessTime: accessTime)
