@@ -97,13 +97,37 @@ public enum ProcessInfoFiles {
 
     /// True while process `pid` exists, started at `startTime` (as `startTime(of:)` gives: a
     /// reused pid has another) and is not a zombie (exited, not yet reaped), from one read of
-    /// /proc/<pid>/stat.
+    /// /proc/<pid>/stat. A zombie main thread is not enough: it shows `Z` while the process's
+    /// other threads are still exiting, and those still hold its descriptors (a listening
+    /// socket accepts until the last one is gone), so its threads are read then.
     public static func isRunning(_ pid: Int32, startedAt startTime: UInt64) -> Bool {
         guard pid > 0 else { return false }
-        return withContents(of: "/proc/\(pid)/stat") { bytes -> Bool? in
-            guard let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count else { return nil }
-            return bytes[close + 2] != UInt8(ascii: "Z") && self.startTime(in: bytes) == startTime
-        } ?? false
+        let state = withContents(of: "/proc/\(pid)/stat") { bytes -> UInt8? in
+            guard let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count,
+                self.startTime(in: bytes) == startTime
+            else { return nil }
+            return bytes[close + 2]
+        }
+        guard let state else { return false }
+        return state != UInt8(ascii: "Z") || hasLiveThread(pid)
+    }
+
+    /// Whether a thread of `pid` other than a zombie is listed in /proc/<pid>/task.
+    private static func hasLiveThread(_ pid: Int32) -> Bool {
+        guard let stream = opendir("/proc/\(pid)/task") else { return false }
+        defer { closedir(stream) }
+        while let entry = readdir(stream) {
+            let tid = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                Int32(String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self))
+            }
+            guard let tid, tid != pid else { continue }
+            let alive = withContents(of: "/proc/\(pid)/task/\(tid)/stat") { bytes -> Bool? in
+                guard let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count else { return nil }
+                return bytes[close + 2] != UInt8(ascii: "Z") && bytes[close + 2] != UInt8(ascii: "X")
+            }
+            if alive == true { return true }
+        }
+        return false
     }
 
     /// `pid`, its parent, grandparent… up to init (at most 64 entries, stopping at a loop).

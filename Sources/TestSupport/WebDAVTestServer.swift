@@ -583,21 +583,35 @@ public final class WebDAVTestServer: @unchecked Sendable {
         self.process = nil
         let workers = Self.children(of: process.pid)
         process.signal(SIGTERM)
-        if process.wait(timeout: .seconds(5)) == nil {
-            Self.kill(workers + Self.children(of: process.pid))
-            process.signal(SIGKILL)
-            process.wait(timeout: .seconds(5))
-        }
+        if process.wait(timeout: .seconds(5)) == nil { Self.killStopped(process, with: workers) }
         Self.kill(workers)
     }
 
-    /// Kills the server at once (SIGKILL, its workers first): its connections break mid-answer.
+    /// Kills the server at once (SIGKILL, its workers with it): its connections break mid-answer.
     public func kill() {
         guard let process else { return }
         self.process = nil
-        Self.kill(Self.children(of: process.pid))
+        Self.killStopped(process, with: [])
+    }
+
+    /// SIGKILLs `process` and its children. It is stopped (SIGSTOP) first and its children are
+    /// listed only once it is: Apache's parent forks a new worker for each one that dies, and a
+    /// worker forked after the list was read would outlive it, still accepting on its port.
+    private static func killStopped(_ process: ChildProcess, with known: [ProcessIdentity]) {
+        process.signal(SIGSTOP)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline, process.isRunning, !isStopped(process.pid) { usleep(1000) }
+        kill(known + children(of: process.pid))
         process.signal(SIGKILL)
         process.wait(timeout: .seconds(5))
+    }
+
+    /// Whether `pid` is stopped by a signal: state `T` in /proc/<pid>/stat (after the name's ")").
+    private static func isStopped(_ pid: Int32) -> Bool {
+        guard let stat = readTextFile("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else {
+            return false
+        }
+        return stat[close...].dropFirst(2).first == "T"
     }
 
     /// One process for the life of the system: its PID and when it started (a PID the kernel

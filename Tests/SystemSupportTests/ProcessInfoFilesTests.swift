@@ -102,6 +102,43 @@ struct ProcessInfoFilesTests {
         #expect(!ProcessInfoFiles.isRunning(pid, startedAt: child))
     }
 
+    /// A process whose main thread has exited shows `Z` in /proc/<pid>/stat while its other
+    /// threads still run and hold its descriptors (a killed Apache worker's listening socket
+    /// accepted then): it is running until every thread is gone.
+    @Test("running: a process whose main thread exited while another thread runs")
+    func mainThreadExited() throws {
+        let script = """
+            import ctypes, threading, time
+            threading.Thread(target=time.sleep, args=(60,)).start()
+            ctypes.CDLL(None).pthread_exit(None)
+            """
+        var pid: pid_t = 0
+        var argv: [UnsafeMutablePointer<CChar>?] = [strdup("python3"), strdup("-c"), strdup(script), nil]
+        defer { argv.forEach { free($0) } }
+        try #require(posix_spawnp(&pid, "python3", nil, nil, &argv, environ) == 0)
+        defer {
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+        let start = try #require(ProcessInfoFiles.startTime(of: pid))
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline, mainThreadState(pid) != "Z" { usleep(5000) }
+        try #require(mainThreadState(pid) == "Z", "the main thread did not exit")
+        #expect(ProcessInfoFiles.isRunning(pid, startedAt: start), "its other thread still runs")
+        kill(pid, SIGKILL)
+        var info = siginfo_t()
+        #expect(waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) == 0)
+        #expect(!ProcessInfoFiles.isRunning(pid, startedAt: start), "every thread is gone")
+    }
+
+    private func mainThreadState(_ pid: pid_t) -> Character? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        return stat[close...].dropFirst(2).first
+    }
+
     @Test("pending signals: a signal this thread blocks shows until it is taken")
     func pendingSignals() {
         var block = sigset_t()
