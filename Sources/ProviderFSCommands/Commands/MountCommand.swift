@@ -399,6 +399,10 @@ struct MountCommand: CLICommand {
     static func serve(_ plan: Plan, reporter: ReadinessReporter, io: CommandIO) async throws -> Int32 {
         LoggingSystem.bootstrap(sink: FileDescriptorLogSink(fd: 2), level: logLevel())
         let logger = Logger(label: "mount")
+        // The daemon's code mapped before the mount is visible, so no request waits for the disk
+        // to bring a page of it that the page cache dropped (D-531).
+        let populated = ExecutablePages.populate()
+        logger.debug("executable: \(populated >> 10) KiB of code and read-only data mapped")
         let fileSystem: ProviderFileSystem
         let faults: FaultPlan
         let tokens: TokenAuthority
