@@ -3,29 +3,27 @@
 
 import CLibCrypto
 
-/// SHA-256 fetched from the default provider once: `EVP_sha256()` makes every `EVP_DigestInit_ex`
-/// fetch it again (OpenSSL 3's implicit fetch, a lock and a lookup per hash; access-path checks
-/// hash on every request). Never freed: it lives as long as the process.
-nonisolated(unsafe) private let sha256Algorithm: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
-
 /// A streaming SHA-256: `update` with successive pieces, `finalize` once. Not shared between
 /// threads (one owner feeds it), but may move between them.
+///
+/// libcrypto's SHA256_Init/Update/Final (the shim's wrappers), not EVP: an EVP digest starts
+/// OpenSSL's provider machinery at its first fetch (its configuration, every algorithm's name
+/// registered), ~6M instructions, paid by every short-lived process that hashes once: a
+/// reading-list import (D-533). The same assembly does the hashing either way.
 public struct SHA256: ~Copyable, @unchecked Sendable {
     // Safe: the context is owned by this non-copyable value and used by one owner at a time.
-    private let context: OpaquePointer
+    private let context: UnsafeMutablePointer<SHA256_CTX>
 
     public init() {
-        guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, sha256Algorithm, nil) == 1 else {
-            fatalError("libcrypto cannot create a SHA-256 context")
-        }
-        self.context = context
+        context = .allocate(capacity: 1)
+        guard clibcrypto_sha256_init(context) == 1 else { fatalError("libcrypto cannot start a SHA-256") }
     }
 
-    deinit { EVP_MD_CTX_free(context) }
+    deinit { context.deallocate() }
 
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress, bytes.count > 0 else { return }
-        _ = EVP_DigestUpdate(context, base, bytes.count)
+        _ = clibcrypto_sha256_update(context, base, bytes.count)
     }
 
     public mutating func update(_ bytes: [UInt8]) { bytes.withUnsafeBytes { update($0) } }
@@ -33,8 +31,7 @@ public struct SHA256: ~Copyable, @unchecked Sendable {
     /// The 32-byte digest of everything fed so far. Ends the hasher.
     public consuming func finalize() -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
-        _ = digest.withUnsafeMutableBufferPointer { EVP_DigestFinal_ex(context, $0.baseAddress, &length) }
+        _ = digest.withUnsafeMutableBufferPointer { clibcrypto_sha256_final($0.baseAddress, context) }
         return digest
     }
 

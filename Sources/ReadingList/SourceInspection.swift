@@ -82,8 +82,10 @@ public struct SourceInspection: Sendable, Equatable {
         if let text = readTextFile("/etc/os-release"),
             let line = text.split(separator: "\n").first(where: { $0.hasPrefix("PRETTY_NAME=") })
         {
-            system +=
-                "; " + line.dropFirst("PRETTY_NAME=".count).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            var name = line.dropFirst("PRETTY_NAME=".count)
+            while name.first == "\"" { name.removeFirst() }
+            while name.last == "\"" { name.removeLast() }
+            system += "; " + name
         }
         return system
     }

@@ -48,6 +48,10 @@ public final class DatabaseQueue: @unchecked Sendable {
         public var synchronous: Synchronous = .normal
         /// A label for the dispatch queues (shows in debuggers and crash logs).
         public var label = "SQLiteStore"
+        /// The WAL size, in pages, past which a commit checkpoints it (`PRAGMA wal_autocheckpoint`);
+        /// nil keeps SQLite's 1,000. Every first open in a process reads the whole WAL back, so a
+        /// store opened by many short processes keeps it smaller (D-533).
+        public var walAutocheckpointPages: Int?
 
         /// `PRAGMA synchronous` in WAL mode.
         public enum Synchronous: String, Sendable {
@@ -430,6 +434,9 @@ public final class DatabaseQueue: @unchecked Sendable {
             }
             try db.executeInternal("PRAGMA synchronous = \(configuration.synchronous.rawValue)")
             try db.executeInternal("PRAGMA foreign_keys = ON")
+            if let pages = configuration.walAutocheckpointPages {
+                try db.executeInternal("PRAGMA wal_autocheckpoint = \(pages)")
+            }
 
             // 3. Migrations, each in its own transaction with its record.
             if !hasMigrationTable {  // an empty file: a foreign one was refused above

@@ -10,18 +10,19 @@ import Glibc
 
 /// `getxattr(2)` / `listxattr(2)` on paths.
 public enum ExtendedAttributes {
-    /// The value of `name` on `path`, or the errno (ENODATA when absent).
+    /// The value of `name` on `path`, or the errno (ENODATA when absent). One call for a value
+    /// of up to 256 bytes (ProviderFS's are short); the size is asked for only when it is
+    /// longer. On a FUSE mount every call is a round trip to its daemon (D-534).
     public static func value(_ name: String, of path: String) -> Result<[UInt8], Errno> {
+        var capacity = 256
         while true {
-            let size = getxattr(path, name, nil, 0)
-            if size < 0 { return .failure(.current) }
-            var buffer = [UInt8](repeating: 0, count: size)
+            var buffer = [UInt8](repeating: 0, count: capacity)
             let count = buffer.withUnsafeMutableBytes { getxattr(path, name, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == ERANGE { continue }  // grew between the two calls
-                return .failure(.current)
-            }
-            return .success(Array(buffer.prefix(count)))
+            if count >= 0 { return .success(Array(buffer.prefix(count))) }
+            guard errno == ERANGE else { return .failure(.current) }
+            let size = getxattr(path, name, nil, 0)  // longer; it may grow again before the next call
+            if size < 0 { return .failure(.current) }
+            capacity = max(size, 1)
         }
     }
 

@@ -181,6 +181,32 @@ struct ReconcilerTests {
         #expect(report.interruptedAttempts == ["a1"])
         #expect(try fixture.store.attempts().first?.result == .interrupted)
     }
+
+    /// An import saves its attempt four times; a save of a known attempt updates its row in place
+    /// (one page of the WAL, not three: D-533), and the start of its first save stays.
+    @Test("an attempt saved again is updated and keeps the start of its first save")
+    func attemptSavedAgain() throws {
+        let fixture = try LibraryFixture()
+        let started = Date(timeIntervalSince1970: 1_000_000)
+        var attempt = ImportAttempt(
+            id: "a1", startedAt: started, sourcePath: "/x.pdf", sourceCategory: .mountPath, fileType: "unread",
+            result: .running, failedStage: nil, error: nil, documentID: nil, stages: [],
+            versions: Versions(system: "s", provider: "p", app: "a"), ownerPID: 7, ownerStartTime: 1)
+        try fixture.store.save(attempt)
+        attempt.startedAt = started.addingTimeInterval(60)
+        attempt.fileType = "pdf"
+        attempt.result = .imported
+        attempt.documentID = "d1"
+        attempt.ownerPID = nil
+        attempt.ownerStartTime = nil
+        try fixture.store.save(attempt, keepingAttempts: 500)
+        let saved = try fixture.store.attempts()
+        #expect(saved.count == 1)
+        #expect(saved.first?.startedAt == started)
+        #expect(saved.first?.fileType == "pdf" && saved.first?.result == .imported)
+        #expect(saved.first?.documentID == "d1" && saved.first?.ownerPID == nil)
+        #expect(try fixture.store.runningAttempts().isEmpty)
+    }
 }
 
 func hexDigest(_ bytes: [UInt8]) -> String {

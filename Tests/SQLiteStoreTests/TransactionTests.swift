@@ -130,6 +130,31 @@ import Testing
         #expect(try full.write { db in try db.fetchValue(Int64.self, "PRAGMA synchronous") } == 2)
     }
 
+    /// D-533: a store that checkpoints at a few pages keeps its WAL (which every first open in a
+    /// process reads back whole) that short; SQLite's default lets it grow to 1,000 pages.
+    @Test func theWALIsCheckpointedAtTheConfiguredSize() throws {
+        var small = DatabaseQueue.Configuration()
+        small.walAutocheckpointPages = 8
+        var sizes: [Int] = []
+        for (name, configuration) in [("default.db", DatabaseQueue.Configuration()), ("small.db", small)] {
+            let store = try DatabaseQueue(
+                path: directory.file(name), migrator: testMigrator(), configuration: configuration)
+            for id in 1...100 {
+                try store.write { db in
+                    try db.execute(
+                        "INSERT INTO items (id, name, data) VALUES (?, ?, ?)",
+                        [Int64(id), "item \(id)", Data(repeating: UInt8(id), count: 1000)])
+                }
+            }
+            // While the store is open: the last connection's close checkpoints and removes it.
+            var info = stat()
+            sizes.append(stat(directory.file(name) + "-wal", &info) == 0 ? Int(info.st_size) : -1)
+            withExtendedLifetime(store) {}
+        }
+        #expect(sizes[0] > 100 * 4096, "one page or more a commit, none checkpointed")
+        #expect(sizes[1] > 0 && sizes[1] < 20 * 4120, "restarted after every 8 pages or so")
+    }
+
     /// D-475: one commit of a NORMAL store made FULL, and the store's own setting back after it,
     /// also when the write throws; a FULL store's writes asked for NORMAL commit with NORMAL.
     @Test func oneWriteCommitsWithItsOwnDurability() throws {

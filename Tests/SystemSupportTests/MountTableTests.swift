@@ -35,6 +35,21 @@ import Glibc
         #expect(entries[2].source == "host:/x y")
     }
 
+    /// Only a backslash and three octal digits of at most 255 is an escape; anything else is
+    /// kept as it is, and a line cut short is skipped.
+    @Test func keepsWhatIsNoEscapeAndSkipsShortLines() {
+        let text = """
+            40 22 0:35 / /mnt/a\\400b\\9xy\\12 rw - fuse.providerfs /src\\134 rw
+            41 22 0:36 / /mnt/short rw - ext4
+
+            42 22 0:37 / /mnt/\\303\\251t\\303\\251 rw shared:3 - ext4 /dev/vdb rw
+            """
+        let entries = MountTable.parse(text)
+        #expect(entries.map(\.mountPoint) == ["/mnt/a\\400b\\9xy\\12", "/mnt/été"])
+        #expect(entries.map(\.source) == ["/src\\", "/dev/vdb"])
+        #expect(entries.map(\.device) == ["0:35", "0:37"])
+    }
+
     /// `load(from:)` reads the table again from the start of a descriptor that was read before
     /// (the way a poller of /proc/self/mountinfo re-reads it after POLLPRI).
     @Test func loadRereadsFromTheStartOfTheDescriptor() throws {
