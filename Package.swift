@@ -97,7 +97,7 @@ let package = Package(
         // Architecture as tests: the package graph, one lock type, FileCoordination's public API,
         // the decision log. They read the tree and the built modules; they import no module.
         .testTarget(name: "ArchitectureTests", dependencies: []),
-        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling"]),
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "TestScheduling", "CLinuxHeaders"]),
         .testTarget(name: "CryptoSupportTests", dependencies: ["CryptoSupport"]),
         .testTarget(name: "PDFValidationTests", dependencies: ["PDFValidation", "TestSupport"]),
         .testTarget(
