@@ -72,11 +72,11 @@ extension Catalog {
     /// Makes `version` (just published) the item's version: new size and time, the old content
     /// superseded (handles that pinned it keep reading it), the observer told. Returns the item.
     /// `permissions`: a chmod the edit carries (D-385); a pending version's stays unless this one
-    /// sets its own.
+    /// sets its own. `savingWith`: as `apply`'s (the publish's queued record, D-529).
     @discardableResult
     func publishLocal(
         _ identifier: ItemIdentifier, version: ContentVersion, size: Int64, modificationTime: ItemTime,
-        permissions: UInt16? = nil
+        permissions: UInt16? = nil, savingWith records: () -> [UploadRecord] = { [] }
     ) -> ProviderItem? {
         guard
             let current = state.withLock({ catalog -> ProviderItem? in
@@ -92,7 +92,7 @@ extension Catalog {
                 return item
             })
         else { return nil }
-        return apply(current)
+        return apply(current, savingWith: records)
     }
 
     /// A restart: the stored item already has its local version; it is served as such again.
@@ -319,10 +319,12 @@ extension Catalog {
 extension Catalog {
     /// Records `item`, made by the mount alone, in its parent's listing; the provider's answers
     /// about its identifier are not taken until `born`. `directory`: the parent as the provider
-    /// shows it now (its mtime moved by `deferCreateNow`).
+    /// shows it now (its mtime moved by `deferCreateNow`). `record`: its parked write-back
+    /// record (none for a node kept by the mount alone), saved with the item in one transaction
+    /// (D-529).
     /// False (nothing recorded) when the name is one not at the provider yet already: the
     /// provider cannot tell two creates of it apart, the catalog must (O_EXCL).
-    func createdUnborn(_ item: ProviderItem, directory: ProviderItem?) -> Bool {
+    func createdUnborn(_ item: ProviderItem, directory: ProviderItem?, record: UploadRecord? = nil) -> Bool {
         let now = environment.timeline.now
         // One lock for the item the name held and the new file (D-407): a listing applied in
         // between brought the old item back next to the new one.
@@ -354,7 +356,7 @@ extension Catalog {
         guard let recorded else { return false }
         hooks.step?(self, .unbornNameFreed)
         if let removal = recorded.removal { finishRemoval(removal) }
-        save([item])
+        save([item], with: record.map { [$0] } ?? [])
         if let directory { apply(directory) }
         tell(recorded.changes)
         return true

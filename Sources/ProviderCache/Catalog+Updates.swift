@@ -13,7 +13,12 @@ extension Catalog {
     /// new in its parent through the mount (`applyCreated`), recorded for listings of the parent
     /// on their way under the same lock (D-407).
     @discardableResult
-    func apply(_ item: ProviderItem, origin: ChangeOrigin = .mount, appeared: Bool = false) -> ProviderItem {
+    /// `savingWith`: the write-back's upload records saved with the item in one transaction
+    /// (D-529), asked once the catalog holds the item.
+    func apply(
+        _ item: ProviderItem, origin: ChangeOrigin = .mount, appeared: Bool = false,
+        savingWith records: () -> [UploadRecord] = { [] }
+    ) -> ProviderItem {
         let now = environment.timeline.now
         let provider = environment.provider
         var told: [CatalogChange] = []
@@ -118,7 +123,8 @@ extension Catalog {
                 Self.takeContents(of: item.identifier, except: item.contentVersion, from: &catalog) + shared, item
             )
         }
-        if changed || !copied.isEmpty { save((changed ? [item] : []) + copied) }
+        let records = records()
+        if changed || !copied.isEmpty || !records.isEmpty { save((changed ? [item] : []) + copied, with: records) }
         tell(told)
         finish(superseded, error: CacheError(.stale, "\(item.identifier) changed on the provider"))
         if let reported { announce([reported]) }
@@ -559,8 +565,10 @@ extension Catalog {
         save(state.withLock { catalog in identifiers.compactMap { catalog.items[$0] } })
     }
 
-    func save(_ items: [ProviderItem]) {
-        guard !items.isEmpty else { return }
+    /// `items` as the catalog holds them, and `records` of the write-back with them (one
+    /// transaction, D-529).
+    func save(_ items: [ProviderItem], with records: [UploadRecord] = []) {
+        guard !items.isEmpty || !records.isEmpty else { return }
         let stored = state.withLock { catalog in
             items.map {
                 StoredItem(
@@ -568,7 +576,13 @@ extension Catalog {
                     serial: catalog.serials.number(for: $0.identifier))
             }
         }
-        do { try environment.store.saveItems(stored) } catch {
+        do {
+            if records.isEmpty {
+                try environment.store.saveItems(stored)
+            } else {
+                try environment.store.save(items: stored, uploads: records)
+            }
+        } catch {
             environment.logger.warning("cannot save items to the metadata store: \(error)")
         }
     }

@@ -54,6 +54,11 @@ final class FullDiskStore: MetadataStore {
     func deleteUpload(_ identifier: ItemIdentifier) throws {
         try write(uploads: [(identifier, nil)]) { try self.base.deleteUpload(identifier) }
     }
+    func save(items: [StoredItem], uploads: [UploadRecord]) throws {
+        try write(items: items.map { ($0.item.identifier, $0) }, uploads: uploads.map { ($0.identifier, $0) }) {
+            try self.base.save(items: items, uploads: uploads)
+        }
+    }
 
     /// Rows kept for writing again (tests, `flush`).
     var pendingCount: Int { pending.withLock { $0.items.count + $0.uploads.count } }

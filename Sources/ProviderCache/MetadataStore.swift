@@ -82,6 +82,9 @@ public protocol MetadataStore: Sendable {
     /// Inserts or replaces, keyed by identifier.
     func saveUpload(_ record: UploadRecord) throws
     func deleteUpload(_ identifier: ItemIdentifier) throws
+    /// Items and upload records saved together, in one transaction where the store has them
+    /// (D-529): a create's item and its parked record, a publish's item and its queued record.
+    func save(items: [StoredItem], uploads: [UploadRecord]) throws
     /// Pin states set explicitly (issue 27, D-445): `.pinned` or `.unpinned` per item; an item
     /// without a row inherits its parent's policy.
     func loadPins() throws -> [ItemIdentifier: PinState]
@@ -91,6 +94,11 @@ public protocol MetadataStore: Sendable {
 
 /// Stores written before the write-back queue keep nothing of it (a restart loses the queue).
 extension MetadataStore {
+    /// One save after the other, for stores without transactions.
+    public func save(items: [StoredItem], uploads: [UploadRecord]) throws {
+        try saveItems(items)
+        for record in uploads { try saveUpload(record) }
+    }
     public func loadUploads() throws -> [UploadRecord] { [] }
     public func saveUpload(_ record: UploadRecord) throws {}
     public func deleteUpload(_ identifier: ItemIdentifier) throws {}
@@ -143,6 +151,12 @@ public final class InMemoryMetadataStore: MetadataStore {
     public func loadUploads() throws -> [UploadRecord] { state.withLock { Array($0.uploads.values) } }
     public func saveUpload(_ record: UploadRecord) throws { state.withLock { $0.uploads[record.identifier] = record } }
     public func deleteUpload(_ identifier: ItemIdentifier) throws { state.withLock { $0.uploads[identifier] = nil } }
+    public func save(items: [StoredItem], uploads: [UploadRecord]) throws {
+        state.withLock { state in
+            for item in items { state.items[item.item.identifier] = item }
+            for record in uploads { state.uploads[record.identifier] = record }
+        }
+    }
     public func loadPins() throws -> [ItemIdentifier: PinState] { state.withLock { $0.pins } }
     public func savePin(_ state: PinState, for identifier: ItemIdentifier) throws {
         self.state.withLock { $0.pins[identifier] = state == .inherited ? nil : state }

@@ -42,12 +42,13 @@ extension ProviderCache {
                 identifier: deferred.identifier, parent: parent, name: name, kind: .file, size: 0,
                 modificationTime: wallClockTime(), contentVersion: .unborn(content.reserveFileNumber()),
                 permissions: permissions, owner: owner)
-            // The catalog first: a crash before the record leaves an item the provider never had,
-            // which the next revalidation drops (the other order left a record of nothing).
-            guard catalog.createdUnborn(item, directory: deferred.directory) else {
+            // The item and its parked record in one transaction (D-529); the catalog decides
+            // first whether the name is free, then the write-back holds the record.
+            let record = LocalWrites.parkedCreate(item)
+            guard catalog.createdUnborn(item, directory: deferred.directory, record: record) else {
                 throw CacheError(.exists, "'\(name)' exists")
             }
-            writes.parkCreate(item)
+            writes.park(record)
             return item
         }
         let created: ProviderItem

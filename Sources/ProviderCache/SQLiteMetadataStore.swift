@@ -199,40 +199,51 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func saveItems(_ items: [StoredItem]) throws {
         guard !items.isEmpty else { return }
+        try writing { db in try Self.insert(items, into: db) }
+    }
+
+    /// One transaction for both (D-529).
+    public func save(items: [StoredItem], uploads: [UploadRecord]) throws {
+        guard !items.isEmpty || !uploads.isEmpty else { return }
         try writing { db in
-            for stored in items {
-                let item = stored.item
-                try db.execute(
-                    """
-                    INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
-                        version, permissions, link_target, children_listed, serial, uid, gid, special, device,
-                        atime_seconds, atime_nanoseconds, ctime_seconds, ctime_nanoseconds, checksums,
-                        checksums_version)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
-                        kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
-                        mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
-                        permissions = excluded.permissions, link_target = excluded.link_target,
-                        children_listed = excluded.children_listed, serial = excluded.serial,
-                        uid = excluded.uid, gid = excluded.gid, special = excluded.special,
-                        device = excluded.device, atime_seconds = excluded.atime_seconds,
-                        atime_nanoseconds = excluded.atime_nanoseconds, ctime_seconds = excluded.ctime_seconds,
-                        ctime_nanoseconds = excluded.ctime_nanoseconds, checksums = excluded.checksums,
-                        checksums_version = excluded.checksums_version
-                    """,
-                    [
-                        item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
-                        item.modificationTime.seconds, item.modificationTime.nanoseconds, item.contentVersion.rawValue,
-                        Int64(item.permissions), item.symbolicLinkTarget, stored.childrenListed,
-                        Int64(clamping: stored.serial), item.owner.map { Int64($0.uid) },
-                        item.owner.map { Int64($0.gid) }, item.special?.kind.rawValue,
-                        item.special.map { Int64(bitPattern: $0.device) }, item.accessTime?.seconds,
-                        item.accessTime.map { Int64($0.nanoseconds) }, item.changeTime?.seconds,
-                        item.changeTime.map { Int64($0.nanoseconds) },
-                        item.statedChecksums.map { $0.checksums.map(\.description).joined(separator: " ") },
-                        item.statedChecksums?.version.rawValue,
-                    ])
-            }
+            try Self.insert(items, into: db)
+            for record in uploads { try Self.insert(record, into: db) }
+        }
+    }
+
+    private static func insert(_ items: [StoredItem], into db: Database) throws {
+        for stored in items {
+            let item = stored.item
+            try db.execute(
+                """
+                INSERT INTO items (identifier, parent, name, kind, size, mtime_seconds, mtime_nanoseconds,
+                    version, permissions, link_target, children_listed, serial, uid, gid, special, device,
+                    atime_seconds, atime_nanoseconds, ctime_seconds, ctime_nanoseconds, checksums,
+                    checksums_version)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (identifier) DO UPDATE SET parent = excluded.parent, name = excluded.name,
+                    kind = excluded.kind, size = excluded.size, mtime_seconds = excluded.mtime_seconds,
+                    mtime_nanoseconds = excluded.mtime_nanoseconds, version = excluded.version,
+                    permissions = excluded.permissions, link_target = excluded.link_target,
+                    children_listed = excluded.children_listed, serial = excluded.serial,
+                    uid = excluded.uid, gid = excluded.gid, special = excluded.special,
+                    device = excluded.device, atime_seconds = excluded.atime_seconds,
+                    atime_nanoseconds = excluded.atime_nanoseconds, ctime_seconds = excluded.ctime_seconds,
+                    ctime_nanoseconds = excluded.ctime_nanoseconds, checksums = excluded.checksums,
+                    checksums_version = excluded.checksums_version
+                """,
+                [
+                    item.identifier.rawValue, item.parent.rawValue, item.name, item.kind.rawValue, item.size,
+                    item.modificationTime.seconds, item.modificationTime.nanoseconds, item.contentVersion.rawValue,
+                    Int64(item.permissions), item.symbolicLinkTarget, stored.childrenListed,
+                    Int64(clamping: stored.serial), item.owner.map { Int64($0.uid) },
+                    item.owner.map { Int64($0.gid) }, item.special?.kind.rawValue,
+                    item.special.map { Int64(bitPattern: $0.device) }, item.accessTime?.seconds,
+                    item.accessTime.map { Int64($0.nanoseconds) }, item.changeTime?.seconds,
+                    item.changeTime.map { Int64($0.nanoseconds) },
+                    item.statedChecksums.map { $0.checksums.map(\.description).joined(separator: " ") },
+                    item.statedChecksums?.version.rawValue,
+                ])
         }
     }
 
@@ -373,20 +384,22 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func saveUpload(_ record: UploadRecord) throws {
-        try writing { db in
-            try db.execute(
-                """
-                INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
-                    provider_version, conflict_name, permissions, creates, mtime_seconds, mtime_nanoseconds)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-                [
-                    record.identifier.rawValue, record.localVersion.rawValue, record.baseVersion?.rawValue,
-                    record.phase.rawValue, Int64(record.attempts), record.lastError, record.providerVersion?.rawValue,
-                    record.conflictName, record.permissions.map { Int64($0) }, Int64(record.creates ? 1 : 0),
-                    record.modificationTime.map { $0.seconds }, record.modificationTime.map { Int64($0.nanoseconds) },
-                ])
-        }
+        try writing { db in try Self.insert(record, into: db) }
+    }
+
+    private static func insert(_ record: UploadRecord, into db: Database) throws {
+        try db.execute(
+            """
+            INSERT OR REPLACE INTO uploads (identifier, local_version, base_version, phase, attempts, last_error,
+                provider_version, conflict_name, permissions, creates, mtime_seconds, mtime_nanoseconds)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                record.identifier.rawValue, record.localVersion.rawValue, record.baseVersion?.rawValue,
+                record.phase.rawValue, Int64(record.attempts), record.lastError, record.providerVersion?.rawValue,
+                record.conflictName, record.permissions.map { Int64($0) }, Int64(record.creates ? 1 : 0),
+                record.modificationTime.map { $0.seconds }, record.modificationTime.map { Int64($0.nanoseconds) },
+            ])
     }
 
     public func deleteUpload(_ identifier: ItemIdentifier) throws {

@@ -196,18 +196,40 @@ extension LocalWrites {
         // publish's).
         let key = Self.key(of: staged.file)
         let permissions = staged.file.takePermissions()
+        // The upload queued once the catalog holds the version, its record saved with the
+        // catalog's item in one transaction (D-529).
+        var actions: [UploadMachine.Action] = []
+        let queue = { () -> [UploadRecord] in
+            actions = self.queuePublished(version, of: identifier, staged: staged, permissions: permissions)
+            return actions.compactMap(\.savedRecord)
+        }
         var published = stagingCatalog.publishLocal(
-            identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions)
+            identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions,
+            savingWith: queue)
         if published == nil, (try? await stagingCatalog.item(identifier, maximumAge: .zero)) != nil {
             // Not known under this identifier: a move of a directory above it (RENAME_EXCHANGE of
             // two directories) may have left the catalog to list it again. The provider says.
             published = stagingCatalog.publishLocal(
-                identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions)
+                identifier, version: version, size: record.size, modificationTime: modified, permissions: permissions,
+                savingWith: queue)
         }
         guard let item = published else {
             throw CacheError(.notFound, "\(identifier) is gone from the catalog")
         }
-        let actions = state.withLock { state -> [UploadMachine.Action] in
+        perform(identifier, actions.filter { $0.savedRecord == nil })
+        // Its next publishes replace bytes the provider will have: synced (D-381).
+        state.withLock { state in
+            if state.staged[key]?.file === staged.file { state.staged[key]!.startedEmpty = false }
+        }
+        return PublishedVersion(item: item)
+    }
+
+    /// The write-back's part of a publish: `version` queued in `identifier`'s machine. Its
+    /// actions, the record's save among them.
+    private func queuePublished(
+        _ version: ContentVersion, of identifier: ItemIdentifier, staged: Staged, permissions: UInt16?
+    ) -> [UploadMachine.Action] {
+        state.withLock { state -> [UploadMachine.Action] in
             if state.uploads[identifier] == nil {
                 state.uploads[identifier] = UploadMachine(
                     record: UploadRecord(
@@ -222,11 +244,5 @@ extension LocalWrites {
                 version, base: staged.base, baseIsNewer: fresh, permissions: permissions, now: environment.timeline.now,
                 settle: environment.options.uploadSettle, maximumSettle: environment.options.maximumUploadSettle)
         }
-        perform(identifier, actions)
-        // Its next publishes replace bytes the provider will have: synced (D-381).
-        state.withLock { state in
-            if state.staged[key]?.file === staged.file { state.staged[key]!.startedEmpty = false }
-        }
-        return PublishedVersion(item: item)
     }
 }

@@ -20,7 +20,7 @@ protocol StagingCatalog: AnyObject, Sendable {
     @discardableResult
     func publishLocal(
         _ identifier: ItemIdentifier, version: ContentVersion, size: Int64, modificationTime: ItemTime,
-        permissions: UInt16?
+        permissions: UInt16?, savingWith records: () -> [UploadRecord]
     ) -> ProviderItem?
 }
 

@@ -112,6 +112,6 @@ extension LocalWrites {
                     name, from: before.contentVersion, to: item.contentVersion, modificationTime: modificationTime)
             }
         }
-        return writeBackCatalog.apply(item, origin: .mount, appeared: false)
+        return writeBackCatalog.apply(item, origin: .mount, appeared: false) { [] }
     }
 }

@@ -7,19 +7,23 @@ public import ProviderModel
 import SystemSupport
 
 extension LocalWrites {
-    /// A file created through the mount that the provider gets later: its write-back record
-    /// (a `.create` of `item`'s version, the empty "unborn:" one until a publish replaces it) is
-    /// saved but not started. The first publish starts it with its bytes; a last close with
-    /// nothing written, or a restart, starts it as it is (the empty file).
-    func parkCreate(_ item: ProviderItem) {
-        let record = UploadRecord(
+    /// The write-back record of a file created through the mount that the provider gets later:
+    /// a `.create` of `item`'s version, the empty "unborn:" one until a publish replaces it. The
+    /// catalog saves it with the item (`Catalog.createdUnborn`, D-529), then `park` holds it.
+    static func parkedCreate(_ item: ProviderItem) -> UploadRecord {
+        UploadRecord(
             identifier: item.identifier, localVersion: item.contentVersion, baseVersion: nil, phase: .dirty,
             creates: true)
+    }
+
+    /// Holds `record` (`parkedCreate`, saved) without starting it. The first publish starts it
+    /// with its bytes; a last close with nothing written, or a restart, starts it as it is (the
+    /// empty file).
+    func park(_ record: UploadRecord) {
         state.withLock { state in
-            state.uploads[item.identifier] = UploadMachine(
+            state.uploads[record.identifier] = UploadMachine(
                 record: record, initialBackoff: initialBackoff, maximumBackoff: maximumBackoff)
         }
-        save(record)
     }
 
     /// Starts the parked create of `identifier`, if it has one that nothing started (no publish).

@@ -264,9 +264,14 @@ extension LocalWrites {
             if let base { rebase(name, from: base, to: uploaded.contentVersion) }
             writeBackCatalog.otherNameUploaded(name, from: base, to: uploaded.contentVersion)
         }
-        // An empty file created unwritten: the provider's empty version is the item's now.
-        if terms.creates { writeBackCatalog.apply(uploaded, origin: .mount, appeared: false) }
-        perform(current, next)
+        // A created file: the provider's item is the catalog's now (the version itself when it
+        // was created empty), saved with the record in one transaction (D-529).
+        if terms.creates {
+            writeBackCatalog.apply(uploaded, origin: .mount, appeared: false) { next.compactMap(\.savedRecord) }
+            perform(current, next.filter { $0.savedRecord == nil })
+        } else {
+            perform(current, next)
+        }
     }
 
     /// Uploads the local edit beside the provider's version, as "name (conflict YYYY-MM-DD

@@ -141,6 +141,11 @@ struct UploadMachine: Sendable, Equatable {
         /// Make the held chmod and utimens at the provider (`sendingAttributes` says which), then
         /// report `attributesMade` or `failed` (D-460).
         case setAttributes(version: ContentVersion)
+
+        /// The record a `.save` saves.
+        var savedRecord: UploadRecord? {
+            if case .save(let record) = self { record } else { nil }
+        }
     }
     private(set) var record: UploadRecord
     /// The version the running upload sends (nil: none runs); in phase `.attributes`, the

@@ -30,7 +30,9 @@ protocol WriteBackCatalog: AnyObject, Sendable {
     @discardableResult
     func applyCreated(_ item: ProviderItem) -> ProviderItem
     @discardableResult
-    func apply(_ item: ProviderItem, origin: ChangeOrigin, appeared: Bool) -> ProviderItem
+    func apply(
+        _ item: ProviderItem, origin: ChangeOrigin, appeared: Bool, savingWith records: () -> [UploadRecord]
+    ) -> ProviderItem
     func localUploaded(
         _ identifier: ItemIdentifier, version: ContentVersion, providerVersion: ContentVersion, base: ContentVersion?)
     func otherNames(of identifier: ItemIdentifier) -> [ItemIdentifier]
