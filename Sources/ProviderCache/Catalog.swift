@@ -390,10 +390,6 @@ public final class Catalog: Sendable {
         return apply(item, origin: .provider)
     }
 
-    /// Whether `itemNow` can ask the provider (`.immediateMetadata`): without it an item older
-    /// than asked for waits for the provider's answer.
-    public var answersFromProviderNow: Bool { immediateMetadata != nil }
-
     /// Whether the provider tells of every change of the item as it happens (`.changeNotifying`,
     /// its directory's listing tracked and unchanged in membership since): then whoever caches it
     /// may keep it until told (D-228). False for the root and for untracked directories.

@@ -57,8 +57,6 @@ struct ReadHandle: Sendable {
     var failure: CacheError?
     /// Counted in its node's `cachingHandles` (D-435).
     var caching = false
-    /// The fetch its open started ahead (D-535): a read of its range waits for it first.
-    var prefetch: Prefetch? = nil
 }
 
 /// A handle open for writing (ProviderFileSystem+Writes.swift): the item's shared staging file,

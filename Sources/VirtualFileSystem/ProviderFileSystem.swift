@@ -701,7 +701,6 @@ public final class ProviderFileSystem: FileSystem {
         // The claim, revalidation and pin, in `readOpenStep`'s order, each waited for.
         let request = readClaimRequest(node, context: context)
         var taken = ReadOpenProgress()
-        var ahead: Prefetch?
         while true {
             switch readOpenStep(node, taken, request: request, context: context) {
             case .claim:
@@ -712,7 +711,6 @@ public final class ProviderFileSystem: FileSystem {
                     throw error
                 }
             case .item(let claim, let maximumAge):
-                ahead = prefetchWhileRevalidating(node, maximumAge: maximumAge, request: request, context: context)
                 do throws(FileSystemError) {
                     taken.item = try await self.item(of: node, maximumAge: maximumAge)
                 } catch {
@@ -730,9 +728,7 @@ public final class ProviderFileSystem: FileSystem {
                 abandonOpen(claim, use: use)
                 throw refusal
             case .open(let claim, let item, let entry):
-                return try opened(
-                    inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use,
-                    prefetch: ahead?.version == item.contentVersion ? ahead : nil)
+                return try opened(inode, node, item: item, entry: entry, claim: claim, scoped: scoped, use: use)
             }
         }
     }
@@ -803,27 +799,6 @@ public final class ProviderFileSystem: FileSystem {
             identifier: node.identifier, context: context)
     }
 
-    /// An open that must wait for the provider to say which version is current (D-208: no
-    /// immediate answer, the catalog's item older than `maximumAge`) starts fetching the first
-    /// bytes of the version the catalog knows meanwhile (D-535): over a network that version
-    /// is nearly always still current, and the first read finds its bytes coming one round trip
-    /// sooner. The fetch checks its version at the provider (a changed one fails it, and the
-    /// open pins the new one), so no reader gets bytes of a version the open did not confirm.
-    /// Not when the download policy refuses the caller, nor for a file whose bytes are here.
-    /// The read of the handle that needs those bytes waits for that fetch and meets its failure.
-    func prefetchWhileRevalidating(
-        _ node: InodeTable.Node, maximumAge: Duration, request: ReadClaimRequest, context: RequestContext
-    ) -> Prefetch? {
-        let catalog = cache.catalog
-        guard !catalog.answersFromProviderNow,
-            catalog.itemNow(node.identifier, maximumAge: maximumAge, askingProvider: false) == nil,
-            let known = catalog.itemNow(node.identifier, maximumAge: nil, askingProvider: false),
-            known.kind == .file, known.size > 0,
-            readOpenRefusal(node, item: known, path: request.relativePath, context: context) == nil
-        else { return nil }
-        return cache.prefetch(0..<min(known.size, Int64(options.cache.firstChunkSize)), of: known)
-    }
-
     /// How old the item an open reads may be (D-208's revalidation).
     var openMaximumAge: Duration { options.revalidateOnOpen ? .zero : options.cache.attributeTTL }
 
@@ -850,7 +825,7 @@ public final class ProviderFileSystem: FileSystem {
     /// with ESTALE, giving back the pin, the claim and the use.
     func opened(
         _ inode: InodeNumber, _ node: InodeTable.Node, item: ProviderItem, entry: ContentEntry, claim: ReadClaimToken,
-        scoped: ScopedNode? = nil, use: String? = nil, prefetch: Prefetch? = nil
+        scoped: ScopedNode? = nil, use: String? = nil
     ) throws(FileSystemError) -> OpenedFile {
         let versioned = scoped == nil && versionNodes
         let editOpen = versioned && cache.staged(node.identifier) != nil
@@ -869,7 +844,7 @@ public final class ProviderFileSystem: FileSystem {
             state.handles[handle] = .read(
                 ReadHandle(
                     inode: inode, identifier: node.identifier, entry: entry, claim: claim, scoped: scoped,
-                    scopedUse: use, caching: caching == .cached, prefetch: prefetch))
+                    scopedUse: use, caching: caching == .cached))
             // A first open keeps the (empty) cache too: dropping it would make the kernel wait,
             // uninterruptibly, on pages a concurrent open's stalled read has locked (D-366).
             let keepCache = state.inodes[inode]?.pageCache.keeps(item.contentVersion) ?? false
@@ -922,18 +897,6 @@ public final class ProviderFileSystem: FileSystem {
         if let failure = open.failure {
             if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
             throw FileSystemError(failure)
-        }
-        // The fetch the open started ahead is this read's own first fetch (D-535).
-        if let ahead = open.prefetch, ahead.range.overlaps(offset..<offset + Int64(count)),
-            let error = await ahead.wait()
-        {
-            if error.code == .cancelled {
-                if Task.isCancelled { throw FileSystemError(error) }
-            } else {
-                if let data = open.entry.readIfPresent(offset: offset, count: count) { return data }
-                state.withLock { $0.handles.recordFailure(error, of: handle) }
-                throw FileSystemError(error)
-            }
         }
         let data: ReadData
         do {
