@@ -103,13 +103,22 @@ public enum ProcessInfoFiles {
     public static func isRunning(_ pid: Int32, startedAt startTime: UInt64) -> Bool {
         guard pid > 0 else { return false }
         let state = withContents(of: "/proc/\(pid)/stat") { bytes -> UInt8? in
-            guard let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count,
-                self.startTime(in: bytes) == startTime
-            else { return nil }
-            return bytes[close + 2]
+            self.startTime(in: bytes) == startTime ? self.state(in: bytes) : nil
         }
         guard let state else { return false }
         return state != UInt8(ascii: "Z") || hasLiveThread(pid)
+    }
+
+    /// The one-letter state of process or thread `path` names ("<pid>" or "<pid>/task/<tid>"):
+    /// `R`, `S`, `T` (stopped), `Z` (zombie)… Nil when it is gone.
+    public static func state(of path: String) -> Character? {
+        withContents(of: "/proc/\(path)/stat") { state(in: $0) }.map { Character(UnicodeScalar($0)) }
+    }
+
+    /// The state field of a /proc/<pid>/stat text: the byte after the command name's ") ".
+    private static func state(in bytes: UnsafeBufferPointer<UInt8>) -> UInt8? {
+        guard let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count else { return nil }
+        return bytes[close + 2]
     }
 
     /// Whether a thread of `pid` other than a zombie is listed in /proc/<pid>/task.
@@ -121,11 +130,7 @@ public enum ProcessInfoFiles {
                 Int32(String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self))
             }
             guard let tid, tid != pid else { continue }
-            let alive = withContents(of: "/proc/\(pid)/task/\(tid)/stat") { bytes -> Bool? in
-                guard let close = bytes.lastIndex(of: UInt8(ascii: ")")), close + 2 < bytes.count else { return nil }
-                return bytes[close + 2] != UInt8(ascii: "Z") && bytes[close + 2] != UInt8(ascii: "X")
-            }
-            if alive == true { return true }
+            if let state = state(of: "\(pid)/task/\(tid)"), state != "Z", state != "X" { return true }
         }
         return false
     }

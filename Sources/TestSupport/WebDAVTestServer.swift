@@ -600,18 +600,12 @@ public final class WebDAVTestServer: @unchecked Sendable {
     private static func killStopped(_ process: ChildProcess, with known: [ProcessIdentity]) {
         process.signal(SIGSTOP)
         let deadline = ContinuousClock.now + .seconds(5)
-        while ContinuousClock.now < deadline, process.isRunning, !isStopped(process.pid) { usleep(1000) }
+        while ContinuousClock.now < deadline, process.isRunning, ProcessInfoFiles.state(of: "\(process.pid)") != "T" {
+            usleep(1000)
+        }
         kill(known + children(of: process.pid))
         process.signal(SIGKILL)
         process.wait(timeout: .seconds(5))
-    }
-
-    /// Whether `pid` is stopped by a signal: state `T` in /proc/<pid>/stat (after the name's ")").
-    private static func isStopped(_ pid: Int32) -> Bool {
-        guard let stat = readTextFile("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else {
-            return false
-        }
-        return stat[close...].dropFirst(2).first == "T"
     }
 
     /// One process for the life of the system: its PID and when it started (a PID the kernel
